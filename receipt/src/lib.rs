@@ -1,0 +1,48 @@
+//! `receipt`: receipt-native durable agents.
+//!
+//! Every fact is a [`Receipt`] appended to a hash-linked stream; state is a fold over the
+//! chain. This crate owns the core of that model:
+//!
+//! - [`canonical`]: RFC 8785 (JCS) canonical JSON, the bytes every hash covers;
+//! - [`receipt`](mod@receipt): the record, ids, hashing and [`verify`];
+//! - [`store`]: the [`ReceiptStore`] trait with in-memory and SQLite backends;
+//! - [`branch`]: [`fork`](branch::fork) and materialized reads of branches;
+//! - [`runtime`]: per-stream command execution (dedup, expected prev) and incremental folds;
+//! - [`fold`]: reducers and the `on(type)` / `chain()` view helpers;
+//! - [`sim`]: the injected clock and entropy that make runs reproducible.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! use receipt::{Command, MemoryStore, Runtime, verify};
+//! use serde_json::json;
+//! use std::sync::Arc;
+//!
+//! let runtime = Runtime::new(Arc::new(MemoryStore::new()));
+//! runtime.execute("tasks/t1", Command::new(vec![json!({"type": "task.requested", "prompt": "hi"})])).await?;
+//! let chain = runtime.read("tasks/t1").await?;
+//! assert_eq!(verify(&chain).unwrap().count, 1);
+//! # Ok::<(), receipt::Error>(()) }).unwrap();
+//! ```
+
+pub mod branch;
+pub mod canonical;
+mod error;
+pub mod fold;
+pub mod receipt;
+pub mod runtime;
+pub mod sim;
+pub mod store;
+
+pub use error::{Error, Result};
+pub use fold::{ReceiptType, Reducer, View, fold_chain};
+pub use receipt::{
+    Hints, Receipt, ReceiptContext, Verified, VerifyFailure, VerifyReason, verify, verify_from,
+};
+pub use runtime::{Command, Executed, Runtime};
+pub use store::{
+    AppendOutcome, AppendRequest, BranchMeta, MemoryStore, ReceiptStore, SqliteStore, StreamInfo,
+    Tail,
+};
+
+#[doc(hidden)]
+pub use receipt_macros as __macros;

@@ -1,0 +1,413 @@
+//! The per-stream runtime: [`Runtime::execute`] applies a [`Command`] to a stream (lock,
+//! verify, dedup, expected prev, atomic append) and [`Runtime::fold`] folds a stream with an
+//! incremental cache.
+//!
+//! Both keep, per stream, what they have already verified: the stored length and tail hash.
+//! While the store's tail still extends the cached one, only the new suffix is read, verified
+//! (its first `prev` must be the cached tail) and folded; anything else (a rewritten tail, a
+//! branch) takes the full path with full verification. A chain that fails verification is
+//! never folded or extended: `Receipt runtime refused to replay invalid chain ...`.
+
+use crate::branch;
+use crate::canonical;
+use crate::error::{Error, Result};
+use crate::fold::Reducer;
+use crate::receipt::{EVENT_ID_HINT, Hints, Receipt, ReceiptContext, verify_from};
+use crate::sim::{Clock, EntropySource, OsEntropy, SystemClock};
+use crate::store::{AppendOutcome, AppendRequest, ReceiptStore};
+use serde::Serialize;
+use serde_json::Value;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// One command: the events it appends (atomically), an optional `eventId` for dedup and an
+/// optional expected predecessor.
+#[derive(Debug, Clone, Default)]
+pub struct Command {
+    events: Vec<Value>,
+    event_id: Option<String>,
+    expected_prev: Option<Option<String>>,
+    context: Option<ReceiptContext>,
+    hints: Hints,
+}
+
+impl Command {
+    /// A command appending these bodies (each must be a JSON object; the type is its `type`).
+    pub fn new(events: Vec<Value>) -> Self {
+        Command {
+            events,
+            ..Default::default()
+        }
+    }
+
+    /// A single-event command from a typed body.
+    pub fn event<T: Serialize + ?Sized>(body: &T) -> Result<Self> {
+        Ok(Command::new(vec![canonical::to_value(body)?]))
+    }
+
+    /// Adds a typed event.
+    pub fn and<T: Serialize + ?Sized>(mut self, body: &T) -> Result<Self> {
+        self.events.push(canonical::to_value(body)?);
+        Ok(self)
+    }
+
+    /// Dedup key: a single event gets hint `eventId = id`, the events of a multi-event command
+    /// `id#0`, `id#1`, ... When all are present the whole command is skipped.
+    pub fn event_id(mut self, id: impl Into<String>) -> Self {
+        self.event_id = Some(id.into());
+        self
+    }
+
+    /// Optimistic concurrency: fail unless the (materialized) head is `prev` (`None`: the
+    /// stream must be empty).
+    pub fn expect_prev(mut self, prev: Option<String>) -> Self {
+        self.expected_prev = Some(prev);
+        self
+    }
+
+    /// The context written (and hashed) into every receipt of the command.
+    pub fn context(mut self, context: ReceiptContext) -> Self {
+        self.context = Some(context);
+        self
+    }
+
+    /// Extra hints for every receipt (never hashed).
+    pub fn hint(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.hints.insert(key.into(), value);
+        self
+    }
+
+    fn hint_ids(&self) -> Vec<String> {
+        match (&self.event_id, self.events.len()) {
+            (None, _) => Vec::new(),
+            (Some(id), 1) => vec![id.clone()],
+            (Some(id), n) => (0..n).map(|i| format!("{id}#{i}")).collect(),
+        }
+    }
+}
+
+/// What [`Runtime::execute`] did.
+#[derive(Debug, Clone)]
+pub struct Executed {
+    /// The receipts appended, as readers see them (materialized); empty when deduplicated.
+    pub receipts: Vec<Receipt>,
+    /// Whether the whole command was already applied (nothing appended).
+    pub duplicate: bool,
+    /// The head hash after the command.
+    pub head: Option<String>,
+    /// The chain length after the command.
+    pub len: u64,
+}
+
+/// What has been verified of one stream.
+#[derive(Debug, Clone, Default)]
+struct Verified {
+    branch: bool,
+    stored_len: u64,
+    stored_tail: Option<String>,
+    len: u64,
+    head: Option<String>,
+}
+
+struct FoldCache {
+    mark: Verified,
+    state: Box<dyn Any + Send + Sync>,
+}
+
+type StreamLock = Arc<tokio::sync::Mutex<()>>;
+
+/// Executes commands and folds streams over a [`ReceiptStore`].
+pub struct Runtime {
+    store: Arc<dyn ReceiptStore>,
+    clock: Arc<dyn Clock>,
+    entropy: Arc<dyn EntropySource>,
+    locks: Mutex<HashMap<String, StreamLock>>,
+    heads: Mutex<HashMap<String, Verified>>,
+    folds: Mutex<HashMap<(String, TypeId, u32), FoldCache>>,
+}
+
+impl Runtime {
+    /// A runtime with the system clock and OS entropy.
+    pub fn new(store: Arc<dyn ReceiptStore>) -> Self {
+        Runtime {
+            store,
+            clock: Arc::new(SystemClock),
+            entropy: Arc::new(OsEntropy),
+            locks: Mutex::default(),
+            heads: Mutex::default(),
+            folds: Mutex::default(),
+        }
+    }
+
+    /// Replaces the clock (deterministic simulation, tests).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Replaces the entropy source.
+    pub fn with_entropy(mut self, entropy: Arc<dyn EntropySource>) -> Self {
+        self.entropy = entropy;
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn ReceiptStore> {
+        &self.store
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    /// The entropy source.
+    pub fn entropy(&self) -> &dyn EntropySource {
+        &*self.entropy
+    }
+
+    fn lock_for(&self, stream: &str) -> StreamLock {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(locks.entry(stream.to_owned()).or_default())
+    }
+
+    /// Reads a stream as consumers see it (materialized when it is a branch).
+    pub async fn read(&self, stream: &str) -> Result<Vec<Receipt>> {
+        branch::materialize(&*self.store, stream).await
+    }
+
+    /// Forks `stream` at `at` into `new_name` with this runtime's clock and entropy.
+    pub async fn fork(
+        &self,
+        stream: &str,
+        at: u64,
+        new_name: &str,
+    ) -> Result<crate::store::BranchMeta> {
+        branch::fork(
+            &*self.store,
+            &*self.clock,
+            &*self.entropy,
+            stream,
+            at,
+            new_name,
+        )
+        .await
+    }
+
+    /// Brings `mark` up to the store's current state, verifying only what is new when it can.
+    /// Returns the new mark, whether the full path was taken, and the receipts to fold: the new
+    /// suffix, or the whole (materialized) chain on the full path.
+    async fn advance(
+        &self,
+        stream: &str,
+        mark: Option<Verified>,
+    ) -> Result<(Verified, bool, Vec<Receipt>)> {
+        let refuse = |f: crate::receipt::VerifyFailure| Error::InvalidChain {
+            stream: stream.to_owned(),
+            reason: f.reason,
+            at: f.at,
+        };
+        let tail = self.store.tail(stream).await?;
+        if let Some(m) = mark.as_ref().filter(|m| !m.branch) {
+            let unchanged = match (&tail, &m.stored_tail) {
+                (None, None) => true,
+                (Some(t), Some(h)) => t.seq + 1 == m.stored_len && t.hash == *h,
+                _ => false,
+            };
+            // An empty stream may have become a branch since it was cached.
+            if unchanged && (m.stored_len > 0 || self.store.branch(stream).await?.is_none()) {
+                return Ok((m.clone(), false, Vec::new()));
+            }
+            if let (Some(t), Some(cached_tail)) = (&tail, &m.stored_tail)
+                && t.seq + 1 > m.stored_len
+            {
+                let suffix = self
+                    .store
+                    .read_range(stream, m.stored_len - 1, None)
+                    .await?;
+                if suffix.first().is_some_and(|r| r.hash() == cached_tail) {
+                    let mut new = suffix;
+                    new.remove(0);
+                    let v = verify_from(&new, Some(cached_tail), m.stored_len as usize)
+                        .map_err(refuse)?;
+                    let len = m.stored_len + new.len() as u64;
+                    return Ok((
+                        Verified {
+                            branch: false,
+                            stored_len: len,
+                            stored_tail: v.head.clone(),
+                            len,
+                            head: v.head,
+                        },
+                        false,
+                        new,
+                    ));
+                }
+            }
+        }
+        // Full path: materialize (a plain stream reads as stored) and verify everything.
+        let is_branch = self.store.branch(stream).await?.is_some();
+        let chain = branch::materialize(&*self.store, stream).await?;
+        let v = verify_from(&chain, None, 0).map_err(refuse)?;
+        let stored_len = tail.as_ref().map_or(0, |t| t.seq + 1);
+        Ok((
+            Verified {
+                branch: is_branch,
+                stored_len,
+                stored_tail: tail.map(|t| t.hash),
+                len: chain.len() as u64,
+                head: v.head,
+            },
+            true,
+            chain,
+        ))
+    }
+
+    /// Applies `command` to `stream`: serialized per stream, refused on a corrupt chain,
+    /// skipped whole when every event id is already recorded, checked against the expected
+    /// prev, then appended atomically.
+    pub async fn execute(&self, stream: &str, command: Command) -> Result<Executed> {
+        if command.events.is_empty() {
+            return Err(Error::Invalid("a command needs at least one event".into()));
+        }
+        if let Some(bad) = command.events.iter().position(|e| !e.is_object()) {
+            return Err(Error::Invalid(format!(
+                "event {bad} of the command is not a JSON object"
+            )));
+        }
+        let lock = self.lock_for(stream);
+        let _guard = lock.lock().await;
+        let cached = self
+            .heads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(stream)
+            .cloned();
+        let (mut mark, _, _) = self.advance(stream, cached).await?;
+
+        let ids = command.hint_ids();
+        if !ids.is_empty() {
+            let present = self.store.count_event_ids(stream, &ids).await?;
+            if present == ids.len() {
+                self.remember(stream, &mark);
+                return Ok(Executed {
+                    receipts: Vec::new(),
+                    duplicate: true,
+                    head: mark.head,
+                    len: mark.len,
+                });
+            }
+            if present > 0 {
+                return Err(Error::PartiallyApplied(
+                    command.event_id.clone().unwrap_or_default(),
+                ));
+            }
+        }
+        if let Some(expected) = &command.expected_prev
+            && *expected != mark.head
+        {
+            return Err(Error::ExpectedPrev {
+                expected: expected.clone(),
+                actual: mark.head.clone(),
+            });
+        }
+
+        let mut stored: Vec<Receipt> = Vec::with_capacity(command.events.len());
+        let mut visible: Vec<Receipt> = Vec::with_capacity(command.events.len());
+        for (i, body) in command.events.into_iter().enumerate() {
+            let mut hints = command.hints.clone();
+            if let Some(id) = ids.get(i) {
+                hints.insert(EVENT_ID_HINT.to_owned(), Value::String(id.clone()));
+            }
+            let stored_prev = stored
+                .last()
+                .map(|r| r.hash().to_owned())
+                .or_else(|| mark.stored_tail.clone());
+            let r = Receipt::build(
+                stream,
+                stored_prev,
+                body,
+                command.context.clone(),
+                hints,
+                &*self.clock,
+                &*self.entropy,
+            )?;
+            if mark.branch {
+                let prev = visible
+                    .last()
+                    .map(|r| r.hash().to_owned())
+                    .or_else(|| mark.head.clone());
+                visible.push(r.relinked(prev)?);
+            }
+            stored.push(r);
+        }
+        let request = AppendRequest {
+            stream: stream.to_owned(),
+            receipts: stored.clone(),
+            expected_tail: mark.stored_tail.clone(),
+        };
+        match self.store.append(request).await? {
+            AppendOutcome::Duplicate => Ok(Executed {
+                receipts: Vec::new(),
+                duplicate: true,
+                head: mark.head,
+                len: mark.len,
+            }),
+            AppendOutcome::Appended { tail } => {
+                let visible = if mark.branch { visible } else { stored };
+                mark.stored_len = tail.seq + 1;
+                mark.stored_tail = Some(tail.hash);
+                mark.len += visible.len() as u64;
+                mark.head = visible.last().map(|r| r.hash().to_owned());
+                self.remember(stream, &mark);
+                Ok(Executed {
+                    receipts: visible,
+                    duplicate: false,
+                    head: mark.head,
+                    len: mark.len,
+                })
+            }
+        }
+    }
+
+    fn remember(&self, stream: &str, mark: &Verified) {
+        self.heads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(stream.to_owned(), mark.clone());
+    }
+
+    /// Folds `stream` with `reducer`, reusing the cached state and folding only receipts
+    /// appended since (verified, linked to the cached tail). Branches always fold in full.
+    pub async fn fold<R: Reducer>(&self, stream: &str, reducer: &R) -> Result<R::State> {
+        let key = (stream.to_owned(), TypeId::of::<R>(), R::VERSION);
+        let cached = self
+            .folds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
+        let (mark, mut state) = match cached {
+            Some(c) => match c.state.downcast::<R::State>() {
+                Ok(s) => (Some(c.mark), *s),
+                Err(_) => (None, reducer.initial()),
+            },
+            None => (None, reducer.initial()),
+        };
+        let (mark, full, new) = self.advance(stream, mark).await?;
+        if full {
+            state = reducer.initial();
+        }
+        for r in &new {
+            reducer.apply(&mut state, r);
+        }
+        self.folds.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            key,
+            FoldCache {
+                mark,
+                state: Box::new(state.clone()),
+            },
+        );
+        Ok(state)
+    }
+}

@@ -1,0 +1,207 @@
+//! Receipt storage: the [`ReceiptStore`] trait and its backends ([`MemoryStore`],
+//! [`SqliteStore`]).
+//!
+//! The trait is the contract every backend keeps, PostgreSQL included: an append is one atomic
+//! unit (all receipts of a command or none), checked inside that unit against the stream's
+//! **physical** stored tail (compare-and-swap), deduplicated inside that unit by the receipts'
+//! `eventId` hints, and nothing depends on process-local state, so several writers on one
+//! database stay correct. Branch metadata is written in the same unit as its
+//! `branch.meta.upsert` receipt on [`BRANCH_META_STREAM`].
+
+mod memory;
+mod sqlite;
+
+pub use memory::MemoryStore;
+pub use sqlite::{SqliteOptions, SqliteStore};
+
+use crate::error::{Error, Result};
+use crate::receipt::Receipt;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// The stream holding one `branch.meta.upsert` receipt per fork.
+pub const BRANCH_META_STREAM: &str = "__meta/branches";
+/// The event type of branch metadata receipts.
+pub const BRANCH_META_TYPE: &str = "branch.meta.upsert";
+
+/// Branch metadata: `name` reads as `parent[0..fork_at]` followed by its own receipts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BranchMeta {
+    /// The branch stream.
+    pub name: String,
+    /// The stream it was forked from (possibly a branch itself).
+    pub parent: String,
+    /// How many of the parent's (materialized) receipts the branch sees.
+    pub fork_at: u64,
+    /// When the fork was made (ms).
+    pub created_at: i64,
+}
+
+/// A stream's physical tail: `seq` is the zero-based index of its last stored receipt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Tail {
+    /// Index of the last stored receipt (`stream_seq`).
+    pub seq: u64,
+    /// Its hash.
+    pub hash: String,
+}
+
+impl Tail {
+    /// The cache token `<stream_seq>:<head hash>`.
+    pub fn version(&self) -> String {
+        format!("{}:{}", self.seq, self.hash)
+    }
+}
+
+/// One row of [`ReceiptStore::list_streams`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamInfo {
+    /// Stream name.
+    pub name: String,
+    /// Stored receipts (a branch's own receipts only).
+    pub count: u64,
+    /// Hash of the last stored receipt.
+    pub head: Option<String>,
+    /// `ts` of the last stored receipt.
+    pub last_ts: Option<i64>,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendOutcome {
+    /// The receipts were stored; `tail` is the new physical tail.
+    Appended {
+        /// The new tail.
+        tail: Tail,
+    },
+    /// Every receipt's `eventId` was already recorded: nothing was written.
+    Duplicate,
+}
+
+/// One atomic append: `receipts` must link to each other, the first to `expected_tail` (the
+/// stream's stored tail hash, `None` for an empty stream).
+#[derive(Debug, Clone)]
+pub struct AppendRequest {
+    /// Target stream.
+    pub stream: String,
+    /// Receipts in order.
+    pub receipts: Vec<Receipt>,
+    /// The stored tail the caller built on.
+    pub expected_tail: Option<String>,
+}
+
+/// Storage for hash-linked receipt streams.
+#[async_trait]
+pub trait ReceiptStore: Send + Sync {
+    /// All stored receipts of `stream`, in order (not materialized: see [`crate::branch`]).
+    async fn read(&self, stream: &str) -> Result<Vec<Receipt>> {
+        self.read_range(stream, 0, None).await
+    }
+
+    /// Stored receipts with `from <= stream_seq < to` (`to = None`: to the end).
+    async fn read_range(&self, stream: &str, from: u64, to: Option<u64>) -> Result<Vec<Receipt>>;
+
+    /// The physical tail, or `None` for a stream with no stored receipts.
+    async fn tail(&self, stream: &str) -> Result<Option<Tail>>;
+
+    /// The cache token `<stream_seq>:<head hash>`; `None` for an empty stream.
+    async fn version(&self, stream: &str) -> Result<Option<String>> {
+        Ok(self.tail(stream).await?.map(|t| t.version()))
+    }
+
+    /// Atomically appends a command's receipts. Inside one transaction: if every receipt carries
+    /// an `eventId` hint and all are already in the stream, nothing is written
+    /// ([`AppendOutcome::Duplicate`]); if only some are, [`Error::PartiallyApplied`]; if the
+    /// stored tail is not `expected_tail`, [`Error::ExpectedPrev`].
+    async fn append(&self, request: AppendRequest) -> Result<AppendOutcome>;
+
+    /// Several appends committed together where the backend can (one sync for all); each
+    /// succeeds or fails on its own.
+    async fn append_many(&self, requests: Vec<AppendRequest>) -> Vec<Result<AppendOutcome>> {
+        let mut out = Vec::with_capacity(requests.len());
+        for r in requests {
+            out.push(self.append(r).await);
+        }
+        out
+    }
+
+    /// How many of `event_ids` the stream already records.
+    async fn count_event_ids(&self, stream: &str, event_ids: &[String]) -> Result<usize>;
+
+    /// Every stream with stored receipts, by name.
+    async fn list_streams(&self) -> Result<Vec<StreamInfo>>;
+
+    /// Branch metadata of `name`, if it is a branch.
+    async fn branch(&self, name: &str) -> Result<Option<BranchMeta>>;
+
+    /// All branches, by name.
+    async fn list_branches(&self) -> Result<Vec<BranchMeta>>;
+
+    /// Atomically records a branch: refuses with [`Error::BranchExists`] or
+    /// [`Error::StreamHasReceipts`], appends `meta_receipt` to [`BRANCH_META_STREAM`] (whose
+    /// stored tail must be `meta_tail`), and stores the metadata.
+    async fn create_branch(
+        &self,
+        meta: BranchMeta,
+        meta_receipt: Receipt,
+        meta_tail: Option<String>,
+    ) -> Result<()>;
+}
+
+/// Checks what every backend checks before writing a batch: the receipts belong to the stream
+/// and link to each other and to `expected_tail`.
+pub(crate) fn check_batch(request: &AppendRequest) -> Result<()> {
+    let mut follows = request.expected_tail.clone();
+    for (index, r) in request.receipts.iter().enumerate() {
+        if r.stream() != request.stream {
+            return Err(Error::WrongStream {
+                id: r.id().to_owned(),
+                belongs: r.stream().to_owned(),
+                stream: request.stream.clone(),
+            });
+        }
+        if r.prev() != follows.as_deref() {
+            return Err(Error::UnlinkedBatch {
+                stream: request.stream.clone(),
+                index,
+                prev: r.prev().map(str::to_owned),
+                follows,
+            });
+        }
+        follows = Some(r.hash().to_owned());
+    }
+    Ok(())
+}
+
+/// The dedup decision for a batch given how many of its event ids exist already.
+/// `None` means "append".
+pub(crate) fn dedup_decision(
+    request: &AppendRequest,
+    present: usize,
+) -> Result<Option<AppendOutcome>> {
+    let ids: Vec<&str> = request
+        .receipts
+        .iter()
+        .filter_map(Receipt::event_id)
+        .collect();
+    if ids.is_empty() || present == 0 {
+        return Ok(None);
+    }
+    if present == ids.len() && ids.len() == request.receipts.len() {
+        return Ok(Some(AppendOutcome::Duplicate));
+    }
+    let first = ids[0];
+    let base = first.rsplit_once('#').map_or(first, |(b, _)| b);
+    Err(Error::PartiallyApplied(base.to_owned()))
+}
+
+/// The event ids a batch carries.
+pub(crate) fn batch_event_ids(request: &AppendRequest) -> Vec<String> {
+    request
+        .receipts
+        .iter()
+        .filter_map(|r| r.event_id().map(str::to_owned))
+        .collect()
+}

@@ -1,10 +1,18 @@
 //! `rebuno`: the step-replay model of durable agents.
 //!
-//! This crate will own the kernel (event log, step identity, decisions, policy, approvals,
-//! dispatch and leases), its stores (memory, SQLite, PostgreSQL), the `/v0` HTTP server, the agent
-//! runtime (`#[tool]`, `#[step]`, `#[agent]` re-exported from `rebuno-macros`) and the client.
-//! The kernel and agent issues fill it in; today it only reserves the crate and re-exports the
-//! macro crate so the workspace layout is final.
+//! A kernel owns an append-only event log; every effect an agent performs is submitted as a step
+//! with a content-derived id, gated by policy and replayed from the record on later dispatches.
+//!
+//! - [`identity`]: Go-compatible canonical JSON, args hash and step ids (kernel and SDK share it);
+//! - [`protocol`]: wire types and the state machines of executions, steps, approvals, dispatches;
+//! - [`policy`]: YAML policy bundles, the rule engine and the rate limiter.
+//!
+//! The kernel, its stores, the `/v0` server, the agent runtime (`#[tool]`, `#[step]`, `#[agent]`
+//! from `rebuno-macros`) and the client come with the kernel and agent issues.
+
+pub mod identity;
+pub mod policy;
+pub mod protocol;
 
 #[doc(hidden)]
 pub use rebuno_macros as __macros;

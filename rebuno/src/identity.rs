@@ -1,0 +1,1 @@
+//! Go-compatible canonical JSON, args hash and step ids (in progress).

@@ -1,0 +1,1 @@
+//! Policy bundles, rule engine and rate limiter (in progress).

@@ -1,0 +1,1 @@
+//! Wire types and state machines (in progress).

@@ -1,0 +1,928 @@
+//! End-to-end tests of the `receipt` binary: each test runs the built executable against its
+//! own temporary SQLite database and checks stdout, stderr and the exit status.
+
+use receipt::receipt::base36;
+use receipt::{AppendRequest, Hints, Receipt, ReceiptStore, SqliteStore};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// Builds the binary once (the `receipt` package's bin is not a dependency of this package)
+/// and returns its path, as cargo reports it.
+fn binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "receipt",
+                "--bin",
+                "receipt",
+                "--message-format=json",
+            ])
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run cargo build");
+        assert!(
+            out.status.success(),
+            "cargo build of the receipt binary failed"
+        );
+        let reported = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|m| {
+                m["reason"] == "compiler-artifact"
+                    && m["target"]["name"] == "receipt"
+                    && m["target"]["kind"]
+                        .as_array()
+                        .is_some_and(|k| k.contains(&json!("bin")))
+            })
+            .and_then(|m| m["executable"].as_str().map(PathBuf::from));
+        let path = reported.unwrap_or_else(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+                || workspace_root().join("target"),
+                |t| workspace_root().join(t),
+            );
+            target
+                .join("debug")
+                .join(format!("receipt{}", std::env::consts::EXE_SUFFIX))
+        });
+        assert!(path.is_file(), "no receipt binary at {}", path.display());
+        path
+    })
+}
+
+fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests package sits in the workspace")
+}
+
+/// One test's scratch directory and database.
+struct Cli {
+    dir: tempfile::TempDir,
+    db: PathBuf,
+}
+
+impl Cli {
+    fn new() -> Cli {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("receipts.db");
+        Cli { dir, db }
+    }
+
+    /// The binary with a scrubbed environment, run in the scratch directory, no `--db`.
+    fn bare(&self) -> Command {
+        let mut c = Command::new(binary());
+        c.current_dir(self.dir.path())
+            .env_remove("RECEIPT_DB")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs `receipt --db <db> <args>`.
+    fn run(&self, args: &[&str]) -> Output {
+        let mut c = self.bare();
+        c.arg("--db").arg(&self.db).args(args);
+        c.output().expect("run receipt")
+    }
+
+    /// Runs and expects success with nothing on stderr; returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        expect_ok(self.run(args), args)
+    }
+
+    /// Runs and parses stdout as JSON.
+    fn json(&self, args: &[&str]) -> Value {
+        let out = self.ok(args);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {out}"))
+    }
+
+    /// Runs and expects exactly one `error:` line and status 1; returns the message.
+    fn err(&self, args: &[&str]) -> String {
+        expect_err(self.run(args), args)
+    }
+
+    /// Appends one event and returns the printed receipt.
+    fn append(&self, stream: &str, ty: &str, body: &str) -> Value {
+        self.json(&["append", stream, ty, body])
+    }
+}
+
+fn expect_ok(out: Output, what: &(impl std::fmt::Debug + ?Sized)) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{what:?} failed ({:?}): {stderr}",
+        out.status
+    );
+    assert!(stderr.is_empty(), "{what:?} wrote to stderr: {stderr}");
+    String::from_utf8(out.stdout).expect("utf-8 stdout")
+}
+
+fn expect_err(out: Output, what: &(impl std::fmt::Debug + ?Sized)) -> String {
+    let stderr = String::from_utf8(out.stderr).expect("utf-8 stderr");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{what:?} should exit 1; stderr: {stderr}"
+    );
+    let message = stderr
+        .strip_prefix("error: ")
+        .and_then(|m| m.strip_suffix('\n'))
+        .unwrap_or_else(|| panic!("{what:?}: stderr is not one `error:` line: {stderr:?}"));
+    assert!(
+        !message.contains('\n'),
+        "{what:?}: more than one line: {stderr:?}"
+    );
+    message.to_owned()
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
+/// Writes receipts with fixed timestamps straight through the library (so the CLI's rendering
+/// can be checked against known instants).
+fn seed(db: &Path, stream: &str, events: &[(i64, Value)]) {
+    block_on(async {
+        let store = SqliteStore::open(db).expect("open store");
+        let mut prev = store.tail(stream).await.expect("tail").map(|t| t.hash);
+        let expected_tail = prev.clone();
+        let mut receipts = Vec::new();
+        for (i, (ts, body)) in events.iter().enumerate() {
+            let id = format!("{}-{:016x}", base36(*ts as u64), i);
+            let r = Receipt::from_parts(
+                id,
+                *ts,
+                stream,
+                prev.clone(),
+                body.clone(),
+                None,
+                Hints::new(),
+            )
+            .expect("receipt");
+            prev = Some(r.hash().to_owned());
+            receipts.push(r);
+        }
+        store
+            .append(AppendRequest {
+                stream: stream.to_owned(),
+                receipts,
+                expected_tail,
+            })
+            .await
+            .expect("append");
+    });
+}
+
+fn sql(db: &Path, statement: &str) -> usize {
+    let conn = rusqlite::Connection::open(db).expect("open sqlite");
+    conn.execute(statement, []).expect("execute sql")
+}
+
+const RUN: &str = "agents/a/runs/run_1";
+
+/// Three receipts on the run stream; the second one's body contains `hello`.
+fn three(cli: &Cli) -> Vec<Value> {
+    vec![
+        cli.append(RUN, "task.requested", r#"{"prompt":"start"}"#),
+        cli.append(RUN, "note", r#"{"text":"hello"}"#),
+        cli.append(RUN, "task.completed", r#"{"output":"done"}"#),
+    ]
+}
+
+fn hash_of(receipt: &Value) -> &str {
+    receipt["hash"].as_str().expect("hash")
+}
+
+#[test]
+fn append_prints_the_wire_receipt_and_links_it() {
+    let cli = Cli::new();
+    let first = cli.append(RUN, "task.requested", r#"{"prompt":"hi","type":"ignored"}"#);
+    assert_eq!(first["stream"], RUN);
+    assert_eq!(
+        first["body"],
+        json!({"prompt": "hi", "type": "task.requested"})
+    );
+    assert!(first.get("prev").is_none(), "first receipt has no prev");
+    assert_eq!(hash_of(&first).len(), 64);
+    let id = first["id"].as_str().unwrap();
+    let ts = first["ts"].as_i64().unwrap();
+    assert_eq!(id.split_once('-').unwrap().0, base36(ts as u64));
+
+    let second = cli.append(RUN, "task.completed", "{}");
+    assert_eq!(second["prev"], first["hash"]);
+    assert_eq!(second["body"], json!({"type": "task.completed"}));
+
+    // The printed receipt is the stored one: it deserializes and its hash checks out.
+    let r: Receipt = serde_json::from_value(second).unwrap();
+    assert_eq!(r.compute_hash().unwrap(), r.hash());
+}
+
+#[test]
+fn trace_text_uses_the_spec_line_format() {
+    let cli = Cli::new();
+    seed(
+        &cli.db,
+        "agents/x/runs/r",
+        &[
+            (1_767_225_600_000, json!({"type": "task.requested"})),
+            (951_782_401_234, json!({"no": "type"})),
+            (1_767_225_599_999, json!({"type": 7})),
+        ],
+    );
+    assert_eq!(
+        cli.ok(&["trace", "agents/x/runs/r"]),
+        "   0  2026-01-01T00:00:00.000Z  task.requested\n\
+         \x20  1  2000-02-29T00:00:01.234Z  unknown\n\
+         \x20  2  2025-12-31T23:59:59.999Z  unknown\n"
+    );
+    assert_eq!(
+        cli.json(&["trace", "r", "--json"]),
+        json!({
+            "stream": "agents/x/runs/r",
+            "receipts": [
+                {"index": 0, "ts": 1_767_225_600_000_i64, "isoTs": "2026-01-01T00:00:00.000Z", "type": "task.requested"},
+                {"index": 1, "ts": 951_782_401_234_i64, "isoTs": "2000-02-29T00:00:01.234Z", "type": "unknown"},
+                {"index": 2, "ts": 1_767_225_599_999_i64, "isoTs": "2025-12-31T23:59:59.999Z", "type": "unknown"},
+            ]
+        })
+    );
+}
+
+#[test]
+fn trace_of_appended_receipts_matches_their_timestamps() {
+    let cli = Cli::new();
+    let appended = three(&cli);
+    let trace = cli.json(&["trace", RUN, "--json"]);
+    assert_eq!(trace["stream"], RUN);
+    let entries = trace["receipts"].as_array().unwrap();
+    assert_eq!(entries.len(), 3);
+    let text = cli.ok(&["trace", RUN]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3);
+    for (i, (entry, receipt)) in entries.iter().zip(&appended).enumerate() {
+        assert_eq!(entry["index"], i);
+        assert_eq!(entry["ts"], receipt["ts"]);
+        assert_eq!(entry["type"], receipt["body"]["type"]);
+        let iso = entry["isoTs"].as_str().unwrap();
+        assert_eq!(iso.len(), 24, "{iso}");
+        assert!(iso.ends_with('Z') && iso.as_bytes()[10] == b'T', "{iso}");
+        assert_eq!(
+            iso[20..23].parse::<i64>().unwrap(),
+            receipt["ts"].as_i64().unwrap() % 1000
+        );
+        assert_eq!(
+            lines[i],
+            format!(
+                "{i:>4}  {iso}  {}",
+                receipt["body"]["type"].as_str().unwrap()
+            )
+        );
+    }
+}
+
+#[test]
+fn replay_prints_every_full_receipt() {
+    let cli = Cli::new();
+    let appended = three(&cli);
+    let replay = cli.json(&["replay", RUN]);
+    assert_eq!(replay, json!({"stream": RUN, "receipts": appended}));
+    // --json is accepted and changes nothing.
+    assert_eq!(cli.json(&["replay", "run_1", "--json"]), replay);
+}
+
+#[test]
+fn inspect_shows_the_count_and_the_last_receipt() {
+    let cli = Cli::new();
+    let appended = three(&cli);
+    let inspect = cli.json(&["inspect", RUN]);
+    assert_eq!(
+        inspect,
+        json!({"stream": RUN, "count": 3, "head": appended[2]})
+    );
+    // An empty branch inspects as count 0 and head null.
+    cli.ok(&["fork", RUN, "0", "agents/a/empty"]);
+    assert_eq!(
+        cli.json(&["inspect", "agents/a/empty"]),
+        json!({"stream": "agents/a/empty", "count": 0, "head": null})
+    );
+}
+
+#[test]
+fn verify_reports_count_and_head() {
+    let cli = Cli::new();
+    let appended = three(&cli);
+    let head = hash_of(&appended[2]);
+    assert_eq!(
+        cli.ok(&["verify", "run_1"]),
+        format!("ok: 3 receipts, head {head}\n")
+    );
+    assert_eq!(
+        cli.json(&["verify", RUN, "--json"]),
+        json!({"ok": true, "stream": RUN, "count": 3, "head": head})
+    );
+    // An empty branch verifies with no head.
+    cli.ok(&["fork", RUN, "--at", "0", "--name", "agents/a/b0"]);
+    assert_eq!(
+        cli.ok(&["verify", "agents/a/b0"]),
+        "ok: 0 receipts, head none\n"
+    );
+}
+
+/// Expects `verify` (text and JSON) to fail at `at` for `reason`.
+fn assert_verify_fails(cli: &Cli, target: &str, stream: &str, reason: &str, at: usize) {
+    assert_eq!(
+        cli.err(&["verify", target]),
+        format!("verify failed for stream '{stream}': {reason} at index {at}")
+    );
+    let out = cli.run(&["verify", target, "--json"]);
+    let stdout: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(
+        stdout,
+        json!({"ok": false, "stream": stream, "at": at, "reason": reason})
+    );
+    assert_eq!(
+        expect_err(out, &target),
+        format!("verify failed for stream '{stream}': {reason} at index {at}")
+    );
+}
+
+#[test]
+fn verify_fails_after_the_stored_envelope_is_edited() {
+    let cli = Cli::new();
+    three(&cli);
+    let changed = sql(
+        &cli.db,
+        "UPDATE receipt_receipts SET envelope = CAST(replace(CAST(envelope AS TEXT), 'hello', 'HELLO') AS BLOB) \
+         WHERE stream = 'agents/a/runs/run_1' AND stream_seq = 1",
+    );
+    assert_eq!(changed, 1);
+    // The edit is visible to readers; verification catches it.
+    assert_eq!(
+        cli.json(&["replay", RUN])["receipts"][1]["body"]["text"],
+        "HELLO"
+    );
+    assert_verify_fails(&cli, "run_1", RUN, "hash mismatch", 1);
+    // The runtime refuses to extend the corrupt chain.
+    assert_eq!(
+        cli.err(&["append", RUN, "more", "{}"]),
+        format!(
+            "Receipt runtime refused to replay invalid chain for stream '{RUN}': hash mismatch at index 1"
+        )
+    );
+}
+
+#[test]
+fn verify_fails_after_the_stored_hash_is_edited() {
+    let cli = Cli::new();
+    three(&cli);
+    // Flip the first hex digit of receipt 1's stored hash.
+    let changed = sql(
+        &cli.db,
+        "UPDATE receipt_receipts SET hash = (CASE WHEN substr(hash, 1, 1) = '0' THEN '1' ELSE '0' END) || substr(hash, 2) \
+         WHERE stream = 'agents/a/runs/run_1' AND stream_seq = 1",
+    );
+    assert_eq!(changed, 1);
+    assert_verify_fails(&cli, RUN, RUN, "hash mismatch", 1);
+}
+
+#[test]
+fn verify_fails_with_broken_prev_when_a_receipt_is_removed() {
+    let cli = Cli::new();
+    three(&cli);
+    assert_eq!(
+        sql(
+            &cli.db,
+            "DELETE FROM receipt_receipts WHERE stream = 'agents/a/runs/run_1' AND stream_seq = 1"
+        ),
+        1
+    );
+    assert_verify_fails(&cli, RUN, RUN, "broken prev", 1);
+}
+
+#[test]
+fn verify_fails_with_broken_prev_for_a_validly_hashed_relink() {
+    let cli = Cli::new();
+    let appended = three(&cli);
+    // Re-link receipt 2 onto receipt 0 with a correct hash for its new fields: the hash checks
+    // out, the link does not.
+    let mut r: Receipt = serde_json::from_value(appended[2].clone()).unwrap();
+    r = r.relinked(Some(hash_of(&appended[0]).to_owned())).unwrap();
+    let envelope = String::from_utf8(r.canonical_bytes().unwrap().into_owned()).unwrap();
+    let conn = rusqlite::Connection::open(&cli.db).unwrap();
+    conn.execute(
+        "UPDATE receipt_receipts SET envelope = CAST(?1 AS BLOB), hash = ?2 WHERE stream = ?3 AND stream_seq = 2",
+        rusqlite::params![envelope, r.hash(), RUN],
+    )
+    .unwrap();
+    drop(conn);
+    assert_verify_fails(&cli, RUN, RUN, "broken prev", 2);
+}
+
+#[test]
+fn verify_of_a_branch_checks_its_prefix_and_its_own_stored_receipts() {
+    let cli = Cli::new();
+    three(&cli);
+    cli.ok(&["fork", RUN, "2", "agents/a/br"]);
+    let own = cli.append("agents/a/br", "branch.note", r#"{"text":"mine"}"#);
+    assert_eq!(own["stream"], "agents/a/br");
+    assert_eq!(cli.json(&["verify", "agents/a/br", "--json"])["count"], 3);
+
+    // Editing a branch receipt in storage: materializing re-hashes it, but verify still sees
+    // that the stored receipt no longer matches its hash (index 2 of the branch's chain).
+    let edit_branch = "UPDATE receipt_receipts SET envelope = CAST(replace(CAST(envelope AS TEXT), 'mine', 'MINE') AS BLOB) \
+                       WHERE stream = 'agents/a/br' AND stream_seq = 0";
+    assert_eq!(sql(&cli.db, edit_branch), 1);
+    assert_verify_fails(&cli, "agents/a/br", "agents/a/br", "hash mismatch", 2);
+    cli.ok(&["verify", RUN]);
+}
+
+#[test]
+fn verify_of_a_branch_ignores_parent_receipts_past_the_fork_point() {
+    let cli = Cli::new();
+    let appended = three(&cli);
+    cli.ok(&["fork", RUN, "1", "agents/a/early"]);
+    cli.ok(&["fork", RUN, "2", "agents/a/late"]);
+    // Receipt 1 ("hello") is outside `early` and inside `late`.
+    sql(
+        &cli.db,
+        "UPDATE receipt_receipts SET envelope = CAST(replace(CAST(envelope AS TEXT), 'hello', 'HELLO') AS BLOB) \
+         WHERE stream = 'agents/a/runs/run_1' AND stream_seq = 1",
+    );
+    assert_eq!(
+        cli.ok(&["verify", "agents/a/early"]),
+        format!("ok: 1 receipts, head {}\n", hash_of(&appended[0]))
+    );
+    assert_verify_fails(&cli, "agents/a/late", "agents/a/late", "hash mismatch", 1);
+    assert_verify_fails(&cli, RUN, RUN, "hash mismatch", 1);
+}
+
+#[test]
+fn fork_accepts_the_positional_and_the_flag_forms() {
+    let cli = Cli::new();
+    let appended = three(&cli);
+
+    assert_eq!(
+        cli.json(&["fork", "run_1", "2", "agents/a/b1"]),
+        json!({"ok": true, "stream": RUN, "at": 2, "branch": "agents/a/b1"})
+    );
+    assert_eq!(
+        cli.json(&["fork", RUN, "--at", "1.9", "--name", "agents/a/b2"]),
+        json!({"ok": true, "stream": RUN, "at": 1, "branch": "agents/a/b2"})
+    );
+
+    // The default name: <stream>/branches/fork_<base36 now ms>_<index>.
+    let before = now_ms();
+    let made = cli.json(&["fork", "run_1", "--at", "3"]);
+    let after = now_ms();
+    assert_eq!(made["at"], 3);
+    let branch = made["branch"].as_str().unwrap();
+    let rest = branch
+        .strip_prefix(&format!("{RUN}/branches/fork_"))
+        .unwrap_or_else(|| panic!("{branch}"));
+    let (stamp, index) = rest.rsplit_once('_').unwrap();
+    assert_eq!(index, "3");
+    let stamp = u64::from_str_radix(stamp, 36).unwrap();
+    assert!(
+        (before..=after).contains(&stamp),
+        "{stamp} not in {before}..={after}"
+    );
+
+    // A branch reads as the parent's prefix followed by its own receipts.
+    let own = cli.append("agents/a/b1", "branch.only", "{}");
+    let replay = cli.json(&["replay", "agents/a/b1"]);
+    let receipts = replay["receipts"].as_array().unwrap();
+    assert_eq!(receipts.len(), 3);
+    assert_eq!(receipts[..2], appended[..2]);
+    assert_eq!(receipts[2], own);
+    assert_eq!(own["prev"], appended[1]["hash"]);
+    assert_eq!(
+        cli.ok(&["trace", "agents/a/b1"])
+            .lines()
+            .map(|l| l.rsplit("  ").next().unwrap())
+            .collect::<Vec<_>>(),
+        ["task.requested", "note", "branch.only"]
+    );
+    assert_eq!(
+        cli.json(&["trace", branch, "--json"])["receipts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[test]
+fn fork_errors_use_the_spec_messages() {
+    let cli = Cli::new();
+    three(&cli);
+    cli.append("agents/a/other", "x", "{}");
+    cli.ok(&["fork", RUN, "1", "agents/a/b"]);
+
+    assert_eq!(
+        cli.err(&["fork", RUN, "4", "agents/a/c"]),
+        format!("Cannot fork {RUN} at 4; valid range is 0..3")
+    );
+    assert_eq!(
+        cli.err(&["fork", "run_1", "--at", "9"]),
+        format!("Cannot fork {RUN} at 9; valid range is 0..3")
+    );
+    assert_eq!(
+        cli.err(&["fork", RUN, "--at", "0", "--name", "agents/a/b"]),
+        "Branch 'agents/a/b' already exists"
+    );
+    assert_eq!(
+        cli.err(&["fork", RUN, "0", "agents/a/other"]),
+        "Stream 'agents/a/other' already has receipts"
+    );
+    assert_eq!(cli.err(&["fork", RUN]), "--at is required");
+    assert_eq!(
+        cli.err(&["fork", RUN, "--name", "agents/a/d"]),
+        "--at is required"
+    );
+    for bad in ["-1", "abc", "-0.5", "NaN", "inf"] {
+        assert_eq!(
+            cli.err(&["fork", RUN, "--at", bad]),
+            "--at must be a non-negative number",
+            "--at {bad}"
+        );
+        assert_eq!(
+            cli.err(&["fork", RUN, bad, "agents/a/e"]),
+            "--at must be a non-negative number",
+            "positional {bad}"
+        );
+    }
+    assert_eq!(
+        cli.err(&["fork", "agents/none", "0", "agents/a/f"]),
+        "Unknown stream 'agents/none'"
+    );
+    assert_eq!(
+        cli.err(&["fork", "ghost", "0", "agents/a/f"]),
+        "Unable to resolve run/stream 'ghost'"
+    );
+    // Nothing was forked by the failures.
+    let names: Vec<Value> = cli
+        .json(&["streams", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].clone())
+        .collect();
+    assert_eq!(
+        names,
+        json!(["__meta/branches", "agents/a/b", "agents/a/other", RUN])
+            .as_array()
+            .unwrap()
+            .clone()
+    );
+}
+
+#[test]
+fn targets_resolve_by_name_then_run_id() {
+    let cli = Cli::new();
+    cli.append(RUN, "a", "{}");
+    cli.append("solo", "b", "{}");
+    cli.append("run_2", "c", "{}");
+    cli.append("agents/z/runs/run_2", "d", "{}");
+
+    assert_eq!(cli.json(&["inspect", "run_1"])["stream"], RUN);
+    assert_eq!(cli.json(&["inspect", "solo"])["stream"], "solo");
+    // An exact name wins over a run-id match.
+    assert_eq!(cli.json(&["inspect", "run_2"])["stream"], "run_2");
+    // `runs/run_1` contains a slash: verbatim, and there is no such stream.
+    for cmd in ["trace", "replay", "inspect", "verify"] {
+        assert_eq!(
+            cli.err(&[cmd, "runs/run_1"]),
+            "Unknown stream 'runs/run_1'",
+            "{cmd}"
+        );
+        assert_eq!(
+            cli.err(&[cmd, "run_9"]),
+            "Unable to resolve run/stream 'run_9'",
+            "{cmd}"
+        );
+    }
+    // A branch with no receipts of its own exists and resolves by its name.
+    cli.ok(&["fork", RUN, "1", "lonely"]);
+    assert_eq!(cli.json(&["inspect", "lonely"])["count"], 1);
+}
+
+#[test]
+fn event_id_deduplicates_appends() {
+    let cli = Cli::new();
+    let first = cli.json(&[
+        "append",
+        RUN,
+        "task.requested",
+        "{}",
+        "--event-id",
+        "seed:run_1",
+    ]);
+    assert_eq!(first["hints"], json!({"eventId": "seed:run_1"}));
+    let again = cli.json(&[
+        "append",
+        RUN,
+        "task.requested",
+        r#"{"x":1}"#,
+        "--event-id",
+        "seed:run_1",
+    ]);
+    assert_eq!(
+        again,
+        json!({"ok": true, "duplicate": true, "stream": RUN, "head": first["hash"]})
+    );
+    assert_eq!(cli.json(&["inspect", RUN])["count"], 1);
+    // Another id appends.
+    let other = cli.json(&["append", RUN, "task.requested", "{}", "--event-id", "other"]);
+    assert_eq!(other["prev"], first["hash"]);
+}
+
+#[test]
+fn expect_prev_guards_the_head() {
+    let cli = Cli::new();
+    let first = cli.json(&["append", RUN, "a", "{}", "--expect-prev", "none"]);
+    let head = hash_of(&first).to_owned();
+    assert_eq!(
+        cli.err(&["append", RUN, "b", "{}", "--expect-prev", "abc123"]),
+        format!("Expected prev hash abc123 but head is {head}")
+    );
+    assert_eq!(
+        cli.err(&["append", RUN, "b", "{}", "--expect-prev", "none"]),
+        format!("Expected prev hash undefined but head is {head}")
+    );
+    assert_eq!(
+        cli.err(&["append", "agents/a/new", "b", "{}", "--expect-prev", &head]),
+        format!("Expected prev hash {head} but head is undefined")
+    );
+    let second = cli.json(&["append", RUN, "b", "{}", "--expect-prev", &head]);
+    assert_eq!(second["prev"], first["hash"]);
+    cli.json(&["append", "agents/a/new", "b", "{}", "--expect-prev", ""]);
+    assert_eq!(cli.json(&["inspect", RUN])["count"], 2);
+}
+
+#[test]
+fn bad_bodies_are_one_line_errors_and_write_nothing() {
+    let cli = Cli::new();
+    let msg = cli.err(&["append", RUN, "a", "{not json"]);
+    assert!(msg.starts_with("invalid JSON body: "), "{msg}");
+    assert_eq!(
+        cli.err(&["append", RUN, "a", "[1,2]"]),
+        "the JSON body must be an object, got an array"
+    );
+    assert_eq!(
+        cli.err(&["append", RUN, "a", "\"text\""]),
+        "the JSON body must be an object, got a string"
+    );
+    assert_eq!(
+        cli.err(&["append", RUN, "a", "-3"]),
+        "the JSON body must be an object, got a number"
+    );
+    assert!(
+        !cli.db.exists(),
+        "a rejected body must not create the database"
+    );
+    assert_eq!(
+        cli.err(&["append", "__meta/branches", "a", "{}"]),
+        "stream '__meta/branches' is reserved for receipt metadata"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_receipt_database_is_refused() {
+    let cli = Cli::new();
+    let garbage: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&cli.db, &garbage).unwrap();
+    let prefix = format!("{} is not a receipt database", cli.db.display());
+    for args in [
+        &["trace", RUN][..],
+        &["replay", RUN],
+        &["inspect", RUN],
+        &["verify", RUN],
+        &["streams"],
+        &["fork", RUN, "0", "x/y"],
+        &["append", RUN, "a", "{}"],
+    ] {
+        let msg = cli.err(args);
+        assert!(msg.starts_with(&prefix), "{args:?}: {msg}");
+    }
+    assert_eq!(
+        std::fs::read(&cli.db).unwrap(),
+        garbage,
+        "the file is untouched"
+    );
+
+    // A real SQLite database of someone else's is refused too.
+    let other = cli.dir.path().join("other.db");
+    rusqlite::Connection::open(&other)
+        .unwrap()
+        .execute("CREATE TABLE t (x)", [])
+        .unwrap();
+    let out = cli
+        .bare()
+        .args(["--db", other.to_str().unwrap(), "append", RUN, "a", "{}"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        expect_err(out, &"other.db"),
+        format!(
+            "{} is not a receipt database (it holds other tables)",
+            other.display()
+        )
+    );
+}
+
+#[test]
+fn read_commands_do_not_create_a_missing_database() {
+    let cli = Cli::new();
+    for args in [
+        &["trace", RUN][..],
+        &["trace", RUN, "--json"],
+        &["replay", RUN],
+        &["inspect", RUN],
+        &["verify", RUN],
+        &["streams"],
+        &["fork", RUN, "--at", "0"],
+    ] {
+        assert_eq!(
+            cli.err(args),
+            format!("receipt store: no receipt database at {}", cli.db.display()),
+            "{args:?}"
+        );
+        assert!(!cli.db.exists(), "{args:?} created the database");
+    }
+}
+
+#[test]
+fn unknown_commands_and_usage_errors_are_one_line() {
+    let cli = Cli::new();
+    let out = cli.run(&["frobnicate", "--json"]);
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        expect_err(out, &"frobnicate"),
+        "Unknown command 'frobnicate'"
+    );
+    let out = cli.bare().arg("trcae").output().unwrap();
+    assert_eq!(expect_err(out, &"trcae"), "Unknown command 'trcae'");
+
+    let msg = cli.err(&["trace"]);
+    assert!(msg.contains("<T>"), "{msg}");
+    let msg = cli.err(&["trace", RUN, "--bogus"]);
+    assert!(msg.contains("--bogus"), "{msg}");
+    let msg = cli.err(&["fork", RUN, "1", "--at", "1"]);
+    assert!(msg.contains("--at"), "{msg}");
+    assert!(cli.err(&[]).contains("receipt --help"));
+}
+
+#[test]
+fn help_documents_every_command_and_flag() {
+    let cli = Cli::new();
+    let help = expect_ok(cli.bare().arg("--help").output().unwrap(), &"--help");
+    for word in [
+        "append",
+        "trace",
+        "replay",
+        "inspect",
+        "verify",
+        "fork",
+        "streams",
+        "--db",
+        "RECEIPT_DB",
+    ] {
+        assert!(help.contains(word), "--help lacks {word}: {help}");
+    }
+    let fork = expect_ok(
+        cli.bare().args(["fork", "--help"]).output().unwrap(),
+        &"fork",
+    );
+    for word in ["--at", "--name", "<T>", "[AT]", "[NEW]"] {
+        assert!(fork.contains(word), "fork --help lacks {word}: {fork}");
+    }
+    let append = expect_ok(
+        cli.bare().args(["help", "append"]).output().unwrap(),
+        &"append",
+    );
+    for word in ["--event-id", "--expect-prev", "<JSON>"] {
+        assert!(append.contains(word), "append help lacks {word}: {append}");
+    }
+}
+
+#[test]
+fn the_database_comes_from_the_flag_then_the_env_then_the_default() {
+    let cli = Cli::new();
+    let env_db = cli.dir.path().join("env/receipts.db");
+    let out = cli
+        .bare()
+        .env("RECEIPT_DB", &env_db)
+        .args(["append", RUN, "a", "{}"])
+        .output()
+        .unwrap();
+    expect_ok(out, &"append with RECEIPT_DB");
+    assert!(env_db.is_file());
+    assert!(!cli.db.exists());
+
+    // The flag wins over the environment.
+    cli.append(RUN, "b", "{}");
+    cli.append(RUN, "c", "{}");
+    let out = cli
+        .bare()
+        .env("RECEIPT_DB", &env_db)
+        .args(["inspect", RUN, "--db"])
+        .arg(&cli.db)
+        .output()
+        .unwrap();
+    let via_flag: Value = serde_json::from_str(&expect_ok(out, &"inspect --db")).unwrap();
+    assert_eq!(via_flag["count"], 2);
+    let out = cli
+        .bare()
+        .env("RECEIPT_DB", &env_db)
+        .args(["inspect", RUN])
+        .output()
+        .unwrap();
+    let via_env: Value = serde_json::from_str(&expect_ok(out, &"inspect env")).unwrap();
+    assert_eq!(via_env["count"], 1);
+
+    // Neither: .receipt/receipts.db under the current directory.
+    expect_ok(
+        cli.bare()
+            .args(["append", "s/default", "a", "{}"])
+            .output()
+            .unwrap(),
+        &"append default",
+    );
+    assert!(cli.dir.path().join(".receipt/receipts.db").is_file());
+    let out = cli.bare().args(["trace", "s/default"]).output().unwrap();
+    assert_eq!(expect_ok(out, &"trace default").lines().count(), 1);
+}
+
+#[test]
+fn output_file_writes_the_report_and_prints_an_envelope() {
+    let cli = Cli::new();
+    three(&cli);
+    for (cmd, extra) in [
+        ("trace", None),
+        ("trace", Some("--json")),
+        ("replay", None),
+        ("inspect", None),
+    ] {
+        let file = format!("reports/{cmd}.json");
+        let mut args = vec![cmd, "run_1", "--output-file", &file];
+        args.extend(extra);
+        let envelope = cli.json(&args);
+        let written = cli.dir.path().join(&file);
+        let content = std::fs::read_to_string(&written).unwrap();
+        let abs = std::fs::canonicalize(&written).unwrap();
+        assert_eq!(
+            envelope,
+            json!({"ok": true, "outputFile": abs.to_str().unwrap(), "format": "json", "bytes": content.len()}),
+            "{cmd}"
+        );
+        let report: Value = serde_json::from_str(&content).unwrap();
+        let direct = match cmd {
+            "trace" => cli.json(&["trace", RUN, "--json"]),
+            other => cli.json(&[other, RUN]),
+        };
+        assert_eq!(report, direct, "{cmd}");
+    }
+}
+
+#[test]
+fn streams_lists_streams_and_empty_branches() {
+    let cli = Cli::new();
+    let appended = three(&cli);
+    cli.ok(&["fork", RUN, "1", "agents/a/b"]);
+    let list = cli.json(&["streams", "--json"]);
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 3, "{list:?}");
+    assert_eq!(list[0]["name"], "__meta/branches");
+    assert_eq!(
+        list[1],
+        json!({"name": "agents/a/b", "count": 0, "head": null, "lastTs": null, "parent": RUN, "forkAt": 1})
+    );
+    assert_eq!(
+        list[2],
+        json!({"name": RUN, "count": 3, "head": appended[2]["hash"], "lastTs": appended[2]["ts"], "parent": null, "forkAt": null})
+    );
+    let text = cli.ok(&["streams"]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(lines[0].starts_with("NAME"));
+    assert!(lines[2].starts_with("agents/a/b ") && lines[2].ends_with(&format!("{RUN}@1")));
+    assert!(lines[3].starts_with(RUN) && lines[3].contains(hash_of(&appended[2])));
+}

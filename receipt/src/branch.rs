@@ -37,9 +37,22 @@ pub async fn materialize(store: &dyn ReceiptStore, name: &str) -> Result<Vec<Rec
     while let Some((stream, meta)) = lineage.pop() {
         if let Some(meta) = meta {
             out.truncate(usize::try_from(meta.fork_at).unwrap_or(usize::MAX));
+            // The branch's stored receipts form their own chain. Check it before re-hashing, or
+            // re-linking would launder an edited receipt into a valid-looking one: a damaged
+            // receipt keeps a defect that `verify` reports at its materialized index.
+            let mut stored_prev: Option<String> = None;
             for r in store.read(&stream).await? {
+                let link_ok = r.prev() == stored_prev.as_deref();
+                let hash_ok = r.hash_is_valid();
+                stored_prev = Some(r.hash().to_owned());
                 let prev = out.last().map(|p| p.hash().to_owned());
-                out.push(r.relinked(prev)?);
+                let mut linked = r.relinked(prev)?;
+                if !link_ok {
+                    linked.set_prev(Some(format!("broken:{}", r.prev().unwrap_or("none"))));
+                } else if !hash_ok {
+                    linked.set_hash(r.hash().to_owned());
+                }
+                out.push(linked);
             }
         } else {
             out = store.read(&stream).await?;

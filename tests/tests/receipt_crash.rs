@@ -28,7 +28,7 @@ fn crash_child_writer() {
         let mut stdout = std::io::stdout().lock();
         for i in 0u64.. {
             // Alternate single and multi-event commands, both must be all-or-nothing.
-            let n = if i % 3 == 0 { 3 } else { 1 };
+            let n = if i.is_multiple_of(3) { 3 } else { 1 };
             let events = (0..n)
                 .map(|k| json!({"type": "tick", "i": i, "k": k, "pad": "x".repeat(100)}))
                 .collect();
@@ -124,7 +124,11 @@ fn acknowledged_appends_survive_sigkill() {
         }
         for (cmd, n) in per_cmd {
             let i: u64 = cmd.rsplit('-').next().unwrap().parse().unwrap();
-            assert_eq!(n, if i % 3 == 0 { 3 } else { 1 }, "{cmd} partially applied");
+            assert_eq!(
+                n,
+                if i.is_multiple_of(3) { 3 } else { 1 },
+                "{cmd} partially applied"
+            );
         }
         // And the store stays writable.
         let runtime = Runtime::new(Arc::new(store));

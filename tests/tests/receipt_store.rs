@@ -726,3 +726,37 @@ fn sqlite_reopen_keeps_everything() {
         assert_eq!(store.list_branches().await.unwrap().len(), 1);
     });
 }
+
+#[test]
+fn tampered_branch_receipts_are_caught_through_materialization() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.db");
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let runtime = Runtime::new(store.clone());
+        runtime.execute("p", Command::new(bodies(3))).await.unwrap();
+        runtime.fork("p", 2, "br").await.unwrap();
+        runtime
+            .execute("br", Command::new(vec![json!({"type": "b", "text": "hello"}), json!({"type": "b", "n": 2})]))
+            .await
+            .unwrap();
+        assert!(verify(&runtime.read("br").await.unwrap()).is_ok());
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "UPDATE receipt_receipts SET envelope = CAST(replace(CAST(envelope AS TEXT), 'hello', 'HELLO') AS BLOB) WHERE stream = 'br' AND stream_seq = 0",
+            [],
+        )
+        .unwrap();
+        // Index 2 of the materialized branch is the branch's first own receipt.
+        let failure = verify(&runtime.read("br").await.unwrap()).unwrap_err();
+        assert_eq!((failure.at, failure.reason), (2, VerifyReason::HashMismatch));
+        let err = Runtime::new(store.clone()).execute("br", Command::new(bodies(1))).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidChain { at: 2, .. }), "{err}");
+        conn.execute(
+            "UPDATE receipt_receipts SET envelope = CAST(replace(CAST(envelope AS TEXT), 'HELLO', 'hello') AS BLOB) WHERE stream = 'br' AND stream_seq = 0",
+            [],
+        )
+        .unwrap();
+        assert!(verify(&runtime.read("br").await.unwrap()).is_ok(), "restoring the bytes restores the chain");
+    });
+}

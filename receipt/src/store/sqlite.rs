@@ -387,14 +387,14 @@ fn append_tx(conn: &Connection, request: AppendRequest, now: i64) -> Result<Appe
             actual,
         });
     }
-    let mut seq = tail.map_or(0, |t| t.seq + 1);
+    let first_seq = tail.map_or(0, |t| t.seq + 1);
     let mut insert = conn.prepare_cached(
         "INSERT INTO receipt_receipts
            (stream, stream_seq, receipt_id, ts, prev_hash, hash, event_type, event_id, envelope, hints_json)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )?;
     let mut last: Option<(u64, String, i64)> = None;
-    for r in &request.receipts {
+    for (seq, r) in (first_seq..).zip(&request.receipts) {
         let envelope = r.canonical_bytes()?;
         let hints = if r.hints().is_empty() {
             None
@@ -414,7 +414,6 @@ fn append_tx(conn: &Connection, request: AppendRequest, now: i64) -> Result<Appe
             hints,
         ])?;
         last = Some((seq, r.hash().to_owned(), r.ts()));
-        seq += 1;
     }
     let Some((last_seq, hash, ts)) = last else {
         return Err(Error::Invalid(

@@ -10,7 +10,7 @@
 //! stream name, otherwise the run stream ending in `/runs/<value>`.
 
 use clap::{Args, Parser, Subcommand};
-use receipt::receipt::{base36, verify_from};
+use receipt::receipt::base36;
 use receipt::sim::{Clock, SystemClock};
 use receipt::{
     BranchMeta, Command, Receipt, ReceiptStore, Runtime, SqliteStore, Verified, VerifyFailure,
@@ -636,60 +636,15 @@ async fn verify_cmd(db: &Path, a: VerifyArgs) -> CliResult {
     }
 }
 
-/// Verifies `stream` as readers see it (the materialized chain, §4 and §6.2) and, for branches,
-/// also the stored chain of each branch's own receipts.
-///
-/// Materialization re-links and re-hashes a branch's own receipts, so a receipt altered in
-/// storage would come out of it with a fresh, valid hash; checking each branch level's stored
-/// chain (which starts without a `prev`) catches that. Failures are reported at the index the
-/// receipt has in the materialized chain, the earliest one winning.
+/// Verifies `stream` as readers see it (the materialized chain, §4 and §6.2). Materialization
+/// checks each branch level's stored chain before re-linking, so a receipt altered in storage
+/// is reported at its materialized index instead of coming out with a fresh hash.
 async fn verify_stream(
     store: &dyn ReceiptStore,
     stream: &str,
 ) -> CliResult<Result<Verified, VerifyFailure>> {
-    let mut lineage: Vec<(String, Option<BranchMeta>)> = Vec::new();
-    let mut current = stream.to_owned();
-    loop {
-        if lineage.iter().any(|(n, _)| *n == current) {
-            return Err(receipt::Error::BranchCycle(current).into());
-        }
-        let meta = store.branch(&current).await?;
-        let parent = meta.as_ref().map(|m| m.parent.clone());
-        lineage.push((current, meta));
-        match parent {
-            Some(p) => current = p,
-            None => break,
-        }
-    }
-    let mut chain: Vec<Receipt> = Vec::new();
-    let mut stored_failure: Option<VerifyFailure> = None;
-    while let Some((name, meta)) = lineage.pop() {
-        let own = store.read(&name).await?;
-        match meta {
-            None => chain = own,
-            Some(meta) => {
-                let keep = usize::try_from(meta.fork_at).unwrap_or(usize::MAX);
-                chain.truncate(keep);
-                // A failure inside receipts this fork point cuts off is not visible here.
-                stored_failure = stored_failure.filter(|f| f.at < chain.len());
-                if stored_failure.is_none()
-                    && let Err(f) = verify_from(&own, None, chain.len())
-                {
-                    stored_failure = Some(f);
-                }
-                for r in own {
-                    let prev = chain.last().map(|p| p.hash().to_owned());
-                    chain.push(r.relinked(prev).map_err(receipt::Error::from)?);
-                }
-            }
-        }
-    }
-    Ok(match (verify(&chain), stored_failure) {
-        (Err(a), Some(b)) => Err(if b.at < a.at { b } else { a }),
-        (Err(a), None) => Err(a),
-        (Ok(_), Some(b)) => Err(b),
-        (Ok(v), None) => Ok(v),
-    })
+    let chain = receipt::branch::materialize(store, stream).await?;
+    Ok(verify(&chain))
 }
 
 async fn fork(db: &Path, a: ForkArgs) -> CliResult {

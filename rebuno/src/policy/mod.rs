@@ -1,1 +1,435 @@
-//! Policy bundles, rule engine and rate limiter (in progress).
+//! Policy: YAML bundles, the rule engine that gates every step, and the rate limiter
+//! (spec §10 to §12).
+//!
+//! - [`bundle`]: the bundle document ([`BundleSpec`]), load-time validation ([`BundleError`])
+//!   and the compiled [`Bundle`];
+//! - [`eval`]: rule matching and the Go `%v` rendering of arguments ([`go_value_string`]);
+//! - [`glob`]: Go `path.Match` target globs;
+//! - [`duration`]: Go `time.Duration` text ([`GoDuration`]);
+//! - [`ratelimit`]: the token-bucket limiter, its backend trait and the injectable clock.
+//!
+//! [`PolicyEngine`] holds one bundle per agent and resolves a step to a [`Decision`]:
+//!
+//! ```
+//! use rebuno::policy::{Action, EvalInput, PolicyEngine, StepKind};
+//!
+//! let engine = PolicyEngine::dev();
+//! engine
+//!     .set_bundle(
+//!         "researcher",
+//!         "default_action: deny\nrules:\n  - id: search\n    when: {target: \"web_*\"}\n    then: {decision: allow}\n",
+//!     )
+//!     .unwrap();
+//! let args = serde_json::json!({"q": "rust"});
+//! let decision = engine.evaluate(&EvalInput {
+//!     agent_id: "researcher",
+//!     execution_id: "e1",
+//!     step_kind: StepKind::ToolCall,
+//!     target: "web_search",
+//!     arguments: &args,
+//! });
+//! assert_eq!(decision.action, Action::Allow);
+//! assert_eq!(decision.rule_id, "search");
+//! ```
+
+pub mod bundle;
+pub mod duration;
+pub mod eval;
+pub mod glob;
+pub mod ratelimit;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use serde::{Deserialize, Serialize};
+
+pub use bundle::{
+    ApprovalConfig, ArgumentPredicate, Bundle, BundleError, BundleSpec, OnLimiterError, PerWhat,
+    RateLimit, RateLimitSpec, RuleSpec, ThenSpec, WhenSpec,
+};
+pub use duration::{DurationError, GoDuration};
+pub use eval::go_value_string;
+pub use glob::{BadPattern, glob_match, validate_glob};
+pub use ratelimit::{
+    Clock, LimiterError, LimiterFuture, ManualClock, MemoryRateLimiter, RateLimitOutcome,
+    RateLimiter, SystemClock, enforce_rate_limit,
+};
+
+/// The `rule_id` values the engine itself produces.
+pub mod rule_ids {
+    /// No rule matched and the bundle's `default_action` decided.
+    pub const DEFAULT: &str = "default";
+    /// No rule matched a `local` step, which is allowed.
+    pub const LOCAL: &str = "local";
+    /// The agent has no bundle and the engine is permissive.
+    pub const PERMISSIVE: &str = "permissive";
+    /// The agent has no bundle and the engine denies ([`super::MissingBundle::Deny`]).
+    pub const NO_BUNDLE: &str = "no-bundle";
+    /// The agent's bundle could not be looked up or compiled.
+    pub const BUNDLE_ERROR: &str = "bundle-error";
+}
+
+/// The `reason` values the engine and the rate limiter produce.
+pub mod reasons {
+    /// Unmatched step under `default_action: allow`.
+    pub const DEFAULT_ALLOW: &str = "default allow";
+    /// Unmatched step under default deny.
+    pub const DEFAULT_DENY: &str = "no explicit allow rule matched";
+    /// Unmatched `local` step.
+    pub const LOCAL_STEP: &str = "local step";
+    /// The agent has no bundle.
+    pub const NO_BUNDLE: &str = "no policy bundle";
+    /// The agent lookup failed.
+    pub const AGENT_LOOKUP_FAILED: &str = "agent_lookup_failed";
+    /// The agent's bundle does not compile.
+    pub const BUNDLE_INVALID: &str = "policy_bundle_invalid";
+    /// The rule's bucket is empty.
+    pub const RATE_LIMIT_EXCEEDED: &str = "rate_limit_exceeded";
+    /// The limiter backend failed and the rule says `on_limiter_error: deny`.
+    pub const RATE_LIMITER_UNAVAILABLE: &str = "rate_limiter_unavailable";
+}
+
+/// What a policy decides for a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Run the step.
+    Allow,
+    /// Refuse the step.
+    Deny,
+    /// Block the execution until a human approves or denies the step.
+    RequireApproval,
+}
+
+impl Action {
+    /// The wire and YAML spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Deny => "deny",
+            Action::RequireApproval => "require_approval",
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A string that is not a known [`Action`] or [`StepKind`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {value:?}")]
+pub struct UnknownName {
+    what: &'static str,
+    value: String,
+}
+
+impl FromStr for Action {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "allow" => Ok(Action::Allow),
+            "deny" => Ok(Action::Deny),
+            "require_approval" => Ok(Action::RequireApproval),
+            _ => Err(UnknownName {
+                what: "policy decision",
+                value: s.to_owned(),
+            }),
+        }
+    }
+}
+
+/// The kind of a step, as far as policy is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// A tool invocation.
+    ToolCall,
+    /// A model invocation.
+    LlmCall,
+    /// A recorded local computation; allowed when no rule matches it.
+    Local,
+}
+
+impl StepKind {
+    /// The wire and YAML spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::ToolCall => "tool_call",
+            StepKind::LlmCall => "llm_call",
+            StepKind::Local => "local",
+        }
+    }
+}
+
+impl fmt::Display for StepKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for StepKind {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "tool_call" => Ok(StepKind::ToolCall),
+            "llm_call" => Ok(StepKind::LlmCall),
+            "local" => Ok(StepKind::Local),
+            _ => Err(UnknownName {
+                what: "step kind",
+                value: s.to_owned(),
+            }),
+        }
+    }
+}
+
+/// The step being decided.
+#[derive(Debug, Clone, Copy)]
+pub struct EvalInput<'a> {
+    /// The agent that owns the execution.
+    pub agent_id: &'a str,
+    /// The execution (used for per-execution rate-limit buckets).
+    pub execution_id: &'a str,
+    /// The step kind.
+    pub step_kind: StepKind,
+    /// The tool id, or the model id for an LLM call.
+    pub target: &'a str,
+    /// The step's arguments; predicates only match when this is a JSON object.
+    pub arguments: &'a serde_json::Value,
+}
+
+/// The outcome of evaluating a step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// Allow, deny or require approval.
+    pub action: Action,
+    /// The rule's `reason`, or the engine's reason (see [`reasons`]); may be empty.
+    pub reason: String,
+    /// The matching rule's id, or one of [`rule_ids`].
+    pub rule_id: String,
+    /// The matching rule's `approval_config`, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_config: Option<ApprovalConfig>,
+    /// The matching rule's rate limit, when it has `max_calls > 0`. It applies whatever the
+    /// action is; see [`enforce_rate_limit`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+}
+
+impl Decision {
+    /// A decision with no approval config and no rate limit.
+    pub fn new(action: Action, reason: impl Into<String>, rule_id: impl Into<String>) -> Self {
+        Decision {
+            action,
+            reason: reason.into(),
+            rule_id: rule_id.into(),
+            approval_config: None,
+            rate_limit: None,
+        }
+    }
+
+    /// The decision when the agent record cannot be read: deny, `bundle-error`,
+    /// `agent_lookup_failed`.
+    pub fn agent_lookup_failed() -> Self {
+        Decision::new(
+            Action::Deny,
+            reasons::AGENT_LOOKUP_FAILED,
+            rule_ids::BUNDLE_ERROR,
+        )
+    }
+
+    /// The decision when the agent's bundle does not compile: deny, `bundle-error`,
+    /// `policy_bundle_invalid`.
+    pub fn bundle_invalid() -> Self {
+        Decision::new(
+            Action::Deny,
+            reasons::BUNDLE_INVALID,
+            rule_ids::BUNDLE_ERROR,
+        )
+    }
+}
+
+/// What the engine decides for an agent that has no bundle.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MissingBundle {
+    /// Allow every step (rule `permissive`). The spec's behaviour in both dev and server
+    /// mode (§10.3).
+    #[default]
+    AllowAll,
+    /// Behave like an empty default-deny bundle: `local` steps are allowed (rule `local`),
+    /// everything else is denied (rule `no-bundle`). An opt-in hardening, not in the spec.
+    Deny,
+}
+
+#[derive(Clone)]
+enum Installed {
+    Valid { text: Arc<str>, bundle: Arc<Bundle> },
+    Invalid { text: Arc<str>, error: BundleError },
+}
+
+impl Installed {
+    fn text(&self) -> &str {
+        match self {
+            Installed::Valid { text, .. } | Installed::Invalid { text, .. } => text,
+        }
+    }
+}
+
+/// The policy engine: one compiled bundle per agent, and the resolution rules of spec §10.3.
+///
+/// Bundles arrive two ways. [`set_bundle`](Self::set_bundle) is the admin and provisioning
+/// path: an invalid bundle is refused and the previous one stays. [`sync_bundle`](Self::sync_bundle)
+/// is the store path, for bundle text read back from the database: it recompiles only when the
+/// text changed, and an invalid text is kept so that evaluation denies with
+/// `policy_bundle_invalid` (fail closed) rather than silently using stale rules.
+pub struct PolicyEngine {
+    missing: MissingBundle,
+    bundles: RwLock<HashMap<String, Installed>>,
+}
+
+impl fmt::Debug for PolicyEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let agents = self
+            .bundles
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        f.debug_struct("PolicyEngine")
+            .field("missing", &self.missing)
+            .field("agents", &agents)
+            .finish()
+    }
+}
+
+impl Default for PolicyEngine {
+    fn default() -> Self {
+        PolicyEngine::new(MissingBundle::default())
+    }
+}
+
+impl PolicyEngine {
+    /// An engine with no bundles; `missing` decides for agents without one.
+    pub fn new(missing: MissingBundle) -> Self {
+        PolicyEngine {
+            missing,
+            bundles: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The dev-mode engine: agents without a bundle are allowed everything. (Per the spec the
+    /// server behaves the same; use [`PolicyEngine::new`] with [`MissingBundle::Deny`] to
+    /// harden it.)
+    pub fn dev() -> Self {
+        PolicyEngine::new(MissingBundle::AllowAll)
+    }
+
+    /// What the engine does for agents without a bundle.
+    pub fn missing_bundle(&self) -> MissingBundle {
+        self.missing
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Installed>> {
+        self.bundles.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Installed>> {
+        self.bundles.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Validates `yaml` and installs it as `agent_id`'s bundle. Empty text removes the bundle.
+    /// On error nothing changes.
+    pub fn set_bundle(&self, agent_id: &str, yaml: &str) -> Result<(), BundleError> {
+        if yaml.is_empty() {
+            self.remove_bundle(agent_id);
+            return Ok(());
+        }
+        let bundle = Bundle::parse(yaml)?;
+        self.write().insert(
+            agent_id.to_owned(),
+            Installed::Valid {
+                text: Arc::from(yaml),
+                bundle: Arc::new(bundle),
+            },
+        );
+        Ok(())
+    }
+
+    /// Installs `yaml` (read from the store) as `agent_id`'s bundle, recompiling only if the
+    /// text differs from the installed one. Empty text removes the bundle. An invalid text is
+    /// installed anyway (evaluation then denies with `policy_bundle_invalid`) and its error is
+    /// returned for logging.
+    pub fn sync_bundle(&self, agent_id: &str, yaml: &str) -> Result<(), BundleError> {
+        if yaml.is_empty() {
+            self.remove_bundle(agent_id);
+            return Ok(());
+        }
+        if let Some(current) = self.read().get(agent_id)
+            && current.text() == yaml
+        {
+            return match current {
+                Installed::Valid { .. } => Ok(()),
+                Installed::Invalid { error, .. } => Err(error.clone()),
+            };
+        }
+        let text: Arc<str> = Arc::from(yaml);
+        let (installed, result) = match Bundle::parse(yaml) {
+            Ok(bundle) => (
+                Installed::Valid {
+                    text,
+                    bundle: Arc::new(bundle),
+                },
+                Ok(()),
+            ),
+            Err(error) => (
+                Installed::Invalid {
+                    text,
+                    error: error.clone(),
+                },
+                Err(error),
+            ),
+        };
+        self.write().insert(agent_id.to_owned(), installed);
+        result
+    }
+
+    /// Removes `agent_id`'s bundle; returns whether there was one.
+    pub fn remove_bundle(&self, agent_id: &str) -> bool {
+        self.write().remove(agent_id).is_some()
+    }
+
+    /// `agent_id`'s compiled bundle, if it has a valid one.
+    pub fn bundle(&self, agent_id: &str) -> Option<Arc<Bundle>> {
+        match self.read().get(agent_id) {
+            Some(Installed::Valid { bundle, .. }) => Some(Arc::clone(bundle)),
+            _ => None,
+        }
+    }
+
+    /// Decides a step (spec §10.3): the agent's bundle if it has one; otherwise the
+    /// [`MissingBundle`] behaviour; `bundle-error` / `policy_bundle_invalid` if its stored
+    /// bundle does not compile.
+    pub fn evaluate(&self, input: &EvalInput<'_>) -> Decision {
+        let installed = self.read().get(input.agent_id).cloned();
+        match installed {
+            Some(Installed::Valid { bundle, .. }) => bundle.evaluate(input),
+            Some(Installed::Invalid { .. }) => Decision::bundle_invalid(),
+            None => match self.missing {
+                MissingBundle::AllowAll => {
+                    Decision::new(Action::Allow, reasons::NO_BUNDLE, rule_ids::PERMISSIVE)
+                }
+                MissingBundle::Deny if input.step_kind == StepKind::Local => {
+                    Decision::new(Action::Allow, reasons::LOCAL_STEP, rule_ids::LOCAL)
+                }
+                MissingBundle::Deny => {
+                    Decision::new(Action::Deny, reasons::NO_BUNDLE, rule_ids::NO_BUNDLE)
+                }
+            },
+        }
+    }
+}

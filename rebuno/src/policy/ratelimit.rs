@@ -1,0 +1,317 @@
+//! Rate limiting of rule matches (spec §11): the [`RateLimiter`] backend trait, the in-memory
+//! token-bucket backend used by dev mode, the injectable [`Clock`], and [`enforce_rate_limit`],
+//! which applies a decision's limit and its `on_limiter_error` policy.
+//!
+//! The algorithm is a token bucket per key: capacity `max_calls`, starting full, refilled
+//! continuously at `max_calls / window`, capped at capacity; a call needs one whole token. The
+//! limit is read from the rule on every call, so editing a bundle takes effect at once. The
+//! in-memory backend does the arithmetic in integers (tokens scaled by the window in
+//! nanoseconds), so a test clock advanced by exactly `window / max_calls` yields exactly one
+//! token, with no float rounding.
+//!
+//! The backend trait is asynchronous (boxed futures, so it stays object-safe) because the
+//! server backend is one atomic upsert on the PostgreSQL `rate_buckets` table.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use super::bundle::{OnLimiterError, RateLimit};
+use super::{Decision, EvalInput, reasons};
+
+/// A source of the current time for the rate limiter.
+pub trait Clock: Send + Sync {
+    /// The current time.
+    fn now(&self) -> SystemTime;
+}
+
+/// The operating system's wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// A clock that only moves when told to; for tests and deterministic simulation.
+#[derive(Debug)]
+pub struct ManualClock {
+    now: Mutex<SystemTime>,
+}
+
+impl ManualClock {
+    /// A clock stopped at `start`.
+    pub fn new(start: SystemTime) -> Self {
+        ManualClock {
+            now: Mutex::new(start),
+        }
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let mut now = lock(&self.now);
+        *now = now.checked_add(by).unwrap_or(*now);
+    }
+
+    /// Sets the clock to `to` (which may be earlier than now).
+    pub fn set(&self, to: SystemTime) {
+        *lock(&self.now) = to;
+    }
+}
+
+impl Default for ManualClock {
+    /// A clock stopped at the Unix epoch.
+    fn default() -> Self {
+        ManualClock::new(SystemTime::UNIX_EPOCH)
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> SystemTime {
+        *lock(&self.now)
+    }
+}
+
+/// Takes a lock even if a previous holder panicked: every critical section here leaves the
+/// data consistent, so poisoning carries no information.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The limiter backend failed (for example, the database is unreachable).
+#[derive(Debug, thiserror::Error)]
+#[error("rate limiter unavailable: {message}")]
+pub struct LimiterError {
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl LimiterError {
+    /// An error with a message.
+    pub fn new(message: impl Into<String>) -> Self {
+        LimiterError {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An error wrapping its cause.
+    pub fn with_source(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        LimiterError {
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+}
+
+/// The future a [`RateLimiter`] method returns.
+pub type LimiterFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LimiterError>> + Send + 'a>>;
+
+/// A rate-limit backend: one token bucket per key, configured by the caller on every call.
+pub trait RateLimiter: Send + Sync {
+    /// Refills the bucket `key` for the time since its last use, then takes one token if there
+    /// is one. `Ok(true)` means the call is allowed. `max_calls` is the capacity and `window`
+    /// the time to refill from empty to full; a new bucket starts full.
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a str,
+        max_calls: u64,
+        window: Duration,
+    ) -> LimiterFuture<'a, bool>;
+
+    /// Deletes buckets last used before `cutoff` (the retention sweep); returns how many.
+    fn sweep(&self, cutoff: SystemTime) -> LimiterFuture<'_, usize>;
+}
+
+/// A bucket: tokens scaled by the window length in nanoseconds.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    scaled_tokens: i128,
+    window_ns: i128,
+    updated: SystemTime,
+}
+
+/// The in-process token-bucket backend (dev mode).
+pub struct MemoryRateLimiter {
+    clock: std::sync::Arc<dyn Clock>,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+impl std::fmt::Debug for MemoryRateLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRateLimiter")
+            .field("buckets", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryRateLimiter {
+    fn default() -> Self {
+        MemoryRateLimiter::new(std::sync::Arc::new(SystemClock))
+    }
+}
+
+impl MemoryRateLimiter {
+    /// A limiter reading time from `clock`.
+    pub fn new(clock: std::sync::Arc<dyn Clock>) -> Self {
+        MemoryRateLimiter {
+            clock,
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The number of live buckets.
+    pub fn len(&self) -> usize {
+        lock(&self.buckets).len()
+    }
+
+    /// True if no bucket exists.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The synchronous core of [`RateLimiter::try_acquire`].
+    pub fn acquire_now(&self, key: &str, max_calls: u64, window: Duration) -> bool {
+        let window_ns = i128::try_from(window.as_nanos()).unwrap_or(i128::MAX);
+        if max_calls == 0 || window_ns == 0 {
+            return true;
+        }
+        let now = self.clock.now();
+        let max = i128::from(max_calls);
+        let capacity = max.saturating_mul(window_ns);
+        let mut buckets = lock(&self.buckets);
+        let tokens = match buckets.get(key) {
+            None => capacity,
+            Some(b) => {
+                // Re-express stored tokens at the current window if the rule changed.
+                let tokens = if b.window_ns == window_ns {
+                    b.scaled_tokens
+                } else {
+                    b.scaled_tokens.saturating_mul(window_ns) / b.window_ns.max(1)
+                };
+                // A clock that went backwards refills nothing.
+                let elapsed = now
+                    .duration_since(b.updated)
+                    .map(|d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX))
+                    .unwrap_or(0);
+                tokens
+                    .saturating_add(elapsed.saturating_mul(max))
+                    .min(capacity)
+            }
+        };
+        let allowed = tokens >= window_ns;
+        let scaled_tokens = if allowed { tokens - window_ns } else { tokens };
+        buckets.insert(
+            key.to_owned(),
+            Bucket {
+                scaled_tokens,
+                window_ns,
+                updated: now,
+            },
+        );
+        allowed
+    }
+
+    /// The synchronous core of [`RateLimiter::sweep`].
+    pub fn sweep_now(&self, cutoff: SystemTime) -> usize {
+        let mut buckets = lock(&self.buckets);
+        let before = buckets.len();
+        buckets.retain(|_, b| b.updated >= cutoff);
+        before - buckets.len()
+    }
+}
+
+impl RateLimiter for MemoryRateLimiter {
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a str,
+        max_calls: u64,
+        window: Duration,
+    ) -> LimiterFuture<'a, bool> {
+        let allowed = self.acquire_now(key, max_calls, window);
+        Box::pin(std::future::ready(Ok(allowed)))
+    }
+
+    fn sweep(&self, cutoff: SystemTime) -> LimiterFuture<'_, usize> {
+        let removed = self.sweep_now(cutoff);
+        Box::pin(std::future::ready(Ok(removed)))
+    }
+}
+
+/// The result of applying a decision's rate limit.
+#[derive(Debug)]
+pub enum RateLimitOutcome {
+    /// No limit applies, or a token was taken.
+    Allowed,
+    /// The bucket is empty: answer `rate_limited` with reason `rate_limit_exceeded`.
+    Exceeded,
+    /// The backend failed. `refused` follows the rule's `on_limiter_error`: `true` (deny) means
+    /// answer `rate_limited` with reason `rate_limiter_unavailable`; `false` means fail open.
+    BackendFailed {
+        /// Whether the call is refused.
+        refused: bool,
+        /// What went wrong, for logging.
+        error: LimiterError,
+    },
+}
+
+impl RateLimitOutcome {
+    /// The `rate_limited` reason if the call is refused, `None` if it may go ahead.
+    pub fn refusal_reason(&self) -> Option<&'static str> {
+        match self {
+            RateLimitOutcome::Allowed => None,
+            RateLimitOutcome::Exceeded => Some(reasons::RATE_LIMIT_EXCEEDED),
+            RateLimitOutcome::BackendFailed { refused: true, .. } => {
+                Some(reasons::RATE_LIMITER_UNAVAILABLE)
+            }
+            RateLimitOutcome::BackendFailed { refused: false, .. } => None,
+        }
+    }
+
+    /// True if the call may go ahead.
+    pub fn is_allowed(&self) -> bool {
+        self.refusal_reason().is_none()
+    }
+}
+
+/// Applies the rate limit of `decision` (if any) to the call described by `input`, using the
+/// bucket key of spec §11. Call it only for new steps, before recording anything (§7.4); it
+/// applies whatever the decision's action is.
+pub async fn enforce_rate_limit(
+    limiter: &dyn RateLimiter,
+    decision: &Decision,
+    input: &EvalInput<'_>,
+) -> RateLimitOutcome {
+    let Some(limit) = decision.rate_limit else {
+        return RateLimitOutcome::Allowed;
+    };
+    enforce(limiter, &decision.rule_id, &limit, input).await
+}
+
+async fn enforce(
+    limiter: &dyn RateLimiter,
+    rule_id: &str,
+    limit: &RateLimit,
+    input: &EvalInput<'_>,
+) -> RateLimitOutcome {
+    let Some(window) = limit.window.to_std().filter(|w| !w.is_zero()) else {
+        return RateLimitOutcome::Allowed;
+    };
+    let key = limit.bucket_key(rule_id, input.agent_id, input.execution_id);
+    match limiter.try_acquire(&key, limit.max_calls, window).await {
+        Ok(true) => RateLimitOutcome::Allowed,
+        Ok(false) => RateLimitOutcome::Exceeded,
+        Err(error) => RateLimitOutcome::BackendFailed {
+            refused: limit.on_limiter_error == OnLimiterError::Deny,
+            error,
+        },
+    }
+}

@@ -24,7 +24,9 @@ impl Reducer for Progress {
     fn apply(&self, state: &mut Self::State, r: &Receipt) {
         match r.event_type() {
             "run.started" => state.0 += 1,
-            "step.done" => state.1.push(r.body()["step"].as_str().unwrap_or_default().to_owned()),
+            "step.done" => state
+                .1
+                .push(r.body()["step"].as_str().unwrap_or_default().to_owned()),
             _ => {}
         }
     }
@@ -37,20 +39,40 @@ async fn main() -> anyhow::Result<()> {
     let stream = "quickstart/tasks";
 
     let (runs, _) = runtime.fold(stream, &Progress).await?;
-    runtime.execute(stream, Command::new(vec![json!({"type": "run.started", "run": runs + 1})])).await?;
+    runtime
+        .execute(
+            stream,
+            Command::new(vec![json!({"type": "run.started", "run": runs + 1})]),
+        )
+        .await?;
 
     // Each step is a command with a stable event id: done once, skipped on every later run.
     for step in ["fetch", "summarize", "publish"] {
         let done = runtime
-            .execute(stream, Command::new(vec![json!({"type": "step.done", "step": step})]).event_id(format!("step:{step}")))
+            .execute(
+                stream,
+                Command::new(vec![json!({"type": "step.done", "step": step})])
+                    .event_id(format!("step:{step}")),
+            )
             .await?;
-        println!("{step:<10} {}", if done.duplicate { "already recorded, skipped" } else { "done and recorded" });
+        println!(
+            "{step:<10} {}",
+            if done.duplicate {
+                "already recorded, skipped"
+            } else {
+                "done and recorded"
+            }
+        );
     }
 
     let (runs, steps) = runtime.fold(stream, &Progress).await?;
     let chain = runtime.read(stream).await?;
     let verified = verify(&chain).map_err(|f| anyhow::anyhow!("chain invalid: {f}"))?;
     println!("run #{runs} of {path}: steps {steps:?}");
-    println!("{} receipts, head {}", verified.count, verified.head.unwrap_or_default());
+    println!(
+        "{} receipts, head {}",
+        verified.count,
+        verified.head.unwrap_or_default()
+    );
     Ok(())
 }

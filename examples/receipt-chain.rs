@@ -63,15 +63,46 @@ async fn main() -> anyhow::Result<()> {
     let stream = "orders/o-1";
 
     // 1. Append: each command is atomic; an event id makes a retry a no-op.
-    runtime.execute(stream, Command::event(&Order::Placed { sku: "tea".into(), qty: 2 })?.event_id("place")).await?;
-    runtime.execute(stream, Command::event(&Order::Paid { cents: 1_250 })?.event_id("pay")).await?;
-    let retry = runtime.execute(stream, Command::event(&Order::Paid { cents: 1_250 })?.event_id("pay")).await?;
+    runtime
+        .execute(
+            stream,
+            Command::event(&Order::Placed {
+                sku: "tea".into(),
+                qty: 2,
+            })?
+            .event_id("place"),
+        )
+        .await?;
+    runtime
+        .execute(
+            stream,
+            Command::event(&Order::Paid { cents: 1_250 })?.event_id("pay"),
+        )
+        .await?;
+    let retry = runtime
+        .execute(
+            stream,
+            Command::event(&Order::Paid { cents: 1_250 })?.event_id("pay"),
+        )
+        .await?;
     println!("retried payment deduplicated: {}", retry.duplicate);
-    runtime.execute(stream, Command::event(&Order::Shipped { carrier: "post".into() })?).await?;
+    runtime
+        .execute(
+            stream,
+            Command::event(&Order::Shipped {
+                carrier: "post".into(),
+            })?,
+        )
+        .await?;
 
     let chain = runtime.read(stream).await?;
     for (i, r) in chain.iter().enumerate() {
-        println!("{i:>4}  {}  {}  prev={}", r.event_type(), &r.hash()[..12], r.prev().map_or("none", |p| &p[..12]));
+        println!(
+            "{i:>4}  {}  {}  prev={}",
+            r.event_type(),
+            &r.hash()[..12],
+            r.prev().map_or("none", |p| &p[..12])
+        );
     }
 
     // 2. Fold: a reducer (cached, incremental) and the on(type) view helpers.
@@ -79,22 +110,42 @@ async fn main() -> anyhow::Result<()> {
     println!("folded: {state:?}");
     let view = View::new(&chain);
     let paid = view.on_type::<Paid>().last()?.map_or(0, |p| p.cents);
-    println!("view: placed={} last paid={paid} shipped={}", view.on("order.placed").count(), view.on("order.shipped").exists());
+    println!(
+        "view: placed={} last paid={paid} shipped={}",
+        view.on("order.placed").count(),
+        view.on("order.shipped").exists()
+    );
 
     // 3. Fork: a branch sees the parent's first two receipts, then its own.
-    runtime.fork(stream, 2, "orders/o-1/branches/refund").await?;
-    runtime.execute("orders/o-1/branches/refund", Command::new(vec![json!({"type": "order.refunded", "cents": 1_250})])).await?;
+    runtime
+        .fork(stream, 2, "orders/o-1/branches/refund")
+        .await?;
+    runtime
+        .execute(
+            "orders/o-1/branches/refund",
+            Command::new(vec![json!({"type": "order.refunded", "cents": 1_250})]),
+        )
+        .await?;
     let branch = runtime.read("orders/o-1/branches/refund").await?;
     let types: Vec<&str> = branch.iter().map(Receipt::event_type).collect();
-    println!("branch reads as {types:?}, verify: {:?}", verify(&branch).map(|v| v.count));
-    println!("parent still verifies: {:?}", verify(&runtime.read(stream).await?).map(|v| v.count));
+    println!(
+        "branch reads as {types:?}, verify: {:?}",
+        verify(&branch).map(|v| v.count)
+    );
+    println!(
+        "parent still verifies: {:?}",
+        verify(&runtime.read(stream).await?).map(|v| v.count)
+    );
 
     // 4. Tamper with a copy: change the paid amount without re-hashing.
     let mut forged = chain.clone();
     forged[1].set_body(serde_json::to_value(Order::Paid { cents: 1 })?);
     match verify(&forged) {
         Ok(_) => anyhow::bail!("tampering went unnoticed"),
-        Err(failure) => println!("tampered copy: verify failed with '{}' at index {}", failure.reason, failure.at),
+        Err(failure) => println!(
+            "tampered copy: verify failed with '{}' at index {}",
+            failure.reason, failure.at
+        ),
     }
     Ok(())
 }

@@ -33,16 +33,7 @@ fn chain(stream: &str, n: u64) -> Vec<Receipt> {
     for i in 0..n {
         let prev = out.last().map(|r| r.hash().to_owned());
         out.push(
-            Receipt::build(
-                stream,
-                prev,
-                body(i),
-                None,
-                Hints::new(),
-                &clock,
-                &entropy,
-            )
-            .unwrap(),
+            Receipt::build(stream, prev, body(i), None, Hints::new(), &clock, &entropy).unwrap(),
         );
     }
     out

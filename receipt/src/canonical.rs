@@ -4,8 +4,11 @@
 //! whitespace, strings with minimal escaping (`\"`, `\\`, `\b \f \n \r \t`, other controls as
 //! `\u00xx`), numbers in ECMAScript Number-to-string form (`1.0` -> `1`, `1e21` -> `1e+21`,
 //! `-0` -> `0`). Values JSON cannot represent faithfully are refused with the spec's
-//! `receipt canonicalization ...` messages: non-finite floats and integers beyond
-//! +/-(2^53 - 1), which an IEEE double (and so every other JCS implementation) would round.
+//! `receipt canonicalization ...` messages: non-finite floats, and integers beyond
+//! +/-(2^53 - 1) that an IEEE double cannot hold exactly (every other JCS implementation would
+//! round them). A large integer whose digits are exactly what ECMAScript prints for its double
+//! (`1e20` read back from its own canonical text, say) is accepted, so canonical text always
+//! canonicalizes to itself.
 //!
 //! Typed values go through [`to_value`], a serde serializer of its own: `serde_json::to_value`
 //! silently turns `NaN` into `null`, which would hash a value the caller never wrote.
@@ -140,15 +143,26 @@ pub fn utf16_cmp(a: &str, b: &str) -> Ordering {
     a.encode_utf16().cmp(b.encode_utf16())
 }
 
+/// An integer beyond +/-(2^53 - 1) as a double, when that double's ECMAScript text is exactly
+/// the integer's digits (so canonical text reads back to itself); otherwise the bigint refusal,
+/// since any JSON-number reader would change the value.
+fn exact_double(magnitude: u128, negative: bool) -> Result<f64, CanonError> {
+    let f = magnitude as f64;
+    if !f.is_finite() || ryu_js::Buffer::new().format_finite(f) != magnitude.to_string() {
+        return Err(CanonError::BigInt);
+    }
+    Ok(if negative { -f } else { f })
+}
+
 fn write_number(out: &mut Vec<u8>, n: &Number) -> Result<(), CanonError> {
     if let Some(u) = n.as_u64() {
         if u > MAX_SAFE_INTEGER {
-            return Err(CanonError::BigInt);
+            return write_f64(out, exact_double(u.into(), false)?);
         }
         out.extend_from_slice(itoa::Buffer::new().format(u).as_bytes());
     } else if let Some(i) = n.as_i64() {
         if i.unsigned_abs() > MAX_SAFE_INTEGER {
-            return Err(CanonError::BigInt);
+            return write_f64(out, exact_double(i.unsigned_abs().into(), i < 0)?);
         }
         out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
     } else {
@@ -210,7 +224,7 @@ pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, CanonError> {
 
 fn int(i: i128) -> Result<Value, CanonError> {
     if i.unsigned_abs() > u128::from(MAX_SAFE_INTEGER) {
-        return Err(CanonError::BigInt);
+        return float(exact_double(i.unsigned_abs(), i < 0)?);
     }
     Ok(Value::Number(if i < 0 {
         Number::from(i as i64)
@@ -667,13 +681,32 @@ mod tests {
             CanonError::NonFinite
         );
         assert_eq!(
-            to_canonical_vec(&(1u64 << 53)).unwrap_err().to_string(),
+            to_canonical_vec(&((1u64 << 53) + 1))
+                .unwrap_err()
+                .to_string(),
             "receipt canonicalization cannot serialize bigint"
         );
         assert_eq!(
-            to_canonical_vec(&-(1i64 << 53)).unwrap_err(),
+            to_canonical_vec(&(-(1i64 << 53) - 1)).unwrap_err(),
             CanonError::BigInt
         );
+        assert_eq!(to_canonical_vec(&u64::MAX).unwrap_err(), CanonError::BigInt);
+        // 2^60 is a double, but ECMAScript prints it as 1152921504606847000: refused.
+        assert_eq!(
+            to_canonical_vec(&(1u64 << 60)).unwrap_err(),
+            CanonError::BigInt
+        );
+        // Digits ECMAScript would print for the double are accepted as they are.
+        assert_eq!(
+            to_canonical_vec(&-(1i64 << 53)).unwrap(),
+            b"-9007199254740992"
+        );
+        assert_eq!(
+            to_canonical_vec(&1_152_921_504_606_847_000u64).unwrap(),
+            b"1152921504606847000"
+        );
+        let big: Value = serde_json::from_str("100000000000000000000").unwrap();
+        assert_eq!(canonicalize(&big).unwrap(), b"100000000000000000000");
         assert_eq!(
             to_canonical_vec(&u128::MAX).unwrap_err(),
             CanonError::BigInt

@@ -5,14 +5,23 @@
 //!
 //! - [`identity`]: Go-compatible canonical JSON, args hash and step ids (kernel and SDK share it);
 //! - [`protocol`]: wire types and the state machines of executions, steps, approvals, dispatches;
-//! - [`policy`]: YAML policy bundles, the rule engine and the rate limiter.
+//! - [`policy`]: YAML policy bundles, the rule engine and the rate limiter;
+//! - [`kernel`]: the engine ([`Kernel`]): executions, steps, decisions, approvals, dispatches;
+//! - [`store`]: the kernel's [`store::Store`] (SQLite file or in memory);
+//! - [`signing`]: the body HMAC both directions use; [`time`]: the clock and timestamps.
 //!
-//! The kernel, its stores, the `/v0` server, the agent runtime (`#[tool]`, `#[step]`, `#[agent]`
-//! from `rebuno-macros`) and the client come with the kernel and agent issues.
+//! The `/v0` server, the agent runtime (`#[tool]`, `#[step]`, `#[agent]` from `rebuno-macros`)
+//! and the client come with the next issues.
 
 pub mod identity;
+pub mod kernel;
 pub mod policy;
 pub mod protocol;
+pub mod signing;
+pub mod store;
+pub mod time;
+
+pub use kernel::{Kernel, KernelConfig, KernelError, Lease};
 
 #[doc(hidden)]
 pub use rebuno_macros as __macros;

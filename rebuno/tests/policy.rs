@@ -39,7 +39,7 @@ fn input<'a>(kind: StepKind, target: &'a str, args: &'a Value) -> EvalInput<'a> 
     EvalInput {
         agent_id: "agent-a",
         execution_id: "exec-1",
-        step_kind: kind,
+        step_kind: Some(kind),
         target,
         arguments: args,
     }
@@ -673,7 +673,7 @@ fn agent_and_kind_conditions() {
     let with = |agent: &'static str, kind: StepKind| EvalInput {
         agent_id: agent,
         execution_id: "e",
-        step_kind: kind,
+        step_kind: Some(kind),
         target: "t",
         arguments: &null,
     };
@@ -1029,7 +1029,7 @@ fn eval_for(engine: &PolicyEngine, agent: &str, kind: StepKind, target: &str) ->
     engine.evaluate(&EvalInput {
         agent_id: agent,
         execution_id: "e",
-        step_kind: kind,
+        step_kind: Some(kind),
         target,
         arguments: &Value::Null,
     })
@@ -1270,7 +1270,7 @@ fn call(l: &dyn RateLimiter, b: &Bundle, agent: &str, exec: &str) -> RateLimitOu
     let input = EvalInput {
         agent_id: agent,
         execution_id: exec,
-        step_kind: StepKind::ToolCall,
+        step_kind: Some(StepKind::ToolCall),
         target: "t",
         arguments: &Value::Null,
     };
@@ -1422,4 +1422,26 @@ fn on_limiter_error_fails_open_or_closed() {
         block_on(enforce_rate_limit(&BrokenLimiter, &d, &input)),
         RateLimitOutcome::Allowed
     ));
+}
+
+#[test]
+fn unknown_kinds_match_no_kind_condition_and_are_not_local() {
+    let engine = PolicyEngine::dev();
+    engine
+        .set_bundle(
+            "a",
+            "default_action: deny\nrules:\n  - {id: tools, when: {step_kind: tool_call}, then: {decision: allow}}\n",
+        )
+        .unwrap();
+    let null = Value::Null;
+    let input = EvalInput {
+        agent_id: "a",
+        execution_id: "e",
+        step_kind: None,
+        target: "t",
+        arguments: &null,
+    };
+    let decision = engine.evaluate(&input);
+    assert_eq!(decision.action, Action::Deny);
+    assert_eq!(decision.rule_id, "default");
 }

@@ -23,7 +23,7 @@ impl Bundle {
                 };
             }
         }
-        if input.step_kind == StepKind::Local {
+        if input.step_kind == Some(StepKind::Local) {
             return Decision::new(Action::Allow, reasons::LOCAL_STEP, rule_ids::LOCAL);
         }
         if self.default_allow {
@@ -57,7 +57,7 @@ fn condition_matches(when: &Condition, input: &EvalInput<'_>) -> bool {
         return false;
     }
     if let Some(kind) = when.step_kind
-        && kind != input.step_kind
+        && Some(kind) != input.step_kind
     {
         return false;
     }

@@ -24,7 +24,7 @@
 //! let decision = engine.evaluate(&EvalInput {
 //!     agent_id: "researcher",
 //!     execution_id: "e1",
-//!     step_kind: StepKind::ToolCall,
+//!     step_kind: Some(StepKind::ToolCall),
 //!     target: "web_search",
 //!     arguments: &args,
 //! });
@@ -196,8 +196,9 @@ pub struct EvalInput<'a> {
     pub agent_id: &'a str,
     /// The execution (used for per-execution rate-limit buckets).
     pub execution_id: &'a str,
-    /// The step kind.
-    pub step_kind: StepKind,
+    /// The step kind; `None` for a kind string the kernel accepts but no rule can name (it
+    /// matches no `step_kind` condition and is not a `local` step).
+    pub step_kind: Option<StepKind>,
     /// The tool id, or the model id for an LLM call.
     pub target: &'a str,
     /// The step's arguments; predicates only match when this is a JSON object.
@@ -423,7 +424,7 @@ impl PolicyEngine {
                 MissingBundle::AllowAll => {
                     Decision::new(Action::Allow, reasons::NO_BUNDLE, rule_ids::PERMISSIVE)
                 }
-                MissingBundle::Deny if input.step_kind == StepKind::Local => {
+                MissingBundle::Deny if input.step_kind == Some(StepKind::Local) => {
                     Decision::new(Action::Allow, reasons::LOCAL_STEP, rule_ids::LOCAL)
                 }
                 MissingBundle::Deny => {

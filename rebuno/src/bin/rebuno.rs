@@ -1,0 +1,2 @@
+//! The `rebuno` binary: `rebuno dev` and `rebuno server` (being written).
+fn main() {}

@@ -1,0 +1,138 @@
+//! Agent registration and policy bundles (admin operations).
+//!
+//! Deliberate differences from the Go kernel: secrets are never returned (the registration
+//! answer blanks them too), re-registering an agent keeps its policy bundle, and deleting an
+//! agent that still has executions is a `409 conflict`, not a `500`.
+
+use super::{Kernel, KernelError, KernelResult};
+use crate::policy::Bundle;
+use crate::protocol::{Agent, RegisterAgentRequest};
+use crate::store::StoreExt;
+
+fn public(mut agent: Agent) -> Agent {
+    agent.secret = String::new();
+    agent
+}
+
+impl Kernel {
+    /// Registers (or updates) an agent. The answer never carries the secret.
+    pub async fn register_agent(&self, req: RegisterAgentRequest) -> KernelResult<Agent> {
+        if req.id.trim().is_empty() {
+            return Err(KernelError::validation("agent id is required"));
+        }
+        if req.secret.is_empty() {
+            return Err(KernelError::validation("agent secret is required"));
+        }
+        let now = self.now_text();
+        let agent = self
+            .inner
+            .store
+            .write(move |tx| {
+                let existing = tx.agent(&req.id)?;
+                let agent = Agent {
+                    policy_bundle: existing
+                        .as_ref()
+                        .map(|a| a.policy_bundle.clone())
+                        .unwrap_or_default(),
+                    registered_at: existing.map(|a| a.registered_at).unwrap_or(now),
+                    id: req.id,
+                    webhook_url: req.webhook_url,
+                    secret: req.secret,
+                };
+                tx.put_agent(&agent)?;
+                Ok(agent)
+            })
+            .await?;
+        Ok(public(agent))
+    }
+
+    /// Registers an agent together with its policy bundle, validating the bundle first
+    /// (provisioning). An empty bundle means none.
+    pub async fn provision_agent(
+        &self,
+        req: RegisterAgentRequest,
+        bundle: &str,
+    ) -> KernelResult<Agent> {
+        if !bundle.is_empty() {
+            Bundle::parse(bundle)
+                .map_err(|e| KernelError::validation(format!("invalid policy bundle: {e}")))?;
+        }
+        let id = req.id.clone();
+        self.register_agent(req).await?;
+        self.set_policy(&id, bundle).await?;
+        self.agent(&id).await
+    }
+
+    /// An agent, without its secret.
+    pub async fn agent(&self, id: &str) -> KernelResult<Agent> {
+        let id = id.to_owned();
+        let agent = self.inner.store.read(move |tx| tx.agent(&id)).await?;
+        agent.map(public).ok_or_else(KernelError::not_found)
+    }
+
+    /// An agent with its secret (for signing and verifying; never sent over HTTP).
+    pub async fn agent_with_secret(&self, id: &str) -> KernelResult<Option<Agent>> {
+        let id = id.to_owned();
+        Ok(self.inner.store.read(move |tx| tx.agent(&id)).await?)
+    }
+
+    /// All agents by id, without secrets.
+    pub async fn agents(&self) -> KernelResult<Vec<Agent>> {
+        let agents = self.inner.store.read(|tx| tx.agents()).await?;
+        Ok(agents.into_iter().map(public).collect())
+    }
+
+    /// Deletes an agent; `404` if unknown, `409` if executions still reference it.
+    pub async fn delete_agent(&self, agent_id: &str) -> KernelResult<()> {
+        let id = agent_id.to_owned();
+        let outcome = self
+            .inner
+            .store
+            .write(move |tx| {
+                if tx.agent(&id)?.is_none() {
+                    return Ok(Err(KernelError::not_found()));
+                }
+                let n = tx.agent_execution_count(&id)?;
+                if n > 0 {
+                    return Ok(Err(KernelError::conflict(format!(
+                        "agent {id:?} still has {n} executions"
+                    ))));
+                }
+                tx.delete_agent(&id)?;
+                Ok(Ok(()))
+            })
+            .await?;
+        if outcome.is_ok() {
+            self.inner.policy.remove_bundle(agent_id);
+        }
+        outcome
+    }
+
+    /// Sets (or with empty text clears) an agent's policy bundle. The bundle is validated first
+    /// (`400 validation error: invalid policy bundle: ...`), then the agent is looked up (`404`).
+    pub async fn set_policy(&self, agent_id: &str, bundle: &str) -> KernelResult<()> {
+        if !bundle.is_empty() {
+            Bundle::parse(bundle)
+                .map_err(|e| KernelError::validation(format!("invalid policy bundle: {e}")))?;
+        }
+        let (id, text) = (agent_id.to_owned(), bundle.to_owned());
+        let found = self
+            .inner
+            .store
+            .write(move |tx| {
+                let Some(mut agent) = tx.agent(&id)? else {
+                    return Ok(false);
+                };
+                agent.policy_bundle = text;
+                tx.put_agent(&agent)?;
+                Ok(true)
+            })
+            .await?;
+        if !found {
+            return Err(KernelError::not_found());
+        }
+        // The engine re-syncs from the stored text on every evaluation; install it now too.
+        let _ = self.inner.policy.sync_bundle(agent_id, bundle);
+        Ok(())
+    }
+}

@@ -1,0 +1,285 @@
+//! Approvals: list, grant, deny and expiry. Each resolution resumes the blocked execution with
+//! a new dispatch; a deny resumes it too (the resubmitted step is answered `denied`).
+//!
+//! Expiry runs on time: a timer sleeps until the earliest pending timeout (woken whenever an
+//! approval is created), instead of the Go kernel's ten-minute sweep.
+
+use super::dispatch::enqueue_dispatch;
+use super::{Kernel, KernelError, KernelResult, Metrics, payload};
+use crate::protocol::{
+    Approval, ApprovalEventPayload, ApprovalStatus, EventType, ExecutionEventPayload,
+    ExecutionStatus, RATIONALE_TIMEOUT, REASON_APPROVAL_DENIED, REASON_APPROVAL_TIMEOUT,
+    StepEventPayload, StepStatus,
+};
+use crate::store::{StoreExt, StoreResult, Tx};
+use crate::time::parse_rfc3339;
+use serde_json::json;
+use std::time::Duration;
+
+/// How an approval is resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resolution {
+    Grant,
+    Deny,
+    Expire,
+}
+
+/// Applies a resolution inside `tx`: the approval's new status, the step's new status, the
+/// execution resumed and a new dispatch queued, with the spec's event sequence.
+fn resolve_in_tx(
+    tx: &mut dyn Tx,
+    mut approval: Approval,
+    how: Resolution,
+    decided_by: &str,
+    rationale: &str,
+    now: &str,
+    max_attempts: u32,
+) -> StoreResult<()> {
+    let (status, event) = match how {
+        Resolution::Grant => (ApprovalStatus::Granted, EventType::ApprovalGranted),
+        Resolution::Deny => (ApprovalStatus::Denied, EventType::ApprovalDenied),
+        Resolution::Expire => (ApprovalStatus::Expired, EventType::ApprovalExpired),
+    };
+    approval.status = status;
+    approval.decided_by = decided_by.to_owned();
+    approval.decided_at = Some(now.to_owned());
+    approval.rationale = rationale.to_owned();
+    tx.put_approval(&approval)?;
+    let mut events = vec![(
+        event,
+        payload(&ApprovalEventPayload {
+            approval_id: approval.id.clone(),
+            step_id: approval.step_id.clone(),
+            execution_id: approval.execution_id.clone(),
+            status,
+            decided_by: Some(decided_by.to_owned()).filter(|d| !d.is_empty()),
+            rationale: Some(rationale.to_owned()).filter(|r| !r.is_empty()),
+        }),
+    )];
+    if let Some(mut step) = tx.step(&approval.step_id)?
+        && !step.status.is_terminal()
+    {
+        if how == Resolution::Grant {
+            step.status = StepStatus::Allowed;
+            tx.put_step(&step)?;
+            events.push((
+                EventType::StepAllowed,
+                payload(&StepEventPayload::new(
+                    &step.step_id,
+                    step.kind.clone(),
+                    &step.target,
+                )),
+            ));
+        } else {
+            let reason = match how {
+                Resolution::Expire => REASON_APPROVAL_TIMEOUT,
+                _ if rationale.is_empty() => REASON_APPROVAL_DENIED,
+                _ => rationale,
+            };
+            let error = json!({ "reason": reason });
+            step.status = StepStatus::Denied;
+            step.error = Some(error.clone());
+            step.completed_at = Some(now.to_owned());
+            tx.put_step(&step)?;
+            events.push((
+                EventType::StepDenied,
+                payload(&StepEventPayload::denied(
+                    &step.step_id,
+                    step.kind.clone(),
+                    &step.target,
+                    "",
+                    Some(error),
+                )),
+            ));
+        }
+    }
+    if let Some(mut exec) = tx.execution(&approval.execution_id)?
+        && exec.status == ExecutionStatus::Blocked
+    {
+        // Other approvals of the execution may still be pending; it resumes when none are.
+        if tx.pending_approvals(Some(&exec.id))?.is_empty() {
+            exec.status = ExecutionStatus::Running;
+            exec.updated_at = now.to_owned();
+            tx.put_execution(&exec)?;
+            events.push((
+                EventType::ExecutionResumed,
+                payload(&ExecutionEventPayload::new(
+                    &exec.id,
+                    ExecutionStatus::Running,
+                )),
+            ));
+            events.push(enqueue_dispatch(tx, &exec.id, now, now, max_attempts)?);
+        }
+    }
+    tx.append_events(&approval.execution_id, now, &events)?;
+    Ok(())
+}
+
+impl Kernel {
+    /// Pending approvals, oldest first.
+    pub async fn pending_approvals(&self) -> KernelResult<Vec<Approval>> {
+        Ok(self
+            .inner
+            .store
+            .read(|tx| tx.pending_approvals(None))
+            .await?)
+    }
+
+    /// An approval (`404` if unknown).
+    pub async fn approval(&self, id: &str) -> KernelResult<Approval> {
+        let id = id.to_owned();
+        self.inner
+            .store
+            .read(move |tx| tx.approval(&id))
+            .await?
+            .ok_or_else(KernelError::not_found)
+    }
+
+    /// Grants a pending approval: `404`, `409` unless pending, `403` if `decided_by` is not an
+    /// approver. The execution resumes with a new dispatch.
+    pub async fn grant(&self, id: &str, decided_by: &str, rationale: &str) -> KernelResult<()> {
+        self.decide(id, Resolution::Grant, decided_by, rationale)
+            .await
+    }
+
+    /// Denies a pending approval; same errors as [`Kernel::grant`]. The execution resumes; the
+    /// step is denied with reason `rationale` (or `approval_denied`).
+    pub async fn deny(&self, id: &str, decided_by: &str, rationale: &str) -> KernelResult<()> {
+        self.decide(id, Resolution::Deny, decided_by, rationale)
+            .await
+    }
+
+    async fn decide(
+        &self,
+        id: &str,
+        how: Resolution,
+        decided_by: &str,
+        rationale: &str,
+    ) -> KernelResult<()> {
+        let approval = self.approval(id).await?;
+        let created = parse_rfc3339(&approval.created_at);
+        let _guard = self.lock_execution(&approval.execution_id).await;
+        let now = self.now_text();
+        let max_attempts = self.inner.config.dispatch_max_attempts;
+        let (id, decided_by, rationale) =
+            (id.to_owned(), decided_by.to_owned(), rationale.to_owned());
+        self.inner
+            .store
+            .write(move |tx| {
+                let Some(approval) = tx.approval(&id)? else {
+                    return Ok(Err(KernelError::not_found()));
+                };
+                if approval.status != ApprovalStatus::Pending {
+                    return Ok(Err(KernelError::conflict(format!(
+                        "approval is {}, not pending",
+                        approval.status
+                    ))));
+                }
+                if !approval.may_decide(&decided_by) {
+                    return Ok(Err(KernelError::forbidden(format!(
+                        "{decided_by:?} is not an approver for this approval"
+                    ))));
+                }
+                resolve_in_tx(
+                    tx,
+                    approval,
+                    how,
+                    &decided_by,
+                    &rationale,
+                    &now,
+                    max_attempts,
+                )?;
+                Ok(Ok(()))
+            })
+            .await??;
+        self.note_resolution(created);
+        self.inner.queued.notify_one();
+        Ok(())
+    }
+
+    fn note_resolution(&self, created: Option<std::time::SystemTime>) {
+        Metrics::inc(&self.inner.metrics.approvals_resolved);
+        if let Some(wait) = created.and_then(|c| self.now().duration_since(c).ok()) {
+            self.inner.metrics.approval_wait_ms.fetch_add(
+                wait.as_millis() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Expires every pending approval whose timeout has passed: approval `expired` (rationale
+    /// `timeout`), step denied `approval_timeout`, execution resumed. Returns how many.
+    pub async fn expire_approvals(&self) -> KernelResult<usize> {
+        let now = self.now_text();
+        let due = {
+            let now = now.clone();
+            self.inner
+                .store
+                .read(move |tx| tx.due_approvals(&now, 256))
+                .await?
+        };
+        let mut n = 0;
+        for approval in due {
+            let _guard = self.lock_execution(&approval.execution_id).await;
+            let created = parse_rfc3339(&approval.created_at);
+            let (id, now) = (approval.id.clone(), now.clone());
+            let max_attempts = self.inner.config.dispatch_max_attempts;
+            let expired = self
+                .inner
+                .store
+                .write(move |tx| {
+                    let Some(cur) = tx.approval(&id)? else {
+                        return Ok(false);
+                    };
+                    if cur.status != ApprovalStatus::Pending || cur.timeout_at > now {
+                        return Ok(false);
+                    }
+                    resolve_in_tx(
+                        tx,
+                        cur,
+                        Resolution::Expire,
+                        "",
+                        RATIONALE_TIMEOUT,
+                        &now,
+                        max_attempts,
+                    )?;
+                    Ok(true)
+                })
+                .await?;
+            if expired {
+                n += 1;
+                self.note_resolution(created);
+            }
+        }
+        if n > 0 {
+            self.inner.queued.notify_one();
+        }
+        Ok(n)
+    }
+
+    /// Runs the approval timer until aborted: sleeps until the earliest pending timeout (at
+    /// most 30 s, woken early when an approval is created) and expires what is due.
+    pub fn spawn_approval_timer(&self) -> tokio::task::JoinHandle<()> {
+        let kernel = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let _ = kernel.expire_approvals().await;
+                let next = kernel
+                    .inner
+                    .store
+                    .read(|tx| tx.next_approval_timeout())
+                    .await
+                    .ok()
+                    .flatten();
+                let wait = next
+                    .as_deref()
+                    .and_then(parse_rfc3339)
+                    .map(|t| t.duration_since(kernel.now()).unwrap_or(Duration::ZERO))
+                    .unwrap_or(Duration::from_secs(30))
+                    .min(Duration::from_secs(30))
+                    + Duration::from_millis(5);
+                let _ = tokio::time::timeout(wait, kernel.inner.approvals_changed.notified()).await;
+            }
+        })
+    }
+}

@@ -1,0 +1,549 @@
+//! Dispatches: the queue of "run this execution" deliveries to agents, their leases, retries
+//! and reclaims.
+//!
+//! A dispatch is queued in the same transaction as the event that causes it. A claim makes it
+//! `in_flight`, increments its attempt (the lease is the pair `(dispatch_id, attempt)`) and
+//! resets its occurrence counters; the webhook is then POSTed with the body signed by the
+//! agent's secret. A 2xx is `dispatch.acked` (the row stays in flight); anything else is
+//! `dispatch.failed` and a retry after `min(2^(a-1) s, 30 s)` plus up to 25 % jitter, until
+//! `max_attempts`, when the execution fails with `dispatch_exhausted`. The reaper returns
+//! in-flight rows whose lease expired to `pending`; the next claim re-delivers them as a new
+//! attempt.
+
+use super::{Events, Kernel, KernelResult, Lease, Metrics, payload};
+use crate::protocol::{
+    Agent, Dispatch, DispatchEventPayload, DispatchStatus, EventType, ExecutionEventPayload,
+    ExecutionStatus, HEADER_EXECUTION_ID, HEADER_SIGNATURE, REASON_DISPATCH_EXHAUSTED,
+    WebhookPayload,
+};
+use crate::store::{StoreExt, StoreResult, Tx};
+use crate::time::{parse_rfc3339, rfc3339};
+use async_trait::async_trait;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Queues a new dispatch for `execution_id` due at `due`; returns its `dispatch.queued` event.
+pub(crate) fn enqueue_dispatch(
+    tx: &mut dyn Tx,
+    execution_id: &str,
+    now: &str,
+    due: &str,
+    max_attempts: u32,
+) -> StoreResult<(EventType, Value)> {
+    let d = Dispatch {
+        id: uuid::Uuid::now_v7().to_string(),
+        execution_id: execution_id.to_owned(),
+        status: DispatchStatus::Pending,
+        attempt: 0,
+        max_attempts,
+        next_attempt_at: due.to_owned(),
+        locked_by: String::new(),
+        locked_at: None,
+        created_at: now.to_owned(),
+        updated_at: now.to_owned(),
+    };
+    tx.put_dispatch(&d)?;
+    Ok((EventType::DispatchQueued, payload(&queued_payload(&d))))
+}
+
+fn queued_payload(d: &Dispatch) -> DispatchEventPayload {
+    DispatchEventPayload {
+        dispatch_id: d.id.clone(),
+        execution_id: d.execution_id.clone(),
+        status: DispatchStatus::Pending,
+        attempt: d.attempt,
+    }
+}
+
+/// Retires every live dispatch of an execution (`exhausted`).
+pub(crate) fn retire_dispatches(tx: &mut dyn Tx, execution_id: &str, now: &str) -> StoreResult<()> {
+    for mut d in tx.dispatches_of(execution_id)? {
+        if d.status != DispatchStatus::Exhausted {
+            d.status = DispatchStatus::Exhausted;
+            d.updated_at = now.to_owned();
+            tx.put_dispatch(&d)?;
+        }
+    }
+    Ok(())
+}
+
+/// The lease fences. `in_flight_only` is RenewLease (the attempt must still be in flight);
+/// otherwise CheckLease (the same attempt, whatever its status).
+pub(crate) fn lease_holds(
+    tx: &mut dyn Tx,
+    execution_id: &str,
+    lease: &Lease,
+    in_flight_only: bool,
+) -> StoreResult<bool> {
+    Ok(tx.dispatch(&lease.dispatch_id)?.is_some_and(|d| {
+        d.execution_id == execution_id
+            && d.attempt == lease.attempt
+            && (!in_flight_only || d.status == DispatchStatus::InFlight)
+    }))
+}
+
+/// A claimed dispatch, ready to deliver.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// The dispatch row after the claim (`in_flight`, attempt incremented).
+    pub dispatch: Dispatch,
+}
+
+impl Claimed {
+    /// The lease this delivery carries.
+    pub fn lease(&self) -> Lease {
+        Lease {
+            dispatch_id: self.dispatch.id.clone(),
+            attempt: self.dispatch.attempt,
+        }
+    }
+}
+
+/// Why a delivery failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct DeliveryError(pub String);
+
+/// Delivers a dispatch to an agent: over HTTP ([`HttpDeliverer`]) or in-process.
+#[async_trait]
+pub trait Deliverer: Send + Sync {
+    /// Delivers `body` (the JSON of `payload`, already signed as `signature`) to `agent`.
+    /// `Ok` means the agent accepted it (a 2xx).
+    async fn deliver(
+        &self,
+        agent: &Agent,
+        payload: &WebhookPayload,
+        body: &[u8],
+        signature: &str,
+    ) -> Result<(), DeliveryError>;
+}
+
+/// POSTs the webhook: `Content-Type: application/json`, `Rebuno-Signature`,
+/// `Rebuno-Execution-Id`. Redirects are not followed; the response body is discarded.
+#[derive(Debug, Clone)]
+pub struct HttpDeliverer {
+    client: reqwest::Client,
+}
+
+impl HttpDeliverer {
+    /// A deliverer with a per-attempt timeout.
+    pub fn new(timeout: Duration) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        HttpDeliverer { client }
+    }
+}
+
+#[async_trait]
+impl Deliverer for HttpDeliverer {
+    async fn deliver(
+        &self,
+        agent: &Agent,
+        payload: &WebhookPayload,
+        body: &[u8],
+        signature: &str,
+    ) -> Result<(), DeliveryError> {
+        let response = self
+            .client
+            .post(&agent.webhook_url)
+            .header("Content-Type", "application/json")
+            .header(HEADER_SIGNATURE, signature)
+            .header(HEADER_EXECUTION_ID, &payload.execution_id)
+            .body(body.to_vec())
+            .send()
+            .await
+            .map_err(|e| DeliveryError(format!("webhook {}: {e}", agent.webhook_url)))?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(DeliveryError(format!(
+                "webhook {} answered {status}",
+                agent.webhook_url
+            )))
+        }
+    }
+}
+
+/// The webhook body and its signature for a claim.
+pub fn sign(secret: &str, payload: &WebhookPayload) -> (Vec<u8>, String) {
+    let body = serde_json::to_vec(payload).unwrap_or_default();
+    let signature = crate::signing::sign(secret, &body);
+    (body, signature)
+}
+
+/// Backoff before retry after failed attempt `a` (1-based): `min(2^(a-1) s, 30 s)` plus a
+/// jitter in `[0, 25 %)`.
+fn backoff(attempt: u32, jitter_seed: u64) -> Duration {
+    let base =
+        Duration::from_secs(1u64 << attempt.saturating_sub(1).min(5)).min(Duration::from_secs(30));
+    let mut x = jitter_seed | 1;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    let frac = (x % 1000) as f64 / 4000.0; // [0, 0.25)
+    base + base.mul_f64(frac)
+}
+
+impl Kernel {
+    /// Claims up to `limit` due dispatches: each becomes `in_flight` with its attempt
+    /// incremented, and its occurrence counters start again from zero.
+    pub async fn claim_dispatches(&self, limit: usize) -> KernelResult<Vec<Claimed>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let now = self.now_text();
+        let replica = self.inner.config.replica_id.clone();
+        let claimed = self
+            .inner
+            .store
+            .write(move |tx| {
+                let mut out = Vec::new();
+                for mut d in tx.claimable_dispatches(&now, limit)? {
+                    d.status = DispatchStatus::InFlight;
+                    d.attempt += 1;
+                    d.locked_by = replica.clone();
+                    d.locked_at = Some(now.clone());
+                    d.updated_at = now.clone();
+                    tx.put_dispatch(&d)?;
+                    out.push(Claimed { dispatch: d });
+                }
+                Ok(out)
+            })
+            .await?;
+        for c in &claimed {
+            self.reset_dispatch(&c.dispatch.id);
+            self.renew(&c.dispatch.id);
+        }
+        Ok(claimed)
+    }
+
+    /// Delivers one claimed dispatch and records the outcome: `dispatch.discarded` if the
+    /// execution is already terminal, the execution failed with `dispatch_exhausted` past the
+    /// attempt budget, otherwise the webhook and `dispatch.acked` or `dispatch.failed` (with a
+    /// retry or exhaustion).
+    pub async fn deliver(&self, claimed: Claimed, deliverer: &dyn Deliverer) -> KernelResult<()> {
+        let d = claimed.dispatch;
+        let exec_id = d.execution_id.clone();
+        let (exec, agent) = {
+            let exec_id = exec_id.clone();
+            self.inner
+                .store
+                .read(move |tx| {
+                    let exec = tx.execution(&exec_id)?;
+                    let agent = match &exec {
+                        Some(e) => tx.agent(&e.agent_id)?,
+                        None => None,
+                    };
+                    Ok((exec, agent))
+                })
+                .await?
+        };
+        let terminal = exec.as_ref().is_none_or(|e| e.status.is_terminal());
+        if terminal {
+            return self.record_discard(d).await;
+        }
+        if d.attempt > d.max_attempts {
+            return self.exhaust(d, None).await;
+        }
+        let Some(agent) = agent else {
+            return self
+                .record_failure(d, "agent is not registered".into())
+                .await;
+        };
+        let payload = WebhookPayload {
+            execution_id: exec_id,
+            dispatch_id: d.id.clone(),
+            dispatch_attempt: Some(d.attempt),
+            lease_timeout_seconds: Some(self.inner.config.lease_timeout.as_secs().max(1)),
+        };
+        let (body, signature) = sign(&agent.secret, &payload);
+        match deliverer.deliver(&agent, &payload, &body, &signature).await {
+            Ok(()) => {
+                Metrics::inc(&self.inner.metrics.dispatch_success);
+                self.record_ack(d).await
+            }
+            Err(e) => {
+                Metrics::inc(&self.inner.metrics.dispatch_failures);
+                self.record_failure(d, e.0).await
+            }
+        }
+    }
+
+    async fn record_discard(&self, d: Dispatch) -> KernelResult<()> {
+        let now = self.now_text();
+        self.inner
+            .store
+            .write(move |tx| {
+                let Some(mut cur) = tx.dispatch(&d.id)? else {
+                    return Ok(());
+                };
+                if cur.attempt != d.attempt {
+                    return Ok(());
+                }
+                cur.status = DispatchStatus::Exhausted;
+                cur.updated_at = now.clone();
+                tx.put_dispatch(&cur)?;
+                let p = DispatchEventPayload {
+                    status: DispatchStatus::Exhausted,
+                    ..queued_payload(&cur)
+                };
+                if tx.execution(&cur.execution_id)?.is_some() {
+                    tx.append_events(
+                        &cur.execution_id,
+                        &now,
+                        &[(EventType::DispatchDiscarded, payload(&p))],
+                    )?;
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn record_ack(&self, d: Dispatch) -> KernelResult<()> {
+        let now = self.now_text();
+        self.inner
+            .store
+            .write(move |tx| {
+                let Some(cur) = tx.dispatch(&d.id)? else {
+                    return Ok(());
+                };
+                // The attempt may have finished (or been superseded) while the webhook ran.
+                let p = DispatchEventPayload {
+                    status: DispatchStatus::Acked,
+                    attempt: d.attempt,
+                    ..queued_payload(&cur)
+                };
+                tx.append_events(
+                    &cur.execution_id,
+                    &now,
+                    &[(EventType::DispatchAcked, payload(&p))],
+                )?;
+                Ok(())
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn record_failure(&self, d: Dispatch, error: String) -> KernelResult<()> {
+        if d.attempt >= d.max_attempts {
+            return self.exhaust(d, Some(error)).await;
+        }
+        let now = self.now();
+        let retry_at = rfc3339(
+            now + backoff(
+                d.attempt,
+                crate::time::micros(now) as u64 ^ d.attempt as u64,
+            ),
+        );
+        let now = rfc3339(now);
+        self.inner
+            .store
+            .write(move |tx| {
+                let Some(mut cur) = tx.dispatch(&d.id)? else {
+                    return Ok(());
+                };
+                if cur.attempt != d.attempt || cur.status != DispatchStatus::InFlight {
+                    return Ok(());
+                }
+                cur.status = DispatchStatus::Failed;
+                cur.next_attempt_at = retry_at;
+                cur.locked_by = String::new();
+                cur.locked_at = None;
+                cur.updated_at = now.clone();
+                tx.put_dispatch(&cur)?;
+                let mut p = payload(&DispatchEventPayload {
+                    status: DispatchStatus::Failed,
+                    ..queued_payload(&cur)
+                });
+                p["error"] = Value::String(error);
+                tx.append_events(&cur.execution_id, &now, &[(EventType::DispatchFailed, p)])?;
+                Ok(())
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Fails the execution with `dispatch_exhausted` (after the last failed attempt, or when a
+    /// claim finds the budget spent).
+    async fn exhaust(&self, d: Dispatch, error: Option<String>) -> KernelResult<()> {
+        let _guard = self.lock_execution(&d.execution_id).await;
+        let now = self.now_text();
+        self.inner
+            .store
+            .write(move |tx| {
+                let Some(cur) = tx.dispatch(&d.id)? else {
+                    return Ok(());
+                };
+                if cur.attempt != d.attempt {
+                    return Ok(());
+                }
+                let mut events: Events = Vec::new();
+                if let Some(error) = error {
+                    let mut p = payload(&DispatchEventPayload {
+                        status: DispatchStatus::Failed,
+                        ..queued_payload(&cur)
+                    });
+                    p["error"] = Value::String(error);
+                    events.push((EventType::DispatchFailed, p));
+                }
+                retire_dispatches(tx, &cur.execution_id, &now)?;
+                if let Some(mut exec) = tx.execution(&cur.execution_id)?
+                    && !exec.status.is_terminal()
+                {
+                    exec.status = ExecutionStatus::Failed;
+                    exec.failure_reason = REASON_DISPATCH_EXHAUSTED.to_owned();
+                    exec.updated_at = now.clone();
+                    tx.put_execution(&exec)?;
+                    events.push((
+                        EventType::ExecutionFailed,
+                        payload(&ExecutionEventPayload {
+                            reason: Some(REASON_DISPATCH_EXHAUSTED.to_owned()),
+                            ..ExecutionEventPayload::new(&exec.id, ExecutionStatus::Failed)
+                        }),
+                    ));
+                }
+                if !events.is_empty() {
+                    tx.append_events(&cur.execution_id, &now, &events)?;
+                }
+                Ok(())
+            })
+            .await?;
+        Metrics::inc(&self.inner.metrics.dispatch_exhausted);
+        Ok(())
+    }
+
+    /// Returns in-flight dispatches whose lease expired (no renewal for `lease_timeout`) to
+    /// `pending`; how many.
+    pub async fn reap_expired_leases(&self) -> KernelResult<usize> {
+        let now = self.now();
+        let lease = self.inner.config.lease_timeout;
+        let in_flight = self
+            .inner
+            .store
+            .read(|tx| tx.in_flight_dispatches())
+            .await?;
+        let expired: Vec<Dispatch> = in_flight
+            .into_iter()
+            .filter(|d| {
+                let locked = d.locked_at.as_deref().and_then(parse_rfc3339);
+                let last = match (locked, self.renewed_at(&d.id)) {
+                    (Some(a), Some(b)) => a.max(b),
+                    (a, b) => a.or(b).unwrap_or(SystemTime::UNIX_EPOCH),
+                };
+                now.duration_since(last).is_ok_and(|age| age > lease)
+            })
+            .collect();
+        self.reclaim(expired).await
+    }
+
+    /// Reclaims every in-flight dispatch now, as a kernel restart would (tests).
+    #[doc(hidden)]
+    pub async fn reclaim_for_test(&self) -> usize {
+        self.reclaim_all_in_flight().await.unwrap_or(0)
+    }
+
+    /// At start-up every in-flight dispatch is reclaimed: the lease renewals of the previous
+    /// process are gone, and its agents' attempts are replayed by a new attempt.
+    pub(crate) async fn reclaim_all_in_flight(&self) -> KernelResult<usize> {
+        let in_flight = self
+            .inner
+            .store
+            .read(|tx| tx.in_flight_dispatches())
+            .await?;
+        self.reclaim(in_flight).await
+    }
+
+    async fn reclaim(&self, rows: Vec<Dispatch>) -> KernelResult<usize> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let now = self.now_text();
+        let n = self
+            .inner
+            .store
+            .write(move |tx| {
+                let mut n = 0;
+                for d in rows {
+                    let Some(mut cur) = tx.dispatch(&d.id)? else {
+                        continue;
+                    };
+                    if cur.status != DispatchStatus::InFlight || cur.attempt != d.attempt {
+                        continue;
+                    }
+                    cur.status = DispatchStatus::Pending;
+                    cur.next_attempt_at = now.clone();
+                    cur.locked_by = String::new();
+                    cur.locked_at = None;
+                    cur.updated_at = now.clone();
+                    tx.put_dispatch(&cur)?;
+                    n += 1;
+                }
+                Ok(n)
+            })
+            .await?;
+        for _ in 0..n {
+            Metrics::inc(&self.inner.metrics.dispatches_reclaimed);
+        }
+        if n > 0 {
+            self.inner.queued.notify_one();
+        }
+        Ok(n)
+    }
+
+    /// Runs the dispatcher until the returned task is aborted: claims due dispatches up to
+    /// the configured concurrency and delivers them through `deliverer`.
+    pub fn spawn_dispatcher(&self, deliverer: Arc<dyn Deliverer>) -> tokio::task::JoinHandle<()> {
+        let kernel = self.clone();
+        tokio::spawn(async move {
+            let slots = Arc::new(tokio::sync::Semaphore::new(
+                kernel.inner.config.dispatch_concurrency.max(1),
+            ));
+            loop {
+                let free = slots.available_permits();
+                let claimed = if free > 0 {
+                    kernel.claim_dispatches(free).await.unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                let idle = claimed.is_empty();
+                for c in claimed {
+                    let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+                        return;
+                    };
+                    let (k, del) = (kernel.clone(), Arc::clone(&deliverer));
+                    tokio::spawn(async move {
+                        let _permit = permit;
+                        let _ = k.deliver(c, &*del).await;
+                    });
+                }
+                if idle {
+                    let _ = tokio::time::timeout(
+                        Duration::from_millis(250),
+                        kernel.inner.queued.notified(),
+                    )
+                    .await;
+                }
+            }
+        })
+    }
+
+    /// Runs the reaper until aborted: every `min(2 s, lease / 4)`.
+    pub fn spawn_reaper(&self) -> tokio::task::JoinHandle<()> {
+        let kernel = self.clone();
+        tokio::spawn(async move {
+            let every = (kernel.inner.config.lease_timeout / 4)
+                .min(Duration::from_secs(2))
+                .max(Duration::from_millis(10));
+            loop {
+                tokio::time::sleep(every).await;
+                let _ = kernel.reap_expired_leases().await;
+            }
+        })
+    }
+}

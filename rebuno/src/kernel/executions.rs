@@ -1,0 +1,398 @@
+//! Executions: create, read, list, events, steps, cancel, and the agent's own complete / fail /
+//! heartbeat (lease-fenced).
+
+use super::dispatch::{enqueue_dispatch, lease_holds, retire_dispatches};
+use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
+use crate::protocol::{
+    ApprovalEventPayload, ApprovalStatus, CreateExecutionRequest, Event, EventType, Execution,
+    ExecutionEventPayload, ExecutionList, ExecutionStatus, REASON_CLIENT_CANCELLED,
+    REASON_EXECUTION_CANCELLED, Step, StepEventPayload, StepStatus,
+};
+use crate::store::{ExecutionQuery, StoreExt, Tx};
+use crate::time::rfc3339;
+use serde_json::{Value, json};
+
+/// Default and maximum page sizes of `GET /v0/executions`.
+pub const LIST_DEFAULT_LIMIT: usize = 50;
+/// Maximum page size of `GET /v0/executions`.
+pub const LIST_MAX_LIMIT: usize = 200;
+
+fn cancelled_error() -> Value {
+    json!({ "reason": REASON_EXECUTION_CANCELLED })
+}
+
+/// Cancels `exec` inside `tx` (client cancel or deadline): `execution.cancelled`, retired
+/// dispatches, pending approvals expired with their steps denied, executing steps cancelled.
+pub(crate) fn cancel_in_tx(
+    tx: &mut dyn Tx,
+    mut exec: Execution,
+    now: &str,
+) -> crate::store::StoreResult<()> {
+    exec.status = ExecutionStatus::Cancelled;
+    exec.failure_reason = REASON_CLIENT_CANCELLED.to_owned();
+    exec.updated_at = now.to_owned();
+    tx.put_execution(&exec)?;
+    let mut events: Events = vec![(
+        EventType::ExecutionCancelled,
+        payload(&ExecutionEventPayload {
+            reason: Some(REASON_CLIENT_CANCELLED.to_owned()),
+            ..ExecutionEventPayload::new(&exec.id, ExecutionStatus::Cancelled)
+        }),
+    )];
+    retire_dispatches(tx, &exec.id, now)?;
+    for mut approval in tx.pending_approvals(Some(&exec.id))? {
+        approval.status = ApprovalStatus::Expired;
+        approval.rationale = REASON_EXECUTION_CANCELLED.to_owned();
+        approval.decided_at = Some(now.to_owned());
+        tx.put_approval(&approval)?;
+        events.push((
+            EventType::ApprovalExpired,
+            payload(&ApprovalEventPayload {
+                approval_id: approval.id.clone(),
+                step_id: approval.step_id.clone(),
+                execution_id: exec.id.clone(),
+                status: ApprovalStatus::Expired,
+                decided_by: None,
+                rationale: Some(REASON_EXECUTION_CANCELLED.to_owned()),
+            }),
+        ));
+        if let Some(mut step) = tx.step(&approval.step_id)?
+            && !step.status.is_terminal()
+        {
+            step.status = StepStatus::Denied;
+            step.error = Some(cancelled_error());
+            step.completed_at = Some(now.to_owned());
+            tx.put_step(&step)?;
+            events.push((
+                EventType::StepDenied,
+                payload(&StepEventPayload::denied(
+                    &step.step_id,
+                    step.kind.clone(),
+                    &step.target,
+                    "",
+                    step.error.clone(),
+                )),
+            ));
+        }
+    }
+    for mut step in tx.steps_in_status(&exec.id, StepStatus::Executing.as_str())? {
+        step.status = StepStatus::Cancelled;
+        step.error = Some(cancelled_error());
+        step.completed_at = Some(now.to_owned());
+        tx.put_step(&step)?;
+        events.push((
+            EventType::StepCancelled,
+            payload(
+                &StepEventPayload::new(&step.step_id, step.kind.clone(), &step.target)
+                    .with_error(cancelled_error()),
+            ),
+        ));
+    }
+    tx.append_events(&exec.id, now, &events)?;
+    Ok(())
+}
+
+impl Kernel {
+    /// Creates an execution for an existing agent (`404` otherwise): `execution.created`,
+    /// `execution.started` and `dispatch.queued` with its dispatch, in one transaction. The
+    /// answer shows status `running`.
+    pub async fn create_execution(&self, req: CreateExecutionRequest) -> KernelResult<Execution> {
+        let now = self.now();
+        let now_text = rfc3339(now);
+        let deadline = self.inner.config.deadline_timeout.map(|d| rfc3339(now + d));
+        let id = uuid::Uuid::now_v7().to_string();
+        let max_attempts = self.inner.config.dispatch_max_attempts;
+        let exec = self
+            .inner
+            .store
+            .write(move |tx| {
+                if tx.agent(&req.agent_id)?.is_none() {
+                    return Ok(None);
+                }
+                let exec = Execution {
+                    id: id.clone(),
+                    agent_id: req.agent_id,
+                    agent_version: req.agent_version,
+                    input: req.input.unwrap_or(Value::Null),
+                    status: ExecutionStatus::Running,
+                    output: None,
+                    failure_reason: String::new(),
+                    created_at: now_text.clone(),
+                    updated_at: now_text.clone(),
+                    deadline_at: deadline.clone(),
+                };
+                tx.put_execution(&exec)?;
+                let mut events: Events = vec![
+                    (
+                        EventType::ExecutionCreated,
+                        payload(&ExecutionEventPayload {
+                            deadline_at: deadline.clone(),
+                            ..ExecutionEventPayload::new(&id, ExecutionStatus::Pending)
+                        }),
+                    ),
+                    (
+                        EventType::ExecutionStarted,
+                        payload(&ExecutionEventPayload {
+                            deadline_at: deadline,
+                            ..ExecutionEventPayload::new(&id, ExecutionStatus::Running)
+                        }),
+                    ),
+                ];
+                events.push(enqueue_dispatch(
+                    tx,
+                    &id,
+                    &now_text,
+                    &now_text,
+                    max_attempts,
+                )?);
+                tx.append_events(&id, &now_text, &events)?;
+                Ok(Some(exec))
+            })
+            .await?
+            .ok_or_else(KernelError::not_found)?;
+        Metrics::inc(&self.inner.metrics.executions_created);
+        self.inner.queued.notify_one();
+        Ok(exec)
+    }
+
+    /// An execution (`404` if unknown).
+    pub async fn execution(&self, id: &str) -> KernelResult<Execution> {
+        let id = id.to_owned();
+        self.inner
+            .store
+            .read(move |tx| tx.execution(&id))
+            .await?
+            .ok_or_else(KernelError::not_found)
+    }
+
+    /// A page of executions, newest first. `limit` 0 means the default (50); it is capped at
+    /// 200. `cursor` is the last id of the previous page.
+    pub async fn list_executions(
+        &self,
+        agent_id: Option<String>,
+        status: Option<String>,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> KernelResult<ExecutionList> {
+        let limit = if limit == 0 {
+            LIST_DEFAULT_LIMIT
+        } else {
+            limit.min(LIST_MAX_LIMIT)
+        };
+        let query = ExecutionQuery {
+            agent_id,
+            status,
+            before_id: cursor,
+            limit: limit + 1,
+        };
+        let mut executions = self
+            .inner
+            .store
+            .read(move |tx| tx.list_executions(&query))
+            .await?;
+        let next_cursor = if executions.len() > limit {
+            executions.truncate(limit);
+            executions.last().map(|e| e.id.clone())
+        } else {
+            None
+        };
+        Ok(ExecutionList {
+            executions,
+            next_cursor,
+        })
+    }
+
+    /// Events with `event_seq > after_seq`, ascending; `limit` 0 means 100, capped at 1000.
+    pub async fn events(&self, id: &str, after_seq: u64, limit: usize) -> KernelResult<Vec<Event>> {
+        let limit = if limit == 0 { 100 } else { limit.min(1000) };
+        let id = id.to_owned();
+        Ok(self
+            .inner
+            .store
+            .read(move |tx| tx.events(&id, after_seq, limit))
+            .await?)
+    }
+
+    /// An execution's steps by step id; `terminal_only` keeps succeeded, failed, denied and
+    /// cancelled ones.
+    pub async fn steps(&self, id: &str, terminal_only: bool) -> KernelResult<Vec<Step>> {
+        let id = id.to_owned();
+        let steps = self.inner.store.read(move |tx| tx.steps(&id)).await?;
+        Ok(steps
+            .into_iter()
+            .filter(|s| !terminal_only || s.status.is_terminal())
+            .collect())
+    }
+
+    /// A step by id (`404` if unknown).
+    pub async fn step(&self, step_id: &str) -> KernelResult<Step> {
+        let step_id = step_id.to_owned();
+        self.inner
+            .store
+            .read(move |tx| tx.step(&step_id))
+            .await?
+            .ok_or_else(KernelError::not_found)
+    }
+
+    /// Cancels an execution (`404`; `409 execution_terminal` if already finished).
+    pub async fn cancel(&self, id: &str) -> KernelResult<()> {
+        let _guard = self.lock_execution(id).await;
+        let id = id.to_owned();
+        let now = self.now_text();
+        self.inner
+            .store
+            .write(move |tx| {
+                let Some(exec) = tx.execution(&id)? else {
+                    return Ok(Err(KernelError::not_found()));
+                };
+                if exec.status.is_terminal() {
+                    return Ok(Err(KernelError::terminal()));
+                }
+                cancel_in_tx(tx, exec, &now)?;
+                Ok(Ok(()))
+            })
+            .await?
+    }
+
+    /// The agent completes its execution: `execution.completed` with the output, dispatches
+    /// retired. Fenced by the lease.
+    pub async fn complete_execution(
+        &self,
+        id: &str,
+        lease: &Lease,
+        output: Option<Value>,
+    ) -> KernelResult<()> {
+        self.finish(id, lease, ExecutionStatus::Completed, output, String::new())
+            .await
+    }
+
+    /// The agent fails its execution: `execution.failed` with `reason = error`. Fenced.
+    pub async fn fail_execution(&self, id: &str, lease: &Lease, error: String) -> KernelResult<()> {
+        self.finish(id, lease, ExecutionStatus::Failed, None, error)
+            .await
+    }
+
+    async fn finish(
+        &self,
+        id: &str,
+        lease: &Lease,
+        status: ExecutionStatus,
+        output: Option<Value>,
+        reason: String,
+    ) -> KernelResult<()> {
+        let _guard = self.lock_execution(id).await;
+        let dispatch_id = lease.dispatch_id.clone();
+        let (id, lease) = (id.to_owned(), lease.clone());
+        let now = self.now_text();
+        let result = self
+            .inner
+            .store
+            .write(move |tx| {
+                let Some(mut exec) = tx.execution(&id)? else {
+                    return Ok(Err(KernelError::not_found()));
+                };
+                if exec.status.is_terminal() {
+                    return Ok(Err(KernelError::terminal()));
+                }
+                if !lease_holds(tx, &id, &lease, true)? {
+                    return Ok(Err(KernelError::lease_superseded()));
+                }
+                exec.status = status;
+                exec.updated_at = now.clone();
+                let mut event = ExecutionEventPayload::new(&id, status);
+                if status == ExecutionStatus::Completed {
+                    exec.output = Some(output.unwrap_or(Value::Null));
+                    event.output = exec.output.clone();
+                } else {
+                    exec.failure_reason = reason.clone();
+                    event.reason = Some(reason).filter(|r| !r.is_empty());
+                }
+                tx.put_execution(&exec)?;
+                retire_dispatches(tx, &id, &now)?;
+                let ty = if status == ExecutionStatus::Completed {
+                    EventType::ExecutionCompleted
+                } else {
+                    EventType::ExecutionFailed
+                };
+                tx.append_events(&id, &now, &[(ty, payload(&event))])?;
+                Ok(Ok(()))
+            })
+            .await?;
+        if result.is_ok() {
+            self.reset_dispatch(&dispatch_id);
+        }
+        result
+    }
+
+    /// Renews exactly the leased attempt (`409 lease_superseded` otherwise).
+    pub async fn heartbeat(&self, id: &str, lease: &Lease) -> KernelResult<()> {
+        let (exec_id, l) = (id.to_owned(), lease.clone());
+        let holds = self
+            .inner
+            .store
+            .read(move |tx| lease_holds(tx, &exec_id, &l, true))
+            .await?;
+        if !holds {
+            return Err(KernelError::lease_superseded());
+        }
+        self.renew(&lease.dispatch_id);
+        Ok(())
+    }
+}
+
+impl Kernel {
+    /// Cancels every execution past its deadline (`client_cancelled`, as the spec says);
+    /// returns how many.
+    pub async fn cancel_past_deadline(&self) -> KernelResult<usize> {
+        let now = self.now_text();
+        let due = {
+            let now = now.clone();
+            self.inner
+                .store
+                .read(move |tx| tx.executions_past_deadline(&now, 256))
+                .await?
+        };
+        let mut n = 0;
+        for exec in due {
+            let _guard = self.lock_execution(&exec.id).await;
+            let (id, now) = (exec.id.clone(), now.clone());
+            let done = self
+                .inner
+                .store
+                .write(move |tx| {
+                    let Some(exec) = tx.execution(&id)? else {
+                        return Ok(false);
+                    };
+                    if exec.status.is_terminal() {
+                        return Ok(false);
+                    }
+                    cancel_in_tx(tx, exec, &now)?;
+                    Ok(true)
+                })
+                .await?;
+            n += usize::from(done);
+        }
+        Ok(n)
+    }
+
+    /// Deletes terminal executions older than the retention (never running ones); returns how
+    /// many.
+    pub async fn sweep_retention(&self) -> KernelResult<u64> {
+        let Some(retention) = self.inner.config.retention else {
+            return Ok(0);
+        };
+        let Some(cutoff) = self.now().checked_sub(retention) else {
+            return Ok(0);
+        };
+        let cutoff = rfc3339(cutoff);
+        let n = self
+            .inner
+            .store
+            .write(move |tx| tx.delete_terminal_executions_before(&cutoff))
+            .await?;
+        if let Some(cutoff) = self.now().checked_sub(retention) {
+            let _ = self.inner.limiter.sweep(cutoff).await;
+        }
+        Ok(n)
+    }
+}

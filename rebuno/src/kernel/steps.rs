@@ -1,0 +1,577 @@
+//! Steps: submit (identity, replay, policy, recording), complete and fail.
+//!
+//! Submission follows the spec's SEED order: lease, execution lock, terminal check, lease
+//! renewal, args hash, occurrence, step id; an existing step answers from its record, a new one
+//! goes through policy and is recorded. Answers from the record need one snapshot read and no
+//! durable write; anything recorded is committed before it is answered (`step.executing` is
+//! durable before `proceed`).
+
+use super::dispatch::{lease_holds, retire_dispatches};
+use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
+use crate::identity;
+use crate::policy::{self, Action, EvalInput, enforce_rate_limit};
+use crate::protocol::{
+    Approval, ApprovalEventPayload, ApprovalStatus, EventType, Execution, ExecutionEventPayload,
+    ExecutionStatus, Idempotency, REASON_INDETERMINATE_RETRY, RULE_INDETERMINATE_RETRY, Step,
+    StepDecision, StepEventPayload, StepKind, StepStatus, SubmitStepRequest, denial_error,
+    indeterminate_error,
+};
+use crate::store::{StoreExt, StoreResult, Tx};
+use crate::time::rfc3339;
+use serde_json::Value;
+use std::time::Instant;
+
+/// What one snapshot read learns about a submission.
+struct Snapshot {
+    exec: Option<Execution>,
+    lease_ok: bool,
+    step: Option<Step>,
+    approval_id: Option<String>,
+    bundle: Option<String>,
+    indeterminate: bool,
+}
+
+fn policy_kind(kind: &StepKind) -> Option<policy::StepKind> {
+    match kind {
+        StepKind::ToolCall => Some(policy::StepKind::ToolCall),
+        StepKind::LlmCall => Some(policy::StepKind::LlmCall),
+        StepKind::Local => Some(policy::StepKind::Local),
+        StepKind::Other(_) => None,
+    }
+}
+
+fn step_event(step: &Step) -> StepEventPayload {
+    StepEventPayload::new(&step.step_id, step.kind.clone(), &step.target)
+}
+
+/// The answer an existing step gives when it needs no write, or `None`.
+fn answer_from_record(
+    step: &Step,
+    approval_id: Option<&str>,
+    idempotency: Idempotency,
+) -> Option<StepDecision> {
+    match step.status {
+        StepStatus::Succeeded => Some(StepDecision::replay_result(
+            step.result.clone().unwrap_or(Value::Null),
+        )),
+        StepStatus::Failed => Some(StepDecision::replay_error(
+            step.error.clone().unwrap_or(Value::Null),
+        )),
+        StepStatus::Denied => {
+            let reason = step
+                .error
+                .as_ref()
+                .and_then(|e| e.get("reason"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            Some(StepDecision::denied(if reason.is_empty() {
+                crate::protocol::REASON_POLICY_DENIED
+            } else {
+                reason
+            }))
+        }
+        StepStatus::AwaitingApproval => {
+            Some(StepDecision::blocked(approval_id.unwrap_or_default()))
+        }
+        // An orphan (a dead attempt never reported its outcome): re-run it if that is safe.
+        StepStatus::Executing if idempotency == Idempotency::SafeToRetry => {
+            Some(StepDecision::proceed())
+        }
+        StepStatus::Executing | StepStatus::Allowed | StepStatus::Proposed => None,
+        StepStatus::Cancelled => Some(StepDecision::proceed()),
+    }
+}
+
+impl Kernel {
+    /// Submits a step for the leased dispatch of execution `execution_id` and answers the
+    /// decision (`proceed`, `replay`, `denied`, `blocked`, `execution_blocked`,
+    /// `rate_limited`, `execution_terminal`).
+    pub async fn submit_step(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        req: SubmitStepRequest,
+    ) -> KernelResult<StepDecision> {
+        Metrics::inc(&self.inner.metrics.steps_submitted);
+        let args_hash = req
+            .args_hash()
+            .map_err(|e| KernelError::validation(format!("invalid args: {e}")))?;
+        let _guard = self.lock_execution(execution_id).await;
+        let kind = req.kind.clone();
+        let key = (
+            kind.as_str().to_owned(),
+            req.target.clone(),
+            args_hash.clone(),
+        );
+        let occurrence = self.next_occurrence(&lease.dispatch_id, &key);
+        let step_id = identity::step_id(
+            execution_id,
+            kind.as_str(),
+            &req.target,
+            &args_hash,
+            occurrence,
+        );
+
+        let snap = {
+            let (exec_id, lease, step_id) =
+                (execution_id.to_owned(), lease.clone(), step_id.clone());
+            let (kind, target, args_hash) = (kind.clone(), req.target.clone(), args_hash.clone());
+            let at_most_once = req.idempotency == Idempotency::AtMostOnce;
+            self.inner
+                .store
+                .read(move |tx| {
+                    let exec = tx.execution(&exec_id)?;
+                    let Some(e) = &exec else {
+                        return Ok(Snapshot {
+                            exec,
+                            lease_ok: false,
+                            step: None,
+                            approval_id: None,
+                            bundle: None,
+                            indeterminate: false,
+                        });
+                    };
+                    let lease_ok = lease_holds(tx, &exec_id, &lease, true)?;
+                    let step = tx.step(&step_id)?;
+                    let approval_id = match &step {
+                        Some(s) if s.status == StepStatus::AwaitingApproval => {
+                            tx.pending_approval_for_step(&step_id)?.map(|a| a.id)
+                        }
+                        _ => None,
+                    };
+                    let bundle = tx.agent(&e.agent_id)?.map(|a| a.policy_bundle);
+                    let indeterminate = step.is_none()
+                        && at_most_once
+                        && tx.has_indeterminate_failure(&exec_id, &kind, &target, &args_hash)?;
+                    Ok(Snapshot {
+                        exec,
+                        lease_ok,
+                        step,
+                        approval_id,
+                        bundle,
+                        indeterminate,
+                    })
+                })
+                .await?
+        };
+        let Some(exec) = snap.exec else {
+            return Err(KernelError::not_found());
+        };
+        if exec.status.is_terminal() {
+            return Ok(StepDecision::execution_terminal());
+        }
+        if !snap.lease_ok {
+            return Err(KernelError::lease_superseded());
+        }
+        self.renew(&lease.dispatch_id);
+
+        let decision = match &snap.step {
+            Some(step) => {
+                Metrics::inc(&self.inner.metrics.replay_hits);
+                match answer_from_record(step, snap.approval_id.as_deref(), req.idempotency) {
+                    Some(d) => d,
+                    None => {
+                        self.resume_existing(step.clone(), lease.clone(), req.idempotency)
+                            .await?
+                    }
+                }
+            }
+            None => {
+                Metrics::inc(&self.inner.metrics.replay_misses);
+                if exec.status == ExecutionStatus::Blocked {
+                    return Ok(StepDecision::execution_blocked());
+                }
+                let args = req.args_value();
+                let pol = if snap.indeterminate {
+                    policy::Decision::new(
+                        Action::Deny,
+                        REASON_INDETERMINATE_RETRY,
+                        RULE_INDETERMINATE_RETRY,
+                    )
+                } else {
+                    if let Some(text) = &snap.bundle {
+                        let _ = self.inner.policy.sync_bundle(&exec.agent_id, text);
+                    }
+                    let started = Instant::now();
+                    let d = self.inner.policy.evaluate(&EvalInput {
+                        agent_id: &exec.agent_id,
+                        execution_id,
+                        step_kind: policy_kind(&kind),
+                        target: &req.target,
+                        arguments: &args,
+                    });
+                    Metrics::inc(&self.inner.metrics.policy_evaluations);
+                    self.inner.metrics.policy_nanos.fetch_add(
+                        started.elapsed().as_nanos() as u64,
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                    d
+                };
+                let input = EvalInput {
+                    agent_id: &exec.agent_id,
+                    execution_id,
+                    step_kind: policy_kind(&kind),
+                    target: &req.target,
+                    arguments: &args,
+                };
+                let outcome = enforce_rate_limit(&*self.inner.limiter, &pol, &input).await;
+                if let Some(reason) = outcome.refusal_reason() {
+                    self.record_rate_limited(
+                        execution_id,
+                        &step_id,
+                        &kind,
+                        &req.target,
+                        &pol.rule_id,
+                        reason,
+                    )
+                    .await?;
+                    return Ok(StepDecision::rate_limited(reason));
+                }
+                let step = Step {
+                    step_id: step_id.clone(),
+                    execution_id: execution_id.to_owned(),
+                    kind: kind.clone(),
+                    target: req.target.clone(),
+                    args_hash: args_hash.clone(),
+                    occurrence,
+                    status: StepStatus::Proposed,
+                    idempotency: req.idempotency,
+                    args: Some(args),
+                    result: None,
+                    error: None,
+                    started_at: None,
+                    completed_at: None,
+                };
+                self.record_new(step, pol, lease.clone()).await?
+            }
+        };
+        self.advance_occurrence(&lease.dispatch_id, key, occurrence);
+        Ok(decision.with_step_id(step_id))
+    }
+
+    /// An existing step that needs a write: `allowed`/`proposed` starts executing; an
+    /// `at_most_once` orphan is failed as indeterminate and replayed.
+    async fn resume_existing(
+        &self,
+        step: Step,
+        lease: Lease,
+        idempotency: Idempotency,
+    ) -> KernelResult<StepDecision> {
+        let now = self.now_text();
+        self.inner
+            .store
+            .write(move |tx| {
+                if !lease_holds(tx, &step.execution_id, &lease, true)? {
+                    return Ok(Err(KernelError::lease_superseded()));
+                }
+                let Some(mut cur) = tx.step(&step.step_id)? else {
+                    return Ok(Err(KernelError::not_found()));
+                };
+                let decision = match cur.status {
+                    StepStatus::Executing if idempotency == Idempotency::AtMostOnce => {
+                        cur.status = StepStatus::Failed;
+                        cur.error = Some(indeterminate_error());
+                        cur.completed_at = Some(now.clone());
+                        tx.put_step(&cur)?;
+                        let p = step_event(&cur).with_error(indeterminate_error());
+                        tx.append_events(
+                            &cur.execution_id,
+                            &now,
+                            &[(EventType::StepFailed, payload(&p))],
+                        )?;
+                        StepDecision::replay_error(indeterminate_error())
+                    }
+                    StepStatus::Allowed | StepStatus::Proposed => {
+                        cur.status = StepStatus::Executing;
+                        cur.started_at = Some(now.clone());
+                        tx.put_step(&cur)?;
+                        tx.append_events(
+                            &cur.execution_id,
+                            &now,
+                            &[(EventType::StepExecuting, payload(&step_event(&cur)))],
+                        )?;
+                        StepDecision::proceed()
+                    }
+                    _ => answer_from_record(&cur, None, idempotency)
+                        .unwrap_or_else(StepDecision::proceed),
+                };
+                Ok(Ok(decision))
+            })
+            .await?
+    }
+
+    /// Records a new step with its policy result (allow, deny or require approval).
+    async fn record_new(
+        &self,
+        mut step: Step,
+        pol: policy::Decision,
+        lease: Lease,
+    ) -> KernelResult<StepDecision> {
+        let now_t = self.now();
+        let now = rfc3339(now_t);
+        let timeout = pol
+            .approval_config
+            .as_ref()
+            .and_then(|c| c.timeout)
+            .and_then(|t| t.to_std())
+            .filter(|t| !t.is_zero())
+            .unwrap_or(self.inner.config.approval_timeout);
+        let timeout_at = rfc3339(now_t + timeout);
+        let approval_id = uuid::Uuid::now_v7().to_string();
+        let decision = self
+            .inner
+            .store
+            .write(move |tx| {
+                let Some(mut exec) = tx.execution(&step.execution_id)? else {
+                    return Ok(Err(KernelError::not_found()));
+                };
+                if exec.status.is_terminal() {
+                    return Ok(Ok(StepDecision::execution_terminal()));
+                }
+                if !lease_holds(tx, &step.execution_id, &lease, true)? {
+                    return Ok(Err(KernelError::lease_superseded()));
+                }
+                if tx.step(&step.step_id)?.is_some() {
+                    return Ok(Err(KernelError::conflict("step already recorded")));
+                }
+                let mut events: Events =
+                    vec![(EventType::StepProposed, payload(&step_event(&step)))];
+                let decision = match pol.action {
+                    Action::Allow => {
+                        step.status = StepStatus::Executing;
+                        step.started_at = Some(now.clone());
+                        tx.put_step(&step)?;
+                        events.push((
+                            EventType::StepAllowed,
+                            payload(&step_event(&step).with_rule_id(&pol.rule_id)),
+                        ));
+                        events.push((EventType::StepExecuting, payload(&step_event(&step))));
+                        StepDecision::proceed()
+                    }
+                    Action::Deny => {
+                        let error = denial_error(&pol.reason, &pol.rule_id);
+                        step.status = StepStatus::Denied;
+                        step.error = Some(error.clone());
+                        step.completed_at = Some(now.clone());
+                        tx.put_step(&step)?;
+                        events.push((
+                            EventType::StepDenied,
+                            payload(&StepEventPayload::denied(
+                                &step.step_id,
+                                step.kind.clone(),
+                                &step.target,
+                                &pol.rule_id,
+                                Some(error),
+                            )),
+                        ));
+                        let reason = if pol.reason.is_empty() {
+                            crate::protocol::REASON_POLICY_DENIED
+                        } else {
+                            pol.reason.as_str()
+                        };
+                        StepDecision::denied(reason)
+                    }
+                    Action::RequireApproval => {
+                        let config = pol.approval_config.clone().unwrap_or_default();
+                        let approval = Approval {
+                            id: approval_id.clone(),
+                            step_id: step.step_id.clone(),
+                            execution_id: step.execution_id.clone(),
+                            status: ApprovalStatus::Pending,
+                            approvers: Some(if config.approvers.is_empty() {
+                                Value::Null
+                            } else {
+                                Value::from(config.approvers.clone())
+                            }),
+                            message: config.message.clone(),
+                            timeout_at: timeout_at.clone(),
+                            decided_by: String::new(),
+                            decided_at: None,
+                            rationale: String::new(),
+                            created_at: now.clone(),
+                        };
+                        tx.put_approval(&approval)?;
+                        step.status = StepStatus::AwaitingApproval;
+                        tx.put_step(&step)?;
+                        events.push((
+                            EventType::StepAwaitingApproval,
+                            payload(&step_event(&step).with_rule_id(&pol.rule_id)),
+                        ));
+                        events.push((
+                            EventType::ApprovalRequested,
+                            payload(&ApprovalEventPayload {
+                                approval_id: approval.id.clone(),
+                                step_id: step.step_id.clone(),
+                                execution_id: step.execution_id.clone(),
+                                status: ApprovalStatus::Pending,
+                                decided_by: None,
+                                rationale: None,
+                            }),
+                        ));
+                        events.push((
+                            EventType::ExecutionBlocked,
+                            payload(&ExecutionEventPayload::new(
+                                &exec.id,
+                                ExecutionStatus::Blocked,
+                            )),
+                        ));
+                        exec.status = ExecutionStatus::Blocked;
+                        exec.updated_at = now.clone();
+                        tx.put_execution(&exec)?;
+                        retire_dispatches(tx, &exec.id, &now)?;
+                        StepDecision::blocked(approval.id)
+                    }
+                };
+                tx.append_events(&step.execution_id, &now, &events)?;
+                Ok(Ok(decision))
+            })
+            .await??;
+        if decision.approval_id.is_some() {
+            self.inner.approvals_changed.notify_one();
+        }
+        Ok(decision)
+    }
+
+    /// `step.rate_limited` (the SEED kernel's record of a refusal); nothing else changes.
+    async fn record_rate_limited(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        kind: &StepKind,
+        target: &str,
+        rule_id: &str,
+        reason: &str,
+    ) -> KernelResult<()> {
+        let now = self.now_text();
+        let p = StepEventPayload::denied(
+            step_id,
+            kind.clone(),
+            target,
+            rule_id,
+            Some(denial_error(reason, rule_id)),
+        );
+        let exec_id = execution_id.to_owned();
+        self.inner
+            .store
+            .write(move |tx| {
+                tx.append_events(&exec_id, &now, &[(EventType::StepRateLimited, payload(&p))])
+                    .map(|_| ())
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Records a step's result (`recorded`), or answers `replay` if it already has an outcome,
+    /// or `execution_terminal`. Fenced by the lease (any status of the same attempt).
+    pub async fn complete_step(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        lease: &Lease,
+        result: Option<Value>,
+    ) -> KernelResult<StepDecision> {
+        self.finish_step(
+            execution_id,
+            step_id,
+            lease,
+            Ok(result.unwrap_or(Value::Null)),
+        )
+        .await
+    }
+
+    /// Records a step's error (`recorded`); same rules as [`Kernel::complete_step`].
+    pub async fn fail_step(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        lease: &Lease,
+        error: Option<Value>,
+    ) -> KernelResult<StepDecision> {
+        self.finish_step(
+            execution_id,
+            step_id,
+            lease,
+            Err(error.unwrap_or(Value::Null)),
+        )
+        .await
+    }
+
+    async fn finish_step(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        lease: &Lease,
+        outcome: Result<Value, Value>,
+    ) -> KernelResult<StepDecision> {
+        let step = self.step(step_id).await?;
+        if step.execution_id != execution_id {
+            return Err(KernelError::not_found());
+        }
+        let _guard = self.lock_execution(execution_id).await;
+        let now = self.now_text();
+        let (lease, step_id) = (lease.clone(), step_id.to_owned());
+        self.inner
+            .store
+            .write(move |tx| finish_step_tx(tx, &step_id, &lease, outcome, &now))
+            .await?
+    }
+}
+
+fn finish_step_tx(
+    tx: &mut dyn Tx,
+    step_id: &str,
+    lease: &Lease,
+    outcome: Result<Value, Value>,
+    now: &str,
+) -> StoreResult<KernelResult<StepDecision>> {
+    let Some(mut step) = tx.step(step_id)? else {
+        return Ok(Err(KernelError::not_found()));
+    };
+    let Some(exec) = tx.execution(&step.execution_id)? else {
+        return Ok(Err(KernelError::not_found()));
+    };
+    if exec.status.is_terminal() {
+        return Ok(Ok(StepDecision::execution_terminal()));
+    }
+    match step.status {
+        StepStatus::Succeeded => {
+            return Ok(Ok(StepDecision::replay_result(
+                step.result.unwrap_or(Value::Null),
+            )));
+        }
+        s if s.is_terminal() => {
+            return Ok(Ok(StepDecision::replay_error(
+                step.error.unwrap_or(Value::Null),
+            )));
+        }
+        _ => {}
+    }
+    if !lease_holds(tx, &step.execution_id, lease, false)? {
+        return Ok(Err(KernelError::lease_superseded()));
+    }
+    if step.status != StepStatus::Executing {
+        return Ok(Err(KernelError::conflict(format!(
+            "step is {}, not executing",
+            step.status
+        ))));
+    }
+    let event = match outcome {
+        Ok(result) => {
+            step.status = StepStatus::Succeeded;
+            step.result = Some(result);
+            (EventType::StepSucceeded, payload(&step_event(&step)))
+        }
+        Err(error) => {
+            step.status = StepStatus::Failed;
+            step.error = Some(error.clone());
+            (
+                EventType::StepFailed,
+                payload(&step_event(&step).with_error(error)),
+            )
+        }
+    };
+    step.completed_at = Some(now.to_owned());
+    tx.put_step(&step)?;
+    tx.append_events(&step.execution_id, now, &[event])?;
+    Ok(Ok(StepDecision::recorded()))
+}

@@ -1,0 +1,197 @@
+//! Kernel storage: the [`Store`] trait, the [`Tx`] it hands to every state change, and the
+//! SQLite backend (a file, or an in-memory database for tests and `rebuno dev --memory`).
+//!
+//! Every state change of the kernel is one call of [`Store::write`]: a closure that reads and
+//! writes through a [`Tx`] and is committed atomically, events and projections together. The
+//! trait keeps no process-local state a second replica could not see, so a PostgreSQL backend
+//! implements the same [`Tx`] over one database transaction (with advisory locks where the
+//! SQLite backend relies on its single writer).
+//!
+//! The SQLite backend runs every write on one writer thread that commits whatever writes are
+//! waiting together (group commit): a lone writer pays one sync per change, many concurrent
+//! executions share one. Each write runs in its own savepoint, so one failing change never
+//! undoes its neighbours. Reads use their own connection (WAL) and never wait for the writer.
+
+mod sqlite;
+
+pub use sqlite::SqliteStore;
+
+use crate::protocol::{Agent, Approval, Dispatch, Event, EventType, Execution, Step, StepKind};
+use async_trait::async_trait;
+use serde_json::Value;
+use std::any::Any;
+
+/// A storage failure (the kernel answers it with `500 internal_error`).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The database refused or failed an operation.
+    #[error("store: {0}")]
+    Database(String),
+    /// A stored row that does not decode.
+    #[error("store: corrupt row: {0}")]
+    Corrupt(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Database(e.to_string())
+    }
+}
+
+/// Result alias for store operations.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Filter of [`Tx::list_executions`] (newest first).
+#[derive(Debug, Clone, Default)]
+pub struct ExecutionQuery {
+    /// Only this agent's executions.
+    pub agent_id: Option<String>,
+    /// Only executions in this status (not validated, as in the Go kernel).
+    pub status: Option<String>,
+    /// Only ids lower than this one (the page cursor).
+    pub before_id: Option<String>,
+    /// Page size.
+    pub limit: usize,
+}
+
+/// The operations one transaction can perform. Implemented by each backend over its own
+/// transaction; the kernel's logic is written once against it.
+pub trait Tx {
+    /// An agent by id.
+    fn agent(&mut self, id: &str) -> StoreResult<Option<Agent>>;
+    /// Inserts or replaces an agent.
+    fn put_agent(&mut self, agent: &Agent) -> StoreResult<()>;
+    /// Deletes an agent; whether it existed.
+    fn delete_agent(&mut self, id: &str) -> StoreResult<bool>;
+    /// All agents, by id.
+    fn agents(&mut self) -> StoreResult<Vec<Agent>>;
+    /// How many executions reference the agent.
+    fn agent_execution_count(&mut self, id: &str) -> StoreResult<u64>;
+
+    /// An execution by id.
+    fn execution(&mut self, id: &str) -> StoreResult<Option<Execution>>;
+    /// Inserts or replaces an execution.
+    fn put_execution(&mut self, execution: &Execution) -> StoreResult<()>;
+    /// Executions matching `query`, newest (highest id) first.
+    fn list_executions(&mut self, query: &ExecutionQuery) -> StoreResult<Vec<Execution>>;
+    /// Non-terminal executions whose deadline is before `now`.
+    fn executions_past_deadline(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Execution>>;
+    /// Deletes terminal executions created before `cutoff`, with everything that belongs to
+    /// them; how many.
+    fn delete_terminal_executions_before(&mut self, cutoff: &str) -> StoreResult<u64>;
+    /// Counts executions by status.
+    fn execution_counts(&mut self) -> StoreResult<Vec<(String, u64)>>;
+
+    /// Appends events to an execution's log with the next gapless sequence numbers; returns
+    /// the last sequence number.
+    fn append_events(
+        &mut self,
+        execution_id: &str,
+        occurred_at: &str,
+        events: &[(EventType, Value)],
+    ) -> StoreResult<u64>;
+    /// Events with `event_seq > after_seq`, ascending, at most `limit`.
+    fn events(
+        &mut self,
+        execution_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<Event>>;
+
+    /// A step by id.
+    fn step(&mut self, step_id: &str) -> StoreResult<Option<Step>>;
+    /// Inserts or updates a step. Once the stored status is terminal, its status, result,
+    /// error and `completed_at` are kept.
+    fn put_step(&mut self, step: &Step) -> StoreResult<()>;
+    /// An execution's steps, by step id.
+    fn steps(&mut self, execution_id: &str) -> StoreResult<Vec<Step>>;
+    /// An execution's steps in a status.
+    fn steps_in_status(&mut self, execution_id: &str, status: &str) -> StoreResult<Vec<Step>>;
+    /// Whether a failed step with the same kind, target and args hash has error reason
+    /// `indeterminate` (the at-most-once retry guard).
+    fn has_indeterminate_failure(
+        &mut self,
+        execution_id: &str,
+        kind: &StepKind,
+        target: &str,
+        args_hash: &str,
+    ) -> StoreResult<bool>;
+
+    /// An approval by id.
+    fn approval(&mut self, id: &str) -> StoreResult<Option<Approval>>;
+    /// Inserts or replaces an approval.
+    fn put_approval(&mut self, approval: &Approval) -> StoreResult<()>;
+    /// Pending approvals (of one execution, or all), oldest first.
+    fn pending_approvals(&mut self, execution_id: Option<&str>) -> StoreResult<Vec<Approval>>;
+    /// The pending approval of a step.
+    fn pending_approval_for_step(&mut self, step_id: &str) -> StoreResult<Option<Approval>>;
+    /// Pending approvals whose timeout is at or before `now`.
+    fn due_approvals(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Approval>>;
+    /// The earliest timeout of a pending approval.
+    fn next_approval_timeout(&mut self) -> StoreResult<Option<String>>;
+
+    /// A dispatch by id.
+    fn dispatch(&mut self, id: &str) -> StoreResult<Option<Dispatch>>;
+    /// Inserts or replaces a dispatch.
+    fn put_dispatch(&mut self, dispatch: &Dispatch) -> StoreResult<()>;
+    /// An execution's dispatches.
+    fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>>;
+    /// Pending or failed dispatches due at `now`, earliest first.
+    fn claimable_dispatches(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Dispatch>>;
+    /// Every in-flight dispatch.
+    fn in_flight_dispatches(&mut self) -> StoreResult<Vec<Dispatch>>;
+    /// Pending, failed or in-flight dispatches.
+    fn queue_depth(&mut self) -> StoreResult<u64>;
+}
+
+/// A boxed closure run inside one transaction.
+pub type TxFn = Box<dyn FnOnce(&mut dyn Tx) -> StoreResult<Box<dyn Any + Send>> + Send>;
+
+/// Durable kernel storage. Use [`StoreExt`] for typed calls.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Runs `f` in one write transaction and commits it before returning. If `f` fails,
+    /// nothing it wrote is kept.
+    async fn write_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>>;
+    /// Runs `f` against a consistent read snapshot.
+    async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>>;
+    /// Checks the database answers (for `/v0/ready`).
+    async fn ping(&self) -> StoreResult<()>;
+    /// A short backend name (`sqlite`, `memory`).
+    fn backend(&self) -> &'static str;
+}
+
+/// Typed wrappers over [`Store`].
+pub trait StoreExt: Store {
+    /// [`Store::write_boxed`] with a typed result.
+    fn write<R, F>(&self, f: F) -> impl Future<Output = StoreResult<R>> + Send
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> StoreResult<R> + Send + 'static,
+    {
+        let boxed: TxFn =
+            Box::new(move |tx: &mut dyn Tx| f(tx).map(|r| Box::new(r) as Box<dyn Any + Send>));
+        let fut = self.write_boxed(boxed);
+        async move { downcast(fut.await?) }
+    }
+
+    /// [`Store::read_boxed`] with a typed result.
+    fn read<R, F>(&self, f: F) -> impl Future<Output = StoreResult<R>> + Send
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> StoreResult<R> + Send + 'static,
+    {
+        let boxed: TxFn =
+            Box::new(move |tx: &mut dyn Tx| f(tx).map(|r| Box::new(r) as Box<dyn Any + Send>));
+        let fut = self.read_boxed(boxed);
+        async move { downcast(fut.await?) }
+    }
+}
+
+fn downcast<R: 'static>(out: Box<dyn Any + Send>) -> StoreResult<R> {
+    out.downcast::<R>()
+        .map(|b| *b)
+        .map_err(|_| StoreError::Database("result type mismatch".into()))
+}
+
+impl<S: Store + ?Sized> StoreExt for S {}

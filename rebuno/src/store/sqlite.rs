@@ -1,0 +1,810 @@
+//! The SQLite [`Store`]: one file in WAL mode with `synchronous=FULL` (or an in-memory
+//! database), the schema applied from embedded, numbered migrations, group commit on one writer
+//! thread.
+
+use super::{ExecutionQuery, Store, StoreError, StoreResult, Tx, TxFn};
+use crate::protocol::{
+    Agent, Approval, ApprovalStatus, Dispatch, DispatchStatus, Event, EventType, Execution,
+    ExecutionStatus, Idempotency, Step, StepKind, StepStatus,
+};
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::Value;
+use std::any::Any;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, mpsc};
+use tokio::sync::oneshot;
+
+/// `PRAGMA application_id` of a rebuno kernel database ("RBNO").
+const APPLICATION_ID: i64 = 0x5242_4e4f;
+
+/// Embedded migrations; `user_version` records how many have run.
+const MIGRATIONS: &[&str] = &["
+CREATE TABLE agents (
+    id TEXT PRIMARY KEY,
+    webhook_url TEXT NOT NULL,
+    secret TEXT NOT NULL,
+    policy_bundle TEXT NOT NULL DEFAULT '',
+    registered_at TEXT NOT NULL
+);
+CREATE TABLE executions (
+    id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    agent_version TEXT NOT NULL DEFAULT '',
+    input TEXT NOT NULL,
+    status TEXT NOT NULL,
+    output TEXT,
+    failure_reason TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    deadline_at TEXT
+);
+CREATE INDEX executions_agent ON executions (agent_id, id DESC);
+CREATE INDEX executions_active ON executions (status) WHERE status IN ('pending', 'running', 'blocked');
+CREATE TABLE events (
+    execution_id TEXT NOT NULL,
+    event_seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    occurred_at TEXT NOT NULL,
+    PRIMARY KEY (execution_id, event_seq)
+) WITHOUT ROWID;
+CREATE TABLE steps (
+    step_id TEXT PRIMARY KEY,
+    execution_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    target TEXT NOT NULL,
+    args_hash TEXT NOT NULL,
+    occurrence INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    idempotency TEXT NOT NULL,
+    args TEXT,
+    result TEXT,
+    error TEXT,
+    started_at TEXT,
+    completed_at TEXT,
+    UNIQUE (execution_id, kind, target, args_hash, occurrence)
+);
+CREATE TABLE approvals (
+    id TEXT PRIMARY KEY,
+    step_id TEXT NOT NULL,
+    execution_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    approvers TEXT,
+    message TEXT NOT NULL DEFAULT '',
+    timeout_at TEXT NOT NULL,
+    decided_by TEXT NOT NULL DEFAULT '',
+    decided_at TEXT,
+    rationale TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL
+);
+CREATE INDEX approvals_pending ON approvals (timeout_at) WHERE status = 'pending';
+CREATE INDEX approvals_execution ON approvals (execution_id);
+CREATE TABLE dispatches (
+    id TEXT PRIMARY KEY,
+    execution_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    next_attempt_at TEXT NOT NULL,
+    locked_by TEXT NOT NULL DEFAULT '',
+    locked_at TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX dispatches_due ON dispatches (next_attempt_at) WHERE status IN ('pending', 'failed');
+CREATE INDEX dispatches_execution ON dispatches (execution_id);
+"];
+
+type Reply = oneshot::Sender<StoreResult<Box<dyn Any + Send>>>;
+
+/// The SQLite kernel store.
+pub struct SqliteStore {
+    path: Option<PathBuf>,
+    writer: Mutex<mpsc::Sender<(TxFn, Reply)>>,
+    reader: Arc<Mutex<Connection>>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Database(format!("{}: {e}", path.display()))
+}
+
+fn migrate(conn: &Connection, label: &Path) -> StoreResult<()> {
+    let app_id: i64 = conn
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .map_err(|e| db_err(label, format!("not a rebuno database ({e})")))?;
+    if app_id == 0 {
+        let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+        if tables != 0 {
+            return Err(db_err(
+                label,
+                "not a rebuno database (it holds other tables)",
+            ));
+        }
+    } else if app_id != APPLICATION_ID {
+        return Err(db_err(
+            label,
+            format!("not a rebuno database (application_id {app_id:#x})"),
+        ));
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let result = (|| {
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let version = usize::try_from(version).unwrap_or(usize::MAX);
+        if version > MIGRATIONS.len() {
+            return Err(db_err(
+                label,
+                format!(
+                    "schema version {version} is newer than this build ({})",
+                    MIGRATIONS.len()
+                ),
+            ));
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+            conn.execute_batch(sql)?;
+            conn.execute_batch(&format!("PRAGMA user_version = {}", i + 1))?;
+        }
+        conn.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}"))?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT")?,
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating if needed) the kernel database at `path`.
+    pub fn open(path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
+        let path = path.as_ref();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| db_err(dir, e))?;
+        }
+        let writer = Connection::open(path).map_err(|e| db_err(path, e))?;
+        writer.busy_timeout(std::time::Duration::from_secs(30))?;
+        writer
+            .pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| db_err(path, format!("not a rebuno database ({e})")))?;
+        writer.pragma_update(None, "synchronous", "FULL")?;
+        migrate(&writer, path)?;
+        let reader = Connection::open(path).map_err(|e| db_err(path, e))?;
+        reader.busy_timeout(std::time::Duration::from_secs(30))?;
+        let (tx, rx) = mpsc::channel::<(TxFn, Reply)>();
+        std::thread::Builder::new()
+            .name("rebuno-store-writer".into())
+            .spawn(move || writer_loop(WriterConn::Own(writer), rx))
+            .map_err(|e| StoreError::Database(format!("cannot start writer thread: {e}")))?;
+        Ok(SqliteStore {
+            path: Some(path.to_owned()),
+            writer: Mutex::new(tx),
+            reader: Arc::new(Mutex::new(reader)),
+        })
+    }
+
+    /// A fresh in-memory database (nothing survives the process).
+    pub fn memory() -> StoreResult<SqliteStore> {
+        let conn = Connection::open_in_memory()?;
+        migrate(&conn, Path::new(":memory:"))?;
+        let shared = Arc::new(Mutex::new(conn));
+        // One connection serves both: the writer thread locks it for each group.
+        let (tx, rx) = mpsc::channel::<(TxFn, Reply)>();
+        let conn = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("rebuno-store-writer".into())
+            .spawn(move || writer_loop(WriterConn::Shared(conn), rx))
+            .map_err(|e| StoreError::Database(format!("cannot start writer thread: {e}")))?;
+        Ok(SqliteStore {
+            path: None,
+            writer: Mutex::new(tx),
+            reader: shared,
+        })
+    }
+
+    /// Opens `sqlite://<path>`, `sqlite::memory:` or `memory`.
+    pub fn open_url(url: &str) -> StoreResult<SqliteStore> {
+        if url == "memory" || url == "sqlite::memory:" || url == "sqlite://:memory:" {
+            return Self::memory();
+        }
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .ok_or_else(|| {
+                StoreError::Database(format!(
+                    "unsupported database URL '{url}' (use sqlite://<path>)"
+                ))
+            })?;
+        Self::open(path)
+    }
+
+    /// The database file (`None` in memory).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+}
+
+enum WriterConn {
+    Own(Connection),
+    Shared(Arc<Mutex<Connection>>),
+}
+
+/// Most writes one group commit takes.
+const MAX_GROUP: usize = 512;
+
+fn lock(m: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn writer_loop(conn: WriterConn, rx: mpsc::Receiver<(TxFn, Reply)>) {
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        match &conn {
+            WriterConn::Own(c) => run_group(c, jobs),
+            WriterConn::Shared(m) => run_group(&lock(m), jobs),
+        }
+    }
+}
+
+/// Runs `f` as one unit inside the current transaction (a savepoint), catching panics so a bug
+/// in one change cannot take the writer down.
+fn run_one(conn: &Connection, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+    conn.execute_batch("SAVEPOINT w")?;
+    let mut tx = SqliteTx { conn };
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx)))
+        .unwrap_or_else(|_| Err(StoreError::Database("a store transaction panicked".into())));
+    match &out {
+        Ok(_) => conn.execute_batch("RELEASE w")?,
+        Err(_) => conn.execute_batch("ROLLBACK TO w; RELEASE w")?,
+    }
+    out
+}
+
+fn run_group(conn: &Connection, jobs: Vec<(TxFn, Reply)>) {
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        for (_, reply) in jobs {
+            let _ = reply.send(Err(StoreError::Database(format!("begin: {e}"))));
+        }
+        return;
+    }
+    let results: Vec<_> = jobs
+        .into_iter()
+        .map(|(f, reply)| (run_one(conn, f), reply))
+        .collect();
+    match conn.execute_batch("COMMIT") {
+        Ok(()) => {
+            for (result, reply) in results {
+                let _ = reply.send(result);
+            }
+        }
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            for (_, reply) in results {
+                let _ = reply.send(Err(StoreError::Database(format!("commit: {e}"))));
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn write_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+        let (tx, rx) = oneshot::channel();
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .send((f, tx))
+            .map_err(|_| StoreError::Database("the store writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Database("the store writer has stopped".into()))?
+    }
+
+    async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+        // Reads are short indexed lookups: run them inline rather than pay a thread hop.
+        let conn = lock(&self.reader);
+        conn.execute_batch("BEGIN")?;
+        let mut tx = SqliteTx { conn: &conn };
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx)))
+            .unwrap_or_else(|_| Err(StoreError::Database("a store read panicked".into())));
+        conn.execute_batch("COMMIT")?;
+        out
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        lock(&self.reader).query_row("SELECT 1", [], |_| Ok(()))?;
+        Ok(())
+    }
+
+    fn backend(&self) -> &'static str {
+        if self.path.is_some() {
+            "sqlite"
+        } else {
+            "memory"
+        }
+    }
+}
+
+struct SqliteTx<'c> {
+    conn: &'c Connection,
+}
+
+fn json_in(v: &Option<Value>) -> Option<String> {
+    v.as_ref().map(|v| v.to_string())
+}
+
+fn json_out(s: Option<String>) -> rusqlite::Result<Option<Value>> {
+    s.map(|s| serde_json::from_str(&s))
+        .transpose()
+        .map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+        })
+}
+
+fn parse<T: FromStr>(s: String) -> rusqlite::Result<T>
+where
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    T::from_str(&s).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
+const AGENT_COLS: &str = "id, webhook_url, secret, policy_bundle, registered_at";
+fn agent_row(r: &Row<'_>) -> rusqlite::Result<Agent> {
+    Ok(Agent {
+        id: r.get(0)?,
+        webhook_url: r.get(1)?,
+        secret: r.get(2)?,
+        policy_bundle: r.get(3)?,
+        registered_at: r.get(4)?,
+    })
+}
+
+const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at";
+fn exec_row(r: &Row<'_>) -> rusqlite::Result<Execution> {
+    Ok(Execution {
+        id: r.get(0)?,
+        agent_id: r.get(1)?,
+        agent_version: r.get(2)?,
+        input: json_out(r.get(3)?)?.unwrap_or(Value::Null),
+        status: parse::<ExecutionStatus>(r.get(4)?)?,
+        output: json_out(r.get(5)?)?,
+        failure_reason: r.get(6)?,
+        created_at: r.get(7)?,
+        updated_at: r.get(8)?,
+        deadline_at: r.get(9)?,
+    })
+}
+
+const STEP_COLS: &str = "step_id, execution_id, kind, target, args_hash, occurrence, status, idempotency, args, result, error, started_at, completed_at";
+fn step_row(r: &Row<'_>) -> rusqlite::Result<Step> {
+    Ok(Step {
+        step_id: r.get(0)?,
+        execution_id: r.get(1)?,
+        kind: StepKind::from(r.get::<_, String>(2)?),
+        target: r.get(3)?,
+        args_hash: r.get(4)?,
+        occurrence: r.get::<_, i64>(5)? as u64,
+        status: parse::<StepStatus>(r.get(6)?)?,
+        idempotency: Idempotency::from_wire(&r.get::<_, String>(7)?),
+        args: json_out(r.get(8)?)?,
+        result: json_out(r.get(9)?)?,
+        error: json_out(r.get(10)?)?,
+        started_at: r.get(11)?,
+        completed_at: r.get(12)?,
+    })
+}
+
+const APPROVAL_COLS: &str = "id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at";
+fn approval_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
+    Ok(Approval {
+        id: r.get(0)?,
+        step_id: r.get(1)?,
+        execution_id: r.get(2)?,
+        status: parse::<ApprovalStatus>(r.get(3)?)?,
+        approvers: json_out(r.get(4)?)?,
+        message: r.get(5)?,
+        timeout_at: r.get(6)?,
+        decided_by: r.get(7)?,
+        decided_at: r.get(8)?,
+        rationale: r.get(9)?,
+        created_at: r.get(10)?,
+    })
+}
+
+const DISPATCH_COLS: &str = "id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at";
+fn dispatch_row(r: &Row<'_>) -> rusqlite::Result<Dispatch> {
+    Ok(Dispatch {
+        id: r.get(0)?,
+        execution_id: r.get(1)?,
+        status: parse::<DispatchStatus>(r.get(2)?)?,
+        attempt: r.get(3)?,
+        max_attempts: r.get(4)?,
+        next_attempt_at: r.get(5)?,
+        locked_by: r.get(6)?,
+        locked_at: r.get(7)?,
+        created_at: r.get(8)?,
+        updated_at: r.get(9)?,
+    })
+}
+
+impl SqliteTx<'_> {
+    fn one<T>(
+        &self,
+        sql: &str,
+        p: impl rusqlite::Params,
+        f: fn(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> StoreResult<Option<T>> {
+        Ok(self.conn.prepare_cached(sql)?.query_row(p, f).optional()?)
+    }
+    fn all<T>(
+        &self,
+        sql: &str,
+        p: impl rusqlite::Params,
+        f: fn(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> StoreResult<Vec<T>> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(p, f)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<T>>>()?)
+    }
+    fn exec(&self, sql: &str, p: impl rusqlite::Params) -> StoreResult<usize> {
+        Ok(self.conn.prepare_cached(sql)?.execute(p)?)
+    }
+}
+
+impl Tx for SqliteTx<'_> {
+    fn agent(&mut self, id: &str) -> StoreResult<Option<Agent>> {
+        self.one(
+            &format!("SELECT {AGENT_COLS} FROM agents WHERE id = ?1"),
+            params![id],
+            agent_row,
+        )
+    }
+    fn put_agent(&mut self, a: &Agent) -> StoreResult<()> {
+        self.exec(
+            "INSERT OR REPLACE INTO agents (id, webhook_url, secret, policy_bundle, registered_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![a.id, a.webhook_url, a.secret, a.policy_bundle, a.registered_at],
+        )?;
+        Ok(())
+    }
+    fn delete_agent(&mut self, id: &str) -> StoreResult<bool> {
+        Ok(self.exec("DELETE FROM agents WHERE id = ?1", params![id])? > 0)
+    }
+    fn agents(&mut self) -> StoreResult<Vec<Agent>> {
+        self.all(
+            &format!("SELECT {AGENT_COLS} FROM agents ORDER BY id"),
+            [],
+            agent_row,
+        )
+    }
+    fn agent_execution_count(&mut self, id: &str) -> StoreResult<u64> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT count(*) FROM executions WHERE agent_id = ?1")?
+            .query_row(params![id], |r| r.get::<_, i64>(0))? as u64)
+    }
+
+    fn execution(&mut self, id: &str) -> StoreResult<Option<Execution>> {
+        self.one(
+            &format!("SELECT {EXEC_COLS} FROM executions WHERE id = ?1"),
+            params![id],
+            exec_row,
+        )
+    }
+    fn put_execution(&mut self, e: &Execution) -> StoreResult<()> {
+        self.exec(
+            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+             ON CONFLICT (id) DO UPDATE SET agent_version = excluded.agent_version, input = excluded.input,
+               status = excluded.status, output = excluded.output, failure_reason = excluded.failure_reason,
+               updated_at = excluded.updated_at, deadline_at = excluded.deadline_at",
+            params![
+                e.id,
+                e.agent_id,
+                e.agent_version,
+                e.input.to_string(),
+                e.status.as_str(),
+                json_in(&e.output),
+                e.failure_reason,
+                e.created_at,
+                e.updated_at,
+                e.deadline_at
+            ],
+        )?;
+        Ok(())
+    }
+    fn list_executions(&mut self, q: &ExecutionQuery) -> StoreResult<Vec<Execution>> {
+        self.all(
+            &format!(
+                "SELECT {EXEC_COLS} FROM executions
+                 WHERE (?1 IS NULL OR agent_id = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3)
+                 ORDER BY id DESC LIMIT ?4"
+            ),
+            params![q.agent_id, q.status, q.before_id, q.limit as i64],
+            exec_row,
+        )
+    }
+    fn executions_past_deadline(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Execution>> {
+        self.all(
+            &format!(
+                "SELECT {EXEC_COLS} FROM executions WHERE status IN ('pending', 'running', 'blocked')
+                 AND deadline_at IS NOT NULL AND deadline_at <= ?1 ORDER BY deadline_at LIMIT ?2"
+            ),
+            params![now, limit as i64],
+            exec_row,
+        )
+    }
+    fn delete_terminal_executions_before(&mut self, cutoff: &str) -> StoreResult<u64> {
+        let ids: Vec<String> = self.all(
+            "SELECT id FROM executions WHERE status IN ('completed', 'failed', 'cancelled') AND created_at < ?1",
+            params![cutoff],
+            |r| r.get(0),
+        )?;
+        for id in &ids {
+            for table in ["events", "steps", "approvals", "dispatches"] {
+                self.exec(
+                    &format!("DELETE FROM {table} WHERE execution_id = ?1"),
+                    params![id],
+                )?;
+            }
+            self.exec("DELETE FROM executions WHERE id = ?1", params![id])?;
+        }
+        Ok(ids.len() as u64)
+    }
+    fn execution_counts(&mut self) -> StoreResult<Vec<(String, u64)>> {
+        self.all(
+            "SELECT status, count(*) FROM executions GROUP BY status ORDER BY status",
+            [],
+            |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)),
+        )
+    }
+
+    fn append_events(
+        &mut self,
+        execution_id: &str,
+        occurred_at: &str,
+        events: &[(EventType, Value)],
+    ) -> StoreResult<u64> {
+        let last: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT coalesce(max(event_seq), 0) FROM events WHERE execution_id = ?1",
+            )?
+            .query_row(params![execution_id], |r| r.get(0))?;
+        let mut seq = last as u64;
+        let mut insert = self.conn.prepare_cached(
+            "INSERT INTO events (execution_id, event_seq, type, payload, occurred_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for (ty, payload) in events {
+            seq += 1;
+            insert.execute(params![
+                execution_id,
+                seq as i64,
+                ty.as_str(),
+                payload.to_string(),
+                occurred_at
+            ])?;
+        }
+        Ok(seq)
+    }
+    fn events(
+        &mut self,
+        execution_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<Event>> {
+        self.all(
+            "SELECT execution_id, event_seq, type, payload, occurred_at FROM events
+             WHERE execution_id = ?1 AND event_seq > ?2 ORDER BY event_seq LIMIT ?3",
+            params![execution_id, after_seq as i64, limit as i64],
+            |r| {
+                Ok(Event {
+                    execution_id: r.get(0)?,
+                    event_seq: r.get::<_, i64>(1)? as u64,
+                    event_type: parse::<EventType>(r.get(2)?)?,
+                    payload: json_out(r.get(3)?)?.unwrap_or(Value::Null),
+                    occurred_at: r.get(4)?,
+                })
+            },
+        )
+    }
+
+    fn step(&mut self, step_id: &str) -> StoreResult<Option<Step>> {
+        self.one(
+            &format!("SELECT {STEP_COLS} FROM steps WHERE step_id = ?1"),
+            params![step_id],
+            step_row,
+        )
+    }
+    fn put_step(&mut self, s: &Step) -> StoreResult<()> {
+        self.exec(
+            "INSERT INTO steps (step_id, execution_id, kind, target, args_hash, occurrence, status, idempotency, args, result, error, started_at, completed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+             ON CONFLICT (step_id) DO UPDATE SET
+               idempotency = excluded.idempotency, args = excluded.args, started_at = excluded.started_at,
+               status = CASE WHEN steps.status IN ('succeeded', 'failed', 'denied', 'cancelled') THEN steps.status ELSE excluded.status END,
+               result = CASE WHEN steps.status IN ('succeeded', 'failed', 'denied', 'cancelled') THEN steps.result ELSE excluded.result END,
+               error = CASE WHEN steps.status IN ('succeeded', 'failed', 'denied', 'cancelled') THEN steps.error ELSE excluded.error END,
+               completed_at = CASE WHEN steps.status IN ('succeeded', 'failed', 'denied', 'cancelled') THEN steps.completed_at ELSE excluded.completed_at END",
+            params![
+                s.step_id,
+                s.execution_id,
+                s.kind.as_str(),
+                s.target,
+                s.args_hash,
+                s.occurrence as i64,
+                s.status.as_str(),
+                s.idempotency.as_str(),
+                json_in(&s.args),
+                json_in(&s.result),
+                json_in(&s.error),
+                s.started_at,
+                s.completed_at
+            ],
+        )?;
+        Ok(())
+    }
+    fn steps(&mut self, execution_id: &str) -> StoreResult<Vec<Step>> {
+        self.all(
+            &format!("SELECT {STEP_COLS} FROM steps WHERE execution_id = ?1 ORDER BY step_id"),
+            params![execution_id],
+            step_row,
+        )
+    }
+    fn steps_in_status(&mut self, execution_id: &str, status: &str) -> StoreResult<Vec<Step>> {
+        self.all(
+            &format!("SELECT {STEP_COLS} FROM steps WHERE execution_id = ?1 AND status = ?2 ORDER BY step_id"),
+            params![execution_id, status],
+            step_row,
+        )
+    }
+    fn has_indeterminate_failure(
+        &mut self,
+        execution_id: &str,
+        kind: &StepKind,
+        target: &str,
+        args_hash: &str,
+    ) -> StoreResult<bool> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT 1 FROM steps WHERE execution_id = ?1 AND kind = ?2 AND target = ?3 AND args_hash = ?4
+                 AND status = 'failed' AND json_extract(error, '$.reason') = 'indeterminate'",
+            )?
+            .exists(params![execution_id, kind.as_str(), target, args_hash])?)
+    }
+
+    fn approval(&mut self, id: &str) -> StoreResult<Option<Approval>> {
+        self.one(
+            &format!("SELECT {APPROVAL_COLS} FROM approvals WHERE id = ?1"),
+            params![id],
+            approval_row,
+        )
+    }
+    fn put_approval(&mut self, a: &Approval) -> StoreResult<()> {
+        self.exec(
+            "INSERT OR REPLACE INTO approvals (id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                a.id,
+                a.step_id,
+                a.execution_id,
+                a.status.as_str(),
+                json_in(&a.approvers),
+                a.message,
+                a.timeout_at,
+                a.decided_by,
+                a.decided_at,
+                a.rationale,
+                a.created_at
+            ],
+        )?;
+        Ok(())
+    }
+    fn pending_approvals(&mut self, execution_id: Option<&str>) -> StoreResult<Vec<Approval>> {
+        self.all(
+            &format!(
+                "SELECT {APPROVAL_COLS} FROM approvals WHERE status = 'pending' AND (?1 IS NULL OR execution_id = ?1)
+                 ORDER BY created_at, id"
+            ),
+            params![execution_id],
+            approval_row,
+        )
+    }
+    fn pending_approval_for_step(&mut self, step_id: &str) -> StoreResult<Option<Approval>> {
+        self.one(
+            &format!("SELECT {APPROVAL_COLS} FROM approvals WHERE status = 'pending' AND step_id = ?1 ORDER BY created_at LIMIT 1"),
+            params![step_id],
+            approval_row,
+        )
+    }
+    fn due_approvals(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Approval>> {
+        self.all(
+            &format!(
+                "SELECT {APPROVAL_COLS} FROM approvals WHERE status = 'pending' AND timeout_at <= ?1 ORDER BY timeout_at LIMIT ?2"
+            ),
+            params![now, limit as i64],
+            approval_row,
+        )
+    }
+    fn next_approval_timeout(&mut self) -> StoreResult<Option<String>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT min(timeout_at) FROM approvals WHERE status = 'pending'")?
+            .query_row([], |r| r.get::<_, Option<String>>(0))?)
+    }
+
+    fn dispatch(&mut self, id: &str) -> StoreResult<Option<Dispatch>> {
+        self.one(
+            &format!("SELECT {DISPATCH_COLS} FROM dispatches WHERE id = ?1"),
+            params![id],
+            dispatch_row,
+        )
+    }
+    fn put_dispatch(&mut self, d: &Dispatch) -> StoreResult<()> {
+        self.exec(
+            "INSERT OR REPLACE INTO dispatches (id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                d.id,
+                d.execution_id,
+                d.status.as_str(),
+                d.attempt,
+                d.max_attempts,
+                d.next_attempt_at,
+                d.locked_by,
+                d.locked_at,
+                d.created_at,
+                d.updated_at
+            ],
+        )?;
+        Ok(())
+    }
+    fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>> {
+        self.all(
+            &format!("SELECT {DISPATCH_COLS} FROM dispatches WHERE execution_id = ?1 ORDER BY created_at, id"),
+            params![execution_id],
+            dispatch_row,
+        )
+    }
+    fn claimable_dispatches(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Dispatch>> {
+        self.all(
+            &format!(
+                "SELECT {DISPATCH_COLS} FROM dispatches WHERE status IN ('pending', 'failed') AND next_attempt_at <= ?1
+                 ORDER BY next_attempt_at LIMIT ?2"
+            ),
+            params![now, limit as i64],
+            dispatch_row,
+        )
+    }
+    fn in_flight_dispatches(&mut self) -> StoreResult<Vec<Dispatch>> {
+        self.all(
+            &format!("SELECT {DISPATCH_COLS} FROM dispatches WHERE status = 'in_flight'"),
+            [],
+            dispatch_row,
+        )
+    }
+    fn queue_depth(&mut self) -> StoreResult<u64> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT count(*) FROM dispatches WHERE status IN ('pending', 'failed', 'in_flight')")?
+            .query_row([], |r| r.get::<_, i64>(0))? as u64)
+    }
+}

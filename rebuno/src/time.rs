@@ -1,0 +1,131 @@
+//! Wall-clock time for the kernel: the injectable [`Clock`] (shared with the rate limiter) and
+//! RFC 3339 timestamps.
+//!
+//! Timestamps are written in UTC with exactly six fractional digits
+//! (`2026-01-01T00:00:00.000000Z`), so their text order is their time order and stores can
+//! compare them as strings.
+
+pub use crate::policy::ratelimit::{Clock, ManualClock, SystemClock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Microseconds since the Unix epoch (negative before it).
+pub fn micros(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_micros()).unwrap_or(i64::MAX),
+    }
+}
+
+/// RFC 3339 text of `t` (UTC, microseconds).
+pub fn rfc3339(t: SystemTime) -> String {
+    let us = micros(t);
+    let secs = us.div_euclid(1_000_000);
+    let frac = us.rem_euclid(1_000_000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac:06}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// Parses the timestamps this module writes (and any RFC 3339 UTC `Z` / offset form with up to
+/// nine fractional digits).
+pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let mut i = 19;
+    let mut nanos: i64 = 0;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        let digits = s.get(start..i)?;
+        if digits.is_empty() || digits.len() > 9 {
+            return None;
+        }
+        nanos = digits.parse::<i64>().ok()? * 10i64.pow(9 - digits.len() as u32);
+    }
+    let offset = match s.get(i..)? {
+        "Z" | "z" => 0,
+        o if o.len() == 6 && matches!(&o[..1], "+" | "-") && &o[3..4] == ":" => {
+            let sign = if &o[..1] == "-" { -1 } else { 1 };
+            sign * (o[1..3].parse::<i64>().ok()? * 3600 + o[4..6].parse::<i64>().ok()? * 60)
+        }
+        _ => return None,
+    };
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se - offset;
+    let total = Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nanos as u64);
+    if secs >= 0 {
+        UNIX_EPOCH.checked_add(total)
+    } else {
+        UNIX_EPOCH
+            .checked_sub(Duration::from_secs(secs.unsigned_abs()))?
+            .checked_add(Duration::from_nanos(nanos as u64))
+    }
+}
+
+/// (year, month, day) of a day count since 1970-01-01 (proleptic Gregorian).
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// Day count since 1970-01-01 of a civil date.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_and_parses() {
+        let t = UNIX_EPOCH + Duration::from_micros(1_767_225_600_123_456);
+        assert_eq!(rfc3339(t), "2026-01-01T00:00:00.123456Z");
+        assert_eq!(parse_rfc3339("2026-01-01T00:00:00.123456Z"), Some(t));
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(
+            parse_rfc3339("2026-01-01T01:00:00+01:00"),
+            Some(UNIX_EPOCH + Duration::from_secs(1_767_225_600))
+        );
+        assert_eq!(
+            parse_rfc3339("2024-02-29T12:00:00Z")
+                .map(rfc3339)
+                .as_deref(),
+            Some("2024-02-29T12:00:00.000000Z")
+        );
+        assert_eq!(parse_rfc3339("nope"), None);
+        for day in (-800_000..800_000).step_by(997) {
+            let (y, m, d) = civil_from_days(day);
+            assert_eq!(days_from_civil(y, m, d), day);
+        }
+    }
+}

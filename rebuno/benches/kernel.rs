@@ -1,0 +1,188 @@
+//! Kernel benchmarks, in process, with the machine's reference figure (a 200-byte append plus
+//! fdatasync) measured in the same run:
+//!
+//! - replay decisions for already-recorded steps (memory and SQLite);
+//! - the proceed path (submit, then complete; both durable before they answer) for one
+//!   execution and for 64 concurrent executions on SQLite.
+//!
+//! ```text
+//! cargo bench -p rebuno --bench kernel
+//! ```
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use rebuno::protocol::{CreateExecutionRequest, Decision, RegisterAgentRequest, SubmitStepRequest};
+use rebuno::{Kernel, Lease};
+use serde_json::json;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn step(i: u64) -> SubmitStepRequest {
+    serde_json::from_value(json!({"kind": "tool_call", "target": format!("tool_{}", i % 16), "args": {"i": i, "q": "some query text"}}))
+        .unwrap()
+}
+
+async fn kernel(backend: &str, dir: &std::path::Path) -> Kernel {
+    let url = if backend == "memory" {
+        "memory".to_owned()
+    } else {
+        format!("sqlite://{}", dir.join("k.db").display())
+    };
+    let k = Kernel::open(&url).await.unwrap();
+    k.register_agent(RegisterAgentRequest {
+        id: "bench".into(),
+        webhook_url: "http://127.0.0.1:9/".into(),
+        secret: "s".into(),
+    })
+    .await
+    .unwrap();
+    k
+}
+
+async fn execution(k: &Kernel) -> (String, Lease) {
+    let exec = k
+        .create_execution(CreateExecutionRequest {
+            agent_id: "bench".into(),
+            input: Some(json!({})),
+            agent_version: String::new(),
+        })
+        .await
+        .unwrap();
+    let claimed = k.claim_dispatches(1024).await.unwrap();
+    let lease = claimed
+        .iter()
+        .find(|c| c.dispatch.execution_id == exec.id)
+        .unwrap()
+        .lease();
+    (exec.id, lease)
+}
+
+/// Runs `n` steps through submit + complete on one execution.
+async fn proceed_steps(k: &Kernel, exec: &str, lease: &Lease, from: u64, n: u64) {
+    for i in from..from + n {
+        let d = k.submit_step(exec, lease, step(i)).await.unwrap();
+        assert_eq!(d.decision, Decision::Proceed);
+        k.complete_step(
+            exec,
+            d.step_id.as_deref().unwrap(),
+            lease,
+            Some(json!({"ok": i})),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+fn bench_reference(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut f = std::fs::File::create(dir.path().join("f")).unwrap();
+    let buf = [b'x'; 200];
+    let mut g = c.benchmark_group("reference");
+    g.sample_size(20).measurement_time(Duration::from_secs(4));
+    g.bench_function("append_200b_fdatasync", |b| {
+        b.iter(|| {
+            f.write_all(&buf).unwrap();
+            f.sync_data().unwrap();
+        })
+    });
+    g.finish();
+}
+
+/// Replays: a new attempt re-submits 1,000 recorded steps; each answer comes from the record.
+fn bench_replay(c: &mut Criterion) {
+    let rt = rt();
+    let mut g = c.benchmark_group("kernel_replay");
+    g.sample_size(10).measurement_time(Duration::from_secs(5));
+    const N: u64 = 1_000;
+    g.throughput(Throughput::Elements(N));
+    for backend in ["memory", "sqlite"] {
+        let dir = tempfile::tempdir().unwrap();
+        let k = rt.block_on(kernel(backend, dir.path()));
+        let (exec, lease) = rt.block_on(execution(&k));
+        rt.block_on(proceed_steps(&k, &exec, &lease, 0, N));
+        g.bench_function(BenchmarkId::new("recorded_steps", backend), |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        k.reclaim_for_test().await;
+                        let lease = k.claim_dispatches(16).await.unwrap()[0].lease();
+                        let started = Instant::now();
+                        for i in 0..N {
+                            let d = k.submit_step(&exec, &lease, step(i)).await.unwrap();
+                            debug_assert_eq!(d.decision, Decision::Replay);
+                        }
+                        total += started.elapsed();
+                    }
+                    total
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+/// The proceed path on SQLite: one execution, and 64 executions concurrently.
+fn bench_proceed(c: &mut Criterion) {
+    let rt = rt();
+    let mut g = c.benchmark_group("kernel_proceed_sqlite");
+    g.sample_size(10).measurement_time(Duration::from_secs(6));
+    let dir = tempfile::tempdir().unwrap();
+    let k = rt.block_on(kernel("sqlite", dir.path()));
+
+    const ONE: u64 = 100;
+    g.throughput(Throughput::Elements(ONE));
+    let (exec, lease) = rt.block_on(execution(&k));
+    let mut next = 0u64;
+    g.bench_function("one_execution_submit_complete", |b| {
+        b.iter(|| {
+            rt.block_on(proceed_steps(&k, &exec, &lease, next, ONE));
+            next += ONE;
+        })
+    });
+
+    const EXECS: usize = 64;
+    const PER: u64 = 16;
+    g.throughput(Throughput::Elements(EXECS as u64 * PER));
+    let runs: Vec<(String, Lease)> = rt.block_on(async {
+        let mut v = Vec::new();
+        for _ in 0..EXECS {
+            v.push(execution(&k).await);
+        }
+        v
+    });
+    let runs = Arc::new(runs);
+    let mut next = 0u64;
+    g.bench_function("64_executions_concurrently", |b| {
+        b.iter(|| {
+            let from = next;
+            next += PER;
+            rt.block_on(async {
+                let tasks: Vec<_> = (0..EXECS)
+                    .map(|i| {
+                        let (k, runs) = (k.clone(), Arc::clone(&runs));
+                        tokio::spawn(async move {
+                            let (exec, lease) = &runs[i];
+                            proceed_steps(&k, exec, lease, from, PER).await;
+                        })
+                    })
+                    .collect();
+                for t in tasks {
+                    t.await.unwrap();
+                }
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_reference, bench_replay, bench_proceed);
+criterion_main!(benches);

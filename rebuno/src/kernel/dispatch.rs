@@ -374,14 +374,19 @@ impl Kernel {
     async fn exhaust(&self, d: Dispatch, error: Option<String>) -> KernelResult<()> {
         let _guard = self.lock_execution(&d.execution_id).await;
         let now = self.now_text();
-        self.inner
+        let exhausted = self
+            .inner
             .store
             .write(move |tx| {
                 let Some(cur) = tx.dispatch(&d.id)? else {
-                    return Ok(());
+                    return Ok(false);
                 };
-                if cur.attempt != d.attempt {
-                    return Ok(());
+                // Only the attempt that still owns the dispatch can exhaust it. If the execution
+                // blocked, completed or was cancelled while the webhook ran, the dispatch was
+                // retired and its failure no longer counts: failing the execution then would
+                // turn an approval wait (or a finished run) into `dispatch_exhausted`.
+                if cur.attempt != d.attempt || cur.status != DispatchStatus::InFlight {
+                    return Ok(false);
                 }
                 let mut events: Events = Vec::new();
                 if let Some(error) = error {
@@ -411,10 +416,12 @@ impl Kernel {
                 if !events.is_empty() {
                     tx.append_events(&cur.execution_id, &now, &events)?;
                 }
-                Ok(())
+                Ok(true)
             })
             .await?;
-        Metrics::inc(&self.inner.metrics.dispatch_exhausted);
+        if exhausted {
+            Metrics::inc(&self.inner.metrics.dispatch_exhausted);
+        }
         Ok(())
     }
 

@@ -234,11 +234,15 @@ impl Metrics {
     }
 }
 
+/// The highest occurrence handed out for each `(kind, target, args_hash)`.
+type Counters = HashMap<(String, String, String), u64>;
+
 /// State that lives only for a delivery attempt: occurrence counters and lease renewals,
 /// keyed by dispatch id.
 #[derive(Debug, Default)]
 struct Volatile {
-    counters: HashMap<String, HashMap<(String, String, String), u64>>,
+    /// Per dispatch: the attempt the counters belong to, and the counters.
+    counters: HashMap<String, (u32, Counters)>,
     renewed: HashMap<String, SystemTime>,
 }
 
@@ -392,29 +396,42 @@ impl Kernel {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The next occurrence for `(kind, target, args_hash)` within a dispatch.
-    pub(crate) fn next_occurrence(&self, dispatch_id: &str, key: &(String, String, String)) -> u64 {
+    /// The next occurrence for `(kind, target, args_hash)` within the leased attempt.
+    pub(crate) fn next_occurrence(&self, lease: &Lease, key: &(String, String, String)) -> u64 {
         self.volatile()
             .counters
-            .get(dispatch_id)
-            .and_then(|c| c.get(key))
+            .get(&lease.dispatch_id)
+            .filter(|(attempt, _)| *attempt == lease.attempt)
+            .and_then(|(_, c)| c.get(key))
             .map_or(0, |consumed| consumed + 1)
     }
 
-    /// Records that occurrence `occ` was handed out (never moves backwards).
+    /// Records that occurrence `occ` was handed out to the leased attempt (never moves
+    /// backwards).
+    ///
+    /// The counters are fenced by the attempt (the spec's fenced counter upsert, §5.3): a
+    /// submit checks its lease in its snapshot and advances the counter after answering, so a
+    /// re-claim can happen in between. Without the fence the superseded attempt would advance
+    /// the new attempt's fresh counters, and the new attempt's first call would get occurrence
+    /// 1 and replay another step's outcome.
     pub(crate) fn advance_occurrence(
         &self,
-        dispatch_id: &str,
+        lease: &Lease,
         key: (String, String, String),
         occ: u64,
     ) {
         let mut v = self.volatile();
-        let slot = v
+        let entry = v
             .counters
-            .entry(dispatch_id.to_owned())
-            .or_default()
-            .entry(key)
-            .or_insert(occ);
+            .entry(lease.dispatch_id.clone())
+            .or_insert_with(|| (lease.attempt, HashMap::new()));
+        if entry.0 > lease.attempt {
+            return; // superseded attempt
+        }
+        if entry.0 < lease.attempt {
+            *entry = (lease.attempt, HashMap::new());
+        }
+        let slot = entry.1.entry(key).or_insert(occ);
         *slot = (*slot).max(occ);
     }
 

@@ -103,7 +103,7 @@ impl Kernel {
             req.target.clone(),
             args_hash.clone(),
         );
-        let occurrence = self.next_occurrence(&lease.dispatch_id, &key);
+        let occurrence = self.next_occurrence(lease, &key);
         let step_id = identity::step_id(
             execution_id,
             kind.as_str(),
@@ -245,7 +245,7 @@ impl Kernel {
                 self.record_new(step, pol, lease.clone()).await?
             }
         };
-        self.advance_occurrence(&lease.dispatch_id, key, occurrence);
+        self.advance_occurrence(lease, key, occurrence);
         Ok(decision.with_step_id(step_id))
     }
 

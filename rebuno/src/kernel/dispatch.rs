@@ -435,15 +435,20 @@ impl Kernel {
             .store
             .read(|tx| tx.in_flight_dispatches())
             .await?;
-        let expired: Vec<Dispatch> = in_flight
+        // Remember the renewal each decision was based on: a heartbeat that lands before the
+        // reclaim commits keeps its lease (checked again inside the transaction).
+        let expired: Vec<(Dispatch, Option<SystemTime>)> = in_flight
             .into_iter()
-            .filter(|d| {
+            .filter_map(|d| {
+                let renewed = self.renewed_at(&d.id);
                 let locked = d.locked_at.as_deref().and_then(parse_rfc3339);
-                let last = match (locked, self.renewed_at(&d.id)) {
+                let last = match (locked, renewed) {
                     (Some(a), Some(b)) => a.max(b),
                     (a, b) => a.or(b).unwrap_or(SystemTime::UNIX_EPOCH),
                 };
-                now.duration_since(last).is_ok_and(|age| age > lease)
+                now.duration_since(last)
+                    .is_ok_and(|age| age > lease)
+                    .then_some((d, renewed))
             })
             .collect();
         self.reclaim(expired).await
@@ -463,20 +468,33 @@ impl Kernel {
             .store
             .read(|tx| tx.in_flight_dispatches())
             .await?;
-        self.reclaim(in_flight).await
+        let rows = in_flight
+            .into_iter()
+            .map(|d| {
+                let renewed = self.renewed_at(&d.id);
+                (d, renewed)
+            })
+            .collect();
+        self.reclaim(rows).await
     }
 
-    async fn reclaim(&self, rows: Vec<Dispatch>) -> KernelResult<usize> {
+    /// Returns in-flight rows to `pending`, each only if it is still the same attempt and its
+    /// lease was not renewed since `renewed` was observed.
+    async fn reclaim(&self, rows: Vec<(Dispatch, Option<SystemTime>)>) -> KernelResult<usize> {
         if rows.is_empty() {
             return Ok(0);
         }
         let now = self.now_text();
+        let kernel = self.clone();
         let n = self
             .inner
             .store
             .write(move |tx| {
                 let mut n = 0;
-                for d in rows {
+                for (d, renewed) in rows {
+                    if kernel.renewed_at(&d.id) != renewed {
+                        continue;
+                    }
                     let Some(mut cur) = tx.dispatch(&d.id)? else {
                         continue;
                     };
@@ -552,5 +570,46 @@ impl Kernel {
                 let _ = kernel.reap_expired_leases().await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Kernel;
+    use crate::protocol::{CreateExecutionRequest, RegisterAgentRequest};
+
+    /// A heartbeat that lands between the reaper's decision and its commit keeps the lease.
+    #[tokio::test]
+    async fn reclaim_skips_leases_renewed_after_the_decision() {
+        let k = Kernel::memory().await.unwrap();
+        k.register_agent(RegisterAgentRequest {
+            id: "a".into(),
+            webhook_url: "http://127.0.0.1:9/".into(),
+            secret: "s".into(),
+        })
+        .await
+        .unwrap();
+        k.create_execution(CreateExecutionRequest {
+            agent_id: "a".into(),
+            input: None,
+            agent_version: String::new(),
+        })
+        .await
+        .unwrap();
+        let claimed = k.claim_dispatches(1).await.unwrap().remove(0);
+        let observed = k.renewed_at(&claimed.dispatch.id);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        k.renew(&claimed.dispatch.id);
+        assert_eq!(
+            k.reclaim(vec![(claimed.dispatch.clone(), observed)])
+                .await
+                .unwrap(),
+            0
+        );
+        let current = k.renewed_at(&claimed.dispatch.id);
+        assert_eq!(
+            k.reclaim(vec![(claimed.dispatch, current)]).await.unwrap(),
+            1
+        );
     }
 }

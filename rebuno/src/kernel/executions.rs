@@ -326,6 +326,9 @@ impl Kernel {
 
     /// Renews exactly the leased attempt (`409 lease_superseded` otherwise).
     pub async fn heartbeat(&self, id: &str, lease: &Lease) -> KernelResult<()> {
+        // Renew before checking: a reaper deciding concurrently either sees this renewal and
+        // keeps the lease, or has already reclaimed it and the check below refuses.
+        self.renew(&lease.dispatch_id);
         let (exec_id, l) = (id.to_owned(), lease.clone());
         let holds = self
             .inner
@@ -335,7 +338,6 @@ impl Kernel {
         if !holds {
             return Err(KernelError::lease_superseded());
         }
-        self.renew(&lease.dispatch_id);
         Ok(())
     }
 }

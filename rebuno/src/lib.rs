@@ -17,6 +17,7 @@ pub mod identity;
 pub mod kernel;
 pub mod policy;
 pub mod protocol;
+pub mod server;
 pub mod signing;
 pub mod store;
 pub mod time;

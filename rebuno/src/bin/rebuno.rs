@@ -1,2 +1,264 @@
-//! The `rebuno` binary: `rebuno dev` and `rebuno server` (being written).
-fn main() {}
+//! The `rebuno` binary: `rebuno dev` (a local kernel without bearer auth, on a SQLite file or
+//! in memory) and `rebuno server` (bearer auth and an explicit database URL required). Both
+//! provision agents from an optional manifest, run the kernel's background loops and serve the
+//! `/v0` API until Ctrl-C or SIGTERM.
+
+use clap::{Args, Parser, Subcommand};
+use rebuno::Kernel;
+use rebuno::server::manifest::Manifest;
+use rebuno::server::{ServerOptions, router};
+use rebuno::store::SqliteStore;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+const ENVIRONMENT_HELP: &str = "\
+Environment (flags override the environment, which overrides the defaults):
+  REBUNO_LISTEN_ADDR             HTTP listen address, host:port or :port (--listen-addr)
+  REBUNO_DB_URL                  `server` database URL, sqlite://<path> (--db-url)
+  REBUNO_BEARER_TOKEN            `server` client/admin bearer token (--bearer-token); `dev` ignores it
+  REBUNO_DISPATCH_MAX_ATTEMPTS   delivery attempts per dispatch [default: 5]
+  REBUNO_DISPATCH_TIMEOUT        per-attempt webhook timeout [default: 30s]
+  REBUNO_DISPATCH_CONCURRENCY    parallel webhook deliveries [default: 8]
+  REBUNO_DISPATCH_LEASE_TIMEOUT  lease length before an attempt is reclaimed [default: 2m]
+  REBUNO_APPROVAL_TIMEOUT        default approval timeout [default: 15m]
+  REBUNO_DEADLINE_TIMEOUT        maximum execution lifetime, 0 for none [default: 0]
+  REBUNO_CLEANUP_INTERVAL        interval of the deadline and retention sweeps [default: 10m]
+  REBUNO_RETENTION               age at which finished executions are deleted, 0 to keep [default: 24h]
+Durations use Go's syntax (500ms, 90s, 2m, 1h30m); unparsable numbers and durations are
+ignored. Not used by this build: REBUNO_DB_MAX_CONNS, REBUNO_DB_MIN_CONNS,
+REBUNO_DEADLINE_CHECK_INTERVAL, REBUNO_LEADER_LOCK_KEY, REBUNO_LOG_LEVEL, REBUNO_LOG_FORMAT,
+REBUNO_OTEL_ENDPOINT, REBUNO_OTEL_SAMPLE_RATE, REBUNO_OTEL_INSECURE and REBUNO_DEV.";
+
+/// Durable AI agents: the step-replay kernel.
+#[derive(Parser)]
+#[command(name = "rebuno", version, after_help = ENVIRONMENT_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a local kernel: no bearer auth (agent HMAC is still enforced), SQLite at
+    /// .rebuno/rebuno.db unless --db or --memory says otherwise.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Dev(DevArgs),
+    /// Run a kernel for real clients: refuses to start without a bearer token and a database
+    /// URL.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Server(ServerArgs),
+    /// Print the version.
+    Version,
+}
+
+#[derive(Args)]
+struct DevArgs {
+    /// Keep everything in memory; nothing survives the process.
+    #[arg(long, conflicts_with = "db")]
+    memory: bool,
+    /// SQLite database file, created if missing [default: .rebuno/rebuno.db]
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
+    /// Address to listen on, host:port or :port (all interfaces) [env: REBUNO_LISTEN_ADDR]
+    /// [default: 127.0.0.1:8080]
+    #[arg(long, value_name = "ADDR")]
+    listen_addr: Option<String>,
+    /// Provisioning manifest (YAML): agents, secrets and policies to upsert at boot.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ServerArgs {
+    /// Database URL, sqlite://<path> (required) [env: REBUNO_DB_URL]
+    #[arg(long, value_name = "URL")]
+    db_url: Option<String>,
+    /// Client/admin bearer token (required) [env: REBUNO_BEARER_TOKEN]. Prefer the environment
+    /// variable: command-line flags are visible to other users of the machine.
+    #[arg(long, value_name = "TOKEN")]
+    bearer_token: Option<String>,
+    /// Address to listen on, host:port or :port (all interfaces) [env: REBUNO_LISTEN_ADDR]
+    /// [default: :8080]
+    #[arg(long, value_name = "ADDR")]
+    listen_addr: Option<String>,
+    /// Provisioning manifest (YAML): agents, secrets and policies to upsert at boot.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+/// Default database of `rebuno dev`.
+const DEV_DB: &str = ".rebuno/rebuno.db";
+/// Default listen address of `rebuno dev`: loopback only, because dev mode has no bearer auth.
+const DEV_LISTEN: &str = "127.0.0.1:8080";
+/// Default listen address of `rebuno server` (the spec's `:8080`).
+const SERVER_LISTEN: &str = ":8080";
+
+fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The flag, else the environment, else the default. Go's `:port` form means every interface.
+fn listen_addr(flag: Option<String>, default: &str) -> String {
+    let raw = flag
+        .or_else(|| env_nonempty("REBUNO_LISTEN_ADDR"))
+        .unwrap_or_else(|| default.to_owned());
+    if raw.starts_with(':') {
+        format!("0.0.0.0{raw}")
+    } else {
+        raw
+    }
+}
+
+fn load_manifest(path: Option<PathBuf>) -> Result<Option<Manifest>, String> {
+    path.map(|p| Manifest::load(p).map_err(|e| e.to_string()))
+        .transpose()
+}
+
+async fn dev(args: DevArgs) -> Result<(), String> {
+    let manifest = load_manifest(args.config)?;
+    let (kernel, store) = if args.memory {
+        let kernel = Kernel::memory().await.map_err(|e| e.to_string())?;
+        (kernel, "in memory".to_owned())
+    } else {
+        let path = args.db.unwrap_or_else(|| PathBuf::from(DEV_DB));
+        let store = SqliteStore::open(&path).map_err(|e| e.to_string())?;
+        let kernel = Kernel::builder(Arc::new(store))
+            .build()
+            .await
+            .map_err(|e| e.to_string())?;
+        (kernel, format!("sqlite {}", path.display()))
+    };
+    let listen = listen_addr(args.listen_addr, DEV_LISTEN);
+    run(
+        "dev",
+        kernel,
+        ServerOptions::default(),
+        &listen,
+        manifest,
+        &format!("{store}; bearer auth off"),
+    )
+    .await
+}
+
+async fn server(args: ServerArgs) -> Result<(), String> {
+    let token = args
+        .bearer_token
+        .filter(|t| !t.is_empty())
+        .or_else(|| env_nonempty("REBUNO_BEARER_TOKEN"))
+        .ok_or("server needs a bearer token: set --bearer-token or REBUNO_BEARER_TOKEN")?;
+    let db_url = args
+        .db_url
+        .filter(|u| !u.is_empty())
+        .or_else(|| env_nonempty("REBUNO_DB_URL"))
+        .ok_or("server needs a database: set --db-url or REBUNO_DB_URL (sqlite://<path>)")?;
+    if db_url.starts_with("postgres://") || db_url.starts_with("postgresql://") {
+        return Err(
+            "PostgreSQL support is not built yet; use a SQLite URL (sqlite://<path>)".to_owned(),
+        );
+    }
+    let manifest = load_manifest(args.config)?;
+    let kernel = Kernel::open(&db_url)
+        .await
+        .map_err(|e| format!("cannot open {db_url}: {e}"))?;
+    let listen = listen_addr(args.listen_addr, SERVER_LISTEN);
+    run(
+        "server",
+        kernel,
+        ServerOptions::with_bearer_token(token),
+        &listen,
+        manifest,
+        &db_url,
+    )
+    .await
+}
+
+/// Provisions, listens, starts the kernel's loops and serves until a shutdown signal.
+async fn run(
+    mode: &str,
+    kernel: Kernel,
+    options: ServerOptions,
+    listen: &str,
+    manifest: Option<Manifest>,
+    store: &str,
+) -> Result<(), String> {
+    if let Some(manifest) = &manifest {
+        manifest
+            .provision(&kernel)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let mut background = kernel.start_http();
+    eprintln!("rebuno {mode}: listening on http://{addr} ({store})");
+    let served = axum::serve(listener, router(kernel, options))
+        .with_graceful_shutdown(shutdown_signal())
+        .await;
+    background.stop();
+    served.map_err(|e| format!("server failed: {e}"))
+}
+
+/// Resolves on Ctrl-C or (Unix) SIGTERM. A signal that cannot be watched never fires.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                sigterm.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let command = match cli.command {
+        Command::Version => {
+            println!("rebuno {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        other => other,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rebuno: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match command {
+            Command::Dev(args) => dev(args).await,
+            Command::Server(args) => server(args).await,
+            Command::Version => Ok(()),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rebuno: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

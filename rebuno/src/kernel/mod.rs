@@ -17,6 +17,7 @@ mod agents;
 mod approvals;
 mod dispatch;
 mod executions;
+mod metrics;
 mod steps;
 
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};

@@ -1,0 +1,366 @@
+//! Request parsing and authentication for the `/v0` routes: bearer tokens, agent body HMAC,
+//! the bearer-or-HMAC read routes, lease headers, path ids, query strings and JSON bodies.
+//!
+//! Every extractor fails with [`ApiError`], so a bad request of any kind gets the protocol's
+//! error envelope, never axum's plain-text rejections. Authentication always runs before
+//! anything else of a request is looked at: bearer routes take [`Bearer`] as their first
+//! extractor, and the agent routes parse everything from an [`AgentCall`], which has already
+//! verified the signature over the raw body bytes.
+
+use super::AppState;
+use super::error::ApiError;
+use crate::kernel::Lease;
+use crate::protocol::{
+    HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, HEADER_SIGNATURE,
+    MAX_REQUEST_BODY_BYTES, canonical_uuid,
+};
+use crate::signing;
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, Uri, header};
+use serde::de::DeserializeOwned;
+use std::pin::Pin;
+
+/// How much of an oversized body is still read (and thrown away) before the error answer, so a
+/// client that sent slightly too much sees the answer instead of a reset connection.
+const OVERSIZE_DRAIN_BYTES: usize = 1024 * 1024;
+
+/// Why a body could not be read.
+pub(crate) enum BodyError {
+    /// More than [`MAX_REQUEST_BODY_BYTES`].
+    TooLarge,
+    /// The connection failed while reading.
+    Read(String),
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::TooLarge => write!(
+                f,
+                "request body is larger than {MAX_REQUEST_BODY_BYTES} bytes"
+            ),
+            BodyError::Read(e) => write!(f, "cannot read request body: {e}"),
+        }
+    }
+}
+
+/// Reads a whole body of at most [`MAX_REQUEST_BODY_BYTES`].
+pub(crate) async fn read_body(mut body: Body) -> Result<Bytes, BodyError> {
+    let limit = MAX_REQUEST_BODY_BYTES;
+    if body.size_hint().lower() > (limit + OVERSIZE_DRAIN_BYTES) as u64 {
+        return Err(BodyError::TooLarge);
+    }
+    let mut out: Vec<u8> = Vec::new();
+    let mut too_large = false;
+    let mut drained = 0usize;
+    loop {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        let data = match frame {
+            None => break,
+            Some(Err(e)) => return Err(BodyError::Read(e.to_string())),
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_trailers) => continue,
+            },
+        };
+        if too_large {
+            drained += data.len();
+            if drained > OVERSIZE_DRAIN_BYTES {
+                break;
+            }
+        } else if out.len() + data.len() > limit {
+            too_large = true;
+            out = Vec::new();
+        } else {
+            out.extend_from_slice(&data);
+        }
+    }
+    if too_large {
+        Err(BodyError::TooLarge)
+    } else {
+        Ok(Bytes::from(out))
+    }
+}
+
+/// Decodes a request body strictly: unknown fields, bad JSON and an empty body are
+/// `400 validation_error`. Like Go's decoder, only the first JSON value is read, so bytes after
+/// the top-level value are ignored.
+pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut values = serde_json::Deserializer::from_slice(bytes).into_iter::<T>();
+    match values.next() {
+        Some(Ok(value)) => Ok(value),
+        Some(Err(e)) if e.is_eof() && bytes.iter().all(u8::is_ascii_whitespace) => {
+            Err(ApiError::validation("request body is empty"))
+        }
+        Some(Err(e)) => Err(ApiError::validation(format!("invalid request body: {e}"))),
+        None => Err(ApiError::validation("request body is empty")),
+    }
+}
+
+/// A path id that must be a UUID (`400` otherwise), in canonical form.
+pub(crate) fn uuid_param(raw: &str, what: &str) -> Result<String, ApiError> {
+    canonical_uuid(raw).ok_or_else(|| ApiError::validation(format!("invalid {what} {raw:?}")))
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+}
+
+/// The SEED lease headers (spec §7.1): `Rebuno-Dispatch-Id` (a UUID) and
+/// `Rebuno-Dispatch-Attempt` (a base-10 integer > 0).
+pub(crate) fn lease_from_headers(headers: &HeaderMap) -> Result<Lease, ApiError> {
+    let bad = |name: &str| ApiError::validation(format!("bad or missing {name}"));
+    let dispatch_id = header_str(headers, HEADER_DISPATCH_ID)
+        .and_then(canonical_uuid)
+        .ok_or_else(|| bad(HEADER_DISPATCH_ID))?;
+    let attempt = header_str(headers, HEADER_DISPATCH_ATTEMPT)
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|a| *a > 0)
+        .ok_or_else(|| bad(HEADER_DISPATCH_ATTEMPT))?;
+    Ok(Lease {
+        dispatch_id,
+        attempt,
+    })
+}
+
+/// Whether a request takes the HMAC path of a bearer-or-HMAC route: either agent header is
+/// present and non-empty (spec §2).
+fn has_agent_headers(headers: &HeaderMap) -> bool {
+    header_str(headers, HEADER_AGENT_ID).is_some()
+        || header_str(headers, HEADER_SIGNATURE).is_some()
+}
+
+/// Checks `Authorization: Bearer <token>` against the configured token, comparing the whole
+/// token in constant time (exact match: the Go kernel's case-insensitive compare is not
+/// copied). With no token configured (dev mode) every request passes.
+fn check_bearer(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(expected) = state.bearer.as_deref() else {
+        return Ok(());
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| ApiError::unauthorized("missing bearer token"))?;
+    if signing::constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized("invalid bearer token"))
+    }
+}
+
+/// Verifies the agent HMAC over the raw body (spec §2) and returns the agent id and the body.
+/// A missing header, an unreadable or oversized body, an unknown agent and a wrong signature
+/// are all `401`, with the same message for the last two so agent ids cannot be probed.
+async fn verify_agent(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(String, Bytes), ApiError> {
+    let (Some(agent_id), Some(signature)) = (
+        header_str(headers, HEADER_AGENT_ID),
+        header_str(headers, HEADER_SIGNATURE),
+    ) else {
+        return Err(ApiError::unauthorized(format!(
+            "missing {HEADER_AGENT_ID} or {HEADER_SIGNATURE}"
+        )));
+    };
+    let bytes = read_body(body).await.map_err(ApiError::unauthorized)?;
+    let agent = state.kernel.agent_with_secret(agent_id).await?;
+    let valid = match &agent {
+        Some(agent) => signing::verify(&agent.secret, &bytes, signature),
+        None => {
+            // Same work as for a known agent, so the answer time does not tell them apart.
+            let _ = signing::verify("", &bytes, signature);
+            false
+        }
+    };
+    if !valid {
+        return Err(ApiError::unauthorized("invalid agent signature"));
+    }
+    Ok((agent_id.to_owned(), bytes))
+}
+
+/// Bearer authentication of a client/admin route (spec §2). Put it first in the handler's
+/// arguments so it runs before any other extractor.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bearer;
+
+impl FromRequestParts<AppState> for Bearer {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        check_bearer(state, &parts.headers).map(|()| Bearer)
+    }
+}
+
+/// The path parameters of a request, in route order (`400` if they do not decode).
+async fn path_of<T: DeserializeOwned + Send>(parts: &mut Parts) -> Result<T, ApiError> {
+    Path::<T>::from_request_parts(parts, &())
+        .await
+        .map(|Path(p)| p)
+        .map_err(|e| ApiError::validation(e.body_text()))
+}
+
+/// A path parameter that must be a UUID, canonicalized (`400 validation_error` otherwise).
+#[derive(Debug, Clone)]
+pub(crate) struct UuidPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for UuidPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let raw: String = path_of(parts).await?;
+        uuid_param(&raw, "id").map(UuidPath)
+    }
+}
+
+/// A free-form path parameter (agent ids), percent-decoded.
+#[derive(Debug, Clone)]
+pub(crate) struct NamePath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for NamePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        path_of(parts).await.map(NamePath)
+    }
+}
+
+/// The query string as `(name, value)` pairs in order. [`QueryPairs::get`] answers the first
+/// value of a name, as Go's `url.Values.Get` does.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct QueryPairs(Vec<(String, String)>);
+
+impl QueryPairs {
+    fn from_uri(uri: &Uri) -> Result<Self, ApiError> {
+        Query::<Vec<(String, String)>>::try_from_uri(uri)
+            .map(|Query(pairs)| QueryPairs(pairs))
+            .map_err(|e| ApiError::validation(format!("invalid query string: {}", e.body_text())))
+    }
+
+    /// The first value of `name`, if present and non-empty.
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        QueryPairs::from_uri(&parts.uri)
+    }
+}
+
+/// A strictly decoded JSON body of at most 10 MiB (`400` when oversized, malformed, empty or
+/// carrying unknown fields). Bearer routes only: agent routes decode from [`AgentCall`].
+#[derive(Debug, Clone)]
+pub(crate) struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _: &AppState) -> Result<Self, ApiError> {
+        let bytes = read_body(req.into_body())
+            .await
+            .map_err(ApiError::validation)?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// An HMAC-authenticated agent request: the signature has been verified over the raw body, and
+/// the rest of the request is parsed from here, after authentication.
+#[derive(Debug)]
+pub(crate) struct AgentCall {
+    /// The authenticated agent.
+    pub agent_id: String,
+    parts: Parts,
+    body: Bytes,
+}
+
+impl AgentCall {
+    /// The path parameters, in route order.
+    pub(crate) async fn path<T: DeserializeOwned + Send>(&mut self) -> Result<T, ApiError> {
+        path_of(&mut self.parts).await
+    }
+
+    /// The lease headers (`400` when missing or malformed).
+    pub(crate) fn lease(&self) -> Result<Lease, ApiError> {
+        lease_from_headers(&self.parts.headers)
+    }
+
+    /// The body, strictly decoded.
+    pub(crate) fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+        parse_json(&self.body)
+    }
+}
+
+impl FromRequest<AppState> for AgentCall {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        let (agent_id, body) = verify_agent(state, &parts.headers, body).await?;
+        Ok(AgentCall {
+            agent_id,
+            parts,
+            body,
+        })
+    }
+}
+
+/// Who is reading on a bearer-or-HMAC route (spec §2, routes 3, 7 and 8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reader {
+    /// A bearer-authenticated client: may read everything.
+    Client,
+    /// An HMAC-authenticated agent: may read only its own executions and their steps.
+    Agent(String),
+}
+
+/// An authenticated request on a bearer-or-HMAC route; the path is parsed from here, after
+/// authentication.
+#[derive(Debug)]
+pub(crate) struct ReadCall {
+    /// Who is reading.
+    pub reader: Reader,
+    parts: Parts,
+}
+
+impl ReadCall {
+    /// The path parameters, in route order.
+    pub(crate) async fn path<T: DeserializeOwned + Send>(&mut self) -> Result<T, ApiError> {
+        path_of(&mut self.parts).await
+    }
+
+    /// The query string.
+    pub(crate) fn query(&self) -> Result<QueryPairs, ApiError> {
+        QueryPairs::from_uri(&self.parts.uri)
+    }
+}
+
+impl FromRequest<AppState> for ReadCall {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        let reader = if has_agent_headers(&parts.headers) {
+            let (agent_id, _) = verify_agent(state, &parts.headers, body).await?;
+            Reader::Agent(agent_id)
+        } else {
+            check_bearer(state, &parts.headers)?;
+            Reader::Client
+        };
+        Ok(ReadCall { reader, parts })
+    }
+}

@@ -1,0 +1,399 @@
+//! One handler per route of spec §3. Each authenticates first (see `extract`), parses the
+//! rest of the request, checks what the caller may touch and calls one [`Kernel`] method.
+//!
+//! [`Kernel`]: crate::Kernel
+
+use super::AppState;
+use super::error::{ApiError, json_response};
+use super::extract::{
+    AgentCall, Bearer, JsonBody, NamePath, QueryPairs, ReadCall, Reader, UuidPath, uuid_param,
+};
+use crate::protocol::{
+    CompleteExecutionRequest, CompleteStepRequest, CreateExecutionRequest, DecideApprovalRequest,
+    Execution, FailExecutionRequest, FailStepRequest, HealthStatus, RegisterAgentRequest,
+    SetPolicyRequest, SubmitStepRequest, canonical_uuid,
+};
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use std::time::Duration;
+
+type ApiResult = Result<Response, ApiError>;
+
+/// How long `/v0/ready` waits for the store (spec §3 row 26).
+const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn ok<T: Serialize + ?Sized>(body: &T) -> Response {
+    json_response(StatusCode::OK, body)
+}
+
+fn no_content() -> Response {
+    StatusCode::NO_CONTENT.into_response()
+}
+
+fn streaming_unavailable() -> ApiError {
+    ApiError::validation("streaming is not configured")
+}
+
+impl AppState {
+    /// The execution `id`, if `agent_id` owns it.
+    ///
+    /// Another agent's execution answers `404 not_found`, exactly as an unknown id does, and
+    /// not `403`: to an agent only its own executions exist, so its answers never reveal
+    /// whether some other agent's execution id is real. The read routes use the same rule,
+    /// which closes the Go kernel's gap that lets any agent read every execution (§21.2).
+    async fn owned_execution(&self, agent_id: &str, id: &str) -> Result<Execution, ApiError> {
+        let exec = self.kernel.execution(id).await?;
+        if exec.agent_id == agent_id {
+            Ok(exec)
+        } else {
+            Err(ApiError::not_found())
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Executions (client side).
+// ---------------------------------------------------------------------------------------------
+
+/// Row 1: `POST /v0/executions` (201).
+pub(super) async fn create_execution(
+    State(s): State<AppState>,
+    _: Bearer,
+    JsonBody(req): JsonBody<CreateExecutionRequest>,
+) -> ApiResult {
+    let exec = s.kernel.create_execution(req).await?;
+    Ok(json_response(StatusCode::CREATED, &exec))
+}
+
+/// Row 2: `GET /v0/executions?agent_id&status&cursor&limit`.
+pub(super) async fn list_executions(
+    State(s): State<AppState>,
+    _: Bearer,
+    query: QueryPairs,
+) -> ApiResult {
+    let cursor = match query.get("cursor") {
+        None => None,
+        Some(raw) => Some(
+            canonical_uuid(raw)
+                .ok_or_else(|| ApiError::validation(format!("invalid cursor {raw:?}")))?,
+        ),
+    };
+    let limit = match query.get("limit") {
+        None => 0,
+        Some(raw) => {
+            let n: i64 = raw
+                .parse()
+                .map_err(|_| ApiError::validation(format!("invalid limit {raw:?}")))?;
+            // Zero and below mean the default; the kernel caps the rest.
+            usize::try_from(n).unwrap_or(0)
+        }
+    };
+    let list = s
+        .kernel
+        .list_executions(
+            query.get("agent_id").map(str::to_owned),
+            query.get("status").map(str::to_owned),
+            cursor,
+            limit,
+        )
+        .await?;
+    Ok(ok(&list))
+}
+
+/// Row 3: `GET /v0/executions/{id}` (bearer, or the owning agent's HMAC).
+pub(super) async fn get_execution(State(s): State<AppState>, mut call: ReadCall) -> ApiResult {
+    let raw: String = call.path().await?;
+    let id = uuid_param(&raw, "execution id")?;
+    let exec = match &call.reader {
+        Reader::Client => s.kernel.execution(&id).await?,
+        Reader::Agent(agent_id) => s.owned_execution(agent_id, &id).await?,
+    };
+    Ok(ok(&exec))
+}
+
+/// Row 4: `GET /v0/executions/{id}/events?after_seq&limit`. Unparsable numbers count as 0
+/// (from the start; the default page); an unknown execution has no events.
+pub(super) async fn events(
+    State(s): State<AppState>,
+    _: Bearer,
+    UuidPath(id): UuidPath,
+    query: QueryPairs,
+) -> ApiResult {
+    let number = |name: &str| {
+        query
+            .get(name)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0)
+            .max(0)
+    };
+    let after_seq = u64::try_from(number("after_seq")).unwrap_or(0);
+    let limit = usize::try_from(number("limit")).unwrap_or(0);
+    let events = s.kernel.events(&id, after_seq, limit).await?;
+    Ok(ok(&events))
+}
+
+/// Row 5: `GET /v0/executions/{id}/stream`: no stream bus yet, so `400` as the Go kernel
+/// answers without one.
+pub(super) async fn stream_subscribe(_: Bearer, _: UuidPath) -> ApiResult {
+    Err(streaming_unavailable())
+}
+
+/// Row 6: `POST /v0/executions/{id}/cancel` (204; `409 execution_terminal`).
+pub(super) async fn cancel(
+    State(s): State<AppState>,
+    _: Bearer,
+    UuidPath(id): UuidPath,
+) -> ApiResult {
+    s.kernel.cancel(&id).await?;
+    Ok(no_content())
+}
+
+/// Row 7: `GET /v0/executions/{id}/steps[?status=terminal]` (bearer, or the owning agent).
+pub(super) async fn list_steps(State(s): State<AppState>, mut call: ReadCall) -> ApiResult {
+    let raw: String = call.path().await?;
+    let id = uuid_param(&raw, "execution id")?;
+    let terminal_only = call.query()?.get("status") == Some("terminal");
+    if let Reader::Agent(agent_id) = &call.reader {
+        s.owned_execution(agent_id, &id).await?;
+    }
+    let steps = s.kernel.steps(&id, terminal_only).await?;
+    Ok(ok(&steps))
+}
+
+/// Row 8: `GET /v0/executions/{id}/steps/{step_id}` (bearer, or the owning agent). Unlike the
+/// Go kernel, the path's execution id is not ignored: a step of another execution is `404`.
+pub(super) async fn get_step(State(s): State<AppState>, mut call: ReadCall) -> ApiResult {
+    let (raw, step_id): (String, String) = call.path().await?;
+    let id = uuid_param(&raw, "execution id")?;
+    if let Reader::Agent(agent_id) = &call.reader {
+        s.owned_execution(agent_id, &id).await?;
+    }
+    let step = s.kernel.step(&step_id).await?;
+    if step.execution_id != id {
+        return Err(ApiError::not_found());
+    }
+    Ok(ok(&step))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Agent routes: HMAC, lease headers, own executions only.
+// ---------------------------------------------------------------------------------------------
+
+/// The execution id of an agent route with one path parameter.
+async fn agent_exec_id(call: &mut AgentCall) -> Result<String, ApiError> {
+    let raw: String = call.path().await?;
+    uuid_param(&raw, "execution id")
+}
+
+/// The execution and step ids of an agent step route.
+async fn agent_step_ids(call: &mut AgentCall) -> Result<(String, String), ApiError> {
+    let (raw, step_id): (String, String) = call.path().await?;
+    Ok((uuid_param(&raw, "execution id")?, step_id))
+}
+
+/// Row 9: `POST /v0/executions/{id}/steps` (200 decision).
+pub(super) async fn submit_step(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
+    let id = agent_exec_id(&mut call).await?;
+    let lease = call.lease()?;
+    let req: SubmitStepRequest = call.json()?;
+    s.owned_execution(&call.agent_id, &id).await?;
+    let decision = s.kernel.submit_step(&id, &lease, req).await?;
+    Ok(ok(&decision))
+}
+
+/// Row 10: `POST /v0/executions/{id}/steps/{step_id}/complete`.
+pub(super) async fn complete_step(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
+    let (id, step_id) = agent_step_ids(&mut call).await?;
+    let lease = call.lease()?;
+    let req: CompleteStepRequest = call.json()?;
+    s.owned_execution(&call.agent_id, &id).await?;
+    let decision = s
+        .kernel
+        .complete_step(&id, &step_id, &lease, req.result)
+        .await?;
+    Ok(ok(&decision))
+}
+
+/// Row 11: `POST /v0/executions/{id}/steps/{step_id}/fail`.
+pub(super) async fn fail_step(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
+    let (id, step_id) = agent_step_ids(&mut call).await?;
+    let lease = call.lease()?;
+    let req: FailStepRequest = call.json()?;
+    s.owned_execution(&call.agent_id, &id).await?;
+    let decision = s.kernel.fail_step(&id, &step_id, &lease, req.error).await?;
+    Ok(ok(&decision))
+}
+
+/// Row 12: `POST /v0/executions/{id}/steps/{step_id}/stream`: authenticated, then `400`
+/// until a stream bus exists.
+pub(super) async fn stream_publish(_: AgentCall) -> ApiResult {
+    Err(streaming_unavailable())
+}
+
+/// Row 13: `POST /v0/executions/{id}/heartbeat` (204; `409 lease_superseded`). The body is
+/// ignored (it is signed, normally as the empty string).
+pub(super) async fn heartbeat(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
+    let id = agent_exec_id(&mut call).await?;
+    let lease = call.lease()?;
+    s.owned_execution(&call.agent_id, &id).await?;
+    s.kernel.heartbeat(&id, &lease).await?;
+    Ok(no_content())
+}
+
+/// Row 14: `POST /v0/executions/{id}/complete` (204).
+pub(super) async fn complete_execution(
+    State(s): State<AppState>,
+    mut call: AgentCall,
+) -> ApiResult {
+    let id = agent_exec_id(&mut call).await?;
+    let lease = call.lease()?;
+    let req: CompleteExecutionRequest = call.json()?;
+    s.owned_execution(&call.agent_id, &id).await?;
+    s.kernel.complete_execution(&id, &lease, req.output).await?;
+    Ok(no_content())
+}
+
+/// Row 15: `POST /v0/executions/{id}/fail` (204).
+pub(super) async fn fail_execution(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
+    let id = agent_exec_id(&mut call).await?;
+    let lease = call.lease()?;
+    let req: FailExecutionRequest = call.json()?;
+    s.owned_execution(&call.agent_id, &id).await?;
+    s.kernel.fail_execution(&id, &lease, req.error).await?;
+    Ok(no_content())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Agents and policies (admin).
+// ---------------------------------------------------------------------------------------------
+
+/// Row 16: `POST /v0/agents` (201; the secret is never echoed).
+pub(super) async fn register_agent(
+    State(s): State<AppState>,
+    _: Bearer,
+    JsonBody(req): JsonBody<RegisterAgentRequest>,
+) -> ApiResult {
+    let agent = s.kernel.register_agent(req).await?;
+    Ok(json_response(StatusCode::CREATED, &agent))
+}
+
+/// Row 17: `GET /v0/agents` (by id, secrets blanked).
+pub(super) async fn list_agents(State(s): State<AppState>, _: Bearer) -> ApiResult {
+    Ok(ok(&s.kernel.agents().await?))
+}
+
+/// Row 18: `GET /v0/agents/{id}`.
+pub(super) async fn get_agent(
+    State(s): State<AppState>,
+    _: Bearer,
+    NamePath(id): NamePath,
+) -> ApiResult {
+    Ok(ok(&s.kernel.agent(&id).await?))
+}
+
+/// Row 19: `DELETE /v0/agents/{id}` (204; `409` while executions reference it).
+pub(super) async fn delete_agent(
+    State(s): State<AppState>,
+    _: Bearer,
+    NamePath(id): NamePath,
+) -> ApiResult {
+    s.kernel.delete_agent(&id).await?;
+    Ok(no_content())
+}
+
+/// Row 20: `POST /v0/policies/{agent_id}` (204; the bundle is validated before the agent is
+/// looked up).
+pub(super) async fn set_policy(
+    State(s): State<AppState>,
+    _: Bearer,
+    NamePath(agent_id): NamePath,
+    JsonBody(req): JsonBody<SetPolicyRequest>,
+) -> ApiResult {
+    s.kernel.set_policy(&agent_id, &req.bundle).await?;
+    Ok(no_content())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Approvals.
+// ---------------------------------------------------------------------------------------------
+
+/// Row 21: `GET /v0/approvals` (pending ones, oldest first; the query is ignored).
+pub(super) async fn list_approvals(State(s): State<AppState>, _: Bearer) -> ApiResult {
+    Ok(ok(&s.kernel.pending_approvals().await?))
+}
+
+/// Row 22: `GET /v0/approvals/{id}`.
+pub(super) async fn get_approval(
+    State(s): State<AppState>,
+    _: Bearer,
+    UuidPath(id): UuidPath,
+) -> ApiResult {
+    Ok(ok(&s.kernel.approval(&id).await?))
+}
+
+/// Row 23: `POST /v0/approvals/{id}/grant` (204; 403, 404, 409).
+pub(super) async fn grant(
+    State(s): State<AppState>,
+    _: Bearer,
+    UuidPath(id): UuidPath,
+    JsonBody(req): JsonBody<DecideApprovalRequest>,
+) -> ApiResult {
+    s.kernel.grant(&id, &req.decided_by, &req.rationale).await?;
+    Ok(no_content())
+}
+
+/// Row 24: `POST /v0/approvals/{id}/deny` (204; 403, 404, 409).
+pub(super) async fn deny(
+    State(s): State<AppState>,
+    _: Bearer,
+    UuidPath(id): UuidPath,
+    JsonBody(req): JsonBody<DecideApprovalRequest>,
+) -> ApiResult {
+    s.kernel.deny(&id, &req.decided_by, &req.rationale).await?;
+    Ok(no_content())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Probes and metrics (no authentication).
+// ---------------------------------------------------------------------------------------------
+
+/// Row 25: `GET /v0/health`: the process answers.
+pub(super) async fn health() -> Response {
+    ok(&HealthStatus {
+        status: "ok".to_owned(),
+    })
+}
+
+/// Row 26: `GET /v0/ready`: the store answers a ping within 2 s (200), or not (503).
+pub(super) async fn ready(State(s): State<AppState>) -> Response {
+    let store = s.kernel.store();
+    let up = matches!(
+        tokio::time::timeout(READY_TIMEOUT, store.ping()).await,
+        Ok(Ok(()))
+    );
+    if up {
+        ok(&HealthStatus {
+            status: "ready".to_owned(),
+        })
+    } else {
+        json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &HealthStatus {
+                status: "unavailable".to_owned(),
+            },
+        )
+    }
+}
+
+/// Row 27: `GET /metrics` in the Prometheus text format.
+pub(super) async fn metrics(State(s): State<AppState>) -> Response {
+    let text = super::metrics::render(&s.kernel).await;
+    let mut response = (StatusCode::OK, text).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(super::metrics::CONTENT_TYPE),
+    );
+    response
+}

@@ -1,0 +1,321 @@
+//! The provisioning manifest (`--config`, spec §17): agents, their secrets and policy bundles,
+//! upserted at boot.
+//!
+//! ```yaml
+//! agents:
+//!   - id: researcher
+//!     webhook_url: http://host:5001/webhook
+//!     secret: ${RESEARCHER_SECRET}
+//!     policy_file: policies/research.yaml   # relative to the manifest's directory
+//! ```
+//!
+//! Before parsing, the whole text goes through shell-style `$VAR` / `${VAR}` expansion (the
+//! rules of Go's `os.Expand`); an unset variable is left as `$VAR`. Everything is checked before
+//! anything is written, so a bad manifest aborts the boot with its path and the reason and
+//! provisions nothing. Unlike the Go kernel, unknown keys are refused, so a misspelt
+//! `policy_file` is an error rather than an agent silently left without its policy, and an
+//! agent without a secret is refused here rather than half-way through provisioning.
+
+use crate::Kernel;
+use crate::policy::Bundle;
+use crate::protocol::{Agent, RegisterAgentRequest};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// A manifest that cannot be used; the message names the file and the reason, e.g.
+/// `manifest agents.yaml: agent "x": set policy OR policy_file, not both`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("manifest {}: {reason}", path.display())]
+pub struct ManifestError {
+    /// The manifest file.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// One agent to provision, with its policy bundle resolved (inline or read from its file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestAgent {
+    /// Agent id.
+    pub id: String,
+    /// Where dispatches are delivered.
+    pub webhook_url: String,
+    /// HMAC secret.
+    pub secret: String,
+    /// Policy bundle YAML, already validated; empty for none.
+    pub policy: String,
+}
+
+/// A loaded and validated manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// The agents, in file order.
+    pub agents: Vec<ManifestAgent>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Document {
+    #[serde(default)]
+    agents: Option<Vec<AgentEntry>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentEntry {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    webhook_url: Option<String>,
+    #[serde(default)]
+    secret: Option<String>,
+    #[serde(default)]
+    policy: Option<String>,
+    #[serde(default)]
+    policy_file: Option<String>,
+}
+
+/// Whether `c` is one of the shell's one-character special parameters (`$*`, `$1`, ...).
+fn is_special(c: u8) -> bool {
+    matches!(
+        c,
+        b'*' | b'#' | b'$' | b'@' | b'!' | b'?' | b'-' | b'0'..=b'9'
+    )
+}
+
+fn is_name_byte(c: u8) -> bool {
+    c == b'_' || c.is_ascii_alphanumeric()
+}
+
+/// Expands `$NAME` and `${NAME}` in `text` with `lookup`, following Go's `os.Expand`:
+/// a name is a run of letters, digits and `_` (or one special character such as `$1`);
+/// `${...}` takes everything up to the closing brace; a `$` followed by no name is kept;
+/// malformed `${` and `${}` are dropped. A name `lookup` does not know is written back as
+/// `$NAME` (without braces), so an unset variable stays visible.
+pub fn expand_vars(text: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'$' || i + 1 >= bytes.len() {
+            i += 1;
+            continue;
+        }
+        out.push_str(&text[copied..i]);
+        let rest = &text[i + 1..];
+        let rb = rest.as_bytes();
+        // (name, bytes consumed after the `$`)
+        let (name, width) = if rb[0] == b'{' {
+            if rb.len() > 2 && is_special(rb[1]) && rb[2] == b'}' {
+                (&rest[1..2], 3)
+            } else {
+                match rest[1..].find('}') {
+                    Some(0) => ("", 2),
+                    Some(end) => (&rest[1..=end], end + 2),
+                    None => ("", 1),
+                }
+            }
+        } else if is_special(rb[0]) {
+            (&rest[..1], 1)
+        } else {
+            let n = rb.iter().take_while(|c| is_name_byte(**c)).count();
+            (&rest[..n], n)
+        };
+        if !name.is_empty() {
+            match lookup(name) {
+                Some(value) => out.push_str(&value),
+                None => {
+                    out.push('$');
+                    out.push_str(name);
+                }
+            }
+        } else if width == 0 {
+            out.push('$');
+        }
+        i += 1 + width;
+        copied = i;
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
+impl Manifest {
+    /// Reads `path`, expands environment variables, parses and validates it, and reads every
+    /// `policy_file` (relative to the manifest's directory).
+    pub fn load(path: impl AsRef<Path>) -> Result<Manifest, ManifestError> {
+        let path = path.as_ref();
+        let fail = |reason: String| ManifestError {
+            path: path.to_owned(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| fail(format!("read: {e}")))?;
+        let text = expand_vars(&text, |name| std::env::var(name).ok());
+        let dir = path.parent().unwrap_or(Path::new(""));
+        Manifest::parse(&text, dir)
+            .map_err(fail)
+            .map(|agents| Manifest {
+                path: path.to_owned(),
+                agents,
+            })
+    }
+
+    /// Parses already-expanded manifest text; `policy_file` paths are relative to `dir`.
+    fn parse(text: &str, dir: &Path) -> Result<Vec<ManifestAgent>, String> {
+        let doc: Option<Document> =
+            serde_yaml_ng::from_str(text).map_err(|e| format!("parse: {e}"))?;
+        let entries = doc.and_then(|d| d.agents).unwrap_or_default();
+        let mut agents = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.into_iter().enumerate() {
+            let id = entry.id.unwrap_or_default();
+            if id.trim().is_empty() {
+                return Err(format!("agents[{i}]: id is required"));
+            }
+            let secret = entry.secret.unwrap_or_default();
+            if secret.is_empty() {
+                // The kernel refuses an agent without a secret; say so before writing anything.
+                return Err(format!("agent {id:?}: secret is required"));
+            }
+            let inline = entry.policy.unwrap_or_default();
+            let file = entry.policy_file.unwrap_or_default();
+            if !inline.is_empty() && !file.is_empty() {
+                return Err(format!("agent {id:?}: set policy OR policy_file, not both"));
+            }
+            let policy = if file.is_empty() {
+                inline
+            } else {
+                let full = dir.join(&file);
+                std::fs::read_to_string(&full).map_err(|e| {
+                    format!("agent {id:?}: read policy_file: {}: {e}", full.display())
+                })?
+            };
+            if !policy.is_empty() {
+                Bundle::parse(&policy)
+                    .map_err(|e| format!("agent {id:?}: invalid policy bundle: {e}"))?;
+            }
+            agents.push(ManifestAgent {
+                id,
+                webhook_url: entry.webhook_url.unwrap_or_default(),
+                secret,
+                policy,
+            });
+        }
+        Ok(agents)
+    }
+
+    /// Upserts every agent with its bundle ([`Kernel::provision_agent`]). Agents missing from
+    /// the manifest are left alone.
+    pub async fn provision(&self, kernel: &Kernel) -> Result<Vec<Agent>, ManifestError> {
+        let mut out = Vec::with_capacity(self.agents.len());
+        for agent in &self.agents {
+            let req = RegisterAgentRequest {
+                id: agent.id.clone(),
+                webhook_url: agent.webhook_url.clone(),
+                secret: agent.secret.clone(),
+            };
+            let provisioned = kernel
+                .provision_agent(req, &agent.policy)
+                .await
+                .map_err(|e| ManifestError {
+                    path: self.path.clone(),
+                    reason: format!("agent {:?}: {e}", agent.id),
+                })?;
+            out.push(provisioned);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "A" => Some("alpha".into()),
+            "EMPTY" => Some(String::new()),
+            "1" => Some("one".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn expands_like_go_os_expand() {
+        let cases = [
+            ("$A", "alpha"),
+            ("${A}", "alpha"),
+            ("x$A-y", "xalpha-y"),
+            ("x${A}y", "xalphay"),
+            ("$Ay", "$Ay"),
+            ("${UNSET}", "$UNSET"),
+            ("$UNSET", "$UNSET"),
+            ("$EMPTY|", "|"),
+            ("$", "$"),
+            ("a$", "a$"),
+            ("$ x", "$ x"),
+            ("${}x", "x"),
+            ("${A", "A"),
+            ("$1", "one"),
+            ("${1}", "one"),
+            ("$$", "$$"),
+            ("p@$$w0rd", "p@$$w0rd"),
+            ("${A B}", "$A B"),
+            ("é$A€", "éalpha€"),
+            ("no vars", "no vars"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(expand_vars(input, env), want, "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn parses_and_reports_the_four_boot_errors() {
+        let dir = Path::new("/nonexistent-rebuno-dir");
+        let ok = Manifest::parse(
+            "agents:\n  - id: a\n    webhook_url: http://h/x\n    secret: s\n    policy: \"default_action: allow\"\n",
+            dir,
+        )
+        .unwrap();
+        assert_eq!(ok.len(), 1);
+        assert_eq!(ok[0].policy, "default_action: allow");
+        assert_eq!(Manifest::parse("", dir).unwrap(), vec![]);
+        assert_eq!(
+            Manifest::parse("agents:\n  - webhook_url: x\n", dir).unwrap_err(),
+            "agents[0]: id is required"
+        );
+        assert_eq!(
+            Manifest::parse("agents:\n  - id: x\n    secret: ''\n", dir).unwrap_err(),
+            "agent \"x\": secret is required"
+        );
+        assert_eq!(
+            Manifest::parse(
+                "agents:\n  - id: x\n    secret: s\n    policy: a\n    policy_file: b\n",
+                dir
+            )
+            .unwrap_err(),
+            "agent \"x\": set policy OR policy_file, not both"
+        );
+        let err = Manifest::parse(
+            "agents:\n  - id: x\n    secret: s\n    policy_file: p.yaml\n",
+            dir,
+        )
+        .unwrap_err();
+        assert!(
+            err.starts_with("agent \"x\": read policy_file: /nonexistent-rebuno-dir/p.yaml: "),
+            "{err}"
+        );
+        let err = Manifest::parse(
+            "agents:\n  - id: x\n    secret: s\n    policy: \"rules:\\n  - then: {decision: allow}\\n\"\n",
+            dir,
+        )
+        .unwrap_err();
+        assert!(
+            err.starts_with("agent \"x\": invalid policy bundle: "),
+            "{err}"
+        );
+        let err = Manifest::parse("agents:\n  - id: x\n    polcy_file: p\n", dir).unwrap_err();
+        assert!(err.starts_with("parse: "), "{err}");
+    }
+}

@@ -1,0 +1,346 @@
+//! The `rebuno` binary: `server` refuses to start without its settings, a bad provisioning
+//! manifest aborts the boot with the file and the reason, and `dev` / `server` serve the API
+//! until SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Bounds every wait for the child process; it measures nothing.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The `REBUNO_*` variables the binary reads, cleared so the caller's environment cannot
+/// change a test.
+const REBUNO_VARS: &[&str] = &[
+    "REBUNO_LISTEN_ADDR",
+    "REBUNO_DB_URL",
+    "REBUNO_BEARER_TOKEN",
+    "REBUNO_DISPATCH_MAX_ATTEMPTS",
+    "REBUNO_DISPATCH_TIMEOUT",
+    "REBUNO_DISPATCH_LEASE_TIMEOUT",
+];
+
+fn rebuno() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rebuno"));
+    for var in REBUNO_VARS {
+        cmd.env_remove(var);
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("cannot run the rebuno binary")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn server_refuses_to_start_without_token_and_database() {
+    let out = run(rebuno().arg("server").args(["--db-url", "sqlite://x.db"]));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("bearer token") && err.contains("REBUNO_BEARER_TOKEN"),
+        "{err}"
+    );
+
+    let out = run(rebuno().arg("server").args(["--bearer-token", "t"]));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("database") && err.contains("REBUNO_DB_URL"),
+        "{err}"
+    );
+
+    // The environment counts as well as the flags; an empty value counts as unset.
+    let out = run(rebuno()
+        .arg("server")
+        .env("REBUNO_BEARER_TOKEN", "")
+        .env("REBUNO_DB_URL", "sqlite://x.db"));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("bearer token"), "{}", stderr(&out));
+
+    let out = run(rebuno()
+        .arg("server")
+        .env("REBUNO_BEARER_TOKEN", "t")
+        .env("REBUNO_DB_URL", "postgres://u@localhost/rebuno"));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("PostgreSQL support is not built yet"), "{err}");
+}
+
+#[test]
+fn help_documents_flags_and_environment() {
+    for args in [&["--help"][..], &["dev", "--help"], &["server", "--help"]] {
+        let out = run(rebuno().args(args));
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        for needle in [
+            "REBUNO_LISTEN_ADDR",
+            "REBUNO_DB_URL",
+            "REBUNO_BEARER_TOKEN",
+            "REBUNO_DISPATCH_MAX_ATTEMPTS",
+            "REBUNO_RETENTION",
+        ] {
+            assert!(text.contains(needle), "{args:?} lacks {needle}:\n{text}");
+        }
+    }
+    let dev = String::from_utf8_lossy(&run(rebuno().args(["dev", "--help"])).stdout).into_owned();
+    for flag in ["--memory", "--db", "--listen-addr", "--config"] {
+        assert!(dev.contains(flag), "{flag}");
+    }
+    let server =
+        String::from_utf8_lossy(&run(rebuno().args(["server", "--help"])).stdout).into_owned();
+    for flag in ["--db-url", "--bearer-token", "--listen-addr", "--config"] {
+        assert!(server.contains(flag), "{flag}");
+    }
+}
+
+#[test]
+fn malformed_manifests_abort_the_boot_with_file_and_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad_bundle = "rules: [{id: a, then: {decision: alow}}]";
+    std::fs::write(dir.path().join("bad-policy.yaml"), bad_bundle).unwrap();
+    let cases = [
+        (
+            "no-id.yaml",
+            "agents:\n  - webhook_url: http://h/x\n    secret: s\n".to_owned(),
+            "agents[0]: id is required".to_owned(),
+        ),
+        (
+            "both.yaml",
+            "agents:\n  - id: x\n    secret: s\n    policy: 'default_action: allow'\n    policy_file: p.yaml\n".to_owned(),
+            "agent \"x\": set policy OR policy_file, not both".to_owned(),
+        ),
+        (
+            "missing-file.yaml",
+            "agents:\n  - id: x\n    secret: s\n    policy_file: missing.yaml\n".to_owned(),
+            "agent \"x\": read policy_file: ".to_owned(),
+        ),
+        (
+            "bad-bundle.yaml",
+            "agents:\n  - id: x\n    secret: s\n    policy_file: bad-policy.yaml\n".to_owned(),
+            "agent \"x\": invalid policy bundle: ".to_owned(),
+        ),
+        (
+            "bad-inline.yaml",
+            format!("agents:\n  - id: x\n    secret: s\n    policy: '{bad_bundle}'\n"),
+            "agent \"x\": invalid policy bundle: ".to_owned(),
+        ),
+        (
+            "not-yaml.yaml",
+            "agents: [\n".to_owned(),
+            "parse: ".to_owned(),
+        ),
+    ];
+    for (name, text, reason) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = run(rebuno()
+            .args([
+                "dev",
+                "--memory",
+                "--listen-addr",
+                "127.0.0.1:0",
+                "--config",
+            ])
+            .arg(&path));
+        assert!(!out.status.success(), "{name} booted");
+        let err = stderr(&out);
+        assert!(err.contains(&path.display().to_string()), "{name}: {err}");
+        assert!(err.contains(&reason), "{name}: {err}");
+    }
+    let missing = dir.path().join("nope.yaml");
+    let out = run(rebuno().args(["dev", "--memory", "--config"]).arg(&missing));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains(&missing.display().to_string()));
+}
+
+/// A running `rebuno` process, killed if the test ends early.
+struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Running {
+    fn spawn(cmd: &mut Command) -> Running {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start rebuno");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running { child, lines }
+    }
+
+    /// The base URL from the startup line (`... listening on http://ADDR (...)`).
+    fn base_url(&self) -> String {
+        let line = self
+            .lines
+            .recv_timeout(DEADLINE)
+            .expect("no startup line on stderr");
+        let start = line
+            .find("http://")
+            .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+        let rest = &line[start..];
+        rest.split_whitespace().next().unwrap().to_owned()
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    #[cfg(unix)]
+    fn terminate(mut self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "exit status {status}");
+                return;
+            }
+            assert!(start.elapsed() < DEADLINE, "rebuno did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn get(url: &str, token: Option<&str>) -> Option<(u16, String)> {
+    let mut rb = reqwest::Client::new().get(url);
+    if let Some(t) = token {
+        rb = rb.header("Authorization", format!("Bearer {t}"));
+    }
+    let r = rb.send().await.ok()?;
+    let status = r.status().as_u16();
+    Some((status, r.text().await.ok()?))
+}
+
+/// Polls `url` until it answers, or panics at the deadline.
+async fn wait_until_up(url: &str) -> (u16, String) {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(answer) = get(url, None).await {
+            return answer;
+        }
+        assert!(start.elapsed() < DEADLINE, "{url} never answered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn dev_in_memory_answers_health() {
+    let port = free_port();
+    let running = Running::spawn(rebuno().args([
+        "dev",
+        "--memory",
+        "--listen-addr",
+        &format!("127.0.0.1:{port}"),
+    ]));
+    let base = format!("http://127.0.0.1:{port}");
+    let (status, body) = wait_until_up(&format!("{base}/v0/health")).await;
+    assert_eq!((status, body.trim()), (200, r#"{"status":"ok"}"#));
+    // Dev mode: no bearer token needed.
+    let (status, _) = get(&format!("{base}/v0/agents"), None).await.unwrap();
+    assert_eq!(status, 200);
+    #[cfg(unix)]
+    running.terminate();
+    #[cfg(not(unix))]
+    drop(running);
+}
+
+#[tokio::test]
+async fn dev_provisions_the_manifest_into_its_default_database() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    let bundle = "default_action: deny\nrules:\n  - id: search\n    when: {target: \"web_*\"}\n    then: {decision: allow}\n";
+    std::fs::write(dir.path().join("policies/research.yaml"), bundle).unwrap();
+    std::fs::write(
+        dir.path().join("rebuno.yaml"),
+        "agents:\n  - id: researcher\n    webhook_url: http://127.0.0.1:9/${HOOK_PATH}\n    secret: $RESEARCH_SECRET\n    policy_file: policies/research.yaml\n",
+    )
+    .unwrap();
+    // The manifest path is relative to the working directory; its policy_file to the manifest.
+    let running = Running::spawn(
+        rebuno()
+            .current_dir(dir.path())
+            .env("HOOK_PATH", "webhook")
+            .env("RESEARCH_SECRET", "shh")
+            .args([
+                "dev",
+                "--listen-addr",
+                "127.0.0.1:0",
+                "--config",
+                "rebuno.yaml",
+            ]),
+    );
+    let base = running.base_url();
+    let (status, body) = wait_until_up(&format!("{base}/v0/agents/researcher")).await;
+    assert_eq!(status, 200, "{body}");
+    let agent: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(agent["WebhookURL"], "http://127.0.0.1:9/webhook");
+    assert_eq!(agent["Secret"], "", "secrets are never returned");
+    assert_eq!(agent["PolicyBundle"], bundle);
+    assert!(Path::new(&dir.path().join(".rebuno/rebuno.db")).exists());
+    #[cfg(unix)]
+    running.terminate();
+    #[cfg(not(unix))]
+    drop(running);
+}
+
+#[tokio::test]
+async fn server_requires_the_bearer_token_on_client_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("kernel.db");
+    let running = Running::spawn(
+        rebuno()
+            .env("REBUNO_BEARER_TOKEN", "tok")
+            .env("REBUNO_LISTEN_ADDR", "not an address")
+            .env("REBUNO_DB_URL", "postgres://ignored-because-the-flag-wins")
+            .args(["server", "--listen-addr", "127.0.0.1:0", "--db-url"])
+            .arg(format!("sqlite://{}", db.display())),
+    );
+    let base = running.base_url();
+    let (status, _) = wait_until_up(&format!("{base}/v0/ready")).await;
+    assert_eq!(status, 200);
+    let (status, body) = get(&format!("{base}/v0/agents"), None).await.unwrap();
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("\"unauthorized\""), "{body}");
+    let (status, _) = get(&format!("{base}/v0/agents"), Some("tok"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert!(db.exists());
+    #[cfg(unix)]
+    running.terminate();
+    #[cfg(not(unix))]
+    drop(running);
+}

@@ -11,7 +11,7 @@ use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::identity;
 use crate::policy::{self, Action, EvalInput, enforce_rate_limit};
 use crate::protocol::{
-    Approval, ApprovalEventPayload, ApprovalStatus, EventType, Execution, ExecutionEventPayload,
+    Approval, ApprovalEventPayload, ApprovalStatus, EventType, ExecutionEventPayload,
     ExecutionStatus, Idempotency, REASON_INDETERMINATE_RETRY, RULE_INDETERMINATE_RETRY, Step,
     StepDecision, StepEventPayload, StepKind, StepStatus, SubmitStepRequest, denial_error,
     indeterminate_error,
@@ -23,12 +23,19 @@ use std::time::Instant;
 
 /// What one snapshot read learns about a submission.
 struct Snapshot {
-    exec: Option<Execution>,
+    /// The execution's agent and status.
+    exec: Option<ExecState>,
     lease_ok: bool,
     step: Option<Step>,
     approval_id: Option<String>,
     bundle: Option<String>,
     indeterminate: bool,
+}
+
+/// An execution's agent id and status.
+struct ExecState {
+    agent_id: String,
+    status: ExecutionStatus,
 }
 
 fn policy_kind(kind: &StepKind) -> Option<policy::StepKind> {
@@ -120,7 +127,9 @@ impl Kernel {
             self.inner
                 .store
                 .read(move |tx| {
-                    let exec = tx.execution(&exec_id)?;
+                    let exec = tx
+                        .execution_state(&exec_id)?
+                        .map(|(agent_id, status)| ExecState { agent_id, status });
                     let Some(e) = &exec else {
                         return Ok(Snapshot {
                             exec,
@@ -139,10 +148,15 @@ impl Kernel {
                         }
                         _ => None,
                     };
-                    let bundle = tx.agent(&e.agent_id)?.map(|a| a.policy_bundle);
-                    let indeterminate = step.is_none()
-                        && at_most_once
-                        && tx.has_indeterminate_failure(&exec_id, &kind, &target, &args_hash)?;
+                    // Policy inputs matter only for a step that is not recorded yet.
+                    let (bundle, indeterminate) = if step.is_none() {
+                        let bundle = tx.agent(&e.agent_id)?.map(|a| a.policy_bundle);
+                        let indeterminate = at_most_once
+                            && tx.has_indeterminate_failure(&exec_id, &kind, &target, &args_hash)?;
+                        (bundle, indeterminate)
+                    } else {
+                        (None, false)
+                    };
                     Ok(Snapshot {
                         exec,
                         lease_ok,
@@ -322,10 +336,10 @@ impl Kernel {
             .inner
             .store
             .write(move |tx| {
-                let Some(mut exec) = tx.execution(&step.execution_id)? else {
+                let Some((_, status)) = tx.execution_state(&step.execution_id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
-                if exec.status.is_terminal() {
+                if status.is_terminal() {
                     return Ok(Ok(StepDecision::execution_terminal()));
                 }
                 if !lease_holds(tx, &step.execution_id, &lease, true)? {
@@ -411,10 +425,13 @@ impl Kernel {
                         events.push((
                             EventType::ExecutionBlocked,
                             payload(&ExecutionEventPayload::new(
-                                &exec.id,
+                                &step.execution_id,
                                 ExecutionStatus::Blocked,
                             )),
                         ));
+                        let Some(mut exec) = tx.execution(&step.execution_id)? else {
+                            return Ok(Err(KernelError::not_found()));
+                        };
                         exec.status = ExecutionStatus::Blocked;
                         exec.updated_at = now.clone();
                         tx.put_execution(&exec)?;
@@ -503,34 +520,33 @@ impl Kernel {
         lease: &Lease,
         outcome: Result<Value, Value>,
     ) -> KernelResult<StepDecision> {
-        let step = self.step(step_id).await?;
-        if step.execution_id != execution_id {
-            return Err(KernelError::not_found());
-        }
+        // The step must belong to the path's execution (the Go kernel ignores the path; a
+        // mismatch is a 404 here), checked inside the transaction, under that execution's lock.
         let _guard = self.lock_execution(execution_id).await;
         let now = self.now_text();
-        let (lease, step_id) = (lease.clone(), step_id.to_owned());
+        let (lease, step_id, exec_id) = (lease.clone(), step_id.to_owned(), execution_id.to_owned());
         self.inner
             .store
-            .write(move |tx| finish_step_tx(tx, &step_id, &lease, outcome, &now))
+            .write(move |tx| finish_step_tx(tx, &exec_id, &step_id, &lease, outcome, &now))
             .await?
     }
 }
 
 fn finish_step_tx(
     tx: &mut dyn Tx,
+    execution_id: &str,
     step_id: &str,
     lease: &Lease,
     outcome: Result<Value, Value>,
     now: &str,
 ) -> StoreResult<KernelResult<StepDecision>> {
-    let Some(mut step) = tx.step(step_id)? else {
+    let Some(mut step) = tx.step(step_id)?.filter(|s| s.execution_id == execution_id) else {
         return Ok(Err(KernelError::not_found()));
     };
-    let Some(exec) = tx.execution(&step.execution_id)? else {
+    let Some((_, status)) = tx.execution_state(execution_id)? else {
         return Ok(Err(KernelError::not_found()));
     };
-    if exec.status.is_terminal() {
+    if status.is_terminal() {
         return Ok(Ok(StepDecision::execution_terminal()));
     }
     match step.status {

@@ -16,7 +16,7 @@ mod sqlite;
 
 pub use sqlite::SqliteStore;
 
-use crate::protocol::{Agent, Approval, Dispatch, Event, EventType, Execution, Step, StepKind};
+use crate::protocol::{Agent, Approval, Dispatch, Event, EventType, Execution, ExecutionStatus, Step, StepKind};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::any::Any;
@@ -70,6 +70,8 @@ pub trait Tx {
 
     /// An execution by id.
     fn execution(&mut self, id: &str) -> StoreResult<Option<Execution>>;
+    /// An execution's agent and status, without decoding its input and output (hot paths).
+    fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>>;
     /// Inserts or replaces an execution.
     fn put_execution(&mut self, execution: &Execution) -> StoreResult<()>;
     /// Executions matching `query`, newest (highest id) first.

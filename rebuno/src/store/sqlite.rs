@@ -103,7 +103,8 @@ type Reply = oneshot::Sender<StoreResult<Box<dyn Any + Send>>>;
 pub struct SqliteStore {
     path: Option<PathBuf>,
     writer: Mutex<mpsc::Sender<(TxFn, Reply)>>,
-    reader: Arc<Mutex<Connection>>,
+    /// Read connections, tried in turn; an in-memory store has one, shared with the writer.
+    readers: Vec<Arc<Mutex<Connection>>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -180,8 +181,12 @@ impl SqliteStore {
             .map_err(|e| db_err(path, format!("not a rebuno database ({e})")))?;
         writer.pragma_update(None, "synchronous", "FULL")?;
         migrate(&writer, path)?;
-        let reader = Connection::open(path).map_err(|e| db_err(path, e))?;
-        reader.busy_timeout(std::time::Duration::from_secs(30))?;
+        let mut readers = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            let reader = Connection::open(path).map_err(|e| db_err(path, e))?;
+            reader.busy_timeout(std::time::Duration::from_secs(30))?;
+            readers.push(Arc::new(Mutex::new(reader)));
+        }
         let (tx, rx) = mpsc::channel::<(TxFn, Reply)>();
         std::thread::Builder::new()
             .name("rebuno-store-writer".into())
@@ -190,7 +195,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             path: Some(path.to_owned()),
             writer: Mutex::new(tx),
-            reader: Arc::new(Mutex::new(reader)),
+            readers,
         })
     }
 
@@ -209,7 +214,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             path: None,
             writer: Mutex::new(tx),
-            reader: shared,
+            readers: vec![shared],
         })
     }
 
@@ -239,6 +244,9 @@ enum WriterConn {
     Own(Connection),
     Shared(Arc<Mutex<Connection>>),
 }
+
+/// Read connections of a file store.
+const READERS: usize = 3;
 
 /// Most writes one group commit takes.
 const MAX_GROUP: usize = 512;
@@ -317,8 +325,13 @@ impl Store for SqliteStore {
     }
 
     async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
-        // Reads are short indexed lookups: run them inline rather than pay a thread hop.
-        let conn = lock(&self.reader);
+        // Reads are short indexed lookups: run them inline rather than pay a thread hop, on
+        // the first free read connection (or wait for the first one).
+        let conn = self
+            .readers
+            .iter()
+            .find_map(|r| r.try_lock().ok())
+            .unwrap_or_else(|| lock(&self.readers[0]));
         conn.execute_batch("BEGIN")?;
         let mut tx = SqliteTx { conn: &conn };
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx)))
@@ -328,7 +341,7 @@ impl Store for SqliteStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
-        lock(&self.reader).query_row("SELECT 1", [], |_| Ok(()))?;
+        lock(&self.readers[0]).query_row("SELECT 1", [], |_| Ok(()))?;
         Ok(())
     }
 
@@ -507,6 +520,11 @@ impl Tx for SqliteTx<'_> {
             params![id],
             exec_row,
         )
+    }
+    fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>> {
+        self.one("SELECT agent_id, status FROM executions WHERE id = ?1", params![id], |r| {
+            Ok((r.get(0)?, parse::<ExecutionStatus>(r.get(1)?)?))
+        })
     }
     fn put_execution(&mut self, e: &Execution) -> StoreResult<()> {
         self.exec(

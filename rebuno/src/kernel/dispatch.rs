@@ -76,11 +76,13 @@ pub(crate) fn lease_holds(
     lease: &Lease,
     in_flight_only: bool,
 ) -> StoreResult<bool> {
-    Ok(tx.dispatch(&lease.dispatch_id)?.is_some_and(|d| {
-        d.execution_id == execution_id
-            && d.attempt == lease.attempt
-            && (!in_flight_only || d.status == DispatchStatus::InFlight)
-    }))
+    Ok(tx
+        .dispatch_lease(&lease.dispatch_id)?
+        .is_some_and(|(exec, attempt, status)| {
+            exec == execution_id
+                && attempt == lease.attempt
+                && (!in_flight_only || status == DispatchStatus::InFlight)
+        }))
 }
 
 /// A claimed dispatch, ready to deliver.

@@ -152,7 +152,8 @@ impl Kernel {
                     let (bundle, indeterminate) = if step.is_none() {
                         let bundle = tx.agent(&e.agent_id)?.map(|a| a.policy_bundle);
                         let indeterminate = at_most_once
-                            && tx.has_indeterminate_failure(&exec_id, &kind, &target, &args_hash)?;
+                            && tx
+                                .has_indeterminate_failure(&exec_id, &kind, &target, &args_hash)?;
                         (bundle, indeterminate)
                     } else {
                         (None, false)
@@ -345,7 +346,7 @@ impl Kernel {
                 if !lease_holds(tx, &step.execution_id, &lease, true)? {
                     return Ok(Err(KernelError::lease_superseded()));
                 }
-                if tx.step(&step.step_id)?.is_some() {
+                if tx.step_exists(&step.step_id)? {
                     return Ok(Err(KernelError::conflict("step already recorded")));
                 }
                 let mut events: Events =
@@ -524,7 +525,8 @@ impl Kernel {
         // mismatch is a 404 here), checked inside the transaction, under that execution's lock.
         let _guard = self.lock_execution(execution_id).await;
         let now = self.now_text();
-        let (lease, step_id, exec_id) = (lease.clone(), step_id.to_owned(), execution_id.to_owned());
+        let (lease, step_id, exec_id) =
+            (lease.clone(), step_id.to_owned(), execution_id.to_owned());
         self.inner
             .store
             .write(move |tx| finish_step_tx(tx, &exec_id, &step_id, &lease, outcome, &now))

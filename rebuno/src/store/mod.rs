@@ -16,7 +16,10 @@ mod sqlite;
 
 pub use sqlite::SqliteStore;
 
-use crate::protocol::{Agent, Approval, Dispatch, Event, EventType, Execution, ExecutionStatus, Step, StepKind};
+use crate::protocol::{
+    Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
+    StepKind,
+};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::any::Any;
@@ -102,6 +105,8 @@ pub trait Tx {
 
     /// A step by id.
     fn step(&mut self, step_id: &str) -> StoreResult<Option<Step>>;
+    /// Whether a step is recorded.
+    fn step_exists(&mut self, step_id: &str) -> StoreResult<bool>;
     /// Inserts or updates a step. Once the stored status is terminal, its status, result,
     /// error and `completed_at` are kept.
     fn put_step(&mut self, step: &Step) -> StoreResult<()>;
@@ -134,6 +139,8 @@ pub trait Tx {
 
     /// A dispatch by id.
     fn dispatch(&mut self, id: &str) -> StoreResult<Option<Dispatch>>;
+    /// A dispatch's execution, attempt and status (the lease fences).
+    fn dispatch_lease(&mut self, id: &str) -> StoreResult<Option<(String, u32, DispatchStatus)>>;
     /// Inserts or replaces a dispatch.
     fn put_dispatch(&mut self, dispatch: &Dispatch) -> StoreResult<()>;
     /// An execution's dispatches.

@@ -63,9 +63,9 @@ CREATE TABLE steps (
     result TEXT,
     error TEXT,
     started_at TEXT,
-    completed_at TEXT,
-    UNIQUE (execution_id, kind, target, args_hash, occurrence)
+    completed_at TEXT
 );
+CREATE INDEX steps_execution ON steps (execution_id);
 CREATE TABLE approvals (
     id TEXT PRIMARY KEY,
     step_id TEXT NOT NULL,
@@ -180,6 +180,9 @@ impl SqliteStore {
             .pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| db_err(path, format!("not a rebuno database ({e})")))?;
         writer.pragma_update(None, "synchronous", "FULL")?;
+        // Checkpoint less often than SQLite's default 1,000 pages: under load every commit
+        // dirties many pages, and each checkpoint stalls the writer.
+        writer.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)?;
         migrate(&writer, path)?;
         let mut readers = Vec::with_capacity(READERS);
         for _ in 0..READERS {
@@ -248,6 +251,9 @@ enum WriterConn {
 /// Read connections of a file store.
 const READERS: usize = 3;
 
+/// WAL size (pages) that triggers a checkpoint (SQLite's default is 1,000).
+const WAL_CHECKPOINT_PAGES: i64 = 10_000;
+
 /// Most writes one group commit takes.
 const MAX_GROUP: usize = 512;
 
@@ -274,12 +280,14 @@ fn writer_loop(conn: WriterConn, rx: mpsc::Receiver<(TxFn, Reply)>) {
 /// Runs `f` as one unit inside the current transaction (a savepoint), catching panics so a bug
 /// in one change cannot take the writer down.
 fn run_one(conn: &Connection, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
-    conn.execute_batch("SAVEPOINT w")?;
+    conn.prepare_cached("SAVEPOINT w")?.execute([])?;
     let mut tx = SqliteTx { conn };
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx)))
         .unwrap_or_else(|_| Err(StoreError::Database("a store transaction panicked".into())));
     match &out {
-        Ok(_) => conn.execute_batch("RELEASE w")?,
+        Ok(_) => {
+            conn.prepare_cached("RELEASE w")?.execute([])?;
+        }
         Err(_) => conn.execute_batch("ROLLBACK TO w; RELEASE w")?,
     }
     out
@@ -522,9 +530,11 @@ impl Tx for SqliteTx<'_> {
         )
     }
     fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>> {
-        self.one("SELECT agent_id, status FROM executions WHERE id = ?1", params![id], |r| {
-            Ok((r.get(0)?, parse::<ExecutionStatus>(r.get(1)?)?))
-        })
+        self.one(
+            "SELECT agent_id, status FROM executions WHERE id = ?1",
+            params![id],
+            |r| Ok((r.get(0)?, parse::<ExecutionStatus>(r.get(1)?)?)),
+        )
     }
     fn put_execution(&mut self, e: &Execution) -> StoreResult<()> {
         self.exec(
@@ -651,6 +661,12 @@ impl Tx for SqliteTx<'_> {
             step_row,
         )
     }
+    fn step_exists(&mut self, step_id: &str) -> StoreResult<bool> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT 1 FROM steps WHERE step_id = ?1")?
+            .exists(params![step_id])?)
+    }
     fn put_step(&mut self, s: &Step) -> StoreResult<()> {
         self.exec(
             "INSERT INTO steps (step_id, execution_id, kind, target, args_hash, occurrence, status, idempotency, args, result, error, started_at, completed_at)
@@ -774,6 +790,13 @@ impl Tx for SqliteTx<'_> {
             &format!("SELECT {DISPATCH_COLS} FROM dispatches WHERE id = ?1"),
             params![id],
             dispatch_row,
+        )
+    }
+    fn dispatch_lease(&mut self, id: &str) -> StoreResult<Option<(String, u32, DispatchStatus)>> {
+        self.one(
+            "SELECT execution_id, attempt, status FROM dispatches WHERE id = ?1",
+            params![id],
+            |r| Ok((r.get(0)?, r.get(1)?, parse::<DispatchStatus>(r.get(2)?)?)),
         )
     }
     fn put_dispatch(&mut self, d: &Dispatch) -> StoreResult<()> {

@@ -8,10 +8,11 @@
 //! - [`policy`]: YAML policy bundles, the rule engine and the rate limiter;
 //! - [`kernel`]: the engine ([`Kernel`]): executions, steps, decisions, approvals, dispatches;
 //! - [`store`]: the kernel's [`store::Store`] (SQLite file or in memory);
+//! - [`server`]: the `/v0` HTTP API over a [`Kernel`] (the `rebuno` binary serves it);
 //! - [`signing`]: the body HMAC both directions use; [`time`]: the clock and timestamps.
 //!
-//! The `/v0` server, the agent runtime (`#[tool]`, `#[step]`, `#[agent]` from `rebuno-macros`)
-//! and the client come with the next issues.
+//! The agent runtime (`#[tool]`, `#[step]`, `#[agent]` from `rebuno-macros`) and the client come
+//! with the agent SDK issue.
 
 pub mod identity;
 pub mod kernel;

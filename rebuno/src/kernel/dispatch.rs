@@ -315,7 +315,14 @@ impl Kernel {
                 let Some(cur) = tx.dispatch(&d.id)? else {
                     return Ok(());
                 };
-                // The attempt may have finished (or been superseded) while the webhook ran.
+                // A fast agent may have finished (or a reclaim superseded this attempt) while
+                // the webhook answered: an ack after that would only confuse the log.
+                let finished = tx
+                    .execution_state(&cur.execution_id)?
+                    .is_none_or(|(_, s)| s.is_terminal());
+                if cur.attempt != d.attempt || finished {
+                    return Ok(());
+                }
                 let p = DispatchEventPayload {
                     status: DispatchStatus::Acked,
                     attempt: d.attempt,

@@ -2,7 +2,7 @@
 //! decides what each effect may do, resolves approvals and drives dispatches.
 //!
 //! [`Kernel`] is the whole engine; the HTTP server is a thin layer over its methods, and an
-//! embedded agent calls them directly. Every state change is one [`Store::write`] transaction
+//! embedded agent calls them directly. Every state change is one [`StoreExt::write`](crate::store::StoreExt::write) transaction
 //! (events and projections together), taken under the execution's lock. Two pieces of state
 //! are deliberately not durable, because they matter only within one delivery attempt and a
 //! kernel restart reclaims every attempt anyway: the occurrence counters of a dispatch and the

@@ -99,7 +99,6 @@ impl Kernel {
         lease: &Lease,
         req: SubmitStepRequest,
     ) -> KernelResult<StepDecision> {
-        Metrics::inc(&self.inner.metrics.steps_submitted);
         let args_hash = req
             .args_hash()
             .map_err(|e| KernelError::validation(format!("invalid args: {e}")))?;
@@ -179,6 +178,7 @@ impl Kernel {
             return Err(KernelError::lease_superseded());
         }
         self.renew(&lease.dispatch_id);
+        Metrics::inc(&self.inner.metrics.steps_submitted);
 
         let decision = match &snap.step {
             Some(step) => {

@@ -1,7 +1,7 @@
 //! Kernel storage: the [`Store`] trait, the [`Tx`] it hands to every state change, and the
 //! SQLite backend (a file, or an in-memory database for tests and `rebuno dev --memory`).
 //!
-//! Every state change of the kernel is one call of [`Store::write`]: a closure that reads and
+//! Every state change of the kernel is one call of [`StoreExt::write`]: a closure that reads and
 //! writes through a [`Tx`] and is committed atomically, events and projections together. The
 //! trait keeps no process-local state a second replica could not see, so a PostgreSQL backend
 //! implements the same [`Tx`] over one database transaction (with advisory locks where the

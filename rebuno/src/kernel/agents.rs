@@ -76,6 +76,16 @@ impl Kernel {
         Ok(self.inner.store.read(move |tx| tx.agent(&id)).await?)
     }
 
+    /// An agent's HMAC secret, for verifying its requests (never sent over HTTP).
+    pub async fn agent_secret(&self, id: &str) -> KernelResult<Option<String>> {
+        let id = id.to_owned();
+        Ok(self
+            .inner
+            .store
+            .read(move |tx| tx.agent_secret(&id))
+            .await?)
+    }
+
     /// All agents by id, without secrets.
     pub async fn agents(&self) -> KernelResult<Vec<Agent>> {
         let agents = self.inner.store.read(|tx| tx.agents()).await?;

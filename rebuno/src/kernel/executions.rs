@@ -165,6 +165,19 @@ impl Kernel {
             .ok_or_else(KernelError::not_found)
     }
 
+    /// The agent that owns an execution (`404` if unknown); cheaper than [`Kernel::execution`].
+    pub async fn execution_owner(&self, id: &str) -> KernelResult<String> {
+        let id = id.to_owned();
+        let state = self
+            .inner
+            .store
+            .read(move |tx| tx.execution_state(&id))
+            .await?;
+        state
+            .map(|(agent, _)| agent)
+            .ok_or_else(KernelError::not_found)
+    }
+
     /// A page of executions, newest first. `limit` 0 means the default (50); it is capped at
     /// 200. `cursor` is the last id of the previous page.
     pub async fn list_executions(

@@ -44,9 +44,14 @@ impl AppState {
     /// whether some other agent's execution id is real. The read routes use the same rule,
     /// which closes the Go kernel's gap that lets any agent read every execution (§21.2).
     async fn owned_execution(&self, agent_id: &str, id: &str) -> Result<Execution, ApiError> {
-        let exec = self.kernel.execution(id).await?;
-        if exec.agent_id == agent_id {
-            Ok(exec)
+        self.check_owner(agent_id, id).await?;
+        Ok(self.kernel.execution(id).await?)
+    }
+
+    /// [`AppState::owned_execution`] without loading the execution (the agent's hot paths).
+    async fn check_owner(&self, agent_id: &str, id: &str) -> Result<(), ApiError> {
+        if self.kernel.execution_owner(id).await? == agent_id {
+            Ok(())
         } else {
             Err(ApiError::not_found())
         }
@@ -156,7 +161,7 @@ pub(super) async fn list_steps(State(s): State<AppState>, mut call: ReadCall) ->
     let id = uuid_param(&raw, "execution id")?;
     let terminal_only = call.query()?.get("status") == Some("terminal");
     if let Reader::Agent(agent_id) = &call.reader {
-        s.owned_execution(agent_id, &id).await?;
+        s.check_owner(agent_id, &id).await?;
     }
     let steps = s.kernel.steps(&id, terminal_only).await?;
     Ok(ok(&steps))
@@ -168,7 +173,7 @@ pub(super) async fn get_step(State(s): State<AppState>, mut call: ReadCall) -> A
     let (raw, step_id): (String, String) = call.path().await?;
     let id = uuid_param(&raw, "execution id")?;
     if let Reader::Agent(agent_id) = &call.reader {
-        s.owned_execution(agent_id, &id).await?;
+        s.check_owner(agent_id, &id).await?;
     }
     let step = s.kernel.step(&step_id).await?;
     if step.execution_id != id {
@@ -198,7 +203,7 @@ pub(super) async fn submit_step(State(s): State<AppState>, mut call: AgentCall) 
     let id = agent_exec_id(&mut call).await?;
     let lease = call.lease()?;
     let req: SubmitStepRequest = call.json()?;
-    s.owned_execution(&call.agent_id, &id).await?;
+    s.check_owner(&call.agent_id, &id).await?;
     let decision = s.kernel.submit_step(&id, &lease, req).await?;
     Ok(ok(&decision))
 }
@@ -208,7 +213,7 @@ pub(super) async fn complete_step(State(s): State<AppState>, mut call: AgentCall
     let (id, step_id) = agent_step_ids(&mut call).await?;
     let lease = call.lease()?;
     let req: CompleteStepRequest = call.json()?;
-    s.owned_execution(&call.agent_id, &id).await?;
+    s.check_owner(&call.agent_id, &id).await?;
     let decision = s
         .kernel
         .complete_step(&id, &step_id, &lease, req.result)
@@ -221,7 +226,7 @@ pub(super) async fn fail_step(State(s): State<AppState>, mut call: AgentCall) ->
     let (id, step_id) = agent_step_ids(&mut call).await?;
     let lease = call.lease()?;
     let req: FailStepRequest = call.json()?;
-    s.owned_execution(&call.agent_id, &id).await?;
+    s.check_owner(&call.agent_id, &id).await?;
     let decision = s.kernel.fail_step(&id, &step_id, &lease, req.error).await?;
     Ok(ok(&decision))
 }
@@ -237,7 +242,7 @@ pub(super) async fn stream_publish(_: AgentCall) -> ApiResult {
 pub(super) async fn heartbeat(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
     let id = agent_exec_id(&mut call).await?;
     let lease = call.lease()?;
-    s.owned_execution(&call.agent_id, &id).await?;
+    s.check_owner(&call.agent_id, &id).await?;
     s.kernel.heartbeat(&id, &lease).await?;
     Ok(no_content())
 }
@@ -250,7 +255,7 @@ pub(super) async fn complete_execution(
     let id = agent_exec_id(&mut call).await?;
     let lease = call.lease()?;
     let req: CompleteExecutionRequest = call.json()?;
-    s.owned_execution(&call.agent_id, &id).await?;
+    s.check_owner(&call.agent_id, &id).await?;
     s.kernel.complete_execution(&id, &lease, req.output).await?;
     Ok(no_content())
 }
@@ -260,7 +265,7 @@ pub(super) async fn fail_execution(State(s): State<AppState>, mut call: AgentCal
     let id = agent_exec_id(&mut call).await?;
     let lease = call.lease()?;
     let req: FailExecutionRequest = call.json()?;
-    s.owned_execution(&call.agent_id, &id).await?;
+    s.check_owner(&call.agent_id, &id).await?;
     s.kernel.fail_execution(&id, &lease, req.error).await?;
     Ok(no_content())
 }

@@ -62,6 +62,8 @@ pub struct ExecutionQuery {
 pub trait Tx {
     /// An agent by id.
     fn agent(&mut self, id: &str) -> StoreResult<Option<Agent>>;
+    /// An agent's HMAC secret (request authentication, on every agent call).
+    fn agent_secret(&mut self, id: &str) -> StoreResult<Option<String>>;
     /// Inserts or replaces an agent.
     fn put_agent(&mut self, agent: &Agent) -> StoreResult<()>;
     /// Deletes an agent; whether it existed.

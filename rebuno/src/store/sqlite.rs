@@ -498,6 +498,13 @@ impl Tx for SqliteTx<'_> {
             agent_row,
         )
     }
+    fn agent_secret(&mut self, id: &str) -> StoreResult<Option<String>> {
+        self.one(
+            "SELECT secret FROM agents WHERE id = ?1",
+            params![id],
+            |r| r.get(0),
+        )
+    }
     fn put_agent(&mut self, a: &Agent) -> StoreResult<()> {
         self.exec(
             "INSERT OR REPLACE INTO agents (id, webhook_url, secret, policy_bundle, registered_at) VALUES (?1, ?2, ?3, ?4, ?5)",

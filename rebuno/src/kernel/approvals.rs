@@ -169,11 +169,13 @@ impl Kernel {
                 let Some(approval) = tx.approval(&id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
-                if approval.status != ApprovalStatus::Pending {
-                    return Ok(Err(KernelError::conflict(format!(
-                        "approval is {}, not pending",
-                        approval.status
-                    ))));
+                let to = if how == Resolution::Grant {
+                    ApprovalStatus::Granted
+                } else {
+                    ApprovalStatus::Denied
+                };
+                if let Err(e) = approval.status.transition(to) {
+                    return Ok(Err(KernelError::from(&e)));
                 }
                 if !approval.may_decide(&decided_by) {
                     return Ok(Err(KernelError::forbidden(format!(

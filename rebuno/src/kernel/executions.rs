@@ -258,8 +258,8 @@ impl Kernel {
                 let Some(exec) = tx.execution(&id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
-                if exec.status.is_terminal() {
-                    return Ok(Err(KernelError::terminal()));
+                if let Err(e) = exec.status.transition(ExecutionStatus::Cancelled) {
+                    return Ok(Err(KernelError::from(&e)));
                 }
                 cancel_in_tx(tx, exec, &now)?;
                 Ok(Ok(()))
@@ -304,8 +304,10 @@ impl Kernel {
                 let Some(mut exec) = tx.execution(&id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
-                if exec.status.is_terminal() {
-                    return Ok(Err(KernelError::terminal()));
+                // The state machine (§6.1) refuses a terminal execution with
+                // `execution_terminal`.
+                if let Err(e) = exec.status.transition(status) {
+                    return Ok(Err(KernelError::from(&e)));
                 }
                 if !lease_holds(tx, &id, &lease, true)? {
                     return Ok(Err(KernelError::lease_superseded()));

@@ -567,11 +567,14 @@ fn finish_step_tx(
     if !lease_holds(tx, &step.execution_id, lease, false)? {
         return Ok(Err(KernelError::lease_superseded()));
     }
-    if step.status != StepStatus::Executing {
-        return Ok(Err(KernelError::conflict(format!(
-            "step is {}, not executing",
-            step.status
-        ))));
+    // The state machine (§6.2) decides: only an executing step can take an outcome.
+    let to = if outcome.is_ok() {
+        StepStatus::Succeeded
+    } else {
+        StepStatus::Failed
+    };
+    if let Err(e) = step.status.transition(to) {
+        return Ok(Err(KernelError::from(&e)));
     }
     let event = match outcome {
         Ok(result) => {

@@ -1,0 +1,190 @@
+//! Interop with a client nobody here wrote: an agent written with the published Python `rebuno`
+//! SDK 0.14.0 runs against this kernel over real HTTP, unchanged.
+//!
+//! The test needs a Python with that SDK installed. `.ci/run` builds one (a venv from PyPI) and
+//! points `REBUNO_PYTHON` at it; elsewhere the test looks for `python3` with `rebuno` importable
+//! and, if there is none, says so and passes without running.
+
+use rebuno::Kernel;
+use rebuno::protocol::{CreateExecutionRequest, ExecutionStatus, RegisterAgentRequest, StepStatus};
+use rebuno::server::{ServerOptions, router};
+use serde_json::json;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const AGENT: &str = r#"
+import os, time
+import uvicorn
+from rebuno import Agent, tool, step
+
+@tool("greet")
+async def greet(name: str) -> str:
+    with open(os.environ["CALLS_FILE"], "a") as f:
+        f.write(name + "\n")
+    return f"hello {name}"
+
+async def handler(name: str):
+    now = await step("now", lambda: time.time())
+    greeting = await greet(name=name)
+    return {"greeting": greeting, "at": now}
+
+agent = Agent("py", secret="py-secret", base_url=os.environ["REBUNO_URL"])
+agent.bind(handler)
+uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="warning")
+"#;
+
+fn python_with_sdk() -> Option<String> {
+    let candidates = std::env::var("REBUNO_PYTHON")
+        .ok()
+        .into_iter()
+        .chain(["python3".to_owned()]);
+    for python in candidates {
+        let ok = Command::new(&python)
+            .args([
+                "-c",
+                "import rebuno, importlib.metadata as m; assert m.version('rebuno') == '0.14.0'",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(python);
+        }
+    }
+    if std::env::var("REBUNO_PYTHON").is_ok() {
+        panic!("REBUNO_PYTHON is set but has no rebuno 0.14.0");
+    }
+    None
+}
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn wait_for(
+    kernel: &Kernel,
+    id: &str,
+    want: &[ExecutionStatus],
+) -> rebuno::protocol::Execution {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let exec = kernel.execution(id).await.unwrap();
+        if want.contains(&exec.status) || Instant::now() > deadline {
+            return exec;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn published_python_sdk_agent_runs_against_the_kernel() {
+    let Some(python) = python_with_sdk() else {
+        eprintln!("skipped: no Python with rebuno==0.14.0 (set REBUNO_PYTHON; .ci/run does)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = Kernel::memory().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = router(kernel.clone(), ServerOptions::default());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let _background = kernel.start_http();
+
+    let port = free_port();
+    kernel
+        .register_agent(RegisterAgentRequest {
+            id: "py".into(),
+            webhook_url: format!("http://127.0.0.1:{port}/webhook"),
+            secret: "py-secret".into(),
+        })
+        .await
+        .unwrap();
+    let script = dir.path().join("agent.py");
+    std::fs::write(&script, AGENT).unwrap();
+    let calls = dir.path().join("calls.txt");
+    let _agent = Kill(
+        Command::new(&python)
+            .arg(&script)
+            .env("REBUNO_URL", &base)
+            .env("PORT", port.to_string())
+            .env("CALLS_FILE", &calls)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the Python agent did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let create = |name: &str| CreateExecutionRequest {
+        agent_id: "py".into(),
+        input: Some(json!({"name": name})),
+        agent_version: String::new(),
+    };
+    let terminal = [
+        ExecutionStatus::Completed,
+        ExecutionStatus::Failed,
+        ExecutionStatus::Cancelled,
+    ];
+
+    // A tool plus a step() plus a handler completes.
+    let exec = kernel.create_execution(create("world")).await.unwrap();
+    let done = wait_for(&kernel, &exec.id, &terminal).await;
+    assert_eq!(done.status, ExecutionStatus::Completed, "{done:?}");
+    assert_eq!(done.output.as_ref().unwrap()["greeting"], "hello world");
+    let steps = kernel.steps(&exec.id, false).await.unwrap();
+    let mut kinds: Vec<&str> = steps.iter().map(|s| s.kind.as_str()).collect();
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["local", "tool_call"]);
+    assert!(steps.iter().all(|s| s.status == StepStatus::Succeeded));
+
+    // require_approval blocks; a grant resumes it to completion.
+    kernel
+        .set_policy(
+            "py",
+            "default_action: allow\nrules:\n  - id: gate\n    priority: 1\n    when: {target: greet, arguments: {name: {equals: approve-me}}}\n    then: {decision: require_approval, approval_config: {approvers: [alice]}}\n  - id: nope\n    priority: 2\n    when: {target: greet, arguments: {name: {equals: forbidden}}}\n    then: {decision: deny, reason: not here}\n",
+        )
+        .await
+        .unwrap();
+    let exec = kernel.create_execution(create("approve-me")).await.unwrap();
+    let blocked = wait_for(&kernel, &exec.id, &[ExecutionStatus::Blocked]).await;
+    assert_eq!(blocked.status, ExecutionStatus::Blocked);
+    let approval = kernel.pending_approvals().await.unwrap().remove(0);
+    kernel.grant(&approval.id, "alice", "fine").await.unwrap();
+    let done = wait_for(&kernel, &exec.id, &terminal).await;
+    assert_eq!(done.status, ExecutionStatus::Completed, "{done:?}");
+    assert_eq!(
+        done.output.as_ref().unwrap()["greeting"],
+        "hello approve-me"
+    );
+
+    // A denial never runs the tool (the SDK's @tool turns the refusal into its result text).
+    let exec = kernel.create_execution(create("forbidden")).await.unwrap();
+    wait_for(&kernel, &exec.id, &terminal).await;
+    let steps = kernel.steps(&exec.id, false).await.unwrap();
+    let denied = steps
+        .iter()
+        .find(|s| s.kind.as_str() == "tool_call")
+        .unwrap();
+    assert_eq!(denied.status, StepStatus::Denied);
+    let ran = std::fs::read_to_string(&calls).unwrap();
+    assert_eq!(
+        ran.lines().collect::<Vec<_>>(),
+        ["world", "approve-me"],
+        "each tool body ran once, the denied one never"
+    );
+}

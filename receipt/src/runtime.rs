@@ -117,6 +117,9 @@ struct FoldCache {
 
 type StreamLock = Arc<tokio::sync::Mutex<()>>;
 
+/// Size of the per-stream lock map above which idle locks are dropped.
+const LOCK_PRUNE_AT: usize = 4096;
+
 /// Executes commands and folds streams over a [`ReceiptStore`].
 pub struct Runtime {
     store: Arc<dyn ReceiptStore>,
@@ -169,6 +172,11 @@ impl Runtime {
 
     fn lock_for(&self, stream: &str) -> StreamLock {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        if locks.len() > LOCK_PRUNE_AT {
+            // Drop locks nobody holds or waits for, so the map does not grow with every stream
+            // ever touched.
+            locks.retain(|_, l| Arc::strong_count(l) > 1);
+        }
         Arc::clone(locks.entry(stream.to_owned()).or_default())
     }
 

@@ -1264,21 +1264,39 @@ async fn executions_list_cancel_and_agent_failure_routes() {
         .ok(200);
     assert_eq!(events, json!([]));
 
-    // The stream routes are not configured.
-    let msg = api
-        .get(&format!("/v0/executions/{a2}/stream"))
+    // Live streaming: a subscriber sees the deltas published after it subscribed.
+    let mut request = api.bare(Method::GET, &format!("/v0/executions/{a2}/stream"));
+    if let Some(token) = &api.token {
+        request = request.bearer_auth(token);
+    }
+    let mut sub = request.send().await.unwrap();
+    assert_eq!(sub.status(), 200);
+    assert_eq!(sub.headers()["content-type"], "text/event-stream");
+    assert_eq!(sub.headers()["cache-control"], "no-cache");
+    let publish = |data: String| {
+        let body = serde_json::to_vec(&json!({"seq": 1, "data": data})).unwrap();
+        let path = format!("/v0/executions/{a2}/steps/{step_id}/stream");
+        let (api, a) = (&api, &a);
+        async move { api.agent(a, Method::POST, &path, None, &body).await }
+    };
+    publish("x".into()).await.ok(204);
+    let expected = format!("data: {{\"step_id\":\"{step_id}\",\"seq\":1,\"data\":\"x\"}}\n\n");
+    let mut seen = String::new();
+    while !seen.contains(&expected) {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), sub.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    // Over 7,000 bytes is refused; a bearer is required to subscribe in server mode.
+    let msg = publish("y".repeat(7001)).await.err(400, "validation_error");
+    assert!(msg.contains("7000"), "{msg}");
+    let anonymous = reqwest::get(format!("{}/v0/executions/{a2}/stream", api.base))
         .await
-        .err(400, "validation_error");
-    assert_eq!(msg, "validation error: streaming is not configured");
-    api.agent(
-        &a,
-        Method::POST,
-        &format!("/v0/executions/{a2}/steps/{step_id}/stream"),
-        None,
-        br#"{"seq":1,"data":"x"}"#,
-    )
-    .await
-    .err(400, "validation_error");
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
     assert_eq!(b.bad_signatures() + a.bad_signatures(), 0);
 }
 

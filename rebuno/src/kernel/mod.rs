@@ -11,7 +11,8 @@
 //!
 //! Submodules: `steps` (submit, complete, fail), `approvals` (grant, deny, expiry),
 //! `dispatch` (queue, claim, delivery, retries, the reaper), `executions` (create, read,
-//! cancel, complete, fail) and `agents` (registration and policy bundles).
+//! cancel, complete, fail), `agents` (registration and policy bundles) and `stream` (live
+//! output deltas, best effort, never persisted).
 
 mod agents;
 mod approvals;
@@ -19,8 +20,10 @@ mod dispatch;
 mod executions;
 mod metrics;
 mod steps;
+mod stream;
 
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};
+pub use stream::SUBSCRIBER_BUFFER;
 
 use crate::policy::ratelimit::{MemoryRateLimiter, RateLimiter};
 use crate::policy::{MissingBundle, PolicyEngine};
@@ -262,6 +265,8 @@ pub(crate) struct Inner {
     pub(crate) queued: tokio::sync::Notify,
     /// Wakes the approval timer when an approval is created.
     pub(crate) approvals_changed: tokio::sync::Notify,
+    /// Live output deltas (never persisted).
+    pub(crate) streams: stream::Bus,
 }
 
 /// The kernel. Cheap to clone (all clones share one engine).
@@ -320,6 +325,7 @@ impl KernelBuilder {
                 volatile: Mutex::default(),
                 queued: tokio::sync::Notify::new(),
                 approvals_changed: tokio::sync::Notify::new(),
+                streams: stream::Bus::default(),
             }),
         };
         kernel.reclaim_all_in_flight().await?;

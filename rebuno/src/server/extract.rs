@@ -294,6 +294,12 @@ impl AgentCall {
         path_of(&mut self.parts).await
     }
 
+    /// Whether the request carries lease headers at all.
+    pub(crate) fn has_lease(&self) -> bool {
+        header_str(&self.parts.headers, HEADER_DISPATCH_ID).is_some()
+            || header_str(&self.parts.headers, HEADER_DISPATCH_ATTEMPT).is_some()
+    }
+
     /// The lease headers (`400` when missing or malformed).
     pub(crate) fn lease(&self) -> Result<Lease, ApiError> {
         lease_from_headers(&self.parts.headers)

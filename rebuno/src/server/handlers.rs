@@ -11,7 +11,7 @@ use super::extract::{
 use crate::protocol::{
     CompleteExecutionRequest, CompleteStepRequest, CreateExecutionRequest, DecideApprovalRequest,
     Execution, FailExecutionRequest, FailStepRequest, HealthStatus, RegisterAgentRequest,
-    SetPolicyRequest, SubmitStepRequest, canonical_uuid,
+    SetPolicyRequest, StreamDeltaRequest, StreamFrame, SubmitStepRequest, canonical_uuid,
 };
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -32,9 +32,8 @@ fn no_content() -> Response {
     StatusCode::NO_CONTENT.into_response()
 }
 
-fn streaming_unavailable() -> ApiError {
-    ApiError::validation("streaming is not configured")
-}
+/// Interval of the SSE keep-alive comment.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 impl AppState {
     /// The execution `id`, if `agent_id` owns it.
@@ -139,10 +138,29 @@ pub(super) async fn events(
     Ok(ok(&events))
 }
 
-/// Row 5: `GET /v0/executions/{id}/stream`: no stream bus yet, so `400` as the Go kernel
-/// answers without one.
-pub(super) async fn stream_subscribe(_: Bearer, _: UuidPath) -> ApiResult {
-    Err(streaming_unavailable())
+/// Row 5: `GET /v0/executions/{id}/stream` (bearer): Server-Sent Events, one
+/// `data: {"step_id","seq","data"}` frame per delta and a `: keep-alive` comment every 15 s.
+/// Existence is not checked and nothing is replayed (spec §16).
+pub(super) async fn stream_subscribe(
+    State(s): State<AppState>,
+    _: Bearer,
+    UuidPath(id): UuidPath,
+) -> ApiResult {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use tokio_stream::StreamExt;
+    let events =
+        tokio_stream::wrappers::ReceiverStream::new(s.kernel.subscribe(&id)).map(|frame| {
+            Ok::<Event, std::convert::Infallible>(
+                Event::default().data(serde_json::to_string(&frame).unwrap_or_default()),
+            )
+        });
+    let sse =
+        Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text(" keep-alive"));
+    let mut response = sse.into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(response)
 }
 
 /// Row 6: `POST /v0/executions/{id}/cancel` (204; `409 execution_terminal`).
@@ -231,10 +249,25 @@ pub(super) async fn fail_step(State(s): State<AppState>, mut call: AgentCall) ->
     Ok(ok(&decision))
 }
 
-/// Row 12: `POST /v0/executions/{id}/steps/{step_id}/stream`: authenticated, then `400`
-/// until a stream bus exists.
-pub(super) async fn stream_publish(_: AgentCall) -> ApiResult {
-    Err(streaming_unavailable())
+/// Row 12: `POST /v0/executions/{id}/steps/{step_id}/stream` (HMAC, 204): publishes a live
+/// delta, best effort. `data` over 7,000 bytes is `400`. Lease headers are optional (SDK 0.14
+/// sends none); when present they must still own the dispatch (`409`), as later SDKs expect.
+pub(super) async fn stream_publish(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
+    let (id, step_id) = agent_step_ids(&mut call).await?;
+    let req: StreamDeltaRequest = call.json()?;
+    s.check_owner(&call.agent_id, &id).await?;
+    if call.has_lease() {
+        s.kernel.heartbeat(&id, &call.lease()?).await?;
+    }
+    s.kernel.publish(
+        &id,
+        StreamFrame {
+            step_id,
+            seq: req.seq,
+            data: req.data,
+        },
+    )?;
+    Ok(no_content())
 }
 
 /// Row 13: `POST /v0/executions/{id}/heartbeat` (204; `409 lease_superseded`). The body is

@@ -12,8 +12,8 @@
 //!   status of its code (`error`), and the metrics text (`metrics`);
 //! * the provisioning manifest the binary loads at boot ([`manifest`]).
 //!
-//! The live-stream routes (§16) are not served yet: both answer `400 validation_error`
-//! "streaming is not configured", which is what the Go kernel answers without a stream bus.
+//! The live-stream routes (§16) fan deltas out in process: an agent's `POST …/stream` reaches
+//! every current `GET …/stream` subscriber as a Server-Sent Event (best effort, never stored).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -74,8 +74,8 @@ pub(crate) struct AppState {
     pub(crate) bearer: Option<Arc<str>>,
 }
 
-/// The `/v0` router over `kernel`: every route of spec §3 (the two stream routes answer
-/// `400`), `/v0/health`, `/v0/ready` and `/metrics`. The caller runs the kernel's background
+/// The `/v0` router over `kernel`: every route of spec §3 (the live stream included),
+/// `/v0/health`, `/v0/ready` and `/metrics`. The caller runs the kernel's background
 /// loops ([`Kernel::start_http`]) and serves the router.
 pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
     use handlers as h;

@@ -1,0 +1,168 @@
+//! Fault: the webhook target is down. Delivery is retried with backoff over real HTTP; a
+//! target that comes back before the attempts run out gets the dispatch (and the execution
+//! completes), one that never does ends the execution with `dispatch_exhausted`.
+
+use axum::routing::post;
+use rebuno::kernel::KernelConfig;
+use rebuno::protocol::{
+    CreateExecutionRequest, EventType, ExecutionStatus, HEADER_SIGNATURE, RegisterAgentRequest,
+    WebhookPayload,
+};
+use rebuno::store::SqliteStore;
+use rebuno::{Kernel, Lease, signing};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+const SECRET: &str = "hook-secret";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A webhook that checks the signature, acks, and hands the payload to the test.
+async fn webhook_on(port: u16) -> mpsc::UnboundedReceiver<WebhookPayload> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let app = axum::Router::new().route(
+        "/hook",
+        post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let tx = tx.clone();
+                async move {
+                    let sig = headers
+                        .get(HEADER_SIGNATURE)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default();
+                    if !signing::verify(SECRET, &body, sig) {
+                        return axum::http::StatusCode::UNAUTHORIZED;
+                    }
+                    let _ = tx.send(serde_json::from_slice(&body).unwrap());
+                    axum::http::StatusCode::OK
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    rx
+}
+
+async fn kernel(max_attempts: u32) -> Kernel {
+    let config = KernelConfig {
+        dispatch_max_attempts: max_attempts,
+        ..KernelConfig::default()
+    };
+    Kernel::builder(Arc::new(SqliteStore::memory().unwrap()))
+        .config(config)
+        .build()
+        .await
+        .unwrap()
+}
+
+async fn events(k: &Kernel, id: &str) -> Vec<EventType> {
+    k.events(id, 0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event_type)
+        .collect()
+}
+
+async fn until<F: AsyncFn() -> bool>(what: &str, f: F) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn setup(k: &Kernel, agent: &str, port: u16) -> String {
+    k.register_agent(RegisterAgentRequest {
+        id: agent.into(),
+        webhook_url: format!("http://127.0.0.1:{port}/hook"),
+        secret: SECRET.into(),
+    })
+    .await
+    .unwrap();
+    k.create_execution(CreateExecutionRequest {
+        agent_id: agent.into(),
+        input: Some(json!({})),
+        agent_version: String::new(),
+    })
+    .await
+    .unwrap()
+    .id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_back_before_exhaustion_gets_the_dispatch() {
+    let k = kernel(5).await;
+    let _bg = k.start_http();
+    let port = free_port();
+    let id = setup(&k, "late", port).await;
+    until("the first failed delivery", async || {
+        events(&k, &id).await.contains(&EventType::DispatchFailed)
+    })
+    .await;
+    let mut hook = webhook_on(port).await;
+    let delivery = tokio::time::timeout(Duration::from_secs(30), hook.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(delivery.execution_id, id);
+    let attempt = delivery.dispatch_attempt.unwrap();
+    assert!(attempt >= 2, "delivered on a retry, not attempt {attempt}");
+    let lease = Lease {
+        dispatch_id: delivery.dispatch_id,
+        attempt,
+    };
+    k.complete_execution(&id, &lease, Some(json!({"ok": true})))
+        .await
+        .unwrap();
+    assert_eq!(
+        k.execution(&id).await.unwrap().status,
+        ExecutionStatus::Completed
+    );
+    let log = events(&k, &id).await;
+    assert_eq!(
+        log.iter()
+            .filter(|e| **e == EventType::DispatchFailed)
+            .count() as u32,
+        attempt - 1
+    );
+    assert_eq!(log.last(), Some(&EventType::ExecutionCompleted));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_stays_down_exhausts_the_dispatch() {
+    let k = kernel(3).await;
+    let _bg = k.start_http();
+    let id = setup(&k, "gone", free_port()).await;
+    let started = Instant::now();
+    until("exhaustion", async || {
+        k.execution(&id).await.unwrap().status == ExecutionStatus::Failed
+    })
+    .await;
+    let exec = k.execution(&id).await.unwrap();
+    assert_eq!(exec.failure_reason, "dispatch_exhausted");
+    let log = events(&k, &id).await;
+    assert_eq!(
+        log.iter()
+            .filter(|e| **e == EventType::DispatchFailed)
+            .count(),
+        3
+    );
+    assert_eq!(log.last(), Some(&EventType::ExecutionFailed));
+    // Backoff: ~1 s after the first failure and ~2 s after the second (plus jitter).
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "retried without backing off"
+    );
+}

@@ -7,7 +7,8 @@
 //! cargo bench -p rebuno --bench http
 //! ```
 //!
-//! Target: p50 of submit + complete <= 2 round trips + 2 syncs + 200 us.
+//! Targets: p50 of submit + complete <= 2 round trips + 2 syncs + 200 us; dispatch latency
+//! (from `POST /v0/executions` to the webhook arriving at a local agent) p50 <= 5 ms.
 
 use axum::routing::post;
 use rebuno::protocol::{
@@ -175,6 +176,63 @@ fn main() {
             pairs.push(t.elapsed());
         }
         let p50 = show("kernel over HTTP: submit + complete (SQLite)", &mut pairs);
+        // Dispatch latency: create over HTTP, time until the signed webhook reaches the agent.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+        let hook = axum::Router::new().route(
+            "/hook",
+            post(
+                move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                    let tx = tx.clone();
+                    async move {
+                        let sig = headers
+                            .get(HEADER_SIGNATURE)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default();
+                        if !signing::verify(SECRET, &body, sig) {
+                            return axum::http::StatusCode::UNAUTHORIZED;
+                        }
+                        let _ = tx.send(Instant::now());
+                        axum::http::StatusCode::OK
+                    }
+                },
+            ),
+        );
+        let hook_url = format!("{}/hook", serve(hook).await);
+        kernel
+            .register_agent(RegisterAgentRequest {
+                id: "hooked".into(),
+                webhook_url: hook_url,
+                secret: SECRET.into(),
+            })
+            .await
+            .unwrap();
+        let _background = kernel.start_http();
+        let mut dispatch = Vec::with_capacity(500);
+        for _ in 0..500 {
+            let body = serde_json::to_vec(&json!({"agent_id": "hooked", "input": {}})).unwrap();
+            let t = Instant::now();
+            let r = client
+                .post(format!("{base}/v0/executions"))
+                .header("Content-Type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201);
+            let arrived = rx.recv().await.unwrap();
+            dispatch.push(arrived.duration_since(t));
+        }
+        let dispatch_p50 = show("dispatch latency: create -> webhook arrives", &mut dispatch);
+        println!(
+            "target: dispatch p50 {:.2} ms <= 5 ms: {}",
+            dispatch_p50.as_secs_f64() * 1e3,
+            if dispatch_p50 <= Duration::from_millis(5) {
+                "met"
+            } else {
+                "missed"
+            }
+        );
+
         let budget = rtt_p50 * 2 + sync_p50 * 2 + Duration::from_micros(200);
         println!(
             "target: p50 {:.1} us <= 2 x {:.1} + 2 x {:.1} + 200 = {:.1} us: {}",

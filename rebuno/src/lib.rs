@@ -18,6 +18,8 @@ pub mod identity;
 pub mod kernel;
 pub mod policy;
 pub mod protocol;
+#[cfg(feature = "cli")]
+pub mod repl;
 pub mod server;
 pub mod signing;
 pub mod store;

@@ -1,6 +1,6 @@
 //! The `rebuno` binary: `server` refuses to start without its settings, a bad provisioning
 //! manifest aborts the boot with the file and the reason, and `dev` / `server` serve the API
-//! until SIGTERM.
+//! until SIGTERM; without a terminal on stdin there is no REPL, only HTTP.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -169,8 +169,12 @@ struct Running {
 
 impl Running {
     fn spawn(cmd: &mut Command) -> Running {
+        Running::start(cmd.stdout(Stdio::null()))
+    }
+
+    /// Like [`Running::spawn`], with the caller's stdin and stdout settings.
+    fn start(cmd: &mut Command) -> Running {
         let mut child = cmd
-            .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("cannot start rebuno");
@@ -343,4 +347,40 @@ async fn server_requires_the_bearer_token_on_client_routes() {
     running.terminate();
     #[cfg(not(unix))]
     drop(running);
+}
+
+/// Stdin is a closed pipe, not a terminal: no REPL starts (it would print its banner and
+/// prompt on stdout, and end the process on end of input); the kernel keeps serving HTTP.
+#[cfg(unix)]
+#[tokio::test]
+async fn without_a_terminal_only_http_is_served() {
+    use std::io::Read;
+    let mut running = Running::start(
+        rebuno()
+            .args(["dev", "--memory", "--listen-addr", "127.0.0.1:0"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    );
+    drop(running.child.stdin.take());
+    let base = running.base_url();
+    let (status, body) = wait_until_up(&format!("{base}/v0/health")).await;
+    assert_eq!((status, body.trim()), (200, r#"{"status":"ok"}"#));
+    let (status, _) = get(&format!("{base}/v0/executions"), None).await.unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        running.child.try_wait().unwrap().is_none(),
+        "end of input did not stop the kernel"
+    );
+    let mut stdout = running.child.stdout.take().unwrap();
+    running.terminate();
+    let mut text = String::new();
+    stdout.read_to_string(&mut text).unwrap();
+    assert!(
+        !text.contains("rebuno>"),
+        "a REPL prompt was printed: {text:?}"
+    );
+    assert!(
+        !text.contains("REPL"),
+        "a REPL banner was printed: {text:?}"
+    );
 }

@@ -1,0 +1,536 @@
+//! The operator REPL's command interpreter, driven through [`Repl::run_line`] against an
+//! in-memory kernel: every command's success and error paths, unique id prefixes, tables that
+//! fit the width, and `exec watch` (terminal executions, live deltas, interrupts).
+
+use rebuno::Kernel;
+use rebuno::protocol::{
+    CreateExecutionRequest, Decision, Idempotency, RegisterAgentRequest, StepKind, StreamFrame,
+    SubmitStepRequest,
+};
+use rebuno::repl::{Outcome, Repl, history_entry, render_table};
+use serde_json::json;
+use serde_json::value::RawValue;
+
+const BUNDLE: &str = r#"
+default_action: allow
+rules:
+  - id: pay
+    priority: 10
+    when: {target: charge}
+    then:
+      decision: require_approval
+      approval_config: {approvers: [alice, bob], timeout: 5m}
+"#;
+
+async fn repl(width: usize) -> Repl {
+    Repl::new(Kernel::memory().await.unwrap(), width)
+}
+
+async fn run(repl: &mut Repl, line: &str) -> String {
+    match repl.run_line(line).await {
+        Outcome::Print(text) => text,
+        Outcome::Quit => panic!("{line:?} quit"),
+    }
+}
+
+/// Runs `line` and returns the one execution id its `created execution <id> ...` answer names.
+async fn create(repl: &mut Repl, line: &str) -> String {
+    let out = run(repl, line).await;
+    assert!(out.starts_with("created execution "), "{out}");
+    out.split_whitespace().nth(2).unwrap().to_owned()
+}
+
+fn assert_fits(text: &str, width: usize) {
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= width,
+            "line of {} > {width}: {line:?}",
+            line.chars().count()
+        );
+    }
+}
+
+/// A kernel with agent `a` (approval policy) and one execution blocked on a `charge` approval;
+/// returns (execution id, approval id).
+async fn blocked(kernel: &Kernel) -> (String, String) {
+    kernel
+        .register_agent(RegisterAgentRequest {
+            id: "a".into(),
+            webhook_url: "http://127.0.0.1:9/a".into(),
+            secret: "s".into(),
+        })
+        .await
+        .unwrap();
+    kernel.set_policy("a", BUNDLE).await.unwrap();
+    let exec = kernel
+        .create_execution(CreateExecutionRequest {
+            agent_id: "a".into(),
+            input: Some(json!({})),
+            agent_version: String::new(),
+        })
+        .await
+        .unwrap();
+    let claimed = kernel.claim_dispatches(16).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let decision = kernel
+        .submit_step(
+            &exec.id,
+            &claimed[0].lease(),
+            SubmitStepRequest {
+                kind: StepKind::from("tool_call"),
+                target: "charge".into(),
+                args: Some(RawValue::from_string("{}".to_owned()).unwrap()),
+                idempotency: Idempotency::SafeToRetry,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(decision.decision, Decision::Blocked);
+    (exec.id, decision.approval_id.unwrap())
+}
+
+#[tokio::test]
+async fn help_quit_blank_and_unknown_commands() {
+    let mut r = repl(100).await;
+    let help = run(&mut r, "help").await;
+    for command in [
+        "agent ls",
+        "agent get",
+        "agent add",
+        "agent rm",
+        "exec ls",
+        "exec create",
+        "exec get",
+        "exec events",
+        "exec watch",
+        "exec cancel",
+        "approval ls",
+        "approval grant",
+        "approval deny",
+        "quit",
+    ] {
+        assert!(help.contains(command), "help lacks {command}:\n{help}");
+    }
+    assert_eq!(r.run_line("quit").await, Outcome::Quit);
+    assert_eq!(r.run_line("  exit  ").await, Outcome::Quit);
+    assert_eq!(run(&mut r, "   ").await, "");
+    assert_eq!(
+        run(&mut r, "frobnicate now").await,
+        "unknown command 'frobnicate'; type help"
+    );
+    assert_eq!(
+        run(&mut r, "agent fly").await,
+        "unknown command 'agent fly'; type help"
+    );
+    assert!(run(&mut r, "exec").await.starts_with("error: "));
+    assert!(run(&mut r, "approval").await.starts_with("error: "));
+    assert_eq!(
+        run(&mut r, "agent add x").await,
+        "error: usage: agent add <id> <webhook_url> <secret>"
+    );
+    assert!(
+        run(&mut r, "exec get")
+            .await
+            .starts_with("error: usage: exec get")
+    );
+    assert!(
+        run(&mut r, "approval grant x")
+            .await
+            .starts_with("error: usage: approval grant")
+    );
+}
+
+#[tokio::test]
+async fn agents_add_list_get_remove() {
+    let mut r = repl(100).await;
+    assert_eq!(run(&mut r, "agent ls").await, "no agents");
+    assert_eq!(
+        run(&mut r, "agent add researcher http://127.0.0.1:9/r s3cret").await,
+        "registered agent researcher -> http://127.0.0.1:9/r"
+    );
+    run(&mut r, "agent add writer http://127.0.0.1:9/w s").await;
+    let table = run(&mut r, "agent ls").await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(lines[0].starts_with("ID") && lines[0].contains("WEBHOOK URL"));
+    assert!(lines[1].starts_with("researcher") && lines[1].contains("http://127.0.0.1:9/r"));
+    assert!(lines[1].contains("no"), "no policy: {table}");
+    assert!(!table.contains("s3cret"), "secrets are never shown");
+
+    // Prefixes: unique, exact, none.
+    let got = run(&mut r, "agent get res").await;
+    assert!(got.contains("id:          researcher"), "{got}");
+    assert!(got.contains("policy:      none"), "{got}");
+    assert_eq!(
+        run(&mut r, "agent get nobody").await,
+        "error: no agent matches 'nobody'"
+    );
+    run(&mut r, "agent add re2 http://h/x s").await;
+    assert_eq!(
+        run(&mut r, "agent get re").await,
+        "error: 're' is ambiguous: re2, researcher"
+    );
+
+    // Kernel errors: an agent with executions cannot be deleted; a secret is required.
+    create(&mut r, "exec create writer").await;
+    let err = run(&mut r, "agent rm writer").await;
+    assert!(err.starts_with("error: conflict: "), "{err}");
+    assert_eq!(run(&mut r, "agent rm re2").await, "deleted agent re2");
+    assert_eq!(
+        run(&mut r, "agent rm re2").await,
+        "error: no agent matches 're2'"
+    );
+    assert_eq!(
+        run(&mut r, "agent rm researc").await,
+        "deleted agent researcher"
+    );
+    assert_eq!(run(&mut r, "agent ls").await.lines().count(), 2);
+}
+
+#[tokio::test]
+async fn executions_create_list_get_events_cancel() {
+    let mut r = repl(200).await;
+    assert_eq!(run(&mut r, "exec ls").await, "no executions");
+    assert_eq!(
+        run(&mut r, "exec create ghost").await,
+        "error: no agent matches 'ghost'"
+    );
+    run(&mut r, "agent add a http://127.0.0.1:9/a s").await;
+    run(&mut r, "agent add b http://127.0.0.1:9/b s").await;
+
+    // Malformed JSON is refused before anything is created.
+    let err = run(&mut r, "exec create a {\"task\": ").await;
+    assert!(err.starts_with("error: input is not valid JSON: "), "{err}");
+    assert_eq!(run(&mut r, "exec ls").await, "no executions");
+
+    let first = create(&mut r, "exec create a").await;
+    let second = create(&mut r, r#"exec create a {"task": "two words", "n": 2}"#).await;
+    let third = create(&mut r, "exec create b [1, 2]").await;
+
+    // Newest first.
+    let table = run(&mut r, "exec ls").await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(lines[0].starts_with("ID") && lines[0].contains("STATUS"));
+    assert!(lines[1].starts_with(&third), "{table}");
+    assert!(lines[3].starts_with(&first), "{table}");
+    assert!(lines[1].contains("running"));
+
+    // Filters: agent (by prefix too) and status, in either order.
+    assert_eq!(run(&mut r, "exec ls b").await.lines().count(), 2);
+    assert_eq!(run(&mut r, "exec ls a running").await.lines().count(), 3);
+    assert_eq!(run(&mut r, "exec ls cancelled a").await, "no executions");
+    assert!(
+        run(&mut r, "exec ls a b")
+            .await
+            .starts_with("error: 'b' is not a status")
+    );
+
+    let got = run(&mut r, &format!("exec get {second}")).await;
+    assert!(got.contains(&format!("id:       {second}")), "{got}");
+    assert!(
+        got.contains(r#"input:    {"n":2,"task":"two words"}"#)
+            || got.contains(r#"input:    {"task":"two words","n":2}"#),
+        "{got}"
+    );
+    assert!(got.contains("status:   running"), "{got}");
+    let got = run(&mut r, &format!("exec get {first}")).await;
+    assert!(got.contains("input:    {}"), "the default input: {got}");
+
+    let events = run(&mut r, &format!("exec events {first}")).await;
+    let lines: Vec<&str> = events.lines().collect();
+    assert!(lines[0].starts_with("SEQ") && lines[0].contains("PAYLOAD"));
+    assert!(
+        lines[1].starts_with('1') && lines[1].contains("execution.created"),
+        "{events}"
+    );
+    assert!(events.contains("dispatch.queued"), "{events}");
+
+    assert_eq!(
+        run(&mut r, &format!("exec cancel {first}")).await,
+        format!("cancelled execution {first}")
+    );
+    let err = run(&mut r, &format!("exec cancel {first}")).await;
+    assert!(err.starts_with("error: execution is terminal"), "{err}");
+    assert!(
+        run(&mut r, &format!("exec get {first}"))
+            .await
+            .contains("status:   cancelled")
+    );
+    assert!(
+        run(&mut r, &format!("exec events {first}"))
+            .await
+            .contains("execution.cancelled")
+    );
+    assert_eq!(run(&mut r, "exec ls cancelled").await.lines().count(), 2);
+}
+
+#[tokio::test]
+async fn execution_prefixes_unique_ambiguous_and_none() {
+    let mut r = repl(200).await;
+    run(&mut r, "agent add a http://127.0.0.1:9/a s").await;
+    let ids = [
+        create(&mut r, "exec create a").await,
+        create(&mut r, "exec create a").await,
+    ];
+    // UUIDv7 ids created together share their leading (time) digits.
+    let common = ids[0]
+        .chars()
+        .zip(ids[1].chars())
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(common >= 1);
+    let shared = &ids[0][..common];
+    let err = run(&mut r, &format!("exec get {shared}")).await;
+    assert!(
+        err.starts_with(&format!("error: '{shared}' is ambiguous: ")),
+        "{err}"
+    );
+    assert!(err.contains(&ids[0]) && err.contains(&ids[1]), "{err}");
+    for id in &ids {
+        let unique = &id[..common + 1];
+        let got = run(&mut r, &format!("exec get {unique}")).await;
+        assert!(got.contains(&format!("id:       {id}")), "{got}");
+    }
+    assert_eq!(
+        run(&mut r, "exec get zzz").await,
+        "error: no execution matches 'zzz'"
+    );
+    assert_eq!(
+        run(&mut r, "exec events zzz").await,
+        "error: no execution matches 'zzz'"
+    );
+    assert_eq!(
+        run(&mut r, "exec cancel zzz").await,
+        "error: no execution matches 'zzz'"
+    );
+    assert_eq!(
+        run(&mut r, "exec watch zzz").await,
+        "error: no execution matches 'zzz'"
+    );
+
+    // Ambiguity lists at most five ids.
+    for _ in 0..5 {
+        create(&mut r, "exec create a").await;
+    }
+    let err = run(&mut r, &format!("exec get {}", &ids[0][..1])).await;
+    assert!(err.contains("(2 more)"), "{err}");
+    assert_eq!(err.matches(", ").count(), 5, "{err}");
+}
+
+#[tokio::test]
+async fn approvals_list_grant_deny_with_prefixes_and_errors() {
+    let kernel = Kernel::memory().await.unwrap();
+    let (exec, approval) = blocked(&kernel).await;
+    let mut r = Repl::new(kernel.clone(), 300);
+    let table = run(&mut r, "approval ls").await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    assert!(lines[0].starts_with("ID") && lines[0].contains("APPROVERS"));
+    assert!(lines[1].starts_with(&approval) && lines[1].contains(&exec));
+    assert!(lines[1].contains("alice,bob"), "{table}");
+
+    assert_eq!(
+        run(&mut r, "approval grant nope alice").await,
+        "error: no approval matches 'nope'"
+    );
+    // Not an approver: the kernel's refusal is printed.
+    let err = run(
+        &mut r,
+        &format!("approval grant {} mallory", &approval[..20]),
+    )
+    .await;
+    assert!(err.starts_with("error: forbidden"), "{err}");
+    assert_eq!(
+        run(
+            &mut r,
+            &format!("approval grant {} alice looks fine", &approval[..20])
+        )
+        .await,
+        format!("granted approval {approval} (by alice)")
+    );
+    assert_eq!(
+        kernel.approval(&approval).await.unwrap().rationale,
+        "looks fine"
+    );
+    assert_eq!(run(&mut r, "approval ls").await, "no pending approvals");
+    // Deciding twice: the full id still resolves, the kernel refuses.
+    let err = run(&mut r, &format!("approval deny {approval} bob no")).await;
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(!err.contains("matches"), "{err}");
+
+    // Deny on another kernel's blocked execution.
+    let kernel = Kernel::memory().await.unwrap();
+    let (_, approval) = blocked(&kernel).await;
+    let mut r = Repl::new(kernel.clone(), 300);
+    assert_eq!(
+        run(
+            &mut r,
+            &format!("approval deny {approval} bob too expensive")
+        )
+        .await,
+        format!("denied approval {approval} (by bob)")
+    );
+    assert_eq!(
+        kernel.approval(&approval).await.unwrap().rationale,
+        "too expensive"
+    );
+}
+
+#[tokio::test]
+async fn tables_fit_the_width() {
+    let kernel = Kernel::memory().await.unwrap();
+    let (exec, _) = blocked(&kernel).await;
+    let long_url = format!("http://127.0.0.1:9/{}", "very-long-path/".repeat(20));
+    for width in [20, 40, 60, 80, 100] {
+        let mut r = Repl::new(kernel.clone(), width);
+        run(
+            &mut r,
+            &format!("agent add long-agent-name-{width} {long_url} s"),
+        )
+        .await;
+        for line in [
+            "agent ls".to_owned(),
+            "exec ls".to_owned(),
+            format!("exec events {exec}"),
+            "approval ls".to_owned(),
+        ] {
+            let out = run(&mut r, &line).await;
+            assert!(out.lines().count() >= 2, "{line}: {out}");
+            assert_fits(&out, width);
+        }
+        let out = run(&mut r, "agent ls").await;
+        assert!(out.contains('…'), "cut cells end in an ellipsis: {out}");
+    }
+    // Wide enough: ids in full; narrow: the shortest prefixes that tell them apart.
+    let mut wide = Repl::new(kernel.clone(), 200);
+    assert!(run(&mut wide, "exec ls").await.contains(&exec));
+    let mut narrow = Repl::new(kernel.clone(), 60);
+    let out = run(&mut narrow, "exec ls").await;
+    assert!(!out.contains(&exec), "{out}");
+    assert!(out.lines().nth(1).unwrap().starts_with(&exec[..8]), "{out}");
+
+    // The renderer alone: cells with newlines stay on one line; no line exceeds the width.
+    let rows = vec![
+        vec!["a\nb".to_owned(), "x".repeat(50), "y".repeat(30)],
+        vec!["short".to_owned(), String::new(), "z".to_owned()],
+    ];
+    for width in [1, 5, 10, 25, 200] {
+        let table = render_table(&["ONE", "TWO", "THREE"], &rows, width);
+        assert_eq!(table.lines().count(), 3, "{table}");
+        assert_fits(&table, width);
+    }
+    let table = render_table(&["K", "V"], &[vec!["k".into(), "v".into()]], 80);
+    assert_eq!(table, "K  V\nk  v");
+}
+
+#[tokio::test]
+async fn watch_of_a_terminal_execution_returns_at_once() {
+    let mut r = repl(100).await;
+    run(&mut r, "agent add a http://127.0.0.1:9/a s").await;
+    let exec = create(&mut r, "exec create a").await;
+    run(&mut r, &format!("exec cancel {exec}")).await;
+    let out = run(&mut r, &format!("exec watch {}", &exec[..30])).await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with(&format!("watching {exec}")), "{out}");
+    assert!(out.contains("execution.created"), "{out}");
+    assert!(out.contains("execution.cancelled"), "{out}");
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .starts_with(&format!("execution {exec} is cancelled")),
+        "{out}"
+    );
+    assert_fits(&out, 100);
+}
+
+#[tokio::test]
+async fn watch_streams_deltas_and_new_events_until_terminal() {
+    let kernel = Kernel::memory().await.unwrap();
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut r = Repl::new(kernel.clone(), 120).with_sink(Box::new(move |line: &str| {
+        let _ = lines_tx.send(line.to_owned());
+    }));
+    run(&mut r, "agent add a http://127.0.0.1:9/a s").await;
+    let exec = create(&mut r, "exec create a").await;
+    let watch_line = format!("exec watch {exec}");
+    let watch = tokio::spawn(async move { run(&mut r, &watch_line).await });
+    let first = lines.recv().await.unwrap();
+    assert!(first.starts_with("watching "), "{first}");
+    // Subscribed before the header was written: a delta published now is seen.
+    kernel
+        .publish(
+            &exec,
+            StreamFrame {
+                step_id: "ab".repeat(32),
+                seq: 7,
+                data: "hello\nworld".into(),
+            },
+        )
+        .unwrap();
+    loop {
+        let line = lines.recv().await.unwrap();
+        if line.contains("[abababababab#7] hello world") {
+            break;
+        }
+    }
+    kernel.cancel(&exec).await.unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let line = lines.recv().await.unwrap();
+        let done = line.starts_with(&format!("execution {exec} is cancelled"));
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    assert!(
+        seen.iter().any(|l| l.contains("execution.cancelled")),
+        "{seen:?}"
+    );
+    assert_eq!(watch.await.unwrap(), "", "everything went to the sink");
+}
+
+#[tokio::test]
+async fn watch_stops_on_interrupt() {
+    let kernel = Kernel::memory().await.unwrap();
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut r = Repl::new(kernel.clone(), 100).with_sink(Box::new(move |line: &str| {
+        let _ = lines_tx.send(line.to_owned());
+    }));
+    let interrupt = r.interrupter();
+    assert!(!interrupt.interrupt(), "no watch is running");
+    run(&mut r, "agent add a http://127.0.0.1:9/a s").await;
+    let exec = create(&mut r, "exec create a").await;
+    let watch_line = format!("exec watch {exec}");
+    let watch = tokio::spawn(async move {
+        let out = run(&mut r, &watch_line).await;
+        (out, r)
+    });
+    assert!(lines.recv().await.unwrap().starts_with("watching "));
+    assert!(interrupt.interrupt(), "the watch was running");
+    loop {
+        if lines.recv().await.unwrap() == format!("stopped watching {exec}") {
+            break;
+        }
+    }
+    let (out, mut r) = watch.await.unwrap();
+    assert_eq!(out, "");
+    // The REPL keeps working, and the execution was not touched.
+    assert!(
+        run(&mut r, &format!("exec get {exec}"))
+            .await
+            .contains("status:   running")
+    );
+}
+
+#[test]
+fn history_keeps_secrets_out() {
+    assert_eq!(history_entry("  "), None);
+    assert_eq!(history_entry("exec ls a").as_deref(), Some("exec ls a"));
+    assert_eq!(
+        history_entry("agent add a http://h/x hunter2").as_deref(),
+        Some("agent add a http://h/x <secret>")
+    );
+}

@@ -8,7 +8,8 @@
 //! - [`policy`]: YAML policy bundles, the rule engine and the rate limiter;
 //! - [`kernel`]: the engine ([`Kernel`]): executions, steps, decisions, approvals, dispatches;
 //! - [`store`]: the kernel's [`store::Store`] (SQLite file or in memory);
-//! - [`server`]: the `/v0` HTTP API over a [`Kernel`] (the `rebuno` binary serves it);
+//! - [`server`]: the `/v0` HTTP API over a [`Kernel`] (the `rebuno` binary serves it), and
+//!   `repl` (feature `cli`): the interactive console `rebuno dev` / `server` open on a terminal;
 //! - [`signing`]: the body HMAC both directions use; [`time`]: the clock and timestamps.
 //!
 //! The agent runtime (`#[tool]`, `#[step]`, `#[agent]` from `rebuno-macros`) and the client come

@@ -7,13 +7,17 @@
 //! over HTTP. Passes without running (and says so) when no Python with that SDK is found;
 //! `.ci/run` provides one through `REBUNO_PYTHON`.
 
+mod support;
+
+use support::{Kill, free_port, python_with_sdk};
+
 use rebuno::Kernel;
 use rebuno::kernel::KernelConfig;
 use rebuno::protocol::{CreateExecutionRequest, ExecutionStatus, RegisterAgentRequest, StepStatus};
 use rebuno::server::{ServerOptions, router};
 use rebuno::store::SqliteStore;
 use serde_json::json;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,48 +62,6 @@ agent = Agent("killme", secret="kill-secret", base_url=os.environ["REBUNO_URL"],
 agent.bind(handler)
 uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="critical")
 "#;
-
-fn python_with_sdk() -> Option<String> {
-    let candidates = std::env::var("REBUNO_PYTHON")
-        .ok()
-        .into_iter()
-        .chain(["python3".to_owned()]);
-    for python in candidates {
-        let ok = Command::new(&python)
-            .args([
-                "-c",
-                "import rebuno, importlib.metadata as m; assert m.version('rebuno') == '0.14.0'",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Some(python);
-        }
-    }
-    assert!(
-        std::env::var("REBUNO_PYTHON").is_err(),
-        "REBUNO_PYTHON is set but has no rebuno 0.14.0"
-    );
-    None
-}
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn lines(path: &std::path::Path) -> Vec<String> {
     std::fs::read_to_string(path)

@@ -6,9 +6,13 @@
 //! published Python SDK 0.14.0 (the test says so and passes without running when no Python with
 //! that SDK is found; `.ci/run` provides one through `REBUNO_PYTHON`).
 
+mod support;
+
+use support::{Kill, free_port, python_with_sdk, wait_listening};
+
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const AGENT: &str = r#"
@@ -36,40 +40,6 @@ uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level
 
 const RUNS: usize = 6;
 
-fn python_with_sdk() -> Option<String> {
-    let candidates = std::env::var("REBUNO_PYTHON")
-        .ok()
-        .into_iter()
-        .chain(["python3".to_owned()]);
-    for python in candidates {
-        let ok = Command::new(&python)
-            .args([
-                "-c",
-                "import rebuno, importlib.metadata as m; assert m.version('rebuno') == '0.14.0'",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Some(python);
-        }
-    }
-    assert!(
-        std::env::var("REBUNO_PYTHON").is_err(),
-        "REBUNO_PYTHON is set but has no rebuno 0.14.0"
-    );
-    None
-}
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// POSTs JSON; returns the status and the JSON answer (`null` when empty).
 async fn post(http: &reqwest::Client, url: String, body: Value) -> (u16, Value) {
     let r = http
@@ -91,22 +61,6 @@ async fn post(http: &reqwest::Client, url: String, body: Value) -> (u16, Value) 
 async fn get(http: &reqwest::Client, url: String) -> Value {
     let bytes = http.get(url).send().await.unwrap().bytes().await.unwrap();
     serde_json::from_slice(&bytes).unwrap()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_listening(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not start listening");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn kernel(db: &std::path::Path, port: u16) -> Kill {

@@ -2,6 +2,10 @@
 //! target that comes back before the attempts run out gets the dispatch (and the execution
 //! completes), one that never does ends the execution with `dispatch_exhausted`.
 
+mod support;
+
+use support::free_port;
+
 use axum::routing::post;
 use rebuno::kernel::KernelConfig;
 use rebuno::protocol::{
@@ -16,14 +20,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 const SECRET: &str = "hook-secret";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A webhook that checks the signature, acks, and hands the payload to the test.
 async fn webhook_on(port: u16) -> mpsc::UnboundedReceiver<WebhookPayload> {

@@ -8,16 +8,14 @@
 
 mod support;
 
-use support::{Kill, free_port, python_with_sdk, wait_listening};
+use support::{python_agent, python_with_sdk, serve_kernel};
 
 use rebuno::protocol::{
     CreateExecutionRequest, ExecutionStatus, HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT,
-    HEADER_DISPATCH_ID, HEADER_SIGNATURE, RegisterAgentRequest, WebhookPayload,
+    HEADER_DISPATCH_ID, HEADER_SIGNATURE, WebhookPayload,
 };
-use rebuno::server::{ServerOptions, router};
 use rebuno::{Kernel, signing};
 use serde_json::json;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SECRET: &str = "race-secret";
@@ -74,39 +72,23 @@ async fn stale_attempt_loses_and_duplicates_are_ignored() {
     };
     let dir = tempfile::tempdir().unwrap();
     let kernel = Kernel::memory().await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = router(kernel.clone(), ServerOptions::default());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let _background = kernel.start_http();
-
-    let port = free_port();
-    let hook = format!("http://127.0.0.1:{port}/webhook");
-    kernel
-        .register_agent(RegisterAgentRequest {
-            id: "racer".into(),
-            webhook_url: hook.clone(),
-            secret: SECRET.into(),
-        })
-        .await
-        .unwrap();
-    let script = dir.path().join("agent.py");
-    std::fs::write(&script, AGENT).unwrap();
+    let (base, _background) = serve_kernel(&kernel).await;
     let calls = dir.path().join("calls.txt");
-    let _agent = Kill(
-        Command::new(&python)
-            .arg(&script)
-            .env("REBUNO_URL", &base)
-            .env("PORT", port.to_string())
-            .env("CALLS_FILE", &calls)
-            .env("MARKER", dir.path().join("marker"))
-            .env("RELEASE", dir.path().join("release"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_listening(port, "the Python agent");
+    let (marker, release) = (dir.path().join("marker"), dir.path().join("release"));
+    let (_agent, hook) = python_agent(
+        &kernel,
+        &python,
+        dir.path(),
+        ("racer", SECRET),
+        AGENT,
+        &base,
+        &[
+            ("CALLS_FILE", &calls),
+            ("MARKER", &marker),
+            ("RELEASE", &release),
+        ],
+    )
+    .await;
 
     let exec = kernel
         .create_execution(CreateExecutionRequest {

@@ -7,13 +7,11 @@
 
 mod support;
 
-use support::{Kill, free_port, python_with_sdk};
+use support::{python_agent, python_with_sdk, serve_kernel};
 
 use rebuno::Kernel;
-use rebuno::protocol::{CreateExecutionRequest, ExecutionStatus, RegisterAgentRequest, StepStatus};
-use rebuno::server::{ServerOptions, router};
+use rebuno::protocol::{CreateExecutionRequest, ExecutionStatus, StepStatus};
 use serde_json::json;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const AGENT: &str = r#"
@@ -60,39 +58,18 @@ async fn published_python_sdk_agent_runs_against_the_kernel() {
     };
     let dir = tempfile::tempdir().unwrap();
     let kernel = Kernel::memory().await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = router(kernel.clone(), ServerOptions::default());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let _background = kernel.start_http();
-
-    let port = free_port();
-    kernel
-        .register_agent(RegisterAgentRequest {
-            id: "py".into(),
-            webhook_url: format!("http://127.0.0.1:{port}/webhook"),
-            secret: "py-secret".into(),
-        })
-        .await
-        .unwrap();
-    let script = dir.path().join("agent.py");
-    std::fs::write(&script, AGENT).unwrap();
+    let (base, _background) = serve_kernel(&kernel).await;
     let calls = dir.path().join("calls.txt");
-    let _agent = Kill(
-        Command::new(&python)
-            .arg(&script)
-            .env("REBUNO_URL", &base)
-            .env("PORT", port.to_string())
-            .env("CALLS_FILE", &calls)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the Python agent did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (_agent, _) = python_agent(
+        &kernel,
+        &python,
+        dir.path(),
+        ("py", "py-secret"),
+        AGENT,
+        &base,
+        &[("CALLS_FILE", &calls)],
+    )
+    .await;
     let create = |name: &str| CreateExecutionRequest {
         agent_id: "py".into(),
         input: Some(json!({"name": name})),

@@ -61,3 +61,54 @@ pub fn wait_listening(port: u16, what: &str) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Serves `kernel`'s `/v0` API on a loopback port and starts its background loops (webhook
+/// delivery included); returns the base URL and the loops' guard.
+pub async fn serve_kernel(kernel: &rebuno::Kernel) -> (String, rebuno::kernel::Background) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = rebuno::server::router(kernel.clone(), rebuno::server::ServerOptions::default());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, kernel.start_http())
+}
+
+/// Registers agent `id` with a webhook on a free port, writes `script` into `dir` and runs it
+/// with `python` (env `REBUNO_URL`, `PORT` and `extra_env`), waiting until it listens. Returns
+/// the process guard and the webhook URL.
+pub async fn python_agent(
+    kernel: &rebuno::Kernel,
+    python: &str,
+    dir: &std::path::Path,
+    (id, secret): (&str, &str),
+    script: &str,
+    base: &str,
+    extra_env: &[(&str, &std::path::Path)],
+) -> (Kill, String) {
+    let port = free_port();
+    let hook = format!("http://127.0.0.1:{port}/webhook");
+    kernel
+        .register_agent(rebuno::protocol::RegisterAgentRequest {
+            id: id.into(),
+            webhook_url: hook.clone(),
+            secret: secret.into(),
+        })
+        .await
+        .unwrap();
+    let path = dir.join("agent.py");
+    std::fs::write(&path, script).unwrap();
+    let mut cmd = Command::new(python);
+    cmd.arg(&path)
+        .env("REBUNO_URL", base)
+        .env("PORT", port.to_string());
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let child = Kill(
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(port, "the Python agent");
+    (child, hook)
+}

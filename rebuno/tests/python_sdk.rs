@@ -112,9 +112,15 @@ async fn published_python_sdk_agent_runs_against_the_kernel() {
         "hello approve-me"
     );
 
-    // A denial never runs the tool (the SDK's @tool turns the refusal into its result text).
+    // A denial never runs the tool; the SDK's policy error reaches the handler with the rule's
+    // reason (its @tool turns the PolicyError into the text "<tool> not allowed. reason: ...").
     let exec = kernel.create_execution(create("forbidden")).await.unwrap();
-    wait_for(&kernel, &exec.id, &terminal).await;
+    let done = wait_for(&kernel, &exec.id, &terminal).await;
+    assert_eq!(
+        done.output.as_ref().unwrap()["greeting"],
+        "greet not allowed. reason: [policy_denied] not here (HTTP 403)",
+        "{done:?}"
+    );
     let steps = kernel.steps(&exec.id, false).await.unwrap();
     let denied = steps
         .iter()

@@ -17,12 +17,14 @@
 mod agents;
 mod approvals;
 mod dispatch;
+mod embedded;
 mod executions;
 mod metrics;
 mod steps;
 mod stream;
 
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};
+pub use embedded::{EMBEDDED_SCHEME, EmbeddedDeliverer, EmbeddedHandler};
 pub use stream::SUBSCRIBER_BUFFER;
 
 use crate::policy::ratelimit::{MemoryRateLimiter, RateLimiter};

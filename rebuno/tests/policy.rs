@@ -882,6 +882,7 @@ rules:
             window: GoDuration::from_secs(60),
             per_what: PerWhat::Agent,
             on_limiter_error: OnLimiterError::Deny,
+            max_wait: GoDuration::default(),
         })
     );
     // Unmatched: default deny.
@@ -1285,6 +1286,7 @@ fn per_what_selects_the_bucket_key() {
         window: GoDuration::from_secs(1),
         per_what,
         on_limiter_error: OnLimiterError::Allow,
+        max_wait: GoDuration::default(),
     };
     assert_eq!(
         limit(PerWhat::Execution).bucket_key("r", "ag", "ex"),

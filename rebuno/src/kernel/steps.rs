@@ -231,16 +231,15 @@ impl Kernel {
                 };
                 let outcome = enforce_rate_limit(&*self.inner.limiter, &pol, &input).await;
                 if let Some(reason) = outcome.refusal_reason() {
-                    self.record_rate_limited(
-                        execution_id,
-                        &step_id,
-                        &kind,
-                        &req.target,
-                        &pol.rule_id,
-                        reason,
-                    )
-                    .await?;
-                    return Ok(StepDecision::rate_limited(reason));
+                    return self
+                        .record_rate_limited(
+                            execution_id,
+                            lease,
+                            (&step_id, &kind, &req.target),
+                            &pol,
+                            reason,
+                        )
+                        .await;
                 }
                 let step = Step {
                     step_id: step_id.clone(),
@@ -450,33 +449,78 @@ impl Kernel {
         Ok(decision)
     }
 
-    /// `step.rate_limited` (the SEED kernel's record of a refusal); nothing else changes.
+    /// A refusal by the rate limit: `step.rate_limited`, and the answer `rate_limited`; or, when
+    /// the rule allows waiting (`max_wait`), the execution has never been refused before, and
+    /// the next token is due within `max_wait`, a park (SEED): the dispatch is retired and a new
+    /// one queued for when the token is due (plus up to half the wait in jitter, capped at
+    /// `max_wait`), answered `blocked` with reason `rate_limit_exceeded`. Nothing is recorded
+    /// for the step either way (the retried call gets the same id).
     async fn record_rate_limited(
         &self,
         execution_id: &str,
-        step_id: &str,
-        kind: &StepKind,
-        target: &str,
-        rule_id: &str,
+        lease: &Lease,
+        (step_id, kind, target): (&str, &StepKind, &str),
+        pol: &policy::Decision,
         reason: &str,
-    ) -> KernelResult<()> {
-        let now = self.now_text();
+    ) -> KernelResult<StepDecision> {
+        let now_t = self.now();
+        let now = rfc3339(now_t);
         let p = StepEventPayload::denied(
             step_id,
             kind.clone(),
             target,
-            rule_id,
-            Some(denial_error(reason, rule_id)),
+            &pol.rule_id,
+            Some(denial_error(reason, &pol.rule_id)),
         );
-        let exec_id = execution_id.to_owned();
-        self.inner
+        let park = pol
+            .rate_limit
+            .filter(|l| {
+                reason == crate::protocol::REASON_RATE_LIMIT_EXCEEDED && l.max_wait.is_positive()
+            })
+            .and_then(|l| {
+                let max_wait = l.max_wait.to_std()?;
+                let wait = l.refill_interval();
+                // Jitter in [0, wait / 2] from the clock's sub-microsecond noise and the step id.
+                let seed = crate::time::micros(now_t) as u64
+                    ^ step_id
+                        .bytes()
+                        .fold(0u64, |h, b| h.rotate_left(5) ^ u64::from(b));
+                let jitter = wait.mul_f64((seed % 1000) as f64 / 2000.0);
+                (wait <= max_wait).then(|| rfc3339(now_t + (wait + jitter).min(max_wait)))
+            });
+        let (exec_id, lease, reason) = (execution_id.to_owned(), lease.clone(), reason.to_owned());
+        let max_attempts = self.inner.config.dispatch_max_attempts;
+        let decision = self
+            .inner
             .store
             .write(move |tx| {
-                tx.append_events(&exec_id, &now, &[(EventType::StepRateLimited, payload(&p))])
-                    .map(|_| ())
+                let refused_before = tx.has_event(&exec_id, EventType::StepRateLimited)?;
+                let mut events: Events = vec![(EventType::StepRateLimited, payload(&p))];
+                let decision = match park {
+                    Some(due) if !refused_before => {
+                        if !lease_holds(tx, &exec_id, &lease, true)? {
+                            return Ok(Err(KernelError::lease_superseded()));
+                        }
+                        retire_dispatches(tx, &exec_id, &now)?;
+                        events.push(super::dispatch::enqueue_dispatch(
+                            tx,
+                            &exec_id,
+                            &now,
+                            &due,
+                            max_attempts,
+                        )?);
+                        StepDecision::parked()
+                    }
+                    _ => StepDecision::rate_limited(reason),
+                };
+                tx.append_events(&exec_id, &now, &events)?;
+                Ok(Ok(decision))
             })
-            .await?;
-        Ok(())
+            .await??;
+        if decision.decision == crate::protocol::Decision::Blocked {
+            self.inner.queued.notify_one();
+        }
+        Ok(decision)
     }
 
     /// Records a step's result (`recorded`), or answers `replay` if it already has an outcome,

@@ -227,6 +227,9 @@ pub struct RateLimitSpec {
         skip_serializing_if = "String::is_empty"
     )]
     pub on_limiter_error: String,
+    /// (SEED) Park instead of refusing when the estimated wait is at most this long.
+    #[serde(deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub max_wait: Option<GoDuration>,
 }
 
 /// Which calls share one rate-limit bucket.
@@ -285,9 +288,19 @@ pub struct RateLimit {
     pub per_what: PerWhat,
     /// Behaviour when the limiter backend fails.
     pub on_limiter_error: OnLimiterError,
+    /// (SEED) Longest wait the kernel parks an execution for instead of refusing; zero means
+    /// never park.
+    #[serde(default)]
+    pub max_wait: GoDuration,
 }
 
 impl RateLimit {
+    /// The estimated wait for the next token: `window / max_calls`.
+    pub fn refill_interval(&self) -> std::time::Duration {
+        self.window.to_std().unwrap_or_default()
+            / u32::try_from(self.max_calls).unwrap_or(u32::MAX).max(1)
+    }
+
     /// The bucket key for a call matched by `rule_id`: `<rule>:exec:<execution_id>`,
     /// `<rule>:agent:<agent_id>` or `<rule>:global` (spec §11).
     pub fn bucket_key(&self, rule_id: &str, agent_id: &str, execution_id: &str) -> String {
@@ -635,6 +648,14 @@ fn compile_rate_limit(rule: &str, spec: &RateLimitSpec) -> Result<Option<RateLim
             value: spec.on_limiter_error.clone(),
         }
     })?;
+    let max_wait = spec.max_wait.unwrap_or_default();
+    if max_wait.is_negative() {
+        return Err(BundleError::NegativeDuration {
+            rule: rule.to_owned(),
+            field: "rate_limit.max_wait",
+            value: max_wait,
+        });
+    }
     let window = spec.window.unwrap_or_default();
     if window.is_negative() {
         return Err(BundleError::NegativeDuration {
@@ -661,6 +682,7 @@ fn compile_rate_limit(rule: &str, spec: &RateLimitSpec) -> Result<Option<RateLim
         window,
         per_what,
         on_limiter_error,
+        max_wait,
     }))
 }
 

@@ -97,6 +97,8 @@ pub trait Tx {
         occurred_at: &str,
         events: &[(EventType, Value)],
     ) -> StoreResult<u64>;
+    /// Whether the execution's log holds an event of this type.
+    fn has_event(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool>;
     /// Events with `event_seq > after_seq`, ascending, at most `limit`.
     fn events(
         &mut self,

@@ -639,6 +639,12 @@ impl Tx for SqliteTx<'_> {
         }
         Ok(seq)
     }
+    fn has_event(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT 1 FROM events WHERE execution_id = ?1 AND type = ?2 LIMIT 1")?
+            .exists(params![execution_id, event_type.as_str()])?)
+    }
     fn events(
         &mut self,
         execution_id: &str,

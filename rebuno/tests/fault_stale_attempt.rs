@@ -187,6 +187,43 @@ async fn stale_attempt_loses_and_duplicates_are_ignored() {
         "nothing recorded"
     );
 
+    // Forged signatures: the kernel answers 401 and records nothing; the agent refuses a
+    // forged webhook with 401.
+    let body =
+        serde_json::to_vec(&json!({"kind": "tool_call", "target": "forged", "args": {}})).unwrap();
+    let r = http
+        .post(format!("{base}/v0/executions/{id}/steps"))
+        .header(HEADER_AGENT_ID, "racer")
+        .header(HEADER_SIGNATURE, signing::sign("not-the-secret", &body))
+        .header(HEADER_DISPATCH_ID, &dispatch_id)
+        .header(HEADER_DISPATCH_ATTEMPT, "2")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        kernel.events(id, 0, 1000).await.unwrap().len(),
+        before,
+        "nothing recorded"
+    );
+    let forged = serde_json::to_vec(&WebhookPayload {
+        execution_id: id.clone(),
+        dispatch_id: dispatch_id.clone(),
+        dispatch_attempt: Some(3),
+        lease_timeout_seconds: Some(120),
+    })
+    .unwrap();
+    let r = http
+        .post(&hook)
+        .header("Content-Type", "application/json")
+        .header(HEADER_SIGNATURE, signing::sign("not-the-secret", &forged))
+        .body(forged)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "the SDK refuses a forged webhook");
+
     // A duplicate of a delivered attempt is a no-op at the agent.
     let payload = WebhookPayload {
         execution_id: id.clone(),

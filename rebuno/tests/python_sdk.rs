@@ -103,8 +103,28 @@ async fn published_python_sdk_agent_runs_against_the_kernel() {
     let exec = kernel.create_execution(create("approve-me")).await.unwrap();
     let blocked = wait_for(&kernel, &exec.id, &[ExecutionStatus::Blocked]).await;
     assert_eq!(blocked.status, ExecutionStatus::Blocked);
-    let approval = kernel.pending_approvals().await.unwrap().remove(0);
-    kernel.grant(&approval.id, "alice", "fine").await.unwrap();
+    // Listed and granted through the client API over HTTP.
+    let http = reqwest::Client::new();
+    let pending: serde_json::Value = serde_json::from_slice(
+        &http
+            .get(format!("{base}/v0/approvals"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let approval_id = pending[0]["id"].as_str().unwrap().to_owned();
+    let grant = http
+        .post(format!("{base}/v0/approvals/{approval_id}/grant"))
+        .header("Content-Type", "application/json")
+        .body(r#"{"decided_by": "alice", "rationale": "fine"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(grant.status(), 204);
     let done = wait_for(&kernel, &exec.id, &terminal).await;
     assert_eq!(done.status, ExecutionStatus::Completed, "{done:?}");
     assert_eq!(

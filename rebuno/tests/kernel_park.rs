@@ -28,8 +28,8 @@ fn call(i: u64) -> SubmitStepRequest {
     serde_json::from_value(json!({"kind": "tool_call", "target": "api", "args": {"i": i}})).unwrap()
 }
 
-#[tokio::test]
-async fn a_refused_call_parks_once_then_resumes_when_the_token_is_due() {
+/// A kernel on a manual clock with agent `a` under `bundle`, one execution and its lease.
+async fn setup(bundle: &str) -> (Arc<ManualClock>, Kernel, String, rebuno::Lease) {
     let clock = Arc::new(ManualClock::new(
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
     ));
@@ -46,7 +46,7 @@ async fn a_refused_call_parks_once_then_resumes_when_the_token_is_due() {
         })
         .await
         .unwrap();
-    kernel.set_policy("a", BUNDLE).await.unwrap();
+    kernel.set_policy("a", bundle).await.unwrap();
     let exec = kernel
         .create_execution(CreateExecutionRequest {
             agent_id: "a".into(),
@@ -55,16 +55,22 @@ async fn a_refused_call_parks_once_then_resumes_when_the_token_is_due() {
         })
         .await
         .unwrap();
-    let lease1 = kernel.claim_dispatches(8).await.unwrap().remove(0).lease();
+    let lease = kernel.claim_dispatches(8).await.unwrap().remove(0).lease();
+    (clock, kernel, exec.id, lease)
+}
+
+#[tokio::test]
+async fn a_refused_call_parks_once_then_resumes_when_the_token_is_due() {
+    let (clock, kernel, exec_id, lease1) = setup(BUNDLE).await;
 
     let d = kernel
-        .submit_step(&exec.id, &lease1, call(0))
+        .submit_step(&exec_id, &lease1, call(0))
         .await
         .unwrap();
     assert_eq!(d.decision, Decision::Proceed);
     kernel
         .complete_step(
-            &exec.id,
+            &exec_id,
             d.step_id.as_deref().unwrap(),
             &lease1,
             Some(json!("r0")),
@@ -73,9 +79,9 @@ async fn a_refused_call_parks_once_then_resumes_when_the_token_is_due() {
         .unwrap();
 
     // The bucket is empty: the next call parks.
-    let before = kernel.events(&exec.id, 0, 1000).await.unwrap().len();
+    let before = kernel.events(&exec_id, 0, 1000).await.unwrap().len();
     let d = kernel
-        .submit_step(&exec.id, &lease1, call(1))
+        .submit_step(&exec_id, &lease1, call(1))
         .await
         .unwrap();
     assert_eq!(d.decision, Decision::Blocked);
@@ -86,7 +92,7 @@ async fn a_refused_call_parks_once_then_resumes_when_the_token_is_due() {
         "nothing recorded, no approval"
     );
     let new: Vec<EventType> = kernel
-        .events(&exec.id, before as u64, 1000)
+        .events(&exec_id, before as u64, 1000)
         .await
         .unwrap()
         .into_iter()
@@ -94,13 +100,13 @@ async fn a_refused_call_parks_once_then_resumes_when_the_token_is_due() {
         .collect();
     assert_eq!(new, [EventType::StepRateLimited, EventType::DispatchQueued]);
     assert_eq!(
-        kernel.execution(&exec.id).await.unwrap().status,
+        kernel.execution(&exec_id).await.unwrap().status,
         ExecutionStatus::Running
     );
     // The parked attempt is retired; the new dispatch is not due yet.
     assert_eq!(
         kernel
-            .heartbeat(&exec.id, &lease1)
+            .heartbeat(&exec_id, &lease1)
             .await
             .unwrap_err()
             .code
@@ -115,20 +121,20 @@ async fn a_refused_call_parks_once_then_resumes_when_the_token_is_due() {
     assert_ne!(lease2.dispatch_id, lease1.dispatch_id);
     assert_eq!(
         kernel
-            .submit_step(&exec.id, &lease2, call(0))
+            .submit_step(&exec_id, &lease2, call(0))
             .await
             .unwrap()
             .decision,
         Decision::Replay
     );
     let d = kernel
-        .submit_step(&exec.id, &lease2, call(1))
+        .submit_step(&exec_id, &lease2, call(1))
         .await
         .unwrap();
     assert_eq!(d.decision, Decision::Proceed, "the refilled token");
     kernel
         .complete_step(
-            &exec.id,
+            &exec_id,
             d.step_id.as_deref().unwrap(),
             &lease2,
             Some(json!("r1")),
@@ -138,60 +144,30 @@ async fn a_refused_call_parks_once_then_resumes_when_the_token_is_due() {
 
     // A second refusal does not park again.
     let d = kernel
-        .submit_step(&exec.id, &lease2, call(2))
+        .submit_step(&exec_id, &lease2, call(2))
         .await
         .unwrap();
     assert_eq!(d.decision, Decision::RateLimited);
     assert_eq!(d.reason.as_deref(), Some("rate_limit_exceeded"));
     assert!(
-        kernel.heartbeat(&exec.id, &lease2).await.is_ok(),
+        kernel.heartbeat(&exec_id, &lease2).await.is_ok(),
         "no park: the attempt keeps its lease"
     );
 }
 
 #[tokio::test]
 async fn a_wait_longer_than_max_wait_is_refused_not_parked() {
-    let clock = Arc::new(ManualClock::new(
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
-    ));
-    let kernel = Kernel::builder(Arc::new(SqliteStore::memory().unwrap()))
-        .clock(clock)
-        .build()
-        .await
-        .unwrap();
-    kernel
-        .register_agent(RegisterAgentRequest {
-            id: "a".into(),
-            webhook_url: "http://127.0.0.1:9/".into(),
-            secret: "s".into(),
-        })
-        .await
-        .unwrap();
-    kernel
-        .set_policy(
-            "a",
-            &BUNDLE.replace("window: 10s, max_wait: 30s", "window: 1m, max_wait: 5s"),
-        )
-        .await
-        .unwrap();
-    let exec = kernel
-        .create_execution(CreateExecutionRequest {
-            agent_id: "a".into(),
-            input: None,
-            agent_version: String::new(),
-        })
-        .await
-        .unwrap();
-    let lease = kernel.claim_dispatches(8).await.unwrap().remove(0).lease();
+    let (_clock, kernel, exec_id, lease) =
+        setup(&BUNDLE.replace("window: 10s, max_wait: 30s", "window: 1m, max_wait: 5s")).await;
     assert_eq!(
         kernel
-            .submit_step(&exec.id, &lease, call(0))
+            .submit_step(&exec_id, &lease, call(0))
             .await
             .unwrap()
             .decision,
         Decision::Proceed
     );
-    let d = kernel.submit_step(&exec.id, &lease, call(1)).await.unwrap();
+    let d = kernel.submit_step(&exec_id, &lease, call(1)).await.unwrap();
     assert_eq!(d.decision, Decision::RateLimited);
 }
 

@@ -1,78 +1,237 @@
-//! Quickstart on the embedded default store: a durable task log in `.receipt/quickstart.db`.
-//!
-//! Run it twice: the second run continues the same hash-linked stream instead of starting over,
-//! and the commands it repeats are deduplicated by their event ids, so nothing is done twice.
+//! Quickstart: a durable support agent on the embedded kernel (a SQLite file, no server).
 //!
 //! ```text
 //! cargo run --example quickstart
 //! ```
 //!
-//! (The step-replay quickstart with `#[rebuno::agent]` replaces this one once the agent SDK
-//! lands; this one shows the receipt model the project is built on.)
+//! The agent looks an order up (a tool), takes a ticket number (a `#[step]`, so it replays
+//! identically), asks a model for a reply (an LLM call to an OpenAI-compatible server the
+//! example starts on loopback) and sends the reply (a tool gated by policy on a human approval).
+//!
+//! 1. A first process runs the agent and crashes (`exit(3)`) right after the model answered.
+//! 2. This process opens the same SQLite file: the kernel reclaims the dead delivery and runs
+//!    the handler again from the top. Every recorded effect replays; nothing runs twice.
+//! 3. `send_reply` needs an approval: the run blocks, the example grants it, the run completes.
+//! 4. The execution's event log is printed.
 
-use receipt::{Command, Receipt, Reducer, Runtime, SqliteStore, verify};
+use examples::fake_llm;
+use rebuno::agent::{Effect, EffectOutcome};
+use rebuno::llm::OpenAi;
+use rebuno::protocol::ExecutionStatus;
+use rebuno::{Agent, Runtime};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::sync::Arc;
+use std::time::Duration;
 
-/// Counts runs and collects the steps done so far.
-struct Progress;
-impl Reducer for Progress {
-    type State = (u64, Vec<String>);
-    fn initial(&self) -> Self::State {
-        (0, Vec::new())
+const POLICY: &str = r#"
+default_action: allow
+rules:
+  - id: replies-need-a-human
+    priority: 1
+    when: {target: send_reply}
+    then:
+      decision: require_approval
+      approval_config: {approvers: [support-lead], timeout: 10m, message: "Send this reply?"}
+"#;
+
+/// An order as the shop's database knows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Order {
+    id: String,
+    item: String,
+    status: String,
+}
+
+/// Look an order up by id.
+#[rebuno::tool]
+async fn lookup_order(order_id: String) -> Result<Order, std::io::Error> {
+    println!("    [body] lookup_order({order_id}) queries the database");
+    Ok(Order {
+        id: order_id,
+        item: "espresso machine".into(),
+        status: "shipped 2 days ago".into(),
+    })
+}
+
+/// A fresh ticket number: random, so it must be recorded to replay identically.
+#[rebuno::step]
+async fn ticket_number() -> Result<String, std::convert::Infallible> {
+    let t = format!("T-{}", &uuid_like()[..8]);
+    println!("    [body] ticket_number() drew {t}");
+    Ok(t)
+}
+
+/// Send the reply to the customer. Never twice.
+#[rebuno::tool(idempotency = "at_most_once")]
+async fn send_reply(ticket: String, text: String) -> Result<String, std::io::Error> {
+    println!("    [body] send_reply({ticket}) emails the customer: {text:?}");
+    Ok(format!("sent {ticket}"))
+}
+
+/// Answers a customer question about an order.
+#[rebuno::agent(id = "support")]
+async fn support(order_id: String, question: String) -> Result<serde_json::Value, rebuno::Error> {
+    let order = lookup_order(order_id).await?;
+    let ticket = ticket_number().await?;
+    let model = OpenAi::new("not-needed-for-the-fake").base_url(llm_url());
+    let reply = model
+        .chat(json!({
+            "model": "gpt-4o-mini",
+            "messages": [
+                {"role": "system", "content": "You are a concise support agent."},
+                {"role": "user", "content": format!(
+                    "Order {} ({}) is {}. Customer asks: {question}",
+                    order.id, order.item, order.status
+                )},
+            ],
+        }))
+        .await?
+        .text()
+        .unwrap_or_default();
+    if std::env::var("QUICKSTART_CRASH").is_ok() {
+        println!("    !!! the process crashes here, after the model answered");
+        std::process::exit(3);
     }
-    fn apply(&self, state: &mut Self::State, r: &Receipt) {
-        match r.event_type() {
-            "run.started" => state.0 += 1,
-            "step.done" => state
-                .1
-                .push(r.body()["step"].as_str().unwrap_or_default().to_owned()),
-            _ => {}
-        }
-    }
+    let sent = send_reply(ticket.clone(), reply.clone()).await?;
+    Ok(json!({"ticket": ticket, "reply": reply, "sent": sent}))
+}
+
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{:08x}{:08x}", nanos, std::process::id())
+}
+
+fn print_effect(e: &Effect) {
+    let what = match e.outcome {
+        EffectOutcome::Ran => "ran     ",
+        EffectOutcome::Replayed => "replayed",
+        EffectOutcome::Refused => "refused ",
+    };
+    println!("  {what} {:<9} {:<14} ({})", e.kind, e.target, e.decision);
+}
+
+async fn open(db: &str) -> anyhow::Result<Runtime> {
+    let rt = Runtime::open(&format!("sqlite://{db}")).await?;
+    rt.register_with(Agent::builder(support).observer(print_effect))
+        .await?;
+    rt.kernel().set_policy("support", POLICY).await?;
+    rt.start(); // deliver only once the policy is in place
+    Ok(rt)
+}
+
+/// The first process: create the execution and crash part-way.
+async fn crashing_child(db: &str) -> anyhow::Result<()> {
+    let rt = open(db).await?;
+    let run = rt
+        .client()
+        .create(
+            "support",
+            json!({"order_id": "A-1001", "question": "Where is my espresso machine?"}),
+        )
+        .await?;
+    println!("  execution {} created", run.id);
+    tokio::time::sleep(Duration::from_secs(60)).await; // the handler exits the process first
+    anyhow::bail!("the crash point was never reached")
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let path = std::env::var("RECEIPT_DB").unwrap_or_else(|_| ".receipt/quickstart.db".into());
-    let runtime = Runtime::new(Arc::new(SqliteStore::open(&path)?));
-    let stream = "quickstart/tasks";
+    if let Ok(db) = std::env::var("QUICKSTART_CHILD_DB") {
+        return crashing_child(&db).await;
+    }
+    let dir = std::env::temp_dir().join(format!("rebuno-quickstart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let db = dir.join("rebuno.db").display().to_string();
+    let llm = fake_llm::serve().await?;
+    println!("kernel: embedded SQLite at {db}");
+    println!("model:  OpenAI-compatible server on {}\n", llm.base_url);
 
-    let (runs, _) = runtime.fold(stream, &Progress).await?;
-    runtime
-        .execute(
-            stream,
-            Command::new(vec![json!({"type": "run.started", "run": runs + 1})]),
+    println!("1. first process: run until it crashes");
+    let status = tokio::process::Command::new(std::env::current_exe()?)
+        .env("QUICKSTART_CHILD_DB", &db)
+        .env("QUICKSTART_CRASH", "1")
+        .env("QUICKSTART_LLM", &llm.base_url)
+        .status()
+        .await?;
+    println!(
+        "  process exited with {status}; the model was called {} time(s)\n",
+        llm.calls()
+    );
+
+    println!("2. new process on the same file: the kernel re-delivers, recorded effects replay");
+    LLM_URL.get_or_init(|| llm.base_url.clone());
+    let rt = open(&db).await?;
+    let client = rt.client();
+    let run = client
+        .list(Default::default())
+        .await?
+        .executions
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("the first process created no execution"))?;
+    let blocked = client
+        .wait_until(
+            &run.id,
+            |e| e.status == ExecutionStatus::Blocked || e.status.is_terminal(),
+            Duration::from_secs(60),
         )
         .await?;
+    println!("  execution is {}\n", blocked.status);
 
-    // Each step is a command with a stable event id: done once, skipped on every later run.
-    for step in ["fetch", "summarize", "publish"] {
-        let done = runtime
-            .execute(
-                stream,
-                Command::new(vec![json!({"type": "step.done", "step": step})])
-                    .event_id(format!("step:{step}")),
-            )
-            .await?;
+    println!("3. send_reply needs an approval: grant it");
+    let approval = client
+        .approvals()
+        .await?
+        .into_iter()
+        .find(|a| a.execution_id == run.id)
+        .ok_or_else(|| anyhow::anyhow!("no pending approval"))?;
+    println!("  approval {} asks: {:?}", approval.id, approval.message);
+    client
+        .grant(&approval.id, "support-lead", "looks good")
+        .await?;
+    let done = client.wait(&run.id, Duration::from_secs(60)).await?;
+    println!(
+        "  execution is {}: {}\n",
+        done.status,
+        done.output.clone().unwrap_or_default()
+    );
+    println!(
+        "the model was called {} time(s) in total: its answer was replayed, not asked again\n",
+        llm.calls()
+    );
+
+    println!("4. the event log");
+    for e in client.all_events(&run.id).await? {
+        let target = e
+            .payload
+            .get("target")
+            .and_then(|t| t.as_str())
+            .unwrap_or("");
         println!(
-            "{step:<10} {}",
-            if done.duplicate {
-                "already recorded, skipped"
-            } else {
-                "done and recorded"
-            }
+            "  {:>3} {:<22} {target}",
+            e.event_seq,
+            e.event_type.to_string()
         );
     }
-
-    let (runs, steps) = runtime.fold(stream, &Progress).await?;
-    let chain = runtime.read(stream).await?;
-    let verified = verify(&chain).map_err(|f| anyhow::anyhow!("chain invalid: {f}"))?;
-    println!("run #{runs} of {path}: steps {steps:?}");
-    println!(
-        "{} receipts, head {}",
-        verified.count,
-        verified.head.unwrap_or_default()
-    );
+    rt.shutdown().await;
+    if done.status != ExecutionStatus::Completed {
+        anyhow::bail!("the run did not complete: {done:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// The model server's URL: given to the child process in its environment, and to handlers of
+/// this process through a cell (setting environment variables is `unsafe` in edition 2024 and
+/// this workspace forbids unsafe code).
+static LLM_URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn llm_url() -> String {
+    LLM_URL
+        .get()
+        .cloned()
+        .or_else(|| std::env::var("QUICKSTART_LLM").ok())
+        .unwrap_or_default()
 }

@@ -15,18 +15,34 @@
 //! The agent runtime (`#[tool]`, `#[step]`, `#[agent]` from `rebuno-macros`) and the client come
 //! with the agent SDK issue.
 
+pub mod agent;
+pub mod client;
+pub mod error;
 pub mod identity;
 pub mod kernel;
+pub mod llm;
 pub mod policy;
 pub mod protocol;
 #[cfg(feature = "cli")]
 pub mod repl;
 pub mod server;
 pub mod signing;
+pub mod step;
 pub mod store;
 pub mod time;
+pub mod tool;
 
+pub use agent::{
+    Agent, AgentBuilder, AgentHandler, ExecutionContext, Runtime, execution, handler_fn, spawn,
+};
+pub use client::Client;
+pub use error::{Error, Result};
 pub use kernel::{Kernel, KernelConfig, KernelError, Lease};
+pub use rebuno_macros::{agent, step, tool};
+pub use schemars::JsonSchema;
+pub use step::step;
+pub use tool::{DynTool, Tool, ToolDef, ToolSet, wrap_tool};
 
 #[doc(hidden)]
-pub use rebuno_macros as __macros;
+#[path = "private.rs"]
+pub mod __private;

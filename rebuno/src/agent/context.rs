@@ -1,0 +1,490 @@
+//! The execution context: one per dispatch, set as a `tokio::task_local!` for the life of the
+//! handler, so tools, steps and LLM calls find their execution without a parameter.
+//!
+//! [`ExecutionContext::invoke`] is the heart of the SDK: it submits an effect, applies the
+//! kernel's decision (run the body, replay the record, or raise the refusal) and records the
+//! outcome. Control-flow refusals (`Blocked`, `Terminated`, `LeaseSuperseded`) are also
+//! remembered on the context, so the dispatch unwinds even if user code swallowed the error.
+
+use super::transport::{Submission, Transport};
+use crate::error::{Error, Result};
+use crate::kernel::Lease;
+use crate::protocol::{Decision, Idempotency, StepDecision, StepKind};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+tokio::task_local! {
+    static CURRENT: ExecutionContext;
+}
+
+/// What happened to one effect, as reported to an [`EffectObserver`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EffectOutcome {
+    /// The kernel said `proceed` and the body ran now.
+    Ran,
+    /// The kernel said `replay`: the recorded outcome was returned and the body did not run.
+    Replayed,
+    /// The kernel refused it (denied, rate limited, blocked, terminal).
+    Refused,
+}
+
+/// One effect of an execution, as reported to an [`EffectObserver`].
+#[derive(Debug, Clone)]
+pub struct Effect {
+    /// The execution.
+    pub execution_id: String,
+    /// `tool_call`, `llm_call` or `local`.
+    pub kind: StepKind,
+    /// The tool, model or step name.
+    pub target: String,
+    /// The step id, when the decision was recorded.
+    pub step_id: Option<String>,
+    /// What happened.
+    pub outcome: EffectOutcome,
+    /// The decision as the kernel sent it.
+    pub decision: Decision,
+}
+
+/// Called with every effect decision of the executions an agent runs (logging, metrics, demos).
+pub type EffectObserver = Arc<dyn Fn(&Effect) + Send + Sync>;
+
+/// What a submission asks the caller to do next.
+#[derive(Debug, Clone)]
+pub enum Submitted {
+    /// Run the body now, then [`ExecutionContext::complete`] or [`ExecutionContext::fail`].
+    Proceed {
+        /// The new (or orphaned) step.
+        step_id: String,
+    },
+    /// Already recorded: the stored result (`Ok`) or error (`Err`).
+    Replay {
+        /// The recorded step.
+        step_id: String,
+        /// The stored outcome.
+        outcome: std::result::Result<Value, Value>,
+    },
+}
+
+/// The execution a dispatch runs: its ids, input, lease and kernel transport.
+#[derive(Clone)]
+pub struct ExecutionContext {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    execution_id: String,
+    agent_id: String,
+    input: Value,
+    lease: Lease,
+    transport: Arc<dyn Transport>,
+    /// The control-flow refusal this context raised, if any.
+    suspension: Mutex<Option<Error>>,
+    /// Submissions go out one at a time, in the order the handler's futures ask (tokio's
+    /// mutex is FIFO), so concurrent identical effects (`join!`) get the same occurrences, and
+    /// so the same step ids, on every run.
+    submit_order: tokio::sync::Mutex<()>,
+    observer: Option<EffectObserver>,
+}
+
+impl fmt::Debug for ExecutionContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecutionContext")
+            .field("execution_id", &self.inner.execution_id)
+            .field("agent_id", &self.inner.agent_id)
+            .field("dispatch_id", &self.inner.lease.dispatch_id)
+            .field("dispatch_attempt", &self.inner.lease.attempt)
+            .finish()
+    }
+}
+
+/// The current execution, or [`Error::NoExecution`] outside an agent handler.
+pub fn execution() -> Result<ExecutionContext> {
+    CURRENT
+        .try_with(Clone::clone)
+        .map_err(|_| Error::NoExecution)
+}
+
+/// Spawns `future` on the runtime carrying the current execution context (if any), so tools,
+/// steps and LLM calls inside it record into the same execution.
+pub fn spawn<F>(future: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    match execution() {
+        Ok(ctx) => tokio::spawn(ctx.scope(future)),
+        Err(_) => tokio::spawn(future),
+    }
+}
+
+impl ExecutionContext {
+    /// A context for one delivery of `execution_id` under `lease`.
+    pub fn new(
+        transport: Arc<dyn Transport>,
+        execution_id: impl Into<String>,
+        agent_id: impl Into<String>,
+        input: Value,
+        lease: Lease,
+    ) -> Self {
+        ExecutionContext {
+            inner: Arc::new(Inner {
+                execution_id: execution_id.into(),
+                agent_id: agent_id.into(),
+                input,
+                lease,
+                transport,
+                suspension: Mutex::new(None),
+                submit_order: tokio::sync::Mutex::new(()),
+                observer: None,
+            }),
+        }
+    }
+
+    /// The same context reporting every effect decision to `observer`.
+    pub fn with_observer(self, observer: Option<EffectObserver>) -> Self {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
+            execution_id: shared.execution_id.clone(),
+            agent_id: shared.agent_id.clone(),
+            input: shared.input.clone(),
+            lease: shared.lease.clone(),
+            transport: Arc::clone(&shared.transport),
+            suspension: Mutex::new(None),
+            submit_order: tokio::sync::Mutex::new(()),
+            observer: None,
+        });
+        ExecutionContext {
+            inner: Arc::new(Inner { observer, ..inner }),
+        }
+    }
+
+    /// Runs `future` with this context as the current execution.
+    pub fn scope<F: Future>(self, future: F) -> impl Future<Output = F::Output> {
+        CURRENT.scope(self, future)
+    }
+
+    /// The execution id.
+    pub fn execution_id(&self) -> &str {
+        &self.inner.execution_id
+    }
+
+    /// The agent id.
+    pub fn agent_id(&self) -> &str {
+        &self.inner.agent_id
+    }
+
+    /// The execution's input.
+    pub fn input(&self) -> &Value {
+        &self.inner.input
+    }
+
+    /// The dispatch this handler runs under.
+    pub fn dispatch_id(&self) -> &str {
+        &self.inner.lease.dispatch_id
+    }
+
+    /// The delivery attempt of the dispatch.
+    pub fn dispatch_attempt(&self) -> u32 {
+        self.inner.lease.attempt
+    }
+
+    /// The lease every mutation carries.
+    pub fn lease(&self) -> &Lease {
+        &self.inner.lease
+    }
+
+    /// The transport to the kernel.
+    pub fn transport(&self) -> &Arc<dyn Transport> {
+        &self.inner.transport
+    }
+
+    /// The control-flow refusal (`Blocked`, `Terminated`, `LeaseSuperseded`) this context
+    /// raised, if any: the dispatch must unwind even if the handler swallowed it.
+    pub fn suspension(&self) -> Option<Error> {
+        self.inner
+            .suspension
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Remembers a control-flow refusal (the first one wins) and returns it.
+    pub(crate) fn suspend(&self, e: Error) -> Error {
+        let mut slot = self
+            .inner
+            .suspension
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(e.clone());
+        }
+        e
+    }
+
+    /// Converts a transport error, remembering control-flow ones.
+    fn check(&self, e: Error) -> Error {
+        if super::transport::is_terminal_refusal(&e) {
+            return self.suspend(Error::Terminated);
+        }
+        if e.is_control_flow() {
+            return self.suspend(e);
+        }
+        e
+    }
+
+    fn observe(&self, kind: &StepKind, target: &str, dec: &StepDecision, outcome: EffectOutcome) {
+        if let Some(observer) = &self.inner.observer {
+            observer(&Effect {
+                execution_id: self.inner.execution_id.clone(),
+                kind: kind.clone(),
+                target: target.to_owned(),
+                step_id: dec.step_id.clone(),
+                outcome,
+                decision: dec.decision,
+            });
+        }
+    }
+
+    /// Submits an effect and maps the decision: `proceed` and `replay` are answered, every
+    /// refusal is an error (`Policy`, `RateLimited`, `Blocked`, `Terminated`).
+    pub async fn submit(
+        &self,
+        kind: StepKind,
+        target: &str,
+        args: Box<RawValue>,
+        idempotency: Idempotency,
+    ) -> Result<Submitted> {
+        if let Some(s) = self.suspension() {
+            // A dispatch that is unwinding submits nothing more.
+            return Err(s);
+        }
+        let submission = Submission {
+            kind: kind.clone(),
+            target: target.to_owned(),
+            args,
+            idempotency,
+        };
+        let dec = {
+            let _order = self.inner.submit_order.lock().await;
+            self.inner
+                .transport
+                .submit_step(&self.inner.execution_id, &self.inner.lease, submission)
+                .await
+                .map_err(|e| self.check(e))?
+        };
+        let step_id = dec.step_id.clone().unwrap_or_default();
+        match dec.decision {
+            Decision::Proceed => {
+                self.observe(&kind, target, &dec, EffectOutcome::Ran);
+                if step_id.is_empty() {
+                    return Err(Error::Other(
+                        "kernel answered proceed without a step id".into(),
+                    ));
+                }
+                Ok(Submitted::Proceed { step_id })
+            }
+            Decision::Replay => {
+                self.observe(&kind, target, &dec, EffectOutcome::Replayed);
+                let outcome = match dec.error {
+                    Some(err) => Err(err),
+                    None => Ok(dec.result.unwrap_or(Value::Null)),
+                };
+                Ok(Submitted::Replay { step_id, outcome })
+            }
+            other => {
+                self.observe(&kind, target, &dec, EffectOutcome::Refused);
+                Err(self.refusal(other, dec).await)
+            }
+        }
+    }
+
+    /// The error a refused decision raises.
+    async fn refusal(&self, decision: Decision, dec: StepDecision) -> Error {
+        match decision {
+            Decision::Denied => {
+                let reason = dec.reason.unwrap_or_else(|| "policy_denied".into());
+                // The decision does not name the rule; the recorded step does.
+                let rule_id = match dec.step_id.as_deref() {
+                    Some(step_id) => self
+                        .inner
+                        .transport
+                        .step(&self.inner.execution_id, step_id)
+                        .await
+                        .ok()
+                        .and_then(|s| s.error)
+                        .and_then(|e| e.get("rule_id").and_then(Value::as_str).map(str::to_owned))
+                        .unwrap_or_default(),
+                    None => String::new(),
+                };
+                Error::Policy { reason, rule_id }
+            }
+            Decision::RateLimited => Error::RateLimited {
+                reason: dec.reason.unwrap_or_else(|| "rate_limit_exceeded".into()),
+            },
+            Decision::Blocked | Decision::ExecutionBlocked => self.suspend(Error::Blocked {
+                approval_id: dec.approval_id,
+                reason: dec.reason,
+            }),
+            Decision::ExecutionTerminal => self.suspend(Error::Terminated),
+            other => Error::Other(format!("unexpected step decision: {other}")),
+        }
+    }
+
+    /// Records a step's result. Answers the outcome that is on record: `result` itself, or the
+    /// result an earlier completion of the same step stored.
+    pub async fn complete(&self, step_id: &str, result: Value) -> Result<Value> {
+        let dec = self
+            .inner
+            .transport
+            .complete_step(
+                &self.inner.execution_id,
+                step_id,
+                &self.inner.lease,
+                result.clone(),
+            )
+            .await
+            .map_err(|e| self.check(e))?;
+        match dec.decision {
+            Decision::Recorded => Ok(result),
+            Decision::Replay => Ok(dec.result.unwrap_or(Value::Null)),
+            Decision::ExecutionTerminal => Err(self.suspend(Error::Terminated)),
+            other => Err(Error::Other(format!(
+                "unexpected answer to a step completion: {other}"
+            ))),
+        }
+    }
+
+    /// Records a step's error.
+    pub async fn fail(&self, step_id: &str, error: Value) -> Result<()> {
+        let dec = self
+            .inner
+            .transport
+            .fail_step(&self.inner.execution_id, step_id, &self.inner.lease, error)
+            .await
+            .map_err(|e| self.check(e))?;
+        match dec.decision {
+            Decision::Recorded | Decision::Replay => Ok(()),
+            Decision::ExecutionTerminal => Err(self.suspend(Error::Terminated)),
+            other => Err(Error::Other(format!(
+                "unexpected answer to a step failure: {other}"
+            ))),
+        }
+    }
+
+    /// Publishes a live output delta of a running step (best effort: errors are dropped).
+    pub async fn publish_delta(&self, step_id: &str, seq: i64, data: String) {
+        let _ = self
+            .inner
+            .transport
+            .stream_delta(&self.inner.execution_id, step_id, seq, data)
+            .await;
+    }
+
+    /// Runs one effect durably: submits it, runs `body` only on `proceed` (recording its
+    /// result or error), returns the recorded outcome on `replay`, and raises every refusal.
+    ///
+    /// The value returned after running the body is the recorded JSON read back, so a first
+    /// run and its replays see exactly the same value.
+    pub async fn invoke<T, E, Fut>(
+        &self,
+        kind: StepKind,
+        target: &str,
+        idempotency: Idempotency,
+        args: Box<RawValue>,
+        body: Fut,
+    ) -> Result<T>
+    where
+        T: Serialize + DeserializeOwned,
+        E: fmt::Display + 'static,
+        Fut: Future<Output = std::result::Result<T, E>>,
+    {
+        match self.submit(kind, target, args, idempotency).await? {
+            Submitted::Replay { step_id, outcome } => match outcome {
+                Ok(v) => decode(target, &step_id, v),
+                Err(err) => Err(Error::Tool {
+                    tool_id: target.to_owned(),
+                    step_id,
+                    message: error_message(&err),
+                    retryable: false,
+                }),
+            },
+            Submitted::Proceed { step_id } => match body.await {
+                Ok(v) => {
+                    let json = match serde_json::to_value(&v) {
+                        Ok(json) => json,
+                        Err(e) => {
+                            let message = format!("result is not JSON: {e}");
+                            self.fail(&step_id, serde_json::json!({ "message": message }))
+                                .await?;
+                            return Err(Error::tool(target, step_id, message));
+                        }
+                    };
+                    let recorded = self.complete(&step_id, json).await?;
+                    decode(target, &step_id, recorded)
+                }
+                Err(e) => {
+                    let err = into_error(e);
+                    if matches!(
+                        err,
+                        Error::Blocked { .. }
+                            | Error::Terminated
+                            | Error::LeaseSuperseded
+                            | Error::Policy { .. }
+                            | Error::RateLimited { .. }
+                    ) {
+                        // A refusal of a nested effect: the body did not finish, so the step
+                        // stays open and a later dispatch decides it again.
+                        return Err(err);
+                    }
+                    let message = match &err {
+                        Error::Tool { message, .. } => message.clone(),
+                        other => other.to_string(),
+                    };
+                    self.fail(&step_id, serde_json::json!({ "message": message }))
+                        .await?;
+                    Err(Error::tool(target, step_id, message))
+                }
+            },
+        }
+    }
+}
+
+/// Converts any error to the SDK's: an [`Error`] stays itself (so a nested refusal keeps its
+/// meaning), anything else becomes [`Error::Other`] with its message.
+pub fn into_error<E: fmt::Display + 'static>(e: E) -> Error {
+    match (&e as &dyn std::any::Any).downcast_ref::<Error>() {
+        Some(err) => err.clone(),
+        None => Error::Other(e.to_string()),
+    }
+}
+
+fn decode<T: DeserializeOwned>(target: &str, step_id: &str, v: Value) -> Result<T> {
+    serde_json::from_value(v).map_err(|e| {
+        Error::Serialization(format!(
+            "the recorded result of {target} (step {step_id}) does not fit its type: {e}"
+        ))
+    })
+}
+
+/// The message of a recorded step error (`{"message": ..}`, `{"reason": ..}` or any JSON).
+pub fn error_message(error: &Value) -> String {
+    match error {
+        Value::Object(map) => map
+            .get("message")
+            .or_else(|| map.get("reason"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| error.to_string()),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Serializes step args to the raw JSON the kernel hashes.
+pub fn raw_args<A: Serialize + ?Sized>(args: &A) -> Result<Box<RawValue>> {
+    serde_json::value::to_raw_value(args).map_err(|e| Error::Serialization(e.to_string()))
+}

@@ -1,0 +1,639 @@
+//! The agent runtime: [`Agent`] receives dispatches (a signed webhook, or a direct call from
+//! an embedded kernel), runs the handler in the background inside an [`ExecutionContext`],
+//! renews the lease while it runs, and completes or fails the execution with its result.
+//!
+//! Delivery rules (spec §4, SDK 0.14+): the webhook's signature is verified over the raw body
+//! before anything else (`401`); a body without `execution_id`, `dispatch_id` or a positive
+//! `dispatch_attempt` gets `400`; anything else is acknowledged at once (`200`) and handled in
+//! the background. A duplicate of the attempt already running is a no-op, a newer attempt
+//! replaces (aborts) an older one, a terminal execution is skipped. The handler heartbeats
+//! every `min(lease / 3, 30 s)` and is aborted when the kernel answers `lease_superseded`.
+//!
+//! [`Runtime`] is the embedded form: a kernel in this process (SQLite file or memory), its
+//! background loops, and agents registered on it that receive dispatches as direct calls.
+
+pub mod context;
+pub mod transport;
+
+pub use context::{
+    Effect, EffectObserver, EffectOutcome, ExecutionContext, Submitted, execution, spawn,
+};
+pub use transport::{EmbeddedTransport, HttpTransport, Submission, Transport};
+
+use crate::error::{Error, Result};
+use crate::kernel::{Background, EmbeddedDeliverer, Kernel, Lease};
+use crate::protocol::WebhookPayload;
+use crate::tool::BoxFuture;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::task::TaskTracker;
+
+/// An agent's handler: `#[rebuno::agent]` implements it for the type of the same name as the
+/// function; [`handler_fn`] builds one from a closure.
+pub trait AgentHandler: Send + Sync + 'static {
+    /// The agent id.
+    fn id(&self) -> &str;
+    /// What the agent does (the handler's doc comment).
+    fn description(&self) -> &str {
+        ""
+    }
+    /// JSON Schema of the execution input.
+    fn input_schema(&self) -> Value {
+        Value::Object(serde_json::Map::new())
+    }
+    /// Runs the handler on an execution's input; the output or error ends the execution.
+    fn call(&self, input: Value) -> BoxFuture<Result<Value>>;
+}
+
+impl<H: AgentHandler + ?Sized> AgentHandler for Arc<H> {
+    fn id(&self) -> &str {
+        (**self).id()
+    }
+    fn description(&self) -> &str {
+        (**self).description()
+    }
+    fn input_schema(&self) -> Value {
+        (**self).input_schema()
+    }
+    fn call(&self, input: Value) -> BoxFuture<Result<Value>> {
+        (**self).call(input)
+    }
+}
+
+/// A handler from a closure over the raw input (see [`handler_fn`]).
+pub struct FnHandler {
+    id: String,
+    f: Box<dyn Fn(Value) -> BoxFuture<Result<Value>> + Send + Sync>,
+}
+
+impl std::fmt::Debug for FnHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FnHandler").field("id", &self.id).finish()
+    }
+}
+
+/// A handler for agent `id` from an async closure over the execution input.
+pub fn handler_fn<F, Fut, E>(id: impl Into<String>, f: F) -> FnHandler
+where
+    F: Fn(Value) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = std::result::Result<Value, E>> + Send + 'static,
+    E: std::fmt::Display + 'static,
+{
+    FnHandler {
+        id: id.into(),
+        f: Box::new(move |input| {
+            let fut = f(input);
+            Box::pin(async move { fut.await.map_err(context::into_error) })
+        }),
+    }
+}
+
+impl AgentHandler for FnHandler {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn call(&self, input: Value) -> BoxFuture<Result<Value>> {
+        (self.f)(input)
+    }
+}
+
+/// What [`Agent::dispatch`] did with a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DispatchAck {
+    /// A handler started (replacing an older attempt's, if one was running).
+    Started,
+    /// The same or a newer attempt of this dispatch is already running: nothing to do.
+    Duplicate,
+    /// The agent is shutting down and takes no new work.
+    ShuttingDown,
+}
+
+/// Builds an [`Agent`].
+pub struct AgentBuilder {
+    handler: Arc<dyn AgentHandler>,
+    kernel_url: Option<String>,
+    secret: Option<String>,
+    transport: Option<Arc<dyn Transport>>,
+    webhook_path: String,
+    observer: Option<EffectObserver>,
+    default_lease: Duration,
+}
+
+impl std::fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("agent_id", &self.handler.id())
+            .field("kernel_url", &self.kernel_url)
+            .field("webhook_path", &self.webhook_path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentBuilder {
+    /// The kernel's base URL (default: `REBUNO_URL`).
+    pub fn kernel_url(mut self, url: impl Into<String>) -> Self {
+        self.kernel_url = Some(url.into());
+        self
+    }
+
+    /// The agent's HMAC secret (default: `REBUNO_AGENT_SECRET`).
+    pub fn secret(mut self, secret: impl Into<String>) -> Self {
+        self.secret = Some(secret.into());
+        self
+    }
+
+    /// Talks to the kernel through `transport` instead of HTTP (an embedded kernel: see
+    /// [`EmbeddedTransport`], or [`Runtime`] which wires it for you).
+    pub fn transport(mut self, transport: Arc<dyn Transport>) -> Self {
+        self.transport = Some(transport);
+        self
+    }
+
+    /// The webhook route (default `/webhook`).
+    pub fn webhook_path(mut self, path: impl Into<String>) -> Self {
+        self.webhook_path = path.into();
+        self
+    }
+
+    /// Reports every effect decision (ran, replayed, refused) to `observer`.
+    pub fn observer(mut self, observer: impl Fn(&Effect) + Send + Sync + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// The lease assumed when a delivery does not say (`lease_timeout_seconds`), default
+    /// 120 s (heartbeats every 30 s).
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease;
+        self
+    }
+
+    /// Builds the agent. Over HTTP, the kernel URL and secret must be set (here or in the
+    /// environment); with a custom transport the secret is only needed to serve a webhook.
+    pub fn build(self) -> Result<Agent> {
+        let id = self.handler.id().to_owned();
+        if id.is_empty() {
+            return Err(Error::Config("agent id must not be empty".into()));
+        }
+        let secret = self
+            .secret
+            .or_else(|| std::env::var("REBUNO_AGENT_SECRET").ok())
+            .unwrap_or_default();
+        let transport = match self.transport {
+            Some(t) => t,
+            None => {
+                let url = self
+                    .kernel_url
+                    .or_else(|| std::env::var("REBUNO_URL").ok())
+                    .filter(|u| !u.is_empty())
+                    .ok_or_else(|| {
+                        Error::Config(
+                            "kernel URL required (set REBUNO_URL or AgentBuilder::kernel_url)"
+                                .into(),
+                        )
+                    })?;
+                if secret.is_empty() {
+                    return Err(Error::Config(
+                        "agent secret required (set REBUNO_AGENT_SECRET or AgentBuilder::secret)"
+                            .into(),
+                    ));
+                }
+                Arc::new(HttpTransport::new(&url, &id, &secret)?) as Arc<dyn Transport>
+            }
+        };
+        if !self.webhook_path.starts_with('/') {
+            return Err(Error::Config(format!(
+                "webhook path {:?} must start with '/'",
+                self.webhook_path
+            )));
+        }
+        Ok(Agent {
+            inner: Arc::new(AgentInner {
+                id,
+                handler: self.handler,
+                transport,
+                secret,
+                webhook_path: self.webhook_path,
+                observer: self.observer,
+                default_lease: self.default_lease,
+                running: Mutex::default(),
+                tracker: TaskTracker::new(),
+                closed: AtomicBool::new(false),
+                next_task: AtomicU64::new(1),
+            }),
+        })
+    }
+}
+
+/// An agent: a handler plus the machinery that runs it durably (see the module docs).
+#[derive(Clone)]
+pub struct Agent {
+    inner: Arc<AgentInner>,
+}
+
+struct AgentInner {
+    id: String,
+    handler: Arc<dyn AgentHandler>,
+    transport: Arc<dyn Transport>,
+    secret: String,
+    webhook_path: String,
+    observer: Option<EffectObserver>,
+    default_lease: Duration,
+    /// The handler running for each execution.
+    running: Mutex<HashMap<String, Running>>,
+    tracker: TaskTracker,
+    closed: AtomicBool,
+    next_task: AtomicU64,
+}
+
+struct Running {
+    lease: Lease,
+    task: u64,
+    abort: tokio::task::AbortHandle,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("id", &self.inner.id)
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+impl Agent {
+    /// A builder for `handler`.
+    pub fn builder(handler: impl AgentHandler) -> AgentBuilder {
+        AgentBuilder {
+            handler: Arc::new(handler),
+            kernel_url: None,
+            secret: None,
+            transport: None,
+            webhook_path: "/webhook".into(),
+            observer: None,
+            default_lease: Duration::from_secs(120),
+        }
+    }
+
+    /// An HTTP agent configured from `REBUNO_URL` and `REBUNO_AGENT_SECRET`.
+    pub fn new(handler: impl AgentHandler) -> Result<Agent> {
+        Agent::builder(handler).build()
+    }
+
+    /// The agent id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &Arc<dyn AgentHandler> {
+        &self.inner.handler
+    }
+
+    /// How many handlers are running now.
+    pub fn in_flight(&self) -> usize {
+        self.running().len()
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The webhook as a router (`POST <webhook_path>`), to serve alone or mount into an
+    /// existing app.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route(&self.inner.webhook_path, axum::routing::post(webhook))
+            .with_state(self.clone())
+    }
+
+    /// Serves the webhook on `listener` until `shutdown` resolves, then drains in-flight
+    /// handlers (see [`Agent::shutdown`]).
+    pub async fn serve(
+        &self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        self.shutdown(None).await;
+        Ok(())
+    }
+
+    /// Stops taking deliveries and waits for the running handlers to finish (at most
+    /// `timeout`, after which they are aborted; the kernel re-delivers their dispatches once
+    /// the leases lapse).
+    pub async fn shutdown(&self, timeout: Option<Duration>) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        self.inner.tracker.close();
+        let wait = self.inner.tracker.wait();
+        match timeout {
+            None => wait.await,
+            Some(t) => {
+                if tokio::time::timeout(t, wait).await.is_err() {
+                    self.abort_all();
+                    self.inner.tracker.wait().await;
+                }
+            }
+        }
+    }
+
+    /// Aborts every running handler at once, recording nothing more (as a crash would).
+    pub fn abort_all(&self) {
+        for (_, r) in self.running().drain() {
+            r.abort.abort();
+        }
+    }
+
+    /// Handles one delivery: starts the handler in the background (see [`DispatchAck`]).
+    /// The payload must carry a dispatch attempt; a webhook without one is refused earlier.
+    pub fn dispatch(&self, payload: WebhookPayload) -> DispatchAck {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return DispatchAck::ShuttingDown;
+        }
+        let lease = Lease {
+            dispatch_id: payload.dispatch_id.clone(),
+            attempt: payload.dispatch_attempt.unwrap_or(1),
+        };
+        let lease_len = payload
+            .lease_timeout_seconds
+            .filter(|s| *s > 0)
+            .map_or(self.inner.default_lease, Duration::from_secs);
+        let mut running = self.running();
+        if let Some(r) = running.get(&payload.execution_id) {
+            if r.lease.dispatch_id == lease.dispatch_id && lease.attempt <= r.lease.attempt {
+                return DispatchAck::Duplicate;
+            }
+            r.abort.abort();
+        }
+        let task = self.inner.next_task.fetch_add(1, Ordering::Relaxed);
+        let this = self.clone();
+        let exec_id = payload.execution_id.clone();
+        let run_lease = lease.clone();
+        let handle = self.inner.tracker.spawn(async move {
+            this.run(&exec_id, run_lease, lease_len).await;
+            let mut running = this.running();
+            if running.get(&exec_id).is_some_and(|r| r.task == task) {
+                running.remove(&exec_id);
+            }
+        });
+        running.insert(
+            payload.execution_id,
+            Running {
+                lease,
+                task,
+                abort: handle.abort_handle(),
+            },
+        );
+        DispatchAck::Started
+    }
+
+    /// Runs one delivery to its end: skip a terminal execution, run the handler with the
+    /// lease renewed, then complete or fail the execution (or unwind on a control-flow
+    /// refusal).
+    async fn run(&self, execution_id: &str, lease: Lease, lease_len: Duration) {
+        let transport = &self.inner.transport;
+        // A failure to read the execution leaves the dispatch to be re-delivered.
+        let Ok(exec) = transport.execution(execution_id).await else {
+            return;
+        };
+        if exec.status.is_terminal() {
+            return;
+        }
+        let ctx = ExecutionContext::new(
+            Arc::clone(transport),
+            execution_id,
+            &self.inner.id,
+            exec.input.clone(),
+            lease.clone(),
+        )
+        .with_observer(self.inner.observer.clone());
+        let interval = (lease_len / 3)
+            .min(Duration::from_secs(30))
+            .max(Duration::from_millis(10));
+        let handler = ctx.clone().scope(self.inner.handler.call(exec.input));
+        let outcome = tokio::select! {
+            out = handler => out,
+            superseded = heartbeat(&ctx, interval) => Err(superseded),
+        };
+        if ctx.suspension().is_some() {
+            return; // blocked, terminal or superseded: the kernel re-dispatches as needed
+        }
+        let done = match outcome {
+            Ok(output) => {
+                transport
+                    .complete_execution(execution_id, &lease, output)
+                    .await
+            }
+            Err(e) if e.is_control_flow() => return,
+            Err(e) => {
+                transport
+                    .fail_execution(execution_id, &lease, e.failure_reason())
+                    .await
+            }
+        };
+        // A refused completion (superseded, already terminal) means another attempt or a
+        // cancel decided the execution; a network failure leaves the dispatch to the reaper.
+        drop(done);
+    }
+}
+
+/// Renews the lease every `interval`; returns only when the kernel says another attempt owns
+/// the dispatch (or the execution ended), which aborts the handler racing it.
+async fn heartbeat(ctx: &ExecutionContext, interval: Duration) -> Error {
+    loop {
+        tokio::time::sleep(interval).await;
+        match ctx
+            .transport()
+            .heartbeat(ctx.execution_id(), ctx.lease())
+            .await
+        {
+            Ok(()) => {}
+            Err(Error::LeaseSuperseded) => return ctx.suspend(Error::LeaseSuperseded),
+            Err(e) if transport::is_terminal_refusal(&e) => return ctx.suspend(Error::Terminated),
+            Err(_) => {} // transient: try again next tick
+        }
+    }
+}
+
+async fn webhook(State(agent): State<Agent>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let signature = headers
+        .get(crate::protocol::HEADER_SIGNATURE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if agent.inner.secret.is_empty()
+        || !crate::signing::verify(&agent.inner.secret, &body, signature)
+    {
+        return StatusCode::UNAUTHORIZED;
+    }
+    let Some(payload) = parse_payload(&body) else {
+        return StatusCode::BAD_REQUEST;
+    };
+    match agent.dispatch(payload) {
+        DispatchAck::Started | DispatchAck::Duplicate => StatusCode::OK,
+        DispatchAck::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// The delivery a webhook body carries, or `None` without a usable execution id, dispatch id
+/// and attempt (≥ 1).
+fn parse_payload(body: &[u8]) -> Option<WebhookPayload> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let execution_id = v.get("execution_id")?.as_str().filter(|s| !s.is_empty())?;
+    let dispatch_id = v.get("dispatch_id")?.as_str().filter(|s| !s.is_empty())?;
+    let attempt = v
+        .get("dispatch_attempt")?
+        .as_u64()
+        .filter(|a| *a >= 1)
+        .and_then(|a| u32::try_from(a).ok())?;
+    let lease = v.get("lease_timeout_seconds").and_then(Value::as_u64);
+    Some(WebhookPayload {
+        execution_id: execution_id.to_owned(),
+        dispatch_id: dispatch_id.to_owned(),
+        dispatch_attempt: Some(attempt),
+        lease_timeout_seconds: lease,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedded runtime.
+// ---------------------------------------------------------------------------------------------
+
+/// An embedded kernel with its background loops and the agents served in this process: the
+/// quickest way to run durable agents with no server.
+///
+/// ```ignore
+/// let rt = rebuno::Runtime::open("sqlite://.rebuno/rebuno.db").await?;
+/// rt.register(billing).await?;
+/// rt.start();
+/// let run = rt.client().create("billing", json!({"customer": "c1", "cents": 500})).await?;
+/// ```
+pub struct Runtime {
+    kernel: Kernel,
+    deliverer: Arc<EmbeddedDeliverer>,
+    background: Mutex<Option<Background>>,
+    agents: Mutex<Vec<Agent>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("kernel", &self.kernel)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Opens a kernel on `url` (`sqlite://<path>`, `sqlite::memory:` or `memory`). Register
+    /// agents and set their policies, then [`Runtime::start`] delivering; executions left
+    /// running by a previous process resume then.
+    pub async fn open(url: &str) -> Result<Runtime> {
+        if let Some(path) = url.strip_prefix("sqlite://")
+            && let Some(dir) = std::path::Path::new(path).parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::Config(format!("create {}: {e}", dir.display())))?;
+        }
+        Ok(Runtime::new(Kernel::open(url).await?))
+    }
+
+    /// Serves agents in process over `kernel` (webhooks still go out over HTTP to agents
+    /// registered with a URL). Nothing is delivered before [`Runtime::start`].
+    pub fn new(kernel: Kernel) -> Runtime {
+        let deliverer = Arc::new(EmbeddedDeliverer::new(kernel.config().dispatch_timeout));
+        Runtime {
+            kernel,
+            deliverer,
+            background: Mutex::new(None),
+            agents: Mutex::default(),
+        }
+    }
+
+    /// Starts the kernel's loops (delivery, lease reaper, approval expiry, sweeps); a second
+    /// call does nothing. Starting after registration and policies means no dispatch reaches
+    /// an agent before its policy is in place.
+    pub fn start(&self) -> &Self {
+        let mut bg = self
+            .background
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if bg.is_none() {
+            *bg = Some(
+                self.kernel
+                    .start(Arc::clone(&self.deliverer) as Arc<dyn crate::kernel::Deliverer>),
+            );
+        }
+        self
+    }
+
+    /// The kernel.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    /// A client over the kernel.
+    pub fn client(&self) -> crate::client::Client {
+        self.kernel.client()
+    }
+
+    /// Registers `handler` as an in-process agent and starts serving its dispatches.
+    pub async fn register(&self, handler: impl AgentHandler) -> Result<Agent> {
+        self.register_with(Agent::builder(handler)).await
+    }
+
+    /// Registers an agent built from `builder` (its transport is replaced by the embedded
+    /// one), e.g. to set an effect observer.
+    pub async fn register_with(&self, builder: AgentBuilder) -> Result<Agent> {
+        let agent = builder
+            .transport(Arc::new(EmbeddedTransport::new(self.kernel.clone())))
+            .build()?;
+        let serving = agent.clone();
+        self.kernel
+            .register_embedded(
+                &self.deliverer,
+                agent.id(),
+                Arc::new(move |payload| {
+                    serving.dispatch(payload);
+                    Box::pin(async {})
+                }),
+            )
+            .await?;
+        self.agents
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(agent.clone());
+        Ok(agent)
+    }
+
+    /// Stops the kernel's loops and drains every agent's running handlers.
+    pub async fn shutdown(&self) {
+        if let Some(mut bg) = self
+            .background
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            bg.stop();
+        }
+        let agents: Vec<Agent> = self
+            .agents
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for agent in agents {
+            agent.shutdown(None).await;
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! How an agent talks to its kernel: the [`Transport`] trait and its two implementations,
+//! [`HttpTransport`] (the wire protocol: every request HMAC-signed, lease headers on every
+//! mutation) and [`EmbeddedTransport`] (direct calls into an in-process [`Kernel`]). Both run the
+//! same kernel logic, so an agent behaves identically on either.
+
+use crate::error::{Error, Result};
+use crate::kernel::{Kernel, Lease};
+use crate::protocol::{
+    CompleteExecutionRequest, CompleteStepRequest, ErrorCode, ErrorEnvelope, Execution,
+    FailExecutionRequest, FailStepRequest, Idempotency, Step, StepDecision, StepKind,
+    StreamDeltaRequest, SubmitStepRequest,
+};
+use async_trait::async_trait;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::time::Duration;
+
+/// One effect submitted for a decision.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    /// `tool_call`, `llm_call` or `local`.
+    pub kind: StepKind,
+    /// Tool name, model, or step name.
+    pub target: String,
+    /// The args, already serialized (compact JSON); they hash as these bytes.
+    pub args: Box<RawValue>,
+    /// Declared idempotency.
+    pub idempotency: Idempotency,
+}
+
+/// The agent side of the protocol: every call an agent makes to its kernel.
+#[async_trait]
+pub trait Transport: Send + Sync + 'static {
+    /// Reads an execution (`GET /v0/executions/{id}`).
+    async fn execution(&self, execution_id: &str) -> Result<Execution>;
+    /// Submits a step and answers the kernel's decision.
+    async fn submit_step(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        submission: Submission,
+    ) -> Result<StepDecision>;
+    /// Records a step's result.
+    async fn complete_step(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        lease: &Lease,
+        result: Value,
+    ) -> Result<StepDecision>;
+    /// Records a step's error.
+    async fn fail_step(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        lease: &Lease,
+        error: Value,
+    ) -> Result<StepDecision>;
+    /// Renews the lease (`LeaseSuperseded` once another attempt owns the dispatch).
+    async fn heartbeat(&self, execution_id: &str, lease: &Lease) -> Result<()>;
+    /// Completes the execution with its output.
+    async fn complete_execution(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        output: Value,
+    ) -> Result<()>;
+    /// Fails the execution with a reason.
+    async fn fail_execution(&self, execution_id: &str, lease: &Lease, error: String) -> Result<()>;
+    /// Publishes a live output delta of a running step (best effort).
+    async fn stream_delta(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        seq: i64,
+        data: String,
+    ) -> Result<()>;
+    /// The execution's recorded steps.
+    async fn steps(&self, execution_id: &str) -> Result<Vec<Step>>;
+    /// One recorded step.
+    async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step>;
+}
+
+/// Calls an in-process [`Kernel`] directly.
+#[derive(Debug, Clone)]
+pub struct EmbeddedTransport {
+    kernel: Kernel,
+}
+
+impl EmbeddedTransport {
+    /// A transport over `kernel`.
+    pub fn new(kernel: Kernel) -> Self {
+        EmbeddedTransport { kernel }
+    }
+
+    /// The kernel.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+}
+
+#[async_trait]
+impl Transport for EmbeddedTransport {
+    async fn execution(&self, execution_id: &str) -> Result<Execution> {
+        Ok(self.kernel.execution(execution_id).await?)
+    }
+
+    async fn submit_step(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        s: Submission,
+    ) -> Result<StepDecision> {
+        let req = SubmitStepRequest {
+            kind: s.kind,
+            target: s.target,
+            args: Some(s.args),
+            idempotency: s.idempotency,
+        };
+        Ok(self.kernel.submit_step(execution_id, lease, req).await?)
+    }
+
+    async fn complete_step(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        lease: &Lease,
+        result: Value,
+    ) -> Result<StepDecision> {
+        Ok(self
+            .kernel
+            .complete_step(execution_id, step_id, lease, Some(result))
+            .await?)
+    }
+
+    async fn fail_step(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        lease: &Lease,
+        error: Value,
+    ) -> Result<StepDecision> {
+        Ok(self
+            .kernel
+            .fail_step(execution_id, step_id, lease, Some(error))
+            .await?)
+    }
+
+    async fn heartbeat(&self, execution_id: &str, lease: &Lease) -> Result<()> {
+        Ok(self.kernel.heartbeat(execution_id, lease).await?)
+    }
+
+    async fn complete_execution(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        output: Value,
+    ) -> Result<()> {
+        Ok(self
+            .kernel
+            .complete_execution(execution_id, lease, Some(output))
+            .await?)
+    }
+
+    async fn fail_execution(&self, execution_id: &str, lease: &Lease, error: String) -> Result<()> {
+        Ok(self
+            .kernel
+            .fail_execution(execution_id, lease, error)
+            .await?)
+    }
+
+    async fn stream_delta(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        seq: i64,
+        data: String,
+    ) -> Result<()> {
+        let frame = crate::protocol::StreamFrame {
+            step_id: step_id.to_owned(),
+            seq,
+            data,
+        };
+        Ok(self.kernel.publish(execution_id, frame)?)
+    }
+
+    async fn steps(&self, execution_id: &str) -> Result<Vec<Step>> {
+        Ok(self.kernel.steps(execution_id, false).await?)
+    }
+
+    async fn step(&self, _execution_id: &str, step_id: &str) -> Result<Step> {
+        Ok(self.kernel.step(step_id).await?)
+    }
+}
+
+/// Speaks the wire protocol to a kernel over HTTP: every request is signed with the agent's
+/// secret (`Rebuno-Agent-Id`, `Rebuno-Signature: sha256=<HMAC(secret, body)>`), and every
+/// mutation carries `Rebuno-Dispatch-Id` and `Rebuno-Dispatch-Attempt`.
+#[derive(Clone)]
+pub struct HttpTransport {
+    base: String,
+    agent_id: String,
+    secret: String,
+    http: reqwest::Client,
+}
+
+impl std::fmt::Debug for HttpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpTransport")
+            .field("base", &self.base)
+            .field("agent_id", &self.agent_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpTransport {
+    /// A transport to the kernel at `base_url` (e.g. `http://127.0.0.1:8080`) for `agent_id`,
+    /// signing with `secret`. Requests time out after 35 s.
+    pub fn new(base_url: &str, agent_id: &str, secret: &str) -> Result<Self> {
+        let base = base_url.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(Error::Config(format!(
+                "kernel URL {base_url:?} must start with http:// or https://"
+            )));
+        }
+        if secret.is_empty() {
+            return Err(Error::Config("agent secret must not be empty".into()));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(35))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        Ok(HttpTransport {
+            base,
+            agent_id: agent_id.to_owned(),
+            secret: secret.to_owned(),
+            http,
+        })
+    }
+
+    fn url(&self, segments: &[&str]) -> Result<reqwest::Url> {
+        let mut url = reqwest::Url::parse(&self.base)
+            .map_err(|e| Error::Config(format!("kernel URL {:?}: {e}", self.base)))?;
+        url.path_segments_mut()
+            .map_err(|()| Error::Config(format!("kernel URL {:?} cannot have a path", self.base)))?
+            .pop_if_empty()
+            .extend(segments);
+        Ok(url)
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        segments: &[&str],
+        lease: Option<&Lease>,
+        body: Vec<u8>,
+    ) -> Result<bytes_body::Body> {
+        let url = self.url(segments)?;
+        let signature = crate::signing::sign(&self.secret, &body);
+        let mut req = self
+            .http
+            .request(method, url)
+            .header(crate::protocol::HEADER_AGENT_ID, &self.agent_id)
+            .header(crate::protocol::HEADER_SIGNATURE, signature);
+        if let Some(lease) = lease {
+            req = req
+                .header(crate::protocol::HEADER_DISPATCH_ID, &lease.dispatch_id)
+                .header(
+                    crate::protocol::HEADER_DISPATCH_ATTEMPT,
+                    lease.attempt.to_string(),
+                );
+        }
+        if !body.is_empty() {
+            req = req.header(reqwest::header::CONTENT_TYPE, "application/json");
+        }
+        let resp = req.body(body).send().await?;
+        let status = resp.status();
+        let bytes = resp.bytes().await?;
+        if status.is_success() {
+            return Ok(bytes_body::Body(bytes.to_vec()));
+        }
+        Err(match serde_json::from_slice::<ErrorEnvelope>(&bytes) {
+            Ok(env) => Error::from_envelope(env.code, env.message, status.as_u16()),
+            Err(_) => Error::Network(format!(
+                "kernel answered HTTP {status} without an error envelope: {}",
+                String::from_utf8_lossy(&bytes)
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            )),
+        })
+    }
+
+    async fn post_json<T: serde::Serialize>(
+        &self,
+        segments: &[&str],
+        lease: Option<&Lease>,
+        body: &T,
+    ) -> Result<bytes_body::Body> {
+        let body = serde_json::to_vec(body)?;
+        self.send(reqwest::Method::POST, segments, lease, body)
+            .await
+    }
+}
+
+/// A response body (kept as bytes until the caller parses it).
+mod bytes_body {
+    pub(super) struct Body(pub(super) Vec<u8>);
+
+    impl Body {
+        pub(super) fn json<T: serde::de::DeserializeOwned>(&self) -> crate::error::Result<T> {
+            serde_json::from_slice(&self.0).map_err(|e| {
+                crate::error::Error::Network(format!("kernel answered unreadable JSON: {e}"))
+            })
+        }
+    }
+}
+
+#[async_trait]
+impl Transport for HttpTransport {
+    async fn execution(&self, execution_id: &str) -> Result<Execution> {
+        self.send(
+            reqwest::Method::GET,
+            &["v0", "executions", execution_id],
+            None,
+            Vec::new(),
+        )
+        .await?
+        .json()
+    }
+
+    async fn submit_step(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        s: Submission,
+    ) -> Result<StepDecision> {
+        let req = SubmitStepRequest {
+            kind: s.kind,
+            target: s.target,
+            args: Some(s.args),
+            idempotency: s.idempotency,
+        };
+        self.post_json(
+            &["v0", "executions", execution_id, "steps"],
+            Some(lease),
+            &req,
+        )
+        .await?
+        .json()
+    }
+
+    async fn complete_step(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        lease: &Lease,
+        result: Value,
+    ) -> Result<StepDecision> {
+        let req = CompleteStepRequest {
+            result: Some(result),
+        };
+        self.post_json(
+            &[
+                "v0",
+                "executions",
+                execution_id,
+                "steps",
+                step_id,
+                "complete",
+            ],
+            Some(lease),
+            &req,
+        )
+        .await?
+        .json()
+    }
+
+    async fn fail_step(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        lease: &Lease,
+        error: Value,
+    ) -> Result<StepDecision> {
+        let req = FailStepRequest { error: Some(error) };
+        self.post_json(
+            &["v0", "executions", execution_id, "steps", step_id, "fail"],
+            Some(lease),
+            &req,
+        )
+        .await?
+        .json()
+    }
+
+    async fn heartbeat(&self, execution_id: &str, lease: &Lease) -> Result<()> {
+        self.send(
+            reqwest::Method::POST,
+            &["v0", "executions", execution_id, "heartbeat"],
+            Some(lease),
+            Vec::new(),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn complete_execution(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        output: Value,
+    ) -> Result<()> {
+        let req = CompleteExecutionRequest {
+            output: Some(output),
+        };
+        self.post_json(
+            &["v0", "executions", execution_id, "complete"],
+            Some(lease),
+            &req,
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn fail_execution(&self, execution_id: &str, lease: &Lease, error: String) -> Result<()> {
+        let req = FailExecutionRequest { error };
+        self.post_json(
+            &["v0", "executions", execution_id, "fail"],
+            Some(lease),
+            &req,
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn stream_delta(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        seq: i64,
+        data: String,
+    ) -> Result<()> {
+        let req = StreamDeltaRequest { seq, data };
+        self.post_json(
+            &["v0", "executions", execution_id, "steps", step_id, "stream"],
+            None,
+            &req,
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn steps(&self, execution_id: &str) -> Result<Vec<Step>> {
+        let steps: Option<Vec<Step>> = self
+            .send(
+                reqwest::Method::GET,
+                &["v0", "executions", execution_id, "steps"],
+                None,
+                Vec::new(),
+            )
+            .await?
+            .json()?;
+        Ok(steps.unwrap_or_default())
+    }
+
+    async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step> {
+        self.send(
+            reqwest::Method::GET,
+            &["v0", "executions", execution_id, "steps", step_id],
+            None,
+            Vec::new(),
+        )
+        .await?
+        .json()
+    }
+}
+
+/// Whether `e` says the execution is already terminal (a complete/fail refused with
+/// `execution_terminal`).
+pub(crate) fn is_terminal_refusal(e: &Error) -> bool {
+    matches!(e, Error::Terminated) || e.code() == Some(ErrorCode::ExecutionTerminal)
+}

@@ -1,0 +1,270 @@
+//! What the code `rebuno-macros` generates calls. Not a public API: names and signatures
+//! change with the macros, which are pinned to this crate's version.
+
+pub use crate::agent::AgentHandler;
+pub use crate::agent::context::into_error;
+pub use crate::error::{Error, Result};
+pub use crate::protocol::{Idempotency, StepKind};
+pub use crate::tool::{BoxFuture, Tool, ToolDef};
+pub use schemars;
+pub use serde;
+pub use serde_json;
+
+use crate::agent::context::execution;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+
+/// Builds the args object of a step, keyed by parameter name.
+#[derive(Debug, Default)]
+pub struct Args {
+    map: Map<String, Value>,
+    error: Option<Error>,
+}
+
+impl Args {
+    /// An empty args object.
+    pub fn new() -> Self {
+        Args::default()
+    }
+
+    /// Adds parameter `name` (the first serialization error is kept).
+    pub fn arg<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) {
+        if self.error.is_some() {
+            return;
+        }
+        match serde_json::to_value(value) {
+            Ok(v) => {
+                self.map.insert(name.to_owned(), v);
+            }
+            Err(e) => {
+                self.error = Some(Error::Serialization(format!(
+                    "argument `{name}` is not JSON: {e}"
+                )))
+            }
+        }
+    }
+
+    /// The args object.
+    pub fn finish(self) -> Result<Value> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(Value::Object(self.map)),
+        }
+    }
+}
+
+/// Runs the body of a `#[tool]` or `#[step]` as one durable step of the current execution.
+pub async fn invoke<T, E, Fut>(
+    kind: StepKind,
+    target: &str,
+    idempotency: Idempotency,
+    args: Result<Value>,
+    body: Fut,
+) -> Result<T>
+where
+    T: Serialize + DeserializeOwned,
+    E: fmt::Display + 'static,
+    Fut: Future<Output = std::result::Result<T, E>>,
+{
+    let ctx = execution()?;
+    let raw = crate::agent::context::raw_args(&args?)?;
+    ctx.invoke(kind, target, idempotency, raw, body).await
+}
+
+/// Binds an input object's fields to parameters by name, collecting every problem.
+#[derive(Debug)]
+pub struct FieldBinder {
+    what: &'static str,
+    fields: Map<String, Value>,
+    problems: Vec<String>,
+}
+
+impl FieldBinder {
+    /// A binder over `input`, which must be a JSON object (`null` reads as `{}`); `what` names
+    /// the input in messages ("input", "arguments of tool `x`").
+    pub fn new(what: &'static str, input: Value) -> Self {
+        let mut problems = Vec::new();
+        let fields = match input {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            other => {
+                problems.push(format!(
+                    "{what} must be a JSON object, got {}",
+                    json_kind(&other)
+                ));
+                Map::new()
+            }
+        };
+        FieldBinder {
+            what,
+            fields,
+            problems,
+        }
+    }
+
+    /// Field `name` as a `T`; a missing field reads as `null` (so `Option` fields may be
+    /// absent). `None` when it is missing or does not fit, with the problem recorded.
+    pub fn field<T: DeserializeOwned>(&mut self, name: &str) -> Option<T> {
+        match self.fields.remove(name) {
+            Some(v) => match serde_json::from_value(v) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    self.problems.push(format!("field `{name}`: {e}"));
+                    None
+                }
+            },
+            None => match serde_json::from_value(Value::Null) {
+                Ok(t) => Some(t),
+                Err(_) => {
+                    self.problems.push(format!("missing field `{name}`"));
+                    None
+                }
+            },
+        }
+    }
+
+    /// `Ok` when every field bound; otherwise [`Error::InvalidInput`] listing every problem.
+    pub fn finish(self) -> Result<()> {
+        if self.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::InvalidInput(format!(
+                "{}: {}",
+                self.what,
+                self.problems.join("; ")
+            )))
+        }
+    }
+}
+
+/// A value [`FieldBinder::field`] bound, once [`FieldBinder::finish`] said every field did
+/// (so `None` does not happen; it is still an error rather than a panic).
+pub fn bound<T>(field: Option<T>, name: &str) -> Result<T> {
+    field.ok_or_else(|| Error::InvalidInput(format!("missing field `{name}`")))
+}
+
+/// Deserializes the whole input into the handler's single parameter.
+pub fn bind_whole<T: DeserializeOwned>(input: Value) -> Result<T> {
+    serde_json::from_value(input).map_err(|e| Error::InvalidInput(format!("input: {e}")))
+}
+
+/// A handler's or tool's result as JSON, its error converted with [`into_error`].
+pub fn output<T: Serialize, E: fmt::Display + 'static>(
+    r: std::result::Result<T, E>,
+) -> Result<Value> {
+    match r {
+        Ok(v) => serde_json::to_value(&v)
+            .map_err(|e| Error::Serialization(format!("output is not JSON: {e}"))),
+        Err(e) => Err(into_error(e)),
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON Schema of parameter types: schemars when the type implements `JsonSchema`, otherwise
+// `{}` (any JSON), chosen at the expansion site by autoref specialization.
+// ---------------------------------------------------------------------------------------------
+
+/// Carries a type to the schema probes.
+pub struct SchemaProbe<T: ?Sized>(PhantomData<T>);
+
+impl<T: ?Sized> SchemaProbe<T> {
+    /// A probe for `T`.
+    pub const fn new() -> Self {
+        SchemaProbe(PhantomData)
+    }
+}
+
+impl<T: ?Sized> Default for SchemaProbe<T> {
+    fn default() -> Self {
+        SchemaProbe::new()
+    }
+}
+
+/// Chosen when `T: JsonSchema`: the schemars schema, subschemas inlined.
+///
+/// The probe is called as `(&SchemaProbe::<T>::new()).rebuno_schema()` with both traits in
+/// scope. Method lookup tries the receiver type `&SchemaProbe<T>` first, which is this impl's
+/// `&self` (it applies only when `T: JsonSchema`); otherwise it autorefs to
+/// `&&SchemaProbe<T>`, the `&self` of [`ViaFallback`]'s impl for `&SchemaProbe<T>`.
+pub trait ViaJsonSchema {
+    /// The schema.
+    fn rebuno_schema(&self) -> Value;
+}
+
+impl<T: schemars::JsonSchema + ?Sized> ViaJsonSchema for SchemaProbe<T> {
+    fn rebuno_schema(&self) -> Value {
+        let mut settings = schemars::generate::SchemaSettings::draft07();
+        settings.inline_subschemas = true;
+        let mut schema = settings
+            .into_generator()
+            .into_root_schema_for::<T>()
+            .to_value();
+        if let Value::Object(map) = &mut schema {
+            map.remove("$schema");
+            map.remove("title");
+        }
+        schema
+    }
+}
+
+/// Chosen otherwise: any JSON.
+pub trait ViaFallback {
+    /// The schema (`{}`).
+    fn rebuno_schema(&self) -> Value;
+}
+
+impl<T: ?Sized> ViaFallback for &SchemaProbe<T> {
+    fn rebuno_schema(&self) -> Value {
+        Value::Object(Map::new())
+    }
+}
+
+/// The JSON Schema of an arguments object: `(name, schema, required)` per parameter.
+pub fn object_schema(params: Vec<(&'static str, Value, bool)>) -> Value {
+    let required: Vec<Value> = params
+        .iter()
+        .filter(|(_, _, r)| *r)
+        .map(|(n, _, _)| Value::String((*n).to_owned()))
+        .collect();
+    let properties: Map<String, Value> = params
+        .into_iter()
+        .map(|(n, s, _)| (n.to_owned(), s))
+        .collect();
+    serde_json::json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trait-bound checks, spanned by the macros at the user's types.
+// ---------------------------------------------------------------------------------------------
+
+/// A parameter must be `Serialize + DeserializeOwned + Send`.
+pub struct AssertArg<T: Serialize + DeserializeOwned + Send>(PhantomData<T>);
+/// An agent handler's parameter must be `DeserializeOwned + Send` (it is only read from the
+/// input, never recorded).
+pub struct AssertInput<T: DeserializeOwned + Send>(PhantomData<T>);
+/// A result must be `Serialize + DeserializeOwned + Send`.
+pub struct AssertOutput<T: Serialize + DeserializeOwned + Send>(PhantomData<T>);
+/// An error must be `Display + 'static`.
+pub struct AssertError<E: fmt::Display + 'static>(PhantomData<E>);
+/// A handler's output must be `Serialize`.
+pub struct AssertHandlerOutput<T: Serialize>(PhantomData<T>);

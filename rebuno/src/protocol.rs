@@ -982,6 +982,13 @@ pub struct SubmitStepRequest {
     /// Declared idempotency; absent means `safe_to_retry`.
     #[serde(default)]
     pub idempotency: Idempotency,
+    /// Extension (this kernel only; the published SDKs never send it): the occurrence the
+    /// agent counted for this effect. An agent that replayed earlier occurrences from its own
+    /// copy of the record (without asking the kernel) sends it so the kernel's counter catches
+    /// up: the kernel uses the larger of this and its own count. It can only skip ahead, never
+    /// reuse an occurrence, and changes nothing that is recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occurrence: Option<u64>,
 }
 
 impl SubmitStepRequest {

@@ -163,3 +163,44 @@ async fn approval_blocks_and_grant_resumes() {
         .unwrap();
     assert_eq!(d.decision, Decision::Proceed);
 }
+
+#[tokio::test]
+async fn an_agent_counted_occurrence_moves_the_counter_forward_only() {
+    let k = Kernel::memory().await.unwrap();
+    k.register_agent(RegisterAgentRequest {
+        id: "a".into(),
+        webhook_url: "http://127.0.0.1:1/x".into(),
+        secret: "s".into(),
+    })
+    .await
+    .unwrap();
+    let exec = k
+        .create_execution(CreateExecutionRequest {
+            agent_id: "a".into(),
+            input: Some(json!({})),
+            agent_version: String::new(),
+        })
+        .await
+        .unwrap();
+    let lease = k.claim_dispatches(1).await.unwrap()[0].lease();
+    let with = |occ: Option<u64>| {
+        let mut req = submit("tool_call", "t", json!({"a": 1}));
+        req.occurrence = occ;
+        req
+    };
+    let mut occurrences = Vec::new();
+    for occ in [Some(3), None, Some(1)] {
+        let d = k.submit_step(&exec.id, &lease, with(occ)).await.unwrap();
+        assert_eq!(d.decision, Decision::Proceed);
+        let step = k.step(d.step_id.as_deref().unwrap()).await.unwrap();
+        occurrences.push(step.occurrence);
+    }
+    // Skips ahead to 3, then counts on; a lower claim never reuses an occurrence.
+    assert_eq!(occurrences, [3, 4, 5]);
+    // The wire form: the field is accepted, and absent when not set.
+    let wire: serde_json::Value = serde_json::to_value(with(None)).unwrap();
+    assert!(wire.get("occurrence").is_none());
+    let parsed: SubmitStepRequest =
+        serde_json::from_value(json!({"kind": "local", "target": "x", "occurrence": 2})).unwrap();
+    assert_eq!(parsed.occurrence, Some(2));
+}

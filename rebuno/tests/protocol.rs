@@ -613,6 +613,7 @@ fn submit_step_keeps_raw_args() {
         target: "now".into(),
         args: Some(serde_json::value::RawValue::from_string("[1.0]".into()).unwrap()),
         idempotency: Idempotency::AtMostOnce,
+        occurrence: None,
     })
     .unwrap();
     assert_eq!(

@@ -598,7 +598,9 @@ async fn concurrent_identical_calls_get_distinct_stable_steps() {
                 let (x, y) = tokio::join!(echo.call(json!({"v": 1})), echo.call(json!({"v": 1})));
                 let (x, y) = (x?, y?);
                 gate.call(json!({})).await?; // blocks once, so the joins replay
-                Ok::<_, Error>(json!({"x": x["run"], "y": y["run"]}))
+                // The same call again after the replays: a third occurrence, which must run.
+                let z = echo.call(json!({"v": 1})).await?;
+                Ok::<_, Error>(json!({"x": x["run"], "y": y["run"], "z": z["run"]}))
             }
         });
         let h = harness(mode, handler, true).await;
@@ -623,8 +625,12 @@ async fn concurrent_identical_calls_get_distinct_stable_steps() {
         got.sort_unstable();
         assert_eq!(got, [1, 2], "{mode:?}: {out}");
         assert_eq!(
+            out["z"], 3,
+            "{mode:?}: the third identical call ran once: {out}"
+        );
+        assert_eq!(
             runs.load(Ordering::SeqCst),
-            2,
+            3,
             "{mode:?}: replayed, not re-run"
         );
         let echo_steps: Vec<(String, u64)> = h
@@ -638,7 +644,7 @@ async fn concurrent_identical_calls_get_distinct_stable_steps() {
             .collect();
         let mut occ: Vec<u64> = echo_steps.iter().map(|(_, o)| *o).collect();
         occ.sort_unstable();
-        assert_eq!(occ, [0, 1], "{mode:?}");
+        assert_eq!(occ, [0, 1, 2], "{mode:?}");
         let replayed: Vec<String> = h
             .effects
             .lock()
@@ -647,6 +653,7 @@ async fn concurrent_identical_calls_get_distinct_stable_steps() {
             .filter(|e| e.target == "echo" && e.outcome == EffectOutcome::Replayed)
             .filter_map(|e| e.step_id.clone())
             .collect();
+        assert_eq!(replayed.len(), 2, "{mode:?}");
         let mut a = first.clone();
         a.sort();
         let mut b = replayed;
@@ -738,4 +745,162 @@ async fn an_http_agent_needs_a_url_and_a_secret() {
         .build()
         .unwrap_err();
     assert!(matches!(err, Error::Config(_)));
+}
+
+/// Counts the requests an agent makes to its kernel.
+struct Counting {
+    inner: Arc<dyn rebuno::agent::Transport>,
+    submits: AtomicUsize,
+    reads: AtomicUsize,
+    other: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl rebuno::agent::Transport for Counting {
+    async fn execution(&self, id: &str) -> rebuno::Result<rebuno::protocol::Execution> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.execution(id).await
+    }
+    async fn submit_step(
+        &self,
+        id: &str,
+        lease: &rebuno::Lease,
+        s: rebuno::agent::Submission,
+    ) -> rebuno::Result<rebuno::protocol::StepDecision> {
+        self.submits.fetch_add(1, Ordering::SeqCst);
+        self.inner.submit_step(id, lease, s).await
+    }
+    async fn complete_step(
+        &self,
+        id: &str,
+        step: &str,
+        lease: &rebuno::Lease,
+        result: Value,
+    ) -> rebuno::Result<rebuno::protocol::StepDecision> {
+        self.other.fetch_add(1, Ordering::SeqCst);
+        self.inner.complete_step(id, step, lease, result).await
+    }
+    async fn fail_step(
+        &self,
+        id: &str,
+        step: &str,
+        lease: &rebuno::Lease,
+        error: Value,
+    ) -> rebuno::Result<rebuno::protocol::StepDecision> {
+        self.other.fetch_add(1, Ordering::SeqCst);
+        self.inner.fail_step(id, step, lease, error).await
+    }
+    async fn heartbeat(&self, id: &str, lease: &rebuno::Lease) -> rebuno::Result<()> {
+        self.inner.heartbeat(id, lease).await
+    }
+    async fn complete_execution(
+        &self,
+        id: &str,
+        lease: &rebuno::Lease,
+        output: Value,
+    ) -> rebuno::Result<()> {
+        self.other.fetch_add(1, Ordering::SeqCst);
+        self.inner.complete_execution(id, lease, output).await
+    }
+    async fn fail_execution(
+        &self,
+        id: &str,
+        lease: &rebuno::Lease,
+        error: String,
+    ) -> rebuno::Result<()> {
+        self.other.fetch_add(1, Ordering::SeqCst);
+        self.inner.fail_execution(id, lease, error).await
+    }
+    async fn stream_delta(
+        &self,
+        id: &str,
+        step: &str,
+        seq: i64,
+        data: String,
+    ) -> rebuno::Result<()> {
+        self.inner.stream_delta(id, step, seq, data).await
+    }
+    async fn steps(&self, id: &str) -> rebuno::Result<Vec<rebuno::protocol::Step>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.steps(id).await
+    }
+    async fn step(&self, id: &str, step: &str) -> rebuno::Result<rebuno::protocol::Step> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.step(id, step).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_replays_recorded_effects_in_a_constant_number_of_round_trips() {
+    for local_replay in [true, false] {
+        let kernel = kernel().await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let app = rebuno::server::router(kernel.clone(), rebuno::server::ServerOptions::default());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let counting = Arc::new(Counting {
+            inner: Arc::new(rebuno::agent::HttpTransport::new(&base, "many", SECRET).unwrap()),
+            submits: AtomicUsize::new(0),
+            reads: AtomicUsize::new(0),
+            other: AtomicUsize::new(0),
+        });
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (echo, gate) = (
+            counting_tool("echo", &runs),
+            counting_tool("refund", &Arc::new(AtomicUsize::new(0))),
+        );
+        let handler = handler_fn("many", move |_input: Value| {
+            let (echo, gate) = (echo.clone(), gate.clone());
+            async move {
+                for i in 0..40 {
+                    echo.call(json!({"i": i % 10})).await?; // repeats: occurrences 0..3
+                }
+                gate.call(json!({})).await?;
+                Ok::<_, Error>(json!("done"))
+            }
+        });
+        let agent = Agent::builder(handler)
+            .transport(Arc::clone(&counting) as Arc<dyn rebuno::agent::Transport>)
+            .secret(SECRET)
+            .local_replay(local_replay)
+            .build()
+            .unwrap();
+        let hook = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let hook_url = format!("http://{}/webhook", hook.local_addr().unwrap());
+        let serving = agent.clone();
+        tokio::spawn(async move { serving.serve(hook, std::future::pending()).await });
+        kernel
+            .register_agent(RegisterAgentRequest {
+                id: "many".into(),
+                webhook_url: hook_url,
+                secret: SECRET.into(),
+            })
+            .await
+            .unwrap();
+        kernel.set_policy("many", APPROVAL_POLICY).await.unwrap();
+        let _bg = kernel.start_http();
+        let h = Harness {
+            kernel: kernel.clone(),
+            agent,
+            effects: Arc::default(),
+            _bg: None,
+            _rt: None,
+        };
+        let id = h.create(json!({})).await;
+        h.wait_status(&id, ExecutionStatus::Blocked).await;
+        wait_for("the first dispatch to end", || h.agent.in_flight() == 0).await;
+        let before = counting.submits.load(Ordering::SeqCst);
+        assert_eq!(before, 41);
+        let approval = kernel.pending_approvals().await.unwrap().remove(0);
+        kernel.grant(&approval.id, "alice", "").await.unwrap();
+        h.wait_status(&id, ExecutionStatus::Completed).await;
+        let resumed = counting.submits.load(Ordering::SeqCst) - before;
+        assert_eq!(runs.load(Ordering::SeqCst), 40, "nothing re-ran");
+        if local_replay {
+            assert_eq!(resumed, 1, "only the approved step goes to the kernel");
+        } else {
+            assert_eq!(resumed, 41, "one submission per effect");
+        }
+        assert_eq!(kernel.steps(&id, false).await.unwrap().len(), 41);
+    }
 }

@@ -9,11 +9,12 @@
 use super::transport::{Submission, Transport};
 use crate::error::{Error, Result};
 use crate::kernel::Lease;
-use crate::protocol::{Decision, Idempotency, StepDecision, StepKind};
+use crate::protocol::{Decision, Idempotency, Step, StepDecision, StepKind, StepStatus};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serde_json::value::RawValue;
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -89,6 +90,35 @@ struct Inner {
     /// so the same step ids, on every run.
     submit_order: tokio::sync::Mutex<()>,
     observer: Option<EffectObserver>,
+    /// Local replay: the execution's record, fetched once per dispatch, and the occurrences
+    /// this dispatch has used per (kind, target, args hash).
+    local: Option<LocalReplay>,
+}
+
+impl Inner {
+    /// A fresh copy (configuration only; no state) of a context that is already shared.
+    fn fork(&self) -> Inner {
+        Inner {
+            execution_id: self.execution_id.clone(),
+            agent_id: self.agent_id.clone(),
+            input: self.input.clone(),
+            lease: self.lease.clone(),
+            transport: Arc::clone(&self.transport),
+            suspension: Mutex::new(None),
+            submit_order: tokio::sync::Mutex::new(()),
+            observer: self.observer.clone(),
+            local: self.local.as_ref().map(|_| LocalReplay {
+                record: tokio::sync::OnceCell::new(),
+                counts: Mutex::default(),
+            }),
+        }
+    }
+}
+
+/// What a dispatch needs to decide replays without a round trip per effect.
+struct LocalReplay {
+    record: tokio::sync::OnceCell<HashMap<String, Step>>,
+    counts: Mutex<HashMap<(String, String, String), u64>>,
 }
 
 impl fmt::Debug for ExecutionContext {
@@ -141,22 +171,31 @@ impl ExecutionContext {
                 suspension: Mutex::new(None),
                 submit_order: tokio::sync::Mutex::new(()),
                 observer: None,
+                local: None,
             }),
+        }
+    }
+
+    /// The same context deciding replays locally: the execution's recorded steps are fetched
+    /// once (one round trip) and every effect whose step is recorded as succeeded or failed is
+    /// answered from that copy with the kernel's own rules (same step id derivation, same
+    /// per-dispatch occurrence counting); everything else goes to the kernel, which is told the
+    /// occurrence counted here. Replaying `n` recorded effects then costs O(1) round trips
+    /// instead of `n`, and the kernel records exactly what it would have.
+    pub fn with_local_replay(self, enabled: bool) -> Self {
+        let mut inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| shared.fork());
+        inner.local = enabled.then(|| LocalReplay {
+            record: tokio::sync::OnceCell::new(),
+            counts: Mutex::default(),
+        });
+        ExecutionContext {
+            inner: Arc::new(inner),
         }
     }
 
     /// The same context reporting every effect decision to `observer`.
     pub fn with_observer(self, observer: Option<EffectObserver>) -> Self {
-        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
-            execution_id: shared.execution_id.clone(),
-            agent_id: shared.agent_id.clone(),
-            input: shared.input.clone(),
-            lease: shared.lease.clone(),
-            transport: Arc::clone(&shared.transport),
-            suspension: Mutex::new(None),
-            submit_order: tokio::sync::Mutex::new(()),
-            observer: None,
-        });
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| shared.fork());
         ExecutionContext {
             inner: Arc::new(Inner { observer, ..inner }),
         }
@@ -262,19 +301,37 @@ impl ExecutionContext {
             // A dispatch that is unwinding submits nothing more.
             return Err(s);
         }
-        let submission = Submission {
+        let mut submission = Submission {
             kind: kind.clone(),
             target: target.to_owned(),
             args,
             idempotency,
+            occurrence: None,
         };
         let dec = {
             let _order = self.inner.submit_order.lock().await;
-            self.inner
-                .transport
-                .submit_step(&self.inner.execution_id, &self.inner.lease, submission)
-                .await
-                .map_err(|e| self.check(e))?
+            let local = match &self.inner.local {
+                Some(local) => self.local_decision(local, &mut submission).await,
+                None => Local::Ask(None),
+            };
+            match local {
+                Local::Replay(key, dec) => {
+                    self.count(key, true);
+                    dec
+                }
+                Local::Ask(key) => {
+                    let dec = self
+                        .inner
+                        .transport
+                        .submit_step(&self.inner.execution_id, &self.inner.lease, submission)
+                        .await
+                        .map_err(|e| self.check(e))?;
+                    if let Some(key) = key {
+                        self.count(key, dec.step_id.is_some());
+                    }
+                    dec
+                }
+            }
         };
         let step_id = dec.step_id.clone().unwrap_or_default();
         match dec.decision {
@@ -299,6 +356,61 @@ impl ExecutionContext {
                 self.observe(&kind, target, &dec, EffectOutcome::Refused);
                 Err(self.refusal(other, dec).await)
             }
+        }
+    }
+
+    /// Decides `submission` from the local copy of the record when its step is recorded as
+    /// succeeded or failed (the kernel would answer `replay`); otherwise sets the occurrence to
+    /// send and answers `None`.
+    async fn local_decision(&self, local: &LocalReplay, submission: &mut Submission) -> Local {
+        // Bad args: let the kernel give its own answer.
+        let Ok(args_hash) = crate::identity::args_hash(submission.args.get().as_bytes()) else {
+            return Local::Ask(None);
+        };
+        let key = (
+            submission.kind.as_str().to_owned(),
+            submission.target.clone(),
+            args_hash,
+        );
+        let occ = local
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+            .copied()
+            .unwrap_or(0);
+        submission.occurrence = Some(occ);
+        let record = local
+            .record
+            .get_or_try_init(|| async {
+                let steps = self.inner.transport.steps(&self.inner.execution_id).await?;
+                Ok::<_, Error>(steps.into_iter().map(|s| (s.step_id.clone(), s)).collect())
+            })
+            .await;
+        let step_id =
+            crate::identity::step_id(&self.inner.execution_id, &key.0, &key.1, &key.2, occ);
+        let recorded = record.ok().and_then(|r| r.get(&step_id));
+        let dec = match recorded {
+            Some(step) if step.status == StepStatus::Succeeded => {
+                StepDecision::replay_result(step.result.clone().unwrap_or(Value::Null))
+            }
+            Some(step) if step.status == StepStatus::Failed => {
+                StepDecision::replay_error(step.error.clone().unwrap_or(Value::Null))
+            }
+            _ => return Local::Ask(Some((key, occ))),
+        };
+        Local::Replay((key, occ), dec.with_step_id(step_id))
+    }
+
+    /// Records that an occurrence was used (only decisions the kernel records use one).
+    fn count(&self, (key, occ): Counted, recorded: bool) {
+        if let (Some(local), true) = (&self.inner.local, recorded) {
+            let mut counts = local
+                .counts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let next = counts.entry(key).or_insert(0);
+            *next = (*next).max(occ + 1);
         }
     }
 
@@ -451,6 +563,17 @@ impl ExecutionContext {
             },
         }
     }
+}
+
+/// An effect's (kind, target, args hash) and the occurrence this dispatch gives it.
+type Counted = ((String, String, String), u64);
+
+/// A local replay decision.
+enum Local {
+    /// Answered from the record.
+    Replay(Counted, StepDecision),
+    /// Ask the kernel (counting the occurrence when local replay is on).
+    Ask(Option<Counted>),
 }
 
 /// Converts any error to the SDK's: an [`Error`] stays itself (so a nested refusal keeps its

@@ -124,6 +124,7 @@ pub struct AgentBuilder {
     webhook_path: String,
     observer: Option<EffectObserver>,
     default_lease: Duration,
+    local_replay: bool,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -175,6 +176,15 @@ impl AgentBuilder {
         self
     }
 
+    /// Whether to decide replays locally (default on): the execution's record is fetched once
+    /// per dispatch and recorded effects are answered from it, so resuming a handler with `n`
+    /// recorded effects costs O(1) round trips instead of `n`. Turn it off against a kernel
+    /// that does not accept the `occurrence` extension of step submissions (the Go kernel).
+    pub fn local_replay(mut self, enabled: bool) -> Self {
+        self.local_replay = enabled;
+        self
+    }
+
     /// Builds the agent. Over HTTP, the kernel URL and secret must be set (here or in the
     /// environment); with a custom transport the secret is only needed to serve a webhook.
     pub fn build(self) -> Result<Agent> {
@@ -223,6 +233,7 @@ impl AgentBuilder {
                 webhook_path: self.webhook_path,
                 observer: self.observer,
                 default_lease: self.default_lease,
+                local_replay: self.local_replay,
                 running: Mutex::default(),
                 tracker: TaskTracker::new(),
                 closed: AtomicBool::new(false),
@@ -246,6 +257,7 @@ struct AgentInner {
     webhook_path: String,
     observer: Option<EffectObserver>,
     default_lease: Duration,
+    local_replay: bool,
     /// The handler running for each execution.
     running: Mutex<HashMap<String, Running>>,
     tracker: TaskTracker,
@@ -279,6 +291,7 @@ impl Agent {
             webhook_path: "/webhook".into(),
             observer: None,
             default_lease: Duration::from_secs(120),
+            local_replay: true,
         }
     }
 
@@ -418,7 +431,8 @@ impl Agent {
             exec.input.clone(),
             lease.clone(),
         )
-        .with_observer(self.inner.observer.clone());
+        .with_observer(self.inner.observer.clone())
+        .with_local_replay(self.inner.local_replay);
         let interval = (lease_len / 3)
             .min(Duration::from_secs(30))
             .max(Duration::from_millis(10));

@@ -26,6 +26,9 @@ pub struct Submission {
     pub args: Box<RawValue>,
     /// Declared idempotency.
     pub idempotency: Idempotency,
+    /// The occurrence the agent counted, when it replays locally (see
+    /// [`SubmitStepRequest::occurrence`]).
+    pub occurrence: Option<u64>,
 }
 
 /// The agent side of the protocol: every call an agent makes to its kernel.
@@ -116,6 +119,7 @@ impl Transport for EmbeddedTransport {
             target: s.target,
             args: Some(s.args),
             idempotency: s.idempotency,
+            occurrence: s.occurrence,
         };
         Ok(self.kernel.submit_step(execution_id, lease, req).await?)
     }
@@ -341,6 +345,7 @@ impl Transport for HttpTransport {
             target: s.target,
             args: Some(s.args),
             idempotency: s.idempotency,
+            occurrence: s.occurrence,
         };
         self.post_json(
             &["v0", "executions", execution_id, "steps"],

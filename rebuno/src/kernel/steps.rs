@@ -109,7 +109,11 @@ impl Kernel {
             req.target.clone(),
             args_hash.clone(),
         );
-        let occurrence = self.next_occurrence(lease, &key);
+        // An agent replaying locally may have used occurrences the kernel never saw (§5.3
+        // still holds: the count only moves forward).
+        let occurrence = self
+            .next_occurrence(lease, &key)
+            .max(req.occurrence.unwrap_or(0));
         let step_id = identity::step_id(
             execution_id,
             kind.as_str(),

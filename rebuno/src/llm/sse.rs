@@ -1,0 +1,161 @@
+//! Reading a streamed (Server-Sent Events) answer: its JSON events and text deltas.
+
+use crate::error::{Error, Result};
+use serde_json::Value;
+use std::collections::VecDeque;
+
+/// A streamed answer of [`OpenAi::chat_stream`](super::OpenAi::chat_stream) or
+/// [`Anthropic::messages_stream`](super::Anthropic::messages_stream): the `data:` JSON of each
+/// event as it arrives, or just the text deltas.
+///
+/// The call is one `llm_call` step: live deltas go to the kernel while you read, and the whole
+/// stream is recorded when it ends (even if you stop reading early). A replayed stream yields
+/// the recorded events.
+#[derive(Debug)]
+pub struct ChatStream {
+    provider: &'static str,
+    resp: reqwest::Response,
+    buf: Vec<u8>,
+    events: VecDeque<Value>,
+    done: bool,
+    usage: Option<super::Usage>,
+}
+
+impl ChatStream {
+    pub(crate) fn new(provider: &'static str, resp: reqwest::Response) -> Self {
+        ChatStream {
+            provider,
+            resp,
+            buf: Vec::new(),
+            events: VecDeque::new(),
+            done: false,
+            usage: None,
+        }
+    }
+
+    /// The next event's `data:` JSON (OpenAI: a `chat.completion.chunk`; Anthropic:
+    /// `message_start`, `content_block_delta`, …), or `None` at the end (`data: [DONE]` or
+    /// the end of the body). An `error` event is returned as an error.
+    pub async fn next_event(&mut self) -> Result<Option<Value>> {
+        loop {
+            if let Some(event) = self.events.pop_front() {
+                if let Some(usage) = event
+                    .get("usage")
+                    .or_else(|| event.pointer("/message/usage"))
+                    .and_then(super::Usage::from_value)
+                {
+                    let prev = self.usage.unwrap_or_default();
+                    self.usage = Some(super::Usage {
+                        input_tokens: prev.input_tokens.max(usage.input_tokens),
+                        output_tokens: prev.output_tokens.max(usage.output_tokens),
+                    });
+                }
+                return Ok(Some(event));
+            }
+            if self.done {
+                return Ok(None);
+            }
+            match self.resp.chunk().await? {
+                Some(bytes) => {
+                    self.buf.extend(bytes.iter().filter(|b| **b != b'\r'));
+                    while let Some(end) = find(&self.buf, b"\n\n") {
+                        let block: Vec<u8> = self.buf.drain(..end + 2).collect();
+                        self.parse(&block)?;
+                        if self.done {
+                            break;
+                        }
+                    }
+                }
+                None => {
+                    let block = std::mem::take(&mut self.buf);
+                    self.parse(&block)?;
+                    self.done = true;
+                }
+            }
+        }
+    }
+
+    /// The next non-empty text delta (OpenAI `choices[0].delta.content`, Anthropic
+    /// `content_block_delta` `text_delta`), or `None` at the end.
+    pub async fn next_text(&mut self) -> Result<Option<String>> {
+        while let Some(event) = self.next_event().await? {
+            if let Some(text) = delta_text(&event).filter(|t| !t.is_empty()) {
+                return Ok(Some(text.to_owned()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads the stream to its end and answers the whole text.
+    pub async fn text(&mut self) -> Result<String> {
+        let mut out = String::new();
+        while let Some(piece) = self.next_text().await? {
+            out.push_str(&piece);
+        }
+        Ok(out)
+    }
+
+    /// The token usage the events read so far reported (OpenAI sends it in the last chunk
+    /// with `stream_options.include_usage`; Anthropic in `message_start` / `message_delta`).
+    pub fn usage(&self) -> Option<super::Usage> {
+        self.usage
+    }
+
+    /// Parses one event block (lines up to a blank line).
+    fn parse(&mut self, block: &[u8]) -> Result<()> {
+        let block = String::from_utf8_lossy(block);
+        let data: Vec<&str> = block
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            .collect();
+        if data.is_empty() {
+            return Ok(());
+        }
+        let data = data.join("\n");
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let event: Value = serde_json::from_str(&data).map_err(|e| {
+            Error::Serialization(format!(
+                "{}: a stream event is not JSON ({e}): {data}",
+                self.provider
+            ))
+        })?;
+        let is_error = event.get("type").and_then(Value::as_str) == Some("error")
+            || (event.get("error").is_some_and(Value::is_object) && event.get("choices").is_none());
+        if is_error {
+            let message = event
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .map_or_else(|| event.to_string(), str::to_owned);
+            return Err(Error::Other(format!(
+                "{}: stream error: {message}",
+                self.provider
+            )));
+        }
+        self.events.push_back(event);
+        Ok(())
+    }
+}
+
+/// The text delta of a stream event, in either provider's shape.
+pub(crate) fn delta_text(event: &Value) -> Option<&str> {
+    if let Some(text) = event
+        .pointer("/choices/0/delta/content")
+        .and_then(Value::as_str)
+    {
+        return Some(text);
+    }
+    if event.get("type").and_then(Value::as_str) == Some("content_block_delta")
+        && event.pointer("/delta/type").and_then(Value::as_str) == Some("text_delta")
+    {
+        return event.pointer("/delta/text").and_then(Value::as_str);
+    }
+    None
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}

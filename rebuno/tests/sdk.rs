@@ -904,3 +904,86 @@ async fn resuming_replays_recorded_effects_in_a_constant_number_of_round_trips()
         assert_eq!(kernel.steps(&id, false).await.unwrap().len(), 41);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_attempt_replaces_the_running_one_and_terminal_executions_are_skipped() {
+    for mode in MODES {
+        let first = Arc::new(AtomicUsize::new(0));
+        let handlers = Arc::new(AtomicUsize::new(0));
+        let t1 = counting_tool("first", &first);
+        let started = Arc::clone(&handlers);
+        let handler = handler_fn("replaced", move |_input: Value| {
+            let (t1, started) = (t1.clone(), Arc::clone(&started));
+            async move {
+                let n = started.fetch_add(1, Ordering::SeqCst) + 1;
+                t1.call(json!({})).await?;
+                if n == 1 {
+                    tokio::time::sleep(Duration::from_secs(3600)).await; // attempt 1 hangs
+                }
+                Ok::<_, Error>(json!({"handler_runs": n}))
+            }
+        });
+        let h = harness(mode, handler, false).await;
+        let id = h.create(json!({})).await;
+        let payload = |lease: rebuno::Lease| WebhookPayload {
+            execution_id: id.clone(),
+            dispatch_id: lease.dispatch_id,
+            dispatch_attempt: Some(lease.attempt),
+            lease_timeout_seconds: Some(60),
+        };
+        let lease1 = h
+            .kernel
+            .claim_dispatches(1)
+            .await
+            .unwrap()
+            .remove(0)
+            .lease();
+        assert_eq!(
+            h.agent.dispatch(payload(lease1.clone())),
+            DispatchAck::Started
+        );
+        wait_for("attempt 1's first tool", || {
+            first.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        // ... and its outcome recorded (a step still executing would re-run: safe_to_retry).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while h.kernel.steps(&id, true).await.unwrap().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the first step was never recorded"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The kernel re-delivers (as after a lost ack): attempt 2 replaces attempt 1.
+        h.kernel.reclaim_for_test().await;
+        let lease2 = loop {
+            if let Some(c) = h.kernel.claim_dispatches(1).await.unwrap().pop() {
+                break c.lease();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(lease2.attempt, 2);
+        assert_eq!(
+            h.agent.dispatch(payload(lease1.clone())),
+            DispatchAck::Duplicate
+        );
+        assert_eq!(
+            h.agent.dispatch(payload(lease2.clone())),
+            DispatchAck::Started
+        );
+        let done = h.wait_status(&id, ExecutionStatus::Completed).await;
+        assert_eq!(done.output, Some(json!({"handler_runs": 2})), "{mode:?}");
+        assert_eq!(
+            first.load(Ordering::SeqCst),
+            1,
+            "{mode:?}: replayed on attempt 2"
+        );
+        // A delivery for a terminal execution runs nothing.
+        wait_for("the handler to end", || h.agent.in_flight() == 0).await;
+        let before = handlers.load(Ordering::SeqCst);
+        assert_eq!(h.agent.dispatch(payload(lease2)), DispatchAck::Started);
+        wait_for("the skipped delivery", || h.agent.in_flight() == 0).await;
+        assert_eq!(handlers.load(Ordering::SeqCst), before, "{mode:?}");
+    }
+}

@@ -102,6 +102,24 @@ pub enum Error {
     /// A storage failure.
     #[error("receipt store: {0}")]
     Storage(String),
+    /// A refusal of the agent layer (spec checks, controller, remote worker, merges).
+    #[error(transparent)]
+    Agent(#[from] crate::agent::AgentError),
+    /// An error raised by user code (an action, a dispatcher, a merge policy).
+    #[error("{0}")]
+    Other(Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+impl Error {
+    /// An error with this message (what an action returns to fail its invocation).
+    pub fn msg(message: impl Into<String>) -> Self {
+        Error::Other(message.into().into())
+    }
+
+    /// Wraps any error (its `Display` becomes this error's).
+    pub fn other(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
+        Error::Other(error.into())
+    }
 }
 
 /// Result alias for this crate.

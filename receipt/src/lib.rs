@@ -9,7 +9,8 @@
 //! - [`branch`]: [`fork`](branch::fork) and materialized reads of branches;
 //! - [`runtime`]: per-stream command execution (dedup, expected prev) and incremental folds;
 //! - [`fold`]: reducers and the `on(type)` / `chain()` view helpers;
-//! - [`sim`]: the injected clock and entropy that make runs reproducible.
+//! - [`sim`]: the injected clock and entropy that make runs reproducible;
+//! - [`agent`]: receipt-native agents (specs, selection, the controller, remote actions).
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
@@ -24,6 +25,7 @@
 //! # Ok::<(), receipt::Error>(()) }).unwrap();
 //! ```
 
+pub mod agent;
 pub mod branch;
 pub mod canonical;
 mod error;

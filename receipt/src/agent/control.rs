@@ -1,0 +1,560 @@
+//! Control receipts (§12.1): the canonical type names, the bodies the controller writes (P-xx
+//! fields, camelCase), their event ids (P-22), and the controller's fold over them (which
+//! selections are pending, who claims what, which manifests are bound).
+
+use crate::receipt::Receipt;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+
+/// `run.started`
+pub const RUN_STARTED: &str = "run.started";
+/// `run.completed`
+pub const RUN_COMPLETED: &str = "run.completed";
+/// `run.blocked`
+pub const RUN_BLOCKED: &str = "run.blocked";
+/// `run.failed`
+pub const RUN_FAILED: &str = "run.failed";
+/// `action.selected`
+pub const ACTION_SELECTED: &str = "action.selected";
+/// `action.started`
+pub const ACTION_STARTED: &str = "action.started";
+/// `action.output.manifest`
+pub const ACTION_OUTPUT_MANIFEST: &str = "action.output.manifest";
+/// `action.completed`
+pub const ACTION_COMPLETED: &str = "action.completed";
+/// `action.failed`
+pub const ACTION_FAILED: &str = "action.failed";
+/// `action.superseded`
+pub const ACTION_SUPERSEDED: &str = "action.superseded";
+/// `human.requested`
+pub const HUMAN_REQUESTED: &str = "human.requested";
+/// `human.responded`
+pub const HUMAN_RESPONDED: &str = "human.responded";
+/// `goal.completed` (declared only: the loop never writes it).
+pub const GOAL_COMPLETED: &str = "goal.completed";
+/// `merge.started`
+pub const MERGE_STARTED: &str = "merge.started";
+/// `merge.output.manifest`
+pub const MERGE_OUTPUT_MANIFEST: &str = "merge.output.manifest";
+/// `merge.selected`
+pub const MERGE_SELECTED: &str = "merge.selected";
+/// `merge.applied`
+pub const MERGE_APPLIED: &str = "merge.applied";
+/// `merge.skipped`
+pub const MERGE_SKIPPED: &str = "merge.skipped";
+/// `merge.failed`
+pub const MERGE_FAILED: &str = "merge.failed";
+
+/// The canonical control-receipt set, in the seed's order.
+pub const CONTROL_TYPES: &[&str] = &[
+    RUN_STARTED,
+    RUN_COMPLETED,
+    RUN_BLOCKED,
+    RUN_FAILED,
+    ACTION_SELECTED,
+    ACTION_STARTED,
+    ACTION_OUTPUT_MANIFEST,
+    ACTION_COMPLETED,
+    ACTION_FAILED,
+    ACTION_SUPERSEDED,
+    HUMAN_REQUESTED,
+    HUMAN_RESPONDED,
+    GOAL_COMPLETED,
+    MERGE_STARTED,
+    MERGE_OUTPUT_MANIFEST,
+    MERGE_SELECTED,
+    MERGE_APPLIED,
+    MERGE_SKIPPED,
+    MERGE_FAILED,
+];
+
+/// Whether `ty` is one of the controller's own receipt types.
+pub fn is_control_type(ty: &str) -> bool {
+    CONTROL_TYPES.contains(&ty)
+}
+
+/// The `note` of `run.completed`.
+pub const GOAL_SATISFIED: &str = "goal satisfied";
+/// The `reason` of `action.superseded`.
+pub const SUPERSEDED_REASON: &str = "commit predicate rejected the current receipt-derived view";
+/// The `run.blocked` reason of a settled selection (P-18).
+pub const SETTLED_REASON: &str = "no runnable actions (settled)";
+
+/// The `run.blocked` reason of a human wait.
+pub fn human_wait_reason(action_id: &str) -> String {
+    format!("waiting for a correlated response to human action '{action_id}'")
+}
+
+/// Event ids of the control receipts (P-18, P-22, P-23; merges P-26).
+pub mod event_id {
+    /// `<runId>:run.started`
+    pub fn run_started(run_id: &str) -> String {
+        format!("{run_id}:run.started")
+    }
+    /// `<runId>:run.completed`
+    pub fn run_completed(run_id: &str) -> String {
+        format!("{run_id}:run.completed")
+    }
+    /// `<runId>:run.failed`
+    pub fn run_failed(run_id: &str) -> String {
+        format!("{run_id}:run.failed")
+    }
+    /// `<runId>:run.blocked:<head|root>` (one per head: a pass that blocks again at the same
+    /// head appends nothing new).
+    pub fn run_blocked(run_id: &str, head: Option<&str>) -> String {
+        format!("{run_id}:run.blocked:{}", head.unwrap_or("root"))
+    }
+    /// `<selectionId>:selected`
+    pub fn selected(selection_id: &str) -> String {
+        format!("{selection_id}:selected")
+    }
+    /// `<invocationId>:started:<attempt>`
+    pub fn started(invocation_id: &str, attempt: u32) -> String {
+        format!("{invocation_id}:started:{attempt}")
+    }
+    /// `<invocationId>:manifest`
+    pub fn manifest(invocation_id: &str) -> String {
+        format!("{invocation_id}:manifest")
+    }
+    /// `<invocationId>:output` (the outputs' hints are `...#<i>` when there are several)
+    pub fn output(invocation_id: &str) -> String {
+        format!("{invocation_id}:output")
+    }
+    /// `<invocationId>:completed`
+    pub fn completed(invocation_id: &str) -> String {
+        format!("{invocation_id}:completed")
+    }
+    /// `<invocationId>:failed`
+    pub fn failed(invocation_id: &str) -> String {
+        format!("{invocation_id}:failed")
+    }
+    /// `<invocationId>:superseded`
+    pub fn superseded(invocation_id: &str) -> String {
+        format!("{invocation_id}:superseded")
+    }
+    /// `<invocationId>:human.requested`
+    pub fn human_requested(invocation_id: &str) -> String {
+        format!("{invocation_id}:human.requested")
+    }
+    /// `<invocationId>:human.responded`
+    pub fn human_responded(invocation_id: &str) -> String {
+        format!("{invocation_id}:human.responded")
+    }
+    /// `<mergeId>:<step>` for `started`, `selected`, `manifest`, `output`, `applied`,
+    /// `skipped`, `failed`
+    pub fn merge(merge_id: &str, step: &str) -> String {
+        format!("{merge_id}:{step}")
+    }
+}
+
+/// `run.started`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStarted {
+    /// The run.
+    pub run_id: String,
+    /// The agent id.
+    pub agent_id: String,
+    /// The agent version.
+    pub agent_version: String,
+    /// The control-policy version.
+    pub policy_version: String,
+    /// `scheduler-v2`.
+    pub scheduler_policy_version: String,
+}
+
+/// `run.completed`, `run.blocked` and `run.failed` (only the field their kind uses is set).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEnded {
+    /// The run.
+    pub run_id: String,
+    /// `run.completed`: `goal satisfied`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// `run.blocked`: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `run.failed`: the error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The selection fields shared by `action.selected` and an inline `action.started`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InlineSelection {
+    /// The selection id.
+    pub selection_id: String,
+    /// `exclusive`, `concurrency-cap`, `priority-order`.
+    pub reason: String,
+    /// The selected ids, in selection order.
+    pub action_ids: Vec<String>,
+    /// The head the selection was made at (absent: an empty chain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected_head: Option<String>,
+    /// The control-policy version.
+    pub policy_version: String,
+    /// `scheduler-v2`.
+    pub scheduler_policy_version: String,
+}
+
+/// `action.selected`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionSelected {
+    /// The selection.
+    #[serde(flatten)]
+    pub selection: InlineSelection,
+    /// One invocation id per selected action, in selection order.
+    pub invocation_ids: Vec<String>,
+}
+
+/// `action.started`: the durable claim of one invocation attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionStarted {
+    /// The invocation.
+    pub invocation_id: String,
+    /// Its selection.
+    pub selection_id: String,
+    /// The action.
+    pub action_id: String,
+    /// The action's kind.
+    pub kind: super::ActionKind,
+    /// The action's execution mode.
+    pub execution: super::ExecutionMode,
+    /// Position in the selection.
+    pub index: usize,
+    /// The claim id (P-15).
+    pub claim_id: String,
+    /// Who claims.
+    pub claim_owner_id: String,
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// When the claim lapses (ms since the epoch, the runtime's clock).
+    pub lease_expires_at: i64,
+    /// Present when this receipt also records the selection (one local non-human action).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline_selection: Option<InlineSelection>,
+}
+
+/// `action.output.manifest`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputManifest {
+    /// The invocation.
+    pub invocation_id: String,
+    /// The action.
+    pub action_id: String,
+    /// How many receipts the output holds.
+    pub output_count: u64,
+    /// Hex sha256 of the canonical JSON of the bodies array.
+    pub content_hash: String,
+}
+
+/// `action.completed`, `action.failed` and `action.superseded`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionEnded {
+    /// The invocation.
+    pub invocation_id: String,
+    /// The action.
+    pub action_id: String,
+    /// `action.completed`: how many outputs were appended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_count: Option<u64>,
+    /// `action.failed`: the error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `action.superseded`: the selection it belonged to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection_id: Option<String>,
+    /// `action.superseded`: the fixed reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `action.failed` of a `receipt_only` action whose re-run disagreed with its manifest: a
+    /// determinism violation (P-24).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub determinism_violation: bool,
+}
+
+/// `human.requested` and `human.responded`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HumanEvent {
+    /// The invocation.
+    pub invocation_id: String,
+    /// Its selection.
+    pub selection_id: String,
+    /// The human action.
+    pub action_id: String,
+}
+
+/// `merge.started`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MergeStarted {
+    /// The merge id (P-26).
+    pub merge_id: String,
+    /// The policy id.
+    pub policy_id: String,
+    /// The policy version.
+    pub policy_version: String,
+    /// The head the merge ran at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+}
+
+/// One scored candidate in `merge.selected`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScoreEntry {
+    /// The candidate.
+    pub candidate_id: String,
+    /// Its score vector.
+    pub score: BTreeMap<String, f64>,
+}
+
+/// `merge.selected`, `merge.output.manifest`, `merge.applied`, `merge.skipped`, `merge.failed`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MergeEvent {
+    /// The merge.
+    pub merge_id: String,
+    /// `merge.selected`, `merge.applied`: the chosen candidate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_id: Option<String>,
+    /// `merge.selected`: the policy's reason; `merge.skipped`: `settled` or `no-candidates`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `merge.selected`: every candidate's score.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scores: Option<Vec<ScoreEntry>>,
+    /// `merge.output.manifest`: the output count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_count: Option<u64>,
+    /// `merge.output.manifest`: the content hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
+    /// `merge.failed`: the error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A control body with its `type` in front.
+pub(crate) fn body<T: Serialize>(ty: &str, fields: &T) -> crate::error::Result<Value> {
+    let mut value = crate::canonical::to_value(fields)?;
+    if let Value::Object(map) = &mut value {
+        map.insert("type".to_owned(), Value::String(ty.to_owned()));
+    }
+    Ok(value)
+}
+
+fn parse<T: DeserializeOwned>(r: &Receipt) -> Option<T> {
+    T::deserialize(r.body()).ok()
+}
+
+/// How a run ended for good.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Terminal {
+    Completed,
+    Failed(String),
+}
+
+/// The live claim of an invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Claim {
+    pub attempt: u32,
+    pub claim_id: String,
+    pub owner: String,
+    pub lease_expires_at: i64,
+}
+
+/// A non-terminal invocation of a pending selection.
+#[derive(Debug, Clone)]
+pub(crate) struct InvState {
+    pub selection_id: String,
+    pub action_id: String,
+    pub claim: Option<Claim>,
+    pub human_requested: bool,
+    pub human_responded: bool,
+    pub manifest: Option<(u64, String)>,
+}
+
+/// A selection with at least one non-terminal invocation (P-17).
+#[derive(Debug, Clone)]
+pub(crate) struct PendingSelection {
+    pub selection_id: String,
+    pub action_ids: Vec<String>,
+    pub invocation_ids: Vec<String>,
+    pub selected_head: Option<String>,
+    /// Chain index of the receipt that recorded the selection; the selected view is the view
+    /// just before it.
+    pub receipt_index: u64,
+    open: usize,
+}
+
+/// A merge that started and has no terminal receipt yet.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PendingMerge {
+    pub manifest: Option<(u64, String)>,
+}
+
+/// The controller's fold over the control receipts of one run chain. Its size is bounded by
+/// the pending work, not by the chain.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ControlState {
+    pub started: bool,
+    pub terminal: Option<Terminal>,
+    /// Selections recorded (`action.selected` + inline `action.started`), P-19.
+    pub selections: u32,
+    order: BTreeMap<u64, String>,
+    pub selections_by_id: HashMap<String, PendingSelection>,
+    pub invocations: HashMap<String, InvState>,
+    pub merges: HashMap<String, PendingMerge>,
+}
+
+impl ControlState {
+    /// The oldest pending selection.
+    pub fn oldest_pending(&self) -> Option<&PendingSelection> {
+        self.order
+            .values()
+            .next()
+            .and_then(|id| self.selections_by_id.get(id))
+    }
+
+    /// Pending selections that were recorded at or after chain index `from`.
+    pub fn pending_since(&self, from: u64) -> impl Iterator<Item = &PendingSelection> {
+        self.order
+            .range(from..)
+            .filter_map(|(_, id)| self.selections_by_id.get(id))
+    }
+
+    fn add_selection(&mut self, index: u64, sel: &InlineSelection, invocation_ids: Vec<String>) {
+        if self.selections_by_id.contains_key(&sel.selection_id) {
+            return;
+        }
+        self.selections += 1;
+        for (i, inv) in invocation_ids.iter().enumerate() {
+            self.invocations.insert(
+                inv.clone(),
+                InvState {
+                    selection_id: sel.selection_id.clone(),
+                    action_id: sel.action_ids.get(i).cloned().unwrap_or_default(),
+                    claim: None,
+                    human_requested: false,
+                    human_responded: false,
+                    manifest: None,
+                },
+            );
+        }
+        self.order.insert(index, sel.selection_id.clone());
+        self.selections_by_id.insert(
+            sel.selection_id.clone(),
+            PendingSelection {
+                selection_id: sel.selection_id.clone(),
+                action_ids: sel.action_ids.clone(),
+                open: invocation_ids.len(),
+                invocation_ids,
+                selected_head: sel.selected_head.clone(),
+                receipt_index: index,
+            },
+        );
+    }
+
+    fn settle(&mut self, invocation_id: &str) {
+        let Some(inv) = self.invocations.remove(invocation_id) else {
+            return;
+        };
+        let Some(sel) = self.selections_by_id.get_mut(&inv.selection_id) else {
+            return;
+        };
+        sel.open = sel.open.saturating_sub(1);
+        if sel.open == 0 {
+            let index = sel.receipt_index;
+            self.selections_by_id.remove(&inv.selection_id);
+            self.order.remove(&index);
+        }
+    }
+
+    /// Folds one receipt (chain index `index`). Bodies that do not parse are ignored: only the
+    /// controller writes control types (actions cannot emit them).
+    pub fn apply(&mut self, index: u64, r: &Receipt) {
+        match r.event_type() {
+            RUN_STARTED => self.started = true,
+            RUN_COMPLETED => self.terminal = Some(Terminal::Completed),
+            RUN_FAILED if self.terminal.is_none() => {
+                let ended: RunEnded = parse(r).unwrap_or_default();
+                self.terminal = Some(Terminal::Failed(ended.error.unwrap_or_default()));
+            }
+            ACTION_SELECTED => {
+                if let Some(s) = parse::<ActionSelected>(r) {
+                    self.add_selection(index, &s.selection, s.invocation_ids);
+                }
+            }
+            ACTION_STARTED => {
+                let Some(s) = parse::<ActionStarted>(r) else {
+                    return;
+                };
+                if let Some(sel) = &s.inline_selection {
+                    self.add_selection(index, sel, vec![s.invocation_id.clone()]);
+                }
+                if let Some(inv) = self.invocations.get_mut(&s.invocation_id)
+                    && inv.claim.as_ref().is_none_or(|c| s.attempt >= c.attempt)
+                {
+                    inv.claim = Some(Claim {
+                        attempt: s.attempt,
+                        claim_id: s.claim_id,
+                        owner: s.claim_owner_id,
+                        lease_expires_at: s.lease_expires_at,
+                    });
+                }
+            }
+            ACTION_OUTPUT_MANIFEST => {
+                if let Some(m) = parse::<OutputManifest>(r)
+                    && let Some(inv) = self.invocations.get_mut(&m.invocation_id)
+                {
+                    inv.manifest = Some((m.output_count, m.content_hash));
+                }
+            }
+            ACTION_COMPLETED | ACTION_FAILED | ACTION_SUPERSEDED => {
+                if let Some(e) = parse::<ActionEnded>(r) {
+                    self.settle(&e.invocation_id);
+                }
+            }
+            HUMAN_REQUESTED | HUMAN_RESPONDED => {
+                if let Some(h) = parse::<HumanEvent>(r)
+                    && let Some(inv) = self.invocations.get_mut(&h.invocation_id)
+                {
+                    if r.event_type() == HUMAN_REQUESTED {
+                        inv.human_requested = true;
+                    } else {
+                        inv.human_responded = true;
+                    }
+                }
+            }
+            MERGE_STARTED => {
+                if let Some(m) = parse::<MergeStarted>(r) {
+                    self.merges.entry(m.merge_id).or_default();
+                }
+            }
+            MERGE_OUTPUT_MANIFEST => {
+                if let Some(m) = parse::<MergeEvent>(r)
+                    && let Some(p) = self.merges.get_mut(&m.merge_id)
+                    && let (Some(n), Some(h)) = (m.output_count, m.content_hash)
+                {
+                    p.manifest = Some((n, h));
+                }
+            }
+            MERGE_APPLIED | MERGE_SKIPPED | MERGE_FAILED => {
+                if let Some(m) = parse::<MergeEvent>(r) {
+                    self.merges.remove(&m.merge_id);
+                }
+            }
+            _ => {}
+        }
+    }
+}

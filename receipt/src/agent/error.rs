@@ -1,0 +1,209 @@
+//! [`AgentError`]: every refusal of the agent layer (spec checks, controller, remote worker,
+//! merges). `Display` is the seed's or the spec's exact string wherever one is given.
+
+use super::ActionKind;
+
+/// Why an agent spec, a run, a remote call or a merge was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// The agent id is not kebab-case (`^[a-z][a-z0-9-]*$`).
+    #[error("Invalid agent id '{0}'. Use kebab-case.")]
+    InvalidAgentId(String),
+    /// The agent version is empty.
+    #[error("agent '{0}' needs a non-empty version")]
+    EmptyVersion(String),
+    /// The spec has no goal.
+    #[error("agent '{0}' has no goal")]
+    MissingGoal(String),
+    /// An `external` action that does not run remotely.
+    #[error("action '{0}' declares external side effects and must use execution: 'remote'")]
+    ExternalNotRemote(String),
+    /// A `human` action without `response_when`.
+    #[error("human action '{0}' requires responseWhen({{ view }})")]
+    HumanWithoutResponseWhen(String),
+    /// `response_when` on an action that is not `human`.
+    #[error("action '{id}' is a {kind} action; responseWhen is only allowed on human actions")]
+    ResponseWhenNotHuman {
+        /// The action id.
+        id: String,
+        /// Its kind.
+        kind: ActionKind,
+    },
+    /// Two actions with one id.
+    #[error("duplicate action id '{0}'")]
+    DuplicateAction(String),
+    /// An action with an empty id.
+    #[error("action ids must not be empty")]
+    EmptyActionId,
+    /// An action without a `run` function.
+    #[error("action '{0}' has no run function")]
+    MissingRun(String),
+    /// An action-level `max_concurrency` of 0.
+    #[error("action '{0}' maxConcurrency must be at least 1")]
+    ZeroActionConcurrency(String),
+    /// A spec-level `max_concurrency` of 0.
+    #[error("agent '{0}' maxConcurrency must be at least 1")]
+    ZeroSpecConcurrency(String),
+    /// A spec-level `max_iterations` of 0.
+    #[error("agent '{0}' maxIterations must be at least 1")]
+    ZeroIterations(String),
+    /// An empty `runtime_policy_version`.
+    #[error("agent '{0}' runtimePolicyVersion must not be empty")]
+    EmptyPolicyVersion(String),
+    /// A receipt set that declares one wire type twice.
+    #[error("duplicate receipt type '{0}'")]
+    DuplicateReceiptType(String),
+    /// A receipt set that declares one of the controller's own types.
+    #[error("receipt type '{0}' is a control receipt type and cannot be declared by an agent")]
+    ControlReceiptType(String),
+    /// A string that is not one of the accepted values.
+    #[error("unknown {what} '{value}'; expected one of: {accepted}")]
+    UnknownValue {
+        /// What was parsed (`action kind`, ...).
+        what: &'static str,
+        /// The refused text.
+        value: String,
+        /// The accepted values, comma separated.
+        accepted: &'static str,
+    },
+    /// The run made as many selections as the spec allows.
+    #[error("max iterations reached ({0})")]
+    MaxIterations(u32),
+    /// A re-run produced other output than the manifest an earlier owner bound (P-22).
+    #[error("action '{action}' output for invocation '{invocation}' does not match its manifest")]
+    OutputMismatch {
+        /// The action id.
+        action: String,
+        /// The invocation id.
+        invocation: String,
+    },
+    /// A merge re-run produced other output than its bound manifest.
+    #[error("merge policy '{policy}' output for merge '{merge}' does not match its manifest")]
+    MergeOutputMismatch {
+        /// The merge policy id.
+        policy: String,
+        /// The merge id.
+        merge: String,
+    },
+    /// An emitted receipt whose type the agent does not declare.
+    #[error("action '{action}' emitted undeclared receipt type '{ty}'")]
+    UndeclaredType {
+        /// The action id.
+        action: String,
+        /// The emitted type.
+        ty: String,
+    },
+    /// An emitted receipt of one of the controller's own types (P-32).
+    #[error("action '{action}' cannot emit control receipt type '{ty}'")]
+    EmitControl {
+        /// The action id.
+        action: String,
+        /// The emitted type.
+        ty: String,
+    },
+    /// An emitted body that is not an object with a string `type`.
+    #[error("action '{0}' emitted a body that is not a JSON object with a string type")]
+    BadBody(String),
+    /// `emit` after `run` returned (its output was already bound).
+    #[error("action '{0}' emitted after its run returned")]
+    EmitAfterReturn(String),
+    /// A local action that ran past its execution timeout.
+    #[error("action '{action}' exceeded its execution timeout ({ms} ms)")]
+    ExecutionTimeout {
+        /// The action id.
+        action: String,
+        /// The timeout.
+        ms: u64,
+    },
+    /// An action whose task panicked.
+    #[error("action '{action}' panicked: {message}")]
+    Panicked {
+        /// The action id.
+        action: String,
+        /// The panic payload, when it is text.
+        message: String,
+    },
+    /// The worker has no spec for the id, or it is registered without remote execution.
+    #[error("agent spec '{0}' does not support remote execution")]
+    RemoteUnsupported(String),
+    /// The worker loaded another agent id or version than the dispatch names.
+    #[error(
+        "remote action '{action}' requires {agent}@{version}, but the worker loaded {loaded_agent}@{loaded_version}"
+    )]
+    RemoteVersion {
+        /// The action id.
+        action: String,
+        /// The agent the dispatch names.
+        agent: String,
+        /// The version the dispatch names.
+        version: String,
+        /// The agent the worker loaded.
+        loaded_agent: String,
+        /// The version the worker loaded.
+        loaded_version: String,
+    },
+    /// The selected head is not in the run chain the worker reads.
+    #[error("remote action '{action}' selected head '{head}' is unavailable")]
+    RemoteHeadUnavailable {
+        /// The action id.
+        action: String,
+        /// The selected head hash.
+        head: String,
+    },
+    /// An action id the spec does not declare.
+    #[error("unknown action '{action}' for agent '{agent}'")]
+    UnknownAction {
+        /// The action id.
+        action: String,
+        /// The agent id.
+        agent: String,
+    },
+    /// The action's kind or execution mode differs from what was selected, or it is not remote.
+    #[error("remote action '{0}' no longer matches selected kind/execution provenance")]
+    RemoteProvenance(String),
+    /// `when` is false at the selected head.
+    #[error("remote action '{0}' is no longer runnable at its selected head")]
+    RemoteNotRunnable(String),
+    /// The remote call did not answer within its timeout (P-25).
+    #[error("remote action timed out")]
+    RemoteTimeout,
+    /// A remote action and no dispatcher to send it through.
+    #[error("remote action '{0}' needs a RemoteDispatcher, and the controller has none")]
+    NoDispatcher(String),
+    /// A call for a function or version this worker does not serve.
+    #[error(
+        "remote function '{function}' version {version} is not served here (this worker serves receipt.agent.action.execute version 2)"
+    )]
+    RemoteFunction {
+        /// The function name called.
+        function: String,
+        /// The version called.
+        version: u32,
+    },
+    /// No worker for the call's target group.
+    #[error("no remote worker serves target group '{0}'")]
+    NoWorkerForGroup(String),
+    /// A remote worker task that failed without an answer.
+    #[error("remote worker for action '{action}' failed: {message}")]
+    RemoteWorkerFailed {
+        /// The action id.
+        action: String,
+        /// What happened.
+        message: String,
+    },
+    /// A registry that already holds the id.
+    #[error("agent '{0}' is already registered")]
+    AlreadyRegistered(String),
+    /// A merge policy whose decision names no scored candidate.
+    #[error("merge policy '{policy}' chose unknown candidate '{candidate}'")]
+    UnknownCandidate {
+        /// The policy id.
+        policy: String,
+        /// The chosen id.
+        candidate: String,
+    },
+    /// A merge policy with an empty id or version.
+    #[error("merge policies need a non-empty id and version")]
+    InvalidMergePolicy,
+}

@@ -1,0 +1,106 @@
+//! Receipt-native agents: the spec and action contract, deterministic selection and ids, the
+//! controller that drives a run stream with control receipts, durable claims, merges, remote
+//! execution and the spec registry.
+//!
+//! An agent declares its receipt types ([`ReceiptSet`]), a view folded from the run chain
+//! ([`AgentView`]), actions runnable against the view ([`Action`]) and a goal, in an
+//! [`AgentSpec`]. A [`Controller`] runs it on a run stream:
+//!
+//! 1. fold the verified chain into the view (incrementally, see [`controller`]);
+//! 2. the goal holds: `run.completed` (note `goal satisfied`);
+//! 3. otherwise resume the oldest pending selection, or [`select`] anew at the head
+//!    (`action.selected`, or an `action.started` carrying `inlineSelection` for one local
+//!    non-human action) with ids from [`selection_id`] and [`invocation_id`];
+//! 4. claim each invocation (`action.started`), run it with its output buffered, bind the output
+//!    (`action.output.manifest`), append it, `action.completed`; repeat.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use receipt::agent::*;
+//! use receipt::{MemoryStore, Receipt, Runtime};
+//! use std::sync::Arc;
+//!
+//! #[derive(Clone, serde::Serialize, serde::Deserialize)]
+//! #[serde(tag = "type")]
+//! enum Hello {
+//!     #[serde(rename = "task.completed")]
+//!     Completed { result: String },
+//! }
+//! impl ReceiptSet for Hello {
+//!     const TYPES: &'static [&'static str] = &["task.completed"];
+//!     fn type_name(&self) -> &'static str { "task.completed" }
+//! }
+//! #[derive(Clone, Default)]
+//! struct View { done: bool }
+//! impl AgentView for View {
+//!     fn apply(&mut self, r: &Receipt) { self.done |= r.event_type() == "task.completed"; }
+//! }
+//! struct HelloAgent;
+//! impl AgentTypes for HelloAgent { type Receipts = Hello; type View = View; }
+//!
+//! let spec = AgentSpec::builder("hello-agent", "1.0.0", HelloAgent)
+//!     .action(Action::action("complete").run(|_agent, ctx| async move {
+//!         ctx.emit(Hello::Completed { result: "hi".into() }).await
+//!     }))
+//!     .goal(|v: &View| v.done)
+//!     .build()?;
+//! let runtime = Runtime::new(Arc::new(MemoryStore::new()));
+//! let outcome = Controller::new(runtime, Arc::new(spec))
+//!     .run("run_x", "agents/hello-agent/runs/run_x")
+//!     .await?;
+//! assert_eq!(outcome, RunOutcome::Completed);
+//! # Ok::<(), receipt::Error>(()) }).unwrap();
+//! ```
+//!
+//! **Where this follows the spec's proposals and where it does not.** Control receipt bodies,
+//! event ids and defaults follow P-14..P-26 and P-32/P-33. Deviations:
+//!
+//! - Leases are not renewed (P-15 prefers a side table, which the store does not have, or an
+//!   `action.heartbeat` type, which is not in the canonical set). A claim lives for its lease;
+//!   a local run is cut off at the execution timeout instead (lease − 1 s, at least 5 s), and
+//!   an owner whose lease lapsed may still commit as long as nobody has claimed a later attempt
+//!   (the manifest's expected-prev CAS fences a takeover that races it).
+//! - A `human` action's `run` sees the view at which its `response_when` became true, not the
+//!   view at the selected head (P-20), or it could not read the response it waited for;
+//!   `commit_when` still gets both views.
+//! - Storage errors and corrupt chains are returned without `run.failed` (the run is resumable);
+//!   every error of the agent's own making appends `run.failed` and is then returned (P-21).
+//! - `run.blocked` carries the event id `<runId>:run.blocked:<head>` so that two controllers
+//!   blocking at the same head write it once.
+//! - A remote payload also carries `attempt`.
+
+mod action;
+pub mod control;
+pub mod controller;
+mod error;
+mod ids;
+pub mod merge;
+mod registry;
+pub mod remote;
+mod select;
+mod spec;
+mod types;
+
+pub use action::{
+    Action, ActionContext, BoxFuture, CommitContext, DurableActionContext, ResponseContext,
+};
+pub use async_trait::async_trait;
+pub use controller::{Controller, ControllerOptions, DEFAULT_LEASE, LiveClaims, Plan, RunOutcome};
+pub use error::AgentError;
+pub use ids::{
+    DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_ITERATIONS, DEFAULT_RUNTIME_POLICY_VERSION,
+    SCHEDULER_POLICY_VERSION, agent_stream, claim_id, content_hash, invocation_id, merge_id,
+    new_run_id, run_stream, selection_id,
+};
+pub use merge::{
+    MergeCandidate, MergeContext, MergeDecision, MergePolicy, MergeResultContext, MergeScoreVector,
+    ScoredCandidate, merge, rebracket,
+};
+pub use registry::{DynAgent, Registry, erase};
+pub use remote::{
+    DEFAULT_TARGET_GROUP, InProcessDispatcher, REMOTE_FUNCTION, REMOTE_FUNCTION_VERSION,
+    REMOTE_TIMEOUT_MS, RemoteCall, RemoteDispatcher, RemotePayload, RemoteResult, RemoteWorker,
+};
+pub use select::{Candidate, Selection, SelectionReason, select, select_runnable};
+pub use spec::{AgentSpec, SpecBuilder, is_kebab_case};
+pub use types::{ActionKind, AgentTypes, AgentView, ExecutionMode, ReceiptSet, SideEffects};

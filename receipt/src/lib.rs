@@ -46,5 +46,8 @@ pub use store::{
     Tail,
 };
 
+pub use receipt_macros::{action, agent, goal, receipts, view};
+
 #[doc(hidden)]
-pub use receipt_macros as __macros;
+#[path = "macros_support.rs"]
+pub mod __private;

@@ -1,0 +1,227 @@
+//! `#[view]` on a struct: the agent's view, folded incrementally from receipts.
+//!
+//! Every named field declares its fold with `#[view(...)]`:
+//!
+//! - `last = "type"`: an `Option<T>`, the newest body of that type that deserializes into `T`;
+//! - `all = "type"`: a `Vec<T>`, every body of that type that deserializes into `T`, oldest first;
+//! - `exists = "type"`: a `bool`, whether a receipt of that type exists;
+//! - `count = "type"`: a `usize` (or `u64`, `u32`), how many receipts of that type exist;
+//! - `fold = path`: any `Default + Clone` type, updated by `fn(&mut Field, &Receipt)` for every
+//!   receipt (control receipts included).
+//!
+//! A body that does not deserialize into `T` is skipped by `last` and `all` (the field keeps
+//! its value), while `exists` and `count` see every receipt of the type, body or not: they answer
+//! "what is on the chain", the typed folds answer "what could be read". The struct gets
+//! `Default` and `Clone` (unless derived by the user) and `impl AgentView`.
+
+use crate::args::Args;
+use crate::common::{derives, is_helper};
+use crate::diag::Errors;
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Expr, Fields, Ident, ItemStruct, LitStr, Meta, Type};
+
+/// The fold keys of `#[view(...)]`.
+const KEYS: &[&str] = &["last", "all", "exists", "count", "fold"];
+
+/// One field's fold.
+enum Fold {
+    /// A typed fold over one receipt type: the helper trait and method, and the type name.
+    Typed {
+        helper: &'static str,
+        method: &'static str,
+        on: LitStr,
+    },
+    /// A hand-written fold over every receipt.
+    Custom(Expr),
+}
+
+struct Field {
+    ident: Ident,
+    ty: Type,
+    fold: Fold,
+}
+
+/// Expands `#[receipt::view(attr)] item`.
+pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    Args::parse(attr, "`#[receipt::view]`", &[], &mut errors);
+    let mut item: ItemStruct = match syn::parse2(item.clone()) {
+        Ok(item) => item,
+        Err(_) => {
+            errors.at(
+                Span::call_site(),
+                "`#[receipt::view]` applies to a struct with named fields",
+            );
+            return errors.emit_with(item);
+        }
+    };
+    if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
+        errors.spanned(&item.generics, "a view cannot be generic");
+    }
+    let mut fields = Vec::new();
+    match &mut item.fields {
+        Fields::Named(named) => {
+            for field in &mut named.named {
+                let ident = field.ident.clone().expect("named field");
+                if let Some(fold) = field_fold(&mut field.attrs, &ident, &mut errors) {
+                    fields.push(Field {
+                        ident,
+                        ty: field.ty.clone(),
+                        fold,
+                    });
+                }
+            }
+        }
+        Fields::Unnamed(unnamed) => {
+            for field in &mut unnamed.unnamed {
+                field.attrs.retain(|a| !is_helper(a, "view"));
+            }
+            errors.spanned(
+                &item.fields,
+                "a view has named fields, each with its fold: `#[view(last = \"type\")] name: Option<T>`",
+            );
+        }
+        Fields::Unit => {}
+    }
+
+    let ident = &item.ident;
+    let mut derive = Vec::new();
+    if !derives(&item.attrs, "Clone") {
+        derive.push(quote!(::core::clone::Clone));
+    }
+    if !derives(&item.attrs, "Default") {
+        derive.push(quote!(::core::default::Default));
+    }
+    let derive = (!derive.is_empty()).then(|| quote!(#[derive(#(#derive),*)]));
+    let apply = if errors.is_empty() {
+        apply_body(&fields)
+    } else {
+        // Keeps `impl AgentView` (so uses of the view do not cascade) without the folds.
+        quote!(let _ = receipt;)
+    };
+    errors.emit_with(quote! {
+        #derive
+        #item
+
+        impl ::receipt::__private::AgentView for #ident {
+            fn apply(&mut self, receipt: &::receipt::__private::Receipt) {
+                #apply
+            }
+        }
+    })
+}
+
+/// The fold declared by the field's `#[view(...)]` (removed from `attrs`).
+fn field_fold(attrs: &mut Vec<syn::Attribute>, field: &Ident, errors: &mut Errors) -> Option<Fold> {
+    let mut folds = Vec::new();
+    let mut seen = false;
+    let mut i = 0;
+    while i < attrs.len() {
+        if !is_helper(&attrs[i], "view") {
+            i += 1;
+            continue;
+        }
+        let attr = attrs.remove(i);
+        seen = true;
+        let tokens = match &attr.meta {
+            Meta::List(list) => list.tokens.clone(),
+            other => {
+                errors.spanned(
+                    other,
+                    "write the field's fold: `#[view(last = \"type\")]` (or `all`, `exists`, `count`, `fold = path`)",
+                );
+                continue;
+            }
+        };
+        let args = Args::parse(tokens, "`#[view]`", KEYS, errors);
+        for key in KEYS {
+            if let Some(arg) = args.get(key) {
+                folds.push((*key, arg.span(), fold_of(key, arg, errors)));
+            }
+        }
+    }
+    if !seen {
+        errors.at(
+            field.span(),
+            format!("field `{field}` has no fold: add `#[view(last | all | exists | count = \"type\")]` or `#[view(fold = path)]`"),
+        );
+        return None;
+    }
+    match folds.len() {
+        0 => {
+            errors.at(
+                field.span(),
+                format!(
+                    "field `{field}` has no fold: write one of {}",
+                    crate::diag::list(KEYS)
+                ),
+            );
+            None
+        }
+        1 => folds.pop().and_then(|(_, _, fold)| fold),
+        _ => {
+            let first = folds[0].0;
+            for (_, span, _) in &folds[1..] {
+                errors.at(
+                    *span,
+                    format!(
+                        "field `{field}` already folds with `{first}`; a field has exactly one fold"
+                    ),
+                );
+            }
+            None
+        }
+    }
+}
+
+fn fold_of(key: &str, arg: &crate::args::Arg, errors: &mut Errors) -> Option<Fold> {
+    let (helper, method) = match key {
+        "last" => ("LastFold", "fold_last"),
+        "all" => ("AllFold", "fold_all"),
+        "exists" => ("ExistsFold", "fold_exists"),
+        "count" => ("CountFold", "fold_count"),
+        _ => return arg.expr(errors).map(Fold::Custom),
+    };
+    let on = arg.non_empty_str(errors)?;
+    Some(Fold::Typed { helper, method, on })
+}
+
+fn apply_body(fields: &[Field]) -> TokenStream {
+    // One arm per receipt type (first-use order), each updating its fields in declaration order.
+    let mut arms: Vec<(String, Vec<TokenStream>)> = Vec::new();
+    let mut custom = Vec::new();
+    for Field { ident, ty, fold } in fields {
+        match fold {
+            Fold::Typed { helper, method, on } => {
+                let helper = Ident::new(helper, Span::call_site());
+                let method = Ident::new(method, Span::call_site());
+                // Spanned at the field's type: a wrong type is reported there.
+                let update = quote_spanned! {ty.span()=>
+                    <#ty as ::receipt::__private::#helper>::#method(&mut self.#ident, receipt);
+                };
+                match arms.iter_mut().find(|(t, _)| *t == on.value()) {
+                    Some((_, updates)) => updates.push(update),
+                    None => arms.push((on.value(), vec![update])),
+                }
+            }
+            Fold::Custom(expr) => custom.push(quote_spanned! {expr.span()=>
+                ::receipt::__private::custom_fold(&mut self.#ident, receipt, #expr);
+            }),
+        }
+    }
+    let dispatch = (!arms.is_empty()).then(|| {
+        let arms = arms
+            .iter()
+            .map(|(t, updates)| quote!(#t => { #(#updates)* }));
+        quote! {
+            match ::receipt::__private::Receipt::event_type(receipt) {
+                #(#arms)*
+                _ => {}
+            }
+        }
+    });
+    let unused = (fields.is_empty()).then(|| quote!(let _ = receipt;));
+    quote!(#unused #dispatch #(#custom)*)
+}

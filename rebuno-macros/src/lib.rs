@@ -1,4 +1,74 @@
 //! Procedural macros behind `rebuno`: `#[tool]`, `#[step]` and `#[agent]`.
 //!
-//! Implementation detail of the `rebuno` crate, which re-exports them; the agent SDK issue adds the
-//! macros themselves. Generated code will reach the runtime only through `::rebuno::__private`.
+//! Implementation detail of the `rebuno` crate, which re-exports them (use them as
+//! `#[rebuno::tool]` and so on). Each macro is parse -> validate -> expand in its own module;
+//! generated code reaches the runtime only through `::rebuno::__private`. On any error the
+//! user's item is emitted unchanged next to the diagnostics, so one mistake does not cascade.
+
+mod agent;
+mod diag;
+mod effect;
+mod options;
+mod signature;
+mod step;
+mod tool;
+
+use proc_macro::TokenStream;
+
+/// Makes an `async fn` a durable tool: every call is a policy-gated `tool_call` step of the
+/// current execution, run once and replayed from the record afterwards.
+///
+/// ```ignore
+/// /// Charge a card; never twice.
+/// #[rebuno::tool(idempotency = "at_most_once")]
+/// async fn charge(customer: String, cents: u64) -> Result<Receipt, PaymentError> { ... }
+/// ```
+///
+/// Options: `name = "..."` (the step target and the name a model calls; default: the function
+/// name) and `idempotency = "safe_to_retry" | "at_most_once"` (default `safe_to_retry`).
+///
+/// The function keeps its name and parameters and returns `Result<T, rebuno::Error>`. A type of
+/// the same name is generated too: `charge::definition()` (the [`ToolDef`] for a model, its
+/// description taken from the doc comment), `charge::tool()` (a value implementing `Tool`, for a
+/// `ToolSet`).
+///
+/// [`ToolDef`]: https://docs.rs/rebuno/latest/rebuno/struct.ToolDef.html
+#[proc_macro_attribute]
+pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
+    tool::expand(attr.into(), item.into()).into()
+}
+
+/// Makes an `async fn` a durable local step: its result (a clock reading, a random number, a
+/// fresh id) is recorded once and replayed on every later dispatch.
+///
+/// ```ignore
+/// #[rebuno::step]
+/// async fn now_ms() -> Result<i64, std::convert::Infallible> { Ok(clock_ms()) }
+/// ```
+///
+/// Options: `name = "..."` (the step target; default: the function name) and
+/// `idempotency = "safe_to_retry" | "at_most_once"`. The function returns
+/// `Result<T, rebuno::Error>`.
+#[proc_macro_attribute]
+pub fn step(attr: TokenStream, item: TokenStream) -> TokenStream {
+    step::expand(attr.into(), item.into()).into()
+}
+
+/// Makes an `async fn` the handler of agent `id`.
+///
+/// ```ignore
+/// #[rebuno::agent(id = "billing")]
+/// async fn billing(customer: String, cents: u64) -> Result<Summary, rebuno::Error> { ... }
+///
+/// runtime.register(billing).await?;
+/// ```
+///
+/// The function becomes a unit type of the same name implementing `AgentHandler` (pass it by
+/// value to `register`); its body stays callable as `billing::run(...)`. The execution input is
+/// bound to the parameters: with none it is ignored, a single parameter receives the whole input,
+/// several parameters receive the input object's fields of the same names (every missing or
+/// ill-typed field is reported at once, as an `input_invalid` failure, and the body does not run).
+#[proc_macro_attribute]
+pub fn agent(attr: TokenStream, item: TokenStream) -> TokenStream {
+    agent::expand(attr.into(), item.into()).into()
+}

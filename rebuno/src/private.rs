@@ -92,10 +92,7 @@ impl FieldBinder {
             Value::Object(map) => map,
             Value::Null => Map::new(),
             other => {
-                problems.push(format!(
-                    "{what} must be a JSON object, got {}",
-                    json_kind(&other)
-                ));
+                problems.push(format!("must be a JSON object, got {}", json_kind(&other)));
                 Map::new()
             }
         };
@@ -268,3 +265,221 @@ pub struct AssertOutput<T: Serialize + DeserializeOwned + Send>(PhantomData<T>);
 pub struct AssertError<E: fmt::Display + 'static>(PhantomData<E>);
 /// A handler's output must be `Serialize`.
 pub struct AssertHandlerOutput<T: Serialize>(PhantomData<T>);
+/// The error type of a `Result` alias (`rebuno::Result<T>`, `io::Result<T>`) must be
+/// `Display + 'static`: the check used when the macro cannot see `E` itself.
+pub struct AssertResultError<R: ResultError>(PhantomData<R>);
+
+/// Implemented by `Result<T, E>` whose `E` is `Display + 'static`.
+pub trait ResultError {}
+
+impl<T, E: fmt::Display + 'static> ResultError for std::result::Result<T, E> {}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points that type-check whatever the types, chosen by autoref specialization.
+//
+// The generated code calls `(&Probe::<X>::new()).rebuno_*(..)` with both traits of a pair in
+// scope. When `X` has the bounds, the `*Via` impl for `Probe<X>` is chosen (its `&self` is the
+// receiver type itself) and calls the real function; otherwise method lookup autorefs to the
+// `*Fallback` impl for `&Probe<X>`. A fallback never ends up in a program: it is chosen only
+// when a bound is missing, and then the `Assert*` check the macro generates for the same type
+// fails to compile, with the error at the user's type. Without them every use of a bad type
+// would add its own copy of the error.
+// ---------------------------------------------------------------------------------------------
+
+/// Carries a type to the entry points: a parameter type, or a function's `Result<T, E>`.
+/// Always `Send + Sync` (a step's future holds a reference to one across its `.await`).
+pub struct Probe<T>(PhantomData<fn() -> T>);
+
+impl<T> Probe<T> {
+    /// A probe for `T`.
+    pub const fn new() -> Self {
+        Probe(PhantomData)
+    }
+}
+
+impl<T> Default for Probe<T> {
+    fn default() -> Self {
+        Probe::new()
+    }
+}
+
+/// The message of a fallback, which a compiled program never reaches.
+fn unchecked(what: &str) -> String {
+    format!("internal error: {what} (the generated type check should have rejected it)")
+}
+
+impl Args {
+    /// Records that parameter `name` cannot be written as JSON (see [`SerializeFallback`]).
+    pub fn unsupported(&mut self, name: &str) {
+        if self.error.is_none() {
+            self.error = Some(Error::Serialization(unchecked(&format!(
+                "argument `{name}` is not serializable"
+            ))));
+        }
+    }
+}
+
+impl FieldBinder {
+    /// Records that field `name` cannot be read from JSON (see [`DeserializeFallback`]).
+    pub fn unsupported(&mut self, name: &str) {
+        self.problems
+            .push(unchecked(&format!("field `{name}` is not deserializable")));
+    }
+}
+
+/// Records a parameter in the args object (`T: Serialize`).
+pub trait SerializeVia<T> {
+    /// [`Args::arg`].
+    fn rebuno_arg(&self, args: &mut Args, name: &str, value: &T);
+}
+
+impl<T: Serialize> SerializeVia<T> for Probe<T> {
+    fn rebuno_arg(&self, args: &mut Args, name: &str, value: &T) {
+        args.arg(name, value);
+    }
+}
+
+/// [`SerializeVia`] for a type that is not `Serialize`.
+pub trait SerializeFallback<T> {
+    /// [`Args::unsupported`].
+    fn rebuno_arg(&self, args: &mut Args, name: &str, value: &T);
+}
+
+impl<T> SerializeFallback<T> for &Probe<T> {
+    fn rebuno_arg(&self, args: &mut Args, name: &str, _value: &T) {
+        args.unsupported(name);
+    }
+}
+
+/// Reads a parameter from JSON (`T: DeserializeOwned`).
+pub trait DeserializeVia<T> {
+    /// [`FieldBinder::field`].
+    fn rebuno_field(&self, fields: &mut FieldBinder, name: &str) -> Option<T>;
+    /// [`bind_whole`].
+    fn rebuno_whole(&self, input: Value) -> Result<T>;
+}
+
+impl<T: DeserializeOwned> DeserializeVia<T> for Probe<T> {
+    fn rebuno_field(&self, fields: &mut FieldBinder, name: &str) -> Option<T> {
+        fields.field(name)
+    }
+    fn rebuno_whole(&self, input: Value) -> Result<T> {
+        bind_whole(input)
+    }
+}
+
+/// [`DeserializeVia`] for a type that is not `DeserializeOwned`.
+pub trait DeserializeFallback<T> {
+    /// [`FieldBinder::unsupported`].
+    fn rebuno_field(&self, fields: &mut FieldBinder, name: &str) -> Option<T>;
+    /// An error.
+    fn rebuno_whole(&self, input: Value) -> Result<T>;
+}
+
+impl<T> DeserializeFallback<T> for &Probe<T> {
+    fn rebuno_field(&self, fields: &mut FieldBinder, name: &str) -> Option<T> {
+        fields.unsupported(name);
+        None
+    }
+    fn rebuno_whole(&self, _input: Value) -> Result<T> {
+        Err(Error::InvalidInput(unchecked(
+            "the input is not deserializable",
+        )))
+    }
+}
+
+/// Runs a body as a step (`Probe<Result<T, E>>` with `T: Serialize + DeserializeOwned`,
+/// `E: Display + 'static`).
+pub trait InvokeVia<T, E> {
+    /// [`invoke`].
+    fn rebuno_invoke<Fut>(
+        &self,
+        kind: StepKind,
+        target: &'static str,
+        idempotency: Idempotency,
+        args: Result<Value>,
+        body: Fut,
+    ) -> impl Future<Output = Result<T>>
+    where
+        Fut: Future<Output = std::result::Result<T, E>>;
+}
+
+impl<T, E> InvokeVia<T, E> for Probe<std::result::Result<T, E>>
+where
+    T: Serialize + DeserializeOwned,
+    E: fmt::Display + 'static,
+{
+    fn rebuno_invoke<Fut>(
+        &self,
+        kind: StepKind,
+        target: &'static str,
+        idempotency: Idempotency,
+        args: Result<Value>,
+        body: Fut,
+    ) -> impl Future<Output = Result<T>>
+    where
+        Fut: Future<Output = std::result::Result<T, E>>,
+    {
+        invoke(kind, target, idempotency, args, body)
+    }
+}
+
+/// [`InvokeVia`] for result types without the bounds.
+pub trait InvokeFallback<T, E> {
+    /// An error; the body is dropped unpolled.
+    fn rebuno_invoke<Fut>(
+        &self,
+        kind: StepKind,
+        target: &'static str,
+        idempotency: Idempotency,
+        args: Result<Value>,
+        body: Fut,
+    ) -> impl Future<Output = Result<T>>
+    where
+        Fut: Future<Output = std::result::Result<T, E>>;
+}
+
+impl<T, E> InvokeFallback<T, E> for &Probe<std::result::Result<T, E>> {
+    fn rebuno_invoke<Fut>(
+        &self,
+        _kind: StepKind,
+        target: &'static str,
+        _idempotency: Idempotency,
+        _args: Result<Value>,
+        _body: Fut,
+    ) -> impl Future<Output = Result<T>>
+    where
+        Fut: Future<Output = std::result::Result<T, E>>,
+    {
+        std::future::ready(Err(Error::Other(unchecked(&format!(
+            "the result of `{target}` cannot be recorded"
+        )))))
+    }
+}
+
+/// Converts a handler's or tool's result to JSON (`Probe<Result<T, E>>` with `T: Serialize`,
+/// `E: Display + 'static`).
+pub trait OutputVia<T, E> {
+    /// [`output`].
+    fn rebuno_output(&self, r: std::result::Result<T, E>) -> Result<Value>;
+}
+
+impl<T: Serialize, E: fmt::Display + 'static> OutputVia<T, E> for Probe<std::result::Result<T, E>> {
+    fn rebuno_output(&self, r: std::result::Result<T, E>) -> Result<Value> {
+        output(r)
+    }
+}
+
+/// [`OutputVia`] for result types without the bounds.
+pub trait OutputFallback<T, E> {
+    /// An error.
+    fn rebuno_output(&self, r: std::result::Result<T, E>) -> Result<Value>;
+}
+
+impl<T, E> OutputFallback<T, E> for &Probe<std::result::Result<T, E>> {
+    fn rebuno_output(&self, _r: std::result::Result<T, E>) -> Result<Value> {
+        Err(Error::Other(unchecked(
+            "the output cannot be written as JSON",
+        )))
+    }
+}

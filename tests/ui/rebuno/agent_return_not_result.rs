@@ -1,0 +1,6 @@
+#[rebuno::agent(id = "greeter")]
+async fn greeter(name: String) -> String {
+    format!("hello {name}")
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+#[rebuno::agent(id = "billing", name = "Billing")]
+async fn billing(customer: String) -> Result<String, rebuno::Error> {
+    Ok(customer)
+}
+
+fn main() {}

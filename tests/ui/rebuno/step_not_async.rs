@@ -1,0 +1,6 @@
+#[rebuno::step]
+fn now_ms() -> Result<i64, std::convert::Infallible> {
+    Ok(0)
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+#[rebuno::tool]
+async fn notify(channel: String) {
+    let _ = channel;
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+#[rebuno::tool]
+struct Lookup {
+    city: String,
+}
+
+fn main() {}

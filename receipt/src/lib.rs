@@ -28,6 +28,8 @@
 pub mod agent;
 pub mod branch;
 pub mod canonical;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod error;
 pub mod fold;
 pub mod receipt;

@@ -1,0 +1,532 @@
+//! `receipt new` (scaffold an agent spec from a template, §18.3) and `receipt run` (run or
+//! resume an agent registered in the binary, §18.4).
+
+use super::{CliResult, Failure, fail, print_text};
+use crate::agent::{ControllerOptions, InProcessDispatcher, Registry, RemoteWorker, RunOutcome};
+use crate::receipt::base36;
+use crate::sim::{Clock, EntropySource, OsEntropy, SystemClock};
+use crate::{Command, Runtime, SqliteStore};
+use clap::Args;
+use serde::Serialize;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// `receipt new <agent-id> [--template basic|assistant-tool|human-loop|merge]`.
+#[derive(Debug, Args)]
+pub(super) struct NewArgs {
+    /// The agent id (kebab-case: ^[a-z][a-z0-9-]*$)
+    agent_id: String,
+    /// basic | assistant-tool | human-loop | merge (anything else: basic)
+    #[arg(long, default_value = "basic")]
+    template: String,
+    /// The project directory (default: the current directory); the spec goes to src/agents/
+    #[arg(long, value_name = "PATH")]
+    dir: Option<PathBuf>,
+}
+
+/// `receipt run <agent-id> --problem <text> [--run-id] [--stream] [--run-stream]`.
+#[derive(Debug, Args)]
+pub(super) struct RunArgs {
+    /// The id of an agent registered in this binary
+    agent_id: String,
+    /// The problem to seed the run with (required)
+    #[arg(long, alias = "prompt", value_name = "TEXT")]
+    problem: Option<String>,
+    /// The run id (default run_<base36 now>_<4 random base36 chars>); an existing run resumes
+    #[arg(long, value_name = "ID")]
+    run_id: Option<String>,
+    /// The agent's base stream (default agents/<agent-id>)
+    #[arg(long, value_name = "STREAM")]
+    stream: Option<String>,
+    /// The run stream (default <stream>/runs/<run-id>)
+    #[arg(long, value_name = "STREAM")]
+    run_stream: Option<String>,
+    /// Overrides the spec's max_iterations
+    #[arg(long, value_name = "N")]
+    max_iterations: Option<u32>,
+}
+
+/// Whether `id` is kebab-case (`^[a-z][a-z0-9-]*$`).
+pub(crate) fn is_kebab(id: &str) -> bool {
+    let mut chars = id.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// `hello-agent` -> `HelloAgent`.
+fn camel(id: &str) -> String {
+    id.split('-')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let mut c = p.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+pub(super) fn new(a: &NewArgs) -> CliResult {
+    if !is_kebab(&a.agent_id) {
+        return fail(format!(
+            "Invalid agent id '{}'. Use kebab-case.",
+            a.agent_id
+        ));
+    }
+    let root = match &a.dir {
+        Some(d) => d.clone(),
+        None => std::env::current_dir()
+            .map_err(|e| Failure::Message(format!("cannot read the current directory: {e}")))?,
+    };
+    let rel = Path::new("src")
+        .join("agents")
+        .join(format!("{}.rs", a.agent_id));
+    let path = root.join(&rel);
+    if path.exists() {
+        let abs = std::fs::canonicalize(&path).unwrap_or(path);
+        return fail(format!("Agent file already exists: {}", abs.display()));
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Failure::Message(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let source = template(&a.template, &a.agent_id);
+    std::fs::write(&path, source)
+        .map_err(|e| Failure::Message(format!("cannot write {}: {e}", path.display())))?;
+    print_text(&format!("created {}\n", rel.display()))
+}
+
+/// The source of a new spec from `template` (unknown names give `basic`, as the reference).
+pub fn template(template: &str, agent_id: &str) -> String {
+    let body = match template {
+        "assistant-tool" => ASSISTANT_TOOL,
+        "human-loop" => HUMAN_LOOP,
+        "merge" => MERGE,
+        _ => BASIC,
+    };
+    let kind = match template {
+        "assistant-tool" | "human-loop" | "merge" => template,
+        _ => "basic",
+    };
+    format!("{PRELUDE}{body}")
+        .replace("__ID__", agent_id)
+        .replace("__NAME__", &camel(agent_id))
+        .replace("__TEMPLATE__", kind)
+}
+
+const PRELUDE: &str = "\
+//! The `__ID__` agent, scaffolded by `receipt new __ID__ --template __TEMPLATE__`.
+//!
+//! Register it in your binary and run it with the CLI:
+//!
+//! ```ignore
+//! let registry = std::sync::Arc::new(receipt::agent::Registry::new());
+//! __NAME__.register(&registry)?;
+//! receipt::cli::main_with(registry) // receipt run __ID__ --problem \"...\"
+//! ```
+
+use receipt::agent::ActionContext;
+use receipt::__private::serde::{Deserialize, Serialize};
+
+/// The problem a run is seeded with (`receipt run --problem`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(crate = \"receipt::__private::serde\")]
+pub struct TaskRequested {
+    /// The problem text.
+    pub prompt: String,
+}
+
+/// The agent's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(crate = \"receipt::__private::serde\")]
+pub struct TaskCompleted {
+    /// The result text.
+    pub result: String,
+}
+";
+
+const BASIC: &str = "
+/// The receipts this agent reads and writes.
+#[receipt::receipts]
+pub enum __NAME__Receipts {
+    /// The seed.
+    #[receipt(\"task.requested\")]
+    TaskRequested(TaskRequested),
+    /// The answer; the goal.
+    #[receipt(\"task.completed\")]
+    TaskCompleted(TaskCompleted),
+}
+
+/// What the actions and the goal see, folded from the run's receipts.
+#[receipt::view]
+pub struct __NAME__View {
+    /// The task, once requested.
+    #[view(last = \"task.requested\")]
+    pub task: Option<TaskRequested>,
+    /// Whether it is done.
+    #[view(exists = \"task.completed\")]
+    pub completed: bool,
+}
+
+/// The agent (its fields are the dependencies its actions use).
+pub struct __NAME__;
+
+#[receipt::agent(id = \"__ID__\", version = \"0.1.0\", receipts = __NAME__Receipts, view = __NAME__View)]
+impl __NAME__ {
+    /// Completes the task.
+    #[action(kind = \"action\", when = Self::pending)]
+    async fn complete(&self, ctx: ActionContext<Self>) -> receipt::Result<()> {
+        let prompt = ctx.view().task.as_ref().map(|t| t.prompt.clone()).unwrap_or_default();
+        ctx.emit(__NAME__Receipts::TaskCompleted(TaskCompleted {
+            result: format!(\"Done: {prompt}\"),
+        }))
+        .await
+    }
+
+    fn pending(view: &__NAME__View) -> bool {
+        view.task.is_some() && !view.completed
+    }
+
+    #[goal]
+    fn done(view: &__NAME__View) -> bool {
+        view.completed
+    }
+}
+";
+
+const ASSISTANT_TOOL: &str = "
+/// The receipts this agent reads and writes.
+#[receipt::receipts]
+pub enum __NAME__Receipts {
+    /// The seed.
+    #[receipt(\"task.requested\")]
+    TaskRequested(TaskRequested),
+    /// The draft; the goal.
+    #[receipt(\"task.completed\")]
+    TaskCompleted(TaskCompleted),
+}
+
+/// What the actions and the goal see, folded from the run's receipts.
+#[receipt::view]
+pub struct __NAME__View {
+    /// The task, once requested.
+    #[view(last = \"task.requested\")]
+    pub task: Option<TaskRequested>,
+    /// Whether the draft exists.
+    #[view(exists = \"task.completed\")]
+    pub completed: bool,
+}
+
+/// The agent (put the model client it calls here).
+pub struct __NAME__;
+
+#[receipt::agent(id = \"__ID__\", version = \"0.1.0\", receipts = __NAME__Receipts, view = __NAME__View)]
+impl __NAME__ {
+    /// Drafts an answer. A model call is a `query`: it may run again after a lost lease, and
+    /// its output is still appended at most once.
+    #[action(kind = \"assistant\", side_effects = \"query\", when = Self::pending)]
+    async fn draft(&self, ctx: ActionContext<Self>) -> receipt::Result<()> {
+        let prompt = ctx.view().task.as_ref().map(|t| t.prompt.clone()).unwrap_or_default();
+        ctx.emit(__NAME__Receipts::TaskCompleted(TaskCompleted {
+            result: format!(\"Draft: {prompt}\"),
+        }))
+        .await
+    }
+
+    fn pending(view: &__NAME__View) -> bool {
+        view.task.is_some() && !view.completed
+    }
+
+    #[goal]
+    fn done(view: &__NAME__View) -> bool {
+        view.completed
+    }
+}
+";
+
+const HUMAN_LOOP: &str = "
+/// A human's answer (append it with `receipt append <run> approval.received '{...}'`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(crate = \"receipt::__private::serde\")]
+pub struct ApprovalReceived {
+    /// Whether the human approved.
+    pub approved: bool,
+}
+
+/// The receipts this agent reads and writes.
+#[receipt::receipts]
+pub enum __NAME__Receipts {
+    /// The seed.
+    #[receipt(\"task.requested\")]
+    TaskRequested(TaskRequested),
+    /// The human's answer.
+    #[receipt(\"approval.received\")]
+    ApprovalReceived(ApprovalReceived),
+    /// The outcome; the goal.
+    #[receipt(\"task.completed\")]
+    TaskCompleted(TaskCompleted),
+}
+
+/// What the actions and the goal see, folded from the run's receipts.
+#[receipt::view]
+pub struct __NAME__View {
+    /// The task, once requested.
+    #[view(last = \"task.requested\")]
+    pub task: Option<TaskRequested>,
+    /// The human's answer, once given.
+    #[view(last = \"approval.received\")]
+    pub approval: Option<ApprovalReceived>,
+    /// Whether it is done.
+    #[view(exists = \"task.completed\")]
+    pub completed: bool,
+}
+
+/// The agent.
+pub struct __NAME__;
+
+#[receipt::agent(id = \"__ID__\", version = \"0.1.0\", receipts = __NAME__Receipts, view = __NAME__View)]
+impl __NAME__ {
+    /// Waits for a human's answer, then records the outcome.
+    #[action(kind = \"human\", when = Self::pending, response_when = Self::answered)]
+    async fn approve(&self, ctx: ActionContext<Self>) -> receipt::Result<()> {
+        let approved = ctx.view().approval.as_ref().is_some_and(|a| a.approved);
+        let result = if approved { \"approved\" } else { \"rejected\" };
+        ctx.emit(__NAME__Receipts::TaskCompleted(TaskCompleted {
+            result: result.to_owned(),
+        }))
+        .await
+    }
+
+    fn pending(view: &__NAME__View) -> bool {
+        view.task.is_some() && !view.completed
+    }
+
+    fn answered(ctx: &receipt::agent::ResponseContext<Self>) -> bool {
+        ctx.view().approval.is_some()
+    }
+
+    #[goal]
+    fn done(view: &__NAME__View) -> bool {
+        view.completed
+    }
+}
+";
+
+const MERGE: &str = "
+/// One candidate answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(crate = \"receipt::__private::serde\")]
+pub struct CandidateGenerated {
+    /// The candidate's id.
+    pub id: String,
+    /// Its text.
+    pub text: String,
+}
+
+/// The answer the merge chose.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(crate = \"receipt::__private::serde\")]
+pub struct DraftFinalized {
+    /// The chosen candidate.
+    pub candidate: String,
+}
+
+/// The receipts this agent reads and writes.
+#[receipt::receipts]
+pub enum __NAME__Receipts {
+    /// The seed.
+    #[receipt(\"task.requested\")]
+    TaskRequested(TaskRequested),
+    /// A candidate.
+    #[receipt(\"candidate.generated\")]
+    CandidateGenerated(CandidateGenerated),
+    /// The merge's choice; the goal.
+    #[receipt(\"draft.finalized\")]
+    DraftFinalized(DraftFinalized),
+}
+
+/// What the actions, the merge and the goal see, folded from the run's receipts.
+#[receipt::view]
+pub struct __NAME__View {
+    /// The task, once requested.
+    #[view(last = \"task.requested\")]
+    pub task: Option<TaskRequested>,
+    /// Every candidate.
+    #[view(all = \"candidate.generated\")]
+    pub candidates: Vec<CandidateGenerated>,
+    /// Whether a draft was chosen.
+    #[view(exists = \"draft.finalized\")]
+    pub finalized: bool,
+}
+
+/// The agent.
+pub struct __NAME__;
+
+#[receipt::agent(
+    id = \"__ID__\",
+    version = \"0.1.0\",
+    receipts = __NAME__Receipts,
+    view = __NAME__View,
+    merge = Self::pick_best
+)]
+impl __NAME__ {
+    /// Generates two candidates.
+    #[action(kind = \"action\", when = Self::needs_candidates)]
+    async fn generate(&self, ctx: ActionContext<Self>) -> receipt::Result<()> {
+        let prompt = ctx.view().task.as_ref().map(|t| t.prompt.clone()).unwrap_or_default();
+        for (id, text) in [(\"short\", prompt.clone()), (\"long\", format!(\"{prompt}, in detail\"))] {
+            ctx.emit(__NAME__Receipts::CandidateGenerated(CandidateGenerated {
+                id: id.to_owned(),
+                text,
+            }))
+            .await?;
+        }
+        Ok(())
+    }
+
+    fn needs_candidates(view: &__NAME__View) -> bool {
+        view.task.is_some() && view.candidates.is_empty()
+    }
+
+    /// Scores candidates by length and finalizes the longest.
+    fn pick_best() -> receipt::agent::MergePolicy<Self> {
+        receipt::agent::merge(
+            \"longest\",
+            \"1\",
+            |ctx: &receipt::agent::MergeContext<Self>| {
+                if ctx.view().finalized {
+                    return Vec::new();
+                }
+                ctx.view()
+                    .candidates
+                    .iter()
+                    .map(|c| receipt::agent::MergeCandidate::new(c.id.clone(), c.text.clone().into()))
+                    .collect()
+            },
+            |_ctx: &receipt::agent::MergeContext<Self>| (),
+            |c: &receipt::agent::MergeCandidate, _: &(), _ctx: &receipt::agent::MergeContext<Self>| {
+                let len = c.data.as_str().map_or(0, str::len) as f64;
+                [(\"length\".to_owned(), len)].into_iter().collect()
+            },
+            |scored: &[receipt::agent::ScoredCandidate]| {
+                let best = scored
+                    .iter()
+                    .max_by(|a, b| a.score[\"length\"].total_cmp(&b.score[\"length\"]))
+                    .map(|s| s.candidate.id.clone())
+                    .unwrap_or_default();
+                receipt::agent::MergeDecision::new(best).because(\"longest\")
+            },
+        )
+        .on_result(|_agent, ctx| async move {
+            let candidate = ctx.decision().candidate_id.clone();
+            ctx.emit(__NAME__Receipts::DraftFinalized(DraftFinalized { candidate }))
+                .await
+        })
+    }
+
+    #[goal]
+    fn done(view: &__NAME__View) -> bool {
+        view.finalized
+    }
+}
+";
+
+/// Every template name `receipt new` knows.
+pub const TEMPLATES: [&str; 4] = ["basic", "assistant-tool", "human-loop", "merge"];
+
+/// The JSON `receipt run` prints.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RunReport<'a> {
+    ok: bool,
+    status: &'a str,
+    mode: &'a str,
+    run_id: &'a str,
+    stream: &'a str,
+    run_stream: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+}
+
+/// `run_<base36 now>_<4 random base36 chars>`.
+fn default_run_id() -> String {
+    let now = u64::try_from(SystemClock.now_ms()).unwrap_or(0);
+    let mut bytes = [0u8; 4];
+    OsEntropy.fill(&mut bytes);
+    let suffix: String = bytes
+        .iter()
+        .map(|b| char::from(b"0123456789abcdefghijklmnopqrstuvwxyz"[usize::from(*b) % 36]))
+        .collect();
+    format!("run_{}_{suffix}", base36(now))
+}
+
+pub(super) async fn run(db: &Path, a: RunArgs, registry: Arc<Registry>) -> CliResult {
+    let Some(problem) = a.problem.filter(|p| !p.is_empty()) else {
+        return fail("--problem is required");
+    };
+    let Some(agent) = registry.get(&a.agent_id) else {
+        let known = registry.ids();
+        return fail(if known.is_empty() {
+            format!(
+                "unknown agent '{}': this binary registers no agents (register them and call receipt::cli::main_with)",
+                a.agent_id
+            )
+        } else {
+            format!(
+                "unknown agent '{}' (registered: {})",
+                a.agent_id,
+                known.join(", ")
+            )
+        });
+    };
+    let run_id = a.run_id.unwrap_or_else(default_run_id);
+    let stream = a.stream.unwrap_or_else(|| format!("agents/{}", a.agent_id));
+    let run_stream = a
+        .run_stream
+        .unwrap_or_else(|| format!("{stream}/runs/{run_id}"));
+    if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Failure::Message(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let runtime = Arc::new(Runtime::new(Arc::new(SqliteStore::open(db)?)));
+    if let Some(seed) = agent.seed_type() {
+        let command = Command::new(vec![json!({"type": seed, "prompt": problem})])
+            .event_id(format!("seed:{run_id}"));
+        runtime.execute(&run_stream, command).await?;
+    }
+    let worker = Arc::new(RemoteWorker::new(
+        Arc::clone(&registry),
+        Arc::clone(&runtime),
+    ));
+    let options = ControllerOptions {
+        dispatcher: Some(Arc::new(InProcessDispatcher::new(worker))),
+        max_iterations: a.max_iterations,
+        ..ControllerOptions::default()
+    };
+    let outcome = agent
+        .run(Arc::clone(&runtime), options, &run_id, &run_stream)
+        .await?;
+    let (status, reason, error) = match &outcome {
+        RunOutcome::Failed { error } => ("failed", None, Some(error.as_str())),
+        other => (other.status(), other.reason(), None),
+    };
+    let report = RunReport {
+        ok: status == "completed",
+        status,
+        mode: "inline",
+        run_id: &run_id,
+        stream: &stream,
+        run_stream: &run_stream,
+        reason,
+        error,
+    };
+    super::print_json(&report)?;
+    if report.ok {
+        Ok(())
+    } else {
+        Err(Failure::NotCompleted)
+    }
+}

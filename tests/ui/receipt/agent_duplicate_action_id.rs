@@ -1,0 +1,36 @@
+// Action ids are unique: an explicit id colliding with a method name is a duplicate.
+use receipt::agent::ActionContext;
+
+#[receipt::receipts]
+enum Billing {
+    #[receipt("charge.settled")]
+    Settled { id: String },
+}
+
+#[receipt::view]
+struct BillingView {
+    #[view(exists = "charge.settled")]
+    settled: bool,
+}
+
+struct BillingAgent;
+
+#[receipt::agent(id = "billing", version = "1.0.0", receipts = Billing, view = BillingView)]
+impl BillingAgent {
+    #[action(kind = "tool")]
+    async fn settle(&self, ctx: ActionContext<Self>) -> receipt::Result<()> {
+        ctx.emit(Billing::Settled { id: "ch_1".into() }).await
+    }
+
+    #[action(kind = "tool", id = "settle")]
+    async fn settle_again(&self, _ctx: ActionContext<Self>) -> receipt::Result<()> {
+        Ok(())
+    }
+
+    #[goal]
+    fn done(view: &BillingView) -> bool {
+        view.settled
+    }
+}
+
+fn main() {}

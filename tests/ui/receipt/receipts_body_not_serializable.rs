@@ -1,0 +1,10 @@
+// Receipt bodies must be serializable: the error points at the field's type.
+struct Card;
+
+#[receipt::receipts]
+enum Billing {
+    #[receipt("charge.requested")]
+    Requested { card: Card },
+}
+
+fn main() {}

@@ -45,6 +45,9 @@ pub(crate) struct ActionDef {
     pub(crate) id_span: Span,
     /// Which method declares it.
     pub(crate) method: Ident,
+    /// Whether `id` is the one the user meant (not a stand-in for an invalid `id` option), so
+    /// that duplicates are checked even when other options of the action are wrong.
+    pub(crate) id_known: bool,
     kind: &'static str,
     side_effects: &'static str,
     execution: &'static str,
@@ -56,26 +59,26 @@ pub(crate) struct ActionDef {
     response_when: Option<Expr>,
 }
 
-/// Reads `#[action(tokens)]` on `method`; `None` when the action cannot be generated (every
+/// Reads `#[action(tokens)]` on `method`, and whether it can be generated (every
 /// problem is recorded in `errors`).
 pub(crate) fn parse(
     tokens: TokenStream,
     method: &ImplItemFn,
     errors: &mut Errors,
-) -> Option<ActionDef> {
+) -> (ActionDef, bool) {
     let args = Args::parse(tokens, "`#[action]`", KEYS, errors);
     let ident = method.sig.ident.clone();
-    let mut ok = check_signature(method, errors);
+    let mut ok = true;
 
-    let (id, id_span) = match args.get("id") {
+    let (id, id_span, id_known) = match args.get("id") {
         Some(arg) => match arg.non_empty_str(errors) {
-            Some(lit) => (lit.value(), lit.span()),
+            Some(lit) => (lit.value(), lit.span(), true),
             None => {
                 ok = false;
-                (ident.unraw().to_string(), ident.span())
+                (ident.unraw().to_string(), ident.span(), false)
             }
         },
-        None => (ident.unraw().to_string(), ident.span()),
+        None => (ident.unraw().to_string(), ident.span(), true),
     };
 
     let mut choose = |key, what, accepted, default| {
@@ -147,10 +150,13 @@ pub(crate) fn parse(
         ok = false;
     }
 
-    ok.then(|| ActionDef {
+    // After the options, so errors read in source order.
+    ok &= check_signature(method, errors);
+    let def = ActionDef {
         id,
         id_span,
         method: ident,
+        id_known,
         kind,
         side_effects,
         execution,
@@ -160,7 +166,8 @@ pub(crate) fn parse(
         when,
         commit_when,
         response_when,
-    })
+    };
+    (def, ok)
 }
 
 /// One of the names in `accepted` (`default` when `key` is absent); `Err` when invalid.

@@ -102,22 +102,21 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
                     TokenStream::new()
                 }
             };
-            match action::parse(tokens, method, &mut errors) {
-                Some(def) => {
-                    if let Some(first) = actions.iter().find(|a| a.id == def.id) {
-                        errors.at(
-                            def.id_span,
-                            format!(
-                                "duplicate action id '{}' (already used by method `{}`)",
-                                def.id, first.method
-                            ),
-                        );
-                        complete = false;
-                    }
-                    actions.push(def);
-                }
-                None => complete = false,
+            let (def, ok) = action::parse(tokens, method, &mut errors);
+            complete &= ok;
+            if def.id_known
+                && let Some(first) = actions.iter().find(|a| a.id_known && a.id == def.id)
+            {
+                errors.at(
+                    def.id_span,
+                    format!(
+                        "duplicate action id '{}' (already used by method `{}`)",
+                        def.id, first.method
+                    ),
+                );
+                complete = false;
             }
+            actions.push(def);
         }
         for (i, attr) in goal_attrs.iter().enumerate() {
             if !matches!(attr.meta, Meta::Path(_)) {

@@ -60,6 +60,10 @@ pub fn receipts(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// every receipt of the type. `fold = path` names a `fn(&mut Field, &receipt::Receipt)` called
 /// for every receipt, control receipts included. Generates `impl AgentView`, `Default` and
 /// `Clone` (unless already derived).
+///
+/// `#[receipt::view(receipts = Billing)]` also checks at compile time that every receipt type a
+/// typed fold reads is declared by `Billing` (or is a control type such as `human.requested`),
+/// so a misspelt name is an error instead of a fold that never matches.
 #[proc_macro_attribute]
 pub fn view(attr: TokenStream, item: TokenStream) -> TokenStream {
     view::expand(attr.into(), item.into()).into()

@@ -13,6 +13,9 @@
 //! its value), while `exists` and `count` see every receipt of the type, body or not: they answer
 //! "what is on the chain", the typed folds answer "what could be read". The struct gets
 //! `Default` and `Clone` (unless derived by the user) and `impl AgentView`.
+//!
+//! `#[view(receipts = Set)]` (optional) checks at compile time that every type name a typed fold
+//! reads is declared by `Set` or is a control type.
 
 use crate::args::Args;
 use crate::common::{derives, is_helper};
@@ -46,7 +49,8 @@ struct Field {
 /// Expands `#[receipt::view(attr)] item`.
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    Args::parse(attr, "`#[receipt::view]`", &[], &mut errors);
+    let args = Args::parse(attr, "`#[receipt::view]`", &["receipts"], &mut errors);
+    let receipts = args.get("receipts").and_then(|a| a.ty(&mut errors));
     let mut item: ItemStruct = match syn::parse2(item.clone()) {
         Ok(item) => item,
         Err(_) => {
@@ -101,9 +105,13 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         // Keeps `impl AgentView` (so uses of the view do not cascade) without the folds.
         quote!(let _ = receipt;)
     };
+    let checks = receipts
+        .filter(|_| errors.is_empty())
+        .map(|set| declared_checks(ident, &set, &fields));
     errors.emit_with(quote! {
         #derive
         #item
+        #checks
 
         impl ::receipt::__private::AgentView for #ident {
             fn apply(&mut self, receipt: &::receipt::__private::Receipt) {
@@ -186,6 +194,26 @@ fn fold_of(key: &str, arg: &crate::args::Arg, errors: &mut Errors) -> Option<Fol
     };
     let on = arg.non_empty_str(errors)?;
     Some(Fold::Typed { helper, method, on })
+}
+
+/// `#[view(receipts = Set)]`: a compile-time check, spanned at each typed fold's type name,
+/// that the set declares it (or that it is a control type): a misspelt name would otherwise
+/// fold nothing, silently.
+fn declared_checks(view: &Ident, set: &Type, fields: &[Field]) -> TokenStream {
+    let set_text = quote!(#set).to_string().replace(' ', "");
+    let checks = fields.iter().filter_map(|f| match &f.fold {
+        Fold::Typed { on, .. } => {
+            let message = format!(
+                "view `{view}` reads receipt type '{}', which `{set_text}` does not declare",
+                on.value()
+            );
+            Some(quote_spanned! {on.span()=>
+                const _: () = ::receipt::__private::check_read::<#set>(#on, #message);
+            })
+        }
+        Fold::Custom(_) => None,
+    });
+    quote!(#(#checks)*)
 }
 
 fn apply_body(fields: &[Field]) -> TokenStream {

@@ -121,3 +121,37 @@ pub struct MissingView;
 impl AgentView for MissingView {
     fn apply(&mut self, _: &Receipt) {}
 }
+
+/// `#[view(receipts = Set)]`: fails compilation (with `message`) unless `ty` is one of `R`'s
+/// declared types or a control type.
+pub const fn check_read<R: ReceiptSet>(ty: &str, message: &str) {
+    if !contains(R::TYPES, ty) && !contains(crate::agent::control::CONTROL_TYPES, ty) {
+        panic!("{}", message);
+    }
+}
+
+const fn contains(set: &[&str], ty: &str) -> bool {
+    let mut i = 0;
+    while i < set.len() {
+        if str_eq(set[i], ty) {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}

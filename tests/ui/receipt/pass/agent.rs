@@ -21,7 +21,7 @@ struct Requested {
     cents: u64,
 }
 
-#[receipt::view]
+#[receipt::view(receipts = Billing)]
 struct BillingView {
     #[view(last = "charge.requested")]
     requested: Option<Requested>,

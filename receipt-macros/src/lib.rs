@@ -10,6 +10,7 @@
 mod action;
 mod agent;
 mod args;
+mod body;
 mod common;
 mod diag;
 mod receipts;
@@ -40,6 +41,25 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn receipts(attr: TokenStream, item: TokenStream) -> TokenStream {
     receipts::expand(attr.into(), item.into()).into()
+}
+
+/// Makes a struct or enum a receipt body type (a newtype variant's body, or a view's element
+/// type) without a serde dependency of your own.
+///
+/// ```ignore
+/// #[receipt::body]
+/// #[derive(Debug, Clone)]
+/// struct Requested { customer: String, cents: u64, note: Option<String> }
+///
+/// #[receipt::receipts]
+/// enum Billing { #[receipt("charge.requested")] Requested(Requested) }
+/// ```
+///
+/// Derives `Serialize` and `Deserialize` (serde attributes such as `#[serde(default)]` still
+/// apply) and leaves `None` fields out of the body.
+#[proc_macro_attribute]
+pub fn body(attr: TokenStream, item: TokenStream) -> TokenStream {
+    body::expand(attr.into(), item.into()).into()
 }
 
 /// Makes a struct an agent's view, folded incrementally from the receipts of the chain.

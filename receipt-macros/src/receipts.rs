@@ -196,18 +196,18 @@ fn check_name(lit: &LitStr, before: &[(syn::Ident, String)], errors: &mut Errors
 }
 
 /// Whether `ty` is written as `Option<...>`.
-fn is_option(ty: &Type) -> bool {
+pub(crate) fn is_option(ty: &Type) -> bool {
     matches!(ty, Type::Path(p) if p.qself.is_none() && last_is(&p.path, "Option"))
 }
 
 /// Whether a field already says when to skip it.
-fn skips_serializing(attrs: &[Attribute]) -> bool {
+pub(crate) fn skips_serializing(attrs: &[Attribute]) -> bool {
     attrs
         .iter()
         .filter(|a| a.path().is_ident("serde"))
         .any(|a| {
             let text = quote!(#a).to_string();
-            text.contains("skip_serializing") || text.contains("skip")
+            text.contains("skip")
         })
 }
 

@@ -48,7 +48,7 @@ pub use store::{
     Tail,
 };
 
-pub use receipt_macros::{action, agent, goal, receipts, view};
+pub use receipt_macros::{action, agent, body, goal, receipts, view};
 
 #[doc(hidden)]
 #[path = "macros_support.rs"]

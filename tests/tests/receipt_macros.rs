@@ -10,7 +10,6 @@ use receipt::agent::{
     RunOutcome, SideEffects,
 };
 use receipt::{Command, Hints, MemoryStore, Receipt, Runtime};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,13 +25,15 @@ enum Billing {
     Settled { id: String, cents: u64 },
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[receipt::body]
+#[derive(Debug, Clone, PartialEq)]
 struct Requested {
     customer: String,
     cents: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[receipt::body]
+#[derive(Debug, Clone, PartialEq)]
 struct Settled {
     id: String,
     cents: u64,

@@ -3,9 +3,11 @@
 use receipt::agent::ReceiptSet;
 use serde_json::json;
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[receipt::body]
+#[derive(Debug, Clone, PartialEq)]
 struct Refund {
     reason: String,
+    note: Option<String>,
 }
 
 #[receipt::receipts]
@@ -47,6 +49,7 @@ fn main() {
     );
     let refunded = Billing::Refunded(Refund {
         reason: "dup".into(),
+        note: None,
     });
     assert_eq!(refunded.type_name(), "charge.refunded");
     assert_eq!(

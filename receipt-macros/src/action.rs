@@ -296,11 +296,12 @@ impl ActionDef {
                 chain.extend(quote_spanned!(expr.span()=> .#method(#expr)));
             }
         }
+        // Spanned at the method, so a wrong signature or a future that is not `Send` is reported
+        // at the action it belongs to.
         let m = &self.method;
-        let call = quote_spanned!(m.span()=> Self::#m(&agent, ctx).await);
-        chain.extend(quote! {
+        chain.extend(quote_spanned! {m.span()=>
             .run(|agent: ::receipt::__private::Arc<Self>, ctx: ::receipt::__private::ActionContext<Self>| async move {
-                #call
+                Self::#m(&agent, ctx).await
             })
         });
         chain

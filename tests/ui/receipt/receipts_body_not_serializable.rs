@@ -1,4 +1,5 @@
 // Receipt bodies must be serializable: the error points at the field's type.
+#[derive(Clone)]
 struct Card;
 
 #[receipt::receipts]

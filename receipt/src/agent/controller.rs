@@ -65,6 +65,8 @@ use tokio::task::JoinSet;
 
 /// The default claim lease (P-16: the job system's 300 000 ms).
 pub const DEFAULT_LEASE: Duration = Duration::from_millis(300_000);
+/// How often an append that does not depend on the head is retried after losing a CAS race.
+const MAX_APPEND_RETRIES: u32 = 1000;
 /// How often a controller waiting on another owner's live claim re-reads the run.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -578,12 +580,22 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
     }
 
     /// Appends one command and folds what it appended when it directly extends the cache.
-    async fn execute(&mut self, command: Command) -> Result<Executed> {
-        let ex = self
-            .c
-            .runtime
-            .execute(self.stream, command.context(self.context.clone()))
-            .await?;
+    ///
+    /// A command without an expected prev is retried when the store's CAS refuses it: another
+    /// process appended between the runtime's read of the tail and its append, and the command
+    /// does not depend on the head (its event id keeps the retry idempotent).
+    async fn execute(&mut self, command: Command, cas: bool) -> Result<Executed> {
+        let command = command.context(self.context.clone());
+        let mut tries = 0u32;
+        let ex = loop {
+            match self.c.runtime.execute(self.stream, command.clone()).await {
+                Err(Error::ExpectedPrev { .. }) if !cas && tries < MAX_APPEND_RETRIES => {
+                    tries += 1;
+                    tokio::task::yield_now().await;
+                }
+                other => break other?,
+            }
+        };
         if !ex.duplicate
             && self.st.loaded
             && !self.st.branch
@@ -601,10 +613,11 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
         expect: Option<Option<String>>,
     ) -> Result<Executed> {
         let mut command = Command::new(vec![body]).event_id(event_id);
+        let cas = expect.is_some();
         if let Some(prev) = expect {
             command = command.expect_prev(prev);
         }
-        self.execute(command).await
+        self.execute(command, cas).await
     }
 
     fn plan(&self) -> Plan {
@@ -893,8 +906,9 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
                             invocation_id: inv_id.clone(),
                             selection_id: sel.selection_id.clone(),
                         };
+                        let responded = respond(&ctx);
                         let human = control::body(
-                            if respond(&ctx) {
+                            if responded {
                                 HUMAN_RESPONDED
                             } else {
                                 HUMAN_REQUESTED
@@ -905,7 +919,7 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
                                 action_id: action.id().to_owned(),
                             },
                         )?;
-                        if respond(&ctx) {
+                        if responded {
                             self.append(human, event_id::human_responded(inv_id), None)
                                 .await?;
                             continue;
@@ -1280,8 +1294,11 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
             }
         }
         if !outputs.is_empty() {
-            self.execute(Command::new(outputs).event_id(event_id::output(&inv_id)))
-                .await?;
+            self.execute(
+                Command::new(outputs).event_id(event_id::output(&inv_id)),
+                false,
+            )
+            .await?;
         }
         let body = control::body(
             ACTION_COMPLETED,
@@ -1466,8 +1483,11 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
                 }
             }
             if !outputs.is_empty() {
-                self.execute(Command::new(outputs).event_id(event_id::merge(mid, "output")))
-                    .await?;
+                self.execute(
+                    Command::new(outputs).event_id(event_id::merge(mid, "output")),
+                    false,
+                )
+                .await?;
             }
         }
         let body = control::body(

@@ -5,6 +5,8 @@
 //! loopback, so they run with no network and no API key. The code path that talks to it is the
 //! one that talks to a real provider: only the base URL differs.
 
+pub mod receipt_agents;
+
 pub mod fake_llm {
     //! A loopback stand-in for an OpenAI-compatible provider (`POST /v1/chat/completions`).
     //!

@@ -64,7 +64,7 @@ fn generate(func: &ItemFn, sig: &Checked, id: &str) -> TokenStream {
 
     let input_schema = match params.as_slice() {
         [] => None,
-        [one] => Some(schema(&one.ty)),
+        [one] if binds_whole(&one.ty) => Some(schema(&one.ty)),
         several => {
             let schemas = several.iter().map(|p| schema(&p.ty));
             let required = several.iter().map(|p| p.required());
@@ -85,7 +85,7 @@ fn generate(func: &ItemFn, sig: &Checked, id: &str) -> TokenStream {
 
     let bind = match params.as_slice() {
         [] => quote!(let _ = input;),
-        [one] => {
+        [one] if binds_whole(&one.ty) => {
             let ty = &one.ty;
             let l = &locals[0];
             quote!(let #l = (&::rebuno::__private::Probe::<#ty>::new()).rebuno_whole(input)?;)
@@ -156,5 +156,27 @@ fn generate(func: &ItemFn, sig: &Checked, id: &str) -> TokenStream {
                 })
             }
         }
+    }
+}
+
+/// Whether a handler's single parameter receives the whole input: a struct (or any type that is
+/// not one of the std scalars and collections) or `serde_json::Value` does; a `String`, number,
+/// `bool`, `Option`, `Vec`, map, tuple or array binds the input field of its name, as several
+/// parameters do.
+fn binds_whole(ty: &syn::Type) -> bool {
+    const BY_NAME: &[&str] = &[
+        "String", "str", "bool", "char", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16",
+        "u32", "u64", "u128", "usize", "f32", "f64", "Option", "Vec", "VecDeque", "HashMap",
+        "BTreeMap", "HashSet", "BTreeSet", "Cow",
+    ];
+    match ty {
+        syn::Type::Path(p) => p
+            .path
+            .segments
+            .last()
+            .is_none_or(|last| !BY_NAME.contains(&last.ident.to_string().as_str())),
+        syn::Type::Paren(p) => binds_whole(&p.elem),
+        syn::Type::Group(g) => binds_whole(&g.elem),
+        _ => false,
     }
 }

@@ -186,7 +186,7 @@ async fn charger(cents: u64) -> Result<Value, Error> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_error_is_a_tool_error_with_its_message_and_step_id() {
     let rt = serve(charger).await;
-    let done = run(&rt, "charger", json!(500)).await;
+    let done = run(&rt, "charger", json!({"cents": 500})).await;
     assert_eq!(done.status, ExecutionStatus::Completed, "{done:?}");
     let out = done.output.clone().expect("an output");
     assert_eq!(out["small"], json!({"ok": "charged 5"}));
@@ -435,6 +435,38 @@ async fn several_parameters_receive_the_input_fields_by_name() {
     // `run` is the handler body, callable directly.
     let direct = adder::run(1, 2).await;
     assert_eq!(direct, Err(Error::NoExecution));
+}
+
+/// Answers a question.
+#[rebuno::agent(id = "asker")]
+async fn asker(question: String) -> rebuno::Result<String> {
+    Ok(format!("you asked: {question}"))
+}
+
+/// Echoes its raw input.
+#[rebuno::agent(id = "raw")]
+async fn raw(input: serde_json::Value) -> rebuno::Result<serde_json::Value> {
+    Ok(input)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_scalar_parameter_binds_its_field_and_a_value_takes_everything() {
+    assert_eq!(asker.input_schema()["required"], json!(["question"]));
+    let rt = serve(asker).await;
+    let done = run(&rt, "asker", json!({"question": "why?"})).await;
+    assert_eq!(done.output, Some(json!("you asked: why?")), "{done:?}");
+    let missing = run(&rt, "asker", json!({"q": "why?"})).await;
+    assert_eq!(missing.status, ExecutionStatus::Failed);
+    assert!(
+        missing.failure_reason.contains("missing field `question`"),
+        "{}",
+        missing.failure_reason
+    );
+    rt.shutdown().await;
+    let rt = serve(raw).await;
+    let done = run(&rt, "raw", json!({"a": [1, 2]})).await;
+    assert_eq!(done.output, Some(json!({"a": [1, 2]})), "{done:?}");
+    rt.shutdown().await;
 }
 
 static GREETER_RUNS: AtomicUsize = AtomicUsize::new(0);

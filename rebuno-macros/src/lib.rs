@@ -65,9 +65,11 @@ pub fn step(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// The function becomes a unit type of the same name implementing `AgentHandler` (pass it by
 /// value to `register`); its body stays callable as `billing::run(...)`. The execution input is
-/// bound to the parameters: with none it is ignored, a single parameter receives the whole input,
-/// several parameters receive the input object's fields of the same names (every missing or
-/// ill-typed field is reported at once, as an `input_invalid` failure, and the body does not run).
+/// bound to the parameters: with none it is ignored; a single parameter whose type is a struct
+/// (any type other than the std scalars and collections) or `serde_json::Value` receives the
+/// whole input; otherwise each parameter receives the input object's field of the same name
+/// (every missing or ill-typed field is reported at once, as an `input_invalid` failure, and the
+/// body does not run).
 #[proc_macro_attribute]
 pub fn agent(attr: TokenStream, item: TokenStream) -> TokenStream {
     agent::expand(attr.into(), item.into()).into()

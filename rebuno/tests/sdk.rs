@@ -279,19 +279,26 @@ fn refund_handler(lookup: rebuno::DynTool, refund: rebuno::DynTool) -> impl Agen
     })
 }
 
+/// A refund run blocked on its approval: the harness, the execution and the two tools' run
+/// counters (lookup, refund).
+async fn blocked_on_refund(mode: Mode) -> (Harness, String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let (l, r) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let h = harness(
+        mode,
+        refund_handler(counting_tool("lookup", &l), counting_tool("refund", &r)),
+        true,
+    )
+    .await;
+    h.set_policy(APPROVAL_POLICY).await;
+    let id = h.create(json!({})).await;
+    h.wait_status(&id, ExecutionStatus::Blocked).await;
+    (h, id, l, r)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_blocks_the_run_and_a_grant_resumes_it() {
     for mode in MODES {
-        let (l, r) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let h = harness(
-            mode,
-            refund_handler(counting_tool("lookup", &l), counting_tool("refund", &r)),
-            true,
-        )
-        .await;
-        h.set_policy(APPROVAL_POLICY).await;
-        let id = h.create(json!({})).await;
-        h.wait_status(&id, ExecutionStatus::Blocked).await;
+        let (h, id, l, r) = blocked_on_refund(mode).await;
         assert_eq!(
             r.load(Ordering::SeqCst),
             0,
@@ -327,16 +334,7 @@ async fn an_approval_blocks_the_run_and_a_grant_resumes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_approval_reaches_the_handler_as_a_policy_error() {
     for mode in MODES {
-        let (l, r) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let h = harness(
-            mode,
-            refund_handler(counting_tool("lookup", &l), counting_tool("refund", &r)),
-            true,
-        )
-        .await;
-        h.set_policy(APPROVAL_POLICY).await;
-        let id = h.create(json!({})).await;
-        h.wait_status(&id, ExecutionStatus::Blocked).await;
+        let (h, id, _, r) = blocked_on_refund(mode).await;
         let approval = h.kernel.pending_approvals().await.unwrap().remove(0);
         h.kernel
             .deny(&approval.id, "alice", "too large")

@@ -31,6 +31,18 @@ pub struct Submission {
     pub occurrence: Option<u64>,
 }
 
+impl From<Submission> for SubmitStepRequest {
+    fn from(s: Submission) -> Self {
+        SubmitStepRequest {
+            kind: s.kind,
+            target: s.target,
+            args: Some(s.args),
+            idempotency: s.idempotency,
+            occurrence: s.occurrence,
+        }
+    }
+}
+
 /// The agent side of the protocol: every call an agent makes to its kernel.
 #[async_trait]
 pub trait Transport: Send + Sync + 'static {
@@ -114,14 +126,10 @@ impl Transport for EmbeddedTransport {
         lease: &Lease,
         s: Submission,
     ) -> Result<StepDecision> {
-        let req = SubmitStepRequest {
-            kind: s.kind,
-            target: s.target,
-            args: Some(s.args),
-            idempotency: s.idempotency,
-            occurrence: s.occurrence,
-        };
-        Ok(self.kernel.submit_step(execution_id, lease, req).await?)
+        Ok(self
+            .kernel
+            .submit_step(execution_id, lease, s.into())
+            .await?)
     }
 
     async fn complete_step(
@@ -340,13 +348,7 @@ impl Transport for HttpTransport {
         lease: &Lease,
         s: Submission,
     ) -> Result<StepDecision> {
-        let req = SubmitStepRequest {
-            kind: s.kind,
-            target: s.target,
-            args: Some(s.args),
-            idempotency: s.idempotency,
-            occurrence: s.occurrence,
-        };
+        let req = SubmitStepRequest::from(s);
         self.post_json(
             &["v0", "executions", execution_id, "steps"],
             Some(lease),

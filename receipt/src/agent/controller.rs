@@ -34,7 +34,7 @@
 //! `action '<id>' output for invocation '<invocationId>' does not match its manifest`.
 
 use super::action::{
-    ActionContext, CommitContext, DurableActionContext, OutputBuffer, ResponseContext,
+    ActionContext, BoxFuture, CommitContext, DurableActionContext, OutputBuffer, ResponseContext,
 };
 use super::control::{
     self, ACTION_COMPLETED, ACTION_FAILED, ACTION_OUTPUT_MANIFEST, ACTION_SELECTED, ACTION_STARTED,
@@ -449,6 +449,34 @@ impl<A: AgentTypes> Controller<A> {
     }
 }
 
+/// The text of a panic payload (empty when it is not text).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+/// Polls a future, turning a panic inside it into an `Err` with the payload (what a task's
+/// `JoinError` would carry), for work run without a task of its own.
+struct CatchUnwind<T>(BoxFuture<T>);
+
+impl<T> std::future::Future for CatchUnwind<T> {
+    type Output = std::thread::Result<T>;
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = self.get_mut().0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || inner.poll(cx))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Err(payload) => std::task::Poll::Ready(Err(payload)),
+        }
+    }
+}
+
 /// Errors that end a run with `run.failed`; storage trouble and corrupt chains do not.
 fn fails_run(e: &Error) -> bool {
     !matches!(
@@ -505,6 +533,11 @@ struct Pass<'c, A: AgentTypes> {
     st: RunCache<A>,
     /// Claims this pass made (only these may run here).
     mine: HashSet<String>,
+    /// The cache is as current as a read of the store would make it: the last store operation
+    /// was a refresh, or an own append that was folded straight from its answer, and nothing
+    /// else (a run, a sleep) has happened since. A read now would be stale the moment it
+    /// returned all the same; every decision that depends on the head is fenced by a CAS.
+    synced: bool,
     context: ReceiptContext,
 }
 
@@ -516,6 +549,7 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
             stream,
             st: c.take_cache(stream),
             mine: HashSet::new(),
+            synced: false,
             context: ReceiptContext {
                 run_id: Some(run_id.to_owned()),
                 actor: c.opts.actor.clone(),
@@ -538,6 +572,13 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
 
     /// Brings the cache up to the store, verifying what it reads.
     async fn refresh(&mut self) -> Result<()> {
+        self.synced = false;
+        self.refresh_inner().await?;
+        self.synced = true;
+        Ok(())
+    }
+
+    async fn refresh_inner(&mut self) -> Result<()> {
         let store = self.c.runtime.store();
         let refuse = |f: crate::receipt::VerifyFailure| Error::InvalidChain {
             stream: self.stream.to_owned(),
@@ -586,6 +627,7 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
     /// does not depend on the head (its event id keeps the retry idempotent).
     async fn execute(&mut self, command: Command, cas: bool) -> Result<Executed> {
         let command = command.context(self.context.clone());
+        self.synced = false; // unless the answer can be folded below
         let mut tries = 0u32;
         let ex = loop {
             match self.c.runtime.execute(self.stream, command.clone()).await {
@@ -596,11 +638,9 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
                 other => break other?,
             }
         };
-        if !ex.duplicate
-            && self.st.loaded
-            && !self.st.branch
-            && ex.receipts.first().and_then(Receipt::prev) == self.st.head.as_deref()
-        {
+        let follows = ex.receipts.first().and_then(Receipt::prev) == self.st.head.as_deref();
+        self.synced = !ex.duplicate && self.st.loaded && !self.st.branch && follows;
+        if self.synced {
             self.st.apply(&ex.receipts);
         }
         Ok(ex)
@@ -685,7 +725,9 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
                 .await?;
         }
         loop {
-            self.refresh().await?;
+            if !self.synced {
+                self.refresh().await?;
+            }
             if let Some(t) = &self.st.control.terminal {
                 return Ok(terminal_outcome(t));
             }
@@ -722,6 +764,7 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
                             .poll_interval
                             .min(Duration::from_millis(left + 1));
                         tokio::time::sleep(nap).await;
+                        self.synced = false;
                     }
                 },
             }
@@ -974,6 +1017,7 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
         }
 
         let results = self.run_claimed(&claimed).await;
+        self.synced = false;
         let mut first_error: Option<Error> = None;
         let mut committed = false;
         for (claim, result) in claimed.iter().zip(results) {
@@ -1039,88 +1083,103 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
         }
     }
 
-    /// Runs every claimed invocation concurrently (local ones in their own task under the
-    /// execution timeout, remote ones through the dispatcher under the call timeout); results
-    /// come back in claim order. Dropping the pass aborts them all.
+    /// The work of one claimed invocation: a local run under the execution timeout, or a
+    /// remote call under the call timeout; either way the output bodies.
+    fn invocation(&self, claim: &Claimed<A>) -> BoxFuture<Result<Vec<Value>>> {
+        let action_id = claim.action.id().to_owned();
+        match claim.action.mode() {
+            ExecutionMode::Local => {
+                let Some(run) = claim.action.run.clone() else {
+                    return Box::pin(async move { Err(AgentError::MissingRun(action_id).into()) });
+                };
+                let lease = self.c.opts.lease;
+                let timeout = self.c.opts.execution_timeout.unwrap_or_else(|| {
+                    lease
+                        .saturating_sub(Duration::from_secs(1))
+                        .max(Duration::from_secs(5))
+                });
+                let out = OutputBuffer::new(&action_id, self.spec().receipt_types());
+                let ctx = ActionContext::new(
+                    Arc::clone(&claim.view),
+                    Arc::clone(&claim.durable),
+                    out.clone(),
+                );
+                let fut = run(Arc::clone(self.spec().agent()), ctx);
+                Box::pin(async move {
+                    let result = tokio::time::timeout(timeout, fut).await;
+                    let outputs = out.close();
+                    match result {
+                        Ok(Ok(())) => Ok(outputs),
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(AgentError::ExecutionTimeout {
+                            action: action_id,
+                            ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                        }
+                        .into()),
+                    }
+                })
+            }
+            ExecutionMode::Remote => {
+                let Some(dispatcher) = self.c.opts.dispatcher.clone() else {
+                    return Box::pin(
+                        async move { Err(AgentError::NoDispatcher(action_id).into()) },
+                    );
+                };
+                let group = claim
+                    .action
+                    .group()
+                    .map_or_else(|| self.c.opts.default_group.clone(), str::to_owned);
+                let timeout = self.c.opts.remote_timeout;
+                let call = RemoteCall::new(
+                    payload(
+                        self.spec(),
+                        self.stream,
+                        &claim.durable,
+                        claim.action.kind(),
+                        claim.action.mode(),
+                        claim.index,
+                    ),
+                    group,
+                    u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                );
+                let declared = self.spec().receipt_types();
+                Box::pin(async move {
+                    let result = tokio::time::timeout(timeout, dispatcher.dispatch(call))
+                        .await
+                        .map_err(|_| Error::from(AgentError::RemoteTimeout))??;
+                    for body in &result.outputs {
+                        super::action::validate_output(&action_id, declared, body)?;
+                    }
+                    Ok(result.outputs)
+                })
+            }
+        }
+    }
+
+    /// Runs every claimed invocation: one alone right here, several concurrently in their own
+    /// tasks; results come back in claim order, a panic as [`AgentError::Panicked`]. Dropping
+    /// the pass drops (aborts) them all.
     async fn run_claimed(&self, claimed: &[Claimed<A>]) -> Vec<Result<Vec<Value>>> {
+        let panicked = |claim: &Claimed<A>, message: String| -> Error {
+            AgentError::Panicked {
+                action: claim.action.id().to_owned(),
+                message,
+            }
+            .into()
+        };
+        if let [claim] = claimed {
+            // No task hop for the common single invocation.
+            let result = CatchUnwind(self.invocation(claim))
+                .await
+                .unwrap_or_else(|p| Err(panicked(claim, panic_message(p.as_ref()))));
+            return vec![result];
+        }
         let mut set = JoinSet::new();
         let mut slots: HashMap<tokio::task::Id, usize> = HashMap::new();
-        let mut results: Vec<Option<Result<Vec<Value>>>> = claimed.iter().map(|_| None).collect();
-        let lease = self.c.opts.lease;
-        let exec_timeout = self.c.opts.execution_timeout.unwrap_or_else(|| {
-            lease
-                .saturating_sub(Duration::from_secs(1))
-                .max(Duration::from_secs(5))
-        });
         for (slot, claim) in claimed.iter().enumerate() {
-            let action_id = claim.action.id().to_owned();
-            let handle = match claim.action.mode() {
-                ExecutionMode::Local => {
-                    let Some(run) = claim.action.run.clone() else {
-                        results[slot] = Some(Err(AgentError::MissingRun(action_id).into()));
-                        continue;
-                    };
-                    let out = OutputBuffer::new(&action_id, self.spec().receipt_types());
-                    let ctx = ActionContext::new(
-                        Arc::clone(&claim.view),
-                        Arc::clone(&claim.durable),
-                        out.clone(),
-                    );
-                    let fut = run(Arc::clone(self.spec().agent()), ctx);
-                    set.spawn(async move {
-                        match tokio::time::timeout(exec_timeout, fut).await {
-                            Ok(Ok(())) => Ok(out.close()),
-                            Ok(Err(e)) => {
-                                out.close();
-                                Err(e)
-                            }
-                            Err(_) => {
-                                out.close();
-                                Err(AgentError::ExecutionTimeout {
-                                    action: action_id,
-                                    ms: u64::try_from(exec_timeout.as_millis()).unwrap_or(u64::MAX),
-                                }
-                                .into())
-                            }
-                        }
-                    })
-                }
-                ExecutionMode::Remote => {
-                    let Some(dispatcher) = self.c.opts.dispatcher.clone() else {
-                        results[slot] = Some(Err(AgentError::NoDispatcher(action_id).into()));
-                        continue;
-                    };
-                    let group = claim
-                        .action
-                        .group()
-                        .map_or_else(|| self.c.opts.default_group.clone(), str::to_owned);
-                    let timeout = self.c.opts.remote_timeout;
-                    let call = RemoteCall::new(
-                        payload(
-                            self.spec(),
-                            self.stream,
-                            &claim.durable,
-                            claim.action.kind(),
-                            claim.action.mode(),
-                            claim.index,
-                        ),
-                        group,
-                        u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-                    );
-                    let declared = self.spec().receipt_types();
-                    set.spawn(async move {
-                        let result = tokio::time::timeout(timeout, dispatcher.dispatch(call))
-                            .await
-                            .map_err(|_| Error::from(AgentError::RemoteTimeout))??;
-                        for body in &result.outputs {
-                            super::action::validate_output(&action_id, declared, body)?;
-                        }
-                        Ok(result.outputs)
-                    })
-                }
-            };
-            slots.insert(handle.id(), slot);
+            slots.insert(set.spawn(self.invocation(claim)).id(), slot);
         }
+        let mut results: Vec<Option<Result<Vec<Value>>>> = claimed.iter().map(|_| None).collect();
         while let Some(joined) = set.join_next_with_id().await {
             match joined {
                 Ok((id, result)) => {
@@ -1129,39 +1188,21 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
                     }
                 }
                 Err(e) => {
-                    let Some(&slot) = slots.get(&e.id()) else {
-                        continue;
-                    };
-                    let message = if e.is_panic() {
-                        let payload = e.into_panic();
-                        payload
-                            .downcast_ref::<&str>()
-                            .map(|s| (*s).to_owned())
-                            .or_else(|| payload.downcast_ref::<String>().cloned())
-                            .unwrap_or_default()
-                    } else {
-                        "cancelled".to_owned()
-                    };
-                    results[slot] = Some(Err(AgentError::Panicked {
-                        action: claimed[slot].action.id().to_owned(),
-                        message,
+                    if let Some(&slot) = slots.get(&e.id()) {
+                        let message = if e.is_panic() {
+                            panic_message(e.into_panic().as_ref())
+                        } else {
+                            "cancelled".to_owned()
+                        };
+                        results[slot] = Some(Err(panicked(&claimed[slot], message)));
                     }
-                    .into()));
                 }
             }
         }
         results
             .into_iter()
             .zip(claimed)
-            .map(|(r, c)| {
-                r.unwrap_or_else(|| {
-                    Err(AgentError::Panicked {
-                        action: c.action.id().to_owned(),
-                        message: "no result".to_owned(),
-                    }
-                    .into())
-                })
-            })
+            .map(|(r, c)| r.unwrap_or_else(|| Err(panicked(c, "no result".to_owned()))))
             .collect()
     }
 

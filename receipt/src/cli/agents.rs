@@ -463,35 +463,6 @@ fn default_run_id() -> String {
     format!("run_{}_{suffix}", base36(now))
 }
 
-/// Runs the agent loop to its end on a runtime of its own, with the time and I/O drivers
-/// enabled, and waits for it. The command runtime the CLI drives its commands on enables
-/// neither, and the loop needs both: the controller bounds every local action with
-/// `tokio::time::timeout`, and actions do network I/O (an assistant calling a model). The
-/// command runtime has nothing else to do meanwhile, so blocking it is harmless.
-fn on_driven_runtime<F, Fut>(make: F) -> CliResult<RunOutcome>
-where
-    F: FnOnce() -> Fut + Send,
-    Fut: Future<Output = crate::Result<RunOutcome>>,
-{
-    std::thread::scope(|scope| {
-        let loop_thread = scope.spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| Failure::Message(format!("cannot start the async runtime: {e}")))?;
-            rt.block_on(make()).map_err(Failure::from)
-        });
-        loop_thread.join().unwrap_or_else(|payload| {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_owned());
-            fail(format!("internal error: {what}"))
-        })
-    })
-}
-
 pub(super) async fn run(db: &Path, a: RunArgs, registry: Arc<Registry>) -> CliResult {
     let Some(problem) = a.problem.filter(|p| !p.is_empty()) else {
         return fail("--problem is required");
@@ -535,8 +506,9 @@ pub(super) async fn run(db: &Path, a: RunArgs, registry: Arc<Registry>) -> CliRe
         max_iterations: a.max_iterations,
         ..ControllerOptions::default()
     };
-    let outcome =
-        on_driven_runtime(|| agent.run(Arc::clone(&runtime), options, &run_id, &run_stream))?;
+    let outcome = agent
+        .run(Arc::clone(&runtime), options, &run_id, &run_stream)
+        .await?;
     let (status, reason, error) = match &outcome {
         RunOutcome::Failed { error } => ("failed", None, Some(error.as_str())),
         other => (other.status(), other.reason(), None),

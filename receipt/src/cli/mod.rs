@@ -284,7 +284,9 @@ fn run(cli: Cli, registry: Arc<Registry>) -> CliResult {
         return agents::new(a);
     }
     let db = db_path(cli.db)?;
+    // Timers: the controller bounds every local action (and a remote call) with a timeout.
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .map_err(|e| Failure::Message(format!("cannot start the async runtime: {e}")))?;
     rt.block_on(async move {

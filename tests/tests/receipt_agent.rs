@@ -950,3 +950,51 @@ fn enums_parse_and_print_their_wire_names() {
     assert!(control::CONTROL_TYPES.contains(&"goal.completed"));
     assert_eq!(control::CONTROL_TYPES.len(), 19);
 }
+
+#[tokio::test]
+async fn a_forked_run_stream_resumes_on_its_branch() {
+    let runtime = memory_runtime();
+    seed(&runtime, STREAM, "ship it?").await;
+    let spec = Arc::new(
+        AgentSpec::builder("test-agent", "1.0.0", TestAgent)
+            .action(approve_action(Arc::default()))
+            .goal(|v| !v.results.is_empty())
+            .build()
+            .unwrap(),
+    );
+    let controller = Controller::new(Arc::clone(&runtime), Arc::clone(&spec));
+    assert_eq!(
+        controller.run(RUN_ID, STREAM).await.unwrap().status(),
+        "blocked"
+    );
+    let inv = str_of(
+        &one(&runtime, STREAM, "human.requested").await,
+        "invocationId",
+    )
+    .to_owned();
+    // Fork the blocked run and answer only on the branch (read materialized, re-hashed).
+    let branch = format!("{STREAM}/branches/answered");
+    let len = runtime.read(STREAM).await.unwrap().len() as u64;
+    runtime.fork(STREAM, len, &branch).await.unwrap();
+    append(
+        &runtime,
+        &branch,
+        json!({"type": "approval.received", "invocationId": inv, "approved": false}),
+    )
+    .await;
+    assert_eq!(
+        controller.run(RUN_ID, &branch).await.unwrap(),
+        RunOutcome::Completed
+    );
+    assert_eq!(
+        one(&runtime, &branch, "task.completed").await["result"],
+        "approved=false"
+    );
+    receipt::verify(&runtime.read(&branch).await.unwrap()).unwrap();
+    // The original run is untouched: still waiting.
+    assert!(bodies(&runtime, STREAM, "task.completed").await.is_empty());
+    assert_eq!(
+        controller.run(RUN_ID, STREAM).await.unwrap().status(),
+        "blocked"
+    );
+}

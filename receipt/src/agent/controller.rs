@@ -67,6 +67,8 @@ use tokio::task::JoinSet;
 pub const DEFAULT_LEASE: Duration = Duration::from_millis(300_000);
 /// How often an append that does not depend on the head is retried after losing a CAS race.
 const MAX_APPEND_RETRIES: u32 = 1000;
+/// How many conditional appends one pass may lose to other writers before it gives up.
+const MAX_CONFLICTS: u32 = 10_000;
 /// How often a controller waiting on another owner's live claim re-reads the run.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -538,6 +540,8 @@ struct Pass<'c, A: AgentTypes> {
     /// else (a run, a sleep) has happened since. A read now would be stale the moment it
     /// returned all the same; every decision that depends on the head is fenced by a CAS.
     synced: bool,
+    /// Appends this pass lost to another writer (a bound on retry loops).
+    conflicts: u32,
     context: ReceiptContext,
 }
 
@@ -550,6 +554,7 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
             st: c.take_cache(stream),
             mine: HashSet::new(),
             synced: false,
+            conflicts: 0,
             context: ReceiptContext {
                 run_id: Some(run_id.to_owned()),
                 actor: c.opts.actor.clone(),
@@ -560,6 +565,19 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
 
     fn spec(&self) -> &AgentSpec<A> {
         &self.c.spec
+    }
+
+    /// Counts an append lost to another writer; gives up (a storage error, so the run stays
+    /// resumable) when the same pass loses too many, rather than spin.
+    fn conflict(&mut self) -> Result<()> {
+        self.conflicts += 1;
+        if self.conflicts > MAX_CONFLICTS {
+            return Err(Error::Storage(format!(
+                "gave up on run stream '{}' after {MAX_CONFLICTS} appends lost to other writers",
+                self.stream
+            )));
+        }
+        Ok(())
     }
 
     fn now(&self) -> i64 {
@@ -620,7 +638,8 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
         Ok(())
     }
 
-    /// Appends one command and folds what it appended when it directly extends the cache.
+    /// Appends one command and folds what it appended (straight from the answer when it
+    /// directly extends the cache, by a refresh otherwise).
     ///
     /// A command without an expected prev is retried when the store's CAS refuses it: another
     /// process appended between the runtime's read of the tail and its append, and the command
@@ -639,9 +658,14 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
             }
         };
         let follows = ex.receipts.first().and_then(Receipt::prev) == self.st.head.as_deref();
-        self.synced = !ex.duplicate && self.st.loaded && !self.st.branch && follows;
-        if self.synced {
+        if !ex.duplicate && self.st.loaded && !self.st.branch && follows {
             self.st.apply(&ex.receipts);
+            self.synced = true;
+        } else {
+            // A duplicate (someone else's receipt), another writer in between, or a branch
+            // (whose receipts are re-hashed when read): read what the append left behind, so
+            // that the cache always reflects it.
+            self.refresh().await?;
         }
         Ok(ex)
     }
@@ -858,8 +882,9 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
                 .await
         };
         match result {
-            // Another writer moved the head: select again from the new one.
-            Ok(_) | Err(Error::ExpectedPrev { .. }) => Ok(None),
+            Ok(ex) if !ex.duplicate => Ok(None),
+            // Another writer recorded it, or moved the head: select again from the new one.
+            Ok(_) | Err(Error::ExpectedPrev { .. }) => self.conflict().map(|()| None),
             Err(e) => Err(e),
         }
     }
@@ -963,8 +988,12 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
                             },
                         )?;
                         if responded {
-                            self.append(human, event_id::human_responded(inv_id), None)
+                            let ex = self
+                                .append(human, event_id::human_responded(inv_id), None)
                                 .await?;
+                            if ex.duplicate {
+                                self.conflict()?;
+                            }
                             continue;
                         }
                         if !inv.human_requested {
@@ -1010,7 +1039,10 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
                         claimed.push(self.claimed(sel, index, inv_id, action, view, attempt));
                         break;
                     }
-                    Ok(_) | Err(Error::ExpectedPrev { .. }) => self.refresh().await?,
+                    Ok(_) | Err(Error::ExpectedPrev { .. }) => {
+                        self.conflict()?;
+                        self.refresh().await?;
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -1330,7 +1362,7 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
             {
                 Ok(ex) if !ex.duplicate => break,
                 // Someone else bound it, or moved the head: look again.
-                Ok(_) | Err(Error::ExpectedPrev { .. }) => {}
+                Ok(_) | Err(Error::ExpectedPrev { .. }) => self.conflict()?,
                 Err(e) => return Err(e),
             }
         }

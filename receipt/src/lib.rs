@@ -10,7 +10,7 @@
 //! - [`runtime`]: per-stream command execution (dedup, expected prev) and incremental folds;
 //! - [`fold`]: reducers and the `on(type)` / `chain()` view helpers;
 //! - [`sim`]: the injected clock and entropy that make runs reproducible;
-//! - [`agent`]: receipt-native agents (specs, selection, the controller, remote actions).
+//! - [`agent`](mod@agent): receipt-native agents (specs, selection, the controller, remote actions).
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {

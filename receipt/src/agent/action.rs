@@ -138,7 +138,7 @@ impl<A: AgentTypes> ActionContext<A> {
     }
 
     /// The view at the selected head (for a human action: at the response, see the module
-    /// docs of [`crate::agent`]).
+    /// docs of [`crate::agent`](mod@crate::agent)).
     pub fn view(&self) -> &A::View {
         &self.view
     }

@@ -53,21 +53,32 @@
 //! ```
 //!
 //! **Where this follows the spec's proposals and where it does not.** Control receipt bodies,
-//! event ids and defaults follow P-14..P-26 and P-32/P-33. Deviations:
+//! event ids and defaults follow P-14..P-26 and P-32/P-33. Deviations and additions:
 //!
 //! - Leases are not renewed (P-15 prefers a side table, which the store does not have, or an
-//!   `action.heartbeat` type, which is not in the canonical set). A claim lives for its lease;
-//!   a local run is cut off at the execution timeout instead (lease − 1 s, at least 5 s), and
-//!   an owner whose lease lapsed may still commit as long as nobody has claimed a later attempt
-//!   (the manifest's expected-prev CAS fences a takeover that races it).
+//!   `action.heartbeat` type, which is not in the canonical set). A claim lives for its lease
+//!   (default 300 s); a local run is cut off at the execution timeout instead (lease − 1 s, at
+//!   least 5 s), and an owner whose lease lapsed may still commit as long as nobody has claimed
+//!   a later attempt (the manifest's expected-prev CAS fences a takeover that races it).
+//! - A live claim of another owner is waited out by default (polling until the invocation
+//!   settles or the lease expires); [`LiveClaims::Return`] makes the pass return
+//!   [`RunOutcome::Busy`] instead, a status the spec does not have.
 //! - A `human` action's `run` sees the view at which its `response_when` became true, not the
 //!   view at the selected head (P-20), or it could not read the response it waited for;
 //!   `commit_when` still gets both views.
 //! - Storage errors and corrupt chains are returned without `run.failed` (the run is resumable);
-//!   every error of the agent's own making appends `run.failed` and is then returned (P-21).
+//!   every error of the agent's own making appends `run.failed` and is then returned (P-21), and
+//!   a later pass reports [`RunOutcome::Failed`].
 //! - `run.blocked` carries the event id `<runId>:run.blocked:<head>` so that two controllers
-//!   blocking at the same head write it once.
-//! - A remote payload also carries `attempt`.
+//!   blocking at the same head write it once; the other control receipts use P-22's ids, plus
+//!   `<invocationId>:failed`, `<invocationId>:superseded`, `<runId>:run.completed`,
+//!   `<runId>:run.failed` and `<mergeId>:<step>`.
+//! - A remote payload also carries `attempt`; the worker's check of the function name and
+//!   version (a call for another version is refused) comes before the spec lookup.
+//! - A merge whose `merge.started` was left without an end by a crash is not resumed at a later
+//!   head (its id names the head it started at).
+//! - A run stream that is a branch is read, verified and folded in full on every pass (branches
+//!   are always materialized); plain streams are folded incrementally.
 
 mod action;
 pub mod control;

@@ -1,64 +1,17 @@
 //! End-to-end tests of the `receipt` binary: each test runs the built executable against its
 //! own temporary SQLite database and checks stdout, stderr and the exit status.
 
+mod cargo_build;
+
 use receipt::receipt::base36;
 use receipt::{AppendRequest, Hints, Receipt, ReceiptStore, SqliteStore};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 
-/// Builds the binary once (the `receipt` package's bin is not a dependency of this package)
-/// and returns its path, as cargo reports it.
-fn binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let out = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "receipt",
-                "--bin",
-                "receipt",
-                "--message-format=json",
-            ])
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build of the receipt binary failed"
-        );
-        let reported = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .find(|m| {
-                m["reason"] == "compiler-artifact"
-                    && m["target"]["name"] == "receipt"
-                    && m["target"]["kind"]
-                        .as_array()
-                        .is_some_and(|k| k.contains(&json!("bin")))
-            })
-            .and_then(|m| m["executable"].as_str().map(PathBuf::from));
-        let path = reported.unwrap_or_else(|| {
-            let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-                || workspace_root().join("target"),
-                |t| workspace_root().join(t),
-            );
-            target
-                .join("debug")
-                .join(format!("receipt{}", std::env::consts::EXE_SUFFIX))
-        });
-        assert!(path.is_file(), "no receipt binary at {}", path.display());
-        path
-    })
-}
-
-fn workspace_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests package sits in the workspace")
+/// The stock `receipt` binary (built once).
+fn binary() -> PathBuf {
+    cargo_build::receipt_bin()
 }
 
 /// One test's scratch directory and database.

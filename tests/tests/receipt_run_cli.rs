@@ -2,44 +2,15 @@
 //! CLI with the four example agents registered): seeding, defaults, the JSON report, exit 2
 //! when a run does not complete, a human action answered with `receipt append`, and errors.
 
-use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+mod cargo_build;
 
-/// Builds the `receipt-agents` example once and returns its path, as cargo reports it.
-fn binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let out = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "examples",
-                "--example",
-                "receipt-agents",
-                "--message-format=json",
-            ])
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run cargo build");
-        assert!(out.status.success(), "cargo build of receipt-agents failed");
-        let path = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .find(|m| {
-                m["reason"] == "compiler-artifact"
-                    && m["target"]["name"] == "receipt-agents"
-                    && m["target"]["kind"]
-                        .as_array()
-                        .is_some_and(|k| k.contains(&json!("example")))
-            })
-            .and_then(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reports the receipt-agents executable");
-        assert!(path.is_file(), "no binary at {}", path.display());
-        path
-    })
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+/// The `receipt-agents` example (built once).
+fn binary() -> PathBuf {
+    cargo_build::build("examples", "example", "receipt-agents")
 }
 
 /// One test's scratch directory and database.

@@ -7,10 +7,10 @@
 //! and runs each one. `basic`, `assistant-tool` and `merge` complete; `human-loop` blocks on
 //! its human action, then completes once `approval.received` is appended.
 
-use serde_json::{Value, json};
+mod cargo_build;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 
 /// The `fn main()` appended to a template: register, run, check the outcome.
 fn main_for(template: &str) -> String {
@@ -124,39 +124,9 @@ fn an_unknown_template_is_basic() {
     );
 }
 
-/// Builds the stock `receipt` binary once and returns its path, as cargo reports it.
-fn binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let out = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "receipt",
-                "--bin",
-                "receipt",
-                "--message-format=json",
-            ])
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run cargo build");
-        assert!(out.status.success(), "cargo build of receipt failed");
-        let path = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .find(|m| {
-                m["reason"] == "compiler-artifact"
-                    && m["target"]["name"] == "receipt"
-                    && m["target"]["kind"]
-                        .as_array()
-                        .is_some_and(|k| k.contains(&json!("bin")))
-            })
-            .and_then(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reports the receipt executable");
-        assert!(path.is_file(), "no receipt binary at {}", path.display());
-        path
-    })
+/// The stock `receipt` binary (built once).
+fn binary() -> PathBuf {
+    cargo_build::receipt_bin()
 }
 
 /// Runs `receipt <args>` in `cwd` with a scrubbed environment.

@@ -45,6 +45,41 @@ pub struct DurableActionContext {
     pub attempt: u32,
 }
 
+impl DurableActionContext {
+    /// The invocation id (use it as the idempotency key of any external effect).
+    pub fn invocation_id(&self) -> &str {
+        &self.invocation_id
+    }
+    /// The selection id.
+    pub fn selection_id(&self) -> &str {
+        &self.selection_id
+    }
+    /// The head the selection was made at (`None`: an empty chain).
+    pub fn selected_head(&self) -> Option<&str> {
+        self.selected_head.as_deref()
+    }
+    /// The claim id.
+    pub fn claim_id(&self) -> &str {
+        &self.claim_id
+    }
+    /// The claim owner.
+    pub fn claim_owner_id(&self) -> &str {
+        &self.claim_owner_id
+    }
+    /// The attempt, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+    /// The run id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+    /// The action id.
+    pub fn action_id(&self) -> &str {
+        &self.action_id
+    }
+}
+
 /// Validates an output body: a JSON object whose string `type` is declared and is not a
 /// control type.
 pub(crate) fn validate_output(action: &str, declared: &[&str], body: &Value) -> Result<()> {
@@ -149,41 +184,17 @@ impl<A: AgentTypes> ActionContext<A> {
         self.out.push(body)
     }
 
-    /// Every durable id at once.
+    /// Every durable id at once (also reachable directly: the context derefs to it, so
+    /// `ctx.invocation_id()`, `ctx.claim_id()`, … work on the context).
     pub fn durable(&self) -> &DurableActionContext {
         &self.durable
     }
-    /// The invocation id (use it as the idempotency key of any external effect).
-    pub fn invocation_id(&self) -> &str {
-        &self.durable.invocation_id
-    }
-    /// The selection id.
-    pub fn selection_id(&self) -> &str {
-        &self.durable.selection_id
-    }
-    /// The head the selection was made at (`None`: an empty chain).
-    pub fn selected_head(&self) -> Option<&str> {
-        self.durable.selected_head.as_deref()
-    }
-    /// The claim id.
-    pub fn claim_id(&self) -> &str {
-        &self.durable.claim_id
-    }
-    /// The claim owner.
-    pub fn claim_owner_id(&self) -> &str {
-        &self.durable.claim_owner_id
-    }
-    /// The attempt, from 1.
-    pub fn attempt(&self) -> u32 {
-        self.durable.attempt
-    }
-    /// The run id.
-    pub fn run_id(&self) -> &str {
-        &self.durable.run_id
-    }
-    /// The action id.
-    pub fn action_id(&self) -> &str {
-        &self.durable.action_id
+}
+
+impl<A: AgentTypes> std::ops::Deref for ActionContext<A> {
+    type Target = DurableActionContext;
+    fn deref(&self) -> &DurableActionContext {
+        &self.durable
     }
 }
 
@@ -203,33 +214,16 @@ impl<A: AgentTypes> CommitContext<A> {
     pub fn selected_view(&self) -> &A::View {
         &self.selected_view
     }
-    /// Every durable id at once.
+    /// Every durable id at once (the context also derefs to it).
     pub fn durable(&self) -> &DurableActionContext {
         &self.durable
     }
-    /// The invocation id.
-    pub fn invocation_id(&self) -> &str {
-        &self.durable.invocation_id
-    }
-    /// The selection id.
-    pub fn selection_id(&self) -> &str {
-        &self.durable.selection_id
-    }
-    /// The selected head.
-    pub fn selected_head(&self) -> Option<&str> {
-        self.durable.selected_head.as_deref()
-    }
-    /// The claim id.
-    pub fn claim_id(&self) -> &str {
-        &self.durable.claim_id
-    }
-    /// The claim owner.
-    pub fn claim_owner_id(&self) -> &str {
-        &self.durable.claim_owner_id
-    }
-    /// The attempt.
-    pub fn attempt(&self) -> u32 {
-        self.durable.attempt
+}
+
+impl<A: AgentTypes> std::ops::Deref for CommitContext<A> {
+    type Target = DurableActionContext;
+    fn deref(&self) -> &DurableActionContext {
+        &self.durable
     }
 }
 

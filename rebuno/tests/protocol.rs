@@ -1084,3 +1084,27 @@ fn uuid_forms() {
     assert!(!is_step_id(&STEP.to_uppercase()));
     assert!(!is_step_id(EXEC));
 }
+
+#[test]
+fn token_usage_is_read_from_llm_results_of_every_shape() {
+    use rebuno::protocol::token_usage;
+    // A recorded OpenAI answer: the body is a JSON string.
+    let openai = json!({"status": 200, "headers": {}, "body":
+        json!({"usage": {"prompt_tokens": 12, "completion_tokens": 9}}).to_string()});
+    assert_eq!(token_usage(&openai), Some((12, 9)));
+    // A streamed answer: SSE data lines; the largest value of each direction wins.
+    let sse = concat!(
+        "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":30,\"output_tokens\":1}}}\n\n",
+        "data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":42}}\n\n",
+        "data: [DONE]\n\n"
+    );
+    assert_eq!(token_usage(&json!({"body": sse})), Some((30, 42)));
+    // Gemini and Ollama key names, in a result that is not a recorded response.
+    assert_eq!(
+        token_usage(&json!({"usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 7}})),
+        Some((5, 7))
+    );
+    assert_eq!(token_usage(&json!({"prompt_eval_count": 3})), Some((3, 0)));
+    assert_eq!(token_usage(&json!({"body": "not json"})), None);
+    assert_eq!(token_usage(&json!("text")), None);
+}

@@ -626,9 +626,16 @@ fn finish_step_tx(
     }
     let event = match outcome {
         Ok(result) => {
+            let mut event = step_event(&step);
+            if step.kind == StepKind::LlmCall
+                && let Some((input, output)) = crate::protocol::token_usage(&result)
+            {
+                event.usage_input = Some(input);
+                event.usage_output = Some(output);
+            }
             step.status = StepStatus::Succeeded;
             step.result = Some(result);
-            (EventType::StepSucceeded, payload(&step_event(&step)))
+            (EventType::StepSucceeded, payload(&event))
         }
         Err(error) => {
             step.status = StepStatus::Failed;

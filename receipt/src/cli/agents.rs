@@ -100,10 +100,22 @@ pub(super) fn new(a: &NewArgs) -> CliResult {
 /// The source of a new spec from `template` (unknown names give `basic`, as the reference).
 pub fn template(template: &str, agent_id: &str) -> String {
     let body = match template {
-        "assistant-tool" => ASSISTANT_TOOL,
-        "human-loop" => HUMAN_LOOP,
-        "merge" => MERGE,
-        _ => BASIC,
+        "assistant-tool" => SINGLE_ACTION
+            .replace(
+                "__ACTION_DOC__",
+                "    /// Drafts an answer. A model call is a `query`: it may run again after a lost\n    \
+                 /// lease, and its output is still appended at most once.",
+            )
+            .replace("__ACTION_ATTRS__", "kind = \"assistant\", side_effects = \"query\"")
+            .replace("__ACTION__", "draft")
+            .replace("__VERB__", "Draft"),
+        "human-loop" => HUMAN_LOOP.to_owned(),
+        "merge" => MERGE.to_owned(),
+        _ => SINGLE_ACTION
+            .replace("__ACTION_DOC__", "    /// Completes the task.")
+            .replace("__ACTION_ATTRS__", "kind = \"action\"")
+            .replace("__ACTION__", "complete")
+            .replace("__VERB__", "Done"),
     };
     let kind = match template {
         "assistant-tool" | "human-loop" | "merge" => template,
@@ -146,7 +158,9 @@ pub struct TaskCompleted {
 }
 ";
 
-const BASIC: &str = "
+/// `basic` and `assistant-tool`: one action completes the task (placeholders `__ACTION_DOC__`,
+/// `__ACTION_ATTRS__`, `__ACTION__`, `__VERB__`).
+const SINGLE_ACTION: &str = "
 /// The receipts this agent reads and writes.
 #[receipt::receipts]
 pub enum __NAME__Receipts {
@@ -169,67 +183,17 @@ pub struct __NAME__View {
     pub completed: bool,
 }
 
-/// The agent (its fields are the dependencies its actions use).
+/// The agent (its fields are the dependencies its actions use, a model client for example).
 pub struct __NAME__;
 
 #[receipt::agent(id = \"__ID__\", version = \"0.1.0\", receipts = __NAME__Receipts, view = __NAME__View)]
 impl __NAME__ {
-    /// Completes the task.
-    #[action(kind = \"action\", when = Self::pending)]
-    async fn complete(&self, ctx: ActionContext<Self>) -> receipt::Result<()> {
+__ACTION_DOC__
+    #[action(__ACTION_ATTRS__, when = Self::pending)]
+    async fn __ACTION__(&self, ctx: ActionContext<Self>) -> receipt::Result<()> {
         let prompt = ctx.view().task.as_ref().map(|t| t.prompt.clone()).unwrap_or_default();
         ctx.emit(__NAME__Receipts::TaskCompleted(TaskCompleted {
-            result: format!(\"Done: {prompt}\"),
-        }))
-        .await
-    }
-
-    fn pending(view: &__NAME__View) -> bool {
-        view.task.is_some() && !view.completed
-    }
-
-    #[goal]
-    fn done(view: &__NAME__View) -> bool {
-        view.completed
-    }
-}
-";
-
-const ASSISTANT_TOOL: &str = "
-/// The receipts this agent reads and writes.
-#[receipt::receipts]
-pub enum __NAME__Receipts {
-    /// The seed.
-    #[receipt(\"task.requested\")]
-    TaskRequested(TaskRequested),
-    /// The draft; the goal.
-    #[receipt(\"task.completed\")]
-    TaskCompleted(TaskCompleted),
-}
-
-/// What the actions and the goal see, folded from the run's receipts.
-#[receipt::view]
-pub struct __NAME__View {
-    /// The task, once requested.
-    #[view(last = \"task.requested\")]
-    pub task: Option<TaskRequested>,
-    /// Whether the draft exists.
-    #[view(exists = \"task.completed\")]
-    pub completed: bool,
-}
-
-/// The agent (put the model client it calls here).
-pub struct __NAME__;
-
-#[receipt::agent(id = \"__ID__\", version = \"0.1.0\", receipts = __NAME__Receipts, view = __NAME__View)]
-impl __NAME__ {
-    /// Drafts an answer. A model call is a `query`: it may run again after a lost lease, and
-    /// its output is still appended at most once.
-    #[action(kind = \"assistant\", side_effects = \"query\", when = Self::pending)]
-    async fn draft(&self, ctx: ActionContext<Self>) -> receipt::Result<()> {
-        let prompt = ctx.view().task.as_ref().map(|t| t.prompt.clone()).unwrap_or_default();
-        ctx.emit(__NAME__Receipts::TaskCompleted(TaskCompleted {
-            result: format!(\"Draft: {prompt}\"),
+            result: format!(\"__VERB__: {prompt}\"),
         }))
         .await
     }

@@ -1393,16 +1393,16 @@ pub struct StepEventPayload {
         deserialize_with = "present"
     )]
     pub error: Option<Value>,
-    /// [SEED] `step.succeeded` of an `llm_call`: input tokens read from the result
+    /// (SEED) `step.succeeded` of an `llm_call`: input tokens read from the result
     /// ([`token_usage`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_input: Option<u64>,
-    /// [SEED] `step.succeeded` of an `llm_call`: output tokens read from the result.
+    /// (SEED) `step.succeeded` of an `llm_call`: output tokens read from the result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_output: Option<u64>,
 }
 
-/// The token counts of an `llm_call` result (§7.5 [SEED]): the `body` string of a recorded
+/// The token counts of an `llm_call` result (§7.5, SEED): the `body` string of a recorded
 /// provider response is unwrapped (parsed as JSON, or scanned line by line for SSE `data:`
 /// events), and every object at any depth is searched for the input keys (`prompt_tokens`,
 /// `input_tokens`, `inputTokens`, `promptTokenCount`, `prompt_eval_count`) and output keys

@@ -1,6 +1,9 @@
 //! An Anthropic messages client whose calls are `llm_call` steps.
 
-use super::{ChatStream, LlmHttp, ToolCall, Usage, json_answer, provider_error, request_object};
+use super::{
+    ChatStream, LlmHttp, ToolCall, Usage, json_answer, provider_builders, provider_error,
+    request_object,
+};
 use crate::error::Result;
 use serde::Serialize;
 use serde_json::Value;
@@ -23,6 +26,13 @@ pub struct Anthropic {
     version: String,
 }
 
+provider_builders!(
+    Anthropic,
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "Uses `url` instead of Anthropic's (it ends before `/messages`)."
+);
+
 impl Anthropic {
     /// A client of `https://api.anthropic.com/v1` with `api_key` (empty: no `x-api-key`).
     pub fn new(api_key: impl Into<String>) -> Self {
@@ -34,36 +44,10 @@ impl Anthropic {
         }
     }
 
-    /// A client configured from `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` (both optional).
-    pub fn from_env() -> Self {
-        let client = Anthropic::new(std::env::var("ANTHROPIC_API_KEY").unwrap_or_default());
-        match std::env::var("ANTHROPIC_BASE_URL") {
-            Ok(url) if !url.is_empty() => client.base_url(url),
-            _ => client,
-        }
-    }
-
-    /// Uses `url` instead of Anthropic's (it ends before `/messages`).
-    pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = super::trim_base(url);
-        self
-    }
-
     /// Sends `anthropic-version: <version>` instead of [`ANTHROPIC_VERSION`].
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = version.into();
         self
-    }
-
-    /// Sends through `client` (your timeouts, proxies, default headers).
-    pub fn with_client(mut self, client: reqwest::Client) -> Self {
-        self.http = LlmHttp::wrap(client);
-        self
-    }
-
-    /// The interceptor the calls go through.
-    pub fn http(&self) -> &LlmHttp {
-        &self.http
     }
 
     fn request(&self, body: &Value) -> Result<reqwest::Request> {

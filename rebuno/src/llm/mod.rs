@@ -541,6 +541,41 @@ pub(crate) fn request_object<R: Serialize + ?Sized>(request: &R) -> Result<Map<S
     }
 }
 
+/// The configuration methods both provider clients share (`from_env`, `base_url`,
+/// `with_client`, `http`); each client has `http`, `base_url` fields and `new(api_key)`.
+macro_rules! provider_builders {
+    ($client:ident, $key_env:literal, $base_env:literal, $base_doc:literal) => {
+        impl $client {
+            #[doc = concat!("A client configured from `", $key_env, "` and `", $base_env, "` (both optional).")]
+            pub fn from_env() -> Self {
+                let client = $client::new(std::env::var($key_env).unwrap_or_default());
+                match std::env::var($base_env) {
+                    Ok(url) if !url.is_empty() => client.base_url(url),
+                    _ => client,
+                }
+            }
+
+            #[doc = $base_doc]
+            pub fn base_url(mut self, url: impl Into<String>) -> Self {
+                self.base_url = super::trim_base(url);
+                self
+            }
+
+            /// Sends through `client` (your timeouts, proxies, default headers).
+            pub fn with_client(mut self, client: reqwest::Client) -> Self {
+                self.http = LlmHttp::wrap(client);
+                self
+            }
+
+            /// The interceptor the calls go through.
+            pub fn http(&self) -> &LlmHttp {
+                &self.http
+            }
+        }
+    };
+}
+pub(crate) use provider_builders;
+
 /// A base URL without its trailing slashes.
 pub(crate) fn trim_base(url: impl Into<String>) -> String {
     url.into().trim_end_matches('/').to_owned()

@@ -1,6 +1,9 @@
 //! An OpenAI-compatible chat-completions client whose calls are `llm_call` steps.
 
-use super::{ChatStream, LlmHttp, ToolCall, Usage, json_answer, provider_error, request_object};
+use super::{
+    ChatStream, LlmHttp, ToolCall, Usage, json_answer, provider_builders, provider_error,
+    request_object,
+};
 use crate::error::Result;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -19,6 +22,13 @@ pub struct OpenAi {
     api_key: String,
 }
 
+provider_builders!(
+    OpenAi,
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "Uses `url` (e.g. `http://localhost:11434/v1`) instead of OpenAI's."
+);
+
 impl OpenAi {
     /// A client of `https://api.openai.com/v1` with `api_key` (empty: no `Authorization`).
     pub fn new(api_key: impl Into<String>) -> Self {
@@ -27,32 +37,6 @@ impl OpenAi {
             base_url: DEFAULT_BASE_URL.to_owned(),
             api_key: api_key.into(),
         }
-    }
-
-    /// A client configured from `OPENAI_API_KEY` and `OPENAI_BASE_URL` (both optional).
-    pub fn from_env() -> Self {
-        let client = OpenAi::new(std::env::var("OPENAI_API_KEY").unwrap_or_default());
-        match std::env::var("OPENAI_BASE_URL") {
-            Ok(url) if !url.is_empty() => client.base_url(url),
-            _ => client,
-        }
-    }
-
-    /// Uses `url` (e.g. `http://localhost:11434/v1`) instead of OpenAI's.
-    pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = super::trim_base(url);
-        self
-    }
-
-    /// Sends through `client` (your timeouts, proxies, default headers).
-    pub fn with_client(mut self, client: reqwest::Client) -> Self {
-        self.http = LlmHttp::wrap(client);
-        self
-    }
-
-    /// The interceptor the calls go through.
-    pub fn http(&self) -> &LlmHttp {
-        &self.http
     }
 
     fn request(&self, body: &Value) -> Result<reqwest::Request> {

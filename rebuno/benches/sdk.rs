@@ -10,16 +10,17 @@
 //! replays the same `N` recorded steps under a fresh delivery attempt, as a resumed handler
 //! does. The kernel runs on a SQLite file (the embedded default) with durable commits.
 
-use async_trait::async_trait;
-use rebuno::agent::{EmbeddedTransport, ExecutionContext, HttpTransport, Submission, Transport};
+#[path = "../tests/support/counting.rs"]
+mod counting;
+
+use counting::Counting;
+use rebuno::agent::{EmbeddedTransport, ExecutionContext, HttpTransport, Transport};
 use rebuno::protocol::{
-    CreateExecutionRequest, Execution, Idempotency, RegisterAgentRequest, Step, StepDecision,
-    StepKind, SubmitStepRequest,
+    CreateExecutionRequest, Idempotency, RegisterAgentRequest, StepKind, SubmitStepRequest,
 };
 use rebuno::{Error, Kernel, Lease};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const N: usize = 1000;
@@ -28,73 +29,6 @@ const SECRET: &str = "bench-secret";
 
 fn args(i: usize) -> Box<serde_json::value::RawValue> {
     serde_json::value::to_raw_value(&json!({"i": i, "q": "some query text"})).unwrap()
-}
-
-/// Counts the requests an agent sends.
-struct Counting {
-    inner: Arc<dyn Transport>,
-    calls: AtomicUsize,
-}
-
-#[async_trait]
-impl Transport for Counting {
-    async fn execution(&self, id: &str) -> rebuno::Result<Execution> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.execution(id).await
-    }
-    async fn submit_step(
-        &self,
-        id: &str,
-        l: &Lease,
-        s: Submission,
-    ) -> rebuno::Result<StepDecision> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.submit_step(id, l, s).await
-    }
-    async fn complete_step(
-        &self,
-        id: &str,
-        s: &str,
-        l: &Lease,
-        r: Value,
-    ) -> rebuno::Result<StepDecision> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.complete_step(id, s, l, r).await
-    }
-    async fn fail_step(
-        &self,
-        id: &str,
-        s: &str,
-        l: &Lease,
-        e: Value,
-    ) -> rebuno::Result<StepDecision> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.fail_step(id, s, l, e).await
-    }
-    async fn heartbeat(&self, id: &str, l: &Lease) -> rebuno::Result<()> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.heartbeat(id, l).await
-    }
-    async fn complete_execution(&self, id: &str, l: &Lease, o: Value) -> rebuno::Result<()> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.complete_execution(id, l, o).await
-    }
-    async fn fail_execution(&self, id: &str, l: &Lease, e: String) -> rebuno::Result<()> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.fail_execution(id, l, e).await
-    }
-    async fn stream_delta(&self, id: &str, s: &str, q: i64, d: String) -> rebuno::Result<()> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.stream_delta(id, s, q, d).await
-    }
-    async fn steps(&self, id: &str) -> rebuno::Result<Vec<Step>> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.steps(id).await
-    }
-    async fn step(&self, id: &str, s: &str) -> rebuno::Result<Step> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.step(id, s).await
-    }
 }
 
 /// A kernel on a SQLite file with one execution whose `N` steps are recorded.
@@ -160,10 +94,7 @@ async fn sdk_replay(
     transport: Arc<dyn Transport>,
     local: bool,
 ) -> (Duration, usize) {
-    let counting = Arc::new(Counting {
-        inner: transport,
-        calls: AtomicUsize::new(0),
-    });
+    let counting = Arc::new(Counting::new(transport));
     let lease = new_attempt(kernel).await;
     let ctx = ExecutionContext::new(
         Arc::clone(&counting) as Arc<dyn Transport>,
@@ -187,7 +118,7 @@ async fn sdk_replay(
             .unwrap();
         assert_eq!(v["hits"][0], i);
     }
-    (start.elapsed(), counting.calls.load(Ordering::Relaxed))
+    (start.elapsed(), counting.total())
 }
 
 fn per(d: Duration) -> String {
@@ -203,8 +134,11 @@ async fn main() {
     let (kernel, exec) = recorded(dir.path()).await;
 
     // The kernel's own cost of answering a replay, called directly.
-    let mut direct = Vec::new();
-    for _ in 0..ROUNDS {
+    // The three measures are interleaved round by round, so warm-up and load drift fall on
+    // all of them alike; the first round of each is a warm-up and is dropped.
+    let embedded: Arc<dyn Transport> = Arc::new(EmbeddedTransport::new(kernel.clone()));
+    let (mut direct, mut remote, mut local) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..=ROUNDS {
         let lease = new_attempt(&kernel).await;
         let start = Instant::now();
         for i in 0..N {
@@ -218,25 +152,20 @@ async fn main() {
             let d = kernel.submit_step(&exec, &lease, req).await.unwrap();
             assert!(d.result.is_some());
         }
-        direct.push(start.elapsed());
+        let d = start.elapsed();
+        let r = sdk_replay(&kernel, &exec, Arc::clone(&embedded), false)
+            .await
+            .0;
+        let l = sdk_replay(&kernel, &exec, Arc::clone(&embedded), true)
+            .await
+            .0;
+        if round > 0 {
+            direct.push(d);
+            remote.push(r);
+            local.push(l);
+        }
     }
     let kernel_cost = median(direct);
-
-    let embedded: Arc<dyn Transport> = Arc::new(EmbeddedTransport::new(kernel.clone()));
-    let mut remote = Vec::new();
-    let mut local = Vec::new();
-    for _ in 0..ROUNDS {
-        remote.push(
-            sdk_replay(&kernel, &exec, Arc::clone(&embedded), false)
-                .await
-                .0,
-        );
-        local.push(
-            sdk_replay(&kernel, &exec, Arc::clone(&embedded), true)
-                .await
-                .0,
-        );
-    }
     let (sdk_remote, sdk_local) = (median(remote), median(local));
     println!("replay of one recorded effect, in process ({N} effects, median of {ROUNDS} rounds):");
     println!(

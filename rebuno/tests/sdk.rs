@@ -2,7 +2,11 @@
 //! webhook in, signed requests out) and against an embedded kernel (direct calls), and must
 //! behave the same.
 
+#[path = "support/counting.rs"]
+mod counting;
 mod support;
+
+use counting::Counting;
 
 use rebuno::agent::{DispatchAck, Effect, EffectOutcome, handler_fn};
 use rebuno::protocol::{
@@ -745,89 +749,6 @@ async fn an_http_agent_needs_a_url_and_a_secret() {
     assert!(matches!(err, Error::Config(_)));
 }
 
-/// Counts the requests an agent makes to its kernel.
-struct Counting {
-    inner: Arc<dyn rebuno::agent::Transport>,
-    submits: AtomicUsize,
-    reads: AtomicUsize,
-    other: AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl rebuno::agent::Transport for Counting {
-    async fn execution(&self, id: &str) -> rebuno::Result<rebuno::protocol::Execution> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.execution(id).await
-    }
-    async fn submit_step(
-        &self,
-        id: &str,
-        lease: &rebuno::Lease,
-        s: rebuno::agent::Submission,
-    ) -> rebuno::Result<rebuno::protocol::StepDecision> {
-        self.submits.fetch_add(1, Ordering::SeqCst);
-        self.inner.submit_step(id, lease, s).await
-    }
-    async fn complete_step(
-        &self,
-        id: &str,
-        step: &str,
-        lease: &rebuno::Lease,
-        result: Value,
-    ) -> rebuno::Result<rebuno::protocol::StepDecision> {
-        self.other.fetch_add(1, Ordering::SeqCst);
-        self.inner.complete_step(id, step, lease, result).await
-    }
-    async fn fail_step(
-        &self,
-        id: &str,
-        step: &str,
-        lease: &rebuno::Lease,
-        error: Value,
-    ) -> rebuno::Result<rebuno::protocol::StepDecision> {
-        self.other.fetch_add(1, Ordering::SeqCst);
-        self.inner.fail_step(id, step, lease, error).await
-    }
-    async fn heartbeat(&self, id: &str, lease: &rebuno::Lease) -> rebuno::Result<()> {
-        self.inner.heartbeat(id, lease).await
-    }
-    async fn complete_execution(
-        &self,
-        id: &str,
-        lease: &rebuno::Lease,
-        output: Value,
-    ) -> rebuno::Result<()> {
-        self.other.fetch_add(1, Ordering::SeqCst);
-        self.inner.complete_execution(id, lease, output).await
-    }
-    async fn fail_execution(
-        &self,
-        id: &str,
-        lease: &rebuno::Lease,
-        error: String,
-    ) -> rebuno::Result<()> {
-        self.other.fetch_add(1, Ordering::SeqCst);
-        self.inner.fail_execution(id, lease, error).await
-    }
-    async fn stream_delta(
-        &self,
-        id: &str,
-        step: &str,
-        seq: i64,
-        data: String,
-    ) -> rebuno::Result<()> {
-        self.inner.stream_delta(id, step, seq, data).await
-    }
-    async fn steps(&self, id: &str) -> rebuno::Result<Vec<rebuno::protocol::Step>> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.steps(id).await
-    }
-    async fn step(&self, id: &str, step: &str) -> rebuno::Result<rebuno::protocol::Step> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.step(id, step).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resuming_replays_recorded_effects_in_a_constant_number_of_round_trips() {
     for local_replay in [true, false] {
@@ -836,12 +757,9 @@ async fn resuming_replays_recorded_effects_in_a_constant_number_of_round_trips()
         let base = format!("http://{}", listener.local_addr().unwrap());
         let app = rebuno::server::router(kernel.clone(), rebuno::server::ServerOptions::default());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let counting = Arc::new(Counting {
-            inner: Arc::new(rebuno::agent::HttpTransport::new(&base, "many", SECRET).unwrap()),
-            submits: AtomicUsize::new(0),
-            reads: AtomicUsize::new(0),
-            other: AtomicUsize::new(0),
-        });
+        let counting = Arc::new(Counting::new(Arc::new(
+            rebuno::agent::HttpTransport::new(&base, "many", SECRET).unwrap(),
+        )));
         let runs = Arc::new(AtomicUsize::new(0));
         let (echo, gate) = (
             counting_tool("echo", &runs),

@@ -1,0 +1,102 @@
+//! A transport that counts the requests an agent makes to its kernel (by kind) and passes them
+//! on; shared by `tests/sdk.rs` and `benches/sdk.rs`.
+
+#![allow(dead_code)] // each user reads a different subset
+
+use rebuno::agent::{Submission, Transport};
+use rebuno::protocol::{Execution, Step, StepDecision};
+use rebuno::{Lease, Result};
+use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Counts submissions, reads (execution and steps) and every other request.
+pub struct Counting {
+    inner: Arc<dyn Transport>,
+    /// Step submissions.
+    pub submits: AtomicUsize,
+    /// Execution and step reads.
+    pub reads: AtomicUsize,
+    /// Everything else (completions, failures, heartbeats, stream deltas).
+    pub other: AtomicUsize,
+}
+
+impl Counting {
+    /// Counts the requests sent through `inner`.
+    pub fn new(inner: Arc<dyn Transport>) -> Self {
+        Counting {
+            inner,
+            submits: AtomicUsize::new(0),
+            reads: AtomicUsize::new(0),
+            other: AtomicUsize::new(0),
+        }
+    }
+
+    /// Every request so far.
+    pub fn total(&self) -> usize {
+        [&self.submits, &self.reads, &self.other]
+            .iter()
+            .map(|c| c.load(Ordering::SeqCst))
+            .sum()
+    }
+
+    fn tick(counter: &AtomicUsize) {
+        counter.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for Counting {
+    async fn execution(&self, id: &str) -> Result<Execution> {
+        Self::tick(&self.reads);
+        self.inner.execution(id).await
+    }
+    async fn submit_step(&self, id: &str, lease: &Lease, s: Submission) -> Result<StepDecision> {
+        Self::tick(&self.submits);
+        self.inner.submit_step(id, lease, s).await
+    }
+    async fn complete_step(
+        &self,
+        id: &str,
+        step: &str,
+        lease: &Lease,
+        result: Value,
+    ) -> Result<StepDecision> {
+        Self::tick(&self.other);
+        self.inner.complete_step(id, step, lease, result).await
+    }
+    async fn fail_step(
+        &self,
+        id: &str,
+        step: &str,
+        lease: &Lease,
+        error: Value,
+    ) -> Result<StepDecision> {
+        Self::tick(&self.other);
+        self.inner.fail_step(id, step, lease, error).await
+    }
+    async fn heartbeat(&self, id: &str, lease: &Lease) -> Result<()> {
+        Self::tick(&self.other);
+        self.inner.heartbeat(id, lease).await
+    }
+    async fn complete_execution(&self, id: &str, lease: &Lease, output: Value) -> Result<()> {
+        Self::tick(&self.other);
+        self.inner.complete_execution(id, lease, output).await
+    }
+    async fn fail_execution(&self, id: &str, lease: &Lease, error: String) -> Result<()> {
+        Self::tick(&self.other);
+        self.inner.fail_execution(id, lease, error).await
+    }
+    async fn stream_delta(&self, id: &str, step: &str, seq: i64, data: String) -> Result<()> {
+        Self::tick(&self.other);
+        self.inner.stream_delta(id, step, seq, data).await
+    }
+    async fn steps(&self, id: &str) -> Result<Vec<Step>> {
+        Self::tick(&self.reads);
+        self.inner.steps(id).await
+    }
+    async fn step(&self, id: &str, step: &str) -> Result<Step> {
+        Self::tick(&self.reads);
+        self.inner.step(id, step).await
+    }
+}

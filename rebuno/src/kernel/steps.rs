@@ -99,6 +99,25 @@ impl Kernel {
         lease: &Lease,
         req: SubmitStepRequest,
     ) -> KernelResult<StepDecision> {
+        // The snapshot may see writes not yet durable. An answer that records something is
+        // durable after all of them; any other waits until they are.
+        let mut wrote = false;
+        let out = self
+            .submit_inner(execution_id, lease, req, &mut wrote)
+            .await;
+        if !wrote {
+            self.inner.store.settle().await?;
+        }
+        out
+    }
+
+    async fn submit_inner(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        req: SubmitStepRequest,
+        wrote: &mut bool,
+    ) -> KernelResult<StepDecision> {
         let args_hash = req
             .args_hash()
             .map_err(|e| KernelError::validation(format!("invalid args: {e}")))?;
@@ -129,7 +148,7 @@ impl Kernel {
             let at_most_once = req.idempotency == Idempotency::AtMostOnce;
             self.inner
                 .store
-                .read(move |tx| {
+                .read_unsettled(move |tx| {
                     let exec = tx
                         .execution_state(&exec_id)?
                         .map(|(agent_id, status)| ExecState { agent_id, status });
@@ -190,6 +209,7 @@ impl Kernel {
                 match answer_from_record(step, snap.approval_id.as_deref(), req.idempotency) {
                     Some(d) => d,
                     None => {
+                        *wrote = true;
                         self.resume_existing(step.clone(), lease.clone(), req.idempotency)
                             .await?
                     }
@@ -234,6 +254,7 @@ impl Kernel {
                     arguments: &args,
                 };
                 let outcome = enforce_rate_limit(&*self.inner.limiter, &pol, &input).await;
+                *wrote = true;
                 if let Some(reason) = outcome.refusal_reason() {
                     return self
                         .record_rate_limited(

@@ -9,8 +9,10 @@
 //!
 //! The SQLite backend runs every write on one writer thread that commits whatever writes are
 //! waiting together (group commit): a lone writer pays one sync per change, many concurrent
-//! executions share one. Each write runs in its own savepoint, so one failing change never
-//! undoes its neighbours. Reads use their own connection (WAL) and never wait for the writer.
+//! executions share one, and a sync thread makes each group durable while the writer runs the
+//! next. Each write runs in its own savepoint, so one failing change never undoes its
+//! neighbours. Reads use their own connection (WAL) and never wait for the writer; they wait
+//! only for the sync of what they saw.
 
 mod sqlite;
 
@@ -166,8 +168,18 @@ pub trait Store: Send + Sync {
     /// Runs `f` in one write transaction and commits it before returning. If `f` fails,
     /// nothing it wrote is kept.
     async fn write_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>>;
-    /// Runs `f` against a consistent read snapshot.
+    /// Runs `f` against a consistent read snapshot of durable state.
     async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>>;
+    /// Like [`Store::read_boxed`], but the snapshot may include writes committed and not yet
+    /// durable. The caller must either write next (a write is answered only once durable,
+    /// and so is everything committed before it) or call [`Store::settle`] before answering.
+    async fn read_unsettled_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+        self.read_boxed(f).await
+    }
+    /// Waits until everything a read so far could have seen is durable.
+    async fn settle(&self) -> StoreResult<()> {
+        Ok(())
+    }
     /// Checks the database answers (for `/v0/ready`).
     async fn ping(&self) -> StoreResult<()>;
     /// A short backend name (`sqlite`, `memory`).
@@ -182,9 +194,7 @@ pub trait StoreExt: Store {
         R: Send + 'static,
         F: FnOnce(&mut dyn Tx) -> StoreResult<R> + Send + 'static,
     {
-        let boxed: TxFn =
-            Box::new(move |tx: &mut dyn Tx| f(tx).map(|r| Box::new(r) as Box<dyn Any + Send>));
-        let fut = self.write_boxed(boxed);
+        let fut = self.write_boxed(boxed(f));
         async move { downcast(fut.await?) }
     }
 
@@ -194,11 +204,27 @@ pub trait StoreExt: Store {
         R: Send + 'static,
         F: FnOnce(&mut dyn Tx) -> StoreResult<R> + Send + 'static,
     {
-        let boxed: TxFn =
-            Box::new(move |tx: &mut dyn Tx| f(tx).map(|r| Box::new(r) as Box<dyn Any + Send>));
-        let fut = self.read_boxed(boxed);
+        let fut = self.read_boxed(boxed(f));
         async move { downcast(fut.await?) }
     }
+
+    /// [`Store::read_unsettled_boxed`] with a typed result.
+    fn read_unsettled<R, F>(&self, f: F) -> impl Future<Output = StoreResult<R>> + Send
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> StoreResult<R> + Send + 'static,
+    {
+        let fut = self.read_unsettled_boxed(boxed(f));
+        async move { downcast(fut.await?) }
+    }
+}
+
+fn boxed<R, F>(f: F) -> TxFn
+where
+    R: Send + 'static,
+    F: FnOnce(&mut dyn Tx) -> StoreResult<R> + Send + 'static,
+{
+    Box::new(move |tx: &mut dyn Tx| f(tx).map(|r| Box::new(r) as Box<dyn Any + Send>))
 }
 
 fn downcast<R: 'static>(out: Box<dyn Any + Send>) -> StoreResult<R> {

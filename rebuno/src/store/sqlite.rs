@@ -1,6 +1,16 @@
-//! The SQLite [`Store`]: one file in WAL mode with `synchronous=FULL` (or an in-memory
-//! database), the schema applied from embedded, numbered migrations, group commit on one writer
-//! thread.
+//! The SQLite [`Store`]: one file in WAL mode (or an in-memory database), the schema applied
+//! from embedded, numbered migrations, group commit on one writer thread.
+//!
+//! Durability is pipelined. The writer commits a group without syncing (`synchronous=NORMAL`)
+//! and hands its answers to a sync thread, which `fdatasync`s the WAL and only then answers:
+//! every write is durable before its caller hears of it, and the next group is executed while
+//! the previous one is synced. Readers may see a group before its sync ends, so a read is
+//! answered only once every group it could have seen is durable ([`Store::settle`]); the
+//! kernel's own reads that are followed by a write skip that wait, since the write is answered
+//! after a later sync. A lone write is synced on the writer thread itself, and a lone writer
+//! and its caller spin briefly instead of sleeping: on a virtual machine a thread wake-up costs
+//! as much as the commit. If the WAL file cannot be opened, SQLite syncs each commit itself
+//! (`synchronous=FULL`).
 
 use super::{ExecutionQuery, Store, StoreError, StoreResult, Tx, TxFn};
 use crate::protocol::{
@@ -13,8 +23,10 @@ use serde_json::Value;
 use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
-use tokio::sync::oneshot;
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, watch};
 
 /// `PRAGMA application_id` of a rebuno kernel database ("RBNO").
 const APPLICATION_ID: i64 = 0x5242_4e4f;
@@ -105,6 +117,35 @@ pub struct SqliteStore {
     writer: Mutex<mpsc::Sender<(TxFn, Reply)>>,
     /// Read connections, tried in turn; an in-memory store has one, shared with the writer.
     readers: Vec<Arc<Mutex<Connection>>>,
+    /// Commit and sync progress of a file store (`None` in memory).
+    durable: Option<Arc<Durable>>,
+    /// Writes sent to the writer and not answered yet.
+    writes_in_flight: AtomicUsize,
+}
+
+/// Counts a write in flight for as long as it lives (a cancelled caller included).
+struct InFlight<'a> {
+    count: &'a AtomicUsize,
+    /// No other write was in flight when this one entered.
+    lone: bool,
+}
+
+impl<'a> InFlight<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        let lone = count.fetch_add(1, Ordering::SeqCst) == 0;
+        InFlight { count, lone }
+    }
+
+    /// Another write is in flight now.
+    fn joined(&self) -> bool {
+        self.count.load(Ordering::Relaxed) > 1
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -184,6 +225,19 @@ impl SqliteStore {
         // dirties many pages, and each checkpoint stalls the writer.
         writer.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)?;
         migrate(&writer, path)?;
+        // The migration committed, so the WAL file exists: open it for the syncer. Without it
+        // (a platform that names it otherwise), SQLite syncs each commit itself.
+        let wal = std::fs::OpenOptions::new()
+            .write(true)
+            .open(wal_path(path))
+            .ok();
+        let sync = match wal {
+            Some(wal) => {
+                writer.pragma_update(None, "synchronous", "NORMAL")?;
+                Some(Syncer::start(wal, Arc::new(Durable::default()))?)
+            }
+            None => None,
+        };
         let mut readers = Vec::with_capacity(READERS);
         for _ in 0..READERS {
             let reader = Connection::open(path).map_err(|e| db_err(path, e))?;
@@ -191,14 +245,17 @@ impl SqliteStore {
             readers.push(Arc::new(Mutex::new(reader)));
         }
         let (tx, rx) = mpsc::channel::<(TxFn, Reply)>();
+        let shared = sync.as_ref().map(|s| Arc::clone(&s.durable));
         std::thread::Builder::new()
             .name("rebuno-store-writer".into())
-            .spawn(move || writer_loop(WriterConn::Own(writer), rx))
+            .spawn(move || writer_loop(WriterConn::Own(writer), rx, sync))
             .map_err(|e| StoreError::Database(format!("cannot start writer thread: {e}")))?;
         Ok(SqliteStore {
             path: Some(path.to_owned()),
             writer: Mutex::new(tx),
             readers,
+            durable: shared,
+            writes_in_flight: AtomicUsize::new(0),
         })
     }
 
@@ -212,12 +269,14 @@ impl SqliteStore {
         let conn = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("rebuno-store-writer".into())
-            .spawn(move || writer_loop(WriterConn::Shared(conn), rx))
+            .spawn(move || writer_loop(WriterConn::Shared(conn), rx, None))
             .map_err(|e| StoreError::Database(format!("cannot start writer thread: {e}")))?;
         Ok(SqliteStore {
             path: None,
             writer: Mutex::new(tx),
             readers: vec![shared],
+            durable: None,
+            writes_in_flight: AtomicUsize::new(0),
         })
     }
 
@@ -241,6 +300,23 @@ impl SqliteStore {
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
+
+    /// Runs a read inline (reads are short indexed lookups: cheaper than a thread hop) on the
+    /// first free read connection, or waits for the first one. The outer result is the
+    /// transaction's, the inner one `f`'s.
+    fn read_now(&self, f: TxFn) -> StoreResult<StoreResult<Box<dyn Any + Send>>> {
+        let conn = self
+            .readers
+            .iter()
+            .find_map(|r| r.try_lock().ok())
+            .unwrap_or_else(|| lock(&self.readers[0]));
+        conn.execute_batch("BEGIN")?;
+        let mut tx = SqliteTx { conn: &conn };
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx)))
+            .unwrap_or_else(|_| Err(StoreError::Database("a store read panicked".into())));
+        conn.execute_batch("COMMIT")?;
+        Ok(out)
+    }
 }
 
 enum WriterConn {
@@ -261,8 +337,158 @@ fn lock(m: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn writer_loop(conn: WriterConn, rx: mpsc::Receiver<(TxFn, Reply)>) {
-    while let Ok(first) = rx.recv() {
+/// How far commits have got: the writer counts a commit as begun before `COMMIT` (from then on
+/// readers may see it), the syncer publishes how many are durable.
+#[derive(Default)]
+struct Durable {
+    begun: AtomicU64,
+    synced: watch::Sender<u64>,
+    /// A sync failed: nothing answered since is known durable, so the store refuses to go on.
+    failed: AtomicBool,
+}
+
+impl Durable {
+    /// Waits until every commit a snapshot taken before now could have seen is durable.
+    async fn settle(&self) -> StoreResult<()> {
+        let seen = self.begun.load(Ordering::SeqCst);
+        if *self.synced.borrow() < seen {
+            let mut rx = self.synced.subscribe();
+            let _ = rx.wait_for(|s| *s >= seen).await;
+        }
+        self.check()
+    }
+
+    fn check(&self) -> StoreResult<()> {
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(StoreError::Database(
+                "syncing the write-ahead log failed; restart the kernel".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A group's answers, each with the caller waiting for it.
+type Answers = Vec<(StoreResult<Box<dyn Any + Send>>, Reply)>;
+
+/// The answers of one committed group, released once commit `seq` is durable.
+type Synced = (u64, Answers);
+
+fn wal_path(db: &Path) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push("-wal");
+    PathBuf::from(p)
+}
+
+/// Makes committed groups durable. One `fdatasync` of the WAL covers every group committed
+/// before it started, so groups that arrive while a sync runs share the next one, and the
+/// writer meanwhile runs and commits the next groups (written, not yet synced).
+struct Syncer {
+    wal: Arc<std::fs::File>,
+    durable: Arc<Durable>,
+    to_thread: mpsc::Sender<Synced>,
+    /// Groups handed to the sync thread and not answered yet.
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl Syncer {
+    /// Starts the sync thread for the WAL file `wal`.
+    fn start(wal: std::fs::File, durable: Arc<Durable>) -> StoreResult<Syncer> {
+        let (to_thread, rx) = mpsc::channel::<Synced>();
+        let wal = Arc::new(wal);
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let (w, d, n) = (
+            Arc::clone(&wal),
+            Arc::clone(&durable),
+            Arc::clone(&in_flight),
+        );
+        std::thread::Builder::new()
+            .name("rebuno-store-sync".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut batch = vec![first];
+                    while let Ok(more) = rx.try_recv() {
+                        batch.push(more);
+                    }
+                    let handed = batch.len();
+                    sync_and_answer(&w, &d, batch);
+                    n.fetch_sub(handed, Ordering::SeqCst);
+                }
+            })
+            .map_err(|e| StoreError::Database(format!("cannot start sync thread: {e}")))?;
+        Ok(Syncer {
+            wal,
+            durable,
+            to_thread,
+            in_flight,
+        })
+    }
+
+    /// Makes a committed group durable and answers it: on the writer thread when nothing else
+    /// is waiting (a hand-off costs a thread wake-up, which is most of a lone writer's
+    /// latency after the sync itself), else on the sync thread so the writer goes on.
+    fn finish(&self, group: Synced, more_waiting: bool) {
+        if !more_waiting && self.in_flight.load(Ordering::SeqCst) == 0 {
+            sync_and_answer(&self.wal, &self.durable, vec![group]);
+            return;
+        }
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        if let Err(mpsc::SendError(group)) = self.to_thread.send(group) {
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            sync_and_answer(&self.wal, &self.durable, vec![group]);
+        }
+    }
+}
+
+/// One `fdatasync` of the WAL, then the answers of every group in `batch`.
+fn sync_and_answer(wal: &std::fs::File, durable: &Durable, batch: Vec<Synced>) {
+    let upto = batch.iter().map(|(seq, _)| *seq).max().unwrap_or(0);
+    let synced = wal.sync_data();
+    if synced.is_err() {
+        durable.failed.store(true, Ordering::SeqCst);
+    }
+    durable.synced.send_modify(|s| *s = (*s).max(upto));
+    for (_, answers) in batch {
+        for (result, reply) in answers {
+            let _ = reply.send(match &synced {
+                Ok(()) => result,
+                Err(e) => Err(StoreError::Database(format!("sync: {e}"))),
+            });
+        }
+    }
+}
+
+/// How long the writer spins for the next write before it sleeps. Waking a sleeping thread
+/// costs tens of microseconds on a virtual machine, more than a lone writer's whole commit; a
+/// caller's next write usually comes within a round trip.
+const WRITER_SPIN: Duration = Duration::from_micros(200);
+
+/// How long a lone caller spins for its answer (about a commit plus a sync) before it sleeps.
+const REPLY_SPIN: Duration = Duration::from_micros(500);
+
+/// The next write to run: spins for up to [`WRITER_SPIN`] if `spin`, then sleeps. `None` once
+/// every sender is gone.
+fn next_job(rx: &mpsc::Receiver<(TxFn, Reply)>, spin: bool) -> Option<(TxFn, Reply)> {
+    let started = Instant::now();
+    while spin && started.elapsed() < WRITER_SPIN {
+        match rx.try_recv() {
+            Ok(job) => return Some(job),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
+        }
+    }
+    rx.recv().ok()
+}
+
+fn writer_loop(conn: WriterConn, rx: mpsc::Receiver<(TxFn, Reply)>, sync: Option<Syncer>) {
+    let mut carried = None;
+    // Spin only after a lone write: under load the writes come in groups, and the cores are
+    // better spent producing them.
+    let mut lone = false;
+    loop {
+        let Some(first) = carried.take().or_else(|| next_job(&rx, lone)) else {
+            return;
+        };
         let mut jobs = vec![first];
         while jobs.len() < MAX_GROUP {
             match rx.try_recv() {
@@ -270,9 +496,29 @@ fn writer_loop(conn: WriterConn, rx: mpsc::Receiver<(TxFn, Reply)>) {
                 Err(_) => break,
             }
         }
-        match &conn {
-            WriterConn::Own(c) => run_group(c, jobs),
-            WriterConn::Shared(m) => run_group(&lock(m), jobs),
+        lone = jobs.len() == 1;
+        if let Some(sync) = &sync
+            && let Err(e) = sync.durable.check()
+        {
+            for (_, reply) in jobs {
+                let _ = reply.send(Err(e.clone()));
+            }
+            continue;
+        }
+        let answers = match &conn {
+            WriterConn::Own(c) => run_group(c, jobs, sync.as_ref().map(|s| &*s.durable)),
+            WriterConn::Shared(m) => run_group(&lock(m), jobs, None),
+        };
+        match (&sync, answers) {
+            (Some(sync), (Some(seq), answers)) => {
+                carried = rx.try_recv().ok();
+                sync.finish((seq, answers), carried.is_some());
+            }
+            (_, (_, answers)) => {
+                for (result, reply) in answers {
+                    let _ = reply.send(result);
+                }
+            }
         }
     }
 }
@@ -293,28 +539,36 @@ fn run_one(conn: &Connection, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
     out
 }
 
-fn run_group(conn: &Connection, jobs: Vec<(TxFn, Reply)>) {
+/// Runs a group of writes in one transaction and commits it. Returns the answers, and (with a
+/// syncer) the commit's sequence number: those answers wait until it is durable.
+fn run_group(
+    conn: &Connection,
+    jobs: Vec<(TxFn, Reply)>,
+    durable: Option<&Durable>,
+) -> (Option<u64>, Answers) {
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-        for (_, reply) in jobs {
-            let _ = reply.send(Err(StoreError::Database(format!("begin: {e}"))));
-        }
-        return;
+        let answers = jobs
+            .into_iter()
+            .map(|(_, reply)| (Err(StoreError::Database(format!("begin: {e}"))), reply))
+            .collect();
+        return (None, answers);
     }
     let results: Vec<_> = jobs
         .into_iter()
         .map(|(f, reply)| (run_one(conn, f), reply))
         .collect();
+    // Counted before COMMIT: from inside it, readers may see the group.
+    let seq = durable.map(|d| d.begun.fetch_add(1, Ordering::SeqCst) + 1);
     match conn.execute_batch("COMMIT") {
-        Ok(()) => {
-            for (result, reply) in results {
-                let _ = reply.send(result);
-            }
-        }
+        Ok(()) => (seq, results),
         Err(e) => {
             let _ = conn.execute_batch("ROLLBACK");
-            for (_, reply) in results {
-                let _ = reply.send(Err(StoreError::Database(format!("commit: {e}"))));
-            }
+            let answers = results
+                .into_iter()
+                .map(|(_, reply)| (Err(StoreError::Database(format!("commit: {e}"))), reply))
+                .collect();
+            // Still passed to the syncer (with `seq`), so waiting readers move on.
+            (seq, answers)
         }
     }
 }
@@ -322,30 +576,50 @@ fn run_group(conn: &Connection, jobs: Vec<(TxFn, Reply)>) {
 #[async_trait]
 impl Store for SqliteStore {
     async fn write_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
-        let (tx, rx) = oneshot::channel();
+        let stopped = || StoreError::Database("the store writer has stopped".into());
+        let (tx, mut rx) = oneshot::channel();
+        let in_flight = InFlight::enter(&self.writes_in_flight);
         self.writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .send((f, tx))
-            .map_err(|_| StoreError::Database("the store writer has stopped".into()))?;
-        rx.await
-            .map_err(|_| StoreError::Database("the store writer has stopped".into()))?
+            .map_err(|_| stopped())?;
+        // A lone write on a multi-threaded runtime spins for its answer rather than have its
+        // worker put to sleep and woken (see `WRITER_SPIN`); once other writes are in flight
+        // the worker has better things to do.
+        if in_flight.lone
+            && tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+        {
+            let started = Instant::now();
+            while started.elapsed() < REPLY_SPIN && !in_flight.joined() {
+                match rx.try_recv() {
+                    Ok(answer) => return answer,
+                    Err(oneshot::error::TryRecvError::Closed) => return Err(stopped()),
+                    Err(oneshot::error::TryRecvError::Empty) => std::hint::spin_loop(),
+                }
+            }
+        }
+        rx.await.map_err(|_| stopped())?
     }
 
     async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
-        // Reads are short indexed lookups: run them inline rather than pay a thread hop, on
-        // the first free read connection (or wait for the first one).
-        let conn = self
-            .readers
-            .iter()
-            .find_map(|r| r.try_lock().ok())
-            .unwrap_or_else(|| lock(&self.readers[0]));
-        conn.execute_batch("BEGIN")?;
-        let mut tx = SqliteTx { conn: &conn };
-        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx)))
-            .unwrap_or_else(|_| Err(StoreError::Database("a store read panicked".into())));
-        conn.execute_batch("COMMIT")?;
+        let out = self.read_now(f)?;
+        // The snapshot may include groups committed but not yet synced: answer only once they
+        // are durable, so no reader ever acts on what a power loss could take back.
+        self.settle().await?;
         out
+    }
+
+    async fn read_unsettled_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+        self.read_now(f)?
+    }
+
+    async fn settle(&self) -> StoreResult<()> {
+        match &self.durable {
+            Some(durable) => durable.settle().await,
+            None => Ok(()),
+        }
     }
 
     async fn ping(&self) -> StoreResult<()> {
@@ -860,5 +1134,99 @@ impl Tx for SqliteTx<'_> {
             .conn
             .prepare_cached("SELECT count(*) FROM dispatches WHERE status IN ('pending', 'failed', 'in_flight')")?
             .query_row([], |r| r.get::<_, i64>(0))? as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreExt;
+
+    fn answer() -> (Reply, oneshot::Receiver<StoreResult<Box<dyn Any + Send>>>) {
+        oneshot::channel()
+    }
+
+    #[tokio::test]
+    async fn a_reader_waits_until_what_it_may_have_seen_is_synced() {
+        let durable = Arc::new(Durable::default());
+        durable.begun.store(2, Ordering::SeqCst);
+        durable.synced.send_replace(1);
+        let waiting = {
+            let d = Arc::clone(&durable);
+            tokio::spawn(async move { d.settle().await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "commit 2 is not synced yet");
+        durable.synced.send_replace(2);
+        waiting.await.unwrap().unwrap();
+        // Nothing pending: no wait at all.
+        durable.settle().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn answers_wait_for_the_sync_and_a_failed_sync_stops_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = std::fs::File::create(dir.path().join("wal")).unwrap();
+        let durable = Durable::default();
+        let (reply, rx) = answer();
+        sync_and_answer(
+            &wal,
+            &durable,
+            vec![(1, vec![(Ok(Box::new(7u8) as _), reply)])],
+        );
+        assert_eq!(*durable.synced.borrow(), 1);
+        let got = rx.await.unwrap().unwrap();
+        assert_eq!(*got.downcast::<u8>().unwrap(), 7);
+
+        // fsync of /dev/null fails (EINVAL): the answer becomes an error, and every later
+        // write and read is refused, since nothing is known durable any more.
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let (reply, rx) = answer();
+        sync_and_answer(
+            &null,
+            &durable,
+            vec![(2, vec![(Ok(Box::new(8u8) as _), reply)])],
+        );
+        let err = rx.await.unwrap().unwrap_err();
+        assert!(err.to_string().contains("sync"), "{err}");
+        assert!(durable.check().is_err());
+        assert!(durable.settle().await.is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_writes_are_all_answered_and_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.db");
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        assert!(
+            store.durable.is_some(),
+            "a file store syncs on its own thread"
+        );
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    for j in 0..20 {
+                        let agent = Agent {
+                            id: format!("a{i}-{j}"),
+                            webhook_url: "http://127.0.0.1:9/".into(),
+                            secret: "s".into(),
+                            policy_bundle: String::new(),
+                            registered_at: "2026-01-01T00:00:00Z".into(),
+                        };
+                        store.write(move |tx| tx.put_agent(&agent)).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let durable = store.durable.clone().unwrap();
+        assert!(*durable.synced.borrow() >= durable.begun.load(Ordering::SeqCst));
+        drop(store);
+        let reopened = SqliteStore::open(&path).unwrap();
+        let n = reopened.read(|tx| tx.agents()).await.unwrap().len();
+        assert_eq!(n, 64 * 20);
     }
 }

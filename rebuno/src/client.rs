@@ -560,13 +560,7 @@ impl Client {
         let step_id = step_segment(step_id)?;
         match &self.backend {
             Backend::Http(h) => h.get(h.url(&["executions", &id, "steps", step_id])).await,
-            Backend::Embedded(k) => {
-                let step = k.step(step_id).await?;
-                if step.execution_id != id {
-                    return Err(KernelError::not_found().into());
-                }
-                Ok(step)
-            }
+            Backend::Embedded(k) => Ok(k.step(&id, step_id).await?),
         }
     }
 

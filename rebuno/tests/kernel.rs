@@ -277,8 +277,8 @@ impl Env {
         self.events(exec).await.split_off(mark)
     }
 
-    async fn step(&self, step_id: &str) -> Step {
-        self.k.step(step_id).await.unwrap()
+    async fn step(&self, exec: &str, step_id: &str) -> Step {
+        self.k.step(exec, step_id).await.unwrap()
     }
 
     async fn exec_status(&self, exec: &str) -> ExecutionStatus {
@@ -487,7 +487,7 @@ async fn step_ids_follow_the_formula_and_occurrences_count_per_dispatch() {
         for occ in 0..3u64 {
             let id = env.proceed(&exec, &lease, tool("greet", greet)).await;
             assert_eq!(id, expected_id(&exec, "tool_call", "greet", greet, occ));
-            let step = env.step(&id).await;
+            let step = env.step(&exec, &id).await;
             assert_eq!(step.execution_id, exec);
             assert_eq!(step.occurrence, occ);
             assert_eq!(step.args_hash, hash(greet));
@@ -638,7 +638,7 @@ async fn rate_limited_answers_record_an_event_and_use_no_occurrence() {
                 })
             );
         }
-        assert_code(env.k.step(&id(2)).await, ErrorCode::NotFound);
+        assert_code(env.k.step(&exec, &id(2)).await, ErrorCode::NotFound);
 
         // The bucket refills at 2 per minute: after 30 s exactly one call passes, and it gets
         // the occurrence the refused calls did not use.
@@ -705,7 +705,7 @@ async fn proceed_then_complete_records_the_result_and_replays_it() {
         );
         assert_eq!(appended[2].payload, base);
         assert!(appended.iter().all(|e| e.occurred_at == env.now_text()));
-        let step = env.step(&id).await;
+        let step = env.step(&exec, &id).await;
         assert_eq!(step.status, StepStatus::Executing);
         assert_eq!(step.idempotency, Idempotency::SafeToRetry);
         assert_eq!(step.started_at, Some(env.now_text()));
@@ -722,7 +722,7 @@ async fn proceed_then_complete_records_the_result_and_replays_it() {
         let appended = env.since(&exec, mark).await;
         assert_eq!(types(&appended), ["step.succeeded"]);
         assert_eq!(appended[0].payload, base);
-        let step = env.step(&id).await;
+        let step = env.step(&exec, &id).await;
         assert_eq!(step.status, StepStatus::Succeeded);
         assert_eq!(step.result, Some(json!({"hello": "world"})));
         assert_eq!(step.completed_at, Some(env.now_text()));
@@ -744,7 +744,7 @@ async fn proceed_then_complete_records_the_result_and_replays_it() {
         assert_eq!(d.decision, Decision::Replay);
         assert_eq!(d.result, Some(json!({"hello": "world"})));
         assert!(env.since(&exec, mark).await.is_empty());
-        assert_eq!(env.step(&id).await, step);
+        assert_eq!(env.step(&exec, &id).await, step);
 
         // Unknown steps, and steps of another execution, are not found.
         assert_code(
@@ -796,7 +796,7 @@ async fn fail_records_the_error_and_a_redelivery_replays_it() {
                 json!({"error": {"message": "boom"}})
             )
         );
-        let step = env.step(&id).await;
+        let step = env.step(&exec, &id).await;
         assert_eq!(step.status, StepStatus::Failed);
         assert_eq!(step.error, Some(json!({"message": "boom"})));
 
@@ -858,7 +858,7 @@ async fn denied_steps_record_reason_and_rule_and_replay_as_denied() {
                     json!({"rule_id": rule, "error": error})
                 )
             );
-            let step = env.step(&id).await;
+            let step = env.step(&exec, &id).await;
             assert_eq!(step.status, StepStatus::Denied);
             assert_eq!(step.error, Some(error.clone()));
             assert_eq!(step.started_at, None);
@@ -871,7 +871,7 @@ async fn denied_steps_record_reason_and_rule_and_replay_as_denied() {
                 .unwrap();
             assert_eq!(d.decision, Decision::Replay);
             assert_eq!(d.error, Some(error));
-            assert_eq!(env.step(&id).await.status, StepStatus::Denied);
+            assert_eq!(env.step(&exec, &id).await.status, StepStatus::Denied);
             ids.push(id);
         }
 
@@ -927,7 +927,7 @@ async fn require_approval_blocks_the_execution_and_retires_the_attempt() {
         );
 
         assert_eq!(env.exec_status(&exec).await, ExecutionStatus::Blocked);
-        assert_eq!(env.step(&step_id).await.status, StepStatus::AwaitingApproval);
+        assert_eq!(env.step(&exec, &step_id).await.status, StepStatus::AwaitingApproval);
         let approval = env.k.approval(&approval_id).await.unwrap();
         assert_eq!(approval.status, ApprovalStatus::Pending);
         assert_eq!(approval.step_id, step_id);
@@ -1030,7 +1030,7 @@ async fn blocked_execution_answers_blocked_for_the_awaiting_step_and_execution_b
             assert_eq!(d.step_id, None);
         }
         let greet0 = expected_id(&exec, "tool_call", "greet", "{}", 0);
-        assert_code(env.k.step(&greet0).await, ErrorCode::NotFound);
+        assert_code(env.k.step(&exec, &greet0).await, ErrorCode::NotFound);
         assert!(env.since(&exec, mark).await.is_empty());
 
         // Once granted, the refused call gets occurrence 0 on the same attempt.
@@ -1102,7 +1102,7 @@ async fn a_terminal_execution_answers_execution_terminal_and_writes_nothing() {
             ErrorCode::LeaseSuperseded,
         );
         assert!(env.since(&exec, mark).await.is_empty());
-        assert_eq!(env.step(&open).await.status, StepStatus::Executing);
+        assert_eq!(env.step(&exec, &open).await.status, StepStatus::Executing);
 
         // The agent's fail: execution.failed with the error as reason.
         let (exec2, lease2) = env.start("a").await;
@@ -1183,7 +1183,7 @@ async fn a_superseded_attempt_is_refused_everywhere_and_writes_nothing() {
         }
         assert!(env.since(&exec, mark).await.is_empty());
         assert!(env.since(&other_exec, other_mark).await.is_empty());
-        assert_eq!(env.step(&id).await.status, StepStatus::Executing);
+        assert_eq!(env.step(&exec, &id).await.status, StepStatus::Executing);
         assert_eq!(env.exec_status(&exec).await, ExecutionStatus::Running);
         let d = env.dispatch(&current.dispatch_id).await;
         assert_eq!(
@@ -1222,9 +1222,9 @@ async fn an_orphan_safe_to_retry_proceeds_again() {
             .await;
         assert_eq!(again, id);
         assert!(env.since(&exec, mark).await.is_empty());
-        assert_eq!(env.step(&id).await.status, StepStatus::Executing);
+        assert_eq!(env.step(&exec, &id).await.status, StepStatus::Executing);
         env.complete(&exec, &id, &lease2, json!("second run")).await;
-        assert_eq!(env.step(&id).await.result, Some(json!("second run")));
+        assert_eq!(env.step(&exec, &id).await.result, Some(json!("second run")));
 
         // What counts is the idempotency declared on the resubmission (§8): a step first
         // submitted safe_to_retry, resubmitted at_most_once, is failed as indeterminate.
@@ -1250,7 +1250,7 @@ async fn an_orphan_at_most_once_fails_indeterminate_and_a_retry_of_it_is_denied(
         let args = r#"{"to":"bob"}"#;
         let send = || at_most_once(tool("send_email", args));
         let id0 = env.proceed(&exec, &lease, send()).await;
-        assert_eq!(env.step(&id0).await.idempotency, Idempotency::AtMostOnce);
+        assert_eq!(env.step(&exec, &id0).await.idempotency, Idempotency::AtMostOnce);
 
         let lease2 = env.redeliver(&exec, &lease).await;
         let mark = env.mark(&exec).await;
@@ -1274,7 +1274,7 @@ async fn an_orphan_at_most_once_fails_indeterminate_and_a_retry_of_it_is_denied(
                 json!({"error": indeterminate_error()})
             )
         );
-        let step = env.step(&id0).await;
+        let step = env.step(&exec, &id0).await;
         assert_eq!(step.status, StepStatus::Failed);
         assert_eq!(step.error, Some(indeterminate_error()));
         assert_eq!(step.completed_at, Some(env.now_text()));
@@ -1302,7 +1302,7 @@ async fn an_orphan_at_most_once_fails_indeterminate_and_a_retry_of_it_is_denied(
                 json!({"rule_id": "__indeterminate_retry", "error": error})
             )
         );
-        assert_eq!(env.step(&id1).await.error, Some(error));
+        assert_eq!(env.step(&exec, &id1).await.error, Some(error));
 
         // The guard is for at_most_once only, and for the same effect only.
         let id2 = env
@@ -1410,7 +1410,7 @@ async fn grant_resumes_with_a_new_dispatch_and_the_step_proceeds() {
         assert_eq!(a.rationale, "looks fine");
         assert_eq!(a.decided_at, Some(env.now_text()));
         assert!(env.k.pending_approvals().await.unwrap().is_empty());
-        assert_eq!(env.step(&step).await.status, StepStatus::Allowed);
+        assert_eq!(env.step(&exec, &step).await.status, StepStatus::Allowed);
         assert_eq!(env.exec_status(&exec).await, ExecutionStatus::Running);
         let d = env.dispatch(&queued).await;
         assert_eq!((d.status, d.attempt), (DispatchStatus::Pending, 0));
@@ -1444,7 +1444,7 @@ async fn grant_resumes_with_a_new_dispatch_and_the_step_proceeds() {
             env.k.fail_step(&exec, &step, &lease2, Some(json!(1))).await,
             ErrorCode::Conflict,
         );
-        assert_eq!(env.step(&step).await.status, StepStatus::Allowed);
+        assert_eq!(env.step(&exec, &step).await.status, StepStatus::Allowed);
         let d = env
             .submit(&exec, &lease2, at_most_once(tool("charge", "{}")))
             .await;
@@ -1456,7 +1456,7 @@ async fn grant_resumes_with_a_new_dispatch_and_the_step_proceeds() {
             appended[0].payload,
             step_payload(&step, "tool_call", "charge")
         );
-        assert_eq!(env.step(&step).await.status, StepStatus::Executing);
+        assert_eq!(env.step(&exec, &step).await.status, StepStatus::Executing);
         env.complete(&exec, &step, &lease2, json!({"charged": true}))
             .await;
 
@@ -1505,7 +1505,7 @@ async fn deny_resumes_the_execution_and_the_step_is_denied() {
         );
         let a = env.k.approval(&approval).await.unwrap();
         assert_eq!(a.status, ApprovalStatus::Denied);
-        let s = env.step(&step).await;
+        let s = env.step(&exec, &step).await;
         assert_eq!(s.status, StepStatus::Denied);
         assert_eq!(s.error, Some(json!({"reason": "too expensive"})));
         // A deny resumes; it does not fail the execution.
@@ -1526,7 +1526,7 @@ async fn deny_resumes_the_execution_and_the_step_is_denied() {
             .await
             .unwrap();
         assert_eq!(
-            env.step(&refund_step).await.error,
+            env.step(&exec, &refund_step).await.error,
             Some(json!({"reason": "approval_denied"}))
         );
         let lease3 = env.claim_one().await.lease();
@@ -1673,17 +1673,17 @@ async fn cancel_expires_approvals_denies_their_steps_and_cancels_executing_steps
             (a.status, a.rationale.as_str()),
             (ApprovalStatus::Expired, "execution_cancelled")
         );
-        let s = env.step(&waiting).await;
+        let s = env.step(&exec, &waiting).await;
         assert_eq!(
             (s.status, s.error),
             (StepStatus::Denied, Some(cancelled.clone()))
         );
-        let s = env.step(&running).await;
+        let s = env.step(&exec, &running).await;
         assert_eq!(
             (s.status, s.error),
             (StepStatus::Cancelled, Some(cancelled))
         );
-        assert_eq!(env.step(&done).await.status, StepStatus::Succeeded);
+        assert_eq!(env.step(&exec, &done).await.status, StepStatus::Succeeded);
         assert!(
             env.dispatches(&exec)
                 .await
@@ -1750,7 +1750,10 @@ async fn executions_past_their_deadline_are_cancelled() {
         assert_eq!(types(&appended), ["execution.cancelled", "step.cancelled"]);
         assert_eq!(appended[0].payload["reason"], "client_cancelled");
         assert_eq!(env.exec_status(&exec).await, ExecutionStatus::Cancelled);
-        assert_eq!(env.step(&running).await.status, StepStatus::Cancelled);
+        assert_eq!(
+            env.step(&exec, &running).await.status,
+            StepStatus::Cancelled
+        );
         assert_eq!(env.k.cancel_past_deadline().await.unwrap(), 0);
     })
     .await;
@@ -2204,7 +2207,7 @@ async fn retention_deletes_old_terminal_executions_only() {
             assert!(env.k.steps(gone, false).await.unwrap().is_empty());
             assert!(env.dispatches(gone).await.is_empty());
         }
-        assert_code(env.k.step(&old_step).await, ErrorCode::NotFound);
+        assert_code(env.k.step(&old_done, &old_step).await, ErrorCode::NotFound);
         for kept in [&old_running, &old_blocked, &recent_done] {
             env.k.execution(kept).await.unwrap();
             assert!(!env.events(kept).await.is_empty());
@@ -2606,7 +2609,7 @@ rules:
         );
         let id0 = expected_id(&exec, "tool_call", "strict", "{}", 0);
         assert_eq!(appended[0].payload["step_id"], id0.as_str());
-        assert_code(env.k.step(&id0).await, ErrorCode::NotFound);
+        assert_code(env.k.step(&exec, &id0).await, ErrorCode::NotFound);
 
         // Bucket keys (§11): per execution by default, per agent, global.
         env.proceed(&exec, &lease, tool("global", "{}")).await;

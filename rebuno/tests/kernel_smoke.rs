@@ -192,7 +192,10 @@ async fn an_agent_counted_occurrence_moves_the_counter_forward_only() {
     for occ in [Some(3), None, Some(1)] {
         let d = k.submit_step(&exec.id, &lease, with(occ)).await.unwrap();
         assert_eq!(d.decision, Decision::Proceed);
-        let step = k.step(d.step_id.as_deref().unwrap()).await.unwrap();
+        let step = k
+            .step(&exec.id, d.step_id.as_deref().unwrap())
+            .await
+            .unwrap();
         occurrences.push(step.occurrence);
     }
     // Skips ahead to 3, then counts on; a lower claim never reuses an occurrence.

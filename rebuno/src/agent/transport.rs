@@ -200,8 +200,8 @@ impl Transport for EmbeddedTransport {
         Ok(self.kernel.steps(execution_id, false).await?)
     }
 
-    async fn step(&self, _execution_id: &str, step_id: &str) -> Result<Step> {
-        Ok(self.kernel.step(step_id).await?)
+    async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step> {
+        Ok(self.kernel.step(execution_id, step_id).await?)
     }
 }
 

@@ -77,12 +77,16 @@ impl Kernel {
     }
 
     /// An agent's HMAC secret, for verifying its requests (never sent over HTTP).
+    ///
+    /// Read without waiting for the sync of concurrent writes ([`crate::store::Store::settle`]):
+    /// a request it admits is answered by a write or a settled read, either of which is durable
+    /// after anything this read saw, and a refusal only asks the agent to try again.
     pub async fn agent_secret(&self, id: &str) -> KernelResult<Option<String>> {
         let id = id.to_owned();
         Ok(self
             .inner
             .store
-            .read(move |tx| tx.agent_secret(&id))
+            .read_unsettled(move |tx| tx.agent_secret(&id))
             .await?)
     }
 

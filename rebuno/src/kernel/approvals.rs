@@ -56,7 +56,7 @@ fn resolve_in_tx(
             rationale: Some(rationale.to_owned()).filter(|r| !r.is_empty()),
         }),
     )];
-    if let Some(mut step) = tx.step(&approval.step_id)?
+    if let Some(mut step) = tx.step(&approval.execution_id, &approval.step_id)?
         && !step.status.is_terminal()
     {
         if how == Resolution::Grant {

@@ -56,7 +56,7 @@ pub(crate) fn cancel_in_tx(
                 rationale: Some(REASON_EXECUTION_CANCELLED.to_owned()),
             }),
         ));
-        if let Some(mut step) = tx.step(&approval.step_id)?
+        if let Some(mut step) = tx.step(&approval.execution_id, &approval.step_id)?
             && !step.status.is_terminal()
         {
             step.status = StepStatus::Denied;
@@ -237,12 +237,13 @@ impl Kernel {
             .collect())
     }
 
-    /// A step by id (`404` if unknown).
-    pub async fn step(&self, step_id: &str) -> KernelResult<Step> {
-        let step_id = step_id.to_owned();
+    /// A step of an execution by id (`404` if unknown, or if it belongs to another
+    /// execution).
+    pub async fn step(&self, execution_id: &str, step_id: &str) -> KernelResult<Step> {
+        let (execution_id, step_id) = (execution_id.to_owned(), step_id.to_owned());
         self.inner
             .store
-            .read(move |tx| tx.step(&step_id))
+            .read(move |tx| tx.step(&execution_id, &step_id))
             .await?
             .ok_or_else(KernelError::not_found)
     }

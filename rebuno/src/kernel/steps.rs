@@ -163,7 +163,7 @@ impl Kernel {
                         });
                     };
                     let lease_ok = lease_holds(tx, &exec_id, &lease, true)?;
-                    let step = tx.step(&step_id)?;
+                    let step = tx.step(&exec_id, &step_id)?;
                     let approval_id = match &step {
                         Some(s) if s.status == StepStatus::AwaitingApproval => {
                             tx.pending_approval_for_step(&step_id)?.map(|a| a.id)
@@ -303,7 +303,7 @@ impl Kernel {
                 if !lease_holds(tx, &step.execution_id, &lease, true)? {
                     return Ok(Err(KernelError::lease_superseded()));
                 }
-                let Some(mut cur) = tx.step(&step.step_id)? else {
+                let Some(mut cur) = tx.step(&step.execution_id, &step.step_id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
                 let decision = match cur.status {
@@ -370,7 +370,7 @@ impl Kernel {
                 if !lease_holds(tx, &step.execution_id, &lease, true)? {
                     return Ok(Err(KernelError::lease_superseded()));
                 }
-                if tx.step_exists(&step.step_id)? {
+                if tx.step_exists(&step.execution_id, &step.step_id)? {
                     return Ok(Err(KernelError::conflict("step already recorded")));
                 }
                 let mut events: Events =
@@ -611,7 +611,7 @@ fn finish_step_tx(
     outcome: Result<Value, Value>,
     now: &str,
 ) -> StoreResult<KernelResult<StepDecision>> {
-    let Some(mut step) = tx.step(step_id)?.filter(|s| s.execution_id == execution_id) else {
+    let Some(mut step) = tx.step(execution_id, step_id)? else {
         return Ok(Err(KernelError::not_found()));
     };
     let Some((_, status)) = tx.execution_state(execution_id)? else {

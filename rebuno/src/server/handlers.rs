@@ -193,11 +193,7 @@ pub(super) async fn get_step(State(s): State<AppState>, mut call: ReadCall) -> A
     if let Reader::Agent(agent_id) = &call.reader {
         s.check_owner(agent_id, &id).await?;
     }
-    let step = s.kernel.step(&step_id).await?;
-    if step.execution_id != id {
-        return Err(ApiError::not_found());
-    }
-    Ok(ok(&step))
+    Ok(ok(&s.kernel.step(&id, &step_id).await?))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -109,10 +109,10 @@ pub trait Tx {
         limit: usize,
     ) -> StoreResult<Vec<Event>>;
 
-    /// A step by id.
-    fn step(&mut self, step_id: &str) -> StoreResult<Option<Step>>;
-    /// Whether a step is recorded.
-    fn step_exists(&mut self, step_id: &str) -> StoreResult<bool>;
+    /// A step of an execution by id.
+    fn step(&mut self, execution_id: &str, step_id: &str) -> StoreResult<Option<Step>>;
+    /// Whether a step of an execution is recorded.
+    fn step_exists(&mut self, execution_id: &str, step_id: &str) -> StoreResult<bool>;
     /// Inserts or updates a step. Once the stored status is terminal, its status, result,
     /// error and `completed_at` are kept.
     fn put_step(&mut self, step: &Step) -> StoreResult<()>;

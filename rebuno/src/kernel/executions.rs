@@ -166,12 +166,16 @@ impl Kernel {
     }
 
     /// The agent that owns an execution (`404` if unknown); cheaper than [`Kernel::execution`].
+    ///
+    /// Read without waiting for the sync of concurrent writes ([`crate::store::Store::settle`]):
+    /// an execution's owner never changes, and an agent learns an execution's id only from a
+    /// dispatch, which is durable before it is delivered.
     pub async fn execution_owner(&self, id: &str) -> KernelResult<String> {
         let id = id.to_owned();
         let state = self
             .inner
             .store
-            .read(move |tx| tx.execution_state(&id))
+            .read_unsettled(move |tx| tx.execution_state(&id))
             .await?;
         state
             .map(|(agent, _)| agent)

@@ -113,6 +113,11 @@ async fn chat_completions(State(p): State<Provider>, headers: HeaderMap, body: B
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
+            // Like a real provider, close the body a little after `[DONE]`: the call is
+            // recorded only at the end of the body, and the handler's next effect must not
+            // overtake that record.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            drop(tx);
         });
         let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
         return ([("content-type", "text/event-stream")], body).into_response();

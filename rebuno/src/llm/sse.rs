@@ -11,6 +11,12 @@ use std::collections::VecDeque;
 /// The call is one `llm_call` step: live deltas go to the kernel while you read, and the whole
 /// stream is recorded when it ends (even if you stop reading early). A replayed stream yields
 /// the recorded events.
+///
+/// Reading to the end ([`ChatStream::text`], or [`ChatStream::next_event`] until `None`)
+/// returns only once the call is recorded. A stream dropped early is read and recorded in the
+/// background instead, and an effect started before that record lands can overtake it: if that
+/// effect blocks the execution (an approval), the record is refused with the old lease and the
+/// call is made again on replay. Read to the end before the next effect.
 #[derive(Debug)]
 pub struct ChatStream {
     provider: &'static str,
@@ -53,6 +59,11 @@ impl ChatStream {
                 return Ok(Some(event));
             }
             if self.done {
+                // Read the body to its end even after `[DONE]`: it ends only once the call is
+                // recorded, so the handler's next effect cannot overtake the record (which,
+                // if that effect blocked the execution, would find the lease gone and leave
+                // the call to be made again on replay).
+                while self.resp.chunk().await?.is_some() {}
                 return Ok(None);
             }
             match self.resp.chunk().await? {

@@ -93,6 +93,59 @@ struct Inner {
     /// Local replay: the execution's record, fetched once per dispatch, and the occurrences
     /// this dispatch has used per (kind, target, args hash).
     local: Option<LocalReplay>,
+    /// Effects being recorded in the background (a stream dropped before its end).
+    background: Background,
+}
+
+/// Counts the effects of a dispatch whose record is being written in the background, after
+/// their reader went away (a streamed LLM call dropped before its end). The next effect waits
+/// for them: otherwise it could overtake the record, and if it blocked the execution, the next
+/// attempt would find the call unrecorded and make it again.
+#[derive(Default)]
+pub(crate) struct Background {
+    pending: Mutex<usize>,
+    idle: tokio::sync::Notify,
+}
+
+impl Background {
+    /// One more record is being written with nobody waiting for it.
+    pub(crate) fn detach(&self) {
+        *self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+    }
+
+    /// A detached record is written (or failed).
+    pub(crate) fn settle(&self) {
+        let mut pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *pending = pending.saturating_sub(1);
+        if *pending == 0 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Waits until no detached record is pending.
+    async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a `settle` in between is not missed.
+            notified.as_mut().enable();
+            if *self
+                .pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                == 0
+            {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 impl Inner {
@@ -107,6 +160,7 @@ impl Inner {
             suspension: Mutex::new(None),
             submit_order: tokio::sync::Mutex::new(()),
             observer: self.observer.clone(),
+            background: Background::default(),
             local: self.local.as_ref().map(|_| LocalReplay {
                 record: tokio::sync::OnceCell::new(),
                 counts: Mutex::default(),
@@ -172,6 +226,7 @@ impl ExecutionContext {
                 submit_order: tokio::sync::Mutex::new(()),
                 observer: None,
                 local: None,
+                background: Background::default(),
             }),
         }
     }
@@ -301,6 +356,7 @@ impl ExecutionContext {
             // A dispatch that is unwinding submits nothing more.
             return Err(s);
         }
+        self.inner.background.idle().await;
         let mut submission = Submission {
             kind: kind.clone(),
             target: target.to_owned(),
@@ -444,6 +500,11 @@ impl ExecutionContext {
             Decision::ExecutionTerminal => self.suspend(Error::Terminated),
             other => Error::Other(format!("unexpected step decision: {other}")),
         }
+    }
+
+    /// The dispatch's background records (see [`Background`]).
+    pub(crate) fn background(&self) -> &Background {
+        &self.inner.background
     }
 
     /// Records a step's result. Answers the outcome that is on record: `result` itself, or the

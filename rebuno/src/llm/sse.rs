@@ -14,9 +14,11 @@ use std::collections::VecDeque;
 ///
 /// Reading to the end ([`ChatStream::text`], or [`ChatStream::next_event`] until `None`)
 /// returns only once the call is recorded. A stream dropped early is read and recorded in the
-/// background instead, and an effect started before that record lands can overtake it: if that
-/// effect blocks the execution (an approval), the record is refused with the old lease and the
-/// call is made again on replay. Read to the end before the next effect.
+/// background, and the handler's next effect waits for that record. So no later effect can
+/// overtake it (if one blocked the execution, the next attempt would find the call unrecorded
+/// and make it again). A stream still held, unread, while the handler starts another effect
+/// is not waited for (that wait could never end): finish or drop a stream before the next
+/// effect.
 #[derive(Debug)]
 pub struct ChatStream {
     provider: &'static str,

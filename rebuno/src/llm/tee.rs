@@ -7,9 +7,13 @@ use crate::protocol::MAX_STREAM_DATA_BYTES;
 use axum::body::Bytes;
 use reqwest::Url;
 use serde_json::json;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 
 /// Pending text is published once it reaches this many bytes…
@@ -35,9 +39,94 @@ pub(super) fn tee(
 ) -> reqwest::Response {
     let status = resp.status().as_u16();
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(READ_AHEAD);
-    tokio::spawn(pump(ctx, step_id, resp, content_type.clone(), tx));
-    let body = reqwest::Body::wrap_stream(ReceiverStream::new(rx));
-    build_response(status, &content_type, body, &url)
+    let tracked = Arc::new(Tracked {
+        phase: Mutex::new(Phase::Attached),
+        ctx: ctx.clone(),
+    });
+    let body = CallerBody {
+        rx: ReceiverStream::new(rx),
+        tracked: Arc::clone(&tracked),
+    };
+    tokio::spawn(pump(ctx, step_id, resp, content_type.clone(), tx, tracked));
+    build_response(
+        status,
+        &content_type,
+        reqwest::Body::wrap_stream(body),
+        &url,
+    )
+}
+
+/// Where a tee's record stands, for the dispatch's next effect to wait on (see
+/// [`crate::agent::context`]'s background records).
+enum Phase {
+    /// The caller still holds the body: its end waits for the record.
+    Attached,
+    /// The caller dropped the body first: the record is written with nobody waiting.
+    Detached,
+    /// The record is written (or failed).
+    Recorded,
+}
+
+/// A tee's phase, shared by the pump and the caller's body.
+struct Tracked {
+    phase: Mutex<Phase>,
+    ctx: ExecutionContext,
+}
+
+impl Tracked {
+    fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
+        self.phase
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The caller dropped its body.
+    fn caller_gone(&self) {
+        let mut phase = self.phase();
+        if matches!(*phase, Phase::Attached) {
+            *phase = Phase::Detached;
+            self.ctx.background().detach();
+        }
+    }
+
+    /// The pump is done with the record.
+    fn recorded(&self) {
+        let mut phase = self.phase();
+        if matches!(*phase, Phase::Detached) {
+            self.ctx.background().settle();
+        }
+        *phase = Phase::Recorded;
+    }
+}
+
+/// The caller's body: the pump's chunks. Dropping it before the record is written makes the
+/// dispatch's next effect wait for that record.
+struct CallerBody {
+    rx: ReceiverStream<Result<Bytes, std::io::Error>>,
+    tracked: Arc<Tracked>,
+}
+
+impl Stream for CallerBody {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Pin::new(&mut self.rx).poll_next(cx)
+    }
+}
+
+impl Drop for CallerBody {
+    fn drop(&mut self) {
+        self.tracked.caller_gone();
+    }
+}
+
+/// Marks the record done when the pump ends, however it ends.
+struct OnExit(Arc<Tracked>);
+
+impl Drop for OnExit {
+    fn drop(&mut self) {
+        self.0.recorded();
+    }
 }
 
 async fn pump(
@@ -46,10 +135,14 @@ async fn pump(
     mut resp: reqwest::Response,
     content_type: String,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    tracked: Arc<Tracked>,
 ) {
     let status = resp.status().as_u16();
     let mut deltas = Deltas::new(&ctx, &step_id);
     let mut caller = Some(tx);
+    // Declared after `caller`, so dropped before it: the record counts as done before the
+    // caller's body ends.
+    let _done = OnExit(tracked);
     loop {
         // The read is never dropped half-way (it is pinned across the timer's flushes), so no
         // bytes are lost to cancellation.

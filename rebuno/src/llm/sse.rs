@@ -62,9 +62,9 @@ impl ChatStream {
             }
             if self.done {
                 // Read the body to its end even after `[DONE]`: it ends only once the call is
-                // recorded, so the handler's next effect cannot overtake the record (which,
-                // if that effect blocked the execution, would find the lease gone and leave
-                // the call to be made again on replay).
+                // recorded, so the handler's next effect cannot overtake the record (if that
+                // effect blocked the execution, the next attempt could find the call still
+                // executing and make it again).
                 while self.resp.chunk().await?.is_some() {}
                 return Ok(None);
             }

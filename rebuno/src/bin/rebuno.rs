@@ -33,7 +33,8 @@ Environment (flags override the environment, which overrides the defaults):
 Durations use Go's syntax (500ms, 90s, 2m, 1h30m); unparsable numbers and durations are
 ignored. Not used by this build: REBUNO_DB_MAX_CONNS, REBUNO_DB_MIN_CONNS,
 REBUNO_DEADLINE_CHECK_INTERVAL, REBUNO_LEADER_LOCK_KEY, REBUNO_LOG_LEVEL, REBUNO_LOG_FORMAT,
-REBUNO_OTEL_ENDPOINT, REBUNO_OTEL_SAMPLE_RATE, REBUNO_OTEL_INSECURE and REBUNO_DEV.";
+REBUNO_OTEL_ENDPOINT, REBUNO_OTEL_SAMPLE_RATE, REBUNO_OTEL_INSECURE and REBUNO_DEV.
+Logs go to stderr, filtered by RUST_LOG (default info).";
 
 /// Durable AI agents: the step-replay kernel.
 #[derive(Parser)]
@@ -337,8 +338,21 @@ fn repl_loop(mut repl: Repl, handle: &tokio::runtime::Handle) -> bool {
     }
 }
 
+/// Sends the library's `tracing` events to stderr, filtered by `RUST_LOG` (default `info`).
+/// Internal details the HTTP answers leave out (store errors, background loop failures) are
+/// logged here.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging();
     let command = match cli.command {
         Command::Version => {
             println!("rebuno {}", env!("CARGO_PKG_VERSION"));

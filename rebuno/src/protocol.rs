@@ -192,6 +192,12 @@ wire_enum! {
         ExecutionTerminal = "execution_terminal",
         /// 409: the request's (dispatch, attempt) lease no longer owns the dispatch.
         LeaseSuperseded = "lease_superseded",
+        /// 413: a request body declared or sent larger than the kernel accepts (this kernel
+        /// only; the Go kernel answers 400 or 401).
+        PayloadTooLarge = "payload_too_large",
+        /// 429: a bounded resource of the kernel is full (for example live-stream
+        /// subscribers); try again later (this kernel only).
+        TooManyRequests = "too_many_requests",
         /// 500: everything else.
         InternalError = "internal_error",
     }
@@ -206,6 +212,8 @@ impl ErrorCode {
             ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
             ErrorCode::Conflict | ErrorCode::ExecutionTerminal | ErrorCode::LeaseSuperseded => 409,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::TooManyRequests => 429,
             ErrorCode::InternalError => 500,
         }
     }

@@ -1010,12 +1010,11 @@ impl SubmitStepRequest {
         identity::args_hash(self.args_bytes())
     }
 
-    /// The args as a JSON value (`null` when absent), for storage and policy predicates.
-    pub fn args_value(&self) -> Value {
-        self.args
-            .as_deref()
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
-            .unwrap_or(Value::Null)
+    /// The args parsed once: their hash and the value policy evaluates and the kernel records
+    /// (`null` when absent). Args the kernel cannot record faithfully are an error (see
+    /// [`identity::step_args`]); the kernel answers it `400 validation_error`.
+    pub fn parse_args(&self) -> Result<identity::StepArgs, identity::ArgsError> {
+        identity::step_args(self.args_bytes())
     }
 }
 

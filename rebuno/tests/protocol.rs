@@ -40,6 +40,8 @@ fn error_codes_and_statuses() {
         (ErrorCode::Conflict, "conflict", 409),
         (ErrorCode::ExecutionTerminal, "execution_terminal", 409),
         (ErrorCode::LeaseSuperseded, "lease_superseded", 409),
+        (ErrorCode::PayloadTooLarge, "payload_too_large", 413),
+        (ErrorCode::TooManyRequests, "too_many_requests", 429),
         (ErrorCode::InternalError, "internal_error", 500),
     ];
     assert_eq!(ErrorCode::ALL.len(), table.len());
@@ -562,9 +564,10 @@ fn submit_step_keeps_raw_args() {
     assert_eq!(r.args_bytes(), br#"{"b":1,"a":{"d":[3,2,1],"c":null}}"#);
     assert_eq!(r.args_hash().unwrap(), HASH);
     assert_eq!(
-        r.args_value(),
+        r.parse_args().unwrap().value,
         json!({"a": {"c": null, "d": [3, 2, 1]}, "b": 1})
     );
+    assert_eq!(r.parse_args().unwrap().hash, HASH);
 
     // Number literals reach the hash as written.
     let r: SubmitStepRequest =
@@ -579,7 +582,7 @@ fn submit_step_keeps_raw_args() {
     let absent: SubmitStepRequest = serde_json::from_str(r#"{"kind":"tool_call"}"#).unwrap();
     assert_eq!(absent.args_bytes(), b"");
     assert_eq!(absent.args_hash().unwrap(), NULL_HASH);
-    assert_eq!(absent.args_value(), Value::Null);
+    assert_eq!(absent.parse_args().unwrap().value, Value::Null);
     assert_eq!(absent.target, "");
     let null: SubmitStepRequest =
         serde_json::from_str(r#"{"kind":"tool_call","args":null}"#).unwrap();

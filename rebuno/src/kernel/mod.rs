@@ -269,7 +269,14 @@ pub(crate) struct Inner {
     pub(crate) approvals_changed: tokio::sync::Notify,
     /// Live output deltas (never persisted).
     pub(crate) streams: stream::Bus,
+    /// Sees every policy evaluation ([`KernelBuilder::policy_observer`]).
+    pub(crate) policy_observer: Option<PolicyObserver>,
 }
+
+/// A callback that sees the input and result of every policy evaluation of a new step (see
+/// [`KernelBuilder::policy_observer`]).
+pub type PolicyObserver =
+    Arc<dyn Fn(&crate::policy::EvalInput<'_>, &crate::policy::Decision) + Send + Sync>;
 
 /// The kernel. Cheap to clone (all clones share one engine).
 #[derive(Clone)]
@@ -291,6 +298,7 @@ pub struct KernelBuilder {
     config: KernelConfig,
     clock: Arc<dyn Clock>,
     limiter: Option<Arc<dyn RateLimiter>>,
+    policy_observer: Option<PolicyObserver>,
 }
 
 impl KernelBuilder {
@@ -307,6 +315,13 @@ impl KernelBuilder {
     /// Replaces the rate limiter backend.
     pub fn limiter(mut self, limiter: Arc<dyn RateLimiter>) -> Self {
         self.limiter = Some(limiter);
+        self
+    }
+    /// Calls `observer` with the input and the decision of every policy evaluation of a new
+    /// step, synchronously on the submitting task: the arguments it sees are exactly the ones the
+    /// step records (audit hooks, tests). Keep it fast; it must not block.
+    pub fn policy_observer(mut self, observer: PolicyObserver) -> Self {
+        self.policy_observer = Some(observer);
         self
     }
     /// Builds the kernel and recovers from any previous run: every in-flight dispatch is
@@ -328,6 +343,7 @@ impl KernelBuilder {
                 queued: tokio::sync::Notify::new(),
                 approvals_changed: tokio::sync::Notify::new(),
                 streams: stream::Bus::default(),
+                policy_observer: self.policy_observer,
             }),
         };
         kernel.reclaim_all_in_flight().await?;
@@ -343,6 +359,7 @@ impl Kernel {
             config: KernelConfig::from_env(),
             clock: Arc::new(SystemClock),
             limiter: None,
+            policy_observer: None,
         }
     }
 

@@ -118,8 +118,13 @@ impl Kernel {
         req: SubmitStepRequest,
         wrote: &mut bool,
     ) -> KernelResult<StepDecision> {
-        let args_hash = req
-            .args_hash()
+        // Parsed once: the hash in the step id, the value policy evaluates and the value
+        // recorded all come from this parse, and args it cannot record faithfully are refused.
+        let crate::identity::StepArgs {
+            hash: args_hash,
+            value: args,
+        } = req
+            .parse_args()
             .map_err(|e| KernelError::validation(format!("invalid args: {e}")))?;
         let _guard = self.lock_execution(execution_id).await;
         let kind = req.kind.clone();
@@ -220,7 +225,13 @@ impl Kernel {
                 if exec.status == ExecutionStatus::Blocked {
                     return Ok(StepDecision::execution_blocked());
                 }
-                let args = req.args_value();
+                let input = EvalInput {
+                    agent_id: &exec.agent_id,
+                    execution_id,
+                    step_kind: policy_kind(&kind),
+                    target: &req.target,
+                    arguments: &args,
+                };
                 let pol = if snap.indeterminate {
                     policy::Decision::new(
                         Action::Deny,
@@ -232,26 +243,16 @@ impl Kernel {
                         let _ = self.inner.policy.sync_bundle(&exec.agent_id, text);
                     }
                     let started = Instant::now();
-                    let d = self.inner.policy.evaluate(&EvalInput {
-                        agent_id: &exec.agent_id,
-                        execution_id,
-                        step_kind: policy_kind(&kind),
-                        target: &req.target,
-                        arguments: &args,
-                    });
+                    let d = self.inner.policy.evaluate(&input);
                     Metrics::inc(&self.inner.metrics.policy_evaluations);
                     self.inner.metrics.policy_nanos.fetch_add(
                         started.elapsed().as_nanos() as u64,
                         std::sync::atomic::Ordering::Relaxed,
                     );
+                    if let Some(observe) = &self.inner.policy_observer {
+                        observe(&input, &d);
+                    }
                     d
-                };
-                let input = EvalInput {
-                    agent_id: &exec.agent_id,
-                    execution_id,
-                    step_kind: policy_kind(&kind),
-                    target: &req.target,
-                    arguments: &args,
                 };
                 let outcome = enforce_rate_limit(&*self.inner.limiter, &pol, &input).await;
                 *wrote = true;

@@ -23,6 +23,13 @@
 //! serde_json cannot be used for this (it rewrites number literals and does not escape HTML
 //! characters), so the module carries its own small tokenizer. Parsing and re-encoding are
 //! iterative, so hostile nesting cannot overflow the stack.
+//!
+//! The kernel parses submitted args once with [`step_args`], which gives the args hash and the
+//! value policy evaluates and the store records from the same parse tree (submodule `args`).
+
+mod args;
+
+pub use args::{ArgsError, MAX_ARGS_DEPTH, StepArgs, step_args};
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -137,6 +137,14 @@ fn malformed_manifests_abort_the_boot_with_file_and_reason() {
             "agents: [\n".to_owned(),
             "parse: ".to_owned(),
         ),
+        (
+            // An unset variable used to become the literal `$…` text: a secret anyone reading
+            // the manifest knows.
+            "unset-var.yaml",
+            "agents:\n  - id: x\n    secret: ${REBUNO_TEST_UNSET_SECRET}\n".to_owned(),
+            "agent \"x\": secret references ${REBUNO_TEST_UNSET_SECRET}, which is not set"
+                .to_owned(),
+        ),
     ];
     for (name, text, reason) in cases {
         let path = dir.path().join(name);
@@ -149,7 +157,8 @@ fn malformed_manifests_abort_the_boot_with_file_and_reason() {
                 "127.0.0.1:0",
                 "--config",
             ])
-            .arg(&path));
+            .arg(&path)
+            .env_remove("REBUNO_TEST_UNSET_SECRET"));
         assert!(!out.status.success(), "{name} booted");
         let err = stderr(&out);
         assert!(err.contains(&path.display().to_string()), "{name}: {err}");

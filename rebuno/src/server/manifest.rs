@@ -9,12 +9,22 @@
 //!     policy_file: policies/research.yaml   # relative to the manifest's directory
 //! ```
 //!
-//! Before parsing, the whole text goes through shell-style `$VAR` / `${VAR}` expansion (the
-//! rules of Go's `os.Expand`); an unset variable is left as `$VAR`. Everything is checked before
-//! anything is written, so a bad manifest aborts the boot with its path and the reason and
-//! provisions nothing. Unlike the Go kernel, unknown keys are refused, so a misspelt
-//! `policy_file` is an error rather than an agent silently left without its policy, and an
-//! agent without a secret is refused here rather than half-way through provisioning.
+//! Every string value (`id`, `webhook_url`, `secret`, `policy`, `policy_file`) goes through
+//! shell-style `$VAR` / `${VAR}` expansion with the names of Go's `os.Expand`. Everything is
+//! checked before anything is written, so a bad manifest aborts the boot with its path and the
+//! reason and provisions nothing.
+//!
+//! Deviations from the Go kernel, each so that a mistake is an error at boot rather than a
+//! silently different kernel:
+//!
+//! * a reference to an unset variable refuses the manifest and names the variable (Go leaves
+//!   `$VAR` in the text, so a forgotten `export` made the literal `$RESEARCHER_SECRET`, which is
+//!   in the manifest for anyone to read, the agent's secret); `$$` writes one literal `$`;
+//! * values are expanded after the YAML is parsed, not the file's text before, so a comment that
+//!   mentions a variable is only a comment and a variable's value cannot add YAML structure;
+//! * unknown keys are refused, so a misspelt `policy_file` is an error rather than an agent
+//!   silently left without its policy, and an agent without a secret is refused here rather than
+//!   half-way through provisioning.
 
 use crate::Kernel;
 use crate::policy::Bundle;
@@ -89,12 +99,14 @@ fn is_name_byte(c: u8) -> bool {
     c == b'_' || c.is_ascii_alphanumeric()
 }
 
-/// Expands `$NAME` and `${NAME}` in `text` with `lookup`, following Go's `os.Expand`:
-/// a name is a run of letters, digits and `_` (or one special character such as `$1`);
-/// `${...}` takes everything up to the closing brace; a `$` followed by no name is kept;
-/// malformed `${` and `${}` are dropped. A name `lookup` does not know is written back as
-/// `$NAME` (without braces), so an unset variable stays visible.
-pub fn expand_vars(text: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+/// Expands `$NAME` and `${NAME}` in `text` with `lookup`. Names follow Go's `os.Expand`: a run
+/// of letters, digits and `_` (or one special character such as `$1`); `${...}` takes everything
+/// up to the closing brace; a `$` followed by no name is kept; malformed `${` and `${}` are
+/// dropped. `$$` is one literal `$`. A name `lookup` does not know is an error carrying the name.
+pub fn expand_vars(
+    text: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<String, UnsetVariable> {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
     let mut copied = 0;
@@ -108,7 +120,10 @@ pub fn expand_vars(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Strin
         let rest = &text[i + 1..];
         let rb = rest.as_bytes();
         // (name, bytes consumed after the `$`)
-        let (name, width) = if rb[0] == b'{' {
+        let (name, width) = if rb[0] == b'$' {
+            out.push('$');
+            ("", 1)
+        } else if rb[0] == b'{' {
             if rb.len() > 2 && is_special(rb[1]) && rb[2] == b'}' {
                 (&rest[1..2], 3)
             } else {
@@ -127,10 +142,7 @@ pub fn expand_vars(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Strin
         if !name.is_empty() {
             match lookup(name) {
                 Some(value) => out.push_str(&value),
-                None => {
-                    out.push('$');
-                    out.push_str(name);
-                }
+                None => return Err(UnsetVariable(name.to_owned())),
             }
         } else if width == 0 {
             out.push('$');
@@ -139,8 +151,13 @@ pub fn expand_vars(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Strin
         copied = i;
     }
     out.push_str(&text[copied..]);
-    out
+    Ok(out)
 }
+
+/// A manifest value references an environment variable that is not set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("references ${{{0}}}, which is not set")]
+pub struct UnsetVariable(pub String);
 
 impl Manifest {
     /// Reads `path`, expands environment variables, parses and validates it, and reads every
@@ -152,9 +169,8 @@ impl Manifest {
             reason,
         };
         let text = std::fs::read_to_string(path).map_err(|e| fail(format!("read: {e}")))?;
-        let text = expand_vars(&text, |name| std::env::var(name).ok());
         let dir = path.parent().unwrap_or(Path::new(""));
-        Manifest::parse(&text, dir)
+        Manifest::parse(&text, dir, |name| std::env::var(name).ok())
             .map_err(fail)
             .map(|agents| Manifest {
                 path: path.to_owned(),
@@ -162,24 +178,38 @@ impl Manifest {
             })
     }
 
-    /// Parses already-expanded manifest text; `policy_file` paths are relative to `dir`.
-    fn parse(text: &str, dir: &Path) -> Result<Vec<ManifestAgent>, String> {
+    /// Parses manifest text, expanding variables in its values with `lookup`; `policy_file`
+    /// paths are relative to `dir`.
+    fn parse(
+        text: &str,
+        dir: &Path,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Vec<ManifestAgent>, String> {
         let doc: Option<Document> =
             serde_yaml_ng::from_str(text).map_err(|e| format!("parse: {e}"))?;
         let entries = doc.and_then(|d| d.agents).unwrap_or_default();
         let mut agents = Vec::with_capacity(entries.len());
         for (i, entry) in entries.into_iter().enumerate() {
-            let id = entry.id.unwrap_or_default();
+            let expand = |key: &str, value: Option<String>| {
+                expand_vars(&value.unwrap_or_default(), &lookup)
+                    .map_err(|unset| format!("agents[{i}]: {key} {unset}"))
+            };
+            let id = expand("id", entry.id)?;
             if id.trim().is_empty() {
                 return Err(format!("agents[{i}]: id is required"));
             }
-            let secret = entry.secret.unwrap_or_default();
+            let expand = |key: &str, value: Option<String>| {
+                expand_vars(&value.unwrap_or_default(), &lookup)
+                    .map_err(|unset| format!("agent {id:?}: {key} {unset}"))
+            };
+            let webhook_url = expand("webhook_url", entry.webhook_url)?;
+            let secret = expand("secret", entry.secret)?;
             if secret.is_empty() {
                 // The kernel refuses an agent without a secret; say so before writing anything.
                 return Err(format!("agent {id:?}: secret is required"));
             }
-            let inline = entry.policy.unwrap_or_default();
-            let file = entry.policy_file.unwrap_or_default();
+            let inline = expand("policy", entry.policy)?;
+            let file = expand("policy_file", entry.policy_file)?;
             if !inline.is_empty() && !file.is_empty() {
                 return Err(format!("agent {id:?}: set policy OR policy_file, not both"));
             }
@@ -197,7 +227,7 @@ impl Manifest {
             }
             agents.push(ManifestAgent {
                 id,
-                webhook_url: entry.webhook_url.unwrap_or_default(),
+                webhook_url,
                 secret,
                 policy,
             });
@@ -242,15 +272,12 @@ mod tests {
     }
 
     #[test]
-    fn expands_like_go_os_expand() {
+    fn expands_go_names_and_refuses_unset_ones() {
         let cases = [
             ("$A", "alpha"),
             ("${A}", "alpha"),
             ("x$A-y", "xalpha-y"),
             ("x${A}y", "xalphay"),
-            ("$Ay", "$Ay"),
-            ("${UNSET}", "$UNSET"),
-            ("$UNSET", "$UNSET"),
             ("$EMPTY|", "|"),
             ("$", "$"),
             ("a$", "a$"),
@@ -259,45 +286,89 @@ mod tests {
             ("${A", "A"),
             ("$1", "one"),
             ("${1}", "one"),
-            ("$$", "$$"),
-            ("p@$$w0rd", "p@$$w0rd"),
-            ("${A B}", "$A B"),
+            ("$$", "$"),
+            ("p@$$w0rd", "p@$w0rd"),
+            ("$$A", "$A"),
             ("é$A€", "éalpha€"),
             ("no vars", "no vars"),
         ];
         for (input, want) in cases {
-            assert_eq!(expand_vars(input, env), want, "input {input:?}");
+            assert_eq!(expand_vars(input, env).unwrap(), want, "input {input:?}");
         }
+        for (input, unset) in [
+            ("$Ay", "Ay"),
+            ("${UNSET}", "UNSET"),
+            ("x $UNSET y", "UNSET"),
+            ("${A B}", "A B"),
+            ("$2", "2"),
+        ] {
+            assert_eq!(
+                expand_vars(input, env),
+                Err(UnsetVariable(unset.into())),
+                "input {input:?}"
+            );
+        }
+        assert_eq!(
+            UnsetVariable("S".into()).to_string(),
+            "references ${S}, which is not set"
+        );
+    }
+
+    #[test]
+    fn an_unset_variable_refuses_the_manifest_and_is_named() {
+        let dir = Path::new("/nonexistent-rebuno-dir");
+        let text = "# secret: ${OLD_SECRET} (a comment is not expanded)\nagents:\n  - id: a\n    webhook_url: http://h/$A\n    secret: ${RESEARCHER_SECRET}\n";
+        assert_eq!(
+            Manifest::parse(text, dir, env).unwrap_err(),
+            "agent \"a\": secret references ${RESEARCHER_SECRET}, which is not set"
+        );
+        let with = |name: &str| match name {
+            "RESEARCHER_SECRET" => Some("s3cret".to_owned()),
+            other => env(other),
+        };
+        let agents = Manifest::parse(text, dir, with).unwrap();
+        assert_eq!(agents[0].secret, "s3cret");
+        assert_eq!(agents[0].webhook_url, "http://h/alpha");
+        // A value cannot add YAML structure: it stays one string.
+        let sneaky = |name: &str| (name == "S").then(|| "x\n    policy: allow".to_owned());
+        let agents = Manifest::parse("agents:\n  - id: a\n    secret: $S\n", dir, sneaky).unwrap();
+        assert_eq!(agents[0].secret, "x\n    policy: allow");
+        assert_eq!(agents[0].policy, "");
+        assert_eq!(
+            Manifest::parse("agents:\n  - id: ${WHO}\n", dir, env).unwrap_err(),
+            "agents[0]: id references ${WHO}, which is not set"
+        );
     }
 
     #[test]
     fn parses_and_reports_the_four_boot_errors() {
         let dir = Path::new("/nonexistent-rebuno-dir");
-        let ok = Manifest::parse(
+        let parse = |text: &str, dir: &Path| Manifest::parse(text, dir, env);
+        let ok = parse(
             "agents:\n  - id: a\n    webhook_url: http://h/x\n    secret: s\n    policy: \"default_action: allow\"\n",
             dir,
         )
         .unwrap();
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].policy, "default_action: allow");
-        assert_eq!(Manifest::parse("", dir).unwrap(), vec![]);
+        assert_eq!(parse("", dir).unwrap(), vec![]);
         assert_eq!(
-            Manifest::parse("agents:\n  - webhook_url: x\n", dir).unwrap_err(),
+            parse("agents:\n  - webhook_url: x\n", dir).unwrap_err(),
             "agents[0]: id is required"
         );
         assert_eq!(
-            Manifest::parse("agents:\n  - id: x\n    secret: ''\n", dir).unwrap_err(),
+            parse("agents:\n  - id: x\n    secret: ''\n", dir).unwrap_err(),
             "agent \"x\": secret is required"
         );
         assert_eq!(
-            Manifest::parse(
+            parse(
                 "agents:\n  - id: x\n    secret: s\n    policy: a\n    policy_file: b\n",
                 dir
             )
             .unwrap_err(),
             "agent \"x\": set policy OR policy_file, not both"
         );
-        let err = Manifest::parse(
+        let err = parse(
             "agents:\n  - id: x\n    secret: s\n    policy_file: p.yaml\n",
             dir,
         )
@@ -306,7 +377,7 @@ mod tests {
             err.starts_with("agent \"x\": read policy_file: /nonexistent-rebuno-dir/p.yaml: "),
             "{err}"
         );
-        let err = Manifest::parse(
+        let err = parse(
             "agents:\n  - id: x\n    secret: s\n    policy: \"rules:\\n  - then: {decision: allow}\\n\"\n",
             dir,
         )
@@ -315,7 +386,7 @@ mod tests {
             err.starts_with("agent \"x\": invalid policy bundle: "),
             "{err}"
         );
-        let err = Manifest::parse("agents:\n  - id: x\n    polcy_file: p\n", dir).unwrap_err();
+        let err = parse("agents:\n  - id: x\n    polcy_file: p\n", dir).unwrap_err();
         assert!(err.starts_with("parse: "), "{err}");
     }
 }

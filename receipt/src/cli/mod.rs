@@ -46,6 +46,9 @@ use std::sync::Arc;
 const DEFAULT_DB: &str = ".receipt/receipts.db";
 /// The environment variable naming the database.
 const DB_ENV: &str = "RECEIPT_DB";
+/// The largest event body `append` accepts, in bytes (what the rebuno kernel accepts as a
+/// request body).
+const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
 const AFTER_HELP: &str = "\
 Database: --db <path>, else $RECEIPT_DB, else .receipt/receipts.db in the current directory.
@@ -119,7 +122,7 @@ struct TraceArgs {
     /// Print JSON: { stream, receipts: [{ index, ts, isoTs, type }] }
     #[arg(long)]
     json: bool,
-    /// Write the JSON report to this file and print a summary envelope instead
+    /// Write the JSON report to this file (replacing it) and print a summary envelope instead
     #[arg(long, value_name = "PATH")]
     output_file: Option<PathBuf>,
 }
@@ -132,7 +135,7 @@ struct ReportArgs {
     /// Accepted for symmetry; the output is always JSON
     #[arg(long)]
     json: bool,
-    /// Write the JSON report to this file and print a summary envelope instead
+    /// Write the JSON report to this file (replacing it) and print a summary envelope instead
     #[arg(long, value_name = "PATH")]
     output_file: Option<PathBuf>,
 }
@@ -360,6 +363,9 @@ fn emit_report(report: &impl Serialize, output_file: Option<&Path>) -> CliResult
         return fail("--output-file must not be empty");
     }
     let text = pretty(report)? + "\n";
+    // Unlike `new`, this replaces what is there and follows a symlink: the user named this exact
+    // path as the destination (as with a shell redirection), and the report holds nothing that
+    // reading the database would not give them.
     let write_err =
         |e: io::Error| Failure::Message(format!("cannot write {}: {e}", path.display()));
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -428,7 +434,7 @@ struct ReplayReport<'a> {
 #[derive(Serialize)]
 struct InspectReport<'a> {
     stream: &'a str,
-    count: usize,
+    count: u64,
     head: Option<&'a Receipt>,
 }
 
@@ -535,11 +541,13 @@ async fn append(db: &Path, a: AppendArgs) -> CliResult {
         return fail("event type must not be empty");
     }
     let raw = if a.body == "-" {
-        io::read_to_string(io::stdin())
-            .map_err(|e| Failure::Message(format!("cannot read the body from stdin: {e}")))?
+        read_body(io::stdin().lock())?
     } else {
         a.body
     };
+    if raw.len() > MAX_BODY_BYTES {
+        return fail(too_large());
+    }
     let mut body: Value = serde_json::from_str(&raw)
         .map_err(|e| Failure::Message(format!("invalid JSON body: {e}")))?;
     let Some(fields) = body.as_object_mut() else {
@@ -577,6 +585,24 @@ async fn append(db: &Path, a: AppendArgs) -> CliResult {
         Some(r) => print_json(r),
         None => fail("the append returned no receipt"),
     }
+}
+
+fn too_large() -> String {
+    format!("the JSON body is larger than {MAX_BODY_BYTES} bytes")
+}
+
+/// Reads a body from `input`, refusing it (without reading on) once it passes the limit.
+fn read_body(input: impl io::Read) -> CliResult<String> {
+    use io::Read as _;
+    let mut raw = Vec::new();
+    input
+        .take(MAX_BODY_BYTES as u64 + 1)
+        .read_to_end(&mut raw)
+        .map_err(|e| Failure::Message(format!("cannot read the body from stdin: {e}")))?;
+    if raw.len() > MAX_BODY_BYTES {
+        return fail(too_large());
+    }
+    String::from_utf8(raw).map_err(|_| Failure::Message("the JSON body is not UTF-8".into()))
 }
 
 fn json_kind(v: &Value) -> &'static str {
@@ -631,11 +657,31 @@ async fn replay(db: &Path, a: ReportArgs) -> CliResult {
 }
 
 async fn inspect(db: &Path, a: ReportArgs) -> CliResult {
-    let (stream, chain) = read_target(db, &a.target).await?;
+    let rt = open_existing(db)?;
+    let store = rt.store();
+    let stream = resolve_existing(&**store, &a.target).await?;
+    // A plain stream's count and last receipt come from its tail: reading the whole chain
+    // would take memory in proportion to its length. A branch has to be materialized.
+    let (count, head) = match store.branch(&stream).await? {
+        Some(_) => {
+            let mut chain = rt.read(&stream).await?;
+            (chain.len() as u64, chain.pop())
+        }
+        None => match store.tail(&stream).await? {
+            Some(t) => (
+                t.seq + 1,
+                store
+                    .read_range(&stream, t.seq, Some(t.seq + 1))
+                    .await?
+                    .pop(),
+            ),
+            None => (0, None),
+        },
+    };
     let report = InspectReport {
         stream: &stream,
-        count: chain.len(),
-        head: chain.last(),
+        count,
+        head: head.as_ref(),
     };
     emit_report(&report, a.output_file.as_deref())
 }

@@ -407,7 +407,7 @@ fn append_refuses_bodies_too_deep_to_read_back() {
         .build()
         .unwrap()
         .block_on(async {
-            let store = receipt::SqliteStore::open_existing(&cwd.join("r.db")).unwrap();
+            let store = receipt::SqliteStore::open_existing(cwd.join("r.db")).unwrap();
             receipt::ReceiptStore::read(&store, "deep/ok")
                 .await
                 .unwrap()

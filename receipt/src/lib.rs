@@ -27,11 +27,13 @@
 
 pub mod agent;
 pub mod branch;
+mod cache;
 pub mod canonical;
 #[cfg(feature = "cli")]
 pub mod cli;
 mod error;
 pub mod fold;
+mod locks;
 pub mod receipt;
 pub mod runtime;
 pub mod sim;

@@ -23,6 +23,11 @@ pub type Hints = BTreeMap<String, Value>;
 /// The hint key the runtime uses for whole-command dedup.
 pub const EVENT_ID_HINT: &str = "eventId";
 
+/// How many levels of arrays and objects a stored document (a receipt's envelope, its hints)
+/// may nest: the store reads them back with `serde_json`, which refuses anything deeper. A
+/// receipt nesting deeper would be stored but read back without its body.
+pub const MAX_STORED_DEPTH: usize = 127;
+
 /// Authoritative scope of a receipt; part of its hash. `None` fields are omitted, never `null`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -68,6 +73,37 @@ pub enum ReceiptError {
     /// Stored canonical bytes that are not a receipt envelope.
     #[error("stored receipt envelope is malformed: {0}")]
     Malformed(String),
+    /// A body, context value or hint nests so deeply that the stored receipt could not be read
+    /// back.
+    #[error(
+        "receipt {part} nests too deeply: {limit} levels of arrays and objects at most (the stored receipt nests at most {MAX_STORED_DEPTH})"
+    )]
+    TooDeep {
+        /// `body`, `context` or `hints`.
+        part: &'static str,
+        /// How deep that part may nest.
+        limit: usize,
+    },
+}
+
+/// Refuses `value` when it nests more than `limit` levels (iteratively: the value may be
+/// deeper than the stack allows recursion for).
+fn check_depth(value: &Value, limit: usize, part: &'static str) -> Result<(), ReceiptError> {
+    let mut open: Vec<(&Value, usize)> = vec![(value, 0)];
+    while let Some((v, depth)) = open.pop() {
+        let level = depth + 1;
+        match v {
+            Value::Array(items) if level <= limit => open.extend(items.iter().map(|c| (c, level))),
+            Value::Object(fields) if level <= limit => {
+                open.extend(fields.values().map(|c| (c, level)));
+            }
+            Value::Array(_) | Value::Object(_) => {
+                return Err(ReceiptError::TooDeep { part, limit });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// One immutable record of a hash-linked stream.
@@ -252,6 +288,15 @@ impl Receipt {
         clock: &dyn Clock,
         entropy: &dyn EntropySource,
     ) -> Result<Receipt, ReceiptError> {
+        // The envelope holds the body one level down and context values two; hints are stored
+        // as an object of their own.
+        check_depth(&body, MAX_STORED_DEPTH - 1, "body")?;
+        for value in context.iter().flat_map(|c| c.extra.values()) {
+            check_depth(value, MAX_STORED_DEPTH - 2, "context")?;
+        }
+        for value in hints.values() {
+            check_depth(value, MAX_STORED_DEPTH - 1, "hints")?;
+        }
         let ts = clock.now_ms();
         let id = receipt_id(ts, entropy)?;
         Receipt::from_parts(id, ts, stream, prev, body, context, hints)
@@ -686,5 +731,66 @@ mod tests {
                 head: None
             }
         );
+    }
+
+    #[test]
+    fn a_receipt_nesting_deeper_than_the_store_reads_back_is_refused() {
+        fn nested(levels: usize) -> Value {
+            let mut v = json!({});
+            for _ in 1..levels {
+                v = json!({ "a": v });
+            }
+            v
+        }
+        let build = |body: Value, context: Option<ReceiptContext>, hints: Hints| {
+            Receipt::build(
+                "s",
+                None,
+                body,
+                context,
+                hints,
+                &FixedClock::new(1, 1),
+                &FixedEntropy(vec![1]),
+            )
+        };
+        // The deepest body that is accepted parses back from its stored envelope.
+        let r = build(nested(MAX_STORED_DEPTH - 1), None, Hints::new()).unwrap();
+        let env: Envelope = serde_json::from_slice(&r.canonical_bytes().unwrap()).unwrap();
+        assert_eq!(env.body, *r.body());
+        assert_eq!(
+            build(nested(MAX_STORED_DEPTH), None, Hints::new()).unwrap_err(),
+            ReceiptError::TooDeep {
+                part: "body",
+                limit: MAX_STORED_DEPTH - 1
+            }
+        );
+        let mut context = ReceiptContext::default();
+        context
+            .extra
+            .insert("x".into(), nested(MAX_STORED_DEPTH - 2));
+        let r = build(json!({}), Some(context.clone()), Hints::new()).unwrap();
+        assert!(serde_json::from_slice::<Envelope>(&r.canonical_bytes().unwrap()).is_ok());
+        context
+            .extra
+            .insert("x".into(), nested(MAX_STORED_DEPTH - 1));
+        assert!(matches!(
+            build(json!({}), Some(context), Hints::new()),
+            Err(ReceiptError::TooDeep {
+                part: "context",
+                ..
+            })
+        ));
+        let mut hints = Hints::new();
+        hints.insert("h".into(), nested(MAX_STORED_DEPTH - 1));
+        let stored = serde_json::to_string(&hints).unwrap();
+        assert!(serde_json::from_str::<Hints>(&stored).is_ok());
+        hints.insert("h".into(), nested(MAX_STORED_DEPTH));
+        assert!(matches!(
+            build(json!({}), None, hints),
+            Err(ReceiptError::TooDeep { part: "hints", .. })
+        ));
+        // Depth, not size, is what is refused: wide bodies are fine.
+        let wide: Vec<Value> = (0..10_000).map(|i| json!({ "i": [i] })).collect();
+        assert!(build(json!({ "wide": wide }), None, Hints::new()).is_ok());
     }
 }

@@ -7,19 +7,26 @@
 //! (its first `prev` must be the cached tail) and folded; anything else (a rewritten tail, a
 //! branch) takes the full path with full verification. A chain that fails verification is
 //! never folded or extended: `Receipt runtime refused to replay invalid chain ...`.
+//!
+//! **Memory.** The verified heads and the fold states are caches bounded by a capacity
+//! ([`DEFAULT_CACHE_CAPACITY`] streams each, [`Runtime::with_cache_capacity`]) that evict the
+//! least recently used stream; [`Runtime::forget`] drops a stream whose work is over (the
+//! controller calls it when a run ends). A stream without a cache entry simply takes the full
+//! path. The per-stream locks exist only while a command holds or waits for them.
 
 use crate::branch;
+use crate::cache::LruMap;
 use crate::canonical;
 use crate::error::{Error, Result};
 use crate::fold::Reducer;
+use crate::locks::StreamLocks;
 use crate::receipt::{EVENT_ID_HINT, Hints, Receipt, ReceiptContext, verify_from};
 use crate::sim::{Clock, EntropySource, OsEntropy, SystemClock};
 use crate::store::{AppendOutcome, AppendRequest, ReceiptStore};
 use serde::Serialize;
 use serde_json::Value;
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// One command: the events it appends (atomically), an optional `eventId` for dedup and an
 /// optional expected predecessor.
@@ -115,19 +122,38 @@ struct FoldCache {
     state: Box<dyn Any + Send + Sync>,
 }
 
-type StreamLock = Arc<tokio::sync::Mutex<()>>;
+/// A fold cache entry's key: the stream, the reducer's type and its version.
+type FoldKey = (String, TypeId, u32);
 
-/// Size of the per-stream lock map above which idle locks are dropped.
-const LOCK_PRUNE_AT: usize = 4096;
+/// How many streams' verified heads, and how many (stream, reducer) fold states, a runtime
+/// keeps by default.
+pub const DEFAULT_CACHE_CAPACITY: usize = 4096;
+
+/// How many entries a runtime's per-stream tables hold (for tests of bounded memory).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheSizes {
+    /// Per-stream locks (held or waited for).
+    pub locks: usize,
+    /// Verified heads.
+    pub heads: usize,
+    /// Fold states.
+    pub folds: usize,
+}
 
 /// Executes commands and folds streams over a [`ReceiptStore`].
 pub struct Runtime {
     store: Arc<dyn ReceiptStore>,
     clock: Arc<dyn Clock>,
     entropy: Arc<dyn EntropySource>,
-    locks: Mutex<HashMap<String, StreamLock>>,
-    heads: Mutex<HashMap<String, Verified>>,
-    folds: Mutex<HashMap<(String, TypeId, u32), FoldCache>>,
+    locks: StreamLocks,
+    heads: Mutex<LruMap<String, Verified>>,
+    folds: Mutex<LruMap<FoldKey, FoldCache>>,
+}
+
+/// Locks a cache table; a panic elsewhere leaves it consistent (every update is one call).
+fn table<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Runtime {
@@ -137,9 +163,41 @@ impl Runtime {
             store,
             clock: Arc::new(SystemClock),
             entropy: Arc::new(OsEntropy),
-            locks: Mutex::default(),
-            heads: Mutex::default(),
-            folds: Mutex::default(),
+            locks: StreamLocks::default(),
+            heads: Mutex::new(LruMap::new(DEFAULT_CACHE_CAPACITY)),
+            folds: Mutex::new(LruMap::new(DEFAULT_CACHE_CAPACITY)),
+        }
+    }
+
+    /// Bounds the caches: at most `capacity` streams' verified heads and `capacity` fold states
+    /// (one per stream and reducer) are kept, the least recently used evicted first. 0 caches
+    /// nothing (every call verifies the whole chain).
+    pub fn with_cache_capacity(mut self, capacity: usize) -> Self {
+        self.heads
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_capacity(capacity);
+        self.folds
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_capacity(capacity);
+        self
+    }
+
+    /// Drops everything cached about `stream` (its verified head and fold states): for a stream
+    /// whose work is over. Results do not change; the next use re-reads and re-verifies it.
+    pub fn forget(&self, stream: &str) {
+        table(&self.heads).remove(stream);
+        table(&self.folds).retain(|(s, _, _)| s != stream);
+    }
+
+    /// The sizes of the per-stream tables.
+    #[doc(hidden)]
+    pub fn cache_sizes(&self) -> CacheSizes {
+        CacheSizes {
+            locks: self.locks.len(),
+            heads: table(&self.heads).len(),
+            folds: table(&self.folds).len(),
         }
     }
 
@@ -168,16 +226,6 @@ impl Runtime {
     /// The entropy source.
     pub fn entropy(&self) -> &dyn EntropySource {
         &*self.entropy
-    }
-
-    fn lock_for(&self, stream: &str) -> StreamLock {
-        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        if locks.len() > LOCK_PRUNE_AT {
-            // Drop locks nobody holds or waits for, so the map does not grow with every stream
-            // ever touched.
-            locks.retain(|_, l| Arc::strong_count(l) > 1);
-        }
-        Arc::clone(locks.entry(stream.to_owned()).or_default())
     }
 
     /// Reads a stream as consumers see it (materialized when it is a branch).
@@ -284,14 +332,9 @@ impl Runtime {
                 "event {bad} of the command is not a JSON object"
             )));
         }
-        let lock = self.lock_for(stream);
-        let _guard = lock.lock().await;
-        let cached = self
-            .heads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(stream)
-            .cloned();
+        let entry = self.locks.entry(stream);
+        let _guard = entry.lock().await;
+        let cached = table(&self.heads).get(stream).cloned();
         let (mut mark, _, _) = self.advance(stream, cached).await?;
 
         let ids = command.hint_ids();
@@ -380,21 +423,14 @@ impl Runtime {
     }
 
     fn remember(&self, stream: &str, mark: &Verified) {
-        self.heads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(stream.to_owned(), mark.clone());
+        table(&self.heads).insert(stream.to_owned(), mark.clone());
     }
 
     /// Folds `stream` with `reducer`, reusing the cached state and folding only receipts
     /// appended since (verified, linked to the cached tail). Branches always fold in full.
     pub async fn fold<R: Reducer>(&self, stream: &str, reducer: &R) -> Result<R::State> {
         let key = (stream.to_owned(), TypeId::of::<R>(), R::VERSION);
-        let cached = self
-            .folds
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&key);
+        let cached = table(&self.folds).remove(&key);
         let (mark, mut state) = match cached {
             Some(c) => match c.state.downcast::<R::State>() {
                 Ok(s) => (Some(c.mark), *s),
@@ -409,7 +445,7 @@ impl Runtime {
         for r in &new {
             reducer.apply(&mut state, r);
         }
-        self.folds.lock().unwrap_or_else(|e| e.into_inner()).insert(
+        table(&self.folds).insert(
             key,
             FoldCache {
                 mark,

@@ -8,7 +8,8 @@
 //! does not depend on the stream's length. Receipts the controller appends itself are applied
 //! straight from the append's answer. A branch stream, or a tail that does not extend the cached
 //! one, takes the full path: read, verify from index 0, fold from scratch. A chain that fails
-//! verification is refused before anything runs.
+//! verification is refused before anything runs. Ended runs are not cached and open ones are
+//! evicted beyond a capacity ([`super::run_cache`]); an evicted run takes the full path.
 //!
 //! **Selected view.** The view at a selection's head is the view just before the receipt that
 //! recorded the selection (it is appended with `expectedPrev` = that head). The fold keeps it,
@@ -38,7 +39,7 @@ use super::action::{
 };
 use super::control::{
     self, ACTION_COMPLETED, ACTION_FAILED, ACTION_OUTPUT_MANIFEST, ACTION_SELECTED, ACTION_STARTED,
-    ACTION_SUPERSEDED, ActionEnded, ActionSelected, ActionStarted, ControlState, HUMAN_REQUESTED,
+    ACTION_SUPERSEDED, ActionEnded, ActionSelected, ActionStarted, HUMAN_REQUESTED,
     HUMAN_RESPONDED, HumanEvent, InlineSelection, MERGE_APPLIED, MERGE_FAILED,
     MERGE_OUTPUT_MANIFEST, MERGE_SELECTED, MERGE_SKIPPED, MERGE_STARTED, MergeEvent, MergeStarted,
     OutputManifest, PendingSelection, RUN_BLOCKED, RUN_COMPLETED, RUN_FAILED, RUN_STARTED,
@@ -49,6 +50,7 @@ use super::ids::{
 };
 use super::merge::{MergeContext, MergePolicy, MergeResultContext, ScoredCandidate};
 use super::remote::{REMOTE_TIMEOUT_MS, RemoteCall, RemoteDispatcher, payload};
+use super::run_cache::{DEFAULT_RUN_CACHE_CAPACITY, RunCache, RunCaches};
 use super::select::{Selection, SelectionReason, select};
 use super::{
     Action, ActionKind, AgentError, AgentSpec, AgentTypes, AgentView, ExecutionMode, SideEffects,
@@ -57,9 +59,9 @@ use crate::error::{Error, Result};
 use crate::receipt::{Receipt, ReceiptContext, hex, verify_from};
 use crate::runtime::{Command, Executed, Runtime};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
 
@@ -162,6 +164,8 @@ pub struct ControllerOptions {
     pub poll_interval: Duration,
     /// What to do about another owner's live claim.
     pub live_claims: LiveClaims,
+    /// How many open runs stay folded between passes (default 1024; ended runs are dropped).
+    pub cache_capacity: usize,
 }
 
 impl Default for ControllerOptions {
@@ -177,6 +181,7 @@ impl Default for ControllerOptions {
             actor: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
             live_claims: LiveClaims::Wait,
+            cache_capacity: DEFAULT_RUN_CACHE_CAPACITY,
         }
     }
 }
@@ -194,6 +199,7 @@ impl fmt::Debug for ControllerOptions {
             .field("actor", &self.actor)
             .field("poll_interval", &self.poll_interval)
             .field("live_claims", &self.live_claims)
+            .field("cache_capacity", &self.cache_capacity)
             .finish()
     }
 }
@@ -229,70 +235,13 @@ pub enum Plan {
     },
 }
 
-/// What the controller caches per run stream.
-struct RunCache<A: AgentTypes> {
-    loaded: bool,
-    branch: bool,
-    len: u64,
-    head: Option<String>,
-    view: Arc<A::View>,
-    control: ControlState,
-    /// Selection id -> the view at its selected head, while the selection is pending.
-    snapshots: HashMap<String, Arc<A::View>>,
-}
-
-impl<A: AgentTypes> Default for RunCache<A> {
-    fn default() -> Self {
-        RunCache {
-            loaded: false,
-            branch: false,
-            len: 0,
-            head: None,
-            view: Arc::default(),
-            control: ControlState::default(),
-            snapshots: HashMap::new(),
-        }
-    }
-}
-
-impl<A: AgentTypes> RunCache<A> {
-    /// Folds verified receipts that follow the cached head: control state first (so it is known
-    /// which selections stay pending), then the view, keeping the view just before each such
-    /// selection's receipt.
-    fn apply(&mut self, receipts: &[Receipt]) {
-        let base = self.len;
-        for (i, r) in receipts.iter().enumerate() {
-            self.control.apply(base + i as u64, r);
-        }
-        let mut need: BTreeMap<u64, String> = self
-            .control
-            .pending_since(base)
-            .filter(|s| !self.snapshots.contains_key(&s.selection_id))
-            .map(|s| (s.receipt_index, s.selection_id.clone()))
-            .collect();
-        for (i, r) in receipts.iter().enumerate() {
-            if let Some(id) = need.remove(&(base + i as u64)) {
-                self.snapshots.insert(id, Arc::clone(&self.view));
-            }
-            Arc::make_mut(&mut self.view).apply(r);
-        }
-        let control = &self.control;
-        self.snapshots
-            .retain(|id, _| control.selections_by_id.contains_key(id));
-        self.len += receipts.len() as u64;
-        if let Some(last) = receipts.last() {
-            self.head = Some(last.hash().to_owned());
-        }
-    }
-}
-
 /// Drives runs of one agent spec over one [`Runtime`].
 pub struct Controller<A: AgentTypes> {
     runtime: Arc<Runtime>,
     spec: Arc<AgentSpec<A>>,
     opts: ControllerOptions,
     owner_id: String,
-    caches: Mutex<HashMap<String, RunCache<A>>>,
+    caches: RunCaches<A>,
 }
 
 fn default_owner_id(runtime: &Runtime) -> String {
@@ -330,11 +279,11 @@ impl<A: AgentTypes> Controller<A> {
             .clone()
             .unwrap_or_else(|| default_owner_id(&runtime));
         Controller {
+            caches: RunCaches::new(opts.cache_capacity),
             runtime,
             spec,
             opts,
             owner_id,
-            caches: Mutex::default(),
         }
     }
 
@@ -389,6 +338,12 @@ impl<A: AgentTypes> Controller<A> {
         self.opts.live_claims = policy;
         self
     }
+    /// Sets how many open runs stay folded between passes.
+    pub fn cache_capacity(mut self, runs: usize) -> Self {
+        self.opts.cache_capacity = runs;
+        self.caches = RunCaches::new(runs);
+        self
+    }
 
     /// The claim owner id.
     pub fn claim_owner_id(&self) -> &str {
@@ -407,19 +362,10 @@ impl<A: AgentTypes> Controller<A> {
         &self.runtime
     }
 
-    fn take_cache(&self, stream: &str) -> RunCache<A> {
-        self.caches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(stream)
-            .unwrap_or_default()
-    }
-
-    fn put_cache(&self, stream: &str, cache: RunCache<A>) {
-        self.caches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(stream.to_owned(), cache);
+    /// How many runs this controller keeps folded (for tests of bounded memory).
+    #[doc(hidden)]
+    pub fn cached_runs(&self) -> usize {
+        self.caches.len()
     }
 
     /// Runs (or resumes) the run `run_id` on `run_stream` until it completes, blocks or fails.
@@ -435,7 +381,7 @@ impl<A: AgentTypes> Controller<A> {
             other => other,
         };
         if result.as_ref().is_ok() || result.as_ref().is_err_and(fails_run) {
-            self.put_cache(run_stream, pass.st);
+            self.caches.keep(&self.runtime, run_stream, pass.st);
         }
         result
     }
@@ -446,7 +392,7 @@ impl<A: AgentTypes> Controller<A> {
         let mut pass = Pass::new(self, run_id, run_stream);
         pass.refresh().await?;
         let plan = pass.plan();
-        self.put_cache(run_stream, pass.st);
+        self.caches.keep(&self.runtime, run_stream, pass.st);
         Ok(plan)
     }
 }
@@ -551,7 +497,7 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
             c,
             run_id,
             stream,
-            st: c.take_cache(stream),
+            st: c.caches.take(stream),
             mine: HashSet::new(),
             synced: false,
             conflicts: 0,

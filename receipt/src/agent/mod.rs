@@ -88,6 +88,7 @@ mod ids;
 pub mod merge;
 mod registry;
 pub mod remote;
+mod run_cache;
 mod select;
 mod spec;
 mod types;
@@ -112,6 +113,7 @@ pub use remote::{
     DEFAULT_TARGET_GROUP, InProcessDispatcher, REMOTE_FUNCTION, REMOTE_FUNCTION_VERSION,
     REMOTE_TIMEOUT_MS, RemoteCall, RemoteDispatcher, RemotePayload, RemoteResult, RemoteWorker,
 };
+pub use run_cache::DEFAULT_RUN_CACHE_CAPACITY;
 pub use select::{Candidate, Selection, SelectionReason, select, select_runnable};
 pub use spec::{AgentSpec, SpecBuilder, is_kebab_case};
 pub use types::{ActionKind, AgentTypes, AgentView, ExecutionMode, ReceiptSet, SideEffects};

@@ -83,18 +83,56 @@ pub(super) fn new(a: &NewArgs) -> CliResult {
         .join("agents")
         .join(format!("{}.rs", a.agent_id));
     let path = root.join(&rel);
-    if path.exists() {
-        let abs = std::fs::canonicalize(&path).unwrap_or(path);
-        return fail(format!("Agent file already exists: {}", abs.display()));
-    }
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
             .map_err(|e| Failure::Message(format!("cannot create {}: {e}", dir.display())))?;
     }
-    let source = template(&a.template, &a.agent_id);
-    std::fs::write(&path, source)
-        .map_err(|e| Failure::Message(format!("cannot write {}: {e}", path.display())))?;
+    create_new(&path, template(&a.template, &a.agent_id).as_bytes())?;
     print_text(&format!("created {}\n", rel.display()))
+}
+
+/// Writes a file that must not exist yet. The exclusive create refuses any existing entry,
+/// a symlink included (dangling or not): a link planted at the path is never followed, so
+/// nothing is written where it points.
+fn create_new(path: &Path, contents: &[u8]) -> CliResult {
+    use std::io::Write;
+    let mut file = match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return fail(format!(
+                "Agent file already exists: {}",
+                absolute_unresolved(path).display()
+            ));
+        }
+        Err(e) => return fail(format!("cannot create {}: {e}", path.display())),
+    };
+    if let Err(e) = file.write_all(contents).and_then(|()| file.sync_all()) {
+        drop(file);
+        // The file is ours (created just now): do not leave half a template behind.
+        let _ = std::fs::remove_file(path);
+        return fail(format!("cannot write {}: {e}", path.display()));
+    }
+    Ok(())
+}
+
+/// `path` made absolute with its directory resolved but not its last component, so an error
+/// about a symlink names the link, not its target.
+fn absolute_unresolved(path: &Path) -> PathBuf {
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        })
+        .map(|d| d.join(name))
+        .or_else(|_| std::path::absolute(path))
+        .unwrap_or_else(|_| path.to_owned()),
+        _ => std::path::absolute(path).unwrap_or_else(|_| path.to_owned()),
+    }
 }
 
 /// The source of a new spec from `template` (unknown names give `basic`, as the reference).

@@ -22,6 +22,7 @@
 //! stream name, otherwise the run stream ending in `/runs/<value>`.
 
 mod agents;
+mod time;
 
 pub use agents::{TEMPLATES, template};
 
@@ -41,11 +42,15 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use time::iso_ts;
 
 /// The database used when neither `--db` nor `RECEIPT_DB` names one.
 const DEFAULT_DB: &str = ".receipt/receipts.db";
 /// The environment variable naming the database.
 const DB_ENV: &str = "RECEIPT_DB";
+/// The largest event body `append` accepts, in bytes (what the rebuno kernel accepts as a
+/// request body).
+const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
 const AFTER_HELP: &str = "\
 Database: --db <path>, else $RECEIPT_DB, else .receipt/receipts.db in the current directory.
@@ -119,7 +124,7 @@ struct TraceArgs {
     /// Print JSON: { stream, receipts: [{ index, ts, isoTs, type }] }
     #[arg(long)]
     json: bool,
-    /// Write the JSON report to this file and print a summary envelope instead
+    /// Write the JSON report to this file (replacing it) and print a summary envelope instead
     #[arg(long, value_name = "PATH")]
     output_file: Option<PathBuf>,
 }
@@ -132,7 +137,7 @@ struct ReportArgs {
     /// Accepted for symmetry; the output is always JSON
     #[arg(long)]
     json: bool,
-    /// Write the JSON report to this file and print a summary envelope instead
+    /// Write the JSON report to this file (replacing it) and print a summary envelope instead
     #[arg(long, value_name = "PATH")]
     output_file: Option<PathBuf>,
 }
@@ -360,6 +365,9 @@ fn emit_report(report: &impl Serialize, output_file: Option<&Path>) -> CliResult
         return fail("--output-file must not be empty");
     }
     let text = pretty(report)? + "\n";
+    // Unlike `new`, this replaces what is there and follows a symlink: the user named this exact
+    // path as the destination (as with a shell redirection), and the report holds nothing that
+    // reading the database would not give them.
     let write_err =
         |e: io::Error| Failure::Message(format!("cannot write {}: {e}", path.display()));
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -428,7 +436,7 @@ struct ReplayReport<'a> {
 #[derive(Serialize)]
 struct InspectReport<'a> {
     stream: &'a str,
-    count: usize,
+    count: u64,
     head: Option<&'a Receipt>,
 }
 
@@ -535,11 +543,13 @@ async fn append(db: &Path, a: AppendArgs) -> CliResult {
         return fail("event type must not be empty");
     }
     let raw = if a.body == "-" {
-        io::read_to_string(io::stdin())
-            .map_err(|e| Failure::Message(format!("cannot read the body from stdin: {e}")))?
+        read_body(io::stdin().lock())?
     } else {
         a.body
     };
+    if raw.len() > MAX_BODY_BYTES {
+        return fail(too_large());
+    }
     let mut body: Value = serde_json::from_str(&raw)
         .map_err(|e| Failure::Message(format!("invalid JSON body: {e}")))?;
     let Some(fields) = body.as_object_mut() else {
@@ -577,6 +587,24 @@ async fn append(db: &Path, a: AppendArgs) -> CliResult {
         Some(r) => print_json(r),
         None => fail("the append returned no receipt"),
     }
+}
+
+fn too_large() -> String {
+    format!("the JSON body is larger than {MAX_BODY_BYTES} bytes")
+}
+
+/// Reads a body from `input`, refusing it (without reading on) once it passes the limit.
+fn read_body(input: impl io::Read) -> CliResult<String> {
+    use io::Read as _;
+    let mut raw = Vec::new();
+    input
+        .take(MAX_BODY_BYTES as u64 + 1)
+        .read_to_end(&mut raw)
+        .map_err(|e| Failure::Message(format!("cannot read the body from stdin: {e}")))?;
+    if raw.len() > MAX_BODY_BYTES {
+        return fail(too_large());
+    }
+    String::from_utf8(raw).map_err(|_| Failure::Message("the JSON body is not UTF-8".into()))
 }
 
 fn json_kind(v: &Value) -> &'static str {
@@ -631,11 +659,31 @@ async fn replay(db: &Path, a: ReportArgs) -> CliResult {
 }
 
 async fn inspect(db: &Path, a: ReportArgs) -> CliResult {
-    let (stream, chain) = read_target(db, &a.target).await?;
+    let rt = open_existing(db)?;
+    let store = rt.store();
+    let stream = resolve_existing(&**store, &a.target).await?;
+    // A plain stream's count and last receipt come from its tail: reading the whole chain
+    // would take memory in proportion to its length. A branch has to be materialized.
+    let (count, head) = match store.branch(&stream).await? {
+        Some(_) => {
+            let mut chain = rt.read(&stream).await?;
+            (chain.len() as u64, chain.pop())
+        }
+        None => match store.tail(&stream).await? {
+            Some(t) => (
+                t.seq + 1,
+                store
+                    .read_range(&stream, t.seq, Some(t.seq + 1))
+                    .await?
+                    .pop(),
+            ),
+            None => (0, None),
+        },
+    };
     let report = InspectReport {
         stream: &stream,
-        count: chain.len(),
-        head: chain.last(),
+        count,
+        head: head.as_ref(),
     };
     emit_report(&report, a.output_file.as_deref())
 }
@@ -805,88 +853,9 @@ async fn streams(db: &Path, a: StreamsArgs) -> CliResult {
     print_text(&text)
 }
 
-// ---------------------------------------------------------------------------------------------
-// Time
-
-/// `ms` since the epoch as an ISO-8601 UTC instant with milliseconds, as JavaScript's
-/// `Date#toISOString` writes it (years outside 0..=9999 get a sign and six digits).
-fn iso_ts(ms: i64) -> String {
-    const DAY_MS: i64 = 86_400_000;
-    let days = ms.div_euclid(DAY_MS);
-    let in_day = ms.rem_euclid(DAY_MS);
-    let (year, month, day) = civil_from_days(days);
-    let year = if (0..=9999).contains(&year) {
-        format!("{year:04}")
-    } else if year < 0 {
-        format!("-{:06}", year.unsigned_abs())
-    } else {
-        format!("+{year:06}")
-    };
-    format!(
-        "{year}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        in_day / 3_600_000,
-        in_day / 60_000 % 60,
-        in_day / 1000 % 60,
-        in_day % 1000
-    )
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`, on 400-year eras of 146 097 days that start on March 1st).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468; // shift the epoch to 0000-03-01
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // day of era, 0..=146_096
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // year of era, 0..=399
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // day of the March-based year
-    let mp = (5 * doy + 2) / 153; // March-based month, 0..=11
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = (if mp < 10 { mp + 3 } else { mp - 9 }) as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn iso_timestamps() {
-        assert_eq!(iso_ts(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(iso_ts(1_767_225_600_000), "2026-01-01T00:00:00.000Z");
-        assert_eq!(iso_ts(1_767_225_599_999), "2025-12-31T23:59:59.999Z");
-        assert_eq!(iso_ts(951_782_400_000), "2000-02-29T00:00:00.000Z");
-        assert_eq!(iso_ts(4_107_542_400_000), "2100-03-01T00:00:00.000Z");
-        assert_eq!(iso_ts(-1), "1969-12-31T23:59:59.999Z");
-        assert_eq!(iso_ts(-62_167_219_200_000), "0000-01-01T00:00:00.000Z");
-        assert_eq!(iso_ts(253_402_300_800_000), "+010000-01-01T00:00:00.000Z");
-        assert_eq!(iso_ts(-62_167_219_200_001), "-000001-12-31T23:59:59.999Z");
-        assert_eq!(iso_ts(8_640_000_000_000_000), "+275760-09-13T00:00:00.000Z");
-    }
-
-    #[test]
-    fn every_day_round_trips() {
-        // Walk day by day over four centuries and check the date advances like a calendar.
-        let (mut y, mut m, mut d) = civil_from_days(-719_468); // 0000-03-01
-        assert_eq!((y, m, d), (0, 3, 1));
-        for days in -719_467..200_000 {
-            let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-            let month_len = match m {
-                2 if leap => 29,
-                2 => 28,
-                4 | 6 | 9 | 11 => 30,
-                _ => 31,
-            };
-            (y, m, d) = if d < month_len {
-                (y, m, d + 1)
-            } else if m < 12 {
-                (y, m + 1, 1)
-            } else {
-                (y + 1, 1, 1)
-            };
-            assert_eq!(civil_from_days(days), (y, m, d), "day {days}");
-        }
-    }
 
     #[test]
     fn fork_points() {

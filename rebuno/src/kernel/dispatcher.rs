@@ -182,10 +182,7 @@ impl Kernel {
         deliverer: Arc<dyn Deliverer>,
         slots: Arc<tokio::sync::Semaphore>,
     ) {
-        let config = &self.inner.config;
-        let cap = config
-            .dispatch_agent_concurrency
-            .clamp(1, config.dispatch_concurrency.max(1));
+        let cap = self.inner.config.agent_delivery_cap();
         loop {
             let free = slots.available_permits();
             let claimed = if free > 0 {

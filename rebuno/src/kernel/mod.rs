@@ -141,10 +141,11 @@ pub struct KernelConfig {
     pub dispatch_timeout: Duration,
     /// Parallel deliveries (`REBUNO_DISPATCH_CONCURRENCY`, 8).
     pub dispatch_concurrency: usize,
-    /// Parallel deliveries to any one agent (`REBUNO_DISPATCH_AGENT_CONCURRENCY`; by default
-    /// half of `dispatch_concurrency`, at least 1), so an agent whose webhook hangs cannot hold
-    /// every delivery slot. Values above `dispatch_concurrency` act as `dispatch_concurrency`.
-    pub dispatch_agent_concurrency: usize,
+    /// Parallel deliveries to any one agent (`REBUNO_DISPATCH_AGENT_CONCURRENCY`), so an
+    /// agent whose webhook hangs cannot hold every delivery slot. `None` (the default) means
+    /// half of `dispatch_concurrency`, at least 1; values above `dispatch_concurrency` act as
+    /// `dispatch_concurrency`.
+    pub dispatch_agent_concurrency: Option<usize>,
     /// Lease length before the reaper reclaims (`REBUNO_DISPATCH_LEASE_TIMEOUT`, 2 min).
     pub lease_timeout: Duration,
     /// Default approval timeout (`REBUNO_APPROVAL_TIMEOUT`, 15 min).
@@ -167,10 +168,6 @@ pub struct KernelConfig {
     pub stream_subscribers: usize,
 }
 
-/// The default per-agent delivery cap for a global one: half, at least 1.
-fn default_agent_concurrency(concurrency: usize) -> usize {
-    (concurrency / 2).max(1)
-}
 
 impl Default for KernelConfig {
     fn default() -> Self {
@@ -178,7 +175,7 @@ impl Default for KernelConfig {
             dispatch_max_attempts: 5,
             dispatch_timeout: Duration::from_secs(30),
             dispatch_concurrency: 8,
-            dispatch_agent_concurrency: default_agent_concurrency(8),
+            dispatch_agent_concurrency: None,
             lease_timeout: Duration::from_secs(120),
             approval_timeout: Duration::from_secs(15 * 60),
             deadline_timeout: None,
@@ -203,6 +200,15 @@ fn env_int<T: std::str::FromStr>(name: &str) -> Option<T> {
 }
 
 impl KernelConfig {
+    /// The per-agent delivery cap in effect: `dispatch_agent_concurrency`, or half of
+    /// `dispatch_concurrency`, within `1..=dispatch_concurrency`.
+    pub fn agent_delivery_cap(&self) -> usize {
+        let slots = self.dispatch_concurrency.max(1);
+        self.dispatch_agent_concurrency
+            .unwrap_or(slots / 2)
+            .clamp(1, slots)
+    }
+
     /// Defaults overridden by the `REBUNO_*` environment; unparsable values are ignored.
     pub fn from_env() -> Self {
         let mut c = KernelConfig::default();
@@ -215,9 +221,9 @@ impl KernelConfig {
         if let Some(n) = env_int::<usize>("REBUNO_DISPATCH_CONCURRENCY").filter(|n| *n > 0) {
             c.dispatch_concurrency = n;
         }
-        c.dispatch_agent_concurrency = env_int::<usize>("REBUNO_DISPATCH_AGENT_CONCURRENCY")
-            .filter(|n| *n > 0)
-            .unwrap_or_else(|| default_agent_concurrency(c.dispatch_concurrency));
+        if let Some(n) = env_int::<usize>("REBUNO_DISPATCH_AGENT_CONCURRENCY").filter(|n| *n > 0) {
+            c.dispatch_agent_concurrency = Some(n);
+        }
         if let Some(n) =
             env_int::<usize>("REBUNO_STREAM_SUBSCRIBERS_PER_EXECUTION").filter(|n| *n > 0)
         {

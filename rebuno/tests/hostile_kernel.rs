@@ -719,7 +719,10 @@ async fn the_sweeper_survives_a_panic() {
         env.status(&exec).await == ExecutionStatus::Cancelled
     })
     .await;
-    assert!(limiter.sweeps.load(Ordering::SeqCst) > 1, "swept again");
+    wait_until("the restarted loop sweeps again", async || {
+        limiter.sweeps.load(Ordering::SeqCst) > 1
+    })
+    .await;
 }
 
 /// Panics on its first delivery, reports the others.

@@ -30,7 +30,7 @@ pub(crate) type OccurrenceKey = (String, String, String);
 /// Dispatch attempts a transaction ended, as `(dispatch_id, attempt)`.
 pub(crate) type Ended = Vec<(String, u32)>;
 
-/// The volatile state of one dispatch, for one attempt.
+/// The volatile state of the attempt being delivered.
 #[derive(Debug)]
 struct AttemptState {
     attempt: u32,
@@ -38,18 +38,33 @@ struct AttemptState {
     counters: HashMap<OccurrenceKey, u64>,
     /// The last renewal (monotonic) and how many renewals came before it, so the reaper can
     /// tell a renewal that landed after its decision even at the same instant.
-    renewed: Option<(Duration, u64)>,
-    /// When the retry after a failed delivery is due (monotonic).
-    retry_at: Option<Duration>,
+    renewed: (Duration, u64),
 }
 
-impl AttemptState {
-    fn new(attempt: u32) -> Self {
-        AttemptState {
-            attempt,
-            counters: HashMap::new(),
-            renewed: None,
-            retry_at: None,
+/// Per dispatch id: the attempt being delivered, or the failed attempt waiting for its retry
+/// (with the monotonic time it is due). A dispatch is in at most one of the two.
+#[derive(Debug, Default)]
+struct Attempts {
+    live: HashMap<String, AttemptState>,
+    retries: HashMap<String, (u32, Duration)>,
+}
+
+impl Attempts {
+    /// The attempt this process knows for the dispatch, if any.
+    fn known(&self, id: &str) -> Option<u32> {
+        self.live
+            .get(id)
+            .map(|a| a.attempt)
+            .or_else(|| self.retries.get(id).map(|r| r.0))
+    }
+
+    /// Drops what is known of the dispatch up to attempt `attempt`.
+    fn forget(&mut self, id: &str, attempt: u32) {
+        if self.live.get(id).is_some_and(|a| a.attempt <= attempt) {
+            self.live.remove(id);
+        }
+        if self.retries.get(id).is_some_and(|r| r.0 <= attempt) {
+            self.retries.remove(id);
         }
     }
 }
@@ -64,7 +79,7 @@ struct LockEntry {
 /// The kernel's volatile maps.
 #[derive(Debug, Default)]
 pub(crate) struct Volatile {
-    attempts: Mutex<HashMap<String, AttemptState>>,
+    attempts: Mutex<Attempts>,
     locks: Mutex<HashMap<String, LockEntry>>,
 }
 
@@ -128,10 +143,10 @@ impl Kernel {
         let (dispatch_attempts, occurrence_counters, lease_renewals, pending_retries) = {
             let attempts = lock(&self.inner.volatile.attempts);
             (
-                attempts.len(),
-                attempts.values().map(|a| a.counters.len()).sum(),
-                attempts.values().filter(|a| a.renewed.is_some()).count(),
-                attempts.values().filter(|a| a.retry_at.is_some()).count(),
+                attempts.live.len() + attempts.retries.len(),
+                attempts.live.values().map(|a| a.counters.len()).sum(),
+                attempts.live.len(),
+                attempts.retries.len(),
             )
         };
         let (streamed_executions, stream_subscribers) = self.inner.streams.sizes();
@@ -167,7 +182,7 @@ impl Kernel {
         }
     }
 
-    fn attempts(&self) -> MutexGuard<'_, HashMap<String, AttemptState>> {
+    fn attempts(&self) -> MutexGuard<'_, Attempts> {
         lock(&self.inner.volatile.attempts)
     }
 
@@ -176,20 +191,24 @@ impl Kernel {
     pub(crate) fn begin_attempt(&self, dispatch_id: &str, attempt: u32) {
         let now = self.inner.clock.monotonic();
         let mut attempts = self.attempts();
-        if attempts
-            .get(dispatch_id)
-            .is_some_and(|a| a.attempt > attempt)
-        {
+        if attempts.known(dispatch_id).is_some_and(|a| a > attempt) {
             return;
         }
-        let mut state = AttemptState::new(attempt);
-        state.renewed = Some((now, 0));
-        attempts.insert(dispatch_id.to_owned(), state);
+        attempts.retries.remove(dispatch_id);
+        attempts.live.insert(
+            dispatch_id.to_owned(),
+            AttemptState {
+                attempt,
+                counters: HashMap::new(),
+                renewed: (now, 0),
+            },
+        );
     }
 
     /// The next occurrence for `key` within the leased attempt.
     pub(crate) fn next_occurrence(&self, lease: &Lease, key: &OccurrenceKey) -> u64 {
         self.attempts()
+            .live
             .get(&lease.dispatch_id)
             .filter(|a| a.attempt == lease.attempt)
             .and_then(|a| a.counters.get(key))
@@ -219,28 +238,26 @@ impl Kernel {
         let now = self.inner.clock.monotonic();
         let mut attempts = self.attempts();
         if let Some(state) = Self::current(&mut attempts, lease) {
-            let count = state.renewed.map_or(0, |(_, n)| n.wrapping_add(1));
-            state.renewed = Some((now, count));
+            state.renewed = (now, state.renewed.1.wrapping_add(1));
         }
     }
 
     /// The state of the leased attempt while it is being delivered; `None` for a superseded or
     /// ended attempt. Never creates an entry: only a claim does.
-    fn current<'m>(
-        attempts: &'m mut HashMap<String, AttemptState>,
-        lease: &Lease,
-    ) -> Option<&'m mut AttemptState> {
+    fn current<'m>(attempts: &'m mut Attempts, lease: &Lease) -> Option<&'m mut AttemptState> {
         attempts
+            .live
             .get_mut(&lease.dispatch_id)
-            .filter(|a| a.attempt == lease.attempt && a.retry_at.is_none())
+            .filter(|a| a.attempt == lease.attempt)
     }
 
     /// The last renewal of the attempt (monotonic time, renewal count).
     pub(crate) fn renewal(&self, dispatch_id: &str, attempt: u32) -> Option<(Duration, u64)> {
         self.attempts()
+            .live
             .get(dispatch_id)
             .filter(|a| a.attempt == attempt)
-            .and_then(|a| a.renewed)
+            .map(|a| a.renewed)
     }
 
     /// Drops the state of attempts that ended (after the commit that ended them).
@@ -250,9 +267,7 @@ impl Kernel {
         }
         let mut attempts = self.attempts();
         for (id, attempt) in ended {
-            if attempts.get(id).is_some_and(|a| a.attempt <= *attempt) {
-                attempts.remove(id);
-            }
+            attempts.forget(id, *attempt);
         }
     }
 
@@ -260,15 +275,13 @@ impl Kernel {
     /// are gone. Called inside the transaction that records the failure.
     pub(crate) fn schedule_retry(&self, dispatch_id: &str, attempt: u32, due: Duration) {
         let mut attempts = self.attempts();
-        if attempts
-            .get(dispatch_id)
-            .is_some_and(|a| a.attempt > attempt)
-        {
+        if attempts.known(dispatch_id).is_some_and(|a| a > attempt) {
             return;
         }
-        let mut state = AttemptState::new(attempt);
-        state.retry_at = Some(due);
-        attempts.insert(dispatch_id.to_owned(), state);
+        attempts.live.remove(dispatch_id);
+        attempts
+            .retries
+            .insert(dispatch_id.to_owned(), (attempt, due));
     }
 
     /// Retries known to this process: those due by the monotonic clock (claimable even if the
@@ -278,13 +291,11 @@ impl Kernel {
         let now = self.inner.clock.monotonic();
         let mut due = Vec::new();
         let mut waiting = HashSet::new();
-        for (id, state) in self.attempts().iter() {
-            match state.retry_at {
-                Some(at) if at <= now => due.push((id.clone(), state.attempt)),
-                Some(_) => {
-                    waiting.insert(id.clone());
-                }
-                None => {}
+        for (id, &(attempt, at)) in &self.attempts().retries {
+            if at <= now {
+                due.push((id.clone(), attempt));
+            } else {
+                waiting.insert(id.clone());
             }
         }
         (due, waiting)

@@ -249,7 +249,10 @@ async fn every_path_that_ends_an_attempt_drops_its_volatile_state() {
     for _ in 0..cycles {
         // A failed delivery waits for its retry; the second failure exhausts the execution.
         let exec = env.create("a").await;
-        env.k.deliver(env.claim().await, &Fixed(false)).await.unwrap();
+        env.k
+            .deliver(env.claim().await, &Fixed(false))
+            .await
+            .unwrap();
         assert_eq!(
             env.k.memory_footprint(),
             MemoryFootprint {
@@ -259,13 +262,19 @@ async fn every_path_that_ends_an_attempt_drops_its_volatile_state() {
             }
         );
         env.clock.advance(Duration::from_secs(2));
-        env.k.deliver(env.claim().await, &Fixed(false)).await.unwrap();
+        env.k
+            .deliver(env.claim().await, &Fixed(false))
+            .await
+            .unwrap();
         assert_eq!(env.status(&exec).await, ExecutionStatus::Failed);
         env.assert_baseline("exhaustion");
 
         // A retry that is cancelled while it waits.
         let exec = env.create("a").await;
-        env.k.deliver(env.claim().await, &Fixed(false)).await.unwrap();
+        env.k
+            .deliver(env.claim().await, &Fixed(false))
+            .await
+            .unwrap();
         env.k.cancel(&exec).await.unwrap();
         env.assert_baseline("a cancelled retry");
     }
@@ -289,7 +298,10 @@ async fn every_path_that_ends_an_attempt_drops_its_volatile_state() {
         let lease2 = env.claim().await.lease();
         assert_eq!(lease2.attempt, 2);
         assert_eq!(env.k.memory_footprint(), live(0), "a new attempt");
-        env.k.complete_execution(&exec, &lease2, None).await.unwrap();
+        env.k
+            .complete_execution(&exec, &lease2, None)
+            .await
+            .unwrap();
     }
     env.assert_baseline("re-delivered executions");
 }
@@ -633,7 +645,10 @@ async fn a_backward_wall_clock_step_does_not_keep_an_expired_lease() {
 async fn retries_wait_by_the_monotonic_clock() {
     let env = Env::new(config()).await;
     let exec = env.create("a").await;
-    env.k.deliver(env.claim().await, &Fixed(false)).await.unwrap();
+    env.k
+        .deliver(env.claim().await, &Fixed(false))
+        .await
+        .unwrap();
     // Due in 1 to 1.25 s. A wall clock an hour ahead does not make it due.
     env.clock.set(env.clock.now() + Duration::from_secs(3600));
     assert!(env.k.claim_dispatches(8).await.unwrap().is_empty());
@@ -643,7 +658,10 @@ async fn retries_wait_by_the_monotonic_clock() {
     let claimed = env.k.claim_dispatches(8).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(
-        (claimed[0].dispatch.attempt, &claimed[0].dispatch.execution_id),
+        (
+            claimed[0].dispatch.attempt,
+            &claimed[0].dispatch.execution_id
+        ),
         (2, &exec)
     );
     assert_eq!(claimed[0].dispatch.status, DispatchStatus::InFlight);

@@ -323,7 +323,10 @@ mod tests {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let s = Duration::from_secs;
         assert_eq!(timer_sleep(None, now, false), TIMER_MAX_SLEEP);
-        assert_eq!(timer_sleep(Some(now + s(3)), now, false), s(3) + TIMER_SLACK);
+        assert_eq!(
+            timer_sleep(Some(now + s(3)), now, false),
+            s(3) + TIMER_SLACK
+        );
         // A timeout far ahead (or a wall clock stepped back under it): at most the cap.
         assert_eq!(
             timer_sleep(Some(now + s(86_400)), now, false),

@@ -209,11 +209,9 @@ impl Kernel {
             if idle {
                 // Woken by a new dispatch or a finished delivery; the timeout catches retries
                 // coming due.
-                let _ = tokio::time::timeout(
-                    Duration::from_millis(250),
-                    self.inner.queued.notified(),
-                )
-                .await;
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(250), self.inner.queued.notified())
+                        .await;
             }
         }
     }

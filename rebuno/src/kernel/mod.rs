@@ -168,7 +168,6 @@ pub struct KernelConfig {
     pub stream_subscribers: usize,
 }
 
-
 impl Default for KernelConfig {
     fn default() -> Self {
         KernelConfig {

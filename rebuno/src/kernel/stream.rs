@@ -221,7 +221,11 @@ mod tests {
         assert_eq!(a.recv().await.unwrap().seq, 100);
         assert_eq!(k.inner.streams.sizes(), (1, 2));
         drop(late);
-        assert_eq!(k.inner.streams.sizes(), (1, 1), "a dropped subscriber leaves");
+        assert_eq!(
+            k.inner.streams.sizes(),
+            (1, 1),
+            "a dropped subscriber leaves"
+        );
         drop(a);
         assert_eq!(k.inner.streams.sizes(), (0, 0));
         let big = StreamFrame {
@@ -238,10 +242,7 @@ mod tests {
             seq: 1,
             data: "é".repeat(MAX_STREAM_DATA_BYTES / 2),
         };
-        assert!(
-            k.publish(&e, exact).is_ok(),
-            "the limit counts UTF-8 bytes"
-        );
+        assert!(k.publish(&e, exact).is_ok(), "the limit counts UTF-8 bytes");
     }
 
     #[tokio::test]

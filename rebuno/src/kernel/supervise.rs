@@ -88,6 +88,10 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    fn explode(message: &str) {
+        panic!("{message}");
+    }
+
     #[tokio::test]
     async fn a_panicking_loop_is_restarted_and_aborting_stops_it() {
         let runs = Arc::new(AtomicUsize::new(0));
@@ -110,9 +114,8 @@ mod tests {
         handle.abort();
         let _ = handle.await;
         assert_eq!(runs.load(Ordering::SeqCst), 3);
-        let none: Option<()> = None;
         assert_eq!(
-            catch_panic(async move { none.expect("boom") }).await,
+            catch_panic(async { explode("boom") }).await,
             Err("boom".to_owned())
         );
         assert_eq!(catch_panic(async { 7 }).await, Ok(7));

@@ -1170,8 +1170,8 @@ impl Tx for SqliteTx<'_> {
         limit: usize,
         skip_agents: &[String],
     ) -> StoreResult<Vec<(Dispatch, String)>> {
-        let skip = serde_json::to_string(skip_agents)
-            .map_err(|e| StoreError::Database(e.to_string()))?;
+        let skip =
+            serde_json::to_string(skip_agents).map_err(|e| StoreError::Database(e.to_string()))?;
         self.all(
             "SELECT d.id, d.execution_id, d.status, d.attempt, d.max_attempts, d.next_attempt_at,
                     d.locked_by, d.locked_at, d.created_at, d.updated_at, coalesce(e.agent_id, '')

@@ -40,6 +40,8 @@ fn error_codes_and_statuses() {
         (ErrorCode::Conflict, "conflict", 409),
         (ErrorCode::ExecutionTerminal, "execution_terminal", 409),
         (ErrorCode::LeaseSuperseded, "lease_superseded", 409),
+        (ErrorCode::PayloadTooLarge, "payload_too_large", 413),
+        (ErrorCode::TooManyRequests, "too_many_requests", 429),
         (ErrorCode::InternalError, "internal_error", 500),
     ];
     assert_eq!(ErrorCode::ALL.len(), table.len());

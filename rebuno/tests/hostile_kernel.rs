@@ -768,50 +768,41 @@ impl Deliverer for PanicsOnce {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_that_panics_is_retried_without_waiting_for_the_lease() {
-    // Real time: the retry comes after its 1 s backoff, the lease would take 10 minutes.
-    let k = Kernel::builder(Arc::new(SqliteStore::memory().unwrap()))
-        .config(KernelConfig {
-            lease_timeout: Duration::from_secs(600),
-            ..config()
-        })
-        .build()
-        .await
-        .unwrap();
-    k.register_agent(RegisterAgentRequest {
-        id: "a".into(),
-        webhook_url: "http://127.0.0.1:9/".into(),
-        secret: "s".into(),
+    // The lease would keep the dispatch in flight for 10 minutes.
+    let env = Env::new(KernelConfig {
+        lease_timeout: Duration::from_secs(600),
+        ..config()
     })
-    .await
-    .unwrap();
+    .await;
     let (tx, mut delivered) = mpsc::unbounded_channel();
-    let _loops = k.start(Arc::new(PanicsOnce {
+    let _loops = env.k.start(Arc::new(PanicsOnce {
         calls: AtomicUsize::new(0),
         delivered: tx,
     }));
-    let exec = k
-        .create_execution(CreateExecutionRequest {
-            agent_id: "a".into(),
-            input: None,
-            agent_version: String::new(),
-        })
-        .await
-        .unwrap()
-        .id;
-    let attempt = tokio::time::timeout(DEADLINE, delivered.recv()).await;
-    assert_eq!(attempt.ok().flatten(), Some(Some(2)));
-    let events = k.events(&exec, 0, 0).await.unwrap();
-    let failed: Vec<&Value> = events
-        .iter()
-        .filter(|e| e.event_type.as_str() == "dispatch.failed")
-        .map(|e| &e.payload)
-        .collect();
-    assert_eq!(failed.len(), 1, "{events:?}");
+    let exec = env.create("a").await;
+    let failures = async || {
+        let events = env.k.events(&exec, 0, 0).await.unwrap();
+        let failed = events
+            .into_iter()
+            .filter(|e| e.event_type.as_str() == "dispatch.failed");
+        failed.map(|e| e.payload).collect::<Vec<Value>>()
+    };
+    wait_until("the panic is recorded as a failed attempt", async || {
+        !failures().await.is_empty()
+    })
+    .await;
+    let failed = failures().await;
     assert!(
         failed[0]["error"]
             .as_str()
             .is_some_and(|e| e.contains("injected delivery panic")),
-        "{}",
-        failed[0]
+        "{failed:?}"
+    );
+    env.clock.advance(Duration::from_secs(2));
+    let attempt = tokio::time::timeout(DEADLINE, delivered.recv()).await;
+    assert_eq!(
+        attempt.ok().flatten(),
+        Some(Some(2)),
+        "retried after its backoff"
     );
 }

@@ -994,7 +994,9 @@ pub struct SubmitStepRequest {
     /// agent counted for this effect. An agent that replayed earlier occurrences from its own
     /// copy of the record (without asking the kernel) sends it so the kernel's counter catches
     /// up: the kernel uses the larger of this and its own count. It can only skip ahead, never
-    /// reuse an occurrence, and changes nothing that is recorded.
+    /// reuse an occurrence, and changes nothing that is recorded. It may skip only over
+    /// recorded occurrences (what a local replay saw): an occurrence ahead of the kernel's
+    /// count whose predecessor is not recorded is `400 validation_error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub occurrence: Option<u64>,
 }

@@ -658,7 +658,8 @@ impl Repl {
     async fn watch(&mut self, id: &str) -> Answer {
         let mut stop = self.interrupt.generation.subscribe();
         stop.mark_unchanged();
-        let mut deltas = Some(self.kernel.subscribe(id));
+        // An unknown execution (or a full subscriber table) only means no live deltas.
+        let mut deltas = self.kernel.subscribe(id).await.ok();
         let mut collected = Vec::new();
         let width = self.width;
         let mut emit = |line: String| {

@@ -1,5 +1,11 @@
-//! Wall-clock time for the kernel: the injectable [`Clock`] (shared with the rate limiter) and
-//! RFC 3339 timestamps.
+//! Time for the kernel: the injectable [`Clock`] (shared with the rate limiter) and RFC 3339
+//! timestamps.
+//!
+//! The clock has two readings. Stored timestamps (`created_at`, deadlines, approval timeouts,
+//! `next_attempt_at`) are wall-clock time, because they outlive the process. Durations the
+//! process measures for itself (lease renewals, retry backoff, token refill) use the monotonic
+//! reading, so an operator or NTP stepping the wall clock neither reaps a live lease nor keeps
+//! a dead one, and fires no retry early or late.
 //!
 //! Timestamps are written in UTC with exactly six fractional digits
 //! (`2026-01-01T00:00:00.000000Z`), so their text order is their time order and stores can

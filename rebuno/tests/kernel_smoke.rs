@@ -182,12 +182,24 @@ async fn an_agent_counted_occurrence_moves_the_counter_forward_only() {
         })
         .await
         .unwrap();
-    let lease = k.claim_dispatches(1).await.unwrap()[0].lease();
     let with = |occ: Option<u64>| {
         let mut req = submit("tool_call", "t", json!({"a": 1}));
         req.occurrence = occ;
         req
     };
+    // A first attempt records occurrences 0 to 2; the next one replays them locally.
+    let first = k.claim_dispatches(1).await.unwrap()[0].lease();
+    for _ in 0..3 {
+        k.submit_step(&exec.id, &first, with(None)).await.unwrap();
+    }
+    assert_eq!(k.reclaim_for_test().await, 1);
+    let lease = k.claim_dispatches(1).await.unwrap()[0].lease();
+    // Skipping over an occurrence that is not recorded is refused, and counts nothing.
+    let refused = k.submit_step(&exec.id, &lease, with(Some(4))).await;
+    assert_eq!(
+        refused.unwrap_err().code,
+        rebuno::protocol::ErrorCode::ValidationError
+    );
     let mut occurrences = Vec::new();
     for occ in [Some(3), None, Some(1)] {
         let d = k.submit_step(&exec.id, &lease, with(occ)).await.unwrap();

@@ -397,7 +397,7 @@ async fn a_streamed_chat_is_teed_live_and_recorded_whole() {
 
     rt.start();
     let id = create(&rt, "streamer", json!({})).await;
-    let mut deltas = rt.kernel().subscribe(&id);
+    let mut deltas = rt.kernel().subscribe(&id).await.unwrap();
     gate.add_permits(1);
     wait_for(&rt, &id, ExecutionStatus::Blocked).await;
     gate.add_permits(1); // the replaying dispatch passes the gate too

@@ -25,11 +25,17 @@ Environment (flags override the environment, which overrides the defaults):
   REBUNO_DISPATCH_MAX_ATTEMPTS   delivery attempts per dispatch [default: 5]
   REBUNO_DISPATCH_TIMEOUT        per-attempt webhook timeout [default: 30s]
   REBUNO_DISPATCH_CONCURRENCY    parallel webhook deliveries [default: 8]
+  REBUNO_DISPATCH_AGENT_CONCURRENCY
+                                 parallel webhook deliveries to one agent
+                                 [default: half of REBUNO_DISPATCH_CONCURRENCY, at least 1]
   REBUNO_DISPATCH_LEASE_TIMEOUT  lease length before an attempt is reclaimed [default: 2m]
   REBUNO_APPROVAL_TIMEOUT        default approval timeout [default: 15m]
   REBUNO_DEADLINE_TIMEOUT        maximum execution lifetime, 0 for none [default: 0]
   REBUNO_CLEANUP_INTERVAL        interval of the deadline and retention sweeps [default: 10m]
   REBUNO_RETENTION               age at which finished executions are deleted, 0 to keep [default: 24h]
+  REBUNO_STREAM_SUBSCRIBERS      live-stream (SSE) subscribers in total [default: 1024]
+  REBUNO_STREAM_SUBSCRIBERS_PER_EXECUTION
+                                 live-stream subscribers of one execution [default: 16]
 Durations use Go's syntax (500ms, 90s, 2m, 1h30m); unparsable numbers and durations are
 ignored. Not used by this build: REBUNO_DB_MAX_CONNS, REBUNO_DB_MIN_CONNS,
 REBUNO_DEADLINE_CHECK_INTERVAL, REBUNO_LEADER_LOCK_KEY, REBUNO_LOG_LEVEL, REBUNO_LOG_FORMAT,

@@ -5,6 +5,7 @@
 //! approval is created), instead of the Go kernel's ten-minute sweep.
 
 use super::dispatch::enqueue_dispatch;
+use super::supervise::supervise;
 use super::{Kernel, KernelError, KernelResult, Metrics, payload};
 use crate::protocol::{
     Approval, ApprovalEventPayload, ApprovalStatus, EventType, ExecutionEventPayload,
@@ -14,7 +15,28 @@ use crate::protocol::{
 use crate::store::{StoreExt, StoreResult, Tx};
 use crate::time::parse_rfc3339;
 use serde_json::json;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+/// The approval timer's longest sleep.
+const TIMER_MAX_SLEEP: Duration = Duration::from_secs(30);
+/// Slack after a timeout, so the timer wakes when it is due rather than just before.
+const TIMER_SLACK: Duration = Duration::from_millis(5);
+/// The sleep after a round that expired nothing although a timeout was due.
+const TIMER_STUCK_SLEEP: Duration = Duration::from_secs(1);
+
+/// How long the approval timer sleeps: until the earliest pending timeout (`next`) plus a
+/// little slack, at most 30 s. If that timeout is already due but the last round expired
+/// nothing (a failing store, or a wall clock stepped under it), 1 s: a stuck timeout must not
+/// make the loop spin. Timeouts are stored wall-clock times, so a step of the wall clock moves
+/// them; the 30 s cap bounds how late a backward step can make one.
+fn timer_sleep(next: Option<SystemTime>, now: SystemTime, progressed: bool) -> Duration {
+    match next.map(|t| t.duration_since(now)) {
+        None => TIMER_MAX_SLEEP,
+        Some(Ok(left)) if !left.is_zero() => left.min(TIMER_MAX_SLEEP) + TIMER_SLACK,
+        Some(_) if progressed => TIMER_SLACK,
+        Some(_) => TIMER_STUCK_SLEEP,
+    }
+}
 
 /// How an approval is resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,28 +282,59 @@ impl Kernel {
     }
 
     /// Runs the approval timer until aborted: sleeps until the earliest pending timeout (at
-    /// most 30 s, woken early when an approval is created) and expires what is due.
+    /// most 30 s, woken early when an approval is created) and expires what is due. A panic
+    /// restarts it (see `supervise`).
     pub fn spawn_approval_timer(&self) -> tokio::task::JoinHandle<()> {
         let kernel = self.clone();
-        tokio::spawn(async move {
-            loop {
-                let _ = kernel.expire_approvals().await;
-                let next = kernel
-                    .inner
-                    .store
-                    .read(|tx| tx.next_approval_timeout())
-                    .await
-                    .ok()
-                    .flatten();
-                let wait = next
-                    .as_deref()
-                    .and_then(parse_rfc3339)
-                    .map(|t| t.duration_since(kernel.now()).unwrap_or(Duration::ZERO))
-                    .unwrap_or(Duration::from_secs(30))
-                    .min(Duration::from_secs(30))
-                    + Duration::from_millis(5);
-                let _ = tokio::time::timeout(wait, kernel.inner.approvals_changed.notified()).await;
-            }
+        supervise("approval timer", move || {
+            let kernel = kernel.clone();
+            async move { kernel.approval_timer().await }
         })
+    }
+
+    async fn approval_timer(&self) {
+        loop {
+            let progressed = match self.expire_approvals().await {
+                Ok(n) => n > 0,
+                Err(e) => {
+                    tracing::warn!(error = %e, "expiring approvals failed");
+                    false
+                }
+            };
+            let next = match self.inner.store.read(|tx| tx.next_approval_timeout()).await {
+                Ok(next) => next.as_deref().and_then(parse_rfc3339),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the next approval timeout failed");
+                    None
+                }
+            };
+            let sleep = timer_sleep(next, self.now(), progressed);
+            let _ = tokio::time::timeout(sleep, self.inner.approvals_changed.notified()).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timer_neither_spins_nor_sleeps_past_its_cap() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let s = Duration::from_secs;
+        assert_eq!(timer_sleep(None, now, false), TIMER_MAX_SLEEP);
+        assert_eq!(
+            timer_sleep(Some(now + s(3)), now, false),
+            s(3) + TIMER_SLACK
+        );
+        // A timeout far ahead (or a wall clock stepped back under it): at most the cap.
+        assert_eq!(
+            timer_sleep(Some(now + s(86_400)), now, false),
+            TIMER_MAX_SLEEP + TIMER_SLACK
+        );
+        // Due: go again at once while rounds make progress, slowly when they do not.
+        assert_eq!(timer_sleep(Some(now - s(5)), now, true), TIMER_SLACK);
+        assert_eq!(timer_sleep(Some(now), now, false), TIMER_STUCK_SLEEP);
+        assert_eq!(timer_sleep(Some(now - s(5)), now, false), TIMER_STUCK_SLEEP);
     }
 }

@@ -8,8 +8,12 @@
 //! `dispatch.failed` and a retry after `min(2^(a-1) s, 30 s)` plus up to 25 % jitter, until
 //! `max_attempts`, when the execution fails with `dispatch_exhausted`. The reaper returns
 //! in-flight rows whose lease expired to `pending`; the next claim re-delivers them as a new
-//! attempt.
+//! attempt. Lease age and retry backoff are measured on the monotonic clock (the stored
+//! `next_attempt_at` and `locked_at` serve only a process that has no measurement of its own).
+//! Claims and the delivery loop are in `dispatcher`.
 
+use super::supervise::supervise;
+use super::volatile::Ended;
 use super::{Events, Kernel, KernelResult, Lease, Metrics, payload};
 use crate::protocol::{
     Agent, Dispatch, DispatchEventPayload, DispatchStatus, EventType, ExecutionEventPayload,
@@ -20,8 +24,7 @@ use crate::store::{StoreExt, StoreResult, Tx};
 use crate::time::{parse_rfc3339, rfc3339};
 use async_trait::async_trait;
 use serde_json::Value;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// Queues a new dispatch for `execution_id` due at `due`; returns its `dispatch.queued` event.
 pub(crate) fn enqueue_dispatch(
@@ -56,16 +59,24 @@ fn queued_payload(d: &Dispatch) -> DispatchEventPayload {
     }
 }
 
-/// Retires every live dispatch of an execution (`exhausted`).
-pub(crate) fn retire_dispatches(tx: &mut dyn Tx, execution_id: &str, now: &str) -> StoreResult<()> {
+/// Retires every live dispatch of an execution (`exhausted`); returns the attempts it ended,
+/// whose volatile state the caller drops after the commit
+/// ([`Kernel::forget_attempts`](super::Kernel)).
+pub(crate) fn retire_dispatches(
+    tx: &mut dyn Tx,
+    execution_id: &str,
+    now: &str,
+) -> StoreResult<Ended> {
+    let mut ended = Vec::new();
     for mut d in tx.dispatches_of(execution_id)? {
         if d.status != DispatchStatus::Exhausted {
             d.status = DispatchStatus::Exhausted;
             d.updated_at = now.to_owned();
             tx.put_dispatch(&d)?;
+            ended.push((d.id, d.attempt));
         }
     }
-    Ok(())
+    Ok(ended)
 }
 
 /// The lease fences. `in_flight_only` is RenewLease (the attempt must still be in flight);
@@ -85,11 +96,16 @@ pub(crate) fn lease_holds(
         }))
 }
 
+/// A lease renewal as the reaper observed it: monotonic time and renewal count.
+type Renewal = (Duration, u64);
+
 /// A claimed dispatch, ready to deliver.
 #[derive(Debug, Clone)]
 pub struct Claimed {
     /// The dispatch row after the claim (`in_flight`, attempt incremented).
     pub dispatch: Dispatch,
+    /// The agent of the dispatch's execution (empty if the execution is gone).
+    pub agent_id: String,
 }
 
 impl Claimed {
@@ -179,7 +195,8 @@ pub fn sign(secret: &str, payload: &WebhookPayload) -> (Vec<u8>, String) {
 }
 
 /// Backoff before retry after failed attempt `a` (1-based): `min(2^(a-1) s, 30 s)` plus a
-/// jitter in `[0, 25 %)`.
+/// jitter in `[0, 25 %)`, in whole microseconds (the stored due time's precision, so the
+/// stored and the in-memory due time agree).
 fn backoff(attempt: u32, jitter_seed: u64) -> Duration {
     let base =
         Duration::from_secs(1u64 << attempt.saturating_sub(1).min(5)).min(Duration::from_secs(30));
@@ -188,42 +205,11 @@ fn backoff(attempt: u32, jitter_seed: u64) -> Duration {
     x ^= x >> 7;
     x ^= x << 17;
     let frac = (x % 1000) as f64 / 4000.0; // [0, 0.25)
-    base + base.mul_f64(frac)
+    let total = base + base.mul_f64(frac);
+    Duration::from_micros(u64::try_from(total.as_micros()).unwrap_or(u64::MAX))
 }
 
 impl Kernel {
-    /// Claims up to `limit` due dispatches: each becomes `in_flight` with its attempt
-    /// incremented, and its occurrence counters start again from zero.
-    pub async fn claim_dispatches(&self, limit: usize) -> KernelResult<Vec<Claimed>> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let now = self.now_text();
-        let replica = self.inner.config.replica_id.clone();
-        let claimed = self
-            .inner
-            .store
-            .write(move |tx| {
-                let mut out = Vec::new();
-                for mut d in tx.claimable_dispatches(&now, limit)? {
-                    d.status = DispatchStatus::InFlight;
-                    d.attempt += 1;
-                    d.locked_by = replica.clone();
-                    d.locked_at = Some(now.clone());
-                    d.updated_at = now.clone();
-                    tx.put_dispatch(&d)?;
-                    out.push(Claimed { dispatch: d });
-                }
-                Ok(out)
-            })
-            .await?;
-        for c in &claimed {
-            self.reset_dispatch(&c.dispatch.id);
-            self.renew(&c.dispatch.id);
-        }
-        Ok(claimed)
-    }
-
     /// Delivers one claimed dispatch and records the outcome: `dispatch.discarded` if the
     /// execution is already terminal, the execution failed with `dispatch_exhausted` past the
     /// attempt budget, otherwise the webhook and `dispatch.acked` or `dispatch.failed` (with a
@@ -278,6 +264,7 @@ impl Kernel {
 
     async fn record_discard(&self, d: Dispatch) -> KernelResult<()> {
         let now = self.now_text();
+        let ended = vec![(d.id.clone(), d.attempt)];
         self.inner
             .store
             .write(move |tx| {
@@ -304,6 +291,8 @@ impl Kernel {
                 Ok(())
             })
             .await?;
+        // A claim that raced the end of its execution started an attempt nobody will end.
+        self.forget_attempts(&ended);
         Ok(())
     }
 
@@ -339,18 +328,21 @@ impl Kernel {
         Ok(())
     }
 
-    async fn record_failure(&self, d: Dispatch, error: String) -> KernelResult<()> {
+    /// Records a failed delivery attempt: a retry after the backoff, or exhaustion after the
+    /// last attempt.
+    pub(crate) async fn record_failure(&self, d: Dispatch, error: String) -> KernelResult<()> {
         if d.attempt >= d.max_attempts {
             return self.exhaust(d, Some(error)).await;
         }
         let now = self.now();
-        let retry_at = rfc3339(
-            now + backoff(
-                d.attempt,
-                crate::time::micros(now) as u64 ^ d.attempt as u64,
-            ),
+        let wait = backoff(
+            d.attempt,
+            crate::time::micros(now) as u64 ^ u64::from(d.attempt),
         );
+        let retry_at = rfc3339(now + wait);
+        let due = self.inner.clock.monotonic().saturating_add(wait);
         let now = rfc3339(now);
+        let kernel = self.clone();
         self.inner
             .store
             .write(move |tx| {
@@ -372,6 +364,8 @@ impl Kernel {
                 });
                 p["error"] = Value::String(error);
                 tx.append_events(&cur.execution_id, &now, &[(EventType::DispatchFailed, p)])?;
+                // In the transaction, so that it precedes any later one that ends the dispatch.
+                kernel.schedule_retry(&cur.id, cur.attempt, due);
                 Ok(())
             })
             .await?;
@@ -383,19 +377,19 @@ impl Kernel {
     async fn exhaust(&self, d: Dispatch, error: Option<String>) -> KernelResult<()> {
         let _guard = self.lock_execution(&d.execution_id).await;
         let now = self.now_text();
-        let exhausted = self
+        let ended = self
             .inner
             .store
             .write(move |tx| {
                 let Some(cur) = tx.dispatch(&d.id)? else {
-                    return Ok(false);
+                    return Ok(None);
                 };
                 // Only the attempt that still owns the dispatch can exhaust it. If the execution
                 // blocked, completed or was cancelled while the webhook ran, the dispatch was
                 // retired and its failure no longer counts: failing the execution then would
                 // turn an approval wait (or a finished run) into `dispatch_exhausted`.
                 if cur.attempt != d.attempt || cur.status != DispatchStatus::InFlight {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 let mut events: Events = Vec::new();
                 if let Some(error) = error {
@@ -406,7 +400,7 @@ impl Kernel {
                     p["error"] = Value::String(error);
                     events.push((EventType::DispatchFailed, p));
                 }
-                retire_dispatches(tx, &cur.execution_id, &now)?;
+                let ended = retire_dispatches(tx, &cur.execution_id, &now)?;
                 if let Some(mut exec) = tx.execution(&cur.execution_id)?
                     && !exec.status.is_terminal()
                 {
@@ -425,10 +419,11 @@ impl Kernel {
                 if !events.is_empty() {
                     tx.append_events(&cur.execution_id, &now, &events)?;
                 }
-                Ok(true)
+                Ok(Some(ended))
             })
             .await?;
-        if exhausted {
+        if let Some(ended) = ended {
+            self.forget_attempts(&ended);
             Metrics::inc(&self.inner.metrics.dispatch_exhausted);
         }
         Ok(())
@@ -436,8 +431,13 @@ impl Kernel {
 
     /// Returns in-flight dispatches whose lease expired (no renewal for `lease_timeout`) to
     /// `pending`; how many.
+    ///
+    /// A lease's age is measured on the monotonic clock from its last renewal (the claim is
+    /// the first). Only an attempt this process has no renewal of falls back to the stored,
+    /// wall-clock `locked_at`; the kernel reclaims every such attempt when it starts, so that
+    /// is rare.
     pub async fn reap_expired_leases(&self) -> KernelResult<usize> {
-        let now = self.now();
+        let (wall, mono) = (self.now(), self.inner.clock.monotonic());
         let lease = self.inner.config.lease_timeout;
         let in_flight = self
             .inner
@@ -446,18 +446,19 @@ impl Kernel {
             .await?;
         // Remember the renewal each decision was based on: a heartbeat that lands before the
         // reclaim commits keeps its lease (checked again inside the transaction).
-        let expired: Vec<(Dispatch, Option<SystemTime>)> = in_flight
+        let expired: Vec<(Dispatch, Option<Renewal>)> = in_flight
             .into_iter()
             .filter_map(|d| {
-                let renewed = self.renewed_at(&d.id);
-                let locked = d.locked_at.as_deref().and_then(parse_rfc3339);
-                let last = match (locked, renewed) {
-                    (Some(a), Some(b)) => a.max(b),
-                    (a, b) => a.or(b).unwrap_or(SystemTime::UNIX_EPOCH),
+                let renewed = self.renewal(&d.id, d.attempt);
+                let age = match renewed {
+                    Some((at, _)) => mono.checked_sub(at),
+                    None => d
+                        .locked_at
+                        .as_deref()
+                        .and_then(parse_rfc3339)
+                        .map_or(Some(Duration::MAX), |t| wall.duration_since(t).ok()),
                 };
-                now.duration_since(last)
-                    .is_ok_and(|age| age > lease)
-                    .then_some((d, renewed))
+                age.is_some_and(|age| age > lease).then_some((d, renewed))
             })
             .collect();
         self.reclaim(expired).await
@@ -480,7 +481,7 @@ impl Kernel {
         let rows = in_flight
             .into_iter()
             .map(|d| {
-                let renewed = self.renewed_at(&d.id);
+                let renewed = self.renewal(&d.id, d.attempt);
                 (d, renewed)
             })
             .collect();
@@ -489,19 +490,19 @@ impl Kernel {
 
     /// Returns in-flight rows to `pending`, each only if it is still the same attempt and its
     /// lease was not renewed since `renewed` was observed.
-    async fn reclaim(&self, rows: Vec<(Dispatch, Option<SystemTime>)>) -> KernelResult<usize> {
+    async fn reclaim(&self, rows: Vec<(Dispatch, Option<Renewal>)>) -> KernelResult<usize> {
         if rows.is_empty() {
             return Ok(0);
         }
         let now = self.now_text();
         let kernel = self.clone();
-        let n = self
+        let ended: Ended = self
             .inner
             .store
             .write(move |tx| {
-                let mut n = 0;
+                let mut ended = Vec::new();
                 for (d, renewed) in rows {
-                    if kernel.renewed_at(&d.id) != renewed {
+                    if kernel.renewal(&d.id, d.attempt) != renewed {
                         continue;
                     }
                     let Some(mut cur) = tx.dispatch(&d.id)? else {
@@ -516,11 +517,13 @@ impl Kernel {
                     cur.locked_at = None;
                     cur.updated_at = now.clone();
                     tx.put_dispatch(&cur)?;
-                    n += 1;
+                    ended.push((cur.id, cur.attempt));
                 }
-                Ok(n)
+                Ok(ended)
             })
             .await?;
+        self.forget_attempts(&ended);
+        let n = ended.len();
         for _ in 0..n {
             Metrics::inc(&self.inner.metrics.dispatches_reclaimed);
         }
@@ -530,53 +533,22 @@ impl Kernel {
         Ok(n)
     }
 
-    /// Runs the dispatcher until the returned task is aborted: claims due dispatches up to
-    /// the configured concurrency and delivers them through `deliverer`.
-    pub fn spawn_dispatcher(&self, deliverer: Arc<dyn Deliverer>) -> tokio::task::JoinHandle<()> {
-        let kernel = self.clone();
-        tokio::spawn(async move {
-            let slots = Arc::new(tokio::sync::Semaphore::new(
-                kernel.inner.config.dispatch_concurrency.max(1),
-            ));
-            loop {
-                let free = slots.available_permits();
-                let claimed = if free > 0 {
-                    kernel.claim_dispatches(free).await.unwrap_or_default()
-                } else {
-                    Vec::new()
-                };
-                let idle = claimed.is_empty();
-                for c in claimed {
-                    let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
-                        return;
-                    };
-                    let (k, del) = (kernel.clone(), Arc::clone(&deliverer));
-                    tokio::spawn(async move {
-                        let _permit = permit;
-                        let _ = k.deliver(c, &*del).await;
-                    });
-                }
-                if idle {
-                    let _ = tokio::time::timeout(
-                        Duration::from_millis(250),
-                        kernel.inner.queued.notified(),
-                    )
-                    .await;
-                }
-            }
-        })
-    }
-
     /// Runs the reaper until aborted: every `min(2 s, lease / 4)`.
+    /// A panic restarts it (see `supervise`).
     pub fn spawn_reaper(&self) -> tokio::task::JoinHandle<()> {
         let kernel = self.clone();
-        tokio::spawn(async move {
-            let every = (kernel.inner.config.lease_timeout / 4)
-                .min(Duration::from_secs(2))
-                .max(Duration::from_millis(10));
-            loop {
-                tokio::time::sleep(every).await;
-                let _ = kernel.reap_expired_leases().await;
+        supervise("reaper", move || {
+            let kernel = kernel.clone();
+            async move {
+                let every = (kernel.inner.config.lease_timeout / 4)
+                    .min(Duration::from_secs(2))
+                    .max(Duration::from_millis(10));
+                loop {
+                    tokio::time::sleep(every).await;
+                    if let Err(e) = kernel.reap_expired_leases().await {
+                        tracing::warn!(error = %e, "reaping expired leases failed");
+                    }
+                }
             }
         })
     }
@@ -606,16 +578,16 @@ mod tests {
         .await
         .unwrap();
         let claimed = k.claim_dispatches(1).await.unwrap().remove(0);
-        let observed = k.renewed_at(&claimed.dispatch.id);
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        k.renew(&claimed.dispatch.id);
+        let (id, attempt) = (&claimed.dispatch.id, claimed.dispatch.attempt);
+        let observed = k.renewal(id, attempt);
+        k.renew(&claimed.lease());
         assert_eq!(
             k.reclaim(vec![(claimed.dispatch.clone(), observed)])
                 .await
                 .unwrap(),
             0
         );
-        let current = k.renewed_at(&claimed.dispatch.id);
+        let current = k.renewal(id, attempt);
         assert_eq!(
             k.reclaim(vec![(claimed.dispatch, current)]).await.unwrap(),
             1

@@ -2,6 +2,7 @@
 //! heartbeat (lease-fenced).
 
 use super::dispatch::{enqueue_dispatch, lease_holds, retire_dispatches};
+use super::volatile::Ended;
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::protocol::{
     ApprovalEventPayload, ApprovalStatus, CreateExecutionRequest, Event, EventType, Execution,
@@ -23,11 +24,12 @@ fn cancelled_error() -> Value {
 
 /// Cancels `exec` inside `tx` (client cancel or deadline): `execution.cancelled`, retired
 /// dispatches, pending approvals expired with their steps denied, executing steps cancelled.
+/// Returns the dispatch attempts it ended.
 pub(crate) fn cancel_in_tx(
     tx: &mut dyn Tx,
     mut exec: Execution,
     now: &str,
-) -> crate::store::StoreResult<()> {
+) -> crate::store::StoreResult<Ended> {
     exec.status = ExecutionStatus::Cancelled;
     exec.failure_reason = REASON_CLIENT_CANCELLED.to_owned();
     exec.updated_at = now.to_owned();
@@ -39,7 +41,7 @@ pub(crate) fn cancel_in_tx(
             ..ExecutionEventPayload::new(&exec.id, ExecutionStatus::Cancelled)
         }),
     )];
-    retire_dispatches(tx, &exec.id, now)?;
+    let ended = retire_dispatches(tx, &exec.id, now)?;
     for mut approval in tx.pending_approvals(Some(&exec.id))? {
         approval.status = ApprovalStatus::Expired;
         approval.rationale = REASON_EXECUTION_CANCELLED.to_owned();
@@ -89,7 +91,7 @@ pub(crate) fn cancel_in_tx(
         ));
     }
     tx.append_events(&exec.id, now, &events)?;
-    Ok(())
+    Ok(ended)
 }
 
 impl Kernel {
@@ -257,7 +259,8 @@ impl Kernel {
         let _guard = self.lock_execution(id).await;
         let id = id.to_owned();
         let now = self.now_text();
-        self.inner
+        let ended = self
+            .inner
             .store
             .write(move |tx| {
                 let Some(exec) = tx.execution(&id)? else {
@@ -266,10 +269,11 @@ impl Kernel {
                 if let Err(e) = exec.status.transition(ExecutionStatus::Cancelled) {
                     return Ok(Err(KernelError::from(&e)));
                 }
-                cancel_in_tx(tx, exec, &now)?;
-                Ok(Ok(()))
+                Ok(Ok(cancel_in_tx(tx, exec, &now)?))
             })
-            .await?
+            .await??;
+        self.forget_attempts(&ended);
+        Ok(())
     }
 
     /// The agent completes its execution: `execution.completed` with the output, dispatches
@@ -299,10 +303,9 @@ impl Kernel {
         reason: String,
     ) -> KernelResult<()> {
         let _guard = self.lock_execution(id).await;
-        let dispatch_id = lease.dispatch_id.clone();
         let (id, lease) = (id.to_owned(), lease.clone());
         let now = self.now_text();
-        let result = self
+        let ended = self
             .inner
             .store
             .write(move |tx| {
@@ -328,27 +331,26 @@ impl Kernel {
                     event.reason = Some(reason).filter(|r| !r.is_empty());
                 }
                 tx.put_execution(&exec)?;
-                retire_dispatches(tx, &id, &now)?;
+                let ended = retire_dispatches(tx, &id, &now)?;
                 let ty = if status == ExecutionStatus::Completed {
                     EventType::ExecutionCompleted
                 } else {
                     EventType::ExecutionFailed
                 };
                 tx.append_events(&id, &now, &[(ty, payload(&event))])?;
-                Ok(Ok(()))
+                Ok(Ok(ended))
             })
-            .await?;
-        if result.is_ok() {
-            self.reset_dispatch(&dispatch_id);
-        }
-        result
+            .await??;
+        self.forget_attempts(&ended);
+        Ok(())
     }
 
     /// Renews exactly the leased attempt (`409 lease_superseded` otherwise).
+    ///
+    /// The lease is checked first, so a refused heartbeat records nothing. A reaper that
+    /// decided to reclaim before the renewal sees it in its transaction and keeps the lease;
+    /// one that committed first has ended the attempt, and the renewal then changes nothing.
     pub async fn heartbeat(&self, id: &str, lease: &Lease) -> KernelResult<()> {
-        // Renew before checking: a reaper deciding concurrently either sees this renewal and
-        // keeps the lease, or has already reclaimed it and the check below refuses.
-        self.renew(&lease.dispatch_id);
         let (exec_id, l) = (id.to_owned(), lease.clone());
         let holds = self
             .inner
@@ -358,6 +360,7 @@ impl Kernel {
         if !holds {
             return Err(KernelError::lease_superseded());
         }
+        self.renew(lease);
         Ok(())
     }
 }
@@ -378,21 +381,23 @@ impl Kernel {
         for exec in due {
             let _guard = self.lock_execution(&exec.id).await;
             let (id, now) = (exec.id.clone(), now.clone());
-            let done = self
+            let ended = self
                 .inner
                 .store
                 .write(move |tx| {
                     let Some(exec) = tx.execution(&id)? else {
-                        return Ok(false);
+                        return Ok(None);
                     };
                     if exec.status.is_terminal() {
-                        return Ok(false);
+                        return Ok(None);
                     }
-                    cancel_in_tx(tx, exec, &now)?;
-                    Ok(true)
+                    Ok(Some(cancel_in_tx(tx, exec, &now)?))
                 })
                 .await?;
-            n += usize::from(done);
+            if let Some(ended) = ended {
+                self.forget_attempts(&ended);
+                n += 1;
+            }
         }
         Ok(n)
     }

@@ -3,29 +3,36 @@
 //!
 //! [`Kernel`] is the whole engine; the HTTP server is a thin layer over its methods, and an
 //! embedded agent calls them directly. Every state change is one [`StoreExt::write`](crate::store::StoreExt::write) transaction
-//! (events and projections together), taken under the execution's lock. Two pieces of state
+//! (events and projections together), taken under the execution's lock. A few pieces of state
 //! are deliberately not durable, because they matter only within one delivery attempt and a
-//! kernel restart reclaims every attempt anyway: the occurrence counters of a dispatch and the
-//! time its lease was last renewed. That is what lets a replay answer from one indexed read
-//! with no durable write.
+//! kernel restart reclaims every attempt anyway: the occurrence counters of a dispatch, the
+//! time its lease was last renewed and the monotonic due time of its retry (`volatile`). That
+//! is what lets a replay answer from one indexed read with no durable write.
 //!
 //! Submodules: `steps` (submit, complete, fail), `approvals` (grant, deny, expiry),
-//! `dispatch` (queue, claim, delivery, retries, the reaper), `executions` (create, read,
-//! cancel, complete, fail), `agents` (registration and policy bundles) and `stream` (live
-//! output deltas, best effort, never persisted).
+//! `dispatch` (queue, delivery, retries, the reaper), `dispatcher` (claims and the delivery
+//! loop, fair between agents), `executions` (create, read, cancel, complete, fail), `agents`
+//! (registration and policy bundles), `stream` (live output deltas, best effort, never
+//! persisted), `volatile` (the in-process maps and their bounds) and `supervise` (restarting
+//! a background loop that panicked).
 
 mod agents;
 mod approvals;
 mod dispatch;
+mod dispatcher;
 mod embedded;
 mod executions;
 mod metrics;
 mod steps;
 mod stream;
+mod supervise;
+mod volatile;
 
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};
 pub use embedded::{EMBEDDED_SCHEME, EmbeddedDeliverer, EmbeddedHandler};
-pub use stream::SUBSCRIBER_BUFFER;
+pub use stream::{SUBSCRIBER_BUFFER, Subscription};
+#[doc(hidden)]
+pub use volatile::MemoryFootprint;
 
 use crate::policy::ratelimit::{MemoryRateLimiter, RateLimiter};
 use crate::policy::{MissingBundle, PolicyEngine};
@@ -33,9 +40,8 @@ use crate::protocol::{ErrorCode, ErrorEnvelope, EventType, TransitionError};
 use crate::store::{SqliteStore, Store, StoreError};
 use crate::time::{Clock, SystemClock, rfc3339};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 /// A kernel error: an [`ErrorCode`] (hence an HTTP status) and the message the Go kernel
@@ -84,6 +90,13 @@ impl KernelError {
     pub fn forbidden(detail: impl std::fmt::Display) -> Self {
         Self::new(ErrorCode::Forbidden, format!("forbidden: {detail}"))
     }
+    /// `429 too_many_requests`.
+    pub fn too_many_requests(detail: impl std::fmt::Display) -> Self {
+        Self::new(
+            ErrorCode::TooManyRequests,
+            format!("too many requests: {detail}"),
+        )
+    }
     /// `500 internal_error`.
     pub fn internal(detail: impl std::fmt::Display) -> Self {
         Self::new(ErrorCode::InternalError, detail.to_string())
@@ -128,6 +141,11 @@ pub struct KernelConfig {
     pub dispatch_timeout: Duration,
     /// Parallel deliveries (`REBUNO_DISPATCH_CONCURRENCY`, 8).
     pub dispatch_concurrency: usize,
+    /// Parallel deliveries to any one agent (`REBUNO_DISPATCH_AGENT_CONCURRENCY`), so an
+    /// agent whose webhook hangs cannot hold every delivery slot. `None` (the default) means
+    /// half of `dispatch_concurrency`, at least 1; values above `dispatch_concurrency` act as
+    /// `dispatch_concurrency`.
+    pub dispatch_agent_concurrency: Option<usize>,
     /// Lease length before the reaper reclaims (`REBUNO_DISPATCH_LEASE_TIMEOUT`, 2 min).
     pub lease_timeout: Duration,
     /// Default approval timeout (`REBUNO_APPROVAL_TIMEOUT`, 15 min).
@@ -142,6 +160,12 @@ pub struct KernelConfig {
     pub replica_id: String,
     /// Agents without a policy bundle: allowed everything (the spec's behaviour) or denied.
     pub missing_bundle: MissingBundle,
+    /// Live-stream subscribers of one execution (`REBUNO_STREAM_SUBSCRIBERS_PER_EXECUTION`,
+    /// 16); more are refused with `429`.
+    pub stream_subscribers_per_execution: usize,
+    /// Live-stream subscribers in total (`REBUNO_STREAM_SUBSCRIBERS`, 1024); more are refused
+    /// with `429`.
+    pub stream_subscribers: usize,
 }
 
 impl Default for KernelConfig {
@@ -150,6 +174,7 @@ impl Default for KernelConfig {
             dispatch_max_attempts: 5,
             dispatch_timeout: Duration::from_secs(30),
             dispatch_concurrency: 8,
+            dispatch_agent_concurrency: None,
             lease_timeout: Duration::from_secs(120),
             approval_timeout: Duration::from_secs(15 * 60),
             deadline_timeout: None,
@@ -157,6 +182,8 @@ impl Default for KernelConfig {
             cleanup_interval: Duration::from_secs(600),
             replica_id: format!("rebuno-{}", std::process::id()),
             missing_bundle: MissingBundle::AllowAll,
+            stream_subscribers_per_execution: 16,
+            stream_subscribers: 1024,
         }
     }
 }
@@ -172,6 +199,15 @@ fn env_int<T: std::str::FromStr>(name: &str) -> Option<T> {
 }
 
 impl KernelConfig {
+    /// The per-agent delivery cap in effect: `dispatch_agent_concurrency`, or half of
+    /// `dispatch_concurrency`, within `1..=dispatch_concurrency`.
+    pub fn agent_delivery_cap(&self) -> usize {
+        let slots = self.dispatch_concurrency.max(1);
+        self.dispatch_agent_concurrency
+            .unwrap_or(slots / 2)
+            .clamp(1, slots)
+    }
+
     /// Defaults overridden by the `REBUNO_*` environment; unparsable values are ignored.
     pub fn from_env() -> Self {
         let mut c = KernelConfig::default();
@@ -183,6 +219,17 @@ impl KernelConfig {
         }
         if let Some(n) = env_int::<usize>("REBUNO_DISPATCH_CONCURRENCY").filter(|n| *n > 0) {
             c.dispatch_concurrency = n;
+        }
+        if let Some(n) = env_int::<usize>("REBUNO_DISPATCH_AGENT_CONCURRENCY").filter(|n| *n > 0) {
+            c.dispatch_agent_concurrency = Some(n);
+        }
+        if let Some(n) =
+            env_int::<usize>("REBUNO_STREAM_SUBSCRIBERS_PER_EXECUTION").filter(|n| *n > 0)
+        {
+            c.stream_subscribers_per_execution = n;
+        }
+        if let Some(n) = env_int::<usize>("REBUNO_STREAM_SUBSCRIBERS").filter(|n| *n > 0) {
+            c.stream_subscribers = n;
         }
         if let Some(d) = env_duration("REBUNO_DISPATCH_LEASE_TIMEOUT").filter(|d| !d.is_zero()) {
             c.lease_timeout = d;
@@ -240,20 +287,6 @@ impl Metrics {
     }
 }
 
-/// The highest occurrence handed out for each `(kind, target, args_hash)`.
-type Counters = HashMap<(String, String, String), u64>;
-
-/// State that lives only for a delivery attempt: occurrence counters and lease renewals,
-/// keyed by dispatch id.
-#[derive(Debug, Default)]
-struct Volatile {
-    /// Per dispatch: the attempt the counters belong to, and the counters.
-    counters: HashMap<String, (u32, Counters)>,
-    renewed: HashMap<String, SystemTime>,
-}
-
-type ExecLock = Arc<tokio::sync::Mutex<()>>;
-
 pub(crate) struct Inner {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) config: KernelConfig,
@@ -261,8 +294,9 @@ pub(crate) struct Inner {
     pub(crate) limiter: Arc<dyn RateLimiter>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) metrics: Metrics,
-    locks: Mutex<HashMap<String, ExecLock>>,
-    volatile: Mutex<Volatile>,
+    volatile: volatile::Volatile,
+    /// Deliveries in progress, by agent (the dispatcher's fairness).
+    pub(crate) deliveries: dispatcher::Deliveries,
     /// Wakes the dispatcher when a dispatch is queued.
     pub(crate) queued: tokio::sync::Notify,
     /// Wakes the approval timer when an approval is created.
@@ -338,8 +372,8 @@ impl KernelBuilder {
                 limiter,
                 clock: self.clock,
                 metrics: Metrics::default(),
-                locks: Mutex::default(),
-                volatile: Mutex::default(),
+                volatile: volatile::Volatile::default(),
+                deliveries: dispatcher::Deliveries::default(),
                 queued: tokio::sync::Notify::new(),
                 approvals_changed: tokio::sync::Notify::new(),
                 streams: stream::Bus::default(),
@@ -397,85 +431,6 @@ impl Kernel {
     pub(crate) fn now_text(&self) -> String {
         rfc3339(self.now())
     }
-
-    /// The execution's lock: every state change of one execution runs under it.
-    pub(crate) async fn lock_execution(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = {
-            let mut locks = self
-                .inner
-                .locks
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if locks.len() > 4096 {
-                // Drop locks nobody holds or waits for, so the map does not grow forever.
-                locks.retain(|_, l| Arc::strong_count(l) > 1);
-            }
-            Arc::clone(locks.entry(id.to_owned()).or_default())
-        };
-        lock.lock_owned().await
-    }
-
-    fn volatile(&self) -> std::sync::MutexGuard<'_, Volatile> {
-        self.inner
-            .volatile
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The next occurrence for `(kind, target, args_hash)` within the leased attempt.
-    pub(crate) fn next_occurrence(&self, lease: &Lease, key: &(String, String, String)) -> u64 {
-        self.volatile()
-            .counters
-            .get(&lease.dispatch_id)
-            .filter(|(attempt, _)| *attempt == lease.attempt)
-            .and_then(|(_, c)| c.get(key))
-            .map_or(0, |consumed| consumed + 1)
-    }
-
-    /// Records that occurrence `occ` was handed out to the leased attempt (never moves
-    /// backwards).
-    ///
-    /// The counters are fenced by the attempt (the spec's fenced counter upsert, §5.3): a
-    /// submit checks its lease in its snapshot and advances the counter after answering, so a
-    /// re-claim can happen in between. Without the fence the superseded attempt would advance
-    /// the new attempt's fresh counters, and the new attempt's first call would get occurrence
-    /// 1 and replay another step's outcome.
-    pub(crate) fn advance_occurrence(
-        &self,
-        lease: &Lease,
-        key: (String, String, String),
-        occ: u64,
-    ) {
-        let mut v = self.volatile();
-        let entry = v
-            .counters
-            .entry(lease.dispatch_id.clone())
-            .or_insert_with(|| (lease.attempt, HashMap::new()));
-        if entry.0 > lease.attempt {
-            return; // superseded attempt
-        }
-        if entry.0 < lease.attempt {
-            *entry = (lease.attempt, HashMap::new());
-        }
-        let slot = entry.1.entry(key).or_insert(occ);
-        *slot = (*slot).max(occ);
-    }
-
-    /// Drops a dispatch's counters (at each claim) and lease renewal.
-    pub(crate) fn reset_dispatch(&self, dispatch_id: &str) {
-        let mut v = self.volatile();
-        v.counters.remove(dispatch_id);
-        v.renewed.remove(dispatch_id);
-    }
-
-    pub(crate) fn renew(&self, dispatch_id: &str) {
-        let now = self.now();
-        self.volatile().renewed.insert(dispatch_id.to_owned(), now);
-    }
-
-    pub(crate) fn renewed_at(&self, dispatch_id: &str) -> Option<SystemTime> {
-        self.volatile().renewed.get(dispatch_id).copied()
-    }
 }
 
 /// A batch of events to append in one transaction.
@@ -509,11 +464,27 @@ impl Drop for Background {
 }
 
 impl Kernel {
-    /// Starts the background loops, delivering dispatches through `deliverer`.
+    /// Starts the background loops, delivering dispatches through `deliverer`. Each loop that
+    /// panics is logged and restarted.
     pub fn start(&self, deliverer: Arc<dyn Deliverer>) -> Background {
-        let sweeper = {
-            let kernel = self.clone();
-            tokio::spawn(async move {
+        Background {
+            handles: vec![
+                self.spawn_dispatcher(deliverer),
+                self.spawn_reaper(),
+                self.spawn_approval_timer(),
+                self.spawn_sweeper(),
+            ],
+        }
+    }
+
+    /// Runs the sweeps until aborted, every `cleanup_interval` (at most 30 s): deadlines,
+    /// retention, and rate-limit buckets that have refilled (whether or not retention is on).
+    /// A panic restarts it (see `supervise`).
+    pub fn spawn_sweeper(&self) -> tokio::task::JoinHandle<()> {
+        let kernel = self.clone();
+        supervise::supervise("sweeper", move || {
+            let kernel = kernel.clone();
+            async move {
                 let every = kernel
                     .inner
                     .config
@@ -521,20 +492,19 @@ impl Kernel {
                     .min(Duration::from_secs(30))
                     .max(Duration::from_millis(10));
                 loop {
-                    let _ = kernel.cancel_past_deadline().await;
-                    let _ = kernel.sweep_retention().await;
+                    if let Err(e) = kernel.cancel_past_deadline().await {
+                        tracing::warn!(error = %e, "cancelling executions past their deadline failed");
+                    }
+                    if let Err(e) = kernel.sweep_retention().await {
+                        tracing::warn!(error = %e, "the retention sweep failed");
+                    }
+                    if let Err(e) = kernel.inner.limiter.sweep_refilled().await {
+                        tracing::warn!(error = %e, "sweeping rate-limit buckets failed");
+                    }
                     tokio::time::sleep(every).await;
                 }
-            })
-        };
-        Background {
-            handles: vec![
-                self.spawn_dispatcher(deliverer),
-                self.spawn_reaper(),
-                self.spawn_approval_timer(),
-                sweeper,
-            ],
-        }
+            }
+        })
     }
 
     /// Starts the background loops with webhook delivery over HTTP.

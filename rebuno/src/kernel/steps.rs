@@ -30,6 +30,8 @@ struct Snapshot {
     approval_id: Option<String>,
     bundle: Option<String>,
     indeterminate: bool,
+    /// For an occurrence ahead of the kernel's count: whether the one before it is recorded.
+    skip_recorded: bool,
 }
 
 /// An execution's agent id and status.
@@ -134,10 +136,10 @@ impl Kernel {
             args_hash.clone(),
         );
         // An agent replaying locally may have used occurrences the kernel never saw (§5.3
-        // still holds: the count only moves forward).
-        let occurrence = self
-            .next_occurrence(lease, &key)
-            .max(req.occurrence.unwrap_or(0));
+        // still holds: the count only moves forward). It may skip only over what it replayed:
+        // the occurrence before the one it names must be recorded.
+        let counted = self.next_occurrence(lease, &key);
+        let occurrence = counted.max(req.occurrence.unwrap_or(0));
         let step_id = identity::step_id(
             execution_id,
             kind.as_str(),
@@ -145,6 +147,15 @@ impl Kernel {
             &args_hash,
             occurrence,
         );
+        let skipped_to = (occurrence > counted).then(|| {
+            identity::step_id(
+                execution_id,
+                kind.as_str(),
+                &req.target,
+                &args_hash,
+                occurrence - 1,
+            )
+        });
 
         let snap = {
             let (exec_id, lease, step_id) =
@@ -165,6 +176,7 @@ impl Kernel {
                             approval_id: None,
                             bundle: None,
                             indeterminate: false,
+                            skip_recorded: false,
                         });
                     };
                     let lease_ok = lease_holds(tx, &exec_id, &lease, true)?;
@@ -185,6 +197,10 @@ impl Kernel {
                     } else {
                         (None, false)
                     };
+                    let skip_recorded = match &skipped_to {
+                        Some(previous) => tx.step_exists(&exec_id, previous)?,
+                        None => true,
+                    };
                     Ok(Snapshot {
                         exec,
                         lease_ok,
@@ -192,6 +208,7 @@ impl Kernel {
                         approval_id,
                         bundle,
                         indeterminate,
+                        skip_recorded,
                     })
                 })
                 .await?
@@ -205,7 +222,13 @@ impl Kernel {
         if !snap.lease_ok {
             return Err(KernelError::lease_superseded());
         }
-        self.renew(&lease.dispatch_id);
+        if !snap.skip_recorded {
+            return Err(KernelError::validation(format!(
+                "occurrence {occurrence} skips unrecorded occurrences (the next is {counted}; \
+                 an agent may skip only over recorded ones)"
+            )));
+        }
+        self.renew(lease);
         Metrics::inc(&self.inner.metrics.steps_submitted);
 
         let decision = match &snap.step {
@@ -358,7 +381,7 @@ impl Kernel {
             .unwrap_or(self.inner.config.approval_timeout);
         let timeout_at = rfc3339(now_t + timeout);
         let approval_id = uuid::Uuid::now_v7().to_string();
-        let decision = self
+        let (decision, ended) = self
             .inner
             .store
             .write(move |tx| {
@@ -366,7 +389,7 @@ impl Kernel {
                     return Ok(Err(KernelError::not_found()));
                 };
                 if status.is_terminal() {
-                    return Ok(Ok(StepDecision::execution_terminal()));
+                    return Ok(Ok((StepDecision::execution_terminal(), Vec::new())));
                 }
                 if !lease_holds(tx, &step.execution_id, &lease, true)? {
                     return Ok(Err(KernelError::lease_superseded()));
@@ -376,6 +399,7 @@ impl Kernel {
                 }
                 let mut events: Events =
                     vec![(EventType::StepProposed, payload(&step_event(&step)))];
+                let mut ended = Vec::new();
                 let decision = match pol.action {
                     Action::Allow => {
                         step.status = StepStatus::Executing;
@@ -461,14 +485,15 @@ impl Kernel {
                         exec.status = ExecutionStatus::Blocked;
                         exec.updated_at = now.clone();
                         tx.put_execution(&exec)?;
-                        retire_dispatches(tx, &exec.id, &now)?;
+                        ended = retire_dispatches(tx, &exec.id, &now)?;
                         StepDecision::blocked(approval.id)
                     }
                 };
                 tx.append_events(&step.execution_id, &now, &events)?;
-                Ok(Ok(decision))
+                Ok(Ok((decision, ended)))
             })
             .await??;
+        self.forget_attempts(&ended);
         if decision.approval_id.is_some() {
             self.inner.approvals_changed.notify_one();
         }
@@ -516,18 +541,19 @@ impl Kernel {
             });
         let (exec_id, lease, reason) = (execution_id.to_owned(), lease.clone(), reason.to_owned());
         let max_attempts = self.inner.config.dispatch_max_attempts;
-        let decision = self
+        let (decision, ended) = self
             .inner
             .store
             .write(move |tx| {
                 let refused_before = tx.has_event(&exec_id, EventType::StepRateLimited)?;
                 let mut events: Events = vec![(EventType::StepRateLimited, payload(&p))];
+                let mut ended = Vec::new();
                 let decision = match park {
                     Some(due) if !refused_before => {
                         if !lease_holds(tx, &exec_id, &lease, true)? {
                             return Ok(Err(KernelError::lease_superseded()));
                         }
-                        retire_dispatches(tx, &exec_id, &now)?;
+                        ended = retire_dispatches(tx, &exec_id, &now)?;
                         events.push(super::dispatch::enqueue_dispatch(
                             tx,
                             &exec_id,
@@ -540,9 +566,10 @@ impl Kernel {
                     _ => StepDecision::rate_limited(reason),
                 };
                 tx.append_events(&exec_id, &now, &events)?;
-                Ok(Ok(decision))
+                Ok(Ok((decision, ended)))
             })
             .await??;
+        self.forget_attempts(&ended);
         if decision.decision == crate::protocol::Decision::Blocked {
             self.inner.queued.notify_one();
         }

@@ -3,41 +3,144 @@
 //! no replay (a subscriber sees only what is published after it subscribed), each subscriber
 //! buffers at most [`SUBSCRIBER_BUFFER`] deltas and a full buffer drops new ones. Clients treat
 //! the event log as the truth.
+//!
+//! Subscribing needs an existing execution (`404` otherwise, unlike the Go kernel) and is
+//! capped per execution and in total (`429` over a cap), and a [`Subscription`] leaves the
+//! fan-out map the moment it is dropped (an SSE client disconnecting drops it), so the map holds
+//! exactly the live subscribers.
 
 use super::{Kernel, KernelError, KernelResult};
 use crate::protocol::{MAX_STREAM_DATA_BYTES, StreamFrame};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 
 /// Deltas one subscriber may have waiting.
 pub const SUBSCRIBER_BUFFER: usize = 64;
 
+/// One subscriber: its id (for removal) and its channel.
+type Subscriber = (u64, mpsc::Sender<StreamFrame>);
+
+#[derive(Debug, Default)]
+struct Subscribers {
+    by_execution: HashMap<String, Vec<Subscriber>>,
+    total: usize,
+    next_id: u64,
+}
+
+impl Subscribers {
+    /// Removes the subscribers of `execution_id` that `drop` selects, and the execution's entry
+    /// once it has none.
+    fn remove_where(&mut self, execution_id: &str, mut drop: impl FnMut(&Subscriber) -> bool) {
+        let Some(list) = self.by_execution.get_mut(execution_id) else {
+            return;
+        };
+        let before = list.len();
+        list.retain(|s| !drop(s));
+        self.total = self.total.saturating_sub(before - list.len());
+        if list.is_empty() {
+            self.by_execution.remove(execution_id);
+        }
+    }
+}
+
 /// The in-process fan-out of deltas, by execution id.
 #[derive(Debug, Default)]
 pub(crate) struct Bus {
-    subscribers: Mutex<HashMap<String, Vec<mpsc::Sender<StreamFrame>>>>,
+    subscribers: Mutex<Subscribers>,
 }
 
 impl Bus {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<mpsc::Sender<StreamFrame>>>> {
+    fn lock(&self) -> MutexGuard<'_, Subscribers> {
         self.subscribers
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// (executions with subscribers, subscribers).
+    pub(crate) fn sizes(&self) -> (usize, usize) {
+        let subs = self.lock();
+        (subs.by_execution.len(), subs.total)
+    }
+}
+
+/// A live subscription to an execution's deltas ([`Kernel::subscribe`]). Receive with
+/// [`Subscription::recv`] or as a [`Stream`](tokio_stream::Stream); dropping it unsubscribes.
+#[derive(Debug)]
+pub struct Subscription {
+    rx: mpsc::Receiver<StreamFrame>,
+    kernel: Kernel,
+    execution_id: String,
+    id: u64,
+}
+
+impl Subscription {
+    /// The next delta; `None` once the kernel has dropped the subscription.
+    pub async fn recv(&mut self) -> Option<StreamFrame> {
+        self.rx.recv().await
+    }
+
+    /// The next delta if one is waiting.
+    pub fn try_recv(&mut self) -> Result<StreamFrame, mpsc::error::TryRecvError> {
+        self.rx.try_recv()
+    }
+}
+
+impl tokio_stream::Stream for Subscription {
+    type Item = StreamFrame;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<StreamFrame>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.kernel
+            .inner
+            .streams
+            .lock()
+            .remove_where(&self.execution_id, |(s, _)| *s == id);
     }
 }
 
 impl Kernel {
-    /// Subscribes to an execution's live deltas (whether or not it exists, as in the Go
-    /// kernel). The stream ends when the kernel drops the subscription; dropping the receiver
-    /// unsubscribes.
-    pub fn subscribe(&self, execution_id: &str) -> mpsc::Receiver<StreamFrame> {
-        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
+    /// Subscribes to an execution's live deltas: `404` if the execution does not exist, `429`
+    /// when the execution (`stream_subscribers_per_execution`) or the kernel
+    /// (`stream_subscribers`) has as many subscribers as allowed.
+    pub async fn subscribe(&self, execution_id: &str) -> KernelResult<Subscription> {
+        self.execution_owner(execution_id).await?;
+        let config = &self.inner.config;
         let mut subs = self.inner.streams.lock();
-        let list = subs.entry(execution_id.to_owned()).or_default();
-        list.retain(|s| !s.is_closed());
-        list.push(tx);
-        rx
+        if subs.total >= config.stream_subscribers {
+            return Err(KernelError::too_many_requests(format!(
+                "the kernel has {} live-stream subscribers, the most allowed",
+                subs.total
+            )));
+        }
+        let here = subs.by_execution.get(execution_id).map_or(0, Vec::len);
+        if here >= config.stream_subscribers_per_execution {
+            return Err(KernelError::too_many_requests(format!(
+                "the execution has {here} live-stream subscribers, the most allowed"
+            )));
+        }
+        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
+        let id = subs.next_id;
+        subs.next_id = subs.next_id.wrapping_add(1);
+        subs.total += 1;
+        subs.by_execution
+            .entry(execution_id.to_owned())
+            .or_default()
+            .push((id, tx));
+        Ok(Subscription {
+            rx,
+            kernel: self.clone(),
+            execution_id: execution_id.to_owned(),
+            id,
+        })
     }
 
     /// Publishes a delta to the execution's subscribers. `data` over 7,000 bytes is refused
@@ -49,19 +152,16 @@ impl Kernel {
                 frame.data.len()
             )));
         }
-        let mut subs = self.inner.streams.lock();
-        if let Some(list) = subs.get_mut(execution_id) {
-            // A full subscriber misses this delta; a closed one is forgotten.
-            list.retain(|s| {
-                !matches!(
+        // A full subscriber misses this delta; a closed one is forgotten.
+        self.inner
+            .streams
+            .lock()
+            .remove_where(execution_id, |(_, s)| {
+                matches!(
                     s.try_send(frame.clone()),
                     Err(mpsc::error::TrySendError::Closed(_))
                 )
             });
-            if list.is_empty() {
-                subs.remove(execution_id);
-            }
-        }
         Ok(())
     }
 }
@@ -69,6 +169,7 @@ impl Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::{CreateExecutionRequest, ErrorCode, RegisterAgentRequest};
 
     fn frame(seq: i64) -> StreamFrame {
         StreamFrame {
@@ -78,13 +179,33 @@ mod tests {
         }
     }
 
+    async fn kernel_with_execution() -> (Kernel, String) {
+        let k = Kernel::memory().await.unwrap();
+        k.register_agent(RegisterAgentRequest {
+            id: "a".into(),
+            webhook_url: "http://127.0.0.1:9/".into(),
+            secret: "s".into(),
+        })
+        .await
+        .unwrap();
+        let exec = k
+            .create_execution(CreateExecutionRequest {
+                agent_id: "a".into(),
+                input: None,
+                agent_version: String::new(),
+            })
+            .await
+            .unwrap();
+        (k, exec.id)
+    }
+
     #[tokio::test]
     async fn fans_out_drops_when_full_and_refuses_oversize() {
-        let k = Kernel::memory().await.unwrap();
-        let mut a = k.subscribe("e");
+        let (k, e) = kernel_with_execution().await;
+        let mut a = k.subscribe(&e).await.unwrap();
         k.publish("other", frame(0)).unwrap();
         for seq in 0..(SUBSCRIBER_BUFFER as i64 + 10) {
-            k.publish("e", frame(seq)).unwrap();
+            k.publish(&e, frame(seq)).unwrap();
         }
         let mut got = Vec::new();
         while let Ok(f) = a.try_recv() {
@@ -95,23 +216,25 @@ mod tests {
             (0..SUBSCRIBER_BUFFER as i64).collect::<Vec<_>>(),
             "the buffer keeps the first 64"
         );
-        let late = k.subscribe("e");
-        k.publish("e", frame(100)).unwrap();
+        let late = k.subscribe(&e).await.unwrap();
+        k.publish(&e, frame(100)).unwrap();
         assert_eq!(a.recv().await.unwrap().seq, 100);
+        assert_eq!(k.inner.streams.sizes(), (1, 2));
         drop(late);
-        drop(a);
-        k.publish("e", frame(101)).unwrap();
-        assert!(
-            k.inner.streams.lock().is_empty(),
-            "closed subscribers are forgotten"
+        assert_eq!(
+            k.inner.streams.sizes(),
+            (1, 1),
+            "a dropped subscriber leaves"
         );
+        drop(a);
+        assert_eq!(k.inner.streams.sizes(), (0, 0));
         let big = StreamFrame {
             step_id: "s".into(),
             seq: 1,
             data: "x".repeat(MAX_STREAM_DATA_BYTES + 1),
         };
         assert_eq!(
-            k.publish("e", big).unwrap_err().code.as_str(),
+            k.publish(&e, big).unwrap_err().code.as_str(),
             "validation_error"
         );
         let exact = StreamFrame {
@@ -119,9 +242,29 @@ mod tests {
             seq: 1,
             data: "é".repeat(MAX_STREAM_DATA_BYTES / 2),
         };
-        assert!(
-            k.publish("e", exact).is_ok(),
-            "the limit counts UTF-8 bytes"
+        assert!(k.publish(&e, exact).is_ok(), "the limit counts UTF-8 bytes");
+    }
+
+    #[tokio::test]
+    async fn unknown_executions_and_subscribers_over_a_cap_are_refused() {
+        let (k, e) = kernel_with_execution().await;
+        let unknown = uuid::Uuid::now_v7().to_string();
+        assert_eq!(
+            k.subscribe(&unknown).await.unwrap_err().code,
+            ErrorCode::NotFound
         );
+        let cap = k.config().stream_subscribers_per_execution;
+        let mut held = Vec::new();
+        for _ in 0..cap {
+            held.push(k.subscribe(&e).await.unwrap());
+        }
+        assert_eq!(
+            k.subscribe(&e).await.unwrap_err().code,
+            ErrorCode::TooManyRequests
+        );
+        held.pop();
+        held.push(k.subscribe(&e).await.unwrap());
+        drop(held);
+        assert_eq!(k.inner.streams.sizes(), (0, 0));
     }
 }

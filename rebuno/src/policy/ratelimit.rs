@@ -7,7 +7,9 @@
 //! limit is read from the rule on every call, so editing a bundle takes effect at once. The
 //! in-memory backend does the arithmetic in integers (tokens scaled by the window in
 //! nanoseconds), so a test clock advanced by exactly `window / max_calls` yields exactly one
-//! token, with no float rounding.
+//! token, with no float rounding. It measures refill with the clock's monotonic reading, so a
+//! step of the wall clock neither refills a bucket nor drains it, and its buckets are swept once
+//! they have refilled completely (such a bucket decides exactly as a fresh one).
 //!
 //! The backend trait is asynchronous (boxed futures, so it stays object-safe) because the
 //! server backend is one atomic upsert on the PostgreSQL `rate_buckets` table.
@@ -21,13 +23,18 @@ use std::time::{Duration, SystemTime};
 use super::bundle::{OnLimiterError, RateLimit};
 use super::{Decision, EvalInput, reasons};
 
-/// A source of the current time for the rate limiter.
+/// A source of the current time: the wall clock, for timestamps that are stored, and a
+/// monotonic reading, for durations measured within one process (lease renewals, retry
+/// backoff, token refill), which a step of the wall clock must not stretch or shrink.
 pub trait Clock: Send + Sync {
-    /// The current time.
+    /// The current wall-clock time.
     fn now(&self) -> SystemTime;
+    /// Time elapsed since an arbitrary origin fixed for the life of the clock; never goes
+    /// backwards.
+    fn monotonic(&self) -> Duration;
 }
 
-/// The operating system's wall clock.
+/// The operating system's clocks: [`SystemTime`] and [`std::time::Instant`].
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
@@ -35,31 +42,40 @@ impl Clock for SystemClock {
     fn now(&self) -> SystemTime {
         SystemTime::now()
     }
+    fn monotonic(&self) -> Duration {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        ORIGIN.get_or_init(std::time::Instant::now).elapsed()
+    }
 }
 
 /// A clock that only moves when told to; for tests and deterministic simulation.
+///
+/// [`ManualClock::advance`] is time passing (both readings move); [`ManualClock::set`] is
+/// someone stepping the wall clock (only the wall reading moves).
 #[derive(Debug)]
 pub struct ManualClock {
-    now: Mutex<SystemTime>,
+    now: Mutex<(SystemTime, Duration)>,
 }
 
 impl ManualClock {
-    /// A clock stopped at `start`.
+    /// A clock stopped at `start` (its monotonic reading starts at zero).
     pub fn new(start: SystemTime) -> Self {
         ManualClock {
-            now: Mutex::new(start),
+            now: Mutex::new((start, Duration::ZERO)),
         }
     }
 
-    /// Moves the clock forward by `by`.
+    /// Lets `by` pass: both the wall clock and the monotonic reading move forward.
     pub fn advance(&self, by: Duration) {
         let mut now = lock(&self.now);
-        *now = now.checked_add(by).unwrap_or(*now);
+        now.0 = now.0.checked_add(by).unwrap_or(now.0);
+        now.1 = now.1.saturating_add(by);
     }
 
-    /// Sets the clock to `to` (which may be earlier than now).
+    /// Steps the wall clock to `to` (which may be earlier than now); the monotonic reading
+    /// does not move.
     pub fn set(&self, to: SystemTime) {
-        *lock(&self.now) = to;
+        lock(&self.now).0 = to;
     }
 }
 
@@ -72,7 +88,10 @@ impl Default for ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> SystemTime {
-        *lock(&self.now)
+        lock(&self.now).0
+    }
+    fn monotonic(&self) -> Duration {
+        lock(&self.now).1
     }
 }
 
@@ -129,14 +148,36 @@ pub trait RateLimiter: Send + Sync {
 
     /// Deletes buckets last used before `cutoff` (the retention sweep); returns how many.
     fn sweep(&self, cutoff: SystemTime) -> LimiterFuture<'_, usize>;
+
+    /// Deletes buckets idle long enough to have refilled completely; returns how many. A full
+    /// bucket decides exactly as a fresh one, so this changes no decision; the kernel calls it
+    /// on a timer whether or not retention is on. Backends whose buckets expire by themselves
+    /// keep this default, which does nothing.
+    fn sweep_refilled(&self) -> LimiterFuture<'_, usize> {
+        Box::pin(std::future::ready(Ok(0)))
+    }
 }
 
-/// A bucket: tokens scaled by the window length in nanoseconds.
+/// A bucket: tokens scaled by the window length in nanoseconds, as of `updated` (a monotonic
+/// reading, so a wall-clock step neither refills nor drains it).
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     scaled_tokens: i128,
     window_ns: i128,
-    updated: SystemTime,
+    max_calls: i128,
+    updated: Duration,
+}
+
+impl Bucket {
+    /// Whether the bucket has refilled completely by `now`.
+    fn is_full_at(&self, now: Duration) -> bool {
+        let refill = nanos(now.saturating_sub(self.updated)).saturating_mul(self.max_calls);
+        self.scaled_tokens.saturating_add(refill) >= self.max_calls.saturating_mul(self.window_ns)
+    }
+}
+
+fn nanos(d: Duration) -> i128 {
+    i128::try_from(d.as_nanos()).unwrap_or(i128::MAX)
 }
 
 /// The in-process token-bucket backend (dev mode).
@@ -180,11 +221,11 @@ impl MemoryRateLimiter {
 
     /// The synchronous core of [`RateLimiter::try_acquire`].
     pub fn acquire_now(&self, key: &str, max_calls: u64, window: Duration) -> bool {
-        let window_ns = i128::try_from(window.as_nanos()).unwrap_or(i128::MAX);
+        let window_ns = nanos(window);
         if max_calls == 0 || window_ns == 0 {
             return true;
         }
-        let now = self.clock.now();
+        let now = self.clock.monotonic();
         let max = i128::from(max_calls);
         let capacity = max.saturating_mul(window_ns);
         let mut buckets = lock(&self.buckets);
@@ -197,13 +238,8 @@ impl MemoryRateLimiter {
                 } else {
                     b.scaled_tokens.saturating_mul(window_ns) / b.window_ns.max(1)
                 };
-                // A clock that went backwards refills nothing.
-                let elapsed = now
-                    .duration_since(b.updated)
-                    .map(|d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX))
-                    .unwrap_or(0);
                 tokens
-                    .saturating_add(elapsed.saturating_mul(max))
+                    .saturating_add(nanos(now.saturating_sub(b.updated)).saturating_mul(max))
                     .min(capacity)
             }
         };
@@ -214,17 +250,32 @@ impl MemoryRateLimiter {
             Bucket {
                 scaled_tokens,
                 window_ns,
+                max_calls: max,
                 updated: now,
             },
         );
         allowed
     }
 
-    /// The synchronous core of [`RateLimiter::sweep`].
+    /// The synchronous core of [`RateLimiter::sweep`]. Buckets keep monotonic times, so the
+    /// cutoff is read as an age: buckets idle for longer than `now - cutoff` go (all of them
+    /// when the cutoff is in the future).
     pub fn sweep_now(&self, cutoff: SystemTime) -> usize {
+        let now = self.clock.monotonic();
+        let max_idle = self.clock.now().duration_since(cutoff).ok();
+        self.retain(|b| max_idle.is_some_and(|max| now.saturating_sub(b.updated) <= max))
+    }
+
+    /// The synchronous core of [`RateLimiter::sweep_refilled`].
+    pub fn sweep_refilled_now(&self) -> usize {
+        let now = self.clock.monotonic();
+        self.retain(|b| !b.is_full_at(now))
+    }
+
+    fn retain(&self, keep: impl Fn(&Bucket) -> bool) -> usize {
         let mut buckets = lock(&self.buckets);
         let before = buckets.len();
-        buckets.retain(|_, b| b.updated >= cutoff);
+        buckets.retain(|_, b| keep(b));
         before - buckets.len()
     }
 }
@@ -242,6 +293,11 @@ impl RateLimiter for MemoryRateLimiter {
 
     fn sweep(&self, cutoff: SystemTime) -> LimiterFuture<'_, usize> {
         let removed = self.sweep_now(cutoff);
+        Box::pin(std::future::ready(Ok(removed)))
+    }
+
+    fn sweep_refilled(&self) -> LimiterFuture<'_, usize> {
+        let removed = self.sweep_refilled_now();
         Box::pin(std::future::ready(Ok(removed)))
     }
 }

@@ -140,7 +140,9 @@ pub(super) async fn events(
 
 /// Row 5: `GET /v0/executions/{id}/stream` (bearer): Server-Sent Events, one
 /// `data: {"step_id","seq","data"}` frame per delta and a `: keep-alive` comment every 15 s.
-/// Existence is not checked and nothing is replayed (spec §16).
+/// Nothing is replayed (spec §16). Unlike the Go kernel, an unknown execution is `404`, and
+/// subscribers over the kernel's caps are `429`; the subscription ends when the client
+/// disconnects (the response body, which owns it, is dropped).
 pub(super) async fn stream_subscribe(
     State(s): State<AppState>,
     _: Bearer,
@@ -148,12 +150,11 @@ pub(super) async fn stream_subscribe(
 ) -> ApiResult {
     use axum::response::sse::{Event, KeepAlive, Sse};
     use tokio_stream::StreamExt;
-    let events =
-        tokio_stream::wrappers::ReceiverStream::new(s.kernel.subscribe(&id)).map(|frame| {
-            Ok::<Event, std::convert::Infallible>(
-                Event::default().data(serde_json::to_string(&frame).unwrap_or_default()),
-            )
-        });
+    let events = s.kernel.subscribe(&id).await?.map(|frame| {
+        Ok::<Event, std::convert::Infallible>(
+            Event::default().data(serde_json::to_string(&frame).unwrap_or_default()),
+        )
+    });
     let sse =
         Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text(" keep-alive"));
     let mut response = sse.into_response();

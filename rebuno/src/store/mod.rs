@@ -153,6 +153,15 @@ pub trait Tx {
     fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>>;
     /// Pending or failed dispatches due at `now`, earliest first.
     fn claimable_dispatches(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Dispatch>>;
+    /// Like [`Tx::claimable_dispatches`], leaving out the dispatches whose execution belongs
+    /// to an agent in `skip_agents`, each with its execution's agent id (empty if the
+    /// execution is gone): the dispatcher's claim, fair between agents.
+    fn claimable_dispatches_except(
+        &mut self,
+        now: &str,
+        limit: usize,
+        skip_agents: &[String],
+    ) -> StoreResult<Vec<(Dispatch, String)>>;
     /// Every in-flight dispatch.
     fn in_flight_dispatches(&mut self) -> StoreResult<Vec<Dispatch>>;
     /// Pending, failed or in-flight dispatches.

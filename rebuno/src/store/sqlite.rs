@@ -1164,6 +1164,25 @@ impl Tx for SqliteTx<'_> {
             dispatch_row,
         )
     }
+    fn claimable_dispatches_except(
+        &mut self,
+        now: &str,
+        limit: usize,
+        skip_agents: &[String],
+    ) -> StoreResult<Vec<(Dispatch, String)>> {
+        let skip =
+            serde_json::to_string(skip_agents).map_err(|e| StoreError::Database(e.to_string()))?;
+        self.all(
+            "SELECT d.id, d.execution_id, d.status, d.attempt, d.max_attempts, d.next_attempt_at,
+                    d.locked_by, d.locked_at, d.created_at, d.updated_at, coalesce(e.agent_id, '')
+             FROM dispatches d LEFT JOIN executions e ON e.id = d.execution_id
+             WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= ?1
+               AND coalesce(e.agent_id, '') NOT IN (SELECT value FROM json_each(?3))
+             ORDER BY d.next_attempt_at LIMIT ?2",
+            params![now, i64::try_from(limit).unwrap_or(i64::MAX), skip],
+            |r| Ok((dispatch_row(r)?, r.get(10)?)),
+        )
+    }
     fn in_flight_dispatches(&mut self) -> StoreResult<Vec<Dispatch>> {
         self.all(
             &format!("SELECT {DISPATCH_COLS} FROM dispatches WHERE status = 'in_flight'"),

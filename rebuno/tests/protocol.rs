@@ -40,6 +40,8 @@ fn error_codes_and_statuses() {
         (ErrorCode::Conflict, "conflict", 409),
         (ErrorCode::ExecutionTerminal, "execution_terminal", 409),
         (ErrorCode::LeaseSuperseded, "lease_superseded", 409),
+        (ErrorCode::PayloadTooLarge, "payload_too_large", 413),
+        (ErrorCode::TooManyRequests, "too_many_requests", 429),
         (ErrorCode::InternalError, "internal_error", 500),
     ];
     assert_eq!(ErrorCode::ALL.len(), table.len());
@@ -390,6 +392,8 @@ fn webhook_payload_variants() {
     assert_eq!(HEADER_DISPATCH_ATTEMPT, "Rebuno-Dispatch-Attempt");
     assert_eq!(HEADER_AGENT_ID, "Rebuno-Agent-Id");
     assert_eq!(SIGNATURE_PREFIX, "sha256=");
+    assert_eq!(HEADER_TIMESTAMP, "Rebuno-Timestamp");
+    assert_eq!(SIGNATURE_V1_PREFIX, "v1=");
 }
 
 // ---------------------------------------------------------------------------------------------

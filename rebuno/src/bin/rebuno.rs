@@ -185,7 +185,7 @@ fn positive_count(raw: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{raw:?} is not a whole number above zero"))
 }
 
-/// A boolean as Go's `strconv.ParseBool` reads one (the kernel's other `REBUNO_*` switches do).
+/// A boolean as Go's `strconv.ParseBool` reads one, as the Go kernel reads its `REBUNO_*` switches.
 fn parse_bool(raw: &str) -> Option<bool> {
     match raw {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),

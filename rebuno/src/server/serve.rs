@@ -103,7 +103,8 @@ pub async fn serve_with_shutdown(
                 }
             }
         };
-        // Answers are written whole; delaying their last segment only adds latency.
+        // Nagle's algorithm would hold back the small writes of a live stream (SSE) until the
+        // client's delayed ACK; answers are written whole, so it saves nothing.
         let _ = stream.set_nodelay(true);
         let io = TokioIo::new(Conn {
             stream: Some(stream),

@@ -172,6 +172,13 @@ async fn closed_by_server(stream: &mut TcpStream, what: &str) {
         .unwrap_or_else(|_| panic!("{what}: still open after {DEADLINE:?}"));
 }
 
+/// A header map of one header, for `RequestBuilder::headers`, which replaces what is there.
+fn replaced(name: &'static str, value: &str) -> reqwest::header::HeaderMap {
+    let mut map = reqwest::header::HeaderMap::new();
+    map.insert(name, value.parse().unwrap());
+    map
+}
+
 fn error_code(body: &str) -> String {
     let v: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"));
     v["code"].as_str().unwrap_or_default().to_owned()
@@ -466,6 +473,7 @@ async fn v1_signatures_bind_method_target_lease_body_and_time() {
     let refused = [
         (
             "outside the window (past)",
+            "away from the kernel's clock",
             sign_v1_at(
                 now - 301,
                 http.get(url(&exec)),
@@ -477,6 +485,7 @@ async fn v1_signatures_bind_method_target_lease_body_and_time() {
         ),
         (
             "outside the window (future)",
+            "away from the kernel's clock",
             sign_v1_at(
                 now + 301,
                 http.get(url(&exec)),
@@ -488,6 +497,7 @@ async fn v1_signatures_bind_method_target_lease_body_and_time() {
         ),
         (
             "another path",
+            "invalid agent signature",
             sign_v1_at(
                 now,
                 http.post(url(&format!("{exec}/complete"))),
@@ -499,6 +509,7 @@ async fn v1_signatures_bind_method_target_lease_body_and_time() {
         ),
         (
             "another method",
+            "invalid agent signature",
             sign_v1_at(
                 now,
                 http.get(url(&steps)),
@@ -510,10 +521,12 @@ async fn v1_signatures_bind_method_target_lease_body_and_time() {
         ),
         (
             "the query dropped",
+            "invalid agent signature",
             sign_v1_at(now, http.get(url(&listed)), key, ("GET", &steps), None, b""),
         ),
         (
             "another lease",
+            "invalid agent signature",
             sign_v1_at(
                 now,
                 http.post(url(&heartbeat)),
@@ -522,10 +535,14 @@ async fn v1_signatures_bind_method_target_lease_body_and_time() {
                 Some(&lease),
                 b"",
             )
-            .header(HEADER_DISPATCH_ATTEMPT, (lease.attempt + 1).to_string()),
+            .headers(replaced(
+                HEADER_DISPATCH_ATTEMPT,
+                &(lease.attempt + 1).to_string(),
+            )),
         ),
         (
             "another body",
+            "invalid agent signature",
             sign_v1_at(
                 now,
                 http.post(url(&steps)),
@@ -538,10 +555,11 @@ async fn v1_signatures_bind_method_target_lease_body_and_time() {
         ),
         (
             "a lease added",
+            "invalid agent signature",
             sign_v1_at(now, http.get(url(&exec)), key, ("GET", &exec), None, b"")
                 .header(HEADER_DISPATCH_ID, &lease.dispatch_id),
         ),
-        ("the signature repeated", {
+        ("the signature repeated", "repeated Rebuno-Signature", {
             let rb = sign_v1_at(now, http.get(url(&exec)), key, ("GET", &exec), None, b"");
             let again =
                 rb.try_clone().unwrap().build().unwrap().headers()[HEADER_SIGNATURE].clone();
@@ -549,11 +567,13 @@ async fn v1_signatures_bind_method_target_lease_body_and_time() {
         }),
         (
             "the timestamp repeated",
+            "repeated Rebuno-Timestamp",
             sign_v1_at(now, http.get(url(&exec)), key, ("GET", &exec), None, b"")
                 .header(HEADER_TIMESTAMP, now.to_string()),
         ),
         (
             "no timestamp",
+            "missing Rebuno-Timestamp",
             http.get(url(&exec)).header(HEADER_AGENT_ID, AGENT).header(
                 HEADER_SIGNATURE,
                 V1Request {
@@ -569,6 +589,7 @@ async fn v1_signatures_bind_method_target_lease_body_and_time() {
         ),
         (
             "a timestamp that is not base-10",
+            "malformed Rebuno-Timestamp",
             http.get(url(&exec))
                 .header(HEADER_AGENT_ID, AGENT)
                 .header(HEADER_TIMESTAMP, "1.8e9")
@@ -587,20 +608,19 @@ async fn v1_signatures_bind_method_target_lease_body_and_time() {
         ),
         (
             "sha256= with legacy signing off",
+            "legacy signing is off",
             http.get(url(&exec))
                 .header(HEADER_AGENT_ID, AGENT)
                 .header(HEADER_SIGNATURE, signing::sign(SECRET, b"")),
         ),
     ];
     let before = edge.kernel.events(&id, 0, 1000).await.unwrap().len();
-    for (what, rb) in refused {
+    for (what, reason, rb) in refused {
         let r = rb.send().await.unwrap();
         assert_eq!(r.status(), 401, "{what}");
         let body = r.text().await.unwrap();
         assert_eq!(error_code(&body), "unauthorized", "{what}: {body}");
-        if what.starts_with("sha256=") {
-            assert!(body.contains("legacy signing is off"), "{body}");
-        }
+        assert!(body.contains(reason), "{what}: {body}");
     }
     assert_eq!(
         edge.kernel.events(&id, 0, 1000).await.unwrap().len(),

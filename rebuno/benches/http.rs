@@ -10,10 +10,12 @@
 //! Targets: p50 of submit + complete <= 2 round trips + 2 syncs + 200 us; dispatch latency
 //! (from `POST /v0/executions` to the webhook arriving at a local agent) p50 <= 5 ms.
 
+mod support;
+
 use axum::routing::post;
 use rebuno::protocol::{
-    CreateExecutionRequest, HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID,
-    HEADER_SIGNATURE,
+    CreateExecutionRequest, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, HEADER_SIGNATURE,
+    HEADER_TIMESTAMP,
 };
 use rebuno::protocol::{RegisterAgentRequest, StepDecision};
 use rebuno::server::{ServerOptions, router};
@@ -21,6 +23,7 @@ use rebuno::{Kernel, signing};
 use serde_json::json;
 use std::io::Write;
 use std::time::{Duration, Instant};
+use support::serve;
 
 const SECRET: &str = "bench-secret";
 const ROUNDS: usize = 2_000;
@@ -41,13 +44,6 @@ fn show(name: &str, samples: &mut [Duration]) -> Duration {
     p50
 }
 
-async fn serve(app: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
-}
-
 fn signed(
     client: &reqwest::Client,
     url: String,
@@ -55,14 +51,7 @@ fn signed(
     dispatch: &str,
     attempt: u32,
 ) -> reqwest::RequestBuilder {
-    client
-        .post(url)
-        .header("Content-Type", "application/json")
-        .header(HEADER_AGENT_ID, "bench")
-        .header(HEADER_SIGNATURE, signing::sign(SECRET, &body))
-        .header(HEADER_DISPATCH_ID, dispatch)
-        .header(HEADER_DISPATCH_ATTEMPT, attempt.to_string())
-        .body(body)
+    support::signed_post(client, ("bench", SECRET), &url, body, (dispatch, attempt))
 }
 
 fn main() {
@@ -87,23 +76,36 @@ fn main() {
             .collect();
         let sync_p50 = show("reference: 200 B append + fdatasync", &mut sync);
 
-        // Floor 2: a signed round trip to a server that only checks the signature.
-        let echo = axum::Router::new().route(
-            "/echo",
-            post(
-                |headers: axum::http::HeaderMap, body: axum::body::Bytes| async move {
-                    let sig = headers
-                        .get(HEADER_SIGNATURE)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or_default();
-                    if signing::verify(SECRET, &body, sig) {
-                        axum::http::StatusCode::OK
-                    } else {
-                        axum::http::StatusCode::UNAUTHORIZED
-                    }
-                },
-            ),
-        );
+        // Floor 2: a signed round trip to a server that only checks the (v1) signature.
+        let echo =
+            axum::Router::new().route(
+                "/echo",
+                post(
+                    |uri: axum::http::Uri,
+                     headers: axum::http::HeaderMap,
+                     body: axum::body::Bytes| async move {
+                        let header = |name: &str| {
+                            headers
+                                .get(name)
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or_default()
+                        };
+                        let request = signing::V1Request {
+                            method: "POST",
+                            target: uri.path(),
+                            timestamp: header(HEADER_TIMESTAMP),
+                            dispatch_id: header(HEADER_DISPATCH_ID),
+                            dispatch_attempt: header(HEADER_DISPATCH_ATTEMPT),
+                            body: &body,
+                        };
+                        if request.verify(SECRET, header(HEADER_SIGNATURE)) {
+                            axum::http::StatusCode::OK
+                        } else {
+                            axum::http::StatusCode::UNAUTHORIZED
+                        }
+                    },
+                ),
+            );
         let echo_url = format!("{}/echo", serve(echo).await);
         let body =
             serde_json::to_vec(&json!({"kind": "tool_call", "target": "t", "args": {"i": 0}}))

@@ -7,27 +7,22 @@
 //! cargo bench -p rebuno --bench load
 //! ```
 
+mod support;
+
 use axum::routing::post;
 use rebuno::protocol::{
-    CreateExecutionRequest, HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID,
-    HEADER_SIGNATURE, RegisterAgentRequest, StepDecision, WebhookPayload,
+    CreateExecutionRequest, HEADER_SIGNATURE, RegisterAgentRequest, StepDecision, WebhookPayload,
 };
 use rebuno::server::{ServerOptions, router};
 use rebuno::{Kernel, signing};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::serve;
 
 const SECRET: &str = "load-secret";
 const EXECUTIONS: usize = 200;
 const STEPS: usize = 20;
-
-async fn serve(app: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
-}
 
 /// One signed agent call with the lease; the JSON answer (or `null`).
 async fn call(
@@ -37,14 +32,7 @@ async fn call(
     lease: &(String, u32),
 ) -> serde_json::Value {
     let body = serde_json::to_vec(&body).unwrap();
-    let r = client
-        .post(url)
-        .header("Content-Type", "application/json")
-        .header(HEADER_AGENT_ID, "load")
-        .header(HEADER_SIGNATURE, signing::sign(SECRET, &body))
-        .header(HEADER_DISPATCH_ID, &lease.0)
-        .header(HEADER_DISPATCH_ATTEMPT, lease.1.to_string())
-        .body(body)
+    let r = support::signed_post(client, ("load", SECRET), &url, body, (&lease.0, lease.1))
         .send()
         .await
         .unwrap();

@@ -12,6 +12,7 @@
 
 #[path = "../tests/support/counting.rs"]
 mod counting;
+mod support;
 
 use counting::Counting;
 use rebuno::agent::{EmbeddedTransport, ExecutionContext, HttpTransport, Transport};
@@ -184,10 +185,8 @@ async fn main() {
     );
 
     // Over HTTP: the kernel's /v0 API on loopback.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
     let app = rebuno::server::router(kernel.clone(), rebuno::server::ServerOptions::default());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let base = support::serve(app).await;
     let http: Arc<dyn Transport> = Arc::new(HttpTransport::new(&base, "bench", SECRET).unwrap());
     let mut remote = Vec::new();
     let mut local = Vec::new();

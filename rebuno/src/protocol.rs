@@ -37,8 +37,11 @@ pub type Timestamp = String;
 
 /// Header naming the agent on HMAC-authenticated requests.
 pub const HEADER_AGENT_ID: &str = "Rebuno-Agent-Id";
-/// Header carrying `sha256=<hex>`, the body HMAC, both ways.
+/// Header carrying the request's HMAC: `v1=<hex>` or `sha256=<hex>` on agent requests, and
+/// `sha256=<hex>` (the body HMAC) on webhooks (see [`crate::signing`]).
 pub const HEADER_SIGNATURE: &str = "Rebuno-Signature";
+/// Header carrying a v1-signed agent request's Unix time in seconds (base 10).
+pub const HEADER_TIMESTAMP: &str = "Rebuno-Timestamp";
 /// Header the webhook carries with the execution id.
 pub const HEADER_EXECUTION_ID: &str = "Rebuno-Execution-Id";
 /// Lease header: the dispatch id (§7.1).
@@ -47,6 +50,8 @@ pub const HEADER_DISPATCH_ID: &str = "Rebuno-Dispatch-Id";
 pub const HEADER_DISPATCH_ATTEMPT: &str = "Rebuno-Dispatch-Attempt";
 /// Prefix of the body-HMAC signature header value.
 pub const SIGNATURE_PREFIX: &str = "sha256=";
+/// Prefix of the v1 request signature header value.
+pub const SIGNATURE_V1_PREFIX: &str = "v1=";
 
 /// Largest accepted request body, in bytes (10 MiB).
 pub const MAX_REQUEST_BODY_BYTES: usize = 10 * 1024 * 1024;

@@ -20,6 +20,10 @@ const REBUNO_VARS: &[&str] = &[
     "REBUNO_DISPATCH_MAX_ATTEMPTS",
     "REBUNO_DISPATCH_TIMEOUT",
     "REBUNO_DISPATCH_LEASE_TIMEOUT",
+    "REBUNO_HEADER_TIMEOUT",
+    "REBUNO_BODY_TIMEOUT",
+    "REBUNO_MAX_CONNECTIONS",
+    "REBUNO_LEGACY_SIGNATURES",
 ];
 
 fn rebuno() -> Command {
@@ -86,18 +90,59 @@ fn help_documents_flags_and_environment() {
             "REBUNO_BEARER_TOKEN",
             "REBUNO_DISPATCH_MAX_ATTEMPTS",
             "REBUNO_RETENTION",
+            "REBUNO_HEADER_TIMEOUT",
+            "REBUNO_BODY_TIMEOUT",
+            "REBUNO_MAX_CONNECTIONS",
+            "REBUNO_LEGACY_SIGNATURES",
         ] {
             assert!(text.contains(needle), "{args:?} lacks {needle}:\n{text}");
         }
     }
+    let edge = [
+        "--header-timeout",
+        "--body-timeout",
+        "--max-connections",
+        "--legacy-signatures",
+    ];
     let dev = String::from_utf8_lossy(&run(rebuno().args(["dev", "--help"])).stdout).into_owned();
-    for flag in ["--memory", "--db", "--listen-addr", "--config"] {
+    for flag in ["--memory", "--db", "--listen-addr", "--config"]
+        .iter()
+        .chain(&edge)
+    {
         assert!(dev.contains(flag), "{flag}");
     }
     let server =
         String::from_utf8_lossy(&run(rebuno().args(["server", "--help"])).stdout).into_owned();
-    for flag in ["--db-url", "--bearer-token", "--listen-addr", "--config"] {
+    for flag in ["--db-url", "--bearer-token", "--listen-addr", "--config"]
+        .iter()
+        .chain(&edge)
+    {
         assert!(server.contains(flag), "{flag}");
+    }
+}
+
+#[test]
+fn bad_edge_flags_are_refused() {
+    for (flag, value) in [
+        ("--header-timeout", "0s"),
+        ("--header-timeout", "soon"),
+        ("--body-timeout=-1s", ""),
+        ("--body-timeout", "1x"),
+        ("--max-connections", "0"),
+        ("--legacy-signatures=maybe", ""),
+    ] {
+        let mut cmd = rebuno();
+        cmd.args(["dev", "--memory", flag]);
+        if !value.is_empty() {
+            cmd.arg(value);
+        }
+        let out = run(&mut cmd);
+        assert!(!out.status.success(), "{flag} {value}");
+        assert!(
+            stderr(&out).contains(flag.split('=').next().unwrap()),
+            "{}",
+            stderr(&out)
+        );
     }
 }
 
@@ -392,4 +437,134 @@ async fn without_a_terminal_only_http_is_served() {
         !text.contains("REPL"),
         "a REPL banner was printed: {text:?}"
     );
+}
+
+/// Starts `cmd` (a kernel on `127.0.0.1:0`), registers agent `legacy` with secret `s` (with the
+/// bearer token `tok`, which `dev` ignores) and answers the status of a `sha256=`-signed agent
+/// read: `404` when the signature is accepted (the execution does not exist), `401` otherwise.
+async fn legacy_read_status(cmd: &mut Command) -> u16 {
+    let running = Running::spawn(cmd);
+    let base = running.base_url();
+    wait_until_up(&format!("{base}/v0/health")).await;
+    let http = reqwest::Client::new();
+    let registered = http
+        .post(format!("{base}/v0/agents"))
+        .header("Authorization", "Bearer tok")
+        .body(r#"{"id": "legacy", "webhook_url": "http://127.0.0.1:9/hook", "secret": "s"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 201);
+    let read = http
+        .get(format!(
+            "{base}/v0/executions/01920000-0000-7000-8000-000000000001"
+        ))
+        .header("Rebuno-Agent-Id", "legacy")
+        .header("Rebuno-Signature", rebuno::signing::sign("s", b""))
+        .send()
+        .await
+        .unwrap();
+    let status = read.status().as_u16();
+    #[cfg(unix)]
+    running.terminate();
+    #[cfg(not(unix))]
+    drop(running);
+    status
+}
+
+/// Body-only agent signatures: on in `dev` unless turned off, off in `server` unless turned on
+/// (flag or environment; the flag wins).
+#[tokio::test]
+async fn legacy_signing_is_on_in_dev_and_off_in_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = |name: &str| {
+        let mut cmd = rebuno();
+        cmd.env("REBUNO_BEARER_TOKEN", "tok")
+            .args(["server", "--listen-addr", "127.0.0.1:0", "--db-url"])
+            .arg(format!("sqlite://{}", dir.path().join(name).display()));
+        cmd
+    };
+    let dev = |extra: &[&str]| {
+        let mut cmd = rebuno();
+        cmd.args(["dev", "--memory", "--listen-addr", "127.0.0.1:0"])
+            .args(extra);
+        cmd
+    };
+    assert_eq!(legacy_read_status(&mut dev(&[])).await, 404, "dev");
+    assert_eq!(
+        legacy_read_status(&mut dev(&["--legacy-signatures=false"])).await,
+        401,
+        "dev --legacy-signatures=false"
+    );
+    assert_eq!(
+        legacy_read_status(dev(&[]).env("REBUNO_LEGACY_SIGNATURES", "false")).await,
+        401,
+        "dev with REBUNO_LEGACY_SIGNATURES=false"
+    );
+    assert_eq!(legacy_read_status(&mut server("a.db")).await, 401, "server");
+    assert_eq!(
+        legacy_read_status(server("b.db").arg("--legacy-signatures")).await,
+        404,
+        "server --legacy-signatures"
+    );
+    assert_eq!(
+        legacy_read_status(server("c.db").env("REBUNO_LEGACY_SIGNATURES", "true")).await,
+        404,
+        "server with REBUNO_LEGACY_SIGNATURES=true"
+    );
+    assert_eq!(
+        legacy_read_status(
+            server("d.db")
+                .env("REBUNO_LEGACY_SIGNATURES", "true")
+                .arg("--legacy-signatures=false")
+        )
+        .await,
+        401,
+        "the flag wins"
+    );
+}
+
+/// `--max-connections` and `REBUNO_HEADER_TIMEOUT` reach the serve loop: with one slot, a
+/// half-sent request keeps `/v0/health` waiting until the header timeout closes it.
+#[tokio::test]
+async fn connection_limits_come_from_flags_and_environment() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let running = Running::spawn(
+        rebuno()
+            .env("REBUNO_HEADER_TIMEOUT", "3s")
+            .args(["dev", "--memory", "--listen-addr", "127.0.0.1:0"])
+            .args(["--max-connections", "1"]),
+    );
+    let base = running.base_url();
+    wait_until_up(&format!("{base}/v0/health")).await;
+    let addr = base.trim_start_matches("http://");
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /v0/health HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut health = tokio::spawn({
+        let url = format!("{base}/v0/health");
+        async move { get(&url, None).await }
+    });
+    // An absence can only be checked for a while; the header timeout is well beyond it.
+    let early = tokio::time::timeout(Duration::from_millis(500), &mut health).await;
+    assert!(
+        early.is_err(),
+        "served beside the only connection: {early:?}"
+    );
+    let mut sink = Vec::new();
+    tokio::time::timeout(DEADLINE, slow.read_to_end(&mut sink))
+        .await
+        .expect("the half-sent request is closed after the header timeout")
+        .ok();
+    let (status, _) = tokio::time::timeout(DEADLINE, health)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("health answers once the slot is free");
+    assert_eq!(status, 200);
+    #[cfg(unix)]
+    running.terminate();
+    #[cfg(not(unix))]
+    drop(running);
 }

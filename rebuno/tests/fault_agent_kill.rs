@@ -99,7 +99,11 @@ async fn agent_killed_mid_tool_call_resumes_without_double_effects() {
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = router(kernel.clone(), ServerOptions::default());
+    // The published SDK 0.14.0 signs body-only: legacy signing on.
+    let app = router(
+        kernel.clone(),
+        ServerOptions::default().legacy_signatures(true),
+    );
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let _background = kernel.start_http();
 

@@ -70,6 +70,8 @@ fn kernel(db: &std::path::Path, port: u16) -> Kill {
         .args(["--listen-addr", &format!("127.0.0.1:{port}")])
         .env_remove("REBUNO_DISPATCH_MAX_ATTEMPTS")
         .env_remove("REBUNO_DISPATCH_LEASE_TIMEOUT")
+        // `dev` accepts the SDK 0.14.0 body-only signatures unless told otherwise.
+        .env_remove("REBUNO_LEGACY_SIGNATURES")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

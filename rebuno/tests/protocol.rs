@@ -392,6 +392,8 @@ fn webhook_payload_variants() {
     assert_eq!(HEADER_DISPATCH_ATTEMPT, "Rebuno-Dispatch-Attempt");
     assert_eq!(HEADER_AGENT_ID, "Rebuno-Agent-Id");
     assert_eq!(SIGNATURE_PREFIX, "sha256=");
+    assert_eq!(HEADER_TIMESTAMP, "Rebuno-Timestamp");
+    assert_eq!(SIGNATURE_V1_PREFIX, "v1=");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,7 +6,9 @@
 //! before anything else (`401`); a body without `execution_id`, `dispatch_id` or a positive
 //! `dispatch_attempt` gets `400`; anything else is acknowledged at once (`200`) and handled in
 //! the background. A duplicate of the attempt already running is a no-op, a newer attempt
-//! replaces (aborts) an older one, a terminal execution is skipped. The handler heartbeats
+//! replaces (aborts) an older one, a delivery of an older dispatch than the running one is
+//! ignored (webhook signatures carry no time, so an old one can be replayed), and a terminal
+//! execution is skipped. The handler heartbeats
 //! every `min(lease / 3, 30 s)` and is aborted when the kernel answers `lease_superseded`.
 //!
 //! [`Runtime`] is the embedded form: a kernel in this process (SQLite file or memory), its
@@ -111,6 +113,9 @@ pub enum DispatchAck {
     Started,
     /// The same or a newer attempt of this dispatch is already running: nothing to do.
     Duplicate,
+    /// A newer dispatch of this execution is already running: the delivery is stale (a replay
+    /// or a late retry) and is ignored.
+    Stale,
     /// The agent is shutting down and takes no new work.
     ShuttingDown,
 }
@@ -388,6 +393,9 @@ impl Agent {
             if r.lease.dispatch_id == lease.dispatch_id && lease.attempt <= r.lease.attempt {
                 return DispatchAck::Duplicate;
             }
+            if dispatch_is_older(&lease.dispatch_id, &r.lease.dispatch_id) {
+                return DispatchAck::Stale;
+            }
             r.abort.abort();
         }
         let task = self.inner.next_task.fetch_add(1, Ordering::Relaxed);
@@ -463,6 +471,15 @@ impl Agent {
     }
 }
 
+/// Whether dispatch id `a` was created before `b`. Dispatch ids are UUIDv7, which order by
+/// creation time; ids that are not UUIDs are never older (the delivery replaces, as before).
+fn dispatch_is_older(a: &str, b: &str) -> bool {
+    match (uuid::Uuid::parse_str(a), uuid::Uuid::parse_str(b)) {
+        (Ok(a), Ok(b)) => a < b,
+        _ => false,
+    }
+}
+
 /// Renews the lease every `interval`; returns only when the kernel says another attempt owns
 /// the dispatch (or the execution ended), which aborts the handler racing it.
 async fn heartbeat(ctx: &ExecutionContext, interval: Duration) -> Error {
@@ -495,7 +512,7 @@ async fn webhook(State(agent): State<Agent>, headers: HeaderMap, body: Bytes) ->
         return StatusCode::BAD_REQUEST;
     };
     match agent.dispatch(payload) {
-        DispatchAck::Started | DispatchAck::Duplicate => StatusCode::OK,
+        DispatchAck::Started | DispatchAck::Duplicate | DispatchAck::Stale => StatusCode::OK,
         DispatchAck::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
     }
 }

@@ -205,9 +205,10 @@ impl Transport for EmbeddedTransport {
     }
 }
 
-/// Speaks the wire protocol to a kernel over HTTP: every request is signed with the agent's
-/// secret (`Rebuno-Agent-Id`, `Rebuno-Signature: sha256=<HMAC(secret, body)>`), and every
-/// mutation carries `Rebuno-Dispatch-Id` and `Rebuno-Dispatch-Attempt`.
+/// Speaks the wire protocol to a kernel over HTTP: every request is signed v1 with the agent's
+/// secret (`Rebuno-Agent-Id`, `Rebuno-Timestamp`, `Rebuno-Signature: v1=<hex>` over the method,
+/// the request target, the timestamp, the lease headers and the body; see [`crate::signing`]),
+/// and every mutation carries `Rebuno-Dispatch-Id` and `Rebuno-Dispatch-Attempt`.
 #[derive(Clone)]
 pub struct HttpTransport {
     base: String,
@@ -268,20 +269,40 @@ impl HttpTransport {
         lease: Option<&Lease>,
         body: Vec<u8>,
     ) -> Result<bytes_body::Body> {
+        use crate::protocol::{
+            HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, HEADER_SIGNATURE,
+            HEADER_TIMESTAMP,
+        };
         let url = self.url(segments)?;
-        let signature = crate::signing::sign(&self.secret, &body);
+        // The target exactly as the request line will carry it, base-URL prefix included.
+        let target = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_owned(),
+        };
+        let timestamp = crate::time::micros(std::time::SystemTime::now())
+            .div_euclid(1_000_000)
+            .to_string();
+        let attempt = lease.map(|l| l.attempt.to_string()).unwrap_or_default();
+        let dispatch_id = lease.map_or("", |l| l.dispatch_id.as_str());
+        let signature = crate::signing::V1Request {
+            method: method.as_str(),
+            target: &target,
+            timestamp: &timestamp,
+            dispatch_id,
+            dispatch_attempt: &attempt,
+            body: &body,
+        }
+        .sign(&self.secret);
         let mut req = self
             .http
             .request(method, url)
-            .header(crate::protocol::HEADER_AGENT_ID, &self.agent_id)
-            .header(crate::protocol::HEADER_SIGNATURE, signature);
-        if let Some(lease) = lease {
+            .header(HEADER_AGENT_ID, &self.agent_id)
+            .header(HEADER_TIMESTAMP, timestamp)
+            .header(HEADER_SIGNATURE, signature);
+        if lease.is_some() {
             req = req
-                .header(crate::protocol::HEADER_DISPATCH_ID, &lease.dispatch_id)
-                .header(
-                    crate::protocol::HEADER_DISPATCH_ATTEMPT,
-                    lease.attempt.to_string(),
-                );
+                .header(HEADER_DISPATCH_ID, dispatch_id)
+                .header(HEADER_DISPATCH_ATTEMPT, attempt);
         }
         if !body.is_empty() {
             req = req.header(reqwest::header::CONTENT_TYPE, "application/json");

@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use rebuno::Kernel;
 use rebuno::repl::{Interrupt, Outcome, Repl, history_entry, history_path, terminal_width};
 use rebuno::server::manifest::Manifest;
-use rebuno::server::{ServerOptions, router};
+use rebuno::server::{ServeOptions, ServerOptions, router, serve_with_shutdown};
 use rebuno::store::SqliteStore;
 use std::future::Future;
 use std::io::IsTerminal;
@@ -16,12 +16,20 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 const ENVIRONMENT_HELP: &str = "\
 Environment (flags override the environment, which overrides the defaults):
   REBUNO_LISTEN_ADDR             HTTP listen address, host:port or :port (--listen-addr)
   REBUNO_DB_URL                  `server` database URL, sqlite://<path> (--db-url)
   REBUNO_BEARER_TOKEN            `server` client/admin bearer token (--bearer-token); `dev` ignores it
+  REBUNO_HEADER_TIMEOUT          time to send a request's headers, and keep-alive idle time
+                                 (--header-timeout) [default: 10s]
+  REBUNO_BODY_TIMEOUT            time to send a request body (--body-timeout) [default: 30s]
+  REBUNO_MAX_CONNECTIONS         connections served at once; more wait to be accepted
+                                 (--max-connections) [default: 512]
+  REBUNO_LEGACY_SIGNATURES       accept body-only sha256= agent signatures of SDK 0.14-0.16, true
+                                 or false (--legacy-signatures) [default: true in dev, false in server]
   REBUNO_DISPATCH_MAX_ATTEMPTS   delivery attempts per dispatch [default: 5]
   REBUNO_DISPATCH_TIMEOUT        per-attempt webhook timeout [default: 30s]
   REBUNO_DISPATCH_CONCURRENCY    parallel webhook deliveries [default: 8]
@@ -36,8 +44,8 @@ Environment (flags override the environment, which overrides the defaults):
   REBUNO_STREAM_SUBSCRIBERS      live-stream (SSE) subscribers in total [default: 1024]
   REBUNO_STREAM_SUBSCRIBERS_PER_EXECUTION
                                  live-stream subscribers of one execution [default: 16]
-Durations use Go's syntax (500ms, 90s, 2m, 1h30m); unparsable numbers and durations are
-ignored. Not used by this build: REBUNO_DB_MAX_CONNS, REBUNO_DB_MIN_CONNS,
+Durations use Go's syntax (500ms, 90s, 2m, 1h30m); unparsable numbers, durations and booleans
+are ignored. Not used by this build: REBUNO_DB_MAX_CONNS, REBUNO_DB_MIN_CONNS,
 REBUNO_DEADLINE_CHECK_INTERVAL, REBUNO_LEADER_LOCK_KEY, REBUNO_LOG_LEVEL, REBUNO_LOG_FORMAT,
 REBUNO_OTEL_ENDPOINT, REBUNO_OTEL_SAMPLE_RATE, REBUNO_OTEL_INSECURE and REBUNO_DEV.
 Logs go to stderr, filtered by RUST_LOG (default info).";
@@ -79,6 +87,8 @@ struct DevArgs {
     /// Provisioning manifest (YAML): agents, secrets and policies to upsert at boot.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    edge: EdgeArgs,
 }
 
 #[derive(Args)]
@@ -97,6 +107,101 @@ struct ServerArgs {
     /// Provisioning manifest (YAML): agents, secrets and policies to upsert at boot.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    edge: EdgeArgs,
+}
+
+/// The HTTP edge's limits and signing, shared by `dev` and `server`.
+#[derive(Args)]
+struct EdgeArgs {
+    /// Time a client has to send a request's line and headers; also how long a kept-alive
+    /// connection may sit idle [env: REBUNO_HEADER_TIMEOUT] [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    header_timeout: Option<Duration>,
+    /// Time a client has to send a request body [env: REBUNO_BODY_TIMEOUT] [default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    body_timeout: Option<Duration>,
+    /// Connections served at once; at the cap new ones wait to be accepted
+    /// [env: REBUNO_MAX_CONNECTIONS] [default: 512]
+    #[arg(long, value_name = "N", value_parser = positive_count)]
+    max_connections: Option<usize>,
+    /// Also accept agent requests signed body-only (sha256=, Python SDK 0.14-0.16). Such a
+    /// signature has no timestamp or target: a captured request can be replayed at any time.
+    /// `--legacy-signatures=false` turns it off [env: REBUNO_LEGACY_SIGNATURES] [default: true
+    /// in dev, false in server]
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_bool_flag
+    )]
+    legacy_signatures: Option<bool>,
+}
+
+impl EdgeArgs {
+    /// The flags, else the environment, else the defaults (`legacy_default` is the mode's).
+    fn options(&self, legacy_default: bool) -> (ServerOptions, ServeOptions) {
+        let env_duration =
+            |name: &str| env_nonempty(name).and_then(|raw| positive_duration(raw.trim()).ok());
+        let mut server = ServerOptions::default().legacy_signatures(
+            self.legacy_signatures
+                .or_else(|| {
+                    env_nonempty("REBUNO_LEGACY_SIGNATURES").and_then(|v| parse_bool(v.trim()))
+                })
+                .unwrap_or(legacy_default),
+        );
+        if let Some(d) = self
+            .body_timeout
+            .or_else(|| env_duration("REBUNO_BODY_TIMEOUT"))
+        {
+            server.body_timeout = d;
+        }
+        let mut serve = ServeOptions::default();
+        if let Some(d) = self
+            .header_timeout
+            .or_else(|| env_duration("REBUNO_HEADER_TIMEOUT"))
+        {
+            serve.header_timeout = d;
+        }
+        if let Some(n) = self.max_connections.or_else(|| {
+            env_nonempty("REBUNO_MAX_CONNECTIONS").and_then(|v| positive_count(v.trim()).ok())
+        }) {
+            serve.max_connections = n;
+        }
+        (server, serve)
+    }
+}
+
+/// A duration in Go's syntax, greater than zero.
+fn positive_duration(raw: &str) -> Result<Duration, String> {
+    rebuno::policy::GoDuration::parse(raw)
+        .ok()
+        .and_then(|d| d.to_std())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{raw:?} is not a positive duration such as 500ms, 30s or 2m"))
+}
+
+/// A whole number greater than zero.
+fn positive_count(raw: &str) -> Result<usize, String> {
+    raw.parse::<usize>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("{raw:?} is not a whole number above zero"))
+}
+
+/// A boolean as Go's `strconv.ParseBool` reads one, as the Go kernel reads its `REBUNO_*` switches.
+fn parse_bool(raw: &str) -> Option<bool> {
+    match raw {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+fn parse_bool_flag(raw: &str) -> Result<bool, String> {
+    parse_bool(raw).ok_or_else(|| format!("{raw:?} is not true or false"))
 }
 
 /// Default database of `rebuno dev`.
@@ -142,10 +247,11 @@ async fn dev(args: DevArgs) -> Result<(), String> {
         (kernel, format!("sqlite {}", path.display()))
     };
     let listen = listen_addr(args.listen_addr, DEV_LISTEN);
+    let (options, serve) = args.edge.options(true);
     run(
         "dev",
         kernel,
-        ServerOptions::default(),
+        (options, serve),
         &listen,
         manifest,
         &format!("{store}; bearer auth off"),
@@ -174,10 +280,15 @@ async fn server(args: ServerArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot open {db_url}: {e}"))?;
     let listen = listen_addr(args.listen_addr, SERVER_LISTEN);
+    let (options, serve) = args.edge.options(false);
+    let options = ServerOptions {
+        bearer_token: Some(token),
+        ..options
+    };
     run(
         "server",
         kernel,
-        ServerOptions::with_bearer_token(token),
+        (options, serve),
         &listen,
         manifest,
         &db_url,
@@ -189,7 +300,7 @@ async fn server(args: ServerArgs) -> Result<(), String> {
 async fn run(
     mode: &str,
     kernel: Kernel,
-    options: ServerOptions,
+    (options, serve): (ServerOptions, ServeOptions),
     listen: &str,
     manifest: Option<Manifest>,
     store: &str,
@@ -207,7 +318,12 @@ async fn run(
         .local_addr()
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let mut background = kernel.start_http();
-    eprintln!("rebuno {mode}: listening on http://{addr} ({store})");
+    let legacy = if options.legacy_signatures {
+        "; legacy sha256= agent signatures accepted"
+    } else {
+        ""
+    };
+    eprintln!("rebuno {mode}: listening on http://{addr} ({store}{legacy})");
     // The REPL only with a terminal on stdin; otherwise (CI, pipes) only HTTP is served.
     let shutdown: Pin<Box<dyn Future<Output = ()> + Send>> = if std::io::stdin().is_terminal() {
         let (quit_tx, quit_rx) = tokio::sync::oneshot::channel();
@@ -216,11 +332,9 @@ async fn run(
     } else {
         Box::pin(shutdown_signal())
     };
-    let served = axum::serve(listener, router(kernel, options))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    serve_with_shutdown(listener, router(kernel, options), &serve, shutdown).await;
     background.stop();
-    served.map_err(|e| format!("server failed: {e}"))
+    Ok(())
 }
 
 /// Resolves on Ctrl-C; never if Ctrl-C cannot be watched.

@@ -1,5 +1,6 @@
-//! Request parsing and authentication for the `/v0` routes: bearer tokens, agent body HMAC,
-//! the bearer-or-HMAC read routes, lease headers, path ids, query strings and JSON bodies.
+//! The extractors of the `/v0` routes: bearer and agent authentication (checked in `auth`),
+//! the bearer-or-HMAC read routes, lease headers, path ids, query strings and JSON bodies (read
+//! under the limits of `body`).
 //!
 //! Every extractor fails with [`ApiError`], so a bad request of any kind gets the protocol's
 //! error envelope, never axum's plain-text rejections. Authentication always runs before
@@ -8,81 +9,16 @@
 //! verified the signature over the raw body bytes.
 
 use super::AppState;
+use super::auth::{authenticate_agent, check_bearer, has_agent_headers};
+use super::body::read_body;
 use super::error::ApiError;
 use crate::kernel::Lease;
-use crate::protocol::{
-    HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, HEADER_SIGNATURE,
-    MAX_REQUEST_BODY_BYTES, canonical_uuid,
-};
-use crate::signing;
-use axum::body::{Body, Bytes, HttpBody};
+use crate::protocol::{HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, canonical_uuid};
+use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Uri, header};
+use axum::http::{HeaderMap, Uri};
 use serde::de::DeserializeOwned;
-use std::pin::Pin;
-
-/// How much of an oversized body is still read (and thrown away) before the error answer, so a
-/// client that sent slightly too much sees the answer instead of a reset connection.
-const OVERSIZE_DRAIN_BYTES: usize = 1024 * 1024;
-
-/// Why a body could not be read.
-pub(crate) enum BodyError {
-    /// More than [`MAX_REQUEST_BODY_BYTES`].
-    TooLarge,
-    /// The connection failed while reading.
-    Read(String),
-}
-
-impl std::fmt::Display for BodyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BodyError::TooLarge => write!(
-                f,
-                "request body is larger than {MAX_REQUEST_BODY_BYTES} bytes"
-            ),
-            BodyError::Read(e) => write!(f, "cannot read request body: {e}"),
-        }
-    }
-}
-
-/// Reads a whole body of at most [`MAX_REQUEST_BODY_BYTES`].
-pub(crate) async fn read_body(mut body: Body) -> Result<Bytes, BodyError> {
-    let limit = MAX_REQUEST_BODY_BYTES;
-    if body.size_hint().lower() > (limit + OVERSIZE_DRAIN_BYTES) as u64 {
-        return Err(BodyError::TooLarge);
-    }
-    let mut out: Vec<u8> = Vec::new();
-    let mut too_large = false;
-    let mut drained = 0usize;
-    loop {
-        let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
-        let data = match frame {
-            None => break,
-            Some(Err(e)) => return Err(BodyError::Read(e.to_string())),
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => data,
-                Err(_trailers) => continue,
-            },
-        };
-        if too_large {
-            drained += data.len();
-            if drained > OVERSIZE_DRAIN_BYTES {
-                break;
-            }
-        } else if out.len() + data.len() > limit {
-            too_large = true;
-            out = Vec::new();
-        } else {
-            out.extend_from_slice(&data);
-        }
-    }
-    if too_large {
-        Err(BodyError::TooLarge)
-    } else {
-        Ok(Bytes::from(out))
-    }
-}
 
 /// Decodes a request body strictly: unknown fields, bad JSON and an empty body are
 /// `400 validation_error`. Like Go's decoder, only the first JSON value is read, so bytes after
@@ -126,64 +62,6 @@ pub(crate) fn lease_from_headers(headers: &HeaderMap) -> Result<Lease, ApiError>
         dispatch_id,
         attempt,
     })
-}
-
-/// Whether a request takes the HMAC path of a bearer-or-HMAC route: either agent header is
-/// present and non-empty (spec §2).
-fn has_agent_headers(headers: &HeaderMap) -> bool {
-    header_str(headers, HEADER_AGENT_ID).is_some()
-        || header_str(headers, HEADER_SIGNATURE).is_some()
-}
-
-/// Checks `Authorization: Bearer <token>` against the configured token, comparing the whole
-/// token in constant time (exact match: the Go kernel's case-insensitive compare is not
-/// copied). With no token configured (dev mode) every request passes.
-fn check_bearer(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = state.bearer.as_deref() else {
-        return Ok(());
-    };
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(|| ApiError::unauthorized("missing bearer token"))?;
-    if signing::constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
-        Ok(())
-    } else {
-        Err(ApiError::unauthorized("invalid bearer token"))
-    }
-}
-
-/// Verifies the agent HMAC over the raw body (spec §2) and returns the agent id and the body.
-/// A missing header, an unreadable or oversized body, an unknown agent and a wrong signature
-/// are all `401`, with the same message for the last two so agent ids cannot be probed.
-async fn verify_agent(
-    state: &AppState,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<(String, Bytes), ApiError> {
-    let (Some(agent_id), Some(signature)) = (
-        header_str(headers, HEADER_AGENT_ID),
-        header_str(headers, HEADER_SIGNATURE),
-    ) else {
-        return Err(ApiError::unauthorized(format!(
-            "missing {HEADER_AGENT_ID} or {HEADER_SIGNATURE}"
-        )));
-    };
-    let bytes = read_body(body).await.map_err(ApiError::unauthorized)?;
-    let secret = state.kernel.agent_secret(agent_id).await?;
-    let valid = match &secret {
-        Some(secret) => signing::verify(secret, &bytes, signature),
-        None => {
-            // Same work as for a known agent, so the answer time does not tell them apart.
-            let _ = signing::verify("", &bytes, signature);
-            false
-        }
-    };
-    if !valid {
-        return Err(ApiError::unauthorized("invalid agent signature"));
-    }
-    Ok((agent_id.to_owned(), bytes))
 }
 
 /// Bearer authentication of a client/admin route (spec §2). Put it first in the handler's
@@ -262,18 +140,17 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
     }
 }
 
-/// A strictly decoded JSON body of at most 10 MiB (`400` when oversized, malformed, empty or
-/// carrying unknown fields). Bearer routes only: agent routes decode from [`AgentCall`].
+/// A strictly decoded JSON body of at most 10 MiB (`413` when larger; `400` when late,
+/// malformed, empty or carrying unknown fields). Bearer routes only: agent routes decode from
+/// [`AgentCall`].
 #[derive(Debug, Clone)]
 pub(crate) struct JsonBody<T>(pub T);
 
 impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, _: &AppState) -> Result<Self, ApiError> {
-        let bytes = read_body(req.into_body())
-            .await
-            .map_err(ApiError::validation)?;
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let bytes = read_body(req.into_body(), state.body_timeout).await?;
         parse_json(&bytes).map(JsonBody)
     }
 }
@@ -316,7 +193,7 @@ impl FromRequest<AppState> for AgentCall {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let (parts, body) = req.into_parts();
-        let (agent_id, body) = verify_agent(state, &parts.headers, body).await?;
+        let (agent_id, body) = authenticate_agent(state, &parts, body).await?;
         Ok(AgentCall {
             agent_id,
             parts,
@@ -361,7 +238,7 @@ impl FromRequest<AppState> for ReadCall {
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let (parts, body) = req.into_parts();
         let reader = if has_agent_headers(&parts.headers) {
-            let (agent_id, _) = verify_agent(state, &parts.headers, body).await?;
+            let (agent_id, _) = authenticate_agent(state, &parts, body).await?;
             Reader::Agent(agent_id)
         } else {
             check_bearer(state, &parts.headers)?;

@@ -1,13 +1,19 @@
 //! The kernel's HTTP server: the `/v0` routes of the wire protocol (spec §3) as an axum
-//! [`Router`] over a [`Kernel`], plus `/v0/health`, `/v0/ready` and the Prometheus `/metrics`.
+//! [`Router`] over a [`Kernel`], plus `/v0/health`, `/v0/ready` and the Prometheus `/metrics`,
+//! and the loop that serves it ([`serve`]).
 //!
 //! This module owns everything between the socket and the kernel's methods and nothing more:
 //!
-//! * authentication (spec §2): bearer tokens on client/admin routes, the agent body HMAC on
-//!   agent routes (verified over the raw bytes before any parsing), and bearer-or-HMAC on the
-//!   three read routes an agent also uses, where an agent only sees its own executions;
+//! * connections (`serve`): a deadline for each request's head, a cap on concurrent
+//!   connections, graceful shutdown ([`ServeOptions`]);
+//! * authentication (spec §2, §22; `auth`): bearer tokens on client/admin routes, signed agent
+//!   requests (`v1=`, and body-only `sha256=` while legacy signing is on) on agent routes, and
+//!   bearer-or-HMAC on the three read routes an agent also uses, where an agent only sees its own
+//!   executions. An agent's headers are checked before any of its body is read;
+//! * bodies (`body`): at most 10 MiB (`413` beyond, before reading when declared) and read
+//!   within [`ServerOptions::body_timeout`];
 //! * request parsing: path UUIDs, query strings, the SEED lease headers (§7.1) and strict JSON
-//!   bodies of at most 10 MiB (`extract`);
+//!   bodies (`extract`);
 //! * answers: JSON bodies and the `{code, message, details?}` error envelope with the HTTP
 //!   status of its code (`error`), and the metrics text (`metrics`);
 //! * the provisioning manifest the binary loads at boot ([`manifest`]).
@@ -17,32 +23,56 @@
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use rebuno::server::{ServeOptions, ServerOptions, router, serve};
 //! let kernel = rebuno::Kernel::open("sqlite://.rebuno/rebuno.db").await?;
 //! let _loops = kernel.start_http();
-//! let app = rebuno::server::router(kernel, rebuno::server::ServerOptions::default());
+//! let app = router(kernel, ServerOptions::default());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
-//! axum::serve(listener, app).await?;
+//! serve(listener, app, &ServeOptions::default()).await;
 //! # Ok(())
 //! # }
 //! ```
 
+mod auth;
+mod body;
 mod error;
 mod extract;
 mod handlers;
 pub mod manifest;
 mod metrics;
+mod serve;
+
+pub use serve::{ServeOptions, serve, serve_with_shutdown};
 
 use crate::Kernel;
 use axum::Router;
 use axum::routing::{get, post};
 use std::sync::Arc;
+use std::time::Duration;
 
-/// How the server authenticates clients.
-#[derive(Clone, Default)]
+/// How the server authenticates clients and reads their bodies.
+#[derive(Clone)]
 pub struct ServerOptions {
     /// The client/admin bearer token. `None` (or an empty token) is dev mode: every client
-    /// request passes, as in the Go kernel. Agent routes always require the HMAC.
+    /// request passes, as in the Go kernel. Agent routes always require a signature.
     pub bearer_token: Option<String>,
+    /// Whether agent requests signed body-only (`sha256=`, SDK 0.14 to 0.16) are accepted
+    /// besides `v1=` (default off). Such a signature has no timestamp and no target, so a
+    /// captured request can be replayed at any time to any route that takes the same body.
+    pub legacy_signatures: bool,
+    /// How long a request body may take to arrive in full (default 30 s); a slower one is
+    /// refused with `400` and its connection closed.
+    pub body_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            bearer_token: None,
+            legacy_signatures: false,
+            body_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 impl ServerOptions {
@@ -50,7 +80,20 @@ impl ServerOptions {
     pub fn with_bearer_token(token: impl Into<String>) -> Self {
         ServerOptions {
             bearer_token: Some(token.into()),
+            ..ServerOptions::default()
         }
+    }
+
+    /// These options with body-only `sha256=` agent signatures accepted (`true`) or refused.
+    pub fn legacy_signatures(mut self, enabled: bool) -> Self {
+        self.legacy_signatures = enabled;
+        self
+    }
+
+    /// These options with another body read timeout.
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout;
+        self
     }
 }
 
@@ -62,6 +105,8 @@ impl std::fmt::Debug for ServerOptions {
                 "bearer_token",
                 &self.bearer_token.as_ref().map(|_| "<redacted>"),
             )
+            .field("legacy_signatures", &self.legacy_signatures)
+            .field("body_timeout", &self.body_timeout)
             .finish()
     }
 }
@@ -72,6 +117,10 @@ pub(crate) struct AppState {
     pub(crate) kernel: Kernel,
     /// The bearer token; `None` in dev mode.
     pub(crate) bearer: Option<Arc<str>>,
+    /// Whether body-only `sha256=` agent signatures are accepted.
+    pub(crate) legacy_signatures: bool,
+    /// How long a body may take to arrive.
+    pub(crate) body_timeout: Duration,
 }
 
 /// The `/v0` router over `kernel`: every route of spec §3 (the live stream included),
@@ -85,6 +134,8 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
             .bearer_token
             .filter(|t| !t.is_empty())
             .map(Arc::from),
+        legacy_signatures: options.legacy_signatures,
+        body_timeout: options.body_timeout,
     };
     Router::new()
         .route(

@@ -1,5 +1,6 @@
-//! Helpers shared by the tests that run real processes: finding a Python with the published
-//! SDK, killing children on drop, free ports and waiting for a listener.
+//! Helpers shared by the tests that run real processes or talk to a served kernel: finding a
+//! Python with the published SDK, killing children on drop, free ports, waiting for a listener,
+//! serving a kernel, and signing agent requests v1 by hand.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
@@ -62,14 +63,82 @@ pub fn wait_listening(port: u16, what: &str) {
     }
 }
 
-/// Serves `kernel`'s `/v0` API on a loopback port and starts its background loops (webhook
-/// delivery included); returns the base URL and the loops' guard.
-pub async fn serve_kernel(kernel: &rebuno::Kernel) -> (String, rebuno::kernel::Background) {
+/// Serves `app` on a loopback port with the kernel's own serve loop (default limits); returns
+/// the base URL.
+pub async fn serve_router(app: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = rebuno::server::router(kernel.clone(), rebuno::server::ServerOptions::default());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    tokio::spawn(async move {
+        rebuno::server::serve(listener, app, &rebuno::server::ServeOptions::default()).await;
+    });
+    base
+}
+
+/// Serves `kernel`'s `/v0` API on a loopback port and starts its background loops (webhook
+/// delivery included); returns the base URL and the loops' guard. Legacy `sha256=` agent
+/// signatures are accepted: the published Python SDK 0.14.0 signs that way.
+pub async fn serve_kernel(kernel: &rebuno::Kernel) -> (String, rebuno::kernel::Background) {
+    let options = rebuno::server::ServerOptions::default().legacy_signatures(true);
+    let base = serve_router(rebuno::server::router(kernel.clone(), options)).await;
     (base, kernel.start_http())
+}
+
+/// The current Unix time in seconds, as a v1 signer stamps it.
+pub fn unix_now() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(since.as_secs()).unwrap()
+}
+
+/// Adds the headers of a v1-signed agent request to `rb`, a `method` request to `target` (the
+/// path and query as sent): agent id, `timestamp`, signature and the lease headers if given.
+/// Sets `body` as the body.
+pub fn sign_v1_at(
+    timestamp: i64,
+    rb: reqwest::RequestBuilder,
+    (agent_id, secret): (&str, &str),
+    (method, target): (&str, &str),
+    lease: Option<&rebuno::Lease>,
+    body: &[u8],
+) -> reqwest::RequestBuilder {
+    use rebuno::protocol::{
+        HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, HEADER_SIGNATURE,
+        HEADER_TIMESTAMP,
+    };
+    let attempt = lease.map(|l| l.attempt.to_string()).unwrap_or_default();
+    let timestamp = timestamp.to_string();
+    let signature = rebuno::signing::V1Request {
+        method,
+        target,
+        timestamp: &timestamp,
+        dispatch_id: lease.map_or("", |l| l.dispatch_id.as_str()),
+        dispatch_attempt: &attempt,
+        body,
+    }
+    .sign(secret);
+    let mut rb = rb
+        .header(HEADER_AGENT_ID, agent_id)
+        .header(HEADER_TIMESTAMP, timestamp)
+        .header(HEADER_SIGNATURE, signature)
+        .body(body.to_vec());
+    if let Some(l) = lease {
+        rb = rb
+            .header(HEADER_DISPATCH_ID, &l.dispatch_id)
+            .header(HEADER_DISPATCH_ATTEMPT, attempt);
+    }
+    rb
+}
+
+/// [`sign_v1_at`] the current time.
+pub fn sign_v1(
+    rb: reqwest::RequestBuilder,
+    agent: (&str, &str),
+    route: (&str, &str),
+    lease: Option<&rebuno::Lease>,
+    body: &[u8],
+) -> reqwest::RequestBuilder {
+    sign_v1_at(unix_now(), rb, agent, route, lease, body)
 }
 
 /// Registers agent `id` with a webhook on a free port, writes `script` into `dir` and runs it

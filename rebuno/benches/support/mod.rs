@@ -1,0 +1,55 @@
+//! What the HTTP benchmarks share: serving a router with the kernel's own serve loop, and
+//! signing an agent's POST v1 as the SDKs do.
+
+#![allow(dead_code)] // each benchmark uses a different subset
+
+use rebuno::protocol::{
+    HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, HEADER_SIGNATURE,
+    HEADER_TIMESTAMP,
+};
+
+/// Serves `app` on a loopback port through `rebuno::server::serve`; answers the base URL.
+pub async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        rebuno::server::serve(listener, app, &rebuno::server::ServeOptions::default()).await;
+    });
+    format!("http://{addr}")
+}
+
+/// A JSON POST of `body` to `url` from agent `agent_id`, signed v1 with `secret` and carrying
+/// the lease `(dispatch_id, attempt)`.
+pub fn signed_post(
+    client: &reqwest::Client,
+    (agent_id, secret): (&str, &str),
+    url: &str,
+    body: Vec<u8>,
+    (dispatch_id, attempt): (&str, u32),
+) -> reqwest::RequestBuilder {
+    let parsed = reqwest::Url::parse(url).unwrap();
+    let timestamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let attempt = attempt.to_string();
+    let signature = rebuno::signing::V1Request {
+        method: "POST",
+        target: parsed.path(),
+        timestamp: &timestamp,
+        dispatch_id,
+        dispatch_attempt: &attempt,
+        body: &body,
+    }
+    .sign(secret);
+    client
+        .post(parsed)
+        .header("Content-Type", "application/json")
+        .header(HEADER_AGENT_ID, agent_id)
+        .header(HEADER_TIMESTAMP, timestamp)
+        .header(HEADER_SIGNATURE, signature)
+        .header(HEADER_DISPATCH_ID, dispatch_id)
+        .header(HEADER_DISPATCH_ATTEMPT, attempt)
+        .body(body)
+}

@@ -259,7 +259,13 @@ impl Running {
 
     /// Sends SIGTERM and waits for a clean exit.
     #[cfg(unix)]
-    fn terminate(mut self) {
+    fn terminate(self) {
+        self.terminate_within(DEADLINE);
+    }
+
+    /// Sends SIGTERM and waits at most `deadline` for a clean exit.
+    #[cfg(unix)]
+    fn terminate_within(mut self, deadline: Duration) {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -271,7 +277,10 @@ impl Running {
                 assert!(status.success(), "exit status {status}");
                 return;
             }
-            assert!(start.elapsed() < DEADLINE, "rebuno did not stop on SIGTERM");
+            assert!(
+                start.elapsed() < deadline,
+                "rebuno did not stop on SIGTERM within {deadline:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -333,6 +342,55 @@ async fn dev_in_memory_answers_health() {
     running.terminate();
     #[cfg(not(unix))]
     drop(running);
+}
+
+/// An open live stream (SSE) does not hold the graceful shutdown open: the kernel ends its
+/// streams when the signal comes.
+#[cfg(unix)]
+#[tokio::test]
+async fn sigterm_stops_a_kernel_with_a_live_stream_open() {
+    let port = free_port();
+    let running = Running::spawn(rebuno().args([
+        "dev",
+        "--memory",
+        "--listen-addr",
+        &format!("127.0.0.1:{port}"),
+    ]));
+    let base = format!("http://127.0.0.1:{port}");
+    wait_until_up(&format!("{base}/v0/health")).await;
+    let http = reqwest::Client::new();
+    let agent = serde_json::json!({"id": "a", "webhook_url": "http://127.0.0.1:9/", "secret": "s"});
+    let r = http
+        .post(format!("{base}/v0/agents"))
+        .header("Content-Type", "application/json")
+        .body(agent.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let exec: serde_json::Value = http
+        .post(format!("{base}/v0/executions"))
+        .header("Content-Type", "application/json")
+        .body(serde_json::json!({"agent_id": "a", "input": {}}).to_string())
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .map(|b| serde_json::from_slice(&b).unwrap())
+        .unwrap();
+    let id = exec["id"].as_str().unwrap();
+    let stream = http
+        .get(format!("{base}/v0/executions/{id}/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status().as_u16(), 200);
+    // Well before the stream's 15 s keep-alive, which would otherwise be the first chance for
+    // the connection to notice the shutdown.
+    running.terminate_within(Duration::from_secs(8));
+    // The stream ended with the server rather than being cut.
+    assert!(stream.bytes().await.is_ok());
 }
 
 #[tokio::test]

@@ -332,6 +332,13 @@ async fn run(
     } else {
         Box::pin(shutdown_signal())
     };
+    // Live streams never end by themselves: end them when shutting down, or an open SSE
+    // client would hold the graceful shutdown open.
+    let streams = kernel.clone();
+    let shutdown = async move {
+        shutdown.await;
+        streams.end_all_streams();
+    };
     serve_with_shutdown(listener, router(kernel, options), &serve, shutdown).await;
     background.stop();
     Ok(())

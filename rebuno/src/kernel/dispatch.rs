@@ -377,6 +377,7 @@ impl Kernel {
     async fn exhaust(&self, d: Dispatch, error: Option<String>) -> KernelResult<()> {
         let _guard = self.lock_execution(&d.execution_id).await;
         let now = self.now_text();
+        let execution_id = d.execution_id.clone();
         let ended = self
             .inner
             .store
@@ -424,6 +425,7 @@ impl Kernel {
             .await?;
         if let Some(ended) = ended {
             self.forget_attempts(&ended);
+            self.end_streams(&execution_id);
             Metrics::inc(&self.inner.metrics.dispatch_exhausted);
         }
         Ok(())

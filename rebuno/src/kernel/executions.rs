@@ -255,9 +255,9 @@ impl Kernel {
     }
 
     /// Cancels an execution (`404`; `409 execution_terminal` if already finished).
-    pub async fn cancel(&self, id: &str) -> KernelResult<()> {
-        let _guard = self.lock_execution(id).await;
-        let id = id.to_owned();
+    pub async fn cancel(&self, execution_id: &str) -> KernelResult<()> {
+        let _guard = self.lock_execution(execution_id).await;
+        let id = execution_id.to_owned();
         let now = self.now_text();
         let ended = self
             .inner
@@ -273,6 +273,7 @@ impl Kernel {
             })
             .await??;
         self.forget_attempts(&ended);
+        self.end_streams(execution_id);
         Ok(())
     }
 
@@ -303,6 +304,7 @@ impl Kernel {
         reason: String,
     ) -> KernelResult<()> {
         let _guard = self.lock_execution(id).await;
+        let execution_id = id;
         let (id, lease) = (id.to_owned(), lease.clone());
         let now = self.now_text();
         let ended = self
@@ -342,6 +344,7 @@ impl Kernel {
             })
             .await??;
         self.forget_attempts(&ended);
+        self.end_streams(execution_id);
         Ok(())
     }
 
@@ -396,6 +399,7 @@ impl Kernel {
                 .await?;
             if let Some(ended) = ended {
                 self.forget_attempts(&ended);
+                self.end_streams(&exec.id);
                 n += 1;
             }
         }

@@ -7,10 +7,14 @@
 //! Subscribing needs an existing execution (`404` otherwise, unlike the Go kernel) and is
 //! capped per execution and in total (`429` over a cap), and a [`Subscription`] leaves the
 //! fan-out map the moment it is dropped (an SSE client disconnecting drops it), so the map holds
-//! exactly the live subscribers.
+//! exactly the live subscribers. A subscription ends (after the deltas already buffered) when
+//! its execution ends, at once if it had ended before, and when the kernel shuts its streams
+//! down ([`Kernel::end_all_streams`]), so a finished run or a stopping server leaves no stream
+//! open.
 
 use super::{Kernel, KernelError, KernelResult};
 use crate::protocol::{MAX_STREAM_DATA_BYTES, StreamFrame};
+use crate::store::StoreExt;
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -73,7 +77,8 @@ pub struct Subscription {
     rx: mpsc::Receiver<StreamFrame>,
     kernel: Kernel,
     execution_id: String,
-    id: u64,
+    /// Its place in the fan-out map (`None`: it never had one).
+    id: Option<u64>,
 }
 
 impl Subscription {
@@ -98,7 +103,9 @@ impl tokio_stream::Stream for Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let id = self.id;
+        let Some(id) = self.id else {
+            return;
+        };
         self.kernel
             .inner
             .streams
@@ -110,9 +117,64 @@ impl Drop for Subscription {
 impl Kernel {
     /// Subscribes to an execution's live deltas: `404` if the execution does not exist, `429`
     /// when the execution (`stream_subscribers_per_execution`) or the kernel
-    /// (`stream_subscribers`) has as many subscribers as allowed.
+    /// (`stream_subscribers`) has as many subscribers as allowed. The subscription of an
+    /// execution that has ended yields nothing and ends.
     pub async fn subscribe(&self, execution_id: &str) -> KernelResult<Subscription> {
-        self.execution_owner(execution_id).await?;
+        if self.execution_ended(execution_id).await? {
+            return Ok(self.ended_subscription(execution_id));
+        }
+        let subscription = self.add_subscriber(execution_id)?;
+        // The execution may have ended (and its streams been ended) between the check and the
+        // insertion: a read after the insertion sees that commit, and the subscription leaves.
+        if self.execution_ended(execution_id).await? {
+            drop(subscription);
+            return Ok(self.ended_subscription(execution_id));
+        }
+        Ok(subscription)
+    }
+
+    /// Whether the execution is terminal (`404` when it does not exist).
+    async fn execution_ended(&self, execution_id: &str) -> KernelResult<bool> {
+        let id = execution_id.to_owned();
+        let state = self
+            .inner
+            .store
+            .read(move |tx| tx.execution_state(&id))
+            .await?;
+        state
+            .map(|(_, status)| status.is_terminal())
+            .ok_or_else(KernelError::not_found)
+    }
+
+    /// A subscription that is already over (it holds no place in the fan-out map).
+    fn ended_subscription(&self, execution_id: &str) -> Subscription {
+        let (_, rx) = mpsc::channel(1);
+        Subscription {
+            rx,
+            kernel: self.clone(),
+            execution_id: execution_id.to_owned(),
+            id: None,
+        }
+    }
+
+    /// Ends the live streams of an execution that has ended: each subscriber receives what is
+    /// already buffered, then the end of its stream.
+    pub(crate) fn end_streams(&self, execution_id: &str) {
+        self.inner
+            .streams
+            .lock()
+            .remove_where(execution_id, |_| true);
+    }
+
+    /// Ends every live stream (a server shutting down: an open SSE response would otherwise
+    /// hold a graceful shutdown open forever). New subscriptions are still taken.
+    pub fn end_all_streams(&self) {
+        let mut subs = self.inner.streams.lock();
+        subs.by_execution.clear();
+        subs.total = 0;
+    }
+
+    fn add_subscriber(&self, execution_id: &str) -> KernelResult<Subscription> {
         let config = &self.inner.config;
         let mut subs = self.inner.streams.lock();
         if subs.total >= config.stream_subscribers {
@@ -139,7 +201,7 @@ impl Kernel {
             rx,
             kernel: self.clone(),
             execution_id: execution_id.to_owned(),
-            id,
+            id: Some(id),
         })
     }
 
@@ -265,6 +327,33 @@ mod tests {
         held.pop();
         held.push(k.subscribe(&e).await.unwrap());
         drop(held);
+        assert_eq!(k.inner.streams.sizes(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn streams_end_with_their_execution_and_on_shutdown() {
+        let (k, e) = kernel_with_execution().await;
+        let mut live = k.subscribe(&e).await.unwrap();
+        k.publish(&e, frame(1)).unwrap();
+        k.cancel(&e).await.unwrap();
+        assert_eq!(live.recv().await.unwrap().seq, 1, "buffered deltas first");
+        assert!(live.recv().await.is_none(), "then the end of the stream");
+        assert_eq!(k.inner.streams.sizes(), (0, 0));
+        let mut late = k.subscribe(&e).await.unwrap();
+        assert!(
+            late.recv().await.is_none(),
+            "an ended execution streams nothing"
+        );
+        assert_eq!(k.inner.streams.sizes(), (0, 0));
+        drop((live, late));
+
+        let (k, e) = kernel_with_execution().await;
+        let mut a = k.subscribe(&e).await.unwrap();
+        let mut b = k.subscribe(&e).await.unwrap();
+        k.end_all_streams();
+        assert!(a.recv().await.is_none() && b.recv().await.is_none());
+        assert_eq!(k.inner.streams.sizes(), (0, 0));
+        drop((a, b));
         assert_eq!(k.inner.streams.sizes(), (0, 0));
     }
 }

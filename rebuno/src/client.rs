@@ -66,7 +66,7 @@ use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelError};
 use crate::protocol::{
     Approval, CreateExecutionRequest, DecideApprovalRequest, ErrorCode, Event, Execution,
-    ExecutionList, ExecutionStatus, Step, canonical_uuid,
+    ExecutionList, ExecutionStatus, HEADER_NEXT_CURSOR, Step, canonical_uuid,
 };
 
 /// Environment variable with the kernel's base URL ([`Client::from_env`]; required).
@@ -529,7 +529,8 @@ impl Client {
     // Steps.
     // -----------------------------------------------------------------------------------------
 
-    /// An execution's steps, sorted by step id (not by time). An unknown execution has none.
+    /// Every step of an execution, sorted by step id (not by time), however many pages the
+    /// kernel answers them in. An unknown execution has none.
     pub async fn steps(&self, id: &str) -> Result<Vec<Step>> {
         self.list_steps(id, false).await
     }
@@ -547,7 +548,7 @@ impl Client {
                 if terminal_only {
                     url.query_pairs_mut().append_pair("status", "terminal");
                 }
-                h.list(url).await
+                h.list_pages(url).await
             }
             Backend::Embedded(k) => Ok(k.steps(&id, terminal_only).await?),
         }
@@ -568,10 +569,10 @@ impl Client {
     // Approvals.
     // -----------------------------------------------------------------------------------------
 
-    /// The pending approvals, oldest first.
+    /// Every pending approval, oldest first, however many pages the kernel answers them in.
     pub async fn approvals(&self) -> Result<Vec<Approval>> {
         match &self.backend {
-            Backend::Http(h) => h.list(h.url(&["approvals"])).await,
+            Backend::Http(h) => h.list_pages(h.url(&["approvals"])).await,
             Backend::Embedded(k) => Ok(k.pending_approvals().await?),
         }
     }
@@ -648,6 +649,16 @@ impl Http {
         url: Url,
         body: Option<&B>,
     ) -> Result<Vec<u8>> {
+        Ok(self.send_paged(method, url, body).await?.0)
+    }
+
+    /// [`Http::send`], also answering the next page's cursor ([`HEADER_NEXT_CURSOR`]).
+    async fn send_paged<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+    ) -> Result<(Vec<u8>, Option<String>)> {
         let what = format!("{method} {}", url.path());
         let mut request = self
             .http
@@ -663,9 +674,10 @@ impl Http {
         }
         let response = request.send().await.map_err(|e| network(&what, e))?;
         let status = response.status();
+        let next = next_cursor(response.headers());
         let bytes = response.bytes().await.map_err(|e| network(&what, e))?;
         if status.is_success() {
-            Ok(bytes.to_vec())
+            Ok((bytes.to_vec(), next))
         } else {
             Err(error_answer(&what, status.as_u16(), &bytes))
         }
@@ -680,12 +692,7 @@ impl Http {
     ) -> Result<T> {
         let what = format!("{method} {}", url.path());
         let bytes = self.send(method, url, body).await?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            Error::Network(format!(
-                "{what}: unexpected answer ({e}): {}",
-                snippet(&bytes)
-            ))
-        })
+        decode(&what, &bytes)
     }
 
     /// `GET` of a JSON `T`.
@@ -697,6 +704,73 @@ impl Http {
     async fn list<T: DeserializeOwned>(&self, url: Url) -> Result<Vec<T>> {
         Ok(self.get::<Option<Vec<T>>>(url).await?.unwrap_or_default())
     }
+
+    /// Every item of a paged array listing: [`Http::list`] of `url`, then of each next page
+    /// the kernel names in [`HEADER_NEXT_CURSOR`] (a kernel that does not page answers one).
+    async fn list_pages<T: DeserializeOwned>(&self, url: Url) -> Result<Vec<T>> {
+        let what = format!("GET {}", url.path());
+        follow_pages(&url, |page| async {
+            let (bytes, next) = self.send_paged(Method::GET, page, None::<&()>).await?;
+            let items = decode::<Option<Vec<T>>>(&what, &bytes)?.unwrap_or_default();
+            Ok((items, next))
+        })
+        .await
+    }
+}
+
+/// Every item of a paged array listing at `url`: `fetch` answers one page (its items and the
+/// [`HEADER_NEXT_CURSOR`] cursor), asked for `url` and then with `after=<cursor>` for each
+/// next page. A kernel that does not page answers everything in its first page.
+pub(crate) async fn follow_pages<T, F, Fut>(url: &Url, mut fetch: F) -> Result<Vec<T>>
+where
+    F: FnMut(Url) -> Fut,
+    Fut: Future<Output = Result<(Vec<T>, Option<String>)>>,
+{
+    let mut all = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let (items, next) = fetch(with_after(url, after.as_deref())).await?;
+        all.extend(items);
+        match next {
+            // A cursor that does not move would loop forever; stop instead.
+            Some(next) if after.as_deref() != Some(next.as_str()) => after = Some(next),
+            _ => return Ok(all),
+        }
+    }
+}
+
+/// The JSON answer of `what`; [`Error::Network`] if it does not decode.
+fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        Error::Network(format!(
+            "{what}: unexpected answer ({e}): {}",
+            snippet(bytes)
+        ))
+    })
+}
+
+/// The next page's cursor of a listing answer ([`HEADER_NEXT_CURSOR`]): a percent-encoded
+/// value that goes into a query string as is. Anything else is ignored (as if there were no
+/// next page), so a peer cannot smuggle other parameters in.
+pub(crate) fn next_cursor(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    let value = headers.get(HEADER_NEXT_CURSOR)?.to_str().ok()?;
+    let encoded = value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'%'));
+    (encoded && !value.is_empty()).then(|| value.to_owned())
+}
+
+/// `url` with `after=<cursor>` added to its query (the cursor is already percent-encoded).
+fn with_after(url: &Url, cursor: Option<&str>) -> Url {
+    let mut url = url.clone();
+    if let Some(cursor) = cursor {
+        let query = match url.query() {
+            Some(q) if !q.is_empty() => format!("{q}&after={cursor}"),
+            _ => format!("after={cursor}"),
+        };
+        url.set_query(Some(&query));
+    }
+    url
 }
 
 /// A transport failure (connection refused, timeout, broken body), with its causes.

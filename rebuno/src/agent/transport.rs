@@ -269,6 +269,16 @@ impl HttpTransport {
         body: Vec<u8>,
     ) -> Result<bytes_body::Body> {
         let url = self.url(segments)?;
+        self.send_to(method, url, lease, body).await
+    }
+
+    async fn send_to(
+        &self,
+        method: reqwest::Method,
+        url: reqwest::Url,
+        lease: Option<&Lease>,
+        body: Vec<u8>,
+    ) -> Result<bytes_body::Body> {
         let signature = crate::signing::sign(&self.secret, &body);
         let mut req = self
             .http
@@ -288,9 +298,13 @@ impl HttpTransport {
         }
         let resp = req.body(body).send().await?;
         let status = resp.status();
+        let next_cursor = crate::client::next_cursor(resp.headers());
         let bytes = resp.bytes().await?;
         if status.is_success() {
-            return Ok(bytes_body::Body(bytes.to_vec()));
+            return Ok(bytes_body::Body {
+                bytes: bytes.to_vec(),
+                next_cursor,
+            });
         }
         Err(match serde_json::from_slice::<ErrorEnvelope>(&bytes) {
             Ok(env) => Error::from_envelope(env.code, env.message, status.as_u16()),
@@ -318,11 +332,15 @@ impl HttpTransport {
 
 /// A response body (kept as bytes until the caller parses it).
 mod bytes_body {
-    pub(super) struct Body(pub(super) Vec<u8>);
+    pub(super) struct Body {
+        pub(super) bytes: Vec<u8>,
+        /// The next page's cursor, for a listing with more pages.
+        pub(super) next_cursor: Option<String>,
+    }
 
     impl Body {
         pub(super) fn json<T: serde::de::DeserializeOwned>(&self) -> crate::error::Result<T> {
-            serde_json::from_slice(&self.0).map_err(|e| {
+            serde_json::from_slice(&self.bytes).map_err(|e| {
                 crate::error::Error::Network(format!("kernel answered unreadable JSON: {e}"))
             })
         }
@@ -458,17 +476,17 @@ impl Transport for HttpTransport {
         .map(drop)
     }
 
+    /// Every recorded step, following the kernel's pages.
     async fn steps(&self, execution_id: &str) -> Result<Vec<Step>> {
-        let steps: Option<Vec<Step>> = self
-            .send(
-                reqwest::Method::GET,
-                &["v0", "executions", execution_id, "steps"],
-                None,
-                Vec::new(),
-            )
-            .await?
-            .json()?;
-        Ok(steps.unwrap_or_default())
+        let url = self.url(&["v0", "executions", execution_id, "steps"])?;
+        crate::client::follow_pages(&url, |page| async {
+            let body = self
+                .send_to(reqwest::Method::GET, page, None, Vec::new())
+                .await?;
+            let steps = body.json::<Option<Vec<Step>>>()?.unwrap_or_default();
+            Ok((steps, body.next_cursor))
+        })
+        .await
     }
 
     async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step> {

@@ -11,20 +11,27 @@
 //!
 //! Submodules: `steps` (submit, complete, fail), `approvals` (grant, deny, expiry),
 //! `dispatch` (queue, claim, delivery, retries, the reaper), `executions` (create, read,
-//! cancel, complete, fail), `agents` (registration and policy bundles) and `stream` (live
-//! output deltas, best effort, never persisted).
+//! cancel, complete, fail), `listing` (paged reads of every list), `agents` (registration and
+//! policy bundles), `metrics` (the store figures of `/metrics`) and `stream` (live output
+//! deltas, best effort, never persisted).
 
 mod agents;
 mod approvals;
 mod dispatch;
 mod embedded;
 mod executions;
+mod listing;
 mod metrics;
 mod steps;
 mod stream;
 
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};
 pub use embedded::{EMBEDDED_SCHEME, EmbeddedDeliverer, EmbeddedHandler};
+pub use listing::{
+    ARRAY_DEFAULT_LIMIT, ARRAY_MAX_LIMIT, EVENTS_DEFAULT_LIMIT, EVENTS_MAX_LIMIT,
+    LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT,
+};
+pub use metrics::{STORE_FIGURES_MAX_AGE, StoreFigures};
 pub use stream::SUBSCRIBER_BUFFER;
 
 use crate::policy::ratelimit::{MemoryRateLimiter, RateLimiter};
@@ -269,6 +276,8 @@ pub(crate) struct Inner {
     pub(crate) approvals_changed: tokio::sync::Notify,
     /// Live output deltas (never persisted).
     pub(crate) streams: stream::Bus,
+    /// The store figures of `/metrics`, recomputed at most every few seconds.
+    pub(crate) figures: metrics::FiguresCache,
 }
 
 /// The kernel. Cheap to clone (all clones share one engine).
@@ -328,6 +337,7 @@ impl KernelBuilder {
                 queued: tokio::sync::Notify::new(),
                 approvals_changed: tokio::sync::Notify::new(),
                 streams: stream::Bus::default(),
+                figures: metrics::FiguresCache::default(),
             }),
         };
         kernel.reclaim_all_in_flight().await?;

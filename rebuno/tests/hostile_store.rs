@@ -600,7 +600,11 @@ async fn steps_are_listed_in_bounded_pages_that_the_sdk_follows() {
         .iter()
         .map(|s| s["step_id"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(page, ids[..ARRAY_DEFAULT_LIMIT]);
+    assert_eq!(page.len(), ARRAY_DEFAULT_LIMIT, "the default page size");
+    assert!(
+        page[..] == ids[..ARRAY_DEFAULT_LIMIT],
+        "the first steps by id"
+    );
     assert_eq!(
         first.next.as_deref(),
         Some(ids[ARRAY_DEFAULT_LIMIT - 1].as_str())
@@ -630,7 +634,8 @@ async fn steps_are_listed_in_bounded_pages_that_the_sdk_follows() {
             None => break,
         }
     }
-    assert_eq!(walked, ids);
+    assert_eq!(walked.len(), n);
+    assert!(walked == ids, "every step once, by id");
     assert_eq!(served.get(&format!("{path}?limit=x")).await.status, 400);
 
     // The SDK's client and the agent transport follow the pages.
@@ -642,7 +647,7 @@ async fn steps_are_listed_in_bounded_pages_that_the_sdk_follows() {
         .into_iter()
         .map(|s| s.step_id)
         .collect();
-    assert_eq!(got, ids);
+    assert!(got == ids, "the client got {} steps", got.len());
     assert_eq!(client.terminal_steps(&exec).await.unwrap().len(), n);
     let transport = HttpTransport::new(&served.base, "a", "a-secret").unwrap();
     assert_eq!(transport.steps(&exec).await.unwrap().len(), n);

@@ -206,7 +206,19 @@ impl<'c> SqliteTx<'c> {
     }
 
     fn exec(&self, sql: &str, p: impl rusqlite::Params) -> StoreResult<usize> {
+        self.writable()?;
         Ok(self.conn.prepare_cached(sql)?.execute(p)?)
+    }
+
+    /// Refuses a write outside a transaction: SQLite may have rolled the change's transaction
+    /// back by itself (an error the change ignored), and a write now would commit on its own.
+    fn writable(&self) -> StoreResult<()> {
+        if self.conn.is_autocommit() {
+            return Err(StoreError::Database(
+                "the transaction was rolled back; nothing more is written".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -248,7 +260,7 @@ impl Tx for SqliteTx<'_> {
         page(
             self.conn,
             &format!(
-                "SELECT {AGENT_COLS} FROM agents WHERE (?1 IS NULL OR id > ?1) ORDER BY id LIMIT ?2"
+                "SELECT {AGENT_COLS} FROM agents WHERE id > coalesce(?1, '') ORDER BY id LIMIT ?2"
             ),
             params![after, fetch(limit)],
             limit,
@@ -368,6 +380,7 @@ impl Tx for SqliteTx<'_> {
         occurred_at: &str,
         events: &[(EventType, Value)],
     ) -> StoreResult<u64> {
+        self.writable()?;
         let last: i64 = self
             .conn
             .prepare_cached(
@@ -471,7 +484,7 @@ impl Tx for SqliteTx<'_> {
         page(
             self.conn,
             &format!(
-                "SELECT {STEP_COLS} FROM steps WHERE execution_id = ?1 AND (?2 IS NULL OR step_id > ?2)
+                "SELECT {STEP_COLS} FROM steps WHERE execution_id = ?1 AND step_id > coalesce(?2, '')
                  AND (NOT ?3 OR status IN ('succeeded', 'failed', 'denied', 'cancelled'))
                  ORDER BY step_id LIMIT ?4"
             ),

@@ -379,6 +379,30 @@ mod tests {
     }
 
     #[test]
+    fn a_change_that_ignores_the_abort_writes_nothing_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        migrate(&conn, &path).unwrap();
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        conn.pragma_update(None, "max_page_count", pages + 2)
+            .unwrap();
+        let careless: TxFn = Box::new(|tx| {
+            let _ = tx.put_agent(&agent("huge", "x".repeat(256 * 1024)));
+            tx.put_agent(&agent("sneaky", "s".into()))?;
+            Ok(Box::new(()) as Box<dyn Any + Send>)
+        });
+        let answers = run(&conn, vec![put(agent("before", "s".into())), careless]);
+        assert_eq!(answers, [false, false]);
+        for id in ["before", "huge", "sneaky"] {
+            assert!(!stored(&conn, id), "{id} was written outside the group");
+        }
+    }
+
+    #[test]
     fn a_change_that_aborts_the_transaction_last_fails_the_whole_group() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("g.db");

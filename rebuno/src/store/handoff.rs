@@ -5,7 +5,9 @@
 //! unsynced commit or a whole indexed read. So a store thread that has just answered a lone job
 //! spins briefly for the next one before it sleeps, and a lone caller on a multi-threaded
 //! runtime spins briefly for its answer before it gives its worker back. Under load neither
-//! spins: jobs then come in groups, and the cores are better spent producing them.
+//! spins: jobs then come in groups, and the cores are better spent producing them. A spinning
+//! thread yields its core on every turn: when the thread it waits for shares that core (a busy
+//! machine), a plain spin would keep that thread from running until the spin ran out.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -45,7 +47,7 @@ impl<'a> InFlight<'a> {
                 match rx.try_recv() {
                     Ok(answer) => return Some(answer),
                     Err(oneshot::error::TryRecvError::Closed) => return None,
-                    Err(oneshot::error::TryRecvError::Empty) => std::hint::spin_loop(),
+                    Err(oneshot::error::TryRecvError::Empty) => std::thread::yield_now(),
                 }
             }
         }
@@ -74,7 +76,7 @@ pub(super) fn next_job<T>(rx: &mpsc::Receiver<T>, spin: Duration) -> Option<T> {
         match rx.try_recv() {
             Ok(job) => return Some(job),
             Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
+            Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
         }
     }
     rx.recv().ok()

@@ -11,12 +11,12 @@
 
 use super::durable::{Durable, Syncer, wal_path};
 use super::migrations::{db_err, migrate};
-use super::readers::{ConnFn, ReaderConn, Readers};
+use super::readers::{Conn, ConnFn, Readers};
 use super::rows::{
     AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, EVENT_COLS, EXEC_COLS, STEP_COLS, agent_row, all,
     approval_row, dispatch_row, event_row, exec_row, json_in, one, page, parse, step_row,
 };
-use super::writer::{Writer, WriterConn};
+use super::writer::Writer;
 use super::{ExecutionQuery, Page, Store, StoreError, StoreResult, Tx, TxFn};
 use crate::protocol::{
     Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
@@ -49,6 +49,10 @@ impl std::fmt::Debug for SqliteStore {
 /// Read connections (and reader threads) of a file store.
 const READERS: usize = 3;
 
+/// Prepared statements each connection keeps: every statement the kernel runs (the writer also
+/// runs reads), so none is prepared again (rusqlite keeps 16 by default).
+const STATEMENT_CACHE: usize = 128;
+
 /// WAL size (pages) that triggers a checkpoint (SQLite's default is 1,000).
 const WAL_CHECKPOINT_PAGES: i64 = 10_000;
 
@@ -61,6 +65,7 @@ impl SqliteStore {
         }
         let writer = Connection::open(path).map_err(|e| db_err(path, e))?;
         writer.busy_timeout(std::time::Duration::from_secs(30))?;
+        writer.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         writer
             .pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| db_err(path, format!("not a rebuno database ({e})")))?;
@@ -86,13 +91,15 @@ impl SqliteStore {
         for _ in 0..READERS {
             let reader = Connection::open(path).map_err(|e| db_err(path, e))?;
             reader.busy_timeout(std::time::Duration::from_secs(30))?;
-            conns.push(ReaderConn::Own(reader));
+            reader.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+            conns.push(Conn::Own(reader));
         }
         let durable = sync.as_ref().map(|s| Arc::clone(&s.durable));
+        let writer = Writer::start(Conn::Own(writer), sync)?;
         Ok(SqliteStore {
             path: Some(path.to_owned()),
-            writer: Writer::start(WriterConn::Own(writer), sync)?,
-            readers: Readers::start(conns)?,
+            readers: Readers::start(writer.idle_handle(), conns)?,
+            writer,
             durable,
         })
     }
@@ -100,13 +107,15 @@ impl SqliteStore {
     /// A fresh in-memory database (nothing survives the process).
     pub fn memory() -> StoreResult<SqliteStore> {
         let conn = Connection::open_in_memory()?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         migrate(&conn, Path::new(":memory:"))?;
         // One connection serves both threads: each locks it for a group or a read.
         let shared = Arc::new(Mutex::new(conn));
+        let writer = Writer::start(Conn::Shared(Arc::clone(&shared)), None)?;
         Ok(SqliteStore {
             path: None,
-            writer: Writer::start(WriterConn::Shared(Arc::clone(&shared)), None)?,
-            readers: Readers::start(vec![ReaderConn::Shared(shared)])?,
+            readers: Readers::start(writer.idle_handle(), vec![Conn::Shared(shared)])?,
+            writer,
             durable: None,
         })
     }

@@ -9,15 +9,20 @@
 //! the rest of the group in a fresh transaction. A savepoint that can be neither released nor
 //! rolled back leaves the transaction holding an unknown part of a change, so the writer undoes
 //! the whole transaction instead of committing half of it.
+//!
+//! Between groups, while it has nothing else to do, the writer also runs reads on its
+//! connection (see [`super::readers`]); one found waiting behind a write runs before that
+//! write's group opens.
 
 use super::durable::{Answers, Durable, Reply, Syncer};
 use super::handoff::{InFlight, next_job};
+use super::readers::{Conn, ConnFn, ReadReply, lock};
 use super::sqlite::SqliteTx;
 use super::{StoreError, StoreResult, TxFn};
 use rusqlite::Connection;
 use std::any::Any;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -31,40 +36,69 @@ const WRITER_SPIN: Duration = Duration::from_micros(200);
 /// How long a lone caller spins for its answer (about a commit plus a sync) before it sleeps.
 const REPLY_SPIN: Duration = Duration::from_micros(500);
 
-/// The writer's connection: its own (a file store) or the one an in-memory store shares with
-/// its reader.
-pub(super) enum WriterConn {
-    /// A connection of the writer's own.
-    Own(Connection),
-    /// The in-memory database's only connection.
-    Shared(Arc<Mutex<Connection>>),
+/// A job for the writer thread.
+enum Job {
+    /// A change, for the next group commit.
+    Write(TxFn, Reply),
+    /// A read, run between groups.
+    Read(ConnFn, ReadReply),
 }
 
-/// Locks a shared connection (a panic while holding it cannot leave SQLite half-way: every
-/// statement ends before the lock is released).
-pub(super) fn lock(m: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The handle through which writes reach the writer thread; the thread ends when it is dropped.
+/// The handle through which writes reach the writer thread; the thread ends when it and every
+/// [`IdleWriter`] are dropped.
 pub(super) struct Writer {
-    jobs: mpsc::Sender<(TxFn, Reply)>,
+    jobs: mpsc::Sender<Job>,
     /// Writes sent to the writer and not answered yet.
-    in_flight: AtomicUsize,
+    in_flight: Arc<AtomicUsize>,
+    /// The writer waits for a job.
+    idle: Arc<AtomicBool>,
+}
+
+/// Hands reads to the writer thread while it is idle.
+pub(super) struct IdleWriter {
+    jobs: mpsc::Sender<Job>,
+    writes: Arc<AtomicUsize>,
+    idle: Arc<AtomicBool>,
+}
+
+impl IdleWriter {
+    /// Sends the read `f` to the writer if it waits for work and no write is on its way;
+    /// gives it back otherwise.
+    pub(super) fn offer(&self, f: ConnFn, reply: ReadReply) -> Result<(), (ConnFn, ReadReply)> {
+        if !self.idle.load(Ordering::SeqCst) || self.writes.load(Ordering::SeqCst) != 0 {
+            return Err((f, reply));
+        }
+        if let Err(mpsc::SendError(Job::Read(f, reply))) = self.jobs.send(Job::Read(f, reply)) {
+            return Err((f, reply));
+        }
+        Ok(())
+    }
 }
 
 impl Writer {
     /// Starts the writer thread on `conn`, syncing through `sync` (a file store) or not.
-    pub(super) fn start(conn: WriterConn, sync: Option<Syncer>) -> StoreResult<Writer> {
-        let (jobs, rx) = mpsc::channel::<(TxFn, Reply)>();
+    pub(super) fn start(conn: Conn, sync: Option<Syncer>) -> StoreResult<Writer> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let idle = Arc::new(AtomicBool::new(false));
+        let waiting = Arc::clone(&idle);
         std::thread::Builder::new()
             .name("rebuno-store-writer".into())
-            .spawn(move || writer_loop(conn, rx, sync))
+            .spawn(move || writer_loop(conn, rx, sync, &waiting))
             .map_err(|e| StoreError::Database(format!("cannot start writer thread: {e}")))?;
         Ok(Writer {
             jobs,
-            in_flight: AtomicUsize::new(0),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            idle,
         })
+    }
+
+    /// The handle that offers reads to this writer.
+    pub(super) fn idle_handle(&self) -> IdleWriter {
+        IdleWriter {
+            jobs: self.jobs.clone(),
+            writes: Arc::clone(&self.in_flight),
+            idle: Arc::clone(&self.idle),
+        }
     }
 
     /// Runs `f` in the next group commit and answers once it is committed (and durable).
@@ -72,26 +106,52 @@ impl Writer {
         let stopped = || StoreError::Database("the store writer has stopped".into());
         let (tx, rx) = oneshot::channel();
         let in_flight = InFlight::enter(&self.in_flight);
-        self.jobs.send((f, tx)).map_err(|_| stopped())?;
+        self.jobs.send(Job::Write(f, tx)).map_err(|_| stopped())?;
         in_flight.answer(rx, REPLY_SPIN).await.ok_or_else(stopped)?
     }
 }
 
-fn writer_loop(conn: WriterConn, rx: mpsc::Receiver<(TxFn, Reply)>, sync: Option<Syncer>) {
+/// The next write waiting in `rx`, running every read found before it.
+fn next_write(rx: &mpsc::Receiver<Job>, conn: &Conn) -> Option<(TxFn, Reply)> {
+    loop {
+        match rx.try_recv().ok()? {
+            Job::Write(f, reply) => return Some((f, reply)),
+            Job::Read(f, reply) => {
+                let _ = reply.send(conn.run(f));
+            }
+        }
+    }
+}
+
+fn writer_loop(conn: Conn, rx: mpsc::Receiver<Job>, sync: Option<Syncer>, idle: &AtomicBool) {
     let mut carried = None;
-    // Spin only after a lone write: under load the writes come in groups, and the cores are
+    // Spin only after a lone job: under load the writes come in groups, and the cores are
     // better spent producing them.
     let mut lone = false;
     loop {
-        let spin = if lone { WRITER_SPIN } else { Duration::ZERO };
-        let Some(first) = carried.take().or_else(|| next_job(&rx, spin)) else {
-            return;
+        let first = match carried.take() {
+            Some(write) => write,
+            None => {
+                let spin = if lone { WRITER_SPIN } else { Duration::ZERO };
+                idle.store(true, Ordering::SeqCst);
+                let job = next_job(&rx, spin);
+                idle.store(false, Ordering::SeqCst);
+                match job {
+                    None => return,
+                    Some(Job::Read(f, reply)) => {
+                        let _ = reply.send(conn.run(f));
+                        lone = true;
+                        continue;
+                    }
+                    Some(Job::Write(f, reply)) => (f, reply),
+                }
+            }
         };
         let mut jobs = vec![first];
         while jobs.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
+            match next_write(&rx, &conn) {
+                Some(job) => jobs.push(job),
+                None => break,
             }
         }
         lone = jobs.len() == 1;
@@ -104,12 +164,12 @@ fn writer_loop(conn: WriterConn, rx: mpsc::Receiver<(TxFn, Reply)>, sync: Option
             continue;
         }
         let answers = match &conn {
-            WriterConn::Own(c) => run_group(c, jobs, sync.as_ref().map(|s| &*s.durable)),
-            WriterConn::Shared(m) => run_group(&lock(m), jobs, None),
+            Conn::Own(c) => run_group(c, jobs, sync.as_ref().map(|s| &*s.durable)),
+            Conn::Shared(m) => run_group(&lock(m), jobs, None),
         };
         match (&sync, answers) {
             (Some(sync), (Some(seq), answers)) => {
-                carried = rx.try_recv().ok();
+                carried = next_write(&rx, &conn);
                 let lone = answers.len() == 1 && carried.is_none();
                 sync.finish((seq, answers), lone);
             }

@@ -105,9 +105,10 @@ impl Syncer {
     /// Makes a committed group durable and answers it: on the writer thread for a lone write
     /// with nothing else waiting (a hand-off costs a thread wake-up, which is most of a lone
     /// writer's latency after the sync itself), else on the sync thread so the writer goes on.
-    pub(super) fn finish(&self, group: Synced, lone: bool) {
+    /// When the writer syncs, `before_answers` runs between the sync and the answers.
+    pub(super) fn finish(&self, group: Synced, lone: bool, before_answers: impl FnOnce()) {
         if lone && self.in_flight.load(Ordering::SeqCst) == 0 {
-            sync_and_answer(&self.wal, &self.durable, vec![group]);
+            sync_then_answer(&self.wal, &self.durable, vec![group], before_answers);
             return;
         }
         self.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -120,12 +121,23 @@ impl Syncer {
 
 /// One `fdatasync` of the WAL, then the answers of every group in `batch`.
 pub(super) fn sync_and_answer(wal: &std::fs::File, durable: &Durable, batch: Vec<Synced>) {
+    sync_then_answer(wal, durable, batch, || ());
+}
+
+/// [`sync_and_answer`], running `before_answers` between the sync and the answers.
+fn sync_then_answer(
+    wal: &std::fs::File,
+    durable: &Durable,
+    batch: Vec<Synced>,
+    before_answers: impl FnOnce(),
+) {
     let upto = batch.iter().map(|(seq, _)| *seq).max().unwrap_or(0);
     let synced = wal.sync_data();
     if synced.is_err() {
         durable.failed.store(true, Ordering::SeqCst);
     }
     durable.synced.send_modify(|s| *s = (*s).max(upto));
+    before_answers();
     for (_, answers) in batch {
         for (result, reply) in answers {
             let _ = reply.send(match &synced {

@@ -28,6 +28,11 @@ impl<'a> InFlight<'a> {
         InFlight { count, lone }
     }
 
+    /// No other job was in flight when this one entered.
+    pub(super) fn lone(&self) -> bool {
+        self.lone
+    }
+
     /// Another job is in flight now.
     fn joined(&self) -> bool {
         self.count.load(Ordering::Relaxed) > 1

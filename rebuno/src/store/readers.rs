@@ -3,9 +3,10 @@
 //! async worker thread.
 //!
 //! Most reads are a few indexed lookups, cheaper than waking a thread, and every thread kept
-//! spinning costs the cores a busy machine needs. So a read goes to the writer thread when it
-//! is idle and no write is on its way (a lone caller's reads and writes then meet one warm
-//! thread), else to the first idle reader (the one with the shortest queue when none is idle).
+//! spinning costs the cores a busy machine needs. So a lone read goes to the writer thread when
+//! it is idle and no write is on its way (a lone caller's reads and writes then meet one warm
+//! thread); other reads go to the first idle reader (the one with the shortest queue when none
+//! is idle).
 //! A reader spins briefly for its next read and a lone caller spins briefly for its answer
 //! (see [`super::handoff`]).
 
@@ -103,7 +104,14 @@ impl Readers {
         let stopped = || StoreError::Database("the store threads have stopped".into());
         let (tx, rx) = oneshot::channel();
         let in_flight = InFlight::enter(&self.in_flight);
-        if let Err((f, tx)) = self.writer.offer(f, tx) {
+        // Only a lone read goes to the writer: concurrent reads would queue there one after
+        // the other (and hold up the writes behind them) while the readers sat idle.
+        let offered = if in_flight.lone() {
+            self.writer.offer(f, tx)
+        } else {
+            Err((f, tx))
+        };
+        if let Err((f, tx)) = offered {
             let reader = self
                 .readers
                 .iter()

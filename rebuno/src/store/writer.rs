@@ -128,6 +128,10 @@ fn writer_loop(conn: Conn, rx: mpsc::Receiver<Job>, sync: Option<Syncer>, idle: 
     // Spin only after a lone job: under load the writes come in groups, and the cores are
     // better spent producing them.
     let mut lone = false;
+    // Idle is announced just before the last answer goes out, not after: the caller's next
+    // read often comes right after its answer, and should find the writer warm, not go to a
+    // sleeping reader.
+    let ready = || idle.store(true, Ordering::SeqCst);
     loop {
         let first = match carried.take() {
             Some(write) => write,
@@ -139,7 +143,9 @@ fn writer_loop(conn: Conn, rx: mpsc::Receiver<Job>, sync: Option<Syncer>, idle: 
                 match job {
                     None => return,
                     Some(Job::Read(f, reply)) => {
-                        let _ = reply.send(conn.run(f));
+                        let out = conn.run(f);
+                        ready();
+                        let _ = reply.send(out);
                         lone = true;
                         continue;
                     }
@@ -171,9 +177,10 @@ fn writer_loop(conn: Conn, rx: mpsc::Receiver<Job>, sync: Option<Syncer>, idle: 
             (Some(sync), (Some(seq), answers)) => {
                 carried = next_write(&rx, &conn);
                 let lone = answers.len() == 1 && carried.is_none();
-                sync.finish((seq, answers), lone);
+                sync.finish((seq, answers), lone, ready);
             }
             (_, (_, answers)) => {
+                ready();
                 for (result, reply) in answers {
                     let _ = reply.send(result);
                 }

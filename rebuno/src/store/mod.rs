@@ -11,8 +11,10 @@
 //! waiting together (group commit): a lone writer pays one sync per change, many concurrent
 //! executions share one, and a sync thread makes each group durable while the writer runs the
 //! next. Each write runs in its own savepoint, so one failing change never undoes its
-//! neighbours. Reads run on reader threads with connections of their own (WAL), never on an
-//! async worker, and never wait for the writer; they wait only for the sync of what they saw.
+//! neighbours. Reads run on store threads (a lone one on the writer while it is idle, the others
+//! on reader threads with connections of their own, WAL), never on an async worker. They wait
+//! only for the sync of what they saw (and, rarely, for a group commit the idle writer began
+//! just before them).
 //!
 //! Listings are paged ([`Page`]): at most a page size of rows and about [`PAGE_MAX_BYTES`] of
 //! data per call, with a cursor to continue; a stored row that does not decode is skipped (and

@@ -99,7 +99,8 @@ impl Readers {
         })
     }
 
-    /// Runs `f` on a reader's connection and answers its result.
+    /// Runs the read `f` on a store thread's connection (the idle writer's or a reader's) and
+    /// answers its result.
     pub(super) async fn run(&self, f: ConnFn) -> StoreResult<Box<dyn Any + Send>> {
         let stopped = || StoreError::Database("the store threads have stopped".into());
         let (tx, rx) = oneshot::channel();

@@ -66,7 +66,7 @@ use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelError};
 use crate::protocol::{
     Approval, CreateExecutionRequest, DecideApprovalRequest, ErrorCode, Event, Execution,
-    ExecutionList, ExecutionStatus, HEADER_NEXT_CURSOR, Step, canonical_uuid,
+    ExecutionList, ExecutionStatus, Step, canonical_uuid,
 };
 
 /// Environment variable with the kernel's base URL ([`Client::from_env`]; required).
@@ -652,7 +652,7 @@ impl Http {
         Ok(self.send_paged(method, url, body).await?.0)
     }
 
-    /// [`Http::send`], also answering the next page's cursor ([`HEADER_NEXT_CURSOR`]).
+    /// [`Http::send`], also answering the next page's cursor ([`crate::paging::next_cursor`]).
     async fn send_paged<B: Serialize + ?Sized>(
         &self,
         method: Method,
@@ -674,7 +674,7 @@ impl Http {
         }
         let response = request.send().await.map_err(|e| network(&what, e))?;
         let status = response.status();
-        let next = next_cursor(response.headers());
+        let next = crate::paging::next_cursor(response.headers());
         let bytes = response.bytes().await.map_err(|e| network(&what, e))?;
         if status.is_success() {
             Ok((bytes.to_vec(), next))
@@ -706,36 +706,15 @@ impl Http {
     }
 
     /// Every item of a paged array listing: [`Http::list`] of `url`, then of each next page
-    /// the kernel names in [`HEADER_NEXT_CURSOR`] (a kernel that does not page answers one).
+    /// the kernel names (a kernel that does not page answers one).
     async fn list_pages<T: DeserializeOwned>(&self, url: Url) -> Result<Vec<T>> {
         let what = format!("GET {}", url.path());
-        follow_pages(&url, |page| async {
+        crate::paging::follow_pages(&url, |page| async {
             let (bytes, next) = self.send_paged(Method::GET, page, None::<&()>).await?;
             let items = decode::<Option<Vec<T>>>(&what, &bytes)?.unwrap_or_default();
             Ok((items, next))
         })
         .await
-    }
-}
-
-/// Every item of a paged array listing at `url`: `fetch` answers one page (its items and the
-/// [`HEADER_NEXT_CURSOR`] cursor), asked for `url` and then with `after=<cursor>` for each
-/// next page. A kernel that does not page answers everything in its first page.
-pub(crate) async fn follow_pages<T, F, Fut>(url: &Url, mut fetch: F) -> Result<Vec<T>>
-where
-    F: FnMut(Url) -> Fut,
-    Fut: Future<Output = Result<(Vec<T>, Option<String>)>>,
-{
-    let mut all = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let (items, next) = fetch(with_after(url, after.as_deref())).await?;
-        all.extend(items);
-        match next {
-            // A cursor that does not move would loop forever; stop instead.
-            Some(next) if after.as_deref() != Some(next.as_str()) => after = Some(next),
-            _ => return Ok(all),
-        }
     }
 }
 
@@ -747,30 +726,6 @@ fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T> {
             snippet(bytes)
         ))
     })
-}
-
-/// The next page's cursor of a listing answer ([`HEADER_NEXT_CURSOR`]): a percent-encoded
-/// value that goes into a query string as is. Anything else is ignored (as if there were no
-/// next page), so a peer cannot smuggle other parameters in.
-pub(crate) fn next_cursor(headers: &reqwest::header::HeaderMap) -> Option<String> {
-    let value = headers.get(HEADER_NEXT_CURSOR)?.to_str().ok()?;
-    let encoded = value
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'%'));
-    (encoded && !value.is_empty()).then(|| value.to_owned())
-}
-
-/// `url` with `after=<cursor>` added to its query (the cursor is already percent-encoded).
-fn with_after(url: &Url, cursor: Option<&str>) -> Url {
-    let mut url = url.clone();
-    if let Some(cursor) = cursor {
-        let query = match url.query() {
-            Some(q) if !q.is_empty() => format!("{q}&after={cursor}"),
-            _ => format!("after={cursor}"),
-        };
-        url.set_query(Some(&query));
-    }
-    url
 }
 
 /// A transport failure (connection refused, timeout, broken body), with its causes.

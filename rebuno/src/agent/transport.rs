@@ -272,6 +272,7 @@ impl HttpTransport {
         self.send_to(method, url, lease, body).await
     }
 
+    /// [`HttpTransport::send`] to a whole URL (a listing page's query included).
     async fn send_to(
         &self,
         method: reqwest::Method,
@@ -298,7 +299,7 @@ impl HttpTransport {
         }
         let resp = req.body(body).send().await?;
         let status = resp.status();
-        let next_cursor = crate::client::next_cursor(resp.headers());
+        let next_cursor = crate::paging::next_cursor(resp.headers());
         let bytes = resp.bytes().await?;
         if status.is_success() {
             return Ok(bytes_body::Body {
@@ -479,7 +480,7 @@ impl Transport for HttpTransport {
     /// Every recorded step, following the kernel's pages.
     async fn steps(&self, execution_id: &str) -> Result<Vec<Step>> {
         let url = self.url(&["v0", "executions", execution_id, "steps"])?;
-        crate::client::follow_pages(&url, |page| async {
+        crate::paging::follow_pages(&url, |page| async {
             let body = self
                 .send_to(reqwest::Method::GET, page, None, Vec::new())
                 .await?;

@@ -43,26 +43,12 @@ fn no_content() -> Response {
 fn paged<T: Serialize + ?Sized>(body: &T, next: Option<&str>) -> Response {
     let mut response = ok(body);
     if let Some(next) = next
-        && let Ok(value) = HeaderValue::from_str(&percent_encode(next))
+        && let Ok(value) = HeaderValue::from_str(&crate::paging::encode_cursor(next))
         && let Ok(name) = HeaderName::from_bytes(HEADER_NEXT_CURSOR.as_bytes())
     {
         response.headers_mut().insert(name, value);
     }
     response
-}
-
-/// `s` with everything but RFC 3986's unreserved characters percent-encoded: a cursor (an agent
-/// id can hold any character) that fits in a header and goes into a query string as is.
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// The `limit` parameter: absent, zero or negative means the default (0); a non-integer is

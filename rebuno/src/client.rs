@@ -529,7 +529,8 @@ impl Client {
     // Steps.
     // -----------------------------------------------------------------------------------------
 
-    /// An execution's steps, sorted by step id (not by time). An unknown execution has none.
+    /// Every step of an execution, sorted by step id (not by time), however many pages the
+    /// kernel answers them in. An unknown execution has none.
     pub async fn steps(&self, id: &str) -> Result<Vec<Step>> {
         self.list_steps(id, false).await
     }
@@ -547,7 +548,7 @@ impl Client {
                 if terminal_only {
                     url.query_pairs_mut().append_pair("status", "terminal");
                 }
-                h.list(url).await
+                h.list_pages(url).await
             }
             Backend::Embedded(k) => Ok(k.steps(&id, terminal_only).await?),
         }
@@ -568,10 +569,10 @@ impl Client {
     // Approvals.
     // -----------------------------------------------------------------------------------------
 
-    /// The pending approvals, oldest first.
+    /// Every pending approval, oldest first, however many pages the kernel answers them in.
     pub async fn approvals(&self) -> Result<Vec<Approval>> {
         match &self.backend {
-            Backend::Http(h) => h.list(h.url(&["approvals"])).await,
+            Backend::Http(h) => h.list_pages(h.url(&["approvals"])).await,
             Backend::Embedded(k) => Ok(k.pending_approvals().await?),
         }
     }
@@ -648,6 +649,16 @@ impl Http {
         url: Url,
         body: Option<&B>,
     ) -> Result<Vec<u8>> {
+        Ok(self.send_paged(method, url, body).await?.0)
+    }
+
+    /// [`Http::send`], also answering the next page's cursor ([`crate::paging::next_cursor`]).
+    async fn send_paged<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+    ) -> Result<(Vec<u8>, Option<String>)> {
         let what = format!("{method} {}", url.path());
         let mut request = self
             .http
@@ -663,9 +674,10 @@ impl Http {
         }
         let response = request.send().await.map_err(|e| network(&what, e))?;
         let status = response.status();
+        let next = crate::paging::next_cursor(response.headers());
         let bytes = response.bytes().await.map_err(|e| network(&what, e))?;
         if status.is_success() {
-            Ok(bytes.to_vec())
+            Ok((bytes.to_vec(), next))
         } else {
             Err(error_answer(&what, status.as_u16(), &bytes))
         }
@@ -680,12 +692,7 @@ impl Http {
     ) -> Result<T> {
         let what = format!("{method} {}", url.path());
         let bytes = self.send(method, url, body).await?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            Error::Network(format!(
-                "{what}: unexpected answer ({e}): {}",
-                snippet(&bytes)
-            ))
-        })
+        decode(&what, &bytes)
     }
 
     /// `GET` of a JSON `T`.
@@ -697,6 +704,28 @@ impl Http {
     async fn list<T: DeserializeOwned>(&self, url: Url) -> Result<Vec<T>> {
         Ok(self.get::<Option<Vec<T>>>(url).await?.unwrap_or_default())
     }
+
+    /// Every item of a paged array listing: [`Http::list`] of `url`, then of each next page
+    /// the kernel names (a kernel that does not page answers one).
+    async fn list_pages<T: DeserializeOwned>(&self, url: Url) -> Result<Vec<T>> {
+        let what = format!("GET {}", url.path());
+        crate::paging::follow_pages(&url, |page| async {
+            let (bytes, next) = self.send_paged(Method::GET, page, None::<&()>).await?;
+            let items = decode::<Option<Vec<T>>>(&what, &bytes)?.unwrap_or_default();
+            Ok((items, next))
+        })
+        .await
+    }
+}
+
+/// The JSON answer of `what`; [`Error::Network`] if it does not decode.
+fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        Error::Network(format!(
+            "{what}: unexpected answer ({e}): {}",
+            snippet(bytes)
+        ))
+    })
 }
 
 /// A transport failure (connection refused, timeout, broken body), with its causes.

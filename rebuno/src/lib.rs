@@ -21,6 +21,7 @@ pub mod error;
 pub mod identity;
 pub mod kernel;
 pub mod llm;
+mod paging;
 pub mod policy;
 pub mod protocol;
 #[cfg(feature = "cli")]

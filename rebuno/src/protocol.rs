@@ -58,6 +58,11 @@ pub const MAX_REQUEST_BODY_BYTES: usize = 10 * 1024 * 1024;
 /// Largest `data` of a stream delta, in UTF-8 bytes; more gives `400`.
 pub const MAX_STREAM_DATA_BYTES: usize = 7000;
 
+/// Response header of a paged listing that has a next page: the cursor to continue from (to be
+/// sent as is, already percent-encoded, in the listing's cursor parameter). Absent on the last
+/// page.
+pub const HEADER_NEXT_CURSOR: &str = "Rebuno-Next-Cursor";
+
 /// Default step-error and denial reason when policy gave none.
 pub const REASON_POLICY_DENIED: &str = "policy_denied";
 /// Reason of a rate limit refusal or park.

@@ -269,11 +269,22 @@ impl HttpTransport {
         lease: Option<&Lease>,
         body: Vec<u8>,
     ) -> Result<bytes_body::Body> {
+        let url = self.url(segments)?;
+        self.send_to(method, url, lease, body).await
+    }
+
+    /// [`HttpTransport::send`] to a whole URL (a listing page's query included).
+    async fn send_to(
+        &self,
+        method: reqwest::Method,
+        url: reqwest::Url,
+        lease: Option<&Lease>,
+        body: Vec<u8>,
+    ) -> Result<bytes_body::Body> {
         use crate::protocol::{
             HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, HEADER_SIGNATURE,
             HEADER_TIMESTAMP,
         };
-        let url = self.url(segments)?;
         // The target exactly as the request line will carry it, base-URL prefix included.
         let target = match url.query() {
             Some(query) => format!("{}?{query}", url.path()),
@@ -309,9 +320,13 @@ impl HttpTransport {
         }
         let resp = req.body(body).send().await?;
         let status = resp.status();
+        let next_cursor = crate::paging::next_cursor(resp.headers());
         let bytes = resp.bytes().await?;
         if status.is_success() {
-            return Ok(bytes_body::Body(bytes.to_vec()));
+            return Ok(bytes_body::Body {
+                bytes: bytes.to_vec(),
+                next_cursor,
+            });
         }
         Err(match serde_json::from_slice::<ErrorEnvelope>(&bytes) {
             Ok(env) => Error::from_envelope(env.code, env.message, status.as_u16()),
@@ -339,11 +354,15 @@ impl HttpTransport {
 
 /// A response body (kept as bytes until the caller parses it).
 mod bytes_body {
-    pub(super) struct Body(pub(super) Vec<u8>);
+    pub(super) struct Body {
+        pub(super) bytes: Vec<u8>,
+        /// The next page's cursor, for a listing with more pages.
+        pub(super) next_cursor: Option<String>,
+    }
 
     impl Body {
         pub(super) fn json<T: serde::de::DeserializeOwned>(&self) -> crate::error::Result<T> {
-            serde_json::from_slice(&self.0).map_err(|e| {
+            serde_json::from_slice(&self.bytes).map_err(|e| {
                 crate::error::Error::Network(format!("kernel answered unreadable JSON: {e}"))
             })
         }
@@ -479,17 +498,17 @@ impl Transport for HttpTransport {
         .map(drop)
     }
 
+    /// Every recorded step, following the kernel's pages.
     async fn steps(&self, execution_id: &str) -> Result<Vec<Step>> {
-        let steps: Option<Vec<Step>> = self
-            .send(
-                reqwest::Method::GET,
-                &["v0", "executions", execution_id, "steps"],
-                None,
-                Vec::new(),
-            )
-            .await?
-            .json()?;
-        Ok(steps.unwrap_or_default())
+        let url = self.url(&["v0", "executions", execution_id, "steps"])?;
+        crate::paging::follow_pages(&url, |page| async {
+            let body = self
+                .send_to(reqwest::Method::GET, page, None, Vec::new())
+                .await?;
+            let steps = body.json::<Option<Vec<Step>>>()?.unwrap_or_default();
+            Ok((steps, body.next_cursor))
+        })
+        .await
     }
 
     async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step> {

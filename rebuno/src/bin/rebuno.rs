@@ -40,7 +40,8 @@ Environment (flags override the environment, which overrides the defaults):
   REBUNO_APPROVAL_TIMEOUT        default approval timeout [default: 15m]
   REBUNO_DEADLINE_TIMEOUT        maximum execution lifetime, 0 for none [default: 0]
   REBUNO_CLEANUP_INTERVAL        interval of the deadline and retention sweeps [default: 10m]
-  REBUNO_RETENTION               age at which finished executions are deleted, 0 to keep [default: 24h]
+  REBUNO_RETENTION               time after an execution ends when it is deleted, 0 to keep
+                                 [default: 24h]
   REBUNO_STREAM_SUBSCRIBERS      live-stream (SSE) subscribers in total [default: 1024]
   REBUNO_STREAM_SUBSCRIBERS_PER_EXECUTION
                                  live-stream subscribers of one execution [default: 16]

@@ -9,7 +9,8 @@ use crate::policy::Bundle;
 use crate::protocol::{Agent, RegisterAgentRequest};
 use crate::store::StoreExt;
 
-fn public(mut agent: Agent) -> Agent {
+/// The agent as answered to anyone: without its secret.
+pub(super) fn public(mut agent: Agent) -> Agent {
     agent.secret = String::new();
     agent
 }
@@ -88,12 +89,6 @@ impl Kernel {
             .store
             .read_unsettled(move |tx| tx.agent_secret(&id))
             .await?)
-    }
-
-    /// All agents by id, without secrets.
-    pub async fn agents(&self) -> KernelResult<Vec<Agent>> {
-        let agents = self.inner.store.read(|tx| tx.agents()).await?;
-        Ok(agents.into_iter().map(public).collect())
     }
 
     /// Deletes an agent; `404` if unknown, `409` if executions still reference it.

@@ -138,15 +138,6 @@ fn resolve_in_tx(
 }
 
 impl Kernel {
-    /// Pending approvals, oldest first.
-    pub async fn pending_approvals(&self) -> KernelResult<Vec<Approval>> {
-        Ok(self
-            .inner
-            .store
-            .read(|tx| tx.pending_approvals(None))
-            .await?)
-    }
-
     /// An approval (`404` if unknown).
     pub async fn approval(&self, id: &str) -> KernelResult<Approval> {
         let id = id.to_owned();

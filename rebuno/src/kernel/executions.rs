@@ -5,18 +5,16 @@ use super::dispatch::{enqueue_dispatch, lease_holds, retire_dispatches};
 use super::volatile::Ended;
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::protocol::{
-    ApprovalEventPayload, ApprovalStatus, CreateExecutionRequest, Event, EventType, Execution,
-    ExecutionEventPayload, ExecutionList, ExecutionStatus, REASON_CLIENT_CANCELLED,
-    REASON_EXECUTION_CANCELLED, Step, StepEventPayload, StepStatus,
+    ApprovalEventPayload, ApprovalStatus, CreateExecutionRequest, EventType, Execution,
+    ExecutionEventPayload, ExecutionStatus, REASON_CLIENT_CANCELLED, REASON_EXECUTION_CANCELLED,
+    Step, StepEventPayload, StepStatus,
 };
-use crate::store::{ExecutionQuery, StoreExt, Tx};
+use crate::store::{StoreExt, Tx};
 use crate::time::rfc3339;
 use serde_json::{Value, json};
 
-/// Default and maximum page sizes of `GET /v0/executions`.
-pub const LIST_DEFAULT_LIMIT: usize = 50;
-/// Maximum page size of `GET /v0/executions`.
-pub const LIST_MAX_LIMIT: usize = 200;
+/// Executions one retention write deletes at most.
+const RETENTION_BATCH: usize = 256;
 
 fn cancelled_error() -> Value {
     json!({ "reason": REASON_EXECUTION_CANCELLED })
@@ -184,65 +182,6 @@ impl Kernel {
             .ok_or_else(KernelError::not_found)
     }
 
-    /// A page of executions, newest first. `limit` 0 means the default (50); it is capped at
-    /// 200. `cursor` is the last id of the previous page.
-    pub async fn list_executions(
-        &self,
-        agent_id: Option<String>,
-        status: Option<String>,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> KernelResult<ExecutionList> {
-        let limit = if limit == 0 {
-            LIST_DEFAULT_LIMIT
-        } else {
-            limit.min(LIST_MAX_LIMIT)
-        };
-        let query = ExecutionQuery {
-            agent_id,
-            status,
-            before_id: cursor,
-            limit: limit + 1,
-        };
-        let mut executions = self
-            .inner
-            .store
-            .read(move |tx| tx.list_executions(&query))
-            .await?;
-        let next_cursor = if executions.len() > limit {
-            executions.truncate(limit);
-            executions.last().map(|e| e.id.clone())
-        } else {
-            None
-        };
-        Ok(ExecutionList {
-            executions,
-            next_cursor,
-        })
-    }
-
-    /// Events with `event_seq > after_seq`, ascending; `limit` 0 means 100, capped at 1000.
-    pub async fn events(&self, id: &str, after_seq: u64, limit: usize) -> KernelResult<Vec<Event>> {
-        let limit = if limit == 0 { 100 } else { limit.min(1000) };
-        let id = id.to_owned();
-        Ok(self
-            .inner
-            .store
-            .read(move |tx| tx.events(&id, after_seq, limit))
-            .await?)
-    }
-
-    /// An execution's steps by step id; `terminal_only` keeps succeeded, failed, denied and
-    /// cancelled ones.
-    pub async fn steps(&self, id: &str, terminal_only: bool) -> KernelResult<Vec<Step>> {
-        let id = id.to_owned();
-        let steps = self.inner.store.read(move |tx| tx.steps(&id)).await?;
-        Ok(steps
-            .into_iter()
-            .filter(|s| !terminal_only || s.status.is_terminal())
-            .collect())
-    }
-
     /// A step of an execution by id (`404` if unknown, or if it belongs to another
     /// execution).
     pub async fn step(&self, execution_id: &str, step_id: &str) -> KernelResult<Step> {
@@ -406,8 +345,8 @@ impl Kernel {
         Ok(n)
     }
 
-    /// Deletes terminal executions older than the retention (never running ones); returns how
-    /// many.
+    /// Deletes the executions that ended longer ago than the retention (never unfinished
+    /// ones, however old); returns how many.
     pub async fn sweep_retention(&self) -> KernelResult<u64> {
         let Some(retention) = self.inner.config.retention else {
             return Ok(0);
@@ -416,11 +355,20 @@ impl Kernel {
             return Ok(0);
         };
         let cutoff = rfc3339(cutoff);
-        let n = self
-            .inner
-            .store
-            .write(move |tx| tx.delete_terminal_executions_before(&cutoff))
-            .await?;
+        // In batches, so a backlog of expired executions never holds the writer for long.
+        let mut n = 0;
+        loop {
+            let cutoff = cutoff.clone();
+            let deleted = self
+                .inner
+                .store
+                .write(move |tx| tx.delete_terminal_executions_before(&cutoff, RETENTION_BATCH))
+                .await?;
+            n += deleted;
+            if deleted < RETENTION_BATCH as u64 {
+                break;
+            }
+        }
         if let Some(cutoff) = self.now().checked_sub(retention) {
             let _ = self.inner.limiter.sweep(cutoff).await;
         }

@@ -11,10 +11,11 @@
 //!
 //! Submodules: `steps` (submit, complete, fail), `approvals` (grant, deny, expiry),
 //! `dispatch` (queue, delivery, retries, the reaper), `dispatcher` (claims and the delivery
-//! loop, fair between agents), `executions` (create, read, cancel, complete, fail), `agents`
-//! (registration and policy bundles), `stream` (live output deltas, best effort, never
-//! persisted), `volatile` (the in-process maps and their bounds) and `supervise` (restarting
-//! a background loop that panicked).
+//! loop, fair between agents), `executions` (create, read, cancel, complete, fail), `listing`
+//! (paged reads of every list), `agents` (registration and policy bundles), `metrics` (the
+//! store figures of `/metrics`), `stream` (live output deltas, best effort, never persisted),
+//! `volatile` (the in-process maps and their bounds) and `supervise` (restarting a background
+//! loop that panicked).
 
 mod agents;
 mod approvals;
@@ -22,6 +23,7 @@ mod dispatch;
 mod dispatcher;
 mod embedded;
 mod executions;
+mod listing;
 mod metrics;
 mod steps;
 mod stream;
@@ -30,6 +32,11 @@ mod volatile;
 
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};
 pub use embedded::{EMBEDDED_SCHEME, EmbeddedDeliverer, EmbeddedHandler};
+pub use listing::{
+    ARRAY_DEFAULT_LIMIT, ARRAY_MAX_LIMIT, EVENTS_DEFAULT_LIMIT, EVENTS_MAX_LIMIT,
+    LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT,
+};
+pub use metrics::{STORE_FIGURES_MAX_AGE, StoreFigures};
 pub use stream::{SUBSCRIBER_BUFFER, Subscription};
 #[doc(hidden)]
 pub use volatile::MemoryFootprint;
@@ -152,7 +159,8 @@ pub struct KernelConfig {
     pub approval_timeout: Duration,
     /// Maximum execution lifetime (`REBUNO_DEADLINE_TIMEOUT`, off).
     pub deadline_timeout: Option<Duration>,
-    /// Retention of terminal executions (`REBUNO_RETENTION`, 24 h; `None` disables).
+    /// Retention of terminal executions, counted from when each ended (`REBUNO_RETENTION`,
+    /// 24 h; `None` disables).
     pub retention: Option<Duration>,
     /// Background sweep interval (`REBUNO_CLEANUP_INTERVAL`, 10 min).
     pub cleanup_interval: Duration,
@@ -305,6 +313,8 @@ pub(crate) struct Inner {
     pub(crate) streams: stream::Bus,
     /// Sees every policy evaluation ([`KernelBuilder::policy_observer`]).
     pub(crate) policy_observer: Option<PolicyObserver>,
+    /// The store figures of `/metrics`, recomputed at most every few seconds.
+    pub(crate) figures: metrics::FiguresCache,
 }
 
 /// A callback that sees the input and result of every policy evaluation of a new step (see
@@ -378,6 +388,7 @@ impl KernelBuilder {
                 approvals_changed: tokio::sync::Notify::new(),
                 streams: stream::Bus::default(),
                 policy_observer: self.policy_observer,
+                figures: metrics::FiguresCache::default(),
             }),
         };
         kernel.reclaim_all_in_flight().await?;

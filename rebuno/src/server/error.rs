@@ -1,5 +1,9 @@
 //! The error answer of every `/v0` route: the `{code, message, details?}` envelope with the
 //! HTTP status of its [`ErrorCode`], and the JSON success bodies written the same way.
+//!
+//! A `5xx` answer never carries its cause: store errors name SQL, tables and file paths, which
+//! are nobody's business outside the server. The client gets [`INTERNAL_MESSAGE`]; the cause
+//! goes to the log.
 
 use crate::kernel::KernelError;
 use crate::protocol::{ErrorCode, ErrorEnvelope};
@@ -9,6 +13,9 @@ use serde::Serialize;
 
 /// The `Content-Type` of every JSON answer (spec §0).
 pub(crate) const JSON_CONTENT_TYPE: &str = "application/json; charset=utf-8";
+
+/// The message of every `5xx` answer.
+pub(crate) const INTERNAL_MESSAGE: &str = "internal error";
 
 /// An error answer. Every handler and extractor of the server fails with this type, so every
 /// failure a route can produce is written as the protocol's envelope.
@@ -45,6 +52,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.0.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            tracing::error!(code = %self.0.code, cause = %self.0.message, "request failed");
+            return json_response(status, &ErrorEnvelope::new(self.0.code, INTERNAL_MESSAGE));
+        }
         json_response(status, &ErrorEnvelope::new(self.0.code, self.0.message))
     }
 }
@@ -62,6 +73,9 @@ pub(crate) fn json_response<T: Serialize + ?Sized>(status: StatusCode, body: &T)
             response
         }
         // The wire types serialize infallibly; answer 500 rather than panic if one ever fails.
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "an answer did not serialize");
+            (StatusCode::INTERNAL_SERVER_ERROR, INTERNAL_MESSAGE).into_response()
+        }
     }
 }

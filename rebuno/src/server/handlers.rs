@@ -1,6 +1,12 @@
 //! One handler per route of spec §3. Each authenticates first (see `extract`), parses the
 //! rest of the request, checks what the caller may touch and calls one [`Kernel`] method.
 //!
+//! Every listing answers one bounded page (see [`crate::kernel::ARRAY_MAX_LIMIT`] and its
+//! siblings, and [`crate::store::PAGE_MAX_BYTES`]) in the body the protocol defines, and, when
+//! more follows, the [`HEADER_NEXT_CURSOR`] header with the cursor to continue from. `limit`
+//! chooses the page size (absent, zero or negative: the default; above the maximum: the
+//! maximum).
+//!
 //! [`Kernel`]: crate::Kernel
 
 use super::AppState;
@@ -10,11 +16,12 @@ use super::extract::{
 };
 use crate::protocol::{
     CompleteExecutionRequest, CompleteStepRequest, CreateExecutionRequest, DecideApprovalRequest,
-    Execution, FailExecutionRequest, FailStepRequest, HealthStatus, RegisterAgentRequest,
-    SetPolicyRequest, StreamDeltaRequest, StreamFrame, SubmitStepRequest, canonical_uuid,
+    Execution, FailExecutionRequest, FailStepRequest, HEADER_NEXT_CURSOR, HealthStatus,
+    RegisterAgentRequest, SetPolicyRequest, StreamDeltaRequest, StreamFrame, SubmitStepRequest,
+    canonical_uuid,
 };
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use std::time::Duration;
@@ -30,6 +37,37 @@ fn ok<T: Serialize + ?Sized>(body: &T) -> Response {
 
 fn no_content() -> Response {
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// A page of a listing: `body`, and the next page's cursor in [`HEADER_NEXT_CURSOR`].
+fn paged<T: Serialize + ?Sized>(body: &T, next: Option<&str>) -> Response {
+    let mut response = ok(body);
+    if let Some(next) = next
+        && let Ok(value) = HeaderValue::from_str(&crate::paging::encode_cursor(next))
+        && let Ok(name) = HeaderName::from_bytes(HEADER_NEXT_CURSOR.as_bytes())
+    {
+        response.headers_mut().insert(name, value);
+    }
+    response
+}
+
+/// The `limit` parameter: absent, zero or negative means the default (0); a non-integer is
+/// `400`; the kernel caps the rest.
+fn limit_param(query: &QueryPairs) -> Result<usize, ApiError> {
+    match query.get("limit") {
+        None => Ok(0),
+        Some(raw) => {
+            let n: i64 = raw
+                .parse()
+                .map_err(|_| ApiError::validation(format!("invalid limit {raw:?}")))?;
+            Ok(usize::try_from(n).unwrap_or(0))
+        }
+    }
+}
+
+/// The `after` cursor parameter (empty means absent).
+fn after_param(query: &QueryPairs) -> Option<&str> {
+    query.get("after").filter(|a| !a.is_empty())
 }
 
 /// Interval of the SSE keep-alive comment.
@@ -71,7 +109,8 @@ pub(super) async fn create_execution(
     Ok(json_response(StatusCode::CREATED, &exec))
 }
 
-/// Row 2: `GET /v0/executions?agent_id&status&cursor&limit`.
+/// Row 2: `GET /v0/executions?agent_id&status&cursor&limit`: the page's `next_cursor` is also
+/// in [`HEADER_NEXT_CURSOR`].
 pub(super) async fn list_executions(
     State(s): State<AppState>,
     _: Bearer,
@@ -84,16 +123,7 @@ pub(super) async fn list_executions(
                 .ok_or_else(|| ApiError::validation(format!("invalid cursor {raw:?}")))?,
         ),
     };
-    let limit = match query.get("limit") {
-        None => 0,
-        Some(raw) => {
-            let n: i64 = raw
-                .parse()
-                .map_err(|_| ApiError::validation(format!("invalid limit {raw:?}")))?;
-            // Zero and below mean the default; the kernel caps the rest.
-            usize::try_from(n).unwrap_or(0)
-        }
-    };
+    let limit = limit_param(&query)?;
     let list = s
         .kernel
         .list_executions(
@@ -103,7 +133,7 @@ pub(super) async fn list_executions(
             limit,
         )
         .await?;
-    Ok(ok(&list))
+    Ok(paged(&list, list.next_cursor.as_deref()))
 }
 
 /// Row 3: `GET /v0/executions/{id}` (bearer, or the owning agent's HMAC).
@@ -118,7 +148,8 @@ pub(super) async fn get_execution(State(s): State<AppState>, mut call: ReadCall)
 }
 
 /// Row 4: `GET /v0/executions/{id}/events?after_seq&limit`. Unparsable numbers count as 0
-/// (from the start; the default page); an unknown execution has no events.
+/// (from the start; the default page); an unknown execution has no events. When more events
+/// follow, [`HEADER_NEXT_CURSOR`] holds the `after_seq` of the next page.
 pub(super) async fn events(
     State(s): State<AppState>,
     _: Bearer,
@@ -134,8 +165,8 @@ pub(super) async fn events(
     };
     let after_seq = u64::try_from(number("after_seq")).unwrap_or(0);
     let limit = usize::try_from(number("limit")).unwrap_or(0);
-    let events = s.kernel.events(&id, after_seq, limit).await?;
-    Ok(ok(&events))
+    let page = s.kernel.events_page(&id, after_seq, limit).await?;
+    Ok(paged(&page.items, page.next.as_deref()))
 }
 
 /// Row 5: `GET /v0/executions/{id}/stream` (bearer): Server-Sent Events, one
@@ -174,16 +205,25 @@ pub(super) async fn cancel(
     Ok(no_content())
 }
 
-/// Row 7: `GET /v0/executions/{id}/steps[?status=terminal]` (bearer, or the owning agent).
+/// Row 7: `GET /v0/executions/{id}/steps[?status=terminal][&limit][&after]` (bearer, or the
+/// owning agent): a JSON array of steps by step id, as the protocol has it, one page at a time.
+/// `after` is the step id the page starts after; when more steps follow,
+/// [`HEADER_NEXT_CURSOR`] holds the next page's `after`. A client that does not page gets the
+/// first [`crate::kernel::ARRAY_DEFAULT_LIMIT`] steps.
 pub(super) async fn list_steps(State(s): State<AppState>, mut call: ReadCall) -> ApiResult {
     let raw: String = call.path().await?;
     let id = uuid_param(&raw, "execution id")?;
-    let terminal_only = call.query()?.get("status") == Some("terminal");
+    let query = call.query()?;
+    let terminal_only = query.get("status") == Some("terminal");
+    let limit = limit_param(&query)?;
     if let Reader::Agent(agent_id) = &call.reader {
         s.check_owner(agent_id, &id).await?;
     }
-    let steps = s.kernel.steps(&id, terminal_only).await?;
-    Ok(ok(&steps))
+    let page = s
+        .kernel
+        .steps_page(&id, terminal_only, after_param(&query), limit)
+        .await?;
+    Ok(paged(&page.items, page.next.as_deref()))
 }
 
 /// Row 8: `GET /v0/executions/{id}/steps/{step_id}` (bearer, or the owning agent). Unlike the
@@ -314,9 +354,16 @@ pub(super) async fn register_agent(
     Ok(json_response(StatusCode::CREATED, &agent))
 }
 
-/// Row 17: `GET /v0/agents` (by id, secrets blanked).
-pub(super) async fn list_agents(State(s): State<AppState>, _: Bearer) -> ApiResult {
-    Ok(ok(&s.kernel.agents().await?))
+/// Row 17: `GET /v0/agents[?limit][&after]` (by id, secrets blanked), one page at a time:
+/// `after` is the agent id the page starts after, paged like row 7.
+pub(super) async fn list_agents(
+    State(s): State<AppState>,
+    _: Bearer,
+    query: QueryPairs,
+) -> ApiResult {
+    let limit = limit_param(&query)?;
+    let page = s.kernel.agents_page(after_param(&query), limit).await?;
+    Ok(paged(&page.items, page.next.as_deref()))
 }
 
 /// Row 18: `GET /v0/agents/{id}`.
@@ -354,9 +401,20 @@ pub(super) async fn set_policy(
 // Approvals.
 // ---------------------------------------------------------------------------------------------
 
-/// Row 21: `GET /v0/approvals` (pending ones, oldest first; the query is ignored).
-pub(super) async fn list_approvals(State(s): State<AppState>, _: Bearer) -> ApiResult {
-    Ok(ok(&s.kernel.pending_approvals().await?))
+/// Row 21: `GET /v0/approvals[?limit][&after]` (pending ones, oldest first; other parameters,
+/// such as the `status=pending` SDKs send, are ignored), one page at a time: `after` is the
+/// approval id the page starts after (`400` if there is no such approval), paged like row 7.
+pub(super) async fn list_approvals(
+    State(s): State<AppState>,
+    _: Bearer,
+    query: QueryPairs,
+) -> ApiResult {
+    let limit = limit_param(&query)?;
+    let page = s
+        .kernel
+        .pending_approvals_page(after_param(&query), limit)
+        .await?;
+    Ok(paged(&page.items, page.next.as_deref()))
 }
 
 /// Row 22: `GET /v0/approvals/{id}`.

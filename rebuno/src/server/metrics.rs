@@ -1,6 +1,7 @@
 //! `/metrics`: the kernel's counters ([`crate::kernel::Metrics`]) and two store figures
 //! (executions by status, queue depth) in the Prometheus text exposition format, namespace
-//! `rebuno_`, each family with its `# HELP` and `# TYPE` lines.
+//! `rebuno_`, each family with its `# HELP` and `# TYPE` lines. The store figures come from
+//! [`Kernel::store_figures`]: a scrape never scans a table, they are at most a few seconds old.
 
 use crate::Kernel;
 use crate::protocol::ExecutionStatus;
@@ -54,6 +55,7 @@ fn escape_label(v: &str) -> String {
 /// the scrape.
 pub(crate) async fn render(kernel: &Kernel) -> String {
     let m = kernel.metrics();
+    let figures = kernel.store_figures().await.ok();
     let mut t = Text(String::new());
 
     t.counter(
@@ -61,7 +63,8 @@ pub(crate) async fn render(kernel: &Kernel) -> String {
         "Executions created.",
         &m.executions_created,
     );
-    if let Ok(counts) = kernel.execution_counts().await {
+    if let Some(figures) = &figures {
+        let counts = &figures.executions_by_status;
         t.family("executions", "gauge", "Executions by current status.");
         for status in ExecutionStatus::ALL {
             let n = counts
@@ -70,7 +73,7 @@ pub(crate) async fn render(kernel: &Kernel) -> String {
                 .map_or(0, |(_, n)| *n);
             t.sample("executions", &[("status", status.as_str())], n);
         }
-        for (status, n) in &counts {
+        for (status, n) in counts {
             if status.parse::<ExecutionStatus>().is_err() {
                 t.sample("executions", &[("status", status)], n);
             }
@@ -110,13 +113,13 @@ pub(crate) async fn render(kernel: &Kernel) -> String {
         "In-flight dispatches returned to the queue after their lease expired.",
         &m.dispatches_reclaimed,
     );
-    if let Ok(depth) = kernel.queue_depth().await {
+    if let Some(figures) = &figures {
         t.family(
             "queue_depth",
             "gauge",
             "Dispatches pending, failed (awaiting retry) or in flight.",
         );
-        t.sample("queue_depth", &[], depth);
+        t.sample("queue_depth", &[], figures.queue_depth);
     }
 
     t.family(

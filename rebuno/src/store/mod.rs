@@ -11,10 +11,22 @@
 //! waiting together (group commit): a lone writer pays one sync per change, many concurrent
 //! executions share one, and a sync thread makes each group durable while the writer runs the
 //! next. Each write runs in its own savepoint, so one failing change never undoes its
-//! neighbours. Reads use their own connection (WAL) and never wait for the writer; they wait
-//! only for the sync of what they saw.
+//! neighbours. Reads run on store threads (a lone one on the writer while it is idle, the others
+//! on reader threads with connections of their own, WAL), never on an async worker. They wait
+//! only for the sync of what they saw (and, rarely, for a group commit the idle writer began
+//! just before them).
+//!
+//! Listings are paged ([`Page`]): at most a page size of rows and about [`PAGE_MAX_BYTES`] of
+//! data per call, with a cursor to continue; a stored row that does not decode is skipped (and
+//! logged) rather than failing the whole listing.
 
+mod durable;
+mod handoff;
+mod migrations;
+mod readers;
+mod rows;
 mod sqlite;
+mod writer;
 
 pub use sqlite::SqliteStore;
 
@@ -46,6 +58,28 @@ impl From<rusqlite::Error> for StoreError {
 /// Result alias for store operations.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// A listing page stops once its rows hold this many bytes of data (it always holds at least
+/// one row), so a page of large rows cannot make an answer of any size.
+pub const PAGE_MAX_BYTES: usize = 4 << 20;
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<T> {
+    /// The rows, in listing order (rows that do not decode are left out).
+    pub items: Vec<T>,
+    /// Where the next page starts (pass it back as the cursor); `None` on the last page.
+    pub next: Option<String>,
+}
+
+impl<T> Default for Page<T> {
+    fn default() -> Self {
+        Page {
+            items: Vec::new(),
+            next: None,
+        }
+    }
+}
+
 /// Filter of [`Tx::list_executions`] (newest first).
 #[derive(Debug, Clone, Default)]
 pub struct ExecutionQuery {
@@ -55,7 +89,7 @@ pub struct ExecutionQuery {
     pub status: Option<String>,
     /// Only ids lower than this one (the page cursor).
     pub before_id: Option<String>,
-    /// Page size.
+    /// Page size (at least 1).
     pub limit: usize,
 }
 
@@ -70,8 +104,8 @@ pub trait Tx {
     fn put_agent(&mut self, agent: &Agent) -> StoreResult<()>;
     /// Deletes an agent; whether it existed.
     fn delete_agent(&mut self, id: &str) -> StoreResult<bool>;
-    /// All agents, by id.
-    fn agents(&mut self) -> StoreResult<Vec<Agent>>;
+    /// A page of agents by id, starting after id `after`.
+    fn agents_page(&mut self, after: Option<&str>, limit: usize) -> StoreResult<Page<Agent>>;
     /// How many executions reference the agent.
     fn agent_execution_count(&mut self, id: &str) -> StoreResult<u64>;
 
@@ -81,13 +115,14 @@ pub trait Tx {
     fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>>;
     /// Inserts or replaces an execution.
     fn put_execution(&mut self, execution: &Execution) -> StoreResult<()>;
-    /// Executions matching `query`, newest (highest id) first.
-    fn list_executions(&mut self, query: &ExecutionQuery) -> StoreResult<Vec<Execution>>;
+    /// A page of executions matching `query`, newest (highest id) first.
+    fn list_executions(&mut self, query: &ExecutionQuery) -> StoreResult<Page<Execution>>;
     /// Non-terminal executions whose deadline is before `now`.
     fn executions_past_deadline(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Execution>>;
-    /// Deletes terminal executions created before `cutoff`, with everything that belongs to
-    /// them; how many.
-    fn delete_terminal_executions_before(&mut self, cutoff: &str) -> StoreResult<u64>;
+    /// Deletes up to `limit` terminal executions that ended before `cutoff` (however long ago
+    /// they were created), with everything that belongs to them; how many.
+    fn delete_terminal_executions_before(&mut self, cutoff: &str, limit: usize)
+    -> StoreResult<u64>;
     /// Counts executions by status.
     fn execution_counts(&mut self) -> StoreResult<Vec<(String, u64)>>;
 
@@ -101,13 +136,14 @@ pub trait Tx {
     ) -> StoreResult<u64>;
     /// Whether the execution's log holds an event of this type.
     fn has_event(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool>;
-    /// Events with `event_seq > after_seq`, ascending, at most `limit`.
+    /// A page of events with `event_seq > after_seq`, ascending (the cursor is the last
+    /// `event_seq`).
     fn events(
         &mut self,
         execution_id: &str,
         after_seq: u64,
         limit: usize,
-    ) -> StoreResult<Vec<Event>>;
+    ) -> StoreResult<Page<Event>>;
 
     /// A step of an execution by id.
     fn step(&mut self, execution_id: &str, step_id: &str) -> StoreResult<Option<Step>>;
@@ -116,8 +152,15 @@ pub trait Tx {
     /// Inserts or updates a step. Once the stored status is terminal, its status, result,
     /// error and `completed_at` are kept.
     fn put_step(&mut self, step: &Step) -> StoreResult<()>;
-    /// An execution's steps, by step id.
-    fn steps(&mut self, execution_id: &str) -> StoreResult<Vec<Step>>;
+    /// A page of an execution's steps by step id, starting after step id `after`;
+    /// `terminal_only` keeps succeeded, failed, denied and cancelled ones.
+    fn steps_page(
+        &mut self,
+        execution_id: &str,
+        after: Option<&str>,
+        terminal_only: bool,
+        limit: usize,
+    ) -> StoreResult<Page<Step>>;
     /// An execution's steps in a status.
     fn steps_in_status(&mut self, execution_id: &str, status: &str) -> StoreResult<Vec<Step>>;
     /// Whether a failed step with the same kind, target and args hash has error reason
@@ -136,6 +179,13 @@ pub trait Tx {
     fn put_approval(&mut self, approval: &Approval) -> StoreResult<()>;
     /// Pending approvals (of one execution, or all), oldest first.
     fn pending_approvals(&mut self, execution_id: Option<&str>) -> StoreResult<Vec<Approval>>;
+    /// A page of pending approvals, oldest first, starting after approval `after`; `None` if
+    /// there is no approval `after`.
+    fn pending_approvals_page(
+        &mut self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> StoreResult<Option<Page<Approval>>>;
     /// The pending approval of a step.
     fn pending_approval_for_step(&mut self, step_id: &str) -> StoreResult<Option<Approval>>;
     /// Pending approvals whose timeout is at or before `now`.
@@ -151,11 +201,9 @@ pub trait Tx {
     fn put_dispatch(&mut self, dispatch: &Dispatch) -> StoreResult<()>;
     /// An execution's dispatches.
     fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>>;
-    /// Pending or failed dispatches due at `now`, earliest first.
-    fn claimable_dispatches(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Dispatch>>;
-    /// Like [`Tx::claimable_dispatches`], leaving out the dispatches whose execution belongs
-    /// to an agent in `skip_agents`, each with its execution's agent id (empty if the
-    /// execution is gone): the dispatcher's claim, fair between agents.
+    /// Pending or failed dispatches due at `now`, earliest first, leaving out the dispatches
+    /// whose execution belongs to an agent in `skip_agents`, each with its execution's agent
+    /// id (empty if the execution is gone): the dispatcher's claim, fair between agents.
     fn claimable_dispatches_except(
         &mut self,
         now: &str,

@@ -1,0 +1,498 @@
+//! The SQLite store's single writer thread and its group commit.
+//!
+//! Every write is sent to one thread, which runs whatever writes are waiting together in one
+//! `BEGIN IMMEDIATE … COMMIT`, each in a savepoint of its own so that one failing change never
+//! undoes its neighbours. Each answer says truthfully whether its change was kept: some errors
+//! (`SQLITE_FULL`, `SQLITE_IOERR`, `SQLITE_NOMEM`, `SQLITE_BUSY`, an interrupt) make SQLite
+//! roll back the whole transaction by itself, which takes the group's earlier changes with it;
+//! the writer notices (the connection is back in autocommit mode), fails exactly those, and runs
+//! the rest of the group in a fresh transaction. A savepoint that can be neither released nor
+//! rolled back leaves the transaction holding an unknown part of a change, so the writer undoes
+//! the whole transaction instead of committing half of it.
+//!
+//! Between groups, while it has nothing else to do, the writer also runs reads on its
+//! connection (see [`super::readers`]); one found waiting behind a write runs before that
+//! write's group opens.
+
+use super::durable::{Answers, Durable, Reply, Syncer};
+use super::handoff::{InFlight, next_job};
+use super::readers::{Conn, ConnFn, ReadReply, lock};
+use super::sqlite::SqliteTx;
+use super::{StoreError, StoreResult, TxFn};
+use rusqlite::Connection;
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Most writes one group commit takes.
+const MAX_GROUP: usize = 512;
+
+/// How long the writer spins for the next write after a lone one before it sleeps: a caller's
+/// next write usually comes within a round trip (see [`super::handoff`]).
+const WRITER_SPIN: Duration = Duration::from_micros(200);
+
+/// How long a lone caller spins for its answer (about a commit plus a sync) before it sleeps.
+const REPLY_SPIN: Duration = Duration::from_micros(500);
+
+/// A job for the writer thread.
+enum Job {
+    /// A change, for the next group commit.
+    Write(TxFn, Reply),
+    /// A read, run between groups.
+    Read(ConnFn, ReadReply),
+}
+
+/// The handle through which writes reach the writer thread; the thread ends when it and every
+/// [`IdleWriter`] are dropped.
+pub(super) struct Writer {
+    jobs: mpsc::Sender<Job>,
+    /// Writes sent to the writer and not answered yet.
+    in_flight: Arc<AtomicUsize>,
+    /// The writer waits for a job.
+    idle: Arc<AtomicBool>,
+}
+
+/// Hands reads to the writer thread while it is idle.
+pub(super) struct IdleWriter {
+    jobs: mpsc::Sender<Job>,
+    writes: Arc<AtomicUsize>,
+    idle: Arc<AtomicBool>,
+}
+
+impl IdleWriter {
+    /// Sends the read `f` to the writer if it waits for work and no write is on its way;
+    /// gives it back otherwise.
+    pub(super) fn offer(&self, f: ConnFn, reply: ReadReply) -> Result<(), (ConnFn, ReadReply)> {
+        if !self.idle.load(Ordering::SeqCst) || self.writes.load(Ordering::SeqCst) != 0 {
+            return Err((f, reply));
+        }
+        if let Err(mpsc::SendError(Job::Read(f, reply))) = self.jobs.send(Job::Read(f, reply)) {
+            return Err((f, reply));
+        }
+        Ok(())
+    }
+}
+
+impl Writer {
+    /// Starts the writer thread on `conn`, syncing through `sync` (a file store) or not.
+    pub(super) fn start(conn: Conn, sync: Option<Syncer>) -> StoreResult<Writer> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let idle = Arc::new(AtomicBool::new(false));
+        let waiting = Arc::clone(&idle);
+        std::thread::Builder::new()
+            .name("rebuno-store-writer".into())
+            .spawn(move || writer_loop(conn, rx, sync, &waiting))
+            .map_err(|e| StoreError::Database(format!("cannot start writer thread: {e}")))?;
+        Ok(Writer {
+            jobs,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            idle,
+        })
+    }
+
+    /// The handle that offers reads to this writer.
+    pub(super) fn idle_handle(&self) -> IdleWriter {
+        IdleWriter {
+            jobs: self.jobs.clone(),
+            writes: Arc::clone(&self.in_flight),
+            idle: Arc::clone(&self.idle),
+        }
+    }
+
+    /// Runs `f` in the next group commit and answers once it is committed (and durable).
+    pub(super) async fn write(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+        let stopped = || StoreError::Database("the store writer has stopped".into());
+        let (tx, rx) = oneshot::channel();
+        let in_flight = InFlight::enter(&self.in_flight);
+        self.jobs.send(Job::Write(f, tx)).map_err(|_| stopped())?;
+        in_flight.answer(rx, REPLY_SPIN).await.ok_or_else(stopped)?
+    }
+}
+
+/// The next write waiting in `rx`, running every read found before it.
+fn next_write(rx: &mpsc::Receiver<Job>, conn: &Conn) -> Option<(TxFn, Reply)> {
+    loop {
+        match rx.try_recv().ok()? {
+            Job::Write(f, reply) => return Some((f, reply)),
+            Job::Read(f, reply) => {
+                let _ = reply.send(conn.run(f));
+            }
+        }
+    }
+}
+
+fn writer_loop(conn: Conn, rx: mpsc::Receiver<Job>, sync: Option<Syncer>, idle: &AtomicBool) {
+    let mut carried = None;
+    // Spin only after a lone job: under load the writes come in groups, and the cores are
+    // better spent producing them.
+    let mut lone = false;
+    // Idle is announced just before the last answer goes out, not after: the caller's next
+    // read often comes right after its answer, and should find the writer warm, not go to a
+    // sleeping reader.
+    let ready = || idle.store(true, Ordering::SeqCst);
+    loop {
+        let first = match carried.take() {
+            Some(write) => write,
+            None => {
+                let spin = if lone { WRITER_SPIN } else { Duration::ZERO };
+                idle.store(true, Ordering::SeqCst);
+                let job = next_job(&rx, spin);
+                idle.store(false, Ordering::SeqCst);
+                match job {
+                    None => return,
+                    Some(Job::Read(f, reply)) => {
+                        let out = conn.run(f);
+                        ready();
+                        let _ = reply.send(out);
+                        lone = true;
+                        continue;
+                    }
+                    Some(Job::Write(f, reply)) => (f, reply),
+                }
+            }
+        };
+        let mut jobs = vec![first];
+        while jobs.len() < MAX_GROUP {
+            match next_write(&rx, &conn) {
+                Some(job) => jobs.push(job),
+                None => break,
+            }
+        }
+        lone = jobs.len() == 1;
+        if let Some(sync) = &sync
+            && let Err(e) = sync.durable.check()
+        {
+            for (_, reply) in jobs {
+                let _ = reply.send(Err(e.clone()));
+            }
+            continue;
+        }
+        let answers = match &conn {
+            Conn::Own(c) => run_group(c, jobs, sync.as_ref().map(|s| &*s.durable)),
+            Conn::Shared(m) => run_group(&lock(m), jobs, None),
+        };
+        match (&sync, answers) {
+            (Some(sync), (Some(seq), answers)) => {
+                carried = next_write(&rx, &conn);
+                let lone = answers.len() == 1 && carried.is_none();
+                sync.finish((seq, answers), lone, ready);
+            }
+            (_, (_, answers)) => {
+                ready();
+                for (result, reply) in answers {
+                    let _ = reply.send(result);
+                }
+            }
+        }
+    }
+}
+
+/// Runs `f` as one unit inside the open transaction (a savepoint), catching panics so a bug in
+/// one change cannot take the writer down. Returns `f`'s answer, and whether the savepoint was
+/// closed as intended (released after success, rolled back after failure).
+fn run_one(conn: &Connection, f: TxFn) -> (StoreResult<Box<dyn Any + Send>>, StoreResult<()>) {
+    if let Err(e) = conn
+        .prepare_cached("SAVEPOINT w")
+        .and_then(|mut s| s.execute([]))
+    {
+        return (Err(e.into()), Ok(()));
+    }
+    let mut tx = SqliteTx::new(conn);
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx)))
+        .unwrap_or_else(|_| Err(StoreError::Database("a store transaction panicked".into())));
+    let closed = match &out {
+        Ok(_) => conn
+            .prepare_cached("RELEASE w")
+            .and_then(|mut s| s.execute([]))
+            .map(drop),
+        Err(_) => conn.execute_batch("ROLLBACK TO w; RELEASE w"),
+    };
+    (out, closed.map_err(StoreError::from))
+}
+
+/// One group commit in progress: the changes the open transaction holds, with their callers,
+/// and the answers already known.
+struct Group<'c> {
+    conn: &'c Connection,
+    /// A transaction is open.
+    open: bool,
+    /// Changes in the open transaction, answered only once it commits.
+    held: Answers,
+    /// Final answers.
+    answers: Answers,
+}
+
+impl Group<'_> {
+    fn begin(&mut self) -> StoreResult<()> {
+        // A transaction left open by a failed ROLLBACK would make BEGIN fail for every later
+        // group; end it first.
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        self.conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(|e| StoreError::Database(format!("begin: {e}")))?;
+        self.open = true;
+        Ok(())
+    }
+
+    /// The open transaction is gone (rolled back by SQLite or by us): every change it held
+    /// fails with `why`.
+    fn lose(&mut self, why: &StoreError) {
+        self.open = false;
+        if self.held.is_empty() {
+            return;
+        }
+        tracing::error!(
+            changes = self.held.len(),
+            error = %why,
+            "a group commit was rolled back; its changes are answered as failed"
+        );
+        let lost = StoreError::Database(format!("the group commit was rolled back: {why}"));
+        for (_, reply) in self.held.drain(..) {
+            self.answers.push((Err(lost.clone()), reply));
+        }
+    }
+
+    fn run(&mut self, f: TxFn, reply: Reply) {
+        let (out, closed) = run_one(self.conn, f);
+        if self.conn.is_autocommit() {
+            // SQLite rolled the whole transaction back while this change ran: it and every
+            // change before it in the group are gone.
+            let why = match (&out, &closed) {
+                (Err(e), _) | (Ok(_), Err(e)) => e.clone(),
+                (Ok(_), Ok(())) => StoreError::Database("the transaction ended early".into()),
+            };
+            self.lose(&why);
+            self.answers.push((Err(out.err().unwrap_or(why)), reply));
+            return;
+        }
+        match (out, closed) {
+            (Ok(v), Ok(())) => self.held.push((Ok(v), reply)),
+            // Rolled back to its savepoint: nothing of it is kept, its neighbours are.
+            (Err(e), Ok(())) => self.answers.push((Err(e), reply)),
+            (out, Err(e)) => {
+                // Neither released nor rolled back: the transaction holds an unknown part of
+                // this change. Committing could keep half of it, so undo everything.
+                tracing::error!(error = %e, "a savepoint could not be closed");
+                let _ = self.conn.execute_batch("ROLLBACK");
+                self.lose(&e);
+                self.answers.push((Err(out.err().unwrap_or(e)), reply));
+            }
+        }
+    }
+
+    /// Commits what the open transaction holds; those changes are answered `Ok` only if the
+    /// commit succeeds.
+    fn commit(&mut self) {
+        if !self.open {
+            return;
+        }
+        match self.conn.execute_batch("COMMIT") {
+            Ok(()) => {
+                self.open = false;
+                self.answers.append(&mut self.held);
+            }
+            Err(e) => {
+                if !self.conn.is_autocommit() {
+                    let _ = self.conn.execute_batch("ROLLBACK");
+                }
+                self.lose(&StoreError::Database(format!("commit: {e}")));
+            }
+        }
+    }
+}
+
+/// Runs a group of writes and commits them. Returns the answers, and (with a syncer) the
+/// commit's sequence number: those answers wait until it is durable.
+pub(super) fn run_group(
+    conn: &Connection,
+    jobs: Vec<(TxFn, Reply)>,
+    durable: Option<&Durable>,
+) -> (Option<u64>, Answers) {
+    let mut group = Group {
+        conn,
+        open: false,
+        held: Vec::with_capacity(jobs.len()),
+        answers: Vec::with_capacity(jobs.len()),
+    };
+    let mut jobs = jobs.into_iter();
+    while let Some((f, reply)) = jobs.next() {
+        if !group.open
+            && let Err(e) = group.begin()
+        {
+            group.answers.push((Err(e.clone()), reply));
+            group
+                .answers
+                .extend(jobs.by_ref().map(|(_, reply)| (Err(e.clone()), reply)));
+            break;
+        }
+        group.run(f, reply);
+    }
+    // Counted before COMMIT: from inside it, readers may see the group. Counted even when
+    // nothing is left to commit, so the answers still go through the syncer in order.
+    let seq = durable.map(|d| d.begun.fetch_add(1, Ordering::SeqCst) + 1);
+    group.commit();
+    (seq, group.answers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Agent;
+    use crate::store::migrations::migrate;
+
+    fn agent(id: &str, secret: String) -> Agent {
+        Agent {
+            id: id.into(),
+            webhook_url: "http://127.0.0.1:9/".into(),
+            secret,
+            policy_bundle: String::new(),
+            registered_at: "2026-01-01T00:00:00Z".into(),
+        }
+    }
+
+    fn put(a: Agent) -> TxFn {
+        Box::new(move |tx| {
+            tx.put_agent(&a)
+                .map(|()| Box::new(()) as Box<dyn Any + Send>)
+        })
+    }
+
+    /// A change that fails by itself (its savepoint is rolled back).
+    fn refused() -> TxFn {
+        Box::new(|tx| {
+            tx.put_agent(&agent("refused", "s".into()))?;
+            Err(StoreError::Database("refused by the change itself".into()))
+        })
+    }
+
+    /// Runs `jobs` as one group and returns their answers in job order (Ok or not).
+    fn run(conn: &Connection, jobs: Vec<TxFn>) -> Vec<bool> {
+        let (jobs, answers): (Vec<_>, Vec<_>) = jobs
+            .into_iter()
+            .map(|f| {
+                let (tx, rx) = oneshot::channel();
+                ((f, tx), rx)
+            })
+            .unzip();
+        let (_, replies) = run_group(conn, jobs, None);
+        for (result, reply) in replies {
+            let _ = reply.send(result);
+        }
+        answers
+            .into_iter()
+            .map(|mut rx| rx.try_recv().expect("every job is answered").is_ok())
+            .collect()
+    }
+
+    fn stored(conn: &Connection, id: &str) -> bool {
+        conn.query_row("SELECT count(*) FROM agents WHERE id = ?1", [id], |r| {
+            r.get::<_, i64>(0)
+        })
+        .unwrap()
+            == 1
+    }
+
+    #[test]
+    fn a_change_that_aborts_the_transaction_fails_exactly_the_changes_sqlite_did_not_keep() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        migrate(&conn, &path).unwrap();
+        // A value that needs more pages than the file may grow by fails with SQLITE_FULL, and
+        // SQLite then rolls back the whole transaction, not only the statement (checked below:
+        // the change before it is gone).
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        conn.pragma_update(None, "max_page_count", pages + 2)
+            .unwrap();
+        let answers = run(
+            &conn,
+            vec![
+                put(agent("before", "s".into())),
+                refused(),
+                put(agent("huge", "x".repeat(256 * 1024))),
+                put(agent("after", "s".into())),
+                refused(),
+                put(agent("last", "s".into())),
+            ],
+        );
+        let ids = ["before", "refused", "huge", "after", "refused", "last"];
+        assert!(
+            !stored(&conn, "before"),
+            "the setup must abort the whole transaction"
+        );
+        for (id, ok) in ids.iter().zip(&answers) {
+            assert_eq!(
+                *ok,
+                stored(&conn, id),
+                "{id}: answered ok={ok}, but stored={}",
+                stored(&conn, id)
+            );
+        }
+        assert_eq!(answers, [false, false, false, true, false, true]);
+        assert!(conn.is_autocommit(), "no transaction is left open");
+
+        // The writer goes on: the next group commits normally.
+        conn.pragma_update(None, "max_page_count", 1_000_000)
+            .unwrap();
+        assert_eq!(run(&conn, vec![put(agent("next", "s".into()))]), [true]);
+        assert!(stored(&conn, "next"));
+    }
+
+    #[test]
+    fn a_change_that_ignores_the_abort_writes_nothing_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        migrate(&conn, &path).unwrap();
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        conn.pragma_update(None, "max_page_count", pages + 2)
+            .unwrap();
+        let careless: TxFn = Box::new(|tx| {
+            let _ = tx.put_agent(&agent("huge", "x".repeat(256 * 1024)));
+            tx.put_agent(&agent("sneaky", "s".into()))?;
+            Ok(Box::new(()) as Box<dyn Any + Send>)
+        });
+        let answers = run(&conn, vec![put(agent("before", "s".into())), careless]);
+        assert_eq!(answers, [false, false]);
+        for id in ["before", "huge", "sneaky"] {
+            assert!(!stored(&conn, id), "{id} was written outside the group");
+        }
+    }
+
+    #[test]
+    fn a_change_that_aborts_the_transaction_last_fails_the_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        migrate(&conn, &path).unwrap();
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        conn.pragma_update(None, "max_page_count", pages + 2)
+            .unwrap();
+        let answers = run(
+            &conn,
+            vec![
+                put(agent("a", "s".into())),
+                put(agent("b", "s".into())),
+                put(agent("huge", "x".repeat(256 * 1024))),
+            ],
+        );
+        assert_eq!(answers, [false, false, false]);
+        for id in ["a", "b", "huge"] {
+            assert!(!stored(&conn, id), "{id}");
+        }
+        assert!(conn.is_autocommit());
+    }
+}

@@ -162,7 +162,8 @@ mod tests {
         }
     }
 
-    /// The three vectors of rebuno-sdk-generations.md (b), secret `test-secret`.
+    /// The three published v1 request-signing vectors (Python SDK 0.17 and later), secret
+    /// `test-secret`.
     #[test]
     fn v1_matches_the_spec_vectors() {
         let get = vector("GET", "/v0/executions/alpha", false, b"");

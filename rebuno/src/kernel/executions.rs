@@ -171,14 +171,21 @@ impl Kernel {
     /// an execution's owner never changes, and an agent learns an execution's id only from a
     /// dispatch, which is durable before it is delivered.
     pub async fn execution_owner(&self, id: &str) -> KernelResult<String> {
+        Ok(self.execution_state(id).await?.0)
+    }
+
+    /// An execution's agent and status, without decoding its input and output (`404` when it
+    /// does not exist). It may see a change committed and not yet durable, so it only guides
+    /// what the caller does next and is never answered as such.
+    pub(crate) async fn execution_state(
+        &self,
+        id: &str,
+    ) -> KernelResult<(String, ExecutionStatus)> {
         let id = id.to_owned();
-        let state = self
-            .inner
+        self.inner
             .store
             .read_unsettled(move |tx| tx.execution_state(&id))
-            .await?;
-        state
-            .map(|(agent, _)| agent)
+            .await?
             .ok_or_else(KernelError::not_found)
     }
 

@@ -14,7 +14,6 @@
 
 use super::{Kernel, KernelError, KernelResult};
 use crate::protocol::{MAX_STREAM_DATA_BYTES, StreamFrame};
-use crate::store::StoreExt;
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -135,15 +134,7 @@ impl Kernel {
 
     /// Whether the execution is terminal (`404` when it does not exist).
     async fn execution_ended(&self, execution_id: &str) -> KernelResult<bool> {
-        let id = execution_id.to_owned();
-        let state = self
-            .inner
-            .store
-            .read(move |tx| tx.execution_state(&id))
-            .await?;
-        state
-            .map(|(_, status)| status.is_terminal())
-            .ok_or_else(KernelError::not_found)
+        Ok(self.execution_state(execution_id).await?.1.is_terminal())
     }
 
     /// A subscription that is already over (it holds no place in the fan-out map).

@@ -396,21 +396,27 @@ mod tests {
             == 1
     }
 
-    #[test]
-    fn a_change_that_aborts_the_transaction_fails_exactly_the_changes_sqlite_did_not_keep() {
+    /// A migrated WAL database that may grow by two pages only: a change writing a large value
+    /// then fails with SQLITE_FULL, which makes SQLite roll back the whole transaction.
+    fn nearly_full() -> (tempfile::TempDir, Connection) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("g.db");
         let conn = Connection::open(&path).unwrap();
         conn.pragma_update(None, "journal_mode", "WAL").unwrap();
         migrate(&conn, &path).unwrap();
-        // A value that needs more pages than the file may grow by fails with SQLITE_FULL, and
-        // SQLite then rolls back the whole transaction, not only the statement (checked below:
-        // the change before it is gone).
         let pages: i64 = conn
             .query_row("PRAGMA page_count", [], |r| r.get(0))
             .unwrap();
         conn.pragma_update(None, "max_page_count", pages + 2)
             .unwrap();
+        (dir, conn)
+    }
+
+    /// SQLite rolls back the whole transaction on SQLITE_FULL, not only the statement (checked
+    /// below: the change before it is gone).
+    #[test]
+    fn a_change_that_aborts_the_transaction_fails_exactly_the_changes_sqlite_did_not_keep() {
+        let (_dir, conn) = nearly_full();
         let answers = run(
             &conn,
             vec![
@@ -447,16 +453,7 @@ mod tests {
 
     #[test]
     fn a_change_that_ignores_the_abort_writes_nothing_more() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("g.db");
-        let conn = Connection::open(&path).unwrap();
-        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-        migrate(&conn, &path).unwrap();
-        let pages: i64 = conn
-            .query_row("PRAGMA page_count", [], |r| r.get(0))
-            .unwrap();
-        conn.pragma_update(None, "max_page_count", pages + 2)
-            .unwrap();
+        let (_dir, conn) = nearly_full();
         let careless: TxFn = Box::new(|tx| {
             let _ = tx.put_agent(&agent("huge", "x".repeat(256 * 1024)));
             tx.put_agent(&agent("sneaky", "s".into()))?;
@@ -471,16 +468,7 @@ mod tests {
 
     #[test]
     fn a_change_that_aborts_the_transaction_last_fails_the_whole_group() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("g.db");
-        let conn = Connection::open(&path).unwrap();
-        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-        migrate(&conn, &path).unwrap();
-        let pages: i64 = conn
-            .query_row("PRAGMA page_count", [], |r| r.get(0))
-            .unwrap();
-        conn.pragma_update(None, "max_page_count", pages + 2)
-            .unwrap();
+        let (_dir, conn) = nearly_full();
         let answers = run(
             &conn,
             vec![

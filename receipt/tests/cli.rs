@@ -1,17 +1,15 @@
 //! End-to-end tests of the `receipt` binary: each test runs the built executable against its
 //! own temporary SQLite database and checks stdout, stderr and the exit status.
 
-mod cargo_build;
-
 use receipt::receipt::base36;
 use receipt::{AppendRequest, Hints, Receipt, ReceiptStore, SqliteStore};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-/// The stock `receipt` binary (built once).
+/// The stock `receipt` binary (cargo builds it for this test).
 fn binary() -> PathBuf {
-    cargo_build::receipt_bin()
+    PathBuf::from(env!("CARGO_BIN_EXE_receipt"))
 }
 
 /// One test's scratch directory and database.

@@ -3,13 +3,13 @@
 //! iterations, action errors, settled runs and merges; determinism under a pinned clock and
 //! entropy; a corrupt chain refused before anything runs; `plan()`; and the spec checks.
 
-mod receipt_agent_support;
+mod agent_support;
 
+use agent_support::*;
 use receipt::agent::control::{self, event_id};
 use receipt::agent::*;
 use receipt::sim::{FixedClock, SeededEntropy};
 use receipt::{Error, MemoryStore, Runtime, SqliteStore};
-use receipt_agent_support::*;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -103,7 +103,7 @@ async fn one_inline_action_reaches_the_goal() {
     assert_eq!(chain[4].event_id(), Some(format!("{inv}:output").as_str()));
     assert_eq!(chain[5].body()["outputCount"], 1);
     assert_eq!(chain[6].body()["note"], "goal satisfied");
-    // P-33: every receipt the controller writes carries the run id in its (hashed) context.
+    // Every receipt the controller writes carries the run id in its (hashed) context.
     for r in &chain[1..] {
         assert_eq!(r.context().unwrap().run_id.as_deref(), Some(RUN_ID));
     }

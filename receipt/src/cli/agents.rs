@@ -1,5 +1,5 @@
-//! `receipt new` (scaffold an agent spec from a template, §18.3) and `receipt run` (run or
-//! resume an agent registered in the binary, §18.4).
+//! `receipt new` (scaffold an agent spec from a template) and `receipt run` (run or resume an
+//! agent registered in the binary).
 
 use super::report::{print_json, print_text};
 use super::{CliResult, Failure, fail};

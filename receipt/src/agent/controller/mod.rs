@@ -20,7 +20,8 @@
 //! straight from the append's answer. A branch stream, or a tail that does not extend the cached
 //! one, takes the full path: read, verify from index 0, fold from scratch. A chain that fails
 //! verification is refused before anything runs. Ended runs are not cached and open ones are
-//! evicted beyond a capacity ([`super::run_cache`]); an evicted run takes the full path.
+//! evicted beyond a capacity ([`ControllerOptions::cache_capacity`]); an evicted run takes the
+//! full path.
 //!
 //! **Selected view.** The view at a selection's head is the view just before the receipt that
 //! recorded the selection (it is appended with `expectedPrev` = that head). The fold keeps it,

@@ -102,33 +102,39 @@ impl<A: AgentTypes> Pass<'_, A> {
                     view = Arc::clone(&self.cache.view);
                 }
                 let now = self.now();
-                if let Some(c) = &invocation.claim {
-                    if self.own_claims.contains(&c.claim_id) {
-                        claimed.push(
-                            self.claimed_invocation(
-                                pending, index, inv_id, action, view, c.attempt,
-                            ),
-                        );
+                if let Some(latest) = &invocation.claim {
+                    if self.own_claims.contains(&latest.claim_id) {
+                        claimed.push(self.claimed_invocation(
+                            pending,
+                            index,
+                            inv_id,
+                            action,
+                            view,
+                            latest.attempt,
+                        ));
                         break;
                     }
-                    if c.lease_expires_at > now {
+                    if latest.lease_expires_at > now {
                         let reason = format!(
                             "invocation '{inv_id}' of action '{}' is claimed by '{}' until {}",
                             action.id(),
-                            c.owner,
-                            c.lease_expires_at
+                            latest.owner,
+                            latest.lease_expires_at
                         );
                         if live_claim
                             .as_ref()
-                            .is_none_or(|(u, _)| c.lease_expires_at < *u)
+                            .is_none_or(|(until, _)| latest.lease_expires_at < *until)
                         {
-                            live_claim = Some((c.lease_expires_at, reason));
+                            live_claim = Some((latest.lease_expires_at, reason));
                         }
                         break;
                     }
                 }
-                let attempt = invocation.claim.as_ref().map_or(1, |c| c.attempt + 1);
-                let (body, claim) =
+                let attempt = invocation
+                    .claim
+                    .as_ref()
+                    .map_or(1, |latest| latest.attempt + 1);
+                let (body, new_claim_id) =
                     self.claim_body(&action, &pending.selection_id, inv_id, index, attempt, None)?;
                 let head = self.cache.head.clone();
                 match self
@@ -136,7 +142,7 @@ impl<A: AgentTypes> Pass<'_, A> {
                     .await
                 {
                     Ok(executed) if !executed.duplicate => {
-                        self.own_claims.insert(claim);
+                        self.own_claims.insert(new_claim_id);
                         claimed.push(
                             self.claimed_invocation(pending, index, inv_id, action, view, attempt),
                         );
@@ -167,7 +173,7 @@ impl<A: AgentTypes> Pass<'_, A> {
         attempt: u32,
         inline: Option<InlineSelection>,
     ) -> Result<(Value, String)> {
-        let claim = claim_id(invocation_id, &self.controller.owner_id, attempt);
+        let new_claim_id = claim_id(invocation_id, &self.controller.owner_id, attempt);
         let lease = i64::try_from(self.controller.opts.lease.as_millis()).unwrap_or(i64::MAX);
         let body = control::body(
             ACTION_STARTED,
@@ -178,14 +184,14 @@ impl<A: AgentTypes> Pass<'_, A> {
                 kind: action.kind(),
                 execution: action.mode(),
                 index,
-                claim_id: claim.clone(),
+                claim_id: new_claim_id.clone(),
                 claim_owner_id: self.controller.owner_id.clone(),
                 attempt,
                 lease_expires_at: self.now().saturating_add(lease),
                 inline_selection: inline,
             },
         )?;
-        Ok((body, claim))
+        Ok((body, new_claim_id))
     }
 
     /// A claimed invocation of `pending`, with the durable context its run sees.

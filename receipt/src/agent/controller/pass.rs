@@ -112,12 +112,12 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
         if self.spec().goal_satisfied(&self.cache.view) {
             return Plan::Complete;
         }
-        if let Some(p) = self.cache.control.oldest_pending() {
+        if let Some(pending) = self.cache.control.oldest_pending() {
             return Plan::Resume {
-                selection_id: p.selection_id.clone(),
-                action_ids: p.action_ids.clone(),
-                invocation_ids: p.invocation_ids.clone(),
-                selected_head: p.selected_head.clone(),
+                selection_id: pending.selection_id.clone(),
+                action_ids: pending.action_ids.clone(),
+                invocation_ids: pending.invocation_ids.clone(),
+                selected_head: pending.selected_head.clone(),
             };
         }
         let selection = select(self.spec(), &self.cache.view);
@@ -273,10 +273,10 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
         if selection.reason == SelectionReason::Settled {
             return Ok(Some(control::SETTLED_REASON.to_owned()));
         }
-        let (sel_id, inv_ids) = self.selection_ids(&selection.action_ids);
+        let (new_selection_id, new_invocation_ids) = self.selection_ids(&selection.action_ids);
         let head = self.cache.head.clone();
         let fields = InlineSelection {
-            selection_id: sel_id.clone(),
+            selection_id: new_selection_id.clone(),
             reason: selection.reason.as_str().to_owned(),
             action_ids: selection.action_ids.clone(),
             selected_head: head.clone(),
@@ -291,11 +291,18 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
             && first.mode() == ExecutionMode::Local
             && first.kind() != ActionKind::Human;
         let result = if inline {
-            let (body, claim) = self.claim_body(first, &sel_id, &inv_ids[0], 0, 1, Some(fields))?;
-            let id = event_id::started(&inv_ids[0], 1);
+            let (body, new_claim_id) = self.claim_body(
+                first,
+                &new_selection_id,
+                &new_invocation_ids[0],
+                0,
+                1,
+                Some(fields),
+            )?;
+            let id = event_id::started(&new_invocation_ids[0], 1);
             let result = self.append(body, id, Some(head)).await;
             if matches!(&result, Ok(executed) if !executed.duplicate) {
-                self.own_claims.insert(claim);
+                self.own_claims.insert(new_claim_id);
             }
             result
         } else {
@@ -303,10 +310,10 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
                 ACTION_SELECTED,
                 &ActionSelected {
                     selection: fields,
-                    invocation_ids: inv_ids,
+                    invocation_ids: new_invocation_ids,
                 },
             )?;
-            self.append(body, event_id::selected(&sel_id), Some(head))
+            self.append(body, event_id::selected(&new_selection_id), Some(head))
                 .await
         };
         match result {

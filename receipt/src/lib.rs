@@ -10,7 +10,14 @@
 //! - [`runtime`]: per-stream command execution (dedup, expected prev) and incremental folds;
 //! - [`fold`]: reducers and the `on(type)` / `chain()` view helpers;
 //! - [`sim`]: the injected clock and entropy that make runs reproducible;
-//! - [`agent`](mod@agent): receipt-native agents (specs, selection, the controller, remote actions).
+//! - [`agent`](mod@agent): receipt-native agents (specs, selection, the controller, remote actions);
+//!   its public submodules are `agent::control` (control receipt types and their fold),
+//!   `agent::controller`, `agent::merge` (merge policies) and `agent::remote`;
+//! - `cli` (feature `cli`, on by default): the `receipt` command-line tool, and
+//!   `cli::main_with` for a binary that registers its own agents.
+//!
+//! The attribute macros (`#[receipt::agent]`, `#[receipt::action]`, ...) are re-exported from
+//! `receipt-macros`.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {

@@ -3,8 +3,9 @@
 //!
 //! - each run's control-receipt trace (types in chain order, with the fields that say what
 //!   happened) equals its snapshot in `tests/snapshots/receipt_examples/<agent>.json`;
-//! - every id, hash and derived field is checked against the spec's derivations (§11, §12.1,
-//!   §12.4, P-22, P-26), so the snapshot is right, not just stable;
+//! - every id, hash and derived field is checked against how it is derived (selection,
+//!   invocation, claim and merge ids, control receipt fields, output manifest hashes, event
+//!   ids), so the snapshot is right, not just stable;
 //! - two runs produce the same receipts, bit for bit (ids, timestamps, hashes, bodies, hints).
 //!
 //! `UPDATE_SNAPSHOTS=1 cargo test --test receipt_examples` rewrites the snapshots; a missing
@@ -233,8 +234,8 @@ fn s<'a>(r: &'a Receipt, key: &str) -> &'a str {
 }
 
 /// Checks the chain against the spec's derivations: it verifies; every selection id, invocation
-/// id, claim, manifest hash and merge id is what §11/§12/P-22/P-26 say it is; event ids follow
-/// P-22; an inline claim is the only record of its selection; `goal.completed` never appears.
+/// id, claim, manifest hash and merge id is derived from its inputs as the agent runtime derives
+/// it; every control receipt has its deterministic event id; an inline claim is the only record of its selection; `goal.completed` never appears.
 fn check_by_spec(agent: &str, chain: &[Receipt], merge_policy: Option<(&str, &str)>) {
     receipt::verify(chain).unwrap();
     let version = "1.0.0";

@@ -1,4 +1,4 @@
-//! `receipt run` (§18.4) end to end, through the `receipt-agents` example binary (the `receipt`
+//! `receipt run` end to end, through the `receipt-agents` example binary (the `receipt`
 //! CLI with the four example agents registered): seeding, defaults, the JSON report, exit 2
 //! when a run does not complete, a human action answered with `receipt append`, and errors.
 

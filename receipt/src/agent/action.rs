@@ -1,9 +1,9 @@
-//! Actions (§9): the [`Action`] builder, and the contexts the controller hands to an action's
+//! Actions: the [`Action`] builder, and the contexts the controller hands to an action's
 //! `run` ([`ActionContext`]), its `commit_when` ([`CommitContext`]) and a human action's
 //! `response_when` ([`ResponseContext`]).
 //!
 //! `emit` never appends: it adds to a per-invocation buffer that the controller binds with an
-//! `action.output.manifest` before any of it reaches the chain (§12.4).
+//! `action.output.manifest` before any of it reaches the chain.
 
 use super::control::is_control_type;
 use super::select::Candidate;
@@ -239,7 +239,7 @@ impl<A: AgentTypes> ResponseContext<A> {
     pub fn view(&self) -> &A::View {
         &self.view
     }
-    /// The invocation awaiting the response (correlate the response receipt on it, P-40).
+    /// The invocation awaiting the response (the response receipt should carry it, so that it can be matched to this request).
     pub fn invocation_id(&self) -> &str {
         &self.invocation_id
     }
@@ -456,7 +456,8 @@ impl<A: AgentTypes> Action<A> {
         }
     }
 
-    /// The checks the controller repeats before every selection (§9.3, §12.6).
+    /// The checks the controller repeats before every selection (an `external` action must run
+    /// remotely, a `human` action needs `response_when`).
     pub fn check(&self) -> Result<()> {
         if self.side_effects == SideEffects::External && self.execution != ExecutionMode::Remote {
             return Err(AgentError::ExternalNotRemote(self.id.clone()).into());

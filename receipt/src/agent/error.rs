@@ -70,7 +70,7 @@ pub enum AgentError {
     /// The run made as many selections as the spec allows.
     #[error("max iterations reached ({0})")]
     MaxIterations(u32),
-    /// A re-run produced other output than the manifest an earlier owner bound (P-22).
+    /// A re-run produced other output than the manifest an earlier owner bound.
     #[error("action '{action}' output for invocation '{invocation}' does not match its manifest")]
     OutputMismatch {
         /// The action id.
@@ -94,7 +94,8 @@ pub enum AgentError {
         /// The emitted type.
         ty: String,
     },
-    /// An emitted receipt of one of the controller's own types (P-32).
+    /// An emitted receipt of one of the controller's own types (those are the controller's to
+    /// write).
     #[error("action '{action}' cannot emit control receipt type '{ty}'")]
     EmitControl {
         /// The action id.
@@ -165,7 +166,7 @@ pub enum AgentError {
     /// `when` is false at the selected head.
     #[error("remote action '{0}' is no longer runnable at its selected head")]
     RemoteNotRunnable(String),
-    /// The remote call did not answer within its timeout (P-25).
+    /// The remote call did not answer within its timeout.
     #[error("remote action timed out")]
     RemoteTimeout,
     /// A remote action and no dispatcher to send it through.

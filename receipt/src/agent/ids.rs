@@ -1,4 +1,5 @@
-//! Deterministic identifiers (§11, P-15, P-22, P-26) and the pinned protocol constants.
+//! Deterministic identifiers (selections, invocations, claims, merges, output hashes) and the
+//! pinned protocol constants.
 //!
 //! Every id is a digest of the RFC 8785 canonical JSON of a small array, so a recovered run
 //! reproduces exactly the ids it had before the crash.
@@ -64,7 +65,7 @@ pub fn invocation_id(selection_id: &str, action_id: &str, index: usize) -> Strin
 }
 
 /// `agent_action_claim_` + the first 32 hex of sha256(cj([invocationId, claimOwnerId,
-/// attempt])) (P-15).
+/// attempt])): one claim id per owner and attempt.
 pub fn claim_id(invocation_id: &str, claim_owner_id: &str, attempt: u32) -> String {
     format!(
         "{CLAIM_PREFIX}{}",
@@ -73,7 +74,7 @@ pub fn claim_id(invocation_id: &str, claim_owner_id: &str, attempt: u32) -> Stri
 }
 
 /// `agent_merge_` + the first 32 hex of sha256(cj([runId, agentId, agentVersion, policyId,
-/// policyVersion, head ?? "root"])) (P-26).
+/// policyVersion, head ?? "root"])): one merge per policy and head.
 pub fn merge_id(
     run_id: &str,
     agent_id: &str,
@@ -94,7 +95,7 @@ pub fn merge_id(
 }
 
 /// The manifest content hash: hex sha256 of the canonical JSON of the bodies array, in emission
-/// order (P-22). Key order inside a body does not matter.
+/// order. Key order inside a body does not matter.
 pub fn content_hash(bodies: &[Value]) -> Result<String> {
     let mut out = Vec::with_capacity(64 * bodies.len() + 2);
     out.push(b'[');

@@ -1,8 +1,8 @@
-//! Merge policies (§14): [`MergePolicy`] (built by [`merge`], alias [`rebracket`]), its
+//! Merge policies: [`MergePolicy`] (built by [`merge`], alias [`rebracket`]), its
 //! candidate, score and decision types, and the contexts its functions receive.
 //!
 //! The controller runs a durable merge after every pass in which an invocation committed
-//! (P-26): `merge.started` (the claim, id [`merge_id`](super::merge_id)), then either
+//! (each step a control receipt, so that a re-run finds what happened): `merge.started` (the claim, id [`merge_id`](super::merge_id)), then either
 //! `merge.skipped` (`settled` when `should_recompute` is false, `no-candidates`), or
 //! `merge.selected` (every candidate's score vector), `merge.output.manifest` +
 //! outputs when `on_result` is set, and `merge.applied`; any failure after the claim ends at

@@ -52,27 +52,31 @@
 //! # Ok::<(), receipt::Error>(()) }).unwrap();
 //! ```
 //!
-//! **Where this follows the spec's proposals and where it does not.** Control receipt bodies,
-//! event ids and defaults follow P-14..P-26 and P-32/P-33. Deviations and additions:
+//! **Choices this runtime makes.** Every control receipt is appended with a deterministic event
+//! id, so that a retried or racing append lands once; every receipt the controller writes
+//! carries the run id (and the configured actor) in its context; an agent's view folds control
+//! receipts as well as domain ones. Beyond that:
 //!
-//! - Leases are not renewed (P-15 prefers a side table, which the store does not have, or an
-//!   `action.heartbeat` type, which is not in the canonical set). A claim lives for its lease
+//! - Leases are not renewed (renewal would need a side table, which the store does not have, or
+//!   a heartbeat receipt type, which is not among the control types). A claim lives for its lease
 //!   (default 300 s); a local run is cut off at the execution timeout instead (lease − 1 s, at
 //!   least 5 s), and an owner whose lease lapsed may still commit as long as nobody has claimed
 //!   a later attempt (the manifest's expected-prev CAS fences a takeover that races it).
 //! - A live claim of another owner is waited out by default (polling until the invocation
 //!   settles or the lease expires); [`LiveClaims::Return`] makes the pass return
-//!   [`RunOutcome::Busy`] instead, a status the spec does not have.
+//!   [`RunOutcome::Busy`] instead (nothing is appended).
 //! - A `human` action's `run` sees the view at which its `response_when` became true, not the
-//!   view at the selected head (P-20), or it could not read the response it waited for;
+//!   view at the selected head, or it could not read the response it waited for;
 //!   `commit_when` still gets both views.
 //! - Storage errors and corrupt chains are returned without `run.failed` (the run is resumable);
-//!   every error of the agent's own making appends `run.failed` and is then returned (P-21), and
+//!   every error of the agent's own making appends `run.failed` and is then returned, and
 //!   a later pass reports [`RunOutcome::Failed`].
 //! - `run.blocked` carries the event id `<runId>:run.blocked:<head>` so that two controllers
-//!   blocking at the same head write it once; the other control receipts use P-22's ids, plus
-//!   `<invocationId>:failed`, `<invocationId>:superseded`, `<runId>:run.completed`,
-//!   `<runId>:run.failed` and `<mergeId>:<step>`.
+//!   blocking at the same head write it once; the other event ids are `<runId>:run.started`,
+//!   `<runId>:run.completed`, `<runId>:run.failed`, `<selectionId>:selected`,
+//!   `<invocationId>:started:<attempt>`, `<invocationId>:<step>` for `manifest`, `output`,
+//!   `completed`, `failed`, `superseded`, `human.requested` and `human.responded`, and
+//!   `<mergeId>:<step>` ([`control::event_id`]).
 //! - A remote payload also carries `attempt`; the worker's check of the function name and
 //!   version (a call for another version is refused) comes before the spec lookup.
 //! - A merge whose `merge.started` was left without an end by a crash is not resumed at a later

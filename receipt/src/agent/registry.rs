@@ -1,4 +1,4 @@
-//! The spec registry (P-27): type-erased specs ([`DynAgent`]) by agent id, which the CLI and the
+//! The spec registry: type-erased specs ([`DynAgent`]) by agent id, which the CLI and the
 //! remote worker use to find an agent without knowing its Rust type.
 
 use super::controller::{Controller, ControllerOptions, RunOutcome};
@@ -21,7 +21,7 @@ pub trait DynAgent: Send + Sync + 'static {
     fn receipt_types(&self) -> &'static [&'static str];
     /// The action ids, in declaration order.
     fn action_ids(&self) -> Vec<String>;
-    /// The seed type of `receipt run` (§18.4): `task.requested` when declared, else
+    /// The type of the receipt `receipt run` seeds a new run with: `task.requested` when declared, else
     /// `prompt.received` when declared, else none.
     fn seed_type(&self) -> Option<&'static str> {
         let types = self.receipt_types();

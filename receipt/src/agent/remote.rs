@@ -1,4 +1,4 @@
-//! Remote actions (§13): the pinned durable function, the call/payload/result shapes (P-25),
+//! Remote actions: the pinned durable function, the call/payload/result shapes,
 //! the [`RemoteDispatcher`] seam, the [`RemoteWorker`] that serves calls by reloading the spec
 //! from a [`Registry`] and re-checking everything, and an [`InProcessDispatcher`] that runs the
 //! worker in its own task.
@@ -29,7 +29,7 @@ pub const REMOTE_TIMEOUT_MS: u64 = 120_000;
 /// deployment's `worker-chat` role serves `receipt-chat`).
 pub const DEFAULT_TARGET_GROUP: &str = "receipt-chat";
 
-/// What a remote worker is told (P-25). `attempt` is an addition: the worker hands it to the
+/// What a remote worker is told. `attempt` is an addition: the worker hands it to the
 /// action's context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -125,7 +125,7 @@ pub trait RemoteDispatcher: Send + Sync {
 /// Serves [`REMOTE_FUNCTION`] version 2: reloads the spec from the registry by id and runs the
 /// action after re-checking, in order, the spec's remote support, its id and version, the
 /// selected head, that the action exists, its kind and execution (and that it is remote), and
-/// `when` at the selected head; each check has its own refusal (§13).
+/// `when` at the selected head; each check has its own refusal.
 pub struct RemoteWorker {
     registry: Arc<Registry>,
     runtime: Arc<Runtime>,

@@ -1,4 +1,4 @@
-//! Deterministic selection (§10): which runnable actions run next, and why.
+//! Deterministic selection: which runnable actions run next, and why.
 
 use super::{ActionKind, AgentSpec, AgentTypes};
 use serde::{Deserialize, Serialize};
@@ -102,7 +102,8 @@ pub fn select_runnable<'a>(
     }
 }
 
-/// Selects the spec's actions that are runnable against `view` (§10).
+/// Selects the spec's actions that are runnable against `view`: the highest-priority kind
+/// first, as [`select_runnable`] orders them.
 pub fn select<A: AgentTypes>(spec: &AgentSpec<A>, view: &A::View) -> Selection {
     let runnable = spec
         .actions()

@@ -1,4 +1,4 @@
-//! The agent spec (§8): [`AgentSpec`] and its [`SpecBuilder`], whose `build()` makes every check
+//! The agent spec: [`AgentSpec`] and its [`SpecBuilder`], whose `build()` makes every check
 //! the `#[receipt::agent]` macro makes at compile time, with the same messages.
 
 use super::action::{Action, WhenFn};
@@ -106,7 +106,7 @@ impl<A: AgentTypes> AgentSpec<A> {
     }
 
     /// The checks the controller repeats before every selection: `external` implies `remote`,
-    /// `human` has `response_when` (all declared actions, P-24).
+    /// `human` has `response_when` (every declared action, runnable or not).
     pub fn check_actions(&self) -> Result<()> {
         self.actions.iter().try_for_each(Action::check)
     }
@@ -141,7 +141,7 @@ impl<A: AgentTypes> SpecBuilder<A> {
         self.runtime_policy_version = v.into();
         self
     }
-    /// The merge policy (§14).
+    /// Sets the merge policy (see [`MergePolicy`]).
     pub fn merge(mut self, policy: MergePolicy<A>) -> Self {
         self.merge = Some(policy);
         self

@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use super::AgentError;
 
-/// The four action kinds. They set the selection priority (§10): `human` first, then
+/// The four action kinds. They set the selection priority: `human` first, then
 /// `assistant`, `action`, `tool`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -74,7 +74,7 @@ impl FromStr for ActionKind {
     }
 }
 
-/// What the runtime may do to an action on a retry (§9.3).
+/// What the runtime may do to an action on a retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SideEffects {
@@ -121,7 +121,7 @@ impl FromStr for SideEffects {
     }
 }
 
-/// Where an action runs: in the controller's process, or through the remote dispatcher (§13).
+/// Where an action runs: in the controller's process, or through the remote dispatcher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ExecutionMode {
@@ -180,7 +180,7 @@ pub trait ReceiptSet:
 
 /// An agent's view: a fold over the run chain, applied one receipt at a time in chain order.
 ///
-/// It sees every receipt of the run stream, domain and control receipts alike (P-32), and must
+/// It sees every receipt of the run stream, domain and control receipts alike, and must
 /// be a pure function of them: the controller folds incrementally and the remote worker folds
 /// the prefix up to a selected head, and both must arrive at the same view.
 pub trait AgentView: Clone + Default + Send + Sync + 'static {

@@ -1,7 +1,8 @@
-//! `receipt new` (scaffold an agent spec from a template, §18.3) and `receipt run` (run or
-//! resume an agent registered in the binary, §18.4).
+//! `receipt new` (scaffold an agent spec from a template) and `receipt run` (run or resume an
+//! agent registered in the binary).
 
-use super::{CliResult, Failure, fail, print_text};
+use super::report::{print_json, print_text};
+use super::{CliResult, Failure, fail};
 use crate::agent::{ControllerOptions, InProcessDispatcher, Registry, RemoteWorker, RunOutcome};
 use crate::receipt::base36;
 use crate::sim::{Clock, EntropySource, OsEntropy, SystemClock};
@@ -525,7 +526,7 @@ pub(super) async fn run(db: &Path, a: RunArgs, registry: Arc<Registry>) -> CliRe
         reason,
         error,
     };
-    super::print_json(&report)?;
+    print_json(&report)?;
     if report.ok {
         Ok(())
     } else {

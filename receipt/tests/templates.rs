@@ -1,4 +1,4 @@
-//! `receipt new` (§18.3): every template compiles as generated and runs, and the command's
+//! `receipt new`: every template compiles as generated and runs, and the command's
 //! refusals and output are the spec's.
 //!
 //! Each template's source (`receipt::cli::template(name, "demo-agent")`, exactly what
@@ -6,8 +6,6 @@
 //! with a `Controller` on a `MemoryStore`, seeded as `receipt run` seeds it; trybuild compiles
 //! and runs each one. `basic`, `assistant-tool` and `merge` complete; `human-loop` blocks on
 //! its human action, then completes once `approval.received` is appended.
-
-mod cargo_build;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -124,9 +122,9 @@ fn an_unknown_template_is_basic() {
     );
 }
 
-/// The stock `receipt` binary (built once).
+/// The stock `receipt` binary (cargo builds it for this test).
 fn binary() -> PathBuf {
-    cargo_build::receipt_bin()
+    PathBuf::from(env!("CARGO_BIN_EXE_receipt"))
 }
 
 /// Runs `receipt <args>` in `cwd` with a scrubbed environment.

@@ -1,9 +1,9 @@
-//! Shared fixtures of the `receipt_agent*` tests: a receipt set, a view over it, an agent type,
-//! and helpers to read control-receipt traces.
+//! Shared fixtures of the agent tests: a receipt set, a view over it, an agent type, a few
+//! actions, and helpers to read control-receipt traces.
 
 #![allow(dead_code)]
 
-use receipt::agent::{AgentTypes, AgentView, ReceiptSet};
+use receipt::agent::{Action, AgentSpec, AgentTypes, AgentView, ReceiptSet};
 use receipt::{Command, MemoryStore, Receipt, Runtime};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -152,4 +152,56 @@ pub fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key)
         .and_then(Value::as_str)
         .unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+/// The `complete` action: runs once a prompt is seeded and emits `task.completed`.
+pub fn complete_action() -> Action<TestAgent> {
+    Action::<TestAgent>::action("complete")
+        .when(|v: &TaskView| v.prompt.is_some() && v.results.is_empty())
+        .run(|_agent, ctx| async move {
+            let prompt = ctx.view().prompt.clone().unwrap_or_default();
+            ctx.emit(Task::Completed {
+                result: format!("done: {prompt}"),
+            })
+            .await
+        })
+}
+
+/// A spec whose only action is [`complete_action`] and whose goal is a result.
+pub fn basic_spec() -> Arc<AgentSpec<TestAgent>> {
+    Arc::new(
+        AgentSpec::builder("test-agent", "1.0.0", TestAgent)
+            .action(complete_action())
+            .goal(|v| !v.results.is_empty())
+            .build()
+            .unwrap(),
+    )
+}
+
+/// The human action `approve`: responded once an `approval.received` correlated with its
+/// invocation is in the view; its run records the view it ran with in `ran_with`.
+pub fn approve_action(ran_with: Arc<std::sync::Mutex<Option<TaskView>>>) -> Action<TestAgent> {
+    Action::<TestAgent>::human("approve")
+        .when(|v: &TaskView| v.results.is_empty())
+        .response_when(|ctx| {
+            ctx.view()
+                .approvals
+                .iter()
+                .any(|(inv, _)| inv == ctx.invocation_id())
+        })
+        .run(move |_agent, ctx| {
+            let ran_with = Arc::clone(&ran_with);
+            async move {
+                let approved = ctx
+                    .view()
+                    .approvals
+                    .iter()
+                    .any(|(inv, ok)| inv == ctx.invocation_id() && *ok);
+                *ran_with.lock().unwrap() = Some(ctx.view().clone());
+                ctx.emit(Task::Completed {
+                    result: format!("approved={approved}"),
+                })
+                .await
+            }
+        })
 }

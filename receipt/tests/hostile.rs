@@ -3,13 +3,12 @@
 //! of streams and runs, and eviction never changes a result; `receipt new` never follows a
 //! symlink; `append` refuses bodies too large or too deep to store.
 
-mod cargo_build;
-mod receipt_agent_support;
+mod agent_support;
 
+use agent_support::*;
 use receipt::agent::{Action, AgentSpec, Controller, RunOutcome};
 use receipt::runtime::{CacheSizes, DEFAULT_CACHE_CAPACITY};
 use receipt::{Command, MemoryStore, Receipt, Reducer, Runtime, fold_chain};
-use receipt_agent_support::*;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::Path;
@@ -299,7 +298,7 @@ async fn open_runs_stay_within_the_capacity_and_an_evicted_one_resumes_like_a_ca
 
 /// Runs the stock `receipt` binary in `cwd` with a scrubbed environment and `stdin` as input.
 fn receipt(cwd: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = std::process::Command::new(cargo_build::receipt_bin())
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_receipt"))
         .current_dir(cwd)
         .env_remove("RECEIPT_DB")
         .args(args)

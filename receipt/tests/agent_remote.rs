@@ -1,12 +1,12 @@
-//! Remote actions (§13): dispatch through the pinned durable function (call id, version,
+//! Remote actions: dispatch through the pinned durable function (call id, version,
 //! timeout, target groups), the worker's reload from the registry and its re-checks, each with
 //! its exact refusal, and refusals or timeouts ending in `action.failed`.
 
-mod receipt_agent_support;
+mod agent_support;
 
+use agent_support::*;
 use receipt::agent::*;
 use receipt::{Error, Result, Runtime};
-use receipt_agent_support::*;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -157,7 +157,7 @@ async fn remote_actions_run_through_the_pinned_function() {
         one(&s.runtime, STREAM, "task.completed").await["result"],
         "1 charge(s)"
     );
-    // The payload's wire shape (P-25).
+    // The payload's wire shape.
     let wire = serde_json::to_value(&calls[0]).unwrap();
     for key in [
         "agentId",

@@ -1,9 +1,10 @@
-//! Deterministic selection (§10) as table tests, and the identifier vectors (§11).
+//! Deterministic selection as table tests, and the identifier vectors (selection, invocation,
+//! claim and merge ids).
 
-mod receipt_agent_support;
+mod agent_support;
 
+use agent_support::{TaskView, TestAgent};
 use receipt::agent::*;
-use receipt_agent_support::{TaskView, TestAgent};
 
 /// One row: (id, kind, exclusive, max_concurrency), runnable ones only, declaration order.
 type Row = (&'static str, ActionKind, bool, Option<u32>);

@@ -1,0 +1,143 @@
+//! The command line of `receipt`: the global `--db` option, the subcommands and their
+//! arguments as clap parses them (their doc comments are the `--help` text).
+
+use super::agents::{NewArgs, RunArgs};
+use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+const AFTER_HELP: &str = "\
+Database: --db <path>, else $RECEIPT_DB, else .receipt/receipts.db in the current directory.
+Only `append` creates the database; every other command needs an existing one.
+
+Stream arguments <t>: a value containing '/' is used as the stream name; otherwise an exact
+stream name, otherwise the stream ending in '/runs/<value>' (a run id).
+
+Errors print one line `error: <message>` on stderr and exit with status 1.";
+
+/// Append to, read, verify and fork receipt streams.
+#[derive(Debug, Parser)]
+#[command(name = "receipt", version, after_help = AFTER_HELP)]
+pub(super) struct Cli {
+    /// Receipt database file (overrides $RECEIPT_DB; default .receipt/receipts.db)
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(super) db: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub(super) command: Option<Cmd>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum Cmd {
+    /// Append one event to a stream and print the new receipt as JSON
+    Append(AppendArgs),
+    /// List a stream's receipts: index, ISO timestamp and event type
+    Trace(TraceArgs),
+    /// Print a stream's full receipts as JSON
+    Replay(ReportArgs),
+    /// Print a stream's receipt count and its last receipt as JSON
+    Inspect(ReportArgs),
+    /// Verify a stream's hash chain (exit 1 when it is broken)
+    Verify(VerifyArgs),
+    /// Fork a stream at an index into a new branch (writes metadata only)
+    Fork(ForkArgs),
+    /// List streams and branches
+    Streams(StreamsArgs),
+    /// Scaffold an agent spec at src/agents/<agent-id>.rs
+    New(NewArgs),
+    /// Run (or resume) an agent registered in this binary on a new or existing run
+    Run(RunArgs),
+    /// Anything else is an unknown command.
+    #[command(external_subcommand)]
+    External(Vec<OsString>),
+}
+
+#[derive(Debug, Args)]
+pub(super) struct AppendArgs {
+    /// Stream to append to (used verbatim; created by its first receipt)
+    pub(super) stream: String,
+    /// Event type, written into the body's "type" field
+    #[arg(value_name = "TYPE")]
+    pub(super) event_type: String,
+    /// Event body: a JSON object ("-" reads it from stdin)
+    #[arg(value_name = "JSON", allow_hyphen_values = true)]
+    pub(super) body: String,
+    /// Dedup key: when a receipt with this event id exists, nothing is appended
+    #[arg(long, value_name = "ID")]
+    pub(super) event_id: Option<String>,
+    /// Append only if the stream's head is this hash ("none" or "": the stream must be empty)
+    #[arg(long, value_name = "HASH")]
+    pub(super) expect_prev: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct TraceArgs {
+    /// Stream name or run id
+    #[arg(value_name = "T")]
+    pub(super) target: String,
+    /// Print JSON: { stream, receipts: [{ index, ts, isoTs, type }] }
+    #[arg(long)]
+    pub(super) json: bool,
+    /// Write the JSON report to this file (replacing it) and print a summary envelope instead
+    #[arg(long, value_name = "PATH")]
+    pub(super) output_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct ReportArgs {
+    /// Stream name or run id
+    #[arg(value_name = "T")]
+    pub(super) target: String,
+    /// Accepted for symmetry; the output is always JSON
+    #[arg(long)]
+    pub(super) json: bool,
+    /// Write the JSON report to this file (replacing it) and print a summary envelope instead
+    #[arg(long, value_name = "PATH")]
+    pub(super) output_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct VerifyArgs {
+    /// Stream name or run id
+    #[arg(value_name = "T")]
+    pub(super) target: String,
+    /// Print the result as JSON on stdout (a failure still exits 1)
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    allow_negative_numbers = true,
+    after_help = "Forms: `receipt fork <t> <at> <new>` or `receipt fork <t> --at <index> [--name <branch>]`.\n\
+                  The default branch name is <stream>/branches/fork_<base36 now ms>_<index>."
+)]
+pub(super) struct ForkArgs {
+    /// Stream name or run id to fork
+    #[arg(value_name = "T")]
+    pub(super) target: String,
+    /// Fork point: how many receipts of <t> the branch keeps (same as --at)
+    #[arg(value_name = "AT")]
+    pub(super) at_pos: Option<String>,
+    /// Branch name (same as --name)
+    #[arg(value_name = "NEW")]
+    pub(super) name_pos: Option<String>,
+    /// Fork point, 0..=length of <t> (fractions are floored)
+    #[arg(
+        long = "at",
+        value_name = "INDEX",
+        allow_hyphen_values = true,
+        conflicts_with = "at_pos"
+    )]
+    pub(super) at: Option<String>,
+    /// Branch name [default: <stream>/branches/fork_<base36 now ms>_<index>]
+    #[arg(long, value_name = "BRANCH", conflicts_with = "name_pos")]
+    pub(super) name: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct StreamsArgs {
+    /// Print a JSON array of { name, count, head, lastTs, parent, forkAt }
+    #[arg(long)]
+    pub(super) json: bool,
+}

@@ -1,0 +1,56 @@
+//! Resolving a stream argument `<t>`: a value containing `/` is a stream name, otherwise an
+//! exact stream name, otherwise the run stream ending in `/runs/<value>` (a run id).
+
+use super::{CliResult, fail, open_existing};
+use crate::{Receipt, ReceiptStore};
+use std::path::Path;
+
+/// Every stream that exists: streams with stored receipts and branches (which may have none).
+pub(super) async fn known_streams(store: &dyn ReceiptStore) -> CliResult<Vec<String>> {
+    let mut names: Vec<String> = store
+        .list_streams()
+        .await?
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    names.extend(store.list_branches().await?.into_iter().map(|b| b.name));
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// Resolves `<t>`: verbatim when it contains `/`, else an exact stream name, else the first
+/// stream (by name) ending in `/runs/<value>`.
+pub(super) async fn resolve(store: &dyn ReceiptStore, value: &str) -> CliResult<String> {
+    if value.contains('/') {
+        return Ok(value.to_owned());
+    }
+    let names = known_streams(store).await?;
+    if names.iter().any(|n| n == value) {
+        return Ok(value.to_owned());
+    }
+    if !value.is_empty() {
+        let suffix = format!("/runs/{value}");
+        if let Some(name) = names.iter().find(|n| n.ends_with(&suffix)) {
+            return Ok(name.clone());
+        }
+    }
+    fail(format!("Unable to resolve run/stream '{value}'"))
+}
+
+/// [`resolve`], and the stream must exist (have receipts or be a branch).
+pub(super) async fn resolve_existing(store: &dyn ReceiptStore, value: &str) -> CliResult<String> {
+    let stream = resolve(store, value).await?;
+    if store.tail(&stream).await?.is_none() && store.branch(&stream).await?.is_none() {
+        return fail(format!("Unknown stream '{stream}'"));
+    }
+    Ok(stream)
+}
+
+/// Opens the database, resolves `<t>` and reads its materialized chain.
+pub(super) async fn read_target(db: &Path, target: &str) -> CliResult<(String, Vec<Receipt>)> {
+    let rt = open_existing(db)?;
+    let stream = resolve_existing(&**rt.store(), target).await?;
+    let chain = rt.read(&stream).await?;
+    Ok((stream, chain))
+}

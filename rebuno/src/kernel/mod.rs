@@ -130,14 +130,9 @@ impl From<&TransitionError> for KernelError {
 /// Result alias for kernel operations.
 pub type KernelResult<T> = Result<T, KernelError>;
 
-/// The `(dispatch_id, dispatch_attempt)` pair an agent mutation carries.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Lease {
-    /// The dispatch id (canonical UUID).
-    pub dispatch_id: String,
-    /// The attempt the agent was delivered.
-    pub attempt: u32,
-}
+/// The `(dispatch_id, dispatch_attempt)` pair an agent mutation carries (defined with the wire
+/// protocol, which the agent SDK shares).
+pub use crate::protocol::Lease;
 
 /// Kernel settings. [`KernelConfig::from_env`] reads the spec's `REBUNO_*` variables.
 #[derive(Debug, Clone)]

@@ -44,7 +44,9 @@ pub use volatile::MemoryFootprint;
 use crate::policy::ratelimit::{MemoryRateLimiter, RateLimiter};
 use crate::policy::{MissingBundle, PolicyEngine};
 use crate::protocol::{ErrorCode, ErrorEnvelope, EventType, TransitionError};
-use crate::store::{SqliteStore, Store, StoreError};
+#[cfg(feature = "sqlite")]
+use crate::store::SqliteStore;
+use crate::store::{Store, StoreError};
 use crate::time::{Clock, SystemClock, rfc3339};
 use serde_json::Value;
 use std::sync::Arc;
@@ -404,13 +406,15 @@ impl Kernel {
     }
 
     /// Opens a kernel on `sqlite://<path>`, `sqlite::memory:` or `memory`, configured from the
-    /// environment.
+    /// environment (feature `sqlite`).
+    #[cfg(feature = "sqlite")]
     pub async fn open(url: &str) -> KernelResult<Kernel> {
         let store = SqliteStore::open_url(url).map_err(KernelError::from)?;
         Kernel::builder(Arc::new(store)).build().await
     }
 
-    /// An in-memory kernel (tests, `rebuno dev --memory`).
+    /// An in-memory kernel (tests, `rebuno dev --memory`; feature `sqlite`).
+    #[cfg(feature = "sqlite")]
     pub async fn memory() -> KernelResult<Kernel> {
         Kernel::open("memory").await
     }

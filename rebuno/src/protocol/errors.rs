@@ -78,12 +78,22 @@ impl ErrorEnvelope {
         self.code.http_status()
     }
 
-    /// The `400` answer to a submit whose args are not valid JSON: `invalid args: <error>`.
-    pub fn invalid_args(err: &IdentityError) -> Self {
+    /// `400 validation_error` with the message `validation error: <detail>`.
+    pub fn validation(detail: impl std::fmt::Display) -> Self {
         ErrorEnvelope::new(
             ErrorCode::ValidationError,
-            format!("validation error: invalid args: {err}"),
+            format!("validation error: {detail}"),
         )
+    }
+
+    /// `404 not_found` with the message `not found`.
+    pub fn not_found() -> Self {
+        ErrorEnvelope::new(ErrorCode::NotFound, "not found")
+    }
+
+    /// The `400` answer to a submit whose args are not valid JSON: `invalid args: <error>`.
+    pub fn invalid_args(err: &IdentityError) -> Self {
+        ErrorEnvelope::validation(format_args!("invalid args: {err}"))
     }
 }
 

@@ -1,8 +1,8 @@
 //! Unit tests of the client: URLs, configuration, id checks and the mapping of HTTP answers.
 
-use super::*;
 use super::builder::from_lookup;
 use super::http::{error_answer, snippet};
+use super::*;
 use crate::error::ApiError;
 use crate::protocol::ErrorCode;
 

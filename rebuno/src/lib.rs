@@ -21,9 +21,9 @@
 //!
 //! Always built (the SDK):
 //!
-//! - [`agent`]: the agent runtime ([`Agent`]): webhook endpoint, handlers, leases, and the
+//! - [`agent`](mod@agent): the agent runtime ([`Agent`]): webhook endpoint, handlers, leases, and the
 //!   [`ExecutionContext`] every effect goes through;
-//! - [`tool`] and [`step`]: tools and recorded local steps (`#[tool]`, `#[step]`, `#[agent]` come
+//! - [`tool`](mod@tool) and [`step`](mod@step): tools and recorded local steps (`#[tool]`, `#[step]`, `#[agent]` come
 //!   from `rebuno-macros`);
 //! - [`llm`]: LLM calls as durable `llm_call` steps, and token usage of provider responses;
 //! - [`client`]: the [`Client`] of executions, events, steps and approvals (over HTTP, or in

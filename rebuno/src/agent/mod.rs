@@ -2,7 +2,7 @@
 //! an embedded kernel), runs the handler in the background inside an [`ExecutionContext`],
 //! renews the lease while it runs, and completes or fails the execution with its result.
 //!
-//! Delivery rules (spec §4, SDK 0.14+): the webhook's signature is verified over the raw body
+//! Delivery rules (those of the Python SDK 0.14+): the webhook's signature is verified over the raw body
 //! before anything else (`401`); a body without `execution_id`, `dispatch_id` or a positive
 //! `dispatch_attempt` gets `400`; anything else is acknowledged at once (`200`) and handled in
 //! the background. A duplicate of the attempt already running is a no-op, a newer attempt

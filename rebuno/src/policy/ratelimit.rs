@@ -1,4 +1,4 @@
-//! Rate limiting of rule matches (spec §11): the [`RateLimiter`] backend trait, the in-memory
+//! Rate limiting of rule matches: the [`RateLimiter`] backend trait, the in-memory
 //! token-bucket backend used by dev mode, and [`enforce_rate_limit`], which applies a decision's
 //! limit and its `on_limiter_error` policy. The injectable [`Clock`] it reads lives in
 //! [`crate::time`] (the agent SDK uses it too) and is re-exported here.
@@ -270,7 +270,8 @@ impl RateLimitOutcome {
 }
 
 /// Applies the rate limit of `decision` (if any) to the call described by `input`, using the
-/// bucket key of spec §11. Call it only for new steps, before recording anything (§7.4); it
+/// rule's bucket key ([`RateLimit::bucket_key`]). Call it only for new steps, before recording
+/// anything about the policy result; it
 /// applies whatever the decision's action is.
 pub async fn enforce_rate_limit(
     limiter: &dyn RateLimiter,

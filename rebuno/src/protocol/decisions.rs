@@ -11,9 +11,9 @@ pub const REASON_POLICY_DENIED: &str = "policy_denied";
 pub const REASON_RATE_LIMIT_EXCEEDED: &str = "rate_limit_exceeded";
 /// Reason when the rate limiter failed and the rule says `on_limiter_error: deny`.
 pub const REASON_RATE_LIMITER_UNAVAILABLE: &str = "rate_limiter_unavailable";
-/// Error reason of an orphaned `at_most_once` step (§8).
+/// Error reason of an orphaned `at_most_once` step (its outcome is unknown).
 pub const REASON_INDETERMINATE: &str = "indeterminate";
-/// Error message of an orphaned `at_most_once` step (§8).
+/// Error message of an orphaned `at_most_once` step.
 pub const MESSAGE_INDETERMINATE: &str =
     "outcome unknown: this may already have taken effect. Check the state before continuing.";
 /// Rule id of the denial of a new occurrence of an indeterminate `at_most_once` effect.
@@ -30,7 +30,7 @@ pub const REASON_EXECUTION_CANCELLED: &str = "execution_cancelled";
 pub const REASON_CLIENT_CANCELLED: &str = "client_cancelled";
 /// Failure reason when a dispatch ran out of attempts.
 pub const REASON_DISPATCH_EXHAUSTED: &str = "dispatch_exhausted";
-/// (SEED lease protocol) Reason when the execution's token budget is used up.
+/// Reason when the execution's token budget is used up.
 pub const REASON_TOKEN_BUDGET_EXCEEDED: &str = "execution_token_budget_exceeded";
 /// Approval rationale written when an approval times out.
 pub const RATIONALE_TIMEOUT: &str = "timeout";
@@ -69,7 +69,7 @@ wire_enum! {
         Replay = "replay",
         /// Policy (or an approver) denied the step; `reason` says why.
         Denied = "denied",
-        /// The step waits on an approval (`approval_id`), or (SEED) a rate-limit park.
+        /// The step waits on an approval (`approval_id`), or on a rate-limit park.
         Blocked = "blocked",
         /// The execution is blocked and this is a new step; nothing was recorded.
         ExecutionBlocked = "execution_blocked",
@@ -149,7 +149,7 @@ impl StepDecision {
         }
     }
 
-    /// `denied` with a reason; an empty reason is omitted (HEAD may leave it empty).
+    /// `denied` with a reason; an empty reason is omitted (the Go kernel may leave it empty).
     pub fn denied(reason: impl Into<String>) -> Self {
         StepDecision {
             reason: Some(reason.into()).filter(|r| !r.is_empty()),
@@ -165,7 +165,7 @@ impl StepDecision {
         }
     }
 
-    /// (SEED) `blocked` by a rate-limit park: `reason` is `rate_limit_exceeded`, not recorded.
+    /// `blocked` by a rate-limit park: `reason` is `rate_limit_exceeded`, not recorded.
     pub fn parked() -> Self {
         StepDecision {
             reason: Some(REASON_RATE_LIMIT_EXCEEDED.to_owned()),

@@ -39,7 +39,7 @@ wire_enum! {
         StepFailed = "step.failed",
         /// [`StepEventPayload`] with `error?`.
         StepCancelled = "step.cancelled",
-        /// (SEED) the `step.denied` shape with `error={reason, rule_id}`.
+        /// A rate-limit refusal: the `step.denied` shape with `error={reason, rule_id}`.
         StepRateLimited = "step.rate_limited",
         /// [`ApprovalEventPayload`] with status `pending`.
         ApprovalRequested = "approval.requested",
@@ -115,11 +115,11 @@ pub struct StepEventPayload {
         deserialize_with = "present"
     )]
     pub error: Option<Value>,
-    /// (SEED) `step.succeeded` of an `llm_call`: input tokens read from the result
-    /// ([`token_usage`]).
+    /// `step.succeeded` of an `llm_call`: input tokens read from the result
+    /// ([`token_usage`](crate::llm::token_usage)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_input: Option<u64>,
-    /// (SEED) `step.succeeded` of an `llm_call`: output tokens read from the result.
+    /// `step.succeeded` of an `llm_call`: output tokens read from the result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_output: Option<u64>,
 }

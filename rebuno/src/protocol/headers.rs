@@ -13,9 +13,9 @@ pub const HEADER_SIGNATURE: &str = "Rebuno-Signature";
 pub const HEADER_TIMESTAMP: &str = "Rebuno-Timestamp";
 /// Header the webhook carries with the execution id.
 pub const HEADER_EXECUTION_ID: &str = "Rebuno-Execution-Id";
-/// Lease header: the dispatch id (§7.1).
+/// Lease header: the dispatch id, required on every agent mutation.
 pub const HEADER_DISPATCH_ID: &str = "Rebuno-Dispatch-Id";
-/// Lease header: the dispatch attempt, a base-10 integer > 0 (§7.1).
+/// Lease header: the dispatch attempt, a base-10 integer > 0, required on every agent mutation.
 pub const HEADER_DISPATCH_ATTEMPT: &str = "Rebuno-Dispatch-Attempt";
 /// Prefix of the body-HMAC signature header value.
 pub const SIGNATURE_PREFIX: &str = "sha256=";

@@ -82,7 +82,8 @@ impl<'de> Deserialize<'de> for StepKind {
     }
 }
 
-/// How a step may be retried when its outcome is unknown (§8).
+/// How a step may be retried when its outcome is unknown (an orphan: recorded as executing,
+/// with no outcome when its dispatch attempt ended).
 ///
 /// Go stores the submitted string verbatim and treats anything but `at_most_once` as
 /// `safe_to_retry`; this port normalizes on decode instead, so an unknown string, `""` or `null`

@@ -64,7 +64,7 @@ impl SubmitStepRequest {
         self.args.as_deref().map_or(&[], |raw| raw.get().as_bytes())
     }
 
-    /// The args hash (§5.1); an error becomes `400 invalid args`.
+    /// The args hash ([`identity::args_hash`]); an error becomes `400 invalid args`.
     pub fn args_hash(&self) -> Result<String, IdentityError> {
         identity::args_hash(self.args_bytes())
     }
@@ -110,7 +110,7 @@ pub struct StreamDeltaRequest {
     /// Producer sequence number.
     #[serde(default, deserialize_with = "null_as_default")]
     pub seq: i64,
-    /// Output chunk; at most [`MAX_STREAM_DATA_BYTES`] bytes.
+    /// Output chunk; at most [`MAX_STREAM_DATA_BYTES`](super::MAX_STREAM_DATA_BYTES) bytes.
     #[serde(default, deserialize_with = "null_as_default")]
     pub data: String,
 }
@@ -165,7 +165,7 @@ pub struct SetPolicyRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DecideApprovalRequest {
-    /// Who decides; checked against the approver list ([`Approval::may_decide`]).
+    /// Who decides; checked against the approver list ([`Approval::may_decide`](super::Approval::may_decide)).
     #[serde(default, deserialize_with = "null_as_default")]
     pub decided_by: String,
     /// Optional rationale; a deny's rationale becomes the step's denial reason.
@@ -179,8 +179,9 @@ pub struct DecideApprovalRequest {
 
 /// Body of the dispatch webhook, in this field order (compact JSON).
 ///
-/// HEAD sends only `execution_id` and `dispatch_id`; the SEED lease protocol adds
-/// `dispatch_attempt`; SDK 0.15+ also needs `lease_timeout_seconds`.
+/// The Go kernel without leases sends only `execution_id` and `dispatch_id`; the lease protocol
+/// (Python SDK 0.14.0 and later) adds `dispatch_attempt`; SDK 0.15+ also needs
+/// `lease_timeout_seconds`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WebhookPayload {
     /// The execution to run.

@@ -55,7 +55,8 @@ pub struct Step {
     pub target: String,
     /// [`identity::args_hash`](crate::identity::args_hash) of the args.
     pub args_hash: String,
-    /// Occurrence of (kind, target, args_hash) within its dispatch (§5.3).
+    /// Occurrence of (kind, target, args_hash) within its dispatch: the n-th identical call of a
+    /// dispatch gets the n-th step id.
     pub occurrence: u64,
     /// Current status.
     pub status: StepStatus,
@@ -160,7 +161,7 @@ impl Approval {
         (!list.is_empty()).then_some(list)
     }
 
-    /// Whether `decided_by` may grant or deny (§12): anyone when the approvers are absent,
+    /// Whether `decided_by` may grant or deny: anyone when the approvers are absent,
     /// `null`, `[]` or not a string array; otherwise a case-sensitive member of the list, and
     /// never the empty string. A refusal is `403 forbidden`.
     pub fn may_decide(&self, decided_by: &str) -> bool {
@@ -171,7 +172,8 @@ impl Approval {
     }
 }
 
-/// A dispatch queue row (§6.4, §13). The Go kernel never sends it over HTTP; the field names are
+/// A dispatch queue row: one delivery of an execution to its agent, with its attempts and
+/// retry schedule. The Go kernel never sends it over HTTP; the field names are
 /// the table's column names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dispatch {
@@ -237,7 +239,8 @@ pub struct HealthStatus {
     pub status: String,
 }
 
-/// One live-stream frame, sent as `data: <json>\n\n` on the SSE route (§16).
+/// One live-stream frame, sent as `data: <json>\n\n` on the SSE route (best effort, never
+/// stored).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamFrame {
     /// The step that produced the output.

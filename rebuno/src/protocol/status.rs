@@ -67,7 +67,7 @@ impl TransitionError {
 }
 
 wire_enum! {
-    /// Status of an execution (§6.1). Terminal: completed, failed, cancelled.
+    /// Status of an execution. Terminal: completed, failed, cancelled.
     pub enum ExecutionStatus {
         /// Created; becomes running in the same transaction.
         Pending = "pending",
@@ -124,7 +124,7 @@ impl ExecutionStatus {
 }
 
 wire_enum! {
-    /// Status of a step (§6.2). Terminal: succeeded, failed, denied, cancelled.
+    /// Status of a step. Terminal: succeeded, failed, denied, cancelled.
     pub enum StepStatus {
         /// Submitted, policy not yet applied (transient).
         Proposed = "proposed",
@@ -165,7 +165,7 @@ impl StepStatus {
     /// * executing → succeeded | failed | cancelled (complete, fail or orphan, cancel);
     /// * awaiting_approval → allowed (grant) | denied (deny, expiry, cancel).
     ///
-    /// Go lets `complete`/`fail` finish any non-terminal step (§6.2 quirk); this port does not:
+    /// Go lets `complete`/`fail` finish any non-terminal step (a quirk); this port does not:
     /// only an executing step can succeed or fail.
     pub const fn can_transition_to(self, to: StepStatus) -> bool {
         use StepStatus::*;
@@ -189,7 +189,7 @@ impl StepStatus {
 }
 
 wire_enum! {
-    /// Status of an approval (§6.3). Only pending is not terminal.
+    /// Status of an approval. Only pending is not terminal.
     pub enum ApprovalStatus {
         /// Waiting for a decision.
         Pending = "pending",
@@ -231,7 +231,7 @@ impl ApprovalStatus {
 }
 
 wire_enum! {
-    /// Status of a dispatch queue row (§6.4), and of the `dispatch.*` event payloads.
+    /// Status of a dispatch queue row, and of the `dispatch.*` event payloads.
     pub enum DispatchStatus {
         /// Enqueued or reclaimed; claimable once `next_attempt_at` has passed.
         Pending = "pending",

@@ -8,10 +8,10 @@
 //! With no features the crate is the agent SDK alone, for agents that talk to a remote kernel:
 //! no SQLite, no policy engine, no server, no command line. Each feature adds a layer:
 //!
-//! - `kernel`: the embedded kernel ([`Kernel`]), its store trait, the policy engine and the
-//!   in-process transport and runtime ([`Runtime`]);
+//! - `kernel`: the embedded kernel (`Kernel`), its store trait, the policy engine and the
+//!   in-process transport and runtime (`Runtime`);
 //! - `sqlite` (implies `kernel`): the SQLite store, a file or an in-memory database
-//!   ([`Kernel::open`], [`Kernel::memory`], [`Runtime::open`]);
+//!   (`Kernel::open`, `Kernel::memory`, `Runtime::open`);
 //! - `server` (implies `kernel`): the `/v0` HTTP server over a kernel;
 //! - `cli` (implies `server` and `sqlite`; the default): the `rebuno` binary and its console.
 //!
@@ -21,10 +21,10 @@
 //!
 //! Always built (the SDK):
 //!
-//! - [`agent`](mod@agent): the agent runtime ([`Agent`]): webhook endpoint, handlers, leases, and the
-//!   [`ExecutionContext`] every effect goes through;
-//! - [`tool`](mod@tool) and [`step`](mod@step): tools and recorded local steps (`#[tool]`, `#[step]`, `#[agent]` come
-//!   from `rebuno-macros`);
+//! - [`agent`](mod@agent): the agent runtime ([`Agent`]): webhook endpoint, handlers, leases,
+//!   and the [`ExecutionContext`] every effect goes through;
+//! - [`tool`](mod@tool) and [`step`](mod@step): tools and recorded local steps (`#[tool]`,
+//!   `#[step]`, `#[agent]` come from `rebuno-macros`);
 //! - [`llm`]: LLM calls as durable `llm_call` steps, and token usage of provider responses;
 //! - [`client`]: the [`Client`] of executions, events, steps and approvals (over HTTP, or in
 //!   process with `kernel`);
@@ -36,11 +36,11 @@
 //!
 //! With `kernel`:
 //!
-//! - `kernel`: the engine ([`Kernel`]): executions, steps, decisions, approvals, dispatches;
+//! - `kernel`: the engine (`Kernel`): executions, steps, decisions, approvals, dispatches;
 //! - `store`: the kernel's `Store` trait (the SQLite backend needs `sqlite`);
 //! - `policy`: YAML policy bundles, the rule engine and the rate limiter.
 //!
-//! With `server`: `server`, the `/v0` HTTP API over a [`Kernel`] (the `rebuno` binary serves
+//! With `server`: `server`, the `/v0` HTTP API over a `Kernel` (the `rebuno` binary serves
 //! it). With `cli`: `repl`, the interactive console `rebuno dev` / `server` open on a terminal.
 
 pub mod agent;

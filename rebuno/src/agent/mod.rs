@@ -2,14 +2,14 @@
 //! an embedded kernel), runs the handler in the background inside an [`ExecutionContext`],
 //! renews the lease while it runs, and completes or fails the execution with its result.
 //!
-//! Delivery rules (those of the Python SDK 0.14+): the webhook's signature is verified over the raw body
-//! before anything else (`401`); a body without `execution_id`, `dispatch_id` or a positive
-//! `dispatch_attempt` gets `400`; anything else is acknowledged at once (`200`) and handled in
-//! the background. A duplicate of the attempt already running is a no-op, a newer attempt
-//! replaces (aborts) an older one, a delivery of an older dispatch than the running one is
-//! ignored (webhook signatures carry no time, so an old one can be replayed), and a terminal
-//! execution is skipped. The handler heartbeats
-//! every `min(lease / 3, 30 s)` and is aborted when the kernel answers `lease_superseded`.
+//! Delivery rules (those of the Python SDK 0.14+): the webhook's signature is verified over the raw
+//! body before anything else (`401`); a body without `execution_id`, `dispatch_id` or a positive
+//! `dispatch_attempt` gets `400`; anything else is acknowledged at once (`200`) and handled in the
+//! background. A duplicate of the attempt already running is a no-op, a newer attempt replaces
+//! (aborts) an older one, a delivery of an older dispatch than the running one is ignored (webhook
+//! signatures carry no time, so an old one can be replayed), and a terminal execution is skipped.
+//! The handler heartbeats every `min(lease / 3, 30 s)` and is aborted when the kernel answers
+//! `lease_superseded`.
 //!
 //! `Runtime` (feature `kernel`, in `embedded`) is the embedded form: a kernel in this process,
 //! its background loops, and agents registered on it that receive dispatches as direct calls
@@ -160,7 +160,7 @@ impl AgentBuilder {
     }
 
     /// Talks to the kernel through `transport` instead of HTTP (an embedded kernel: see
-    /// [`EmbeddedTransport`], or [`Runtime`] which wires it for you).
+    /// `EmbeddedTransport`, or `Runtime` which wires it for you; both need the `kernel` feature).
     pub fn transport(mut self, transport: Arc<dyn Transport>) -> Self {
         self.transport = Some(transport);
         self

@@ -9,11 +9,11 @@
 //!   directly on an in-process kernel, with no socket and no authentication.
 //!
 //! Both backends answer with the same values and the same errors: a refusal by the kernel is
-//! [`Error::Api`] carrying the wire [`ErrorCode`](crate::protocol::ErrorCode) (`not_found`, `execution_terminal`,
-//! `forbidden`, …) and its HTTP status, built with [`Error::from_envelope`]. Ids that the server
-//! would parse as UUIDs (execution and approval ids, the list cursor) are checked and
-//! canonicalized by the client for both backends, so a malformed id is `400 validation_error`
-//! everywhere and an id can never reach another route. Over HTTP:
+//! [`Error::Api`] carrying the wire [`ErrorCode`](crate::protocol::ErrorCode) (`not_found`,
+//! `execution_terminal`, `forbidden`, …) and its HTTP status, built with [`Error::from_envelope`].
+//! Ids that the server would parse as UUIDs (execution and approval ids, the list cursor) are
+//! checked and canonicalized by the client for both backends, so a malformed id is `400
+//! validation_error` everywhere and an id can never reach another route. Over HTTP:
 //!
 //! * a connection failure or timeout is [`Error::Network`];
 //! * a non-2xx answer whose body is the `{code, message}` envelope becomes

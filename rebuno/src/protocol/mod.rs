@@ -85,7 +85,10 @@ macro_rules! wire_enum {
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 match s {
                     $( $wire => Ok($name::$variant), )+
-                    _ => Err($crate::protocol::UnknownVariant { kind: stringify!($name), value: s.to_owned() }),
+                    _ => Err($crate::protocol::UnknownVariant {
+                        kind: stringify!($name),
+                        value: s.to_owned(),
+                    }),
                 }
             }
         }

@@ -165,7 +165,8 @@ pub struct SetPolicyRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DecideApprovalRequest {
-    /// Who decides; checked against the approver list ([`Approval::may_decide`](super::Approval::may_decide)).
+    /// Who decides; checked against the approver list
+    /// ([`Approval::may_decide`](super::Approval::may_decide)).
     #[serde(default, deserialize_with = "null_as_default")]
     pub decided_by: String,
     /// Optional rationale; a deny's rationale becomes the step's denial reason.

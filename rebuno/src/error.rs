@@ -1,14 +1,15 @@
 //! The SDK's error hierarchy ([`Error`]): what a tool, step, LLM call, agent handler or
 //! [`Client`](crate::client::Client) call can fail with.
 //!
-//! It mirrors the seed SDK's exceptions: network failures, kernel API errors typed by their
+//! It mirrors the Python SDK's exceptions: network failures, kernel API errors typed by their
 //! wire code, policy denials (with the rule id), tool errors (with tool id, step id and whether
 //! a retry may help), rate limits, and the three control-flow signals that unwind a dispatch
 //! (`Blocked`, `Terminated`, `LeaseSuperseded`). Control-flow errors are also remembered by the
 //! execution context, so a handler that swallows one still unwinds.
 
+#[cfg(feature = "kernel")]
 use crate::kernel::KernelError;
-use crate::protocol::ErrorCode;
+use crate::protocol::{ErrorCode, ErrorEnvelope};
 
 /// Result alias of the SDK.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -172,10 +173,17 @@ impl Error {
     }
 }
 
-impl From<KernelError> for Error {
-    fn from(e: KernelError) -> Self {
+impl From<ErrorEnvelope> for Error {
+    fn from(e: ErrorEnvelope) -> Self {
         let status = e.code.http_status();
         Error::from_envelope(e.code, e.message, status)
+    }
+}
+
+#[cfg(feature = "kernel")]
+impl From<KernelError> for Error {
+    fn from(e: KernelError) -> Self {
+        Error::from(ErrorEnvelope::new(e.code, e.message))
     }
 }
 
@@ -225,6 +233,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "kernel")]
     fn envelopes_map_to_typed_errors() {
         assert_eq!(
             Error::from(KernelError::lease_superseded()),

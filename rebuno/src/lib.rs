@@ -3,42 +3,78 @@
 //! A kernel owns an append-only event log; every effect an agent performs is submitted as a step
 //! with a content-derived id, gated by policy and replayed from the record on later dispatches.
 //!
-//! - [`identity`]: Go-compatible canonical JSON, args hash and step ids (kernel and SDK share it);
-//! - [`protocol`]: wire types and the state machines of executions, steps, approvals, dispatches;
-//! - [`policy`]: YAML policy bundles, the rule engine and the rate limiter;
-//! - [`kernel`]: the engine ([`Kernel`]): executions, steps, decisions, approvals, dispatches;
-//! - [`store`]: the kernel's [`store::Store`] (SQLite file or in memory);
-//! - [`server`]: the `/v0` HTTP API over a [`Kernel`] (the `rebuno` binary serves it), and
-//!   `repl` (feature `cli`): the interactive console `rebuno dev` / `server` open on a terminal;
-//! - [`signing`]: the body HMAC both directions use; [`time`]: the clock and timestamps.
+//! # Features
 //!
-//! The agent runtime (`#[tool]`, `#[step]`, `#[agent]` from `rebuno-macros`) and the client come
-//! with the agent SDK issue.
+//! With no features the crate is the agent SDK alone, for agents that talk to a remote kernel:
+//! no SQLite, no policy engine, no server, no command line. Each feature adds a layer:
+//!
+//! - `kernel`: the embedded kernel (`Kernel`), its store trait, the policy engine and the
+//!   in-process transport and runtime (`Runtime`);
+//! - `sqlite` (implies `kernel`): the SQLite store, a file or an in-memory database
+//!   (`Kernel::open`, `Kernel::memory`, `Runtime::open`);
+//! - `server` (implies `kernel`): the `/v0` HTTP server over a kernel;
+//! - `cli` (implies `server` and `sqlite`; the default): the `rebuno` binary and its console.
+//!
+//! An SDK-only dependency is `rebuno = { version = "0.1", default-features = false }`.
+//!
+//! # Modules
+//!
+//! Always built (the SDK):
+//!
+//! - [`agent`](mod@agent): the agent runtime ([`Agent`]): webhook endpoint, handlers, leases,
+//!   and the [`ExecutionContext`] every effect goes through;
+//! - [`tool`](mod@tool) and [`step`](mod@step): tools and recorded local steps (`#[tool]`,
+//!   `#[step]`, `#[agent]` come from `rebuno-macros`);
+//! - [`llm`]: LLM calls as durable `llm_call` steps, and token usage of provider responses;
+//! - [`client`]: the [`Client`] of executions, events, steps and approvals (over HTTP, or in
+//!   process with `kernel`);
+//! - [`protocol`]: wire types and the state machines of executions, steps, approvals, dispatches;
+//! - [`identity`]: Go-compatible canonical JSON, args hash and step ids (kernel and SDK share it);
+//! - [`signing`]: the request signatures both directions use;
+//! - [`time`]: the injectable clock and RFC 3339 timestamps;
+//! - [`error`]: the SDK's [`Error`].
+//!
+//! With `kernel`:
+//!
+//! - `kernel`: the engine (`Kernel`): executions, steps, decisions, approvals, dispatches;
+//! - `store`: the kernel's `Store` trait (the SQLite backend needs `sqlite`);
+//! - `policy`: YAML policy bundles, the rule engine and the rate limiter.
+//!
+//! With `server`: `server`, the `/v0` HTTP API over a `Kernel` (the `rebuno` binary serves
+//! it). With `cli`: `repl`, the interactive console `rebuno dev` / `server` open on a terminal.
 
 pub mod agent;
 pub mod client;
 pub mod error;
 pub mod identity;
+#[cfg(feature = "kernel")]
 pub mod kernel;
 pub mod llm;
 mod paging;
+#[cfg(feature = "kernel")]
 pub mod policy;
 pub mod protocol;
 #[cfg(feature = "cli")]
 pub mod repl;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod signing;
 pub mod step;
+#[cfg(feature = "kernel")]
 pub mod store;
 pub mod time;
 pub mod tool;
 
+#[cfg(feature = "kernel")]
+pub use agent::Runtime;
 pub use agent::{
-    Agent, AgentBuilder, AgentHandler, ExecutionContext, Runtime, execution, handler_fn, spawn,
+    Agent, AgentBuilder, AgentHandler, ExecutionContext, execution, handler_fn, spawn,
 };
 pub use client::Client;
 pub use error::{Error, Result};
-pub use kernel::{Kernel, KernelConfig, KernelError, Lease};
+#[cfg(feature = "kernel")]
+pub use kernel::{Kernel, KernelConfig, KernelError};
+pub use protocol::Lease;
 pub use rebuno_macros::{agent, step, tool};
 pub use schemars::JsonSchema;
 pub use step::step;

@@ -6,7 +6,9 @@ use crate::protocol::HEADER_NEXT_CURSOR;
 use reqwest::Url;
 
 /// `s` with everything but RFC 3986's unreserved characters percent-encoded: a cursor (an agent
-/// id can hold any character) that fits in a header and goes into a query string as is.
+/// id can hold any character) that fits in a header and goes into a query string as is. The
+/// server writes it; the SDK only reads cursors back.
+#[cfg(feature = "server")]
 pub(crate) fn encode_cursor(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {

@@ -1,5 +1,5 @@
-//! Time for the kernel: the injectable [`Clock`] (shared with the rate limiter) and RFC 3339
-//! timestamps.
+//! Time for the kernel and the agent SDK: the injectable [`Clock`] (the kernel and its rate
+//! limiter read it) and RFC 3339 timestamps.
 //!
 //! The clock has two readings. Stored timestamps (`created_at`, deadlines, approval timeouts,
 //! `next_attempt_at`) are wall-clock time, because they outlive the process. Durations the
@@ -11,8 +11,85 @@
 //! (`2026-01-01T00:00:00.000000Z`), so their text order is their time order and stores can
 //! compare them as strings.
 
-pub use crate::policy::ratelimit::{Clock, ManualClock, SystemClock};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A source of the current time: the wall clock, for timestamps that are stored, and a
+/// monotonic reading, for durations measured within one process (lease renewals, retry
+/// backoff, token refill), which a step of the wall clock must not stretch or shrink.
+pub trait Clock: Send + Sync {
+    /// The current wall-clock time.
+    fn now(&self) -> SystemTime;
+    /// Time elapsed since an arbitrary origin fixed for the life of the clock; never goes
+    /// backwards.
+    fn monotonic(&self) -> Duration;
+}
+
+/// The operating system's clocks: [`SystemTime`] and [`std::time::Instant`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+    fn monotonic(&self) -> Duration {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        ORIGIN.get_or_init(std::time::Instant::now).elapsed()
+    }
+}
+
+/// A clock that only moves when told to; for tests and deterministic simulation.
+///
+/// [`ManualClock::advance`] is time passing (both readings move); [`ManualClock::set`] is
+/// someone stepping the wall clock (only the wall reading moves).
+#[derive(Debug)]
+pub struct ManualClock {
+    now: Mutex<(SystemTime, Duration)>,
+}
+
+impl ManualClock {
+    /// A clock stopped at `start` (its monotonic reading starts at zero).
+    pub fn new(start: SystemTime) -> Self {
+        ManualClock {
+            now: Mutex::new((start, Duration::ZERO)),
+        }
+    }
+
+    /// Lets `by` pass: both the wall clock and the monotonic reading move forward.
+    pub fn advance(&self, by: Duration) {
+        let mut now = lock_clock(&self.now);
+        now.0 = now.0.checked_add(by).unwrap_or(now.0);
+        now.1 = now.1.saturating_add(by);
+    }
+
+    /// Steps the wall clock to `to` (which may be earlier than now); the monotonic reading
+    /// does not move.
+    pub fn set(&self, to: SystemTime) {
+        lock_clock(&self.now).0 = to;
+    }
+}
+
+impl Default for ManualClock {
+    /// A clock stopped at the Unix epoch.
+    fn default() -> Self {
+        ManualClock::new(SystemTime::UNIX_EPOCH)
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> SystemTime {
+        lock_clock(&self.now).0
+    }
+    fn monotonic(&self) -> Duration {
+        lock_clock(&self.now).1
+    }
+}
+
+/// Locks a [`ManualClock`] even after a panic elsewhere: its readings are always consistent.
+fn lock_clock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Microseconds since the Unix epoch (negative before it).
 pub fn micros(t: SystemTime) -> i64 {

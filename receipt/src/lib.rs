@@ -5,7 +5,8 @@
 //!
 //! - [`canonical`]: RFC 8785 (JCS) canonical JSON, the bytes every hash covers;
 //! - [`receipt`](mod@receipt): the record, ids, hashing and [`verify`];
-//! - [`store`]: the [`ReceiptStore`] trait with in-memory and SQLite backends;
+//! - [`store`]: the [`ReceiptStore`] trait with in-memory and SQLite (feature `sqlite`, on by
+//!   default) backends;
 //! - [`branch`]: [`fork`](branch::fork) and materialized reads of branches;
 //! - [`runtime`]: per-stream command execution (dedup, expected prev) and incremental folds;
 //! - [`fold`]: reducers and the `on(type)` / `chain()` view helpers;
@@ -52,9 +53,10 @@ pub use receipt::{
     Hints, Receipt, ReceiptContext, Verified, VerifyFailure, VerifyReason, verify, verify_from,
 };
 pub use runtime::{Command, Executed, Runtime};
+#[cfg(feature = "sqlite")]
+pub use store::SqliteStore;
 pub use store::{
-    AppendOutcome, AppendRequest, BranchMeta, MemoryStore, ReceiptStore, SqliteStore, StreamInfo,
-    Tail,
+    AppendOutcome, AppendRequest, BranchMeta, MemoryStore, ReceiptStore, StreamInfo, Tail,
 };
 
 pub use receipt_macros::{action, agent, body, goal, receipts, view};

@@ -8,7 +8,7 @@
 
 use super::transport::{Submission, Transport};
 use crate::error::{Error, Result};
-use crate::kernel::Lease;
+use crate::protocol::Lease;
 use crate::protocol::{Decision, Idempotency, Step, StepDecision, StepKind, StepStatus};
 use serde::Serialize;
 use serde::de::DeserializeOwned;

@@ -2,29 +2,33 @@
 //! an embedded kernel), runs the handler in the background inside an [`ExecutionContext`],
 //! renews the lease while it runs, and completes or fails the execution with its result.
 //!
-//! Delivery rules (spec §4, SDK 0.14+): the webhook's signature is verified over the raw body
-//! before anything else (`401`); a body without `execution_id`, `dispatch_id` or a positive
-//! `dispatch_attempt` gets `400`; anything else is acknowledged at once (`200`) and handled in
-//! the background. A duplicate of the attempt already running is a no-op, a newer attempt
-//! replaces (aborts) an older one, a delivery of an older dispatch than the running one is
-//! ignored (webhook signatures carry no time, so an old one can be replayed), and a terminal
-//! execution is skipped. The handler heartbeats
-//! every `min(lease / 3, 30 s)` and is aborted when the kernel answers `lease_superseded`.
+//! Delivery rules (those of the Python SDK 0.14+): the webhook's signature is verified over the raw
+//! body before anything else (`401`); a body without `execution_id`, `dispatch_id` or a positive
+//! `dispatch_attempt` gets `400`; anything else is acknowledged at once (`200`) and handled in the
+//! background. A duplicate of the attempt already running is a no-op, a newer attempt replaces
+//! (aborts) an older one, a delivery of an older dispatch than the running one is ignored (webhook
+//! signatures carry no time, so an old one can be replayed), and a terminal execution is skipped.
+//! The handler heartbeats every `min(lease / 3, 30 s)` and is aborted when the kernel answers
+//! `lease_superseded`.
 //!
-//! [`Runtime`] is the embedded form: a kernel in this process (SQLite file or memory), its
-//! background loops, and agents registered on it that receive dispatches as direct calls.
+//! `Runtime` (feature `kernel`, in `embedded`) is the embedded form: a kernel in this process,
+//! its background loops, and agents registered on it that receive dispatches as direct calls
+//! through `EmbeddedTransport`.
 
 pub mod context;
+#[cfg(feature = "kernel")]
+mod embedded;
 pub mod transport;
 
 pub use context::{
     Effect, EffectObserver, EffectOutcome, ExecutionContext, Submitted, execution, spawn,
 };
-pub use transport::{EmbeddedTransport, HttpTransport, Submission, Transport};
+#[cfg(feature = "kernel")]
+pub use embedded::{EmbeddedTransport, Runtime};
+pub use transport::{HttpTransport, Submission, Transport};
 
 use crate::error::{Error, Result};
-use crate::kernel::{Background, EmbeddedDeliverer, Kernel, Lease};
-use crate::protocol::WebhookPayload;
+use crate::protocol::{Lease, WebhookPayload};
 use crate::tool::BoxFuture;
 use axum::Router;
 use axum::body::Bytes;
@@ -156,7 +160,7 @@ impl AgentBuilder {
     }
 
     /// Talks to the kernel through `transport` instead of HTTP (an embedded kernel: see
-    /// [`EmbeddedTransport`], or [`Runtime`] which wires it for you).
+    /// `EmbeddedTransport`, or `Runtime` which wires it for you; both need the `kernel` feature).
     pub fn transport(mut self, transport: Arc<dyn Transport>) -> Self {
         self.transport = Some(transport);
         self
@@ -535,136 +539,4 @@ fn parse_payload(body: &[u8]) -> Option<WebhookPayload> {
         dispatch_attempt: Some(attempt),
         lease_timeout_seconds: lease,
     })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Embedded runtime.
-// ---------------------------------------------------------------------------------------------
-
-/// An embedded kernel with its background loops and the agents served in this process: the
-/// quickest way to run durable agents with no server.
-///
-/// ```ignore
-/// let rt = rebuno::Runtime::open("sqlite://.rebuno/rebuno.db").await?;
-/// rt.register(billing).await?;
-/// rt.start();
-/// let run = rt.client().create("billing", json!({"customer": "c1", "cents": 500})).await?;
-/// ```
-pub struct Runtime {
-    kernel: Kernel,
-    deliverer: Arc<EmbeddedDeliverer>,
-    background: Mutex<Option<Background>>,
-    agents: Mutex<Vec<Agent>>,
-}
-
-impl std::fmt::Debug for Runtime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime")
-            .field("kernel", &self.kernel)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Runtime {
-    /// Opens a kernel on `url` (`sqlite://<path>`, `sqlite::memory:` or `memory`). Register
-    /// agents and set their policies, then [`Runtime::start`] delivering; executions left
-    /// running by a previous process resume then.
-    pub async fn open(url: &str) -> Result<Runtime> {
-        if let Some(path) = url.strip_prefix("sqlite://")
-            && let Some(dir) = std::path::Path::new(path).parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Error::Config(format!("create {}: {e}", dir.display())))?;
-        }
-        Ok(Runtime::new(Kernel::open(url).await?))
-    }
-
-    /// Serves agents in process over `kernel` (webhooks still go out over HTTP to agents
-    /// registered with a URL). Nothing is delivered before [`Runtime::start`].
-    pub fn new(kernel: Kernel) -> Runtime {
-        let deliverer = Arc::new(EmbeddedDeliverer::new(kernel.config().dispatch_timeout));
-        Runtime {
-            kernel,
-            deliverer,
-            background: Mutex::new(None),
-            agents: Mutex::default(),
-        }
-    }
-
-    /// Starts the kernel's loops (delivery, lease reaper, approval expiry, sweeps); a second
-    /// call does nothing. Starting after registration and policies means no dispatch reaches
-    /// an agent before its policy is in place.
-    pub fn start(&self) -> &Self {
-        let mut bg = self
-            .background
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if bg.is_none() {
-            *bg = Some(
-                self.kernel
-                    .start(Arc::clone(&self.deliverer) as Arc<dyn crate::kernel::Deliverer>),
-            );
-        }
-        self
-    }
-
-    /// The kernel.
-    pub fn kernel(&self) -> &Kernel {
-        &self.kernel
-    }
-
-    /// A client over the kernel.
-    pub fn client(&self) -> crate::client::Client {
-        self.kernel.client()
-    }
-
-    /// Registers `handler` as an in-process agent and starts serving its dispatches.
-    pub async fn register(&self, handler: impl AgentHandler) -> Result<Agent> {
-        self.register_with(Agent::builder(handler)).await
-    }
-
-    /// Registers an agent built from `builder` (its transport is replaced by the embedded
-    /// one), e.g. to set an effect observer.
-    pub async fn register_with(&self, builder: AgentBuilder) -> Result<Agent> {
-        let agent = builder
-            .transport(Arc::new(EmbeddedTransport::new(self.kernel.clone())))
-            .build()?;
-        let serving = agent.clone();
-        self.kernel
-            .register_embedded(
-                &self.deliverer,
-                agent.id(),
-                Arc::new(move |payload| {
-                    serving.dispatch(payload);
-                    Box::pin(async {})
-                }),
-            )
-            .await?;
-        self.agents
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(agent.clone());
-        Ok(agent)
-    }
-
-    /// Stops the kernel's loops and drains every agent's running handlers.
-    pub async fn shutdown(&self) {
-        if let Some(mut bg) = self
-            .background
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-        {
-            bg.stop();
-        }
-        let agents: Vec<Agent> = self
-            .agents
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        for agent in agents {
-            agent.shutdown(None).await;
-        }
-    }
 }

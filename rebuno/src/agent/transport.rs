@@ -1,13 +1,16 @@
-//! How an agent talks to its kernel: the [`Transport`] trait and its two implementations,
-//! [`HttpTransport`] (the wire protocol: every request HMAC-signed, lease headers on every
-//! mutation) and [`EmbeddedTransport`] (direct calls into an in-process [`Kernel`]). Both run the
-//! same kernel logic, so an agent behaves identically on either.
+//! How an agent talks to its kernel: the [`Transport`] trait and [`HttpTransport`] (the wire
+//! protocol: every request HMAC-signed, lease headers on every mutation). With the `kernel`
+//! feature, `EmbeddedTransport` (in `agent::embedded`, re-exported here) makes the same calls
+//! directly into an in-process kernel. Both run the same kernel logic, so an agent behaves
+//! identically on either.
+
+#[cfg(feature = "kernel")]
+pub use super::embedded::EmbeddedTransport;
 
 use crate::error::{Error, Result};
-use crate::kernel::{Kernel, Lease};
 use crate::protocol::{
     CompleteExecutionRequest, CompleteStepRequest, ErrorCode, ErrorEnvelope, Execution,
-    FailExecutionRequest, FailStepRequest, Idempotency, Step, StepDecision, StepKind,
+    FailExecutionRequest, FailStepRequest, Idempotency, Lease, Step, StepDecision, StepKind,
     StreamDeltaRequest, SubmitStepRequest,
 };
 use async_trait::async_trait;
@@ -94,115 +97,6 @@ pub trait Transport: Send + Sync + 'static {
     async fn steps(&self, execution_id: &str) -> Result<Vec<Step>>;
     /// One recorded step.
     async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step>;
-}
-
-/// Calls an in-process [`Kernel`] directly.
-#[derive(Debug, Clone)]
-pub struct EmbeddedTransport {
-    kernel: Kernel,
-}
-
-impl EmbeddedTransport {
-    /// A transport over `kernel`.
-    pub fn new(kernel: Kernel) -> Self {
-        EmbeddedTransport { kernel }
-    }
-
-    /// The kernel.
-    pub fn kernel(&self) -> &Kernel {
-        &self.kernel
-    }
-}
-
-#[async_trait]
-impl Transport for EmbeddedTransport {
-    async fn execution(&self, execution_id: &str) -> Result<Execution> {
-        Ok(self.kernel.execution(execution_id).await?)
-    }
-
-    async fn submit_step(
-        &self,
-        execution_id: &str,
-        lease: &Lease,
-        s: Submission,
-    ) -> Result<StepDecision> {
-        Ok(self
-            .kernel
-            .submit_step(execution_id, lease, s.into())
-            .await?)
-    }
-
-    async fn complete_step(
-        &self,
-        execution_id: &str,
-        step_id: &str,
-        lease: &Lease,
-        result: Value,
-    ) -> Result<StepDecision> {
-        Ok(self
-            .kernel
-            .complete_step(execution_id, step_id, lease, Some(result))
-            .await?)
-    }
-
-    async fn fail_step(
-        &self,
-        execution_id: &str,
-        step_id: &str,
-        lease: &Lease,
-        error: Value,
-    ) -> Result<StepDecision> {
-        Ok(self
-            .kernel
-            .fail_step(execution_id, step_id, lease, Some(error))
-            .await?)
-    }
-
-    async fn heartbeat(&self, execution_id: &str, lease: &Lease) -> Result<()> {
-        Ok(self.kernel.heartbeat(execution_id, lease).await?)
-    }
-
-    async fn complete_execution(
-        &self,
-        execution_id: &str,
-        lease: &Lease,
-        output: Value,
-    ) -> Result<()> {
-        Ok(self
-            .kernel
-            .complete_execution(execution_id, lease, Some(output))
-            .await?)
-    }
-
-    async fn fail_execution(&self, execution_id: &str, lease: &Lease, error: String) -> Result<()> {
-        Ok(self
-            .kernel
-            .fail_execution(execution_id, lease, error)
-            .await?)
-    }
-
-    async fn stream_delta(
-        &self,
-        execution_id: &str,
-        step_id: &str,
-        seq: i64,
-        data: String,
-    ) -> Result<()> {
-        let frame = crate::protocol::StreamFrame {
-            step_id: step_id.to_owned(),
-            seq,
-            data,
-        };
-        Ok(self.kernel.publish(execution_id, frame)?)
-    }
-
-    async fn steps(&self, execution_id: &str) -> Result<Vec<Step>> {
-        Ok(self.kernel.steps(execution_id, false).await?)
-    }
-
-    async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step> {
-        Ok(self.kernel.step(execution_id, step_id).await?)
-    }
 }
 
 /// Speaks the wire protocol to a kernel over HTTP: every request is signed v1 with the agent's

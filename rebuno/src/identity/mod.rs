@@ -1,6 +1,6 @@
 //! Go-compatible canonical JSON, args hashes and step ids.
 //!
-//! This module owns step identity (protocol spec §5): the exact bytes the Go kernel's
+//! This module owns step identity: the exact bytes the Go kernel's
 //! `identity.CanonicalizeJSON` produces for a step's `args`, the `args_hash` over them and the
 //! length-prefixed `step_id`. Kernel and agent SDK both call it, so an id computed on either side
 //! matches the other and matches the Go kernel byte for byte.

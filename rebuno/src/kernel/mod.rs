@@ -44,7 +44,9 @@ pub use volatile::MemoryFootprint;
 use crate::policy::ratelimit::{MemoryRateLimiter, RateLimiter};
 use crate::policy::{MissingBundle, PolicyEngine};
 use crate::protocol::{ErrorCode, ErrorEnvelope, EventType, TransitionError};
-use crate::store::{SqliteStore, Store, StoreError};
+#[cfg(feature = "sqlite")]
+use crate::store::SqliteStore;
+use crate::store::{Store, StoreError};
 use crate::time::{Clock, SystemClock, rfc3339};
 use serde_json::Value;
 use std::sync::Arc;
@@ -130,14 +132,9 @@ impl From<&TransitionError> for KernelError {
 /// Result alias for kernel operations.
 pub type KernelResult<T> = Result<T, KernelError>;
 
-/// The `(dispatch_id, dispatch_attempt)` pair an agent mutation carries.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Lease {
-    /// The dispatch id (canonical UUID).
-    pub dispatch_id: String,
-    /// The attempt the agent was delivered.
-    pub attempt: u32,
-}
+/// The `(dispatch_id, dispatch_attempt)` pair an agent mutation carries (defined with the wire
+/// protocol, which the agent SDK shares).
+pub use crate::protocol::Lease;
 
 /// Kernel settings. [`KernelConfig::from_env`] reads the spec's `REBUNO_*` variables.
 #[derive(Debug, Clone)]
@@ -409,13 +406,15 @@ impl Kernel {
     }
 
     /// Opens a kernel on `sqlite://<path>`, `sqlite::memory:` or `memory`, configured from the
-    /// environment.
+    /// environment (feature `sqlite`).
+    #[cfg(feature = "sqlite")]
     pub async fn open(url: &str) -> KernelResult<Kernel> {
         let store = SqliteStore::open_url(url).map_err(KernelError::from)?;
         Kernel::builder(Arc::new(store)).build().await
     }
 
-    /// An in-memory kernel (tests, `rebuno dev --memory`).
+    /// An in-memory kernel (tests, `rebuno dev --memory`; feature `sqlite`).
+    #[cfg(feature = "sqlite")]
     pub async fn memory() -> KernelResult<Kernel> {
         Kernel::open("memory").await
     }

@@ -20,7 +20,8 @@
 //! The record of a call is `{"status": <u16>, "headers": {"content-type": <str>}, "body":
 //! <text>}`: the whole response text, also for a streamed (`text/event-stream`) answer, whose
 //! bytes are teed live to the caller and, as deltas of at most 7,000 bytes, to the kernel's
-//! stream endpoint while the stream runs. The kernel reads token usage from that `body`.
+//! stream endpoint while the stream runs. The kernel reads token usage from that `body` with
+//! [`token_usage`] (in `usage`, the module that knows each provider's field names).
 //!
 //! Outside an execution (or for a body that is not a JSON object with a string `model`) the
 //! request passes through untouched and nothing is recorded.
@@ -53,10 +54,12 @@ mod anthropic;
 mod openai;
 mod sse;
 mod tee;
+mod usage;
 
 pub use anthropic::{ANTHROPIC_VERSION, Anthropic, MessagesResponse};
 pub use openai::{ChatResponse, OpenAi};
 pub use sse::ChatStream;
+pub use usage::token_usage;
 
 use crate::agent::context::{ExecutionContext, Submitted, error_message, execution, raw_args};
 use crate::error::{Error, Result};

@@ -1,12 +1,12 @@
-//! The YAML policy bundle: its document types (spec §10.1), load-time validation (§10.2) and
+//! The YAML policy bundle: its document types, load-time validation and
 //! compilation into a [`Bundle`] ready for evaluation.
 //!
 //! The document types mirror the YAML keys. Unknown keys are ignored, as Go's yaml.v3 does, and
 //! an explicit `~` reads as the field's zero value. Validation reports the first problem found,
 //! walking the rules in file order.
 //!
-//! Beyond the spec's list, a few things Go leaves to fail later (or never) are refused at load,
-//! because the spec marks them as Go quirks (§10.2, §21.2): an unknown `decision` (Go: a 500 at
+//! Beyond what the Go kernel checks, a few things it leaves to fail later (or never) are refused
+//! at load, because they are Go quirks not worth copying: an unknown `decision` (Go: a 500 at
 //! submit time), a malformed target glob (Go: silently never matches), an unknown `step_kind`,
 //! `per_what` or `on_limiter_error`, duplicate rule ids (they would share rate-limit buckets and
 //! be indistinguishable in events), a rate limit with `max_calls > 0` and no positive `window`
@@ -176,7 +176,7 @@ pub struct ThenSpec {
     pub rate_limit: Option<RateLimitSpec>,
 }
 
-/// How an approval requested by a rule is decided (spec §12).
+/// How an approval requested by a rule is decided.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ApprovalConfig {
@@ -205,7 +205,7 @@ impl ApprovalConfig {
     }
 }
 
-/// A rule's rate limit as written (spec §11).
+/// A rule's rate limit as written.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RateLimitSpec {
@@ -227,7 +227,7 @@ pub struct RateLimitSpec {
         skip_serializing_if = "String::is_empty"
     )]
     pub on_limiter_error: String,
-    /// (SEED) Park instead of refusing when the estimated wait is at most this long.
+    /// Park instead of refusing when the estimated wait is at most this long.
     #[serde(deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
     pub max_wait: Option<GoDuration>,
 }
@@ -288,7 +288,7 @@ pub struct RateLimit {
     pub per_what: PerWhat,
     /// Behaviour when the limiter backend fails.
     pub on_limiter_error: OnLimiterError,
-    /// (SEED) Longest wait the kernel parks an execution for instead of refusing; zero means
+    /// Longest wait the kernel parks an execution for instead of refusing; zero means
     /// never park.
     #[serde(default)]
     pub max_wait: GoDuration,
@@ -302,7 +302,7 @@ impl RateLimit {
     }
 
     /// The bucket key for a call matched by `rule_id`: `<rule>:exec:<execution_id>`,
-    /// `<rule>:agent:<agent_id>` or `<rule>:global` (spec §11).
+    /// `<rule>:agent:<agent_id>` or `<rule>:global`.
     pub fn bucket_key(&self, rule_id: &str, agent_id: &str, execution_id: &str) -> String {
         match self.per_what {
             PerWhat::Execution => format!("{rule_id}:exec:{execution_id}"),
@@ -665,7 +665,7 @@ fn compile_rate_limit(rule: &str, spec: &RateLimitSpec) -> Result<Option<RateLim
         });
     }
     let Ok(max_calls) = u64::try_from(spec.max_calls) else {
-        // max_calls <= 0 means unlimited (spec §11).
+        // max_calls <= 0 means unlimited, as in the Go kernel.
         return Ok(None);
     };
     if max_calls == 0 {

@@ -2,7 +2,7 @@
 //! `Duration.String` formatting, and the serde glue used by `timeout` and `window`.
 //!
 //! Go's yaml.v3 also accepts a bare integer and reads it as nanoseconds, so `window: 60` means
-//! 60ns. That is a documented Go quirk (spec §21.2) and is not copied: a bare integer other than
+//! 60ns. That is a Go quirk and is not copied: a bare integer other than
 //! `0` is refused with an error that asks for a unit.
 
 use std::fmt;

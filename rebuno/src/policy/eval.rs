@@ -1,4 +1,4 @@
-//! Rule evaluation (spec §10.3): condition matching, argument predicates and the Go `%v`
+//! Rule evaluation: condition matching, argument predicates and the Go `%v`
 //! rendering of argument values that the predicates test.
 
 use serde_json::Value;
@@ -97,7 +97,7 @@ fn predicate_matches(pred: &Predicate, text: &str) -> bool {
 ///
 /// Numbers use shortest round-trip digits, switching to Go's exponent form (`1e-05`, `1e+21`)
 /// only when the decimal exponent is below −4 or at least 21. Go's own `%v` already switches at
-/// 10^6 (`1000000` becomes `1e+06`); the spec lists that as a quirk not to copy (§21.2), so
+/// 10^6 (`1000000` becomes `1e+06`); that is a Go quirk this port does not copy, so
 /// `1000000` renders as `1000000` here and `{equals: "1000000"}` matches it. Integers that JSON
 /// wrote without a fraction or exponent are rendered exactly.
 pub fn go_value_string(value: &Value) -> String {

@@ -1,5 +1,5 @@
-//! Policy: YAML bundles, the rule engine that gates every step, and the rate limiter
-//! (spec §10 to §12).
+//! Policy: YAML bundles, the rule engine that gates every step (with the approvals a rule may
+//! require), and the rate limiter.
 //!
 //! - [`bundle`]: the bundle document ([`BundleSpec`]), load-time validation ([`BundleError`])
 //!   and the compiled [`Bundle`];
@@ -259,8 +259,8 @@ impl Decision {
 /// What the engine decides for an agent that has no bundle.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum MissingBundle {
-    /// Allow every step (rule `permissive`). The spec's behaviour in both dev and server
-    /// mode (§10.3).
+    /// Allow every step (rule `permissive`). The Go kernel's behaviour in both dev and
+    /// server mode.
     #[default]
     AllowAll,
     /// Behave like an empty default-deny bundle: `local` steps are allowed (rule `local`),
@@ -282,7 +282,8 @@ impl Installed {
     }
 }
 
-/// The policy engine: one compiled bundle per agent, and the resolution rules of spec §10.3.
+/// The policy engine: one compiled bundle per agent, and the rules that pick the decision of a
+/// step.
 ///
 /// Bundles arrive two ways. [`set_bundle`](Self::set_bundle) is the admin and provisioning
 /// path: an invalid bundle is refused and the previous one stays. [`sync_bundle`](Self::sync_bundle)
@@ -412,7 +413,7 @@ impl PolicyEngine {
         }
     }
 
-    /// Decides a step (spec §10.3): the agent's bundle if it has one; otherwise the
+    /// Decides a step: the agent's bundle if it has one; otherwise the
     /// [`MissingBundle`] behaviour; `bundle-error` / `policy_bundle_invalid` if its stored
     /// bundle does not compile.
     pub fn evaluate(&self, input: &EvalInput<'_>) -> Decision {

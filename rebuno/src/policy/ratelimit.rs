@@ -1,6 +1,7 @@
-//! Rate limiting of rule matches (spec §11): the [`RateLimiter`] backend trait, the in-memory
-//! token-bucket backend used by dev mode, the injectable [`Clock`], and [`enforce_rate_limit`],
-//! which applies a decision's limit and its `on_limiter_error` policy.
+//! Rate limiting of rule matches: the [`RateLimiter`] backend trait, the in-memory
+//! token-bucket backend used by dev mode, and [`enforce_rate_limit`], which applies a decision's
+//! limit and its `on_limiter_error` policy. The injectable [`Clock`] it reads lives in
+//! [`crate::time`] (the agent SDK uses it too) and is re-exported here.
 //!
 //! The algorithm is a token bucket per key: capacity `max_calls`, starting full, refilled
 //! continuously at `max_calls / window`, capped at capacity; a call needs one whole token. The
@@ -20,80 +21,10 @@ use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+pub use crate::time::{Clock, ManualClock, SystemClock};
+
 use super::bundle::{OnLimiterError, RateLimit};
 use super::{Decision, EvalInput, reasons};
-
-/// A source of the current time: the wall clock, for timestamps that are stored, and a
-/// monotonic reading, for durations measured within one process (lease renewals, retry
-/// backoff, token refill), which a step of the wall clock must not stretch or shrink.
-pub trait Clock: Send + Sync {
-    /// The current wall-clock time.
-    fn now(&self) -> SystemTime;
-    /// Time elapsed since an arbitrary origin fixed for the life of the clock; never goes
-    /// backwards.
-    fn monotonic(&self) -> Duration;
-}
-
-/// The operating system's clocks: [`SystemTime`] and [`std::time::Instant`].
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-    fn monotonic(&self) -> Duration {
-        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        ORIGIN.get_or_init(std::time::Instant::now).elapsed()
-    }
-}
-
-/// A clock that only moves when told to; for tests and deterministic simulation.
-///
-/// [`ManualClock::advance`] is time passing (both readings move); [`ManualClock::set`] is
-/// someone stepping the wall clock (only the wall reading moves).
-#[derive(Debug)]
-pub struct ManualClock {
-    now: Mutex<(SystemTime, Duration)>,
-}
-
-impl ManualClock {
-    /// A clock stopped at `start` (its monotonic reading starts at zero).
-    pub fn new(start: SystemTime) -> Self {
-        ManualClock {
-            now: Mutex::new((start, Duration::ZERO)),
-        }
-    }
-
-    /// Lets `by` pass: both the wall clock and the monotonic reading move forward.
-    pub fn advance(&self, by: Duration) {
-        let mut now = lock(&self.now);
-        now.0 = now.0.checked_add(by).unwrap_or(now.0);
-        now.1 = now.1.saturating_add(by);
-    }
-
-    /// Steps the wall clock to `to` (which may be earlier than now); the monotonic reading
-    /// does not move.
-    pub fn set(&self, to: SystemTime) {
-        lock(&self.now).0 = to;
-    }
-}
-
-impl Default for ManualClock {
-    /// A clock stopped at the Unix epoch.
-    fn default() -> Self {
-        ManualClock::new(SystemTime::UNIX_EPOCH)
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> SystemTime {
-        lock(&self.now).0
-    }
-    fn monotonic(&self) -> Duration {
-        lock(&self.now).1
-    }
-}
 
 /// Takes a lock even if a previous holder panicked: every critical section here leaves the
 /// data consistent, so poisoning carries no information.
@@ -339,7 +270,8 @@ impl RateLimitOutcome {
 }
 
 /// Applies the rate limit of `decision` (if any) to the call described by `input`, using the
-/// bucket key of spec §11. Call it only for new steps, before recording anything (§7.4); it
+/// rule's bucket key ([`RateLimit::bucket_key`]). Call it only for new steps, before recording
+/// anything about the policy result; it
 /// applies whatever the decision's action is.
 pub async fn enforce_rate_limit(
     limiter: &dyn RateLimiter,

@@ -1,4 +1,4 @@
-//! Who is calling (spec §2, §22): the bearer token of client routes and the signed requests of
+//! Who is calling: the bearer token of client routes and the signed requests of
 //! agents, checked in an order that makes a stranger cost the server nothing.
 //!
 //! An agent request is judged from its headers before a byte of its body is read: the agent id
@@ -49,7 +49,7 @@ pub(crate) fn check_bearer(state: &AppState, headers: &HeaderMap) -> Result<(), 
 }
 
 /// Whether a request takes the HMAC path of a bearer-or-HMAC route: either agent header is
-/// present and non-empty (spec §2).
+/// present and non-empty.
 pub(crate) fn has_agent_headers(headers: &HeaderMap) -> bool {
     [HEADER_AGENT_ID, HEADER_SIGNATURE]
         .iter()

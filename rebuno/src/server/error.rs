@@ -11,7 +11,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-/// The `Content-Type` of every JSON answer (spec §0).
+/// The `Content-Type` of every JSON answer.
 pub(crate) const JSON_CONTENT_TYPE: &str = "application/json; charset=utf-8";
 
 /// The message of every `5xx` answer.

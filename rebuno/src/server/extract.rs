@@ -47,7 +47,7 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-/// The SEED lease headers (spec §7.1): `Rebuno-Dispatch-Id` (a UUID) and
+/// The lease headers every agent mutation carries: `Rebuno-Dispatch-Id` (a UUID) and
 /// `Rebuno-Dispatch-Attempt` (a base-10 integer > 0).
 pub(crate) fn lease_from_headers(headers: &HeaderMap) -> Result<Lease, ApiError> {
     let bad = |name: &str| ApiError::validation(format!("bad or missing {name}"));
@@ -64,7 +64,7 @@ pub(crate) fn lease_from_headers(headers: &HeaderMap) -> Result<Lease, ApiError>
     })
 }
 
-/// Bearer authentication of a client/admin route (spec §2). Put it first in the handler's
+/// Bearer authentication of a client/admin route. Put it first in the handler's
 /// arguments so it runs before any other extractor.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Bearer;
@@ -202,7 +202,7 @@ impl FromRequest<AppState> for AgentCall {
     }
 }
 
-/// Who is reading on a bearer-or-HMAC route (spec §2, routes 3, 7 and 8).
+/// Who is reading on a bearer-or-HMAC route (get an execution, list its steps, get a step).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Reader {
     /// A bearer-authenticated client: may read everything.

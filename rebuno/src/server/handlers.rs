@@ -1,4 +1,4 @@
-//! One handler per route of spec §3. Each authenticates first (see `extract`), parses the
+//! One handler per `/v0` route. Each authenticates first (see `extract`), parses the
 //! rest of the request, checks what the caller may touch and calls one [`Kernel`] method.
 //!
 //! Every listing answers one bounded page (see [`crate::kernel::ARRAY_MAX_LIMIT`] and its
@@ -28,7 +28,7 @@ use std::time::Duration;
 
 type ApiResult = Result<Response, ApiError>;
 
-/// How long `/v0/ready` waits for the store (spec §3 row 26).
+/// How long `/v0/ready` waits for the store.
 const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn ok<T: Serialize + ?Sized>(body: &T) -> Response {
@@ -79,7 +79,7 @@ impl AppState {
     /// Another agent's execution answers `404 not_found`, exactly as an unknown id does, and
     /// not `403`: to an agent only its own executions exist, so its answers never reveal
     /// whether some other agent's execution id is real. The read routes use the same rule,
-    /// which closes the Go kernel's gap that lets any agent read every execution (§21.2).
+    /// which closes the Go kernel's gap that lets any agent read every execution.
     async fn owned_execution(&self, agent_id: &str, id: &str) -> Result<Execution, ApiError> {
         self.check_owner(agent_id, id).await?;
         Ok(self.kernel.execution(id).await?)
@@ -171,7 +171,7 @@ pub(super) async fn events(
 
 /// Row 5: `GET /v0/executions/{id}/stream` (bearer): Server-Sent Events, one
 /// `data: {"step_id","seq","data"}` frame per delta and a `: keep-alive` comment every 15 s.
-/// Nothing is replayed (spec §16). Unlike the Go kernel, an unknown execution is `404`, and
+/// Nothing is replayed: a subscriber sees only deltas sent after it subscribed. Unlike the Go kernel, an unknown execution is `404`, and
 /// subscribers over the kernel's caps are `429`; the subscription ends when the client
 /// disconnects (the response body, which owns it, is dropped).
 pub(super) async fn stream_subscribe(

@@ -1,4 +1,4 @@
-//! The provisioning manifest (`--config`, spec §17): agents, their secrets and policy bundles,
+//! The provisioning manifest (`--config`): agents, their secrets and policy bundles,
 //! upserted at boot.
 //!
 //! ```yaml

@@ -1,4 +1,4 @@
-//! The kernel's HTTP server: the `/v0` routes of the wire protocol (spec §3) as an axum
+//! The kernel's HTTP server: the `/v0` routes of the wire protocol as an axum
 //! [`Router`] over a [`Kernel`], plus `/v0/health`, `/v0/ready` and the Prometheus `/metrics`,
 //! and the loop that serves it ([`serve`]).
 //!
@@ -6,19 +6,19 @@
 //!
 //! * connections (`serve`): a deadline for each request's head, a cap on concurrent
 //!   connections, graceful shutdown ([`ServeOptions`]);
-//! * authentication (spec §2, §22; `auth`): bearer tokens on client/admin routes, signed agent
+//! * authentication (`auth`): bearer tokens on client/admin routes, signed agent
 //!   requests (`v1=`, and body-only `sha256=` while legacy signing is on) on agent routes, and
 //!   bearer-or-HMAC on the three read routes an agent also uses, where an agent only sees its own
 //!   executions. An agent's headers are checked before any of its body is read;
 //! * bodies (`body`): at most 10 MiB (`413` beyond, before reading when declared) and read
 //!   within [`ServerOptions::body_timeout`];
-//! * request parsing: path UUIDs, query strings, the SEED lease headers (§7.1) and strict JSON
+//! * request parsing: path UUIDs, query strings, the lease headers and strict JSON
 //!   bodies (`extract`);
 //! * answers: JSON bodies and the `{code, message, details?}` error envelope with the HTTP
 //!   status of its code (`error`), and the metrics text (`metrics`);
 //! * the provisioning manifest the binary loads at boot ([`manifest`]).
 //!
-//! The live-stream routes (§16) fan deltas out in process: an agent's `POST …/stream` reaches
+//! The live-stream routes fan deltas out in process: an agent's `POST …/stream` reaches
 //! every current `GET …/stream` subscriber as a Server-Sent Event (best effort, never stored).
 //!
 //! ```no_run
@@ -123,7 +123,7 @@ pub(crate) struct AppState {
     pub(crate) body_timeout: Duration,
 }
 
-/// The `/v0` router over `kernel`: every route of spec §3 (the live stream included),
+/// The `/v0` router over `kernel`: every route of the wire protocol (the live stream included),
 /// `/v0/health`, `/v0/ready` and `/metrics`. The caller runs the kernel's background
 /// loops ([`Kernel::start_http`]) and serves the router.
 pub fn router(kernel: Kernel, options: ServerOptions) -> Router {

@@ -20,14 +20,22 @@
 //! data per call, with a cursor to continue; a stored row that does not decode is skipped (and
 //! logged) rather than failing the whole listing.
 
+#[cfg(feature = "sqlite")]
 mod durable;
+#[cfg(feature = "sqlite")]
 mod handoff;
+#[cfg(feature = "sqlite")]
 mod migrations;
+#[cfg(feature = "sqlite")]
 mod readers;
+#[cfg(feature = "sqlite")]
 mod rows;
+#[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "sqlite")]
 mod writer;
 
+#[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
 use crate::protocol::{
@@ -49,6 +57,7 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+#[cfg(feature = "sqlite")]
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
         StoreError::Database(e.to_string())

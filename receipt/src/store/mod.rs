@@ -1,5 +1,5 @@
-//! Receipt storage: the [`ReceiptStore`] trait and its backends ([`MemoryStore`],
-//! [`SqliteStore`]).
+//! Receipt storage: the [`ReceiptStore`] trait and its backends ([`MemoryStore`], and
+//! `SqliteStore` with the `sqlite` feature).
 //!
 //! The trait is the contract every backend keeps, PostgreSQL included: an append is one atomic
 //! unit (all receipts of a command or none), checked inside that unit against the stream's
@@ -9,9 +9,11 @@
 //! `branch.meta.upsert` receipt on [`BRANCH_META_STREAM`].
 
 mod memory;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 use crate::error::{Error, Result};

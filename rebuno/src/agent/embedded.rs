@@ -1,0 +1,251 @@
+//! The in-process forms of the agent runtime (feature `kernel`): [`EmbeddedTransport`], which
+//! makes an agent's calls directly on a [`Kernel`] in this process, and [`Runtime`], an embedded
+//! kernel with its background loops and the agents it serves by direct calls.
+
+use super::{Agent, AgentBuilder, AgentHandler, Submission, Transport};
+use crate::error::Result;
+use crate::kernel::{Background, EmbeddedDeliverer, Kernel};
+use crate::protocol::{Execution, Lease, Step, StepDecision};
+use async_trait::async_trait;
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+
+/// Calls an in-process [`Kernel`] directly.
+#[derive(Debug, Clone)]
+pub struct EmbeddedTransport {
+    kernel: Kernel,
+}
+
+impl EmbeddedTransport {
+    /// A transport over `kernel`.
+    pub fn new(kernel: Kernel) -> Self {
+        EmbeddedTransport { kernel }
+    }
+
+    /// The kernel.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+}
+
+#[async_trait]
+impl Transport for EmbeddedTransport {
+    async fn execution(&self, execution_id: &str) -> Result<Execution> {
+        Ok(self.kernel.execution(execution_id).await?)
+    }
+
+    async fn submit_step(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        s: Submission,
+    ) -> Result<StepDecision> {
+        Ok(self
+            .kernel
+            .submit_step(execution_id, lease, s.into())
+            .await?)
+    }
+
+    async fn complete_step(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        lease: &Lease,
+        result: Value,
+    ) -> Result<StepDecision> {
+        Ok(self
+            .kernel
+            .complete_step(execution_id, step_id, lease, Some(result))
+            .await?)
+    }
+
+    async fn fail_step(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        lease: &Lease,
+        error: Value,
+    ) -> Result<StepDecision> {
+        Ok(self
+            .kernel
+            .fail_step(execution_id, step_id, lease, Some(error))
+            .await?)
+    }
+
+    async fn heartbeat(&self, execution_id: &str, lease: &Lease) -> Result<()> {
+        Ok(self.kernel.heartbeat(execution_id, lease).await?)
+    }
+
+    async fn complete_execution(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        output: Value,
+    ) -> Result<()> {
+        Ok(self
+            .kernel
+            .complete_execution(execution_id, lease, Some(output))
+            .await?)
+    }
+
+    async fn fail_execution(&self, execution_id: &str, lease: &Lease, error: String) -> Result<()> {
+        Ok(self
+            .kernel
+            .fail_execution(execution_id, lease, error)
+            .await?)
+    }
+
+    async fn stream_delta(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        seq: i64,
+        data: String,
+    ) -> Result<()> {
+        let frame = crate::protocol::StreamFrame {
+            step_id: step_id.to_owned(),
+            seq,
+            data,
+        };
+        Ok(self.kernel.publish(execution_id, frame)?)
+    }
+
+    async fn steps(&self, execution_id: &str) -> Result<Vec<Step>> {
+        Ok(self.kernel.steps(execution_id, false).await?)
+    }
+
+    async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step> {
+        Ok(self.kernel.step(execution_id, step_id).await?)
+    }
+}
+
+/// An embedded kernel with its background loops and the agents served in this process: the
+/// quickest way to run durable agents with no server.
+///
+/// ```ignore
+/// let rt = rebuno::Runtime::open("sqlite://.rebuno/rebuno.db").await?;
+/// rt.register(billing).await?;
+/// rt.start();
+/// let run = rt.client().create("billing", json!({"customer": "c1", "cents": 500})).await?;
+/// ```
+pub struct Runtime {
+    kernel: Kernel,
+    deliverer: Arc<EmbeddedDeliverer>,
+    background: Mutex<Option<Background>>,
+    agents: Mutex<Vec<Agent>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("kernel", &self.kernel)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Opens a kernel on `url` (`sqlite://<path>`, `sqlite::memory:` or `memory`). Register
+    /// agents and set their policies, then [`Runtime::start`] delivering; executions left
+    /// running by a previous process resume then. Needs the `sqlite` feature; with `kernel`
+    /// alone, build the [`Kernel`] over a store of your own and use [`Runtime::new`].
+    #[cfg(feature = "sqlite")]
+    pub async fn open(url: &str) -> Result<Runtime> {
+        if let Some(path) = url.strip_prefix("sqlite://")
+            && let Some(dir) = std::path::Path::new(path).parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                crate::error::Error::Config(format!("create {}: {e}", dir.display()))
+            })?;
+        }
+        Ok(Runtime::new(Kernel::open(url).await?))
+    }
+
+    /// Serves agents in process over `kernel` (webhooks still go out over HTTP to agents
+    /// registered with a URL). Nothing is delivered before [`Runtime::start`].
+    pub fn new(kernel: Kernel) -> Runtime {
+        let deliverer = Arc::new(EmbeddedDeliverer::new(kernel.config().dispatch_timeout));
+        Runtime {
+            kernel,
+            deliverer,
+            background: Mutex::new(None),
+            agents: Mutex::default(),
+        }
+    }
+
+    /// Starts the kernel's loops (delivery, lease reaper, approval expiry, sweeps); a second
+    /// call does nothing. Starting after registration and policies means no dispatch reaches
+    /// an agent before its policy is in place.
+    pub fn start(&self) -> &Self {
+        let mut bg = self
+            .background
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if bg.is_none() {
+            *bg = Some(
+                self.kernel
+                    .start(Arc::clone(&self.deliverer) as Arc<dyn crate::kernel::Deliverer>),
+            );
+        }
+        self
+    }
+
+    /// The kernel.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    /// A client over the kernel.
+    pub fn client(&self) -> crate::client::Client {
+        self.kernel.client()
+    }
+
+    /// Registers `handler` as an in-process agent and starts serving its dispatches.
+    pub async fn register(&self, handler: impl AgentHandler) -> Result<Agent> {
+        self.register_with(Agent::builder(handler)).await
+    }
+
+    /// Registers an agent built from `builder` (its transport is replaced by the embedded
+    /// one), e.g. to set an effect observer.
+    pub async fn register_with(&self, builder: AgentBuilder) -> Result<Agent> {
+        let agent = builder
+            .transport(Arc::new(EmbeddedTransport::new(self.kernel.clone())))
+            .build()?;
+        let serving = agent.clone();
+        self.kernel
+            .register_embedded(
+                &self.deliverer,
+                agent.id(),
+                Arc::new(move |payload| {
+                    serving.dispatch(payload);
+                    Box::pin(async {})
+                }),
+            )
+            .await?;
+        self.agents
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(agent.clone());
+        Ok(agent)
+    }
+
+    /// Stops the kernel's loops and drains every agent's running handlers.
+    pub async fn shutdown(&self) {
+        if let Some(mut bg) = self
+            .background
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            bg.stop();
+        }
+        let agents: Vec<Agent> = self
+            .agents
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for agent in agents {
+            agent.shutdown(None).await;
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! Request bodies: those of the `/v0` routes, and the webhook body the kernel posts to an
+//! agent. Route bodies refuse unknown fields (`400 validation_error`); like Go's decoder they
+//! read missing fields and JSON `null` as the zero value.
+
+use super::{Idempotency, StepKind, null_as_default, present};
+use crate::identity::{self, IdentityError};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// Body of `POST /v0/executions`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateExecutionRequest {
+    /// The agent to run; it must exist (else `404`).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub agent_id: String,
+    /// The input; `None` when the field is absent.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub input: Option<Value>,
+    /// Optional agent version.
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub agent_version: String,
+}
+
+/// Body of `POST /v0/executions/{id}/steps`. `args` stays raw so it hashes as the caller wrote it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitStepRequest {
+    /// Step kind, as submitted.
+    #[serde(default)]
+    pub kind: StepKind,
+    /// Step target, as submitted.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub target: String,
+    /// Raw args; absent and `null` both hash as `null`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Box<RawValue>>,
+    /// Declared idempotency; absent means `safe_to_retry`.
+    #[serde(default)]
+    pub idempotency: Idempotency,
+    /// Extension (this kernel only; the published SDKs never send it): the occurrence the
+    /// agent counted for this effect. An agent that replayed earlier occurrences from its own
+    /// copy of the record (without asking the kernel) sends it so the kernel's counter catches
+    /// up: the kernel uses the larger of this and its own count. It can only skip ahead, never
+    /// reuse an occurrence, and changes nothing that is recorded. It may skip only over
+    /// recorded occurrences (what a local replay saw): an occurrence ahead of the kernel's
+    /// count whose predecessor is not recorded is `400 validation_error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occurrence: Option<u64>,
+}
+
+impl SubmitStepRequest {
+    /// The raw args bytes, empty when the field was absent.
+    pub fn args_bytes(&self) -> &[u8] {
+        self.args.as_deref().map_or(&[], |raw| raw.get().as_bytes())
+    }
+
+    /// The args hash ([`identity::args_hash`]); an error becomes `400 invalid args`.
+    pub fn args_hash(&self) -> Result<String, IdentityError> {
+        identity::args_hash(self.args_bytes())
+    }
+
+    /// The args parsed once: their hash and the value policy evaluates and the kernel records
+    /// (`null` when absent). Args the kernel cannot record faithfully are an error (see
+    /// [`identity::step_args`]); the kernel answers it `400 validation_error`.
+    pub fn parse_args(&self) -> Result<identity::StepArgs, identity::ArgsError> {
+        identity::step_args(self.args_bytes())
+    }
+}
+
+/// Body of `POST …/steps/{step_id}/complete`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteStepRequest {
+    /// The step's result (any JSON).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub result: Option<Value>,
+}
+
+/// Body of `POST …/steps/{step_id}/fail`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailStepRequest {
+    /// The step's error (any JSON).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub error: Option<Value>,
+}
+
+/// Body of `POST …/steps/{step_id}/stream`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamDeltaRequest {
+    /// Producer sequence number.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub seq: i64,
+    /// Output chunk; at most [`MAX_STREAM_DATA_BYTES`](super::MAX_STREAM_DATA_BYTES) bytes.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub data: String,
+}
+
+/// Body of `POST /v0/executions/{id}/complete`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteExecutionRequest {
+    /// The execution's output (any JSON).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub output: Option<Value>,
+}
+
+/// Body of `POST /v0/executions/{id}/fail`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailExecutionRequest {
+    /// Error text; becomes the `reason` of `execution.failed`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub error: String,
+}
+
+/// Body of `POST /v0/agents`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterAgentRequest {
+    /// Agent id.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub id: String,
+    /// Webhook URL.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub webhook_url: String,
+    /// HMAC secret.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub secret: String,
+}
+
+/// Body of `POST /v0/policies/{agent_id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetPolicyRequest {
+    /// Policy bundle YAML; empty clears the policy.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub bundle: String,
+}
+
+/// Body of `POST /v0/approvals/{id}/grant` and `…/deny`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecideApprovalRequest {
+    /// Who decides; checked against the approver list
+    /// ([`Approval::may_decide`](super::Approval::may_decide)).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub decided_by: String,
+    /// Optional rationale; a deny's rationale becomes the step's denial reason.
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub rationale: String,
+}
+
+/// Body of the dispatch webhook, in this field order (compact JSON).
+///
+/// The Go kernel without leases sends only `execution_id` and `dispatch_id`; the lease protocol
+/// (Python SDK 0.14.0 and later) adds `dispatch_attempt`; SDK 0.15+ also needs
+/// `lease_timeout_seconds`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookPayload {
+    /// The execution to run.
+    pub execution_id: String,
+    /// The dispatch (lease) id.
+    pub dispatch_id: String,
+    /// The dispatch's attempt counter after the claim (≥ 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch_attempt: Option<u32>,
+    /// Lease length in seconds (> 0); the agent heartbeats every `min(lease / 3, 30 s)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_timeout_seconds: Option<u64>,
+}

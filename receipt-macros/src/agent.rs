@@ -251,6 +251,13 @@ fn check(agent: &AgentDecl, errors: &mut Errors) -> Option<Checked> {
 /// the rest of the user's code does not cascade into unrelated errors.
 fn generate(agent: &AgentDecl, checked: Option<&Checked>) -> TokenStream {
     let item = &agent.item;
+    if item.trait_.is_some()
+        || !item.generics.params.is_empty()
+        || item.generics.where_clause.is_some()
+    {
+        // Already reported; impls would only add errors about the parameters or the trait.
+        return quote!(#item);
+    }
     let o = &agent.options;
     let self_ty = &item.self_ty;
     let receipts = o.receipts.as_ref().map_or_else(

@@ -34,7 +34,7 @@ struct Checked {
     names: Vec<String>,
     /// `Serialize` / `Deserialize` the user derived (reported; not derived again).
     user_derived: Vec<&'static str>,
-    /// Whether serde can derive for the variants' shapes at all.
+    /// Whether serde can derive for the enum at all (not generic, variants of supported shapes).
     serde_ok: bool,
 }
 
@@ -107,7 +107,8 @@ fn receipt_name(attrs: &[syn::Attribute], variant: &Ident, errors: &mut Errors) 
 /// empty, not a control type, not declared twice), every variant of a shape serde supports.
 fn check(set: &ReceiptSet, errors: &mut Errors) -> Checked {
     let item = &set.item;
-    if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
+    let generic = !item.generics.params.is_empty() || item.generics.where_clause.is_some();
+    if generic {
         errors.spanned(&item.generics, "a receipt set cannot be generic");
     }
     let mut user_derived = Vec::new();
@@ -122,7 +123,8 @@ fn check(set: &ReceiptSet, errors: &mut Errors) -> Checked {
     }
     let mut names: Vec<String> = Vec::new();
     let mut declared_by: Vec<(&Ident, String)> = Vec::new();
-    let mut serde_ok = true;
+    // A generic set gets no impls (they would only add errors about its parameters).
+    let mut serde_ok = !generic;
     for (variant, lit) in item.variants.iter().zip(&set.names) {
         let usable = lit
             .as_ref()
@@ -204,7 +206,7 @@ fn check_shape(variant: &syn::Variant, errors: &mut Errors) -> bool {
 }
 
 /// The enum with its serde attributes and derives, and `impl ReceiptSet`; when serde cannot
-/// derive for a variant's shape (already reported), the plain enum only.
+/// derive for it (already reported), the plain enum only.
 fn generate(set: ReceiptSet, checked: &Checked) -> TokenStream {
     let mut item = set.item;
     if !checked.serde_ok {

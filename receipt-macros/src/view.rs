@@ -58,9 +58,14 @@ struct Declared {
     ty: Type,
     /// Whether the field has a `#[view]` attribute at all.
     annotated: bool,
+    /// Whether one of them is not written `#[view(...)]` (already reported).
+    malformed: bool,
     /// Every fold key written, where, and its fold when the value is readable.
-    folds: Vec<(&'static str, Span, Option<Fold>)>,
+    folds: Vec<FoldDecl>,
 }
+
+/// One fold key as written: the key, where its value is, and the fold when it is readable.
+type FoldDecl = (&'static str, Span, Option<Fold>);
 
 /// A checked field: exactly one readable fold.
 struct Field {
@@ -95,11 +100,13 @@ fn parse(attr: TokenStream, item: TokenStream, errors: &mut Errors) -> Option<Vi
     for field in item.fields.iter_mut() {
         let attrs = take_helpers(&mut field.attrs, "view");
         if let Some(ident) = &field.ident {
+            let (folds, malformed) = field_folds(&attrs, errors);
             fields.push(Declared {
                 ident: ident.clone(),
                 ty: field.ty.clone(),
                 annotated: !attrs.is_empty(),
-                folds: field_folds(&attrs, errors),
+                malformed,
+                folds,
             });
         }
     }
@@ -110,16 +117,16 @@ fn parse(attr: TokenStream, item: TokenStream, errors: &mut Errors) -> Option<Vi
     })
 }
 
-/// The folds a field's `#[view(...)]` attributes declare, in key order.
-fn field_folds(
-    attrs: &[syn::Attribute],
-    errors: &mut Errors,
-) -> Vec<(&'static str, Span, Option<Fold>)> {
+/// The folds a field's `#[view(...)]` attributes declare, in key order, and whether one of the
+/// attributes is malformed.
+fn field_folds(attrs: &[syn::Attribute], errors: &mut Errors) -> (Vec<FoldDecl>, bool) {
     let mut folds = Vec::new();
+    let mut malformed = false;
     for attr in attrs {
         let tokens = match &attr.meta {
             Meta::List(list) => list.tokens.clone(),
             other => {
+                malformed = true;
                 errors.spanned(
                     other,
                     "write the field's fold: `#[view(last = \"type\")]` (or `all`, `exists`, `count`, `fold = path`)",
@@ -134,7 +141,7 @@ fn field_folds(
             }
         }
     }
-    folds
+    (folds, malformed)
 }
 
 fn fold_of(key: &str, arg: &Arg, errors: &mut Errors) -> Option<Fold> {
@@ -173,6 +180,7 @@ fn check(view: &View, errors: &mut Errors) -> Vec<Field> {
             continue;
         }
         match declared.folds.as_slice() {
+            [] if declared.malformed => {}
             [] => errors.at(
                 field.span(),
                 format!("field `{field}` has no fold: write one of {}", list(KEYS)),
@@ -205,6 +213,10 @@ fn check(view: &View, errors: &mut Errors) -> Vec<Field> {
 /// `receipts` checks. With errors, `apply` folds nothing, so uses of the view do not cascade.
 fn generate(view: View, fields: &[Field], errors: Errors) -> TokenStream {
     let item = &view.item;
+    if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
+        // Already reported; impls would only add errors about the parameters.
+        return errors.emit_with(quote!(#item));
+    }
     let ident = &item.ident;
     let mut derive = Vec::new();
     if !derives(&item.attrs, "Clone") {

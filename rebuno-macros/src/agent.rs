@@ -34,6 +34,8 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
+/// The unit struct, its `run` (the original body) and `impl AgentHandler`, from a checked
+/// signature.
 fn generate(func: &ItemFn, sig: &Checked, id: &str) -> TokenStream {
     let ItemFn {
         attrs,

@@ -144,6 +144,8 @@ pub fn goal(_attr: TokenStream, item: TokenStream) -> TokenStream {
     misplaced("goal", item.into()).into()
 }
 
+/// `#[action]` or `#[goal]` outside a `#[receipt::agent]` impl block: an error, and the item
+/// unchanged.
 fn misplaced(name: &str, item: proc_macro2::TokenStream) -> proc_macro2::TokenStream {
     let mut errors = common::Errors::default();
     errors.at(

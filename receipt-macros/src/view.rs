@@ -144,6 +144,7 @@ fn field_folds(attrs: &[syn::Attribute], errors: &mut Errors) -> (Vec<FoldDecl>,
     (folds, malformed)
 }
 
+/// The fold of one key: a typed fold reads a non-empty type name, `fold` an expression.
 fn fold_of(key: &str, arg: &Arg, errors: &mut Errors) -> Option<Fold> {
     let (helper, method) = match key {
         "last" => ("LastFold", "fold_last"),
@@ -269,6 +270,8 @@ fn declared_checks(view: &Ident, set: &Type, fields: &[Field]) -> TokenStream {
     quote!(#(#checks)*)
 }
 
+/// The body of `AgentView::apply`: one `match` arm per receipt type read by a typed fold, then
+/// every custom fold.
 fn apply_body(fields: &[Field]) -> TokenStream {
     // One arm per receipt type (first-use order), each updating its fields in declaration order.
     let mut arms: Vec<(String, Vec<TokenStream>)> = Vec::new();

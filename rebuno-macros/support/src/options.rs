@@ -303,3 +303,71 @@ impl Arg {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The messages of parsing `tokens` as the options of `#[demo]` accepting `name` and `n`.
+    fn messages(tokens: TokenStream) -> (Args, String) {
+        let mut errors = Errors::default();
+        let args = Args::parse(tokens, "`#[demo]`", &["name", "n"], &mut errors);
+        (args, errors.emit_with(TokenStream::new()).to_string())
+    }
+
+    #[test]
+    fn unknown_duplicate_and_path_keys_are_reported_and_left_out() {
+        let (args, out) = messages(quote!(name = "a", name = "b", colour = "c", a::b = 1));
+        assert!(out.contains("duplicate option `name`"), "{out}");
+        assert!(
+            out.contains("unknown option `colour` for `#[demo]`; expected one of: `name`, `n`"),
+            "{out}"
+        );
+        assert!(out.contains("unknown option `a::b`"), "{out}");
+        let mut errors = Errors::default();
+        let name = args.get("name").and_then(|a| a.lit_str(&mut errors));
+        assert_eq!(name.map(|l| l.value()).as_deref(), Some("a"));
+        assert!(args.get("colour").is_none());
+    }
+
+    #[test]
+    fn values_of_the_wrong_form_name_the_form() {
+        let (args, _) = messages(quote!(name, n = "4"));
+        let mut errors = Errors::default();
+        assert!(args.get("name").unwrap().lit_str(&mut errors).is_none());
+        assert!(args.get("n").unwrap().u32(&mut errors).is_none());
+        assert_eq!(errors.len(), 2);
+        let out = errors.emit_with(TokenStream::new()).to_string();
+        assert!(out.contains("option `name` needs a value"), "{out}");
+        assert!(
+            out.contains("option `n` must be an integer literal"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn missing_keys_are_listed_once() {
+        let (args, _) = messages(quote!(n = 1));
+        let mut errors = Errors::default();
+        args.require(&[("name", "\"x\""), ("n", "1")], &mut errors);
+        assert_eq!(errors.len(), 1);
+        let out = errors.emit_with(TokenStream::new()).to_string();
+        assert!(
+            out.contains("`#[demo]` is missing `name = \\\"x\\\"`"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn choices_list_the_accepted_names() {
+        let (args, _) = messages(quote!(name = "maybe"));
+        let mut errors = Errors::default();
+        let arg = args.get("name").unwrap();
+        assert!(arg.choice("mode", &["yes", "no"], &mut errors).is_none());
+        let out = errors.emit_with(TokenStream::new()).to_string();
+        assert!(
+            out.contains("unknown mode `maybe`; expected one of: `yes`, `no`"),
+            "{out}"
+        );
+    }
+}

@@ -10,7 +10,7 @@
 //! - a required key left out: "`#[attr]` is missing `k = example`", listing every missing key;
 //! - a value of the wrong form: "option `k` must be a string literal: `k = \"...\"`" (or an
 //!   integer literal, a type), at the value; a key without a value: "option `k` needs a value";
-//! - a value outside a closed set: "unknown <what> `v`; expected one of: ...", at the value.
+//! - a value outside a closed set: "unknown `<what>` `v`; expected one of: ...", at the value.
 //!
 //! An option whose value is invalid still counts as written, so it is not also reported as
 //! missing.

@@ -6,11 +6,12 @@
 //! several parameters receive the input object's fields by name, every missing or ill-typed
 //! field reported at once (`input_invalid`) before the body runs.
 
-use crate::diag::Errors;
+use crate::diag::{Errors, attr_name};
 use crate::effect::{assert_at, assert_error, local};
-use crate::options::{self, Options};
+use crate::options;
 use crate::signature::{self, Checked, cfgs, doc_text, docs};
 use crate::tool::schema;
+use macro_support::options::Args;
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
 use syn::ItemFn;
@@ -21,7 +22,7 @@ const OPTIONS: &[&str] = &["id"];
 /// Expands `#[rebuno::agent(attr)] item`.
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    let options = Options::parse(attr, OPTIONS, &mut errors);
+    let options = Args::parse(attr, &attr_name("agent"), OPTIONS, &mut errors);
     let Some(func) = signature::parse_fn("agent", item.clone(), &mut errors) else {
         return errors.emit_with(item);
     };
@@ -33,6 +34,8 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
+/// The unit struct, its `run` (the original body) and `impl AgentHandler`, from a checked
+/// signature.
 fn generate(func: &ItemFn, sig: &Checked, id: &str) -> TokenStream {
     let ItemFn {
         attrs,

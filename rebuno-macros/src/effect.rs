@@ -7,9 +7,10 @@
 //! function records the arguments by parameter name and hands the inner call to
 //! `__private::invoke`, which runs it only when the kernel says `proceed`.
 
-use crate::diag::Errors;
-use crate::options::{self, Options};
+use crate::diag::{Errors, attr_name};
+use crate::options;
 use crate::signature::{self, Checked};
+use macro_support::options::Args;
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::ext::IdentExt;
@@ -45,14 +46,16 @@ pub(crate) struct Effect {
 /// Options accepted by both macros.
 const OPTIONS: &[&str] = &["name", "idempotency"];
 
-/// Parses and validates; on any error, the diagnostics plus the item unchanged.
+/// Parses the options and the function, then checks them (every independent problem is
+/// collected); on any error, the diagnostics plus the item unchanged. Generation
+/// ([`expand_fn`]) only ever sees a checked [`Effect`].
 pub(crate) fn parse(
     kind: Kind,
     attr: TokenStream,
     item: TokenStream,
 ) -> Result<Effect, TokenStream> {
     let mut errors = Errors::default();
-    let options = Options::parse(attr, OPTIONS, &mut errors);
+    let options = Args::parse(attr, &attr_name(kind.macro_name()), OPTIONS, &mut errors);
     let Some(func) = signature::parse_fn(kind.macro_name(), item.clone(), &mut errors) else {
         return Err(errors.emit_with(item));
     };

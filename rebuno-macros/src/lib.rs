@@ -1,9 +1,15 @@
 //! Procedural macros behind `rebuno`: `#[tool]`, `#[step]` and `#[agent]`.
 //!
 //! Implementation detail of the `rebuno` crate, which re-exports them (use them as
-//! `#[rebuno::tool]` and so on). Each macro is parse -> validate -> expand in its own module;
-//! generated code reaches the runtime only through `::rebuno::__private`. On any error the
-//! user's item is emitted unchanged next to the diagnostics, so one mistake does not cascade.
+//! `#[rebuno::tool]` and so on). Each macro is parse -> check -> generate: the options and the
+//! function are parsed and checked into a model (every independent error collected, each
+//! spanned on the offending token), and code is generated only from a checked model. Generated
+//! code reaches the runtime only through `::rebuno::__private`. On any error the user's item is
+//! emitted unchanged next to the diagnostics, so one mistake does not cascade.
+//!
+//! Option parsing and the diagnostics' collector come from `macro-support`, which
+//! `receipt-macros` uses too, so both crates report unknown, duplicate, missing and invalid
+//! options in the same words.
 
 mod agent;
 mod diag;

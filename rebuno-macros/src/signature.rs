@@ -3,6 +3,7 @@
 //! return type is `Result<T, E>` (or a `Result<T>` alias).
 
 use crate::diag::{Errors, attr_name};
+use macro_support::syntax::{last_segment, strip, wrong_item};
 use proc_macro2::{TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::ext::IdentExt;
@@ -193,25 +194,6 @@ fn result_types(ty: &Type) -> Option<(Type, Option<Type>)> {
     }
 }
 
-/// A type without invisible groups and parentheses.
-fn strip(mut ty: &Type) -> &Type {
-    loop {
-        match ty {
-            Type::Group(g) => ty = &g.elem,
-            Type::Paren(p) => ty = &p.elem,
-            other => return other,
-        }
-    }
-}
-
-/// The last segment of a plain type path.
-fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
-    match strip(ty) {
-        Type::Path(p) if p.qself.is_none() => p.path.segments.last(),
-        _ => None,
-    }
-}
-
 /// The first `impl` keyword inside a type (an `impl Trait`, which is a hidden generic).
 fn find_impl(tokens: TokenStream) -> Option<Ident> {
     tokens.into_iter().find_map(|tt| match tt {
@@ -273,10 +255,7 @@ pub(crate) fn parse_fn(macro_name: &str, item: TokenStream, errors: &mut Errors)
         Ok(Item::Fn(func)) => Some(func),
         Ok(_) => {
             let message = format!("{} applies to an `async fn` only", attr_name(macro_name));
-            match first_keyword(item) {
-                Some(keyword) => errors.at(keyword.span(), message),
-                None => errors.at(proc_macro2::Span::call_site(), message),
-            }
+            wrong_item(item, &message, errors);
             None
         }
         Err(e) => {
@@ -284,25 +263,4 @@ pub(crate) fn parse_fn(macro_name: &str, item: TokenStream, errors: &mut Errors)
             None
         }
     }
-}
-
-/// The first identifier of an item that is not part of an attribute or its visibility.
-fn first_keyword(item: TokenStream) -> Option<Ident> {
-    let mut tokens = item.into_iter().peekable();
-    while let Some(tt) = tokens.next() {
-        match tt {
-            // `#[...]`: skip the bracket group that follows.
-            TokenTree::Punct(p) if p.as_char() == '#' => {
-                tokens.next();
-            }
-            TokenTree::Ident(i) if i == "pub" => {
-                if matches!(tokens.peek(), Some(TokenTree::Group(_))) {
-                    tokens.next();
-                }
-            }
-            TokenTree::Ident(i) => return Some(i),
-            _ => {}
-        }
-    }
-    None
 }

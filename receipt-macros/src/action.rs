@@ -1,10 +1,18 @@
-//! One `#[action(...)]` method: its options read and checked against the action contract, and
-//! its signature checked (`async fn name(&self, ctx: ActionContext<Self>) -> receipt::Result<()>`).
+//! One `#[action(...)]` method: its options parsed ([`parse`]), then checked against the action
+//! contract and its signature checked ([`check`]: `async fn name(&self, ctx:
+//! ActionContext<Self>) -> receipt::Result<()>`), then generated as a builder chain
+//! ([`ActionDef::builder`]).
+//!
+//! The accepted kinds, side-effect classes and execution modes, and the contract's messages,
+//! come from `receipt-vocab`, which the runtime's parser and builder read too.
 
-use crate::args::Args;
-use crate::diag::{Errors, list};
+use crate::common::{Args, Errors};
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
+use receipt_vocab::{
+    ACTION_KINDS, Choice, Choices, EXECUTION_MODES, EXTERNAL_SIDE_EFFECTS, HUMAN_KIND,
+    REMOTE_EXECUTION, SIDE_EFFECTS, message,
+};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Expr, FnArg, Ident, ImplItemFn, LitInt, LitStr, ReturnType};
@@ -23,19 +31,33 @@ const KEYS: &[&str] = &[
     "response_when",
 ];
 
-/// Accepted kinds, side-effect classes and execution modes, with their runtime variants.
-const KINDS: &[(&str, &str)] = &[
-    ("action", "Action"),
-    ("assistant", "Assistant"),
-    ("tool", "Tool"),
-    ("human", "Human"),
-];
-const SIDE_EFFECTS: &[(&str, &str)] = &[
-    ("receipt_only", "ReceiptOnly"),
-    ("query", "Query"),
-    ("external", "External"),
-];
-const EXECUTIONS: &[(&str, &str)] = &[("local", "Local"), ("remote", "Remote")];
+/// A value of a closed set as declared: the choice (the default when not written) and the
+/// literal it was written as.
+#[derive(Clone)]
+struct Chosen {
+    choice: &'static Choice,
+    lit: Option<LitStr>,
+}
+
+/// One `#[action(...)]` as parsed: every option as far as its value is readable.
+#[derive(Clone)]
+pub(crate) struct ActionDecl {
+    method: ImplItemFn,
+    /// The `id` option: `None` when not written, `Some(None)` when written but unreadable.
+    id: Option<Option<LitStr>>,
+    /// `None` when the value was written but is not one of the set (already reported).
+    kind: Option<Chosen>,
+    side_effects: Option<Chosen>,
+    execution: Option<Chosen>,
+    exclusive: Option<bool>,
+    max_concurrency: Option<(u32, LitInt)>,
+    target_group: Option<LitStr>,
+    when: Option<Expr>,
+    commit_when: Option<Expr>,
+    response_when: Option<Expr>,
+    /// Where `response_when` is written, even with an unreadable value.
+    response_when_key: Option<Span>,
+}
 
 /// A checked action, ready to become an `Action::new(...)...` builder chain.
 pub(crate) struct ActionDef {
@@ -48,9 +70,9 @@ pub(crate) struct ActionDef {
     /// Whether `id` is the one the user meant (not a stand-in for an invalid `id` option), so
     /// that duplicates are checked even when other options of the action are wrong.
     pub(crate) id_known: bool,
-    kind: &'static str,
-    side_effects: &'static str,
-    execution: &'static str,
+    kind: &'static Choice,
+    side_effects: &'static Choice,
+    execution: &'static Choice,
     exclusive: Option<bool>,
     max_concurrency: Option<LitInt>,
     target_group: Option<LitStr>,
@@ -59,149 +81,107 @@ pub(crate) struct ActionDef {
     response_when: Option<Expr>,
 }
 
-/// Reads `#[action(tokens)]` on `method`, and whether it can be generated (every
-/// problem is recorded in `errors`).
-pub(crate) fn parse(
-    tokens: TokenStream,
-    method: &ImplItemFn,
-    errors: &mut Errors,
-) -> (ActionDef, bool) {
+/// Reads `#[action(tokens)]` on `method` (value errors are recorded in `errors`).
+pub(crate) fn parse(tokens: TokenStream, method: &ImplItemFn, errors: &mut Errors) -> ActionDecl {
     let args = Args::parse(tokens, "`#[action]`", KEYS, errors);
-    let ident = method.sig.ident.clone();
-    let mut ok = true;
+    let id = args.get("id").map(|a| a.non_empty_str(errors));
+    let kind = choose(&args, "kind", ACTION_KINDS, errors);
+    let side_effects = choose(&args, "side_effects", SIDE_EFFECTS, errors);
+    let execution = choose(&args, "execution", EXECUTION_MODES, errors);
+    ActionDecl {
+        method: method.clone(),
+        id,
+        kind,
+        side_effects,
+        execution,
+        exclusive: args.get("exclusive").and_then(|a| a.flag(errors)),
+        max_concurrency: args.get("max_concurrency").and_then(|a| a.u32(errors)),
+        target_group: args
+            .get("target_group")
+            .and_then(|a| a.non_empty_str(errors)),
+        when: args.get("when").and_then(|a| a.expr(errors)),
+        commit_when: args.get("commit_when").and_then(|a| a.expr(errors)),
+        response_when: args.get("response_when").and_then(|a| a.expr(errors)),
+        response_when_key: args.get("response_when").map(|a| a.key_span()),
+    }
+}
 
-    let (id, id_span, id_known) = match args.get("id") {
-        Some(arg) => match arg.non_empty_str(errors) {
-            Some(lit) => (lit.value(), lit.span(), true),
-            None => {
-                ok = false;
-                (ident.unraw().to_string(), ident.span(), false)
-            }
-        },
+/// The value of `key` in `table` (its default when not written); `None` when the written
+/// value is not one of the table's (reported).
+fn choose(args: &Args, key: &str, table: Choices, errors: &mut Errors) -> Option<Chosen> {
+    let Some(arg) = args.get(key) else {
+        return Some(Chosen {
+            choice: table.find(table.default).expect("the default is a value"),
+            lit: None,
+        });
+    };
+    let names: Vec<&'static str> = table.names().collect();
+    let (name, lit) = arg.choice(table.what, &names, errors)?;
+    Some(Chosen {
+        choice: table.find(name).expect("one of the names"),
+        lit: Some(lit),
+    })
+}
+
+/// Checks one action against the action contract (each rule is also enforced by the runtime's
+/// builder, with the same message) and its method's signature.
+pub(crate) fn check(decl: ActionDecl, errors: &mut Errors) -> ActionDef {
+    let ident = decl.method.sig.ident.clone();
+    let (id, id_span, id_known) = match &decl.id {
+        Some(Some(lit)) => (lit.value(), lit.span(), true),
+        Some(None) => (ident.unraw().to_string(), ident.span(), false),
         None => (ident.unraw().to_string(), ident.span(), true),
     };
-
-    let mut choose = |key, what, accepted, default| {
-        choice(&args, key, what, accepted, default, errors).unwrap_or_else(|()| {
-            ok = false;
-            (default, None)
-        })
-    };
-    let (kind, kind_lit) = choose("kind", "action kind", KINDS, "action");
-    let (side_effects, side_effects_lit) = choose(
-        "side_effects",
-        "side-effect class",
-        SIDE_EFFECTS,
-        "receipt_only",
-    );
-    let (execution, execution_lit) = choose("execution", "execution mode", EXECUTIONS, "local");
-
-    let exclusive = args.get("exclusive").and_then(|a| a.flag(errors));
-    let max_concurrency = args.get("max_concurrency").and_then(|arg| {
-        let (n, lit) = arg.u32(errors)?;
-        if n == 0 {
-            errors.at(
-                lit.span(),
-                format!("action '{id}' maxConcurrency must be at least 1"),
-            );
-            return None;
-        }
-        Some(lit)
-    });
-    let target_group = args
-        .get("target_group")
-        .and_then(|a| a.non_empty_str(errors));
-    let when = args.get("when").and_then(|a| a.expr(errors));
-    let commit_when = args.get("commit_when").and_then(|a| a.expr(errors));
-    let response_when = args.get("response_when").and_then(|a| a.expr(errors));
-
-    // The contract (each of these is also refused by the runtime's builder).
-    if side_effects == "external" && execution != "remote" {
-        let span = match (&execution_lit, &side_effects_lit) {
-            (Some(lit), _) => lit.span(),
-            (None, Some(lit)) => lit.span(),
-            (None, None) => ident.span(),
-        };
-        errors.at(
-            span,
-            format!(
-                "action '{id}' declares external side effects and must use execution: 'remote'"
-            ),
-        );
-        ok = false;
+    if let Some((0, lit)) = &decl.max_concurrency {
+        errors.at(lit.span(), message::zero_action_concurrency(&id));
     }
-    if kind == "human" && response_when.is_none() && args.get("response_when").is_none() {
-        let span = kind_lit.as_ref().map_or(ident.span(), LitStr::span);
-        errors.at(
-            span,
-            format!("human action '{id}' requires responseWhen({{ view }})"),
-        );
-        ok = false;
-    }
-    if kind != "human"
-        && let Some(arg) = args.get("response_when")
+    // Rules that depend on a value are checked only when that value is readable.
+    if let (Some(side_effects), Some(execution)) = (&decl.side_effects, &decl.execution)
+        && side_effects.choice.name == EXTERNAL_SIDE_EFFECTS
+        && execution.choice.name != REMOTE_EXECUTION
     {
-        errors.at(
-            arg.key.span(),
-            format!(
-                "action '{id}' is a {kind} action; responseWhen is only allowed on human actions"
-            ),
-        );
-        ok = false;
+        let span = execution
+            .lit
+            .as_ref()
+            .or(side_effects.lit.as_ref())
+            .map_or(ident.span(), LitStr::span);
+        errors.at(span, message::external_not_remote(&id));
     }
-
-    // After the options, so errors read in source order.
-    ok &= check_signature(method, errors);
-    let def = ActionDef {
+    if let Some(kind) = &decl.kind {
+        let is_human = kind.choice.name == HUMAN_KIND;
+        if is_human && decl.response_when_key.is_none() {
+            let span = kind.lit.as_ref().map_or(ident.span(), LitStr::span);
+            errors.at(span, message::human_without_response_when(&id));
+        }
+        if !is_human && let Some(key) = decl.response_when_key {
+            errors.at(key, message::response_when_not_human(&id, kind.choice.name));
+        }
+    }
+    check_signature(&decl.method, errors);
+    let default = |table: Choices| table.find(table.default).expect("the default is a value");
+    ActionDef {
         id,
         id_span,
         method: ident,
         id_known,
-        kind,
-        side_effects,
-        execution,
-        exclusive,
-        max_concurrency,
-        target_group,
-        when,
-        commit_when,
-        response_when,
-    };
-    (def, ok)
-}
-
-/// One of the names in `accepted` (`default` when `key` is absent); `Err` when invalid.
-fn choice(
-    args: &Args,
-    key: &str,
-    what: &str,
-    accepted: &[(&'static str, &'static str)],
-    default: &'static str,
-    errors: &mut Errors,
-) -> Result<(&'static str, Option<LitStr>), ()> {
-    let Some(arg) = args.get(key) else {
-        return Ok((default, None));
-    };
-    let lit = arg.lit_str(errors).ok_or(())?;
-    match accepted.iter().find(|(name, _)| *name == lit.value()) {
-        Some((name, _)) => Ok((name, Some(lit))),
-        None => {
-            let names: Vec<&str> = accepted.iter().map(|(n, _)| *n).collect();
-            errors.at(
-                lit.span(),
-                format!(
-                    "unknown {what} `{}`; expected one of: {}",
-                    lit.value(),
-                    list(&names)
-                ),
-            );
-            Err(())
-        }
+        kind: decl.kind.map_or(default(ACTION_KINDS), |c| c.choice),
+        side_effects: decl
+            .side_effects
+            .map_or(default(SIDE_EFFECTS), |c| c.choice),
+        execution: decl
+            .execution
+            .map_or(default(EXECUTION_MODES), |c| c.choice),
+        exclusive: decl.exclusive,
+        max_concurrency: decl.max_concurrency.map(|(_, lit)| lit),
+        target_group: decl.target_group,
+        when: decl.when,
+        commit_when: decl.commit_when,
+        response_when: decl.response_when,
     }
 }
 
-/// Checks the method's shape; `true` when it can be called as an action.
-fn check_signature(method: &ImplItemFn, errors: &mut Errors) -> bool {
+/// Checks the method's shape.
+fn check_signature(method: &ImplItemFn, errors: &mut Errors) {
     let sig = &method.sig;
     let name = &sig.ident;
     let shape =
@@ -247,34 +227,33 @@ fn check_signature(method: &ImplItemFn, errors: &mut Errors) -> bool {
                 "action `{name}` takes exactly one argument after `&self`, its context: {shape}"
             ),
         );
-        ok = false;
     }
     if let ReturnType::Default = sig.output {
         errors.spanned(
             &sig.ident,
             format!("action `{name}` returns `receipt::Result<()>`: {shape}"),
         );
-        ok = false;
     }
-    ok
 }
 
-fn variant(table: &[(&str, &'static str)], name: &str) -> Ident {
-    let (_, v) = table.iter().find(|(n, _)| *n == name).expect("validated");
-    Ident::new(v, Span::call_site())
+/// `::receipt::__private::<Enum>::<Variant>` of a value of `table`.
+fn value(table: Choices, choice: &Choice) -> TokenStream {
+    let ty = Ident::new(table.enum_name, Span::call_site());
+    let variant = Ident::new(choice.variant, Span::call_site());
+    quote!(::receipt::__private::#ty::#variant)
 }
 
 impl ActionDef {
     /// `::receipt::__private::Action::new(...)` with every declared option, then `.run(...)`.
     pub(crate) fn builder(&self) -> TokenStream {
         let id = &self.id;
-        let kind = variant(KINDS, self.kind);
-        let side_effects = variant(SIDE_EFFECTS, self.side_effects);
-        let execution = variant(EXECUTIONS, self.execution);
+        let kind = value(ACTION_KINDS, self.kind);
+        let side_effects = value(SIDE_EFFECTS, self.side_effects);
+        let execution = value(EXECUTION_MODES, self.execution);
         let mut chain = quote! {
-            ::receipt::__private::Action::<Self>::new(#id, ::receipt::__private::ActionKind::#kind)
-                .side_effects(::receipt::__private::SideEffects::#side_effects)
-                .execution(::receipt::__private::ExecutionMode::#execution)
+            ::receipt::__private::Action::<Self>::new(#id, #kind)
+                .side_effects(#side_effects)
+                .execution(#execution)
         };
         if let Some(b) = self.exclusive {
             chain.extend(quote!(.exclusive(#b)));

@@ -1,64 +1,75 @@
 //! `#[body]` on a struct or enum: a receipt body (or view element) type, serializable without a
 //! serde dependency of the user's own. Derives `Serialize` and `Deserialize` through
 //! `::receipt::__private::serde`, and leaves `None` fields out of bodies as `#[receipts]` does.
+//!
+//! Parse (the item), check (no serde derive of the user's own), generate.
 
-use crate::args::Args;
-use crate::common::derived;
-use crate::diag::Errors;
-use crate::receipts::{is_option, skips_serializing};
+use crate::common::{Args, Errors, attr_name, derived, skip_none_fields};
+use macro_support::syntax::wrong_item;
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
-use syn::{Fields, Item};
+use syn::Item;
 
 /// Expands `#[receipt::body(attr)] item`.
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    Args::parse(attr, "`#[receipt::body]`", &[], &mut errors);
-    let mut item: Item = match syn::parse2(item.clone()) {
-        Ok(item @ (Item::Struct(_) | Item::Enum(_))) => item,
-        _ => {
-            errors.at(
-                Span::call_site(),
-                "`#[receipt::body]` applies to a struct or an enum",
-            );
-            return errors.emit_with(item);
-        }
+    let Some(item) = parse(attr, item.clone(), &mut errors) else {
+        return errors.emit_with(item);
     };
-    let (attrs, fields): (&[syn::Attribute], Vec<&mut Fields>) = match &mut item {
-        Item::Struct(s) => (&s.attrs, vec![&mut s.fields]),
-        Item::Enum(e) => (
-            &e.attrs,
-            e.variants.iter_mut().map(|v| &mut v.fields).collect(),
-        ),
-        _ => unreachable!("checked above"),
+    let derives = check(&item, &mut errors);
+    errors.emit_with(generate(item, &derives))
+}
+
+/// Reads the options (none) and the struct or enum.
+fn parse(attr: TokenStream, item: TokenStream, errors: &mut Errors) -> Option<Item> {
+    Args::parse(attr, &attr_name("body"), &[], errors);
+    match syn::parse2(item.clone()) {
+        Ok(item @ (Item::Struct(_) | Item::Enum(_))) => Some(item),
+        _ => {
+            let message = format!("{} applies to a struct or an enum", attr_name("body"));
+            wrong_item(item, &message, errors);
+            None
+        }
+    }
+}
+
+/// Reports a `Serialize` / `Deserialize` the user derives; returns the derives left to make.
+fn check(item: &Item, errors: &mut Errors) -> Vec<&'static str> {
+    let attrs = match item {
+        Item::Struct(s) => &s.attrs,
+        Item::Enum(e) => &e.attrs,
+        _ => unreachable!("parsed as a struct or an enum"),
     };
     let mut derives = Vec::new();
     for name in ["Serialize", "Deserialize"] {
         match derived(attrs, name) {
             Some(path) => errors.spanned(
                 &path,
-                format!("remove `{name}` from this derive: `#[receipt::body]` derives `Serialize` and `Deserialize` itself"),
+                format!("remove `{name}` from this derive: {} derives `Serialize` and `Deserialize` itself", attr_name("body")),
             ),
-            None => {
-                let ident = syn::Ident::new(name, Span::call_site());
-                derives.push(quote!(::receipt::__private::serde::#ident));
-            }
+            None => derives.push(name),
         }
     }
-    for fields in fields {
-        if let Fields::Named(named) = fields {
-            for field in &mut named.named {
-                if is_option(&field.ty) && !skips_serializing(&field.attrs) {
-                    field.attrs.push(syn::parse_quote! {
-                        #[serde(skip_serializing_if = "::core::option::Option::is_none")]
-                    });
-                }
-            }
-        }
+    derives
+}
+
+/// The item with serde's derives and `None` fields skipped.
+fn generate(mut item: Item, derives: &[&str]) -> TokenStream {
+    match &mut item {
+        Item::Struct(s) => skip_none_fields(&mut s.fields),
+        Item::Enum(e) => e
+            .variants
+            .iter_mut()
+            .for_each(|v| skip_none_fields(&mut v.fields)),
+        _ => unreachable!("parsed as a struct or an enum"),
     }
-    errors.emit_with(quote! {
+    let derives = derives.iter().map(|name| {
+        let ident = syn::Ident::new(name, Span::call_site());
+        quote!(::receipt::__private::serde::#ident)
+    });
+    quote! {
         #[derive(#(#derives),*)]
         #[serde(crate = "::receipt::__private::serde")]
         #item
-    })
+    }
 }

@@ -1,19 +1,17 @@
-//! Small syntax helpers the three macros share.
+//! Small syntax helpers the macros of this crate share (the ones both macro crates need live in
+//! `macro-support`).
 
+pub(crate) use macro_support::Errors;
+pub(crate) use macro_support::options::{Arg, Args};
+use macro_support::syntax::last_is;
+use quote::quote;
 use syn::punctuated::Punctuated;
 use syn::{Attribute, Path, Token};
 
 /// Whether `attrs` already derive `name` (matched on the path's last segment, so both `Clone`
 /// and `std::clone::Clone` count); the macros then leave that derive to the user.
 pub(crate) fn derives(attrs: &[Attribute], name: &str) -> bool {
-    attrs
-        .iter()
-        .filter(|a| a.path().is_ident("derive"))
-        .any(|a| {
-            a.parse_args_with(Punctuated::<Path, Token![,]>::parse_terminated)
-                .map(|paths| paths.iter().any(|p| last_is(p, name)))
-                .unwrap_or(false)
-        })
+    derived(attrs, name).is_some()
 }
 
 /// The path naming `name` in the `#[derive(...)]` attributes of `attrs`, if any.
@@ -29,11 +27,6 @@ pub(crate) fn derived(attrs: &[Attribute], name: &str) -> Option<Path> {
         .find(|p| last_is(p, name))
 }
 
-/// Whether `path` is `name` or ends in `::name`.
-pub(crate) fn last_is(path: &Path, name: &str) -> bool {
-    path.segments.last().is_some_and(|s| s.ident == name)
-}
-
 /// Whether the attribute is the helper `name` of the macros (`#[name]` or `#[receipt::name]`).
 pub(crate) fn is_helper(attr: &Attribute, name: &str) -> bool {
     let path = attr.path();
@@ -41,4 +34,61 @@ pub(crate) fn is_helper(attr: &Attribute, name: &str) -> bool {
         || (path.segments.len() == 2
             && path.segments[0].ident == "receipt"
             && path.segments[1].ident == name)
+}
+
+/// Removes the helper attributes `name` from `attrs`, returning them in order.
+pub(crate) fn take_helpers(attrs: &mut Vec<Attribute>, name: &str) -> Vec<Attribute> {
+    let mut taken = Vec::new();
+    attrs.retain(|a| {
+        let helper = is_helper(a, name);
+        if helper {
+            taken.push(a.clone());
+        }
+        !helper
+    });
+    taken
+}
+
+/// Whether a field already says when to skip it.
+pub(crate) fn skips_serializing(attrs: &[Attribute]) -> bool {
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("serde"))
+        .any(|a| quote!(#a).to_string().contains("skip"))
+}
+
+/// Adds `#[serde(skip_serializing_if = "Option::is_none")]` to every named `Option` field of
+/// `fields` that does not already say when to skip it: a `None` field is left out of the body.
+pub(crate) fn skip_none_fields(fields: &mut syn::Fields) {
+    if let syn::Fields::Named(named) = fields {
+        for field in &mut named.named {
+            if macro_support::syntax::is_option(&field.ty) && !skips_serializing(&field.attrs) {
+                field.attrs.push(syn::parse_quote! {
+                    #[serde(skip_serializing_if = "::core::option::Option::is_none")]
+                });
+            }
+        }
+    }
+}
+
+/// How an attribute of this crate is named in messages: "`#[receipt::agent]`".
+pub(crate) fn attr_name(name: &str) -> String {
+    format!("`#[receipt::{name}]`")
+}
+
+/// The attribute's options as tokens: `#[x(...)]` gives its contents, `#[x]` none; `#[x = v]`
+/// is an error asking for parentheses (`example` shows them).
+pub(crate) fn helper_tokens(
+    attr: &Attribute,
+    example: &str,
+    errors: &mut Errors,
+) -> proc_macro2::TokenStream {
+    match &attr.meta {
+        syn::Meta::Path(_) => proc_macro2::TokenStream::new(),
+        syn::Meta::List(list) => list.tokens.clone(),
+        syn::Meta::NameValue(nv) => {
+            errors.spanned(nv, format!("write the options in parentheses: `{example}`"));
+            proc_macro2::TokenStream::new()
+        }
+    }
 }

@@ -2,17 +2,23 @@
 //! `#[action]` and `#[goal]` helpers).
 //!
 //! Implementation detail of the `receipt` crate, which re-exports them (use them as
-//! `#[receipt::receipts]` and so on). Each macro is parse -> validate -> expand in its own
-//! module; every independent error is reported at once, spanned on the offending token, and the
-//! user's item is still emitted so one mistake does not cascade. Generated code reaches the
-//! runtime only through `::receipt::__private`.
+//! `#[receipt::receipts]` and so on). Each macro is parse -> check -> generate in its own
+//! module, as in `rebuno-macros`: the attribute and the item are parsed into a model (helper
+//! attributes such as `#[receipt]` and `#[view]` are taken out of the item there), the model is
+//! checked, and code is generated only from what the check accepted. Every independent error is
+//! reported at once, spanned on the offending token, and the user's item is still emitted so
+//! one mistake does not cascade. Generated code reaches the runtime only through
+//! `::receipt::__private`.
+//!
+//! Option parsing and the diagnostics' wording come from `macro-support`, shared with
+//! `rebuno-macros`. The tables this crate shares with the runtime (control receipt types,
+//! action kinds, side-effect classes, execution modes, the agent id rule, the contract's
+//! messages) come from `receipt-vocab`, which `receipt` reads too.
 
 mod action;
 mod agent;
-mod args;
 mod body;
 mod common;
-mod diag;
 mod receipts;
 mod view;
 
@@ -138,8 +144,10 @@ pub fn goal(_attr: TokenStream, item: TokenStream) -> TokenStream {
     misplaced("goal", item.into()).into()
 }
 
+/// `#[action]` or `#[goal]` outside a `#[receipt::agent]` impl block: an error, and the item
+/// unchanged.
 fn misplaced(name: &str, item: proc_macro2::TokenStream) -> proc_macro2::TokenStream {
-    let mut errors = diag::Errors::default();
+    let mut errors = common::Errors::default();
     errors.at(
         proc_macro2::Span::call_site(),
         format!("`#[{name}]` belongs on a function inside a `#[receipt::agent(...)]` impl block"),

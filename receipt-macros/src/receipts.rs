@@ -2,56 +2,113 @@
 //!
 //! The enum gets serde's internally tagged representation (the body's `type` field carries the
 //! name, renamed per variant), `Clone` unless the user derives it, `None` fields left out of
-//! bodies (the reference omits `undefined`), and `impl ReceiptSet` (the names in declaration
-//! order). Supported variants: unit (`Started`), struct (`Settled { id: String }`) and newtype
-//! (`Settled(SettledBody)`, whose body serializes as an object).
+//! bodies (a body never carries a `null` for an absent value), and `impl ReceiptSet` (the names
+//! in declaration order). Supported variants: unit (`Started`), struct
+//! (`Settled { id: String }`) and newtype (`Settled(SettledBody)`, whose body serializes as an
+//! object).
+//!
+//! Parse ([`parse`]: the enum and each variant's `#[receipt]`), check ([`check`]: the names
+//! against each other and the control receipt types, the variants' shapes), generate
+//! ([`generate`], from the checked set only).
 
-use crate::args::Args;
-use crate::common::{derived, derives, is_helper, last_is};
-use crate::diag::Errors;
+use crate::common::{Args, Errors, attr_name, derived, derives, skip_none_fields, take_helpers};
+use macro_support::syntax::wrong_item;
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
+use receipt_vocab::control::is_control_type;
+use receipt_vocab::message;
 use syn::ext::IdentExt;
-use syn::{Attribute, Fields, ItemEnum, LitStr, Meta, Type};
+use syn::{Fields, Ident, ItemEnum, LitStr, Meta};
 
-/// The control receipt types the controller writes (an action may not emit them).
-pub(crate) const CONTROL_TYPES: &[&str] = &[
-    "run.started",
-    "run.completed",
-    "run.blocked",
-    "run.failed",
-    "action.selected",
-    "action.started",
-    "action.output.manifest",
-    "action.completed",
-    "action.failed",
-    "action.superseded",
-    "human.requested",
-    "human.responded",
-    "goal.completed",
-    "merge.started",
-    "merge.output.manifest",
-    "merge.selected",
-    "merge.applied",
-    "merge.skipped",
-    "merge.failed",
-];
+/// A parsed receipt set: the user's enum without its `#[receipt]` attributes, and what each
+/// variant declared.
+struct ReceiptSet {
+    item: ItemEnum,
+    /// Per variant, in declaration order, the type name its `#[receipt]` gives (if readable).
+    names: Vec<Option<LitStr>>,
+}
+
+/// What the check leaves for generation.
+struct Checked {
+    /// Per variant, its type name (a stand-in, the variant's name, where it is invalid).
+    names: Vec<String>,
+    /// `Serialize` / `Deserialize` the user derived (reported; not derived again).
+    user_derived: Vec<&'static str>,
+    /// Whether serde can derive for the enum at all (not generic, variants of supported shapes).
+    serde_ok: bool,
+}
 
 /// Expands `#[receipt::receipts(attr)] item`.
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    Args::parse(attr, "`#[receipt::receipts]`", &[], &mut errors);
-    let mut item: ItemEnum = match syn::parse2(item.clone()) {
-        Ok(item) => item,
-        Err(_) => {
-            errors.at(
-                Span::call_site(),
-                "`#[receipt::receipts]` applies to an enum whose variants are receipt types",
-            );
-            return errors.emit_with(item);
-        }
+    let Some(set) = parse(attr, item.clone(), &mut errors) else {
+        return errors.emit_with(item);
     };
-    if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
+    let checked = check(&set, &mut errors);
+    errors.emit_with(generate(set, &checked))
+}
+
+/// Reads the options (none), the enum and each variant's `#[receipt("...")]`.
+fn parse(attr: TokenStream, item: TokenStream, errors: &mut Errors) -> Option<ReceiptSet> {
+    Args::parse(attr, &attr_name("receipts"), &[], errors);
+    let Ok(mut item) = syn::parse2::<ItemEnum>(item.clone()) else {
+        let message = format!(
+            "{} applies to an enum whose variants are receipt types",
+            attr_name("receipts")
+        );
+        wrong_item(item, &message, errors);
+        return None;
+    };
+    let names = item
+        .variants
+        .iter_mut()
+        .map(|variant| {
+            let attrs = take_helpers(&mut variant.attrs, "receipt");
+            receipt_name(&attrs, &variant.ident, errors)
+        })
+        .collect();
+    Some(ReceiptSet { item, names })
+}
+
+/// The name in a variant's `#[receipt("...")]` attributes (exactly one is expected).
+fn receipt_name(attrs: &[syn::Attribute], variant: &Ident, errors: &mut Errors) -> Option<LitStr> {
+    let Some(first) = attrs.first() else {
+        errors.at(
+            variant.span(),
+            format!("variant `{variant}` has no receipt type: add `#[receipt(\"...\")]`, e.g. `#[receipt(\"charge.settled\")]`"),
+        );
+        return None;
+    };
+    for extra in &attrs[1..] {
+        errors.spanned(
+            extra,
+            "duplicate `#[receipt]`: a variant has one receipt type",
+        );
+    }
+    let hint = format!(
+        "write the receipt type as a string: `#[receipt(\"charge.settled\")]` on `{variant}`"
+    );
+    match &first.meta {
+        Meta::List(list) => match syn::parse2::<LitStr>(list.tokens.clone()) {
+            Ok(lit) => Some(lit),
+            Err(_) => {
+                errors.spanned(&list.tokens, hint);
+                None
+            }
+        },
+        other => {
+            errors.spanned(other, hint);
+            None
+        }
+    }
+}
+
+/// Checks the set: no generics, no serde derives of the user's own, every name usable (not
+/// empty, not a control type, not declared twice), every variant of a shape serde supports.
+fn check(set: &ReceiptSet, errors: &mut Errors) -> Checked {
+    let item = &set.item;
+    let generic = !item.generics.params.is_empty() || item.generics.where_clause.is_some();
+    if generic {
         errors.spanned(&item.generics, "a receipt set cannot be generic");
     }
     let mut user_derived = Vec::new();
@@ -59,163 +116,117 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         if let Some(path) = derived(&item.attrs, name) {
             errors.spanned(
                 &path,
-                format!("remove `{name}` from this derive: `#[receipt::receipts]` derives `Serialize` and `Deserialize` itself"),
+                format!("remove `{name}` from this derive: {} derives `Serialize` and `Deserialize` itself", attr_name("receipts")),
             );
             user_derived.push(name);
         }
     }
-    // (variant, its type name) in declaration order.
-    let mut names: Vec<(syn::Ident, String)> = Vec::new();
-    let mut shapes_ok = true;
-    for variant in &mut item.variants {
-        let name = receipt_name(&mut variant.attrs, &variant.ident, &mut errors);
-        let checked = name
+    let mut names: Vec<String> = Vec::new();
+    let mut declared_by: Vec<(&Ident, String)> = Vec::new();
+    // A generic set gets no impls (they would only add errors about its parameters).
+    let mut serde_ok = !generic;
+    for (variant, lit) in item.variants.iter().zip(&set.names) {
+        let usable = lit
             .as_ref()
-            .map(|lit| check_name(lit, &names, &mut errors));
-        let name = match (name, checked) {
-            (Some(lit), Some(true)) => lit.value(),
+            .filter(|lit| check_name(lit, &declared_by, errors));
+        let name = match usable {
+            Some(lit) => {
+                declared_by.push((&variant.ident, lit.value()));
+                lit.value()
+            }
             // A stand-in keeps the expansion (and so the rest of the user's code) intact.
-            _ => variant.ident.unraw().to_string(),
+            None => variant.ident.unraw().to_string(),
         };
-        match &mut variant.fields {
-            Fields::Named(fields) => {
-                for field in &mut fields.named {
-                    let ident = field.ident.as_ref().expect("named field");
-                    if ident.unraw() == "type" {
-                        shapes_ok = false;
-                        errors.at(
-                            ident.span(),
-                            "a receipt body cannot have a field named `type`: the body's `type` is the receipt type",
-                        );
-                    }
-                    if is_option(&field.ty) && !skips_serializing(&field.attrs) {
-                        field.attrs.push(syn::parse_quote! {
-                            #[serde(skip_serializing_if = "::core::option::Option::is_none")]
-                        });
-                    }
-                }
-            }
-            Fields::Unnamed(fields) if fields.unnamed.len() == 1 => {}
-            Fields::Unnamed(fields) => {
-                shapes_ok = false;
-                errors.spanned(
-                    &*fields,
-                    format!(
-                        "variant `{}` has {} fields; a receipt variant is a unit (`{0}`), struct (`{0} {{ field: T }}`) or newtype (`{0}(Body)`) variant",
-                        variant.ident,
-                        fields.unnamed.len()
-                    ),
-                );
-            }
-            Fields::Unit => {}
-        }
-        let lit = LitStr::new(&name, Span::call_site());
-        variant
-            .attrs
-            .insert(0, syn::parse_quote!(#[serde(rename = #lit)]));
-        names.push((variant.ident.clone(), name));
+        names.push(name);
+        serde_ok &= check_shape(variant, errors);
     }
-
-    if !shapes_ok {
-        // serde refuses such variants (or fields); emit the plain enum only.
-        for variant in &mut item.variants {
-            variant.attrs.retain(|a| !a.path().is_ident("serde"));
-        }
-        return errors.emit_with(quote!(#item));
+    Checked {
+        names,
+        user_derived,
+        serde_ok,
     }
-    errors.emit_with(generate(item, &names, &user_derived))
-}
-
-/// The name in the variant's `#[receipt("...")]` (removed from `attrs`).
-fn receipt_name(
-    attrs: &mut Vec<Attribute>,
-    variant: &syn::Ident,
-    errors: &mut Errors,
-) -> Option<LitStr> {
-    let mut found: Option<LitStr> = None;
-    let mut seen = false;
-    let mut i = 0;
-    while i < attrs.len() {
-        if !is_helper(&attrs[i], "receipt") {
-            i += 1;
-            continue;
-        }
-        let attr = attrs.remove(i);
-        if seen {
-            errors.spanned(
-                &attr,
-                "duplicate `#[receipt]`: a variant has one receipt type",
-            );
-            continue;
-        }
-        seen = true;
-        let hint = format!(
-            "write the receipt type as a string: `#[receipt(\"charge.settled\")]` on `{variant}`"
-        );
-        match &attr.meta {
-            Meta::List(list) => match syn::parse2::<LitStr>(list.tokens.clone()) {
-                Ok(lit) => found = Some(lit),
-                Err(_) => errors.spanned(&list.tokens, hint),
-            },
-            other => errors.spanned(other, hint),
-        }
-    }
-    if !seen {
-        errors.at(
-            variant.span(),
-            format!("variant `{variant}` has no receipt type: add `#[receipt(\"...\")]`, e.g. `#[receipt(\"charge.settled\")]`"),
-        );
-    }
-    found
 }
 
 /// Checks one name against the rules and the names before it; `true` when it is usable.
-fn check_name(lit: &LitStr, before: &[(syn::Ident, String)], errors: &mut Errors) -> bool {
+fn check_name(lit: &LitStr, before: &[(&Ident, String)], errors: &mut Errors) -> bool {
     let name = lit.value();
     if name.trim().is_empty() {
         errors.at(lit.span(), "a receipt type name must not be empty");
         return false;
     }
-    if CONTROL_TYPES.contains(&name.as_str()) {
-        errors.at(
-            lit.span(),
-            format!(
-                "receipt type '{name}' is a control receipt type and cannot be declared by an agent"
-            ),
-        );
+    if is_control_type(&name) {
+        errors.at(lit.span(), message::control_receipt_type(&name));
         return false;
     }
     if let Some((first, _)) = before.iter().find(|(_, n)| *n == name) {
         errors.at(
             lit.span(),
-            format!("duplicate receipt type '{name}' (already declared by variant `{first}`)"),
+            format!(
+                "{} (already declared by variant `{first}`)",
+                message::duplicate_receipt_type(&name)
+            ),
         );
         return false;
     }
     true
 }
 
-/// Whether `ty` is written as `Option<...>`.
-pub(crate) fn is_option(ty: &Type) -> bool {
-    matches!(ty, Type::Path(p) if p.qself.is_none() && last_is(&p.path, "Option"))
+/// Checks that serde can derive the variant as a body: no field named `type` (the tag), at
+/// most one unnamed field. `true` when it can.
+fn check_shape(variant: &syn::Variant, errors: &mut Errors) -> bool {
+    match &variant.fields {
+        Fields::Named(fields) => {
+            let mut ok = true;
+            for field in &fields.named {
+                let ident = field.ident.as_ref().expect("named field");
+                if ident.unraw() == "type" {
+                    ok = false;
+                    errors.at(
+                        ident.span(),
+                        "a receipt body cannot have a field named `type`: the body's `type` is the receipt type",
+                    );
+                }
+            }
+            ok
+        }
+        Fields::Unnamed(fields) if fields.unnamed.len() == 1 => true,
+        Fields::Unnamed(fields) => {
+            errors.spanned(
+                fields,
+                format!(
+                    "variant `{}` has {} fields; a receipt variant is a unit (`{0}`), struct (`{0} {{ field: T }}`) or newtype (`{0}(Body)`) variant",
+                    variant.ident,
+                    fields.unnamed.len()
+                ),
+            );
+            false
+        }
+        Fields::Unit => true,
+    }
 }
 
-/// Whether a field already says when to skip it.
-pub(crate) fn skips_serializing(attrs: &[Attribute]) -> bool {
-    attrs
-        .iter()
-        .filter(|a| a.path().is_ident("serde"))
-        .any(|a| {
-            let text = quote!(#a).to_string();
-            text.contains("skip")
-        })
-}
-
-fn generate(item: ItemEnum, names: &[(syn::Ident, String)], user_derived: &[&str]) -> TokenStream {
+/// The enum with its serde attributes and derives, and `impl ReceiptSet`; when serde cannot
+/// derive for it (already reported), the plain enum only.
+fn generate(set: ReceiptSet, checked: &Checked) -> TokenStream {
+    let mut item = set.item;
+    if !checked.serde_ok {
+        // The enum is emitted without serde's derive, so no `#[serde]` may remain on variants.
+        for variant in &mut item.variants {
+            variant.attrs.retain(|a| !a.path().is_ident("serde"));
+        }
+        return quote!(#item);
+    }
+    for (variant, name) in item.variants.iter_mut().zip(&checked.names) {
+        skip_none_fields(&mut variant.fields);
+        let lit = LitStr::new(name, Span::call_site());
+        variant
+            .attrs
+            .insert(0, syn::parse_quote!(#[serde(rename = #lit)]));
+    }
     let ident = &item.ident;
     let clone = (!derives(&item.attrs, "Clone")).then(|| quote!(#[derive(::core::clone::Clone)]));
-    let types = names.iter().map(|(_, n)| n);
-    let arms = item.variants.iter().zip(names).map(|(v, (_, n))| {
+    let types = &checked.names;
+    let arms = item.variants.iter().zip(types).map(|(v, n)| {
         let vi = &v.ident;
         let pat = match &v.fields {
             Fields::Named(_) => quote!(Self::#vi { .. }),
@@ -229,9 +240,9 @@ fn generate(item: ItemEnum, names: &[(syn::Ident, String)], user_derived: &[&str
     // "conflicting implementations" out of the output.
     let serde_derives = ["Serialize", "Deserialize"]
         .into_iter()
-        .filter(|d| !user_derived.contains(d))
+        .filter(|d| !checked.user_derived.contains(d))
         .map(|d| {
-            let d = syn::Ident::new(d, span);
+            let d = Ident::new(d, span);
             quote_spanned!(span=> ::receipt::__private::serde::#d)
         });
     let derive = quote!(#[derive(#(#serde_derives),*)]);

@@ -16,10 +16,13 @@
 //!
 //! `#[view(receipts = Set)]` (optional) checks at compile time that every type name a typed fold
 //! reads is declared by `Set` or is a control type.
+//!
+//! Parse (the options, the struct, each field's `#[view]`), check (one fold per named field),
+//! generate (from the checked fields only).
 
-use crate::args::Args;
-use crate::common::{derives, is_helper};
-use crate::diag::Errors;
+use crate::common::{Arg, Args, Errors, attr_name, derives, take_helpers};
+use macro_support::list;
+use macro_support::syntax::wrong_item;
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
@@ -29,6 +32,7 @@ use syn::{Expr, Fields, Ident, ItemStruct, LitStr, Meta, Type};
 const KEYS: &[&str] = &["last", "all", "exists", "count", "fold"];
 
 /// One field's fold.
+#[derive(Clone)]
 enum Fold {
     /// A typed fold over one receipt type: the helper trait and method, and the type name.
     Typed {
@@ -40,6 +44,30 @@ enum Fold {
     Custom(Expr),
 }
 
+/// A parsed view: the user's struct without its `#[view]` field attributes, the `receipts`
+/// option, and what each named field declared.
+struct View {
+    item: ItemStruct,
+    receipts: Option<Type>,
+    fields: Vec<Declared>,
+}
+
+/// What one named field's `#[view(...)]` attributes declared.
+struct Declared {
+    ident: Ident,
+    ty: Type,
+    /// Whether the field has a `#[view]` attribute at all.
+    annotated: bool,
+    /// Whether one of them is not written `#[view(...)]` (already reported).
+    malformed: bool,
+    /// Every fold key written, where, and its fold when the value is readable.
+    folds: Vec<FoldDecl>,
+}
+
+/// One fold key as written: the key, where its value is, and the fold when it is readable.
+type FoldDecl = (&'static str, Span, Option<Fold>);
+
+/// A checked field: exactly one readable fold.
 struct Field {
     ident: Ident,
     ty: Type,
@@ -49,93 +77,56 @@ struct Field {
 /// Expands `#[receipt::view(attr)] item`.
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    let args = Args::parse(attr, "`#[receipt::view]`", &["receipts"], &mut errors);
-    let receipts = args.get("receipts").and_then(|a| a.ty(&mut errors));
-    let mut item: ItemStruct = match syn::parse2(item.clone()) {
-        Ok(item) => item,
-        Err(_) => {
-            errors.at(
-                Span::call_site(),
-                "`#[receipt::view]` applies to a struct with named fields",
-            );
-            return errors.emit_with(item);
-        }
+    let Some(view) = parse(attr, item.clone(), &mut errors) else {
+        return errors.emit_with(item);
     };
-    if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
-        errors.spanned(&item.generics, "a view cannot be generic");
-    }
+    let fields = check(&view, &mut errors);
+    generate(view, &fields, errors)
+}
+
+/// Reads the options, the struct and every field's `#[view(...)]`.
+fn parse(attr: TokenStream, item: TokenStream, errors: &mut Errors) -> Option<View> {
+    let args = Args::parse(attr, &attr_name("view"), &["receipts"], errors);
+    let receipts = args.get("receipts").and_then(|a| a.ty(errors));
+    let Ok(mut item) = syn::parse2::<ItemStruct>(item.clone()) else {
+        let message = format!(
+            "{} applies to a struct with named fields",
+            attr_name("view")
+        );
+        wrong_item(item, &message, errors);
+        return None;
+    };
     let mut fields = Vec::new();
-    match &mut item.fields {
-        Fields::Named(named) => {
-            for field in &mut named.named {
-                let ident = field.ident.clone().expect("named field");
-                if let Some(fold) = field_fold(&mut field.attrs, &ident, &mut errors) {
-                    fields.push(Field {
-                        ident,
-                        ty: field.ty.clone(),
-                        fold,
-                    });
-                }
-            }
+    for field in item.fields.iter_mut() {
+        let attrs = take_helpers(&mut field.attrs, "view");
+        if let Some(ident) = &field.ident {
+            let (folds, malformed) = field_folds(&attrs, errors);
+            fields.push(Declared {
+                ident: ident.clone(),
+                ty: field.ty.clone(),
+                annotated: !attrs.is_empty(),
+                malformed,
+                folds,
+            });
         }
-        Fields::Unnamed(unnamed) => {
-            for field in &mut unnamed.unnamed {
-                field.attrs.retain(|a| !is_helper(a, "view"));
-            }
-            errors.spanned(
-                &item.fields,
-                "a view has named fields, each with its fold: `#[view(last = \"type\")] name: Option<T>`",
-            );
-        }
-        Fields::Unit => {}
     }
-
-    let ident = &item.ident;
-    let mut derive = Vec::new();
-    if !derives(&item.attrs, "Clone") {
-        derive.push(quote!(::core::clone::Clone));
-    }
-    if !derives(&item.attrs, "Default") {
-        derive.push(quote!(::core::default::Default));
-    }
-    let derive = (!derive.is_empty()).then(|| quote!(#[derive(#(#derive),*)]));
-    let apply = if errors.is_empty() {
-        apply_body(&fields)
-    } else {
-        // Keeps `impl AgentView` (so uses of the view do not cascade) without the folds.
-        quote!(let _ = receipt;)
-    };
-    let checks = receipts
-        .filter(|_| errors.is_empty())
-        .map(|set| declared_checks(ident, &set, &fields));
-    errors.emit_with(quote! {
-        #derive
-        #item
-        #checks
-
-        impl ::receipt::__private::AgentView for #ident {
-            fn apply(&mut self, receipt: &::receipt::__private::Receipt) {
-                #apply
-            }
-        }
+    Some(View {
+        item,
+        receipts,
+        fields,
     })
 }
 
-/// The fold declared by the field's `#[view(...)]` (removed from `attrs`).
-fn field_fold(attrs: &mut Vec<syn::Attribute>, field: &Ident, errors: &mut Errors) -> Option<Fold> {
+/// The folds a field's `#[view(...)]` attributes declare, in key order, and whether one of the
+/// attributes is malformed.
+fn field_folds(attrs: &[syn::Attribute], errors: &mut Errors) -> (Vec<FoldDecl>, bool) {
     let mut folds = Vec::new();
-    let mut seen = false;
-    let mut i = 0;
-    while i < attrs.len() {
-        if !is_helper(&attrs[i], "view") {
-            i += 1;
-            continue;
-        }
-        let attr = attrs.remove(i);
-        seen = true;
+    let mut malformed = false;
+    for attr in attrs {
         let tokens = match &attr.meta {
             Meta::List(list) => list.tokens.clone(),
             other => {
+                malformed = true;
                 errors.spanned(
                     other,
                     "write the field's fold: `#[view(last = \"type\")]` (or `all`, `exists`, `count`, `fold = path`)",
@@ -150,41 +141,11 @@ fn field_fold(attrs: &mut Vec<syn::Attribute>, field: &Ident, errors: &mut Error
             }
         }
     }
-    if !seen {
-        errors.at(
-            field.span(),
-            format!("field `{field}` has no fold: add `#[view(last | all | exists | count = \"type\")]` or `#[view(fold = path)]`"),
-        );
-        return None;
-    }
-    match folds.len() {
-        0 => {
-            errors.at(
-                field.span(),
-                format!(
-                    "field `{field}` has no fold: write one of {}",
-                    crate::diag::list(KEYS)
-                ),
-            );
-            None
-        }
-        1 => folds.pop().and_then(|(_, _, fold)| fold),
-        _ => {
-            let first = folds[0].0;
-            for (_, span, _) in &folds[1..] {
-                errors.at(
-                    *span,
-                    format!(
-                        "field `{field}` already folds with `{first}`; a field has exactly one fold"
-                    ),
-                );
-            }
-            None
-        }
-    }
+    (folds, malformed)
 }
 
-fn fold_of(key: &str, arg: &crate::args::Arg, errors: &mut Errors) -> Option<Fold> {
+/// The fold of one key: a typed fold reads a non-empty type name, `fold` an expression.
+fn fold_of(key: &str, arg: &Arg, errors: &mut Errors) -> Option<Fold> {
     let (helper, method) = match key {
         "last" => ("LastFold", "fold_last"),
         "all" => ("AllFold", "fold_all"),
@@ -194,6 +155,99 @@ fn fold_of(key: &str, arg: &crate::args::Arg, errors: &mut Errors) -> Option<Fol
     };
     let on = arg.non_empty_str(errors)?;
     Some(Fold::Typed { helper, method, on })
+}
+
+/// Checks the view: not generic, named fields, each with exactly one fold. Returns the fields
+/// whose fold is usable.
+fn check(view: &View, errors: &mut Errors) -> Vec<Field> {
+    let item = &view.item;
+    if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
+        errors.spanned(&item.generics, "a view cannot be generic");
+    }
+    if let Fields::Unnamed(_) = &item.fields {
+        errors.spanned(
+            &item.fields,
+            "a view has named fields, each with its fold: `#[view(last = \"type\")] name: Option<T>`",
+        );
+    }
+    let mut fields = Vec::new();
+    for declared in &view.fields {
+        let field = &declared.ident;
+        if !declared.annotated {
+            errors.at(
+                field.span(),
+                format!("field `{field}` has no fold: add `#[view(last | all | exists | count = \"type\")]` or `#[view(fold = path)]`"),
+            );
+            continue;
+        }
+        match declared.folds.as_slice() {
+            [] if declared.malformed => {}
+            [] => errors.at(
+                field.span(),
+                format!("field `{field}` has no fold: write one of {}", list(KEYS)),
+            ),
+            [(_, _, fold)] => {
+                if let Some(fold) = fold {
+                    fields.push(Field {
+                        ident: field.clone(),
+                        ty: declared.ty.clone(),
+                        fold: fold.clone(),
+                    });
+                }
+            }
+            [(first, _, _), rest @ ..] => {
+                for (_, span, _) in rest {
+                    errors.at(
+                        *span,
+                        format!(
+                            "field `{field}` already folds with `{first}`; a field has exactly one fold"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    fields
+}
+
+/// The struct with `Default` and `Clone` (unless derived), `impl AgentView` and the optional
+/// `receipts` checks. With errors, `apply` folds nothing, so uses of the view do not cascade.
+fn generate(view: View, fields: &[Field], errors: Errors) -> TokenStream {
+    let item = &view.item;
+    if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
+        // Already reported; impls would only add errors about the parameters.
+        return errors.emit_with(quote!(#item));
+    }
+    let ident = &item.ident;
+    let mut derive = Vec::new();
+    if !derives(&item.attrs, "Clone") {
+        derive.push(quote!(::core::clone::Clone));
+    }
+    if !derives(&item.attrs, "Default") {
+        derive.push(quote!(::core::default::Default));
+    }
+    let derive = (!derive.is_empty()).then(|| quote!(#[derive(#(#derive),*)]));
+    let apply = if errors.is_empty() {
+        apply_body(fields)
+    } else {
+        quote!(let _ = receipt;)
+    };
+    let checks = view
+        .receipts
+        .as_ref()
+        .filter(|_| errors.is_empty())
+        .map(|set| declared_checks(ident, set, fields));
+    errors.emit_with(quote! {
+        #derive
+        #item
+        #checks
+
+        impl ::receipt::__private::AgentView for #ident {
+            fn apply(&mut self, receipt: &::receipt::__private::Receipt) {
+                #apply
+            }
+        }
+    })
 }
 
 /// `#[view(receipts = Set)]`: a compile-time check, spanned at each typed fold's type name,
@@ -216,6 +270,8 @@ fn declared_checks(view: &Ident, set: &Type, fields: &[Field]) -> TokenStream {
     quote!(#(#checks)*)
 }
 
+/// The body of `AgentView::apply`: one `match` arm per receipt type read by a typed fold, then
+/// every custom fold.
 fn apply_body(fields: &[Field]) -> TokenStream {
     // One arm per receipt type (first-use order), each updating its fields in declaration order.
     let mut arms: Vec<(String, Vec<TokenStream>)> = Vec::new();

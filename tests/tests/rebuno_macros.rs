@@ -233,6 +233,48 @@ async fn ship(to: Address, payload: Opaque, weight: Option<f64>) -> Result<(), s
     Ok(())
 }
 
+// The `idempotency` names `#[tool]` accepts are the runtime's wire names, and each one becomes
+// the variant of that name.
+
+#[rebuno::tool(idempotency = "safe_to_retry")]
+async fn idempotency_safe() -> Result<(), std::io::Error> {
+    Ok(())
+}
+
+#[rebuno::tool(idempotency = "at_most_once")]
+async fn idempotency_once() -> Result<(), std::io::Error> {
+    Ok(())
+}
+
+#[rebuno::tool]
+async fn idempotency_default() -> Result<(), std::io::Error> {
+    Ok(())
+}
+
+/// The name `#[tool]` was given for `v` and the definition it generated. The match is
+/// exhaustive: a new `Idempotency` variant does not compile until it has a tool here, and so a
+/// name the macro must accept.
+fn declared_with(v: Idempotency) -> (&'static str, rebuno::ToolDef) {
+    match v {
+        Idempotency::SafeToRetry => ("safe_to_retry", idempotency_safe::definition()),
+        Idempotency::AtMostOnce => ("at_most_once", idempotency_once::definition()),
+    }
+}
+
+#[test]
+fn idempotency_names_are_the_runtime_wire_names() {
+    for v in [Idempotency::SafeToRetry, Idempotency::AtMostOnce] {
+        let (name, def) = declared_with(v);
+        assert_eq!(v.as_str(), name);
+        assert_eq!(Idempotency::from_wire(name), v);
+        assert_eq!(def.idempotency, v);
+    }
+    assert_eq!(
+        idempotency_default::definition().idempotency,
+        Idempotency::default()
+    );
+}
+
 #[test]
 fn definitions_carry_name_description_schema_and_idempotency() {
     let def = add::definition();

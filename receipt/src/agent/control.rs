@@ -1,5 +1,6 @@
-//! Control receipts (§12.1): the canonical type names, the bodies the controller writes (P-xx
-//! fields, camelCase), their event ids (P-22), and the controller's fold over them (which
+//! Control receipts: the canonical type names (defined once in `receipt-vocab`, which
+//! `#[receipt::receipts]` reads too, and re-exported here), the bodies the controller writes
+//! (camelCase fields), their deterministic event ids, and the controller's fold over them (which
 //! selections are pending, who claims what, which manifests are bound).
 
 use crate::receipt::Receipt;
@@ -8,78 +9,19 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 
-/// `run.started`
-pub const RUN_STARTED: &str = "run.started";
-/// `run.completed`
-pub const RUN_COMPLETED: &str = "run.completed";
-/// `run.blocked`
-pub const RUN_BLOCKED: &str = "run.blocked";
-/// `run.failed`
-pub const RUN_FAILED: &str = "run.failed";
-/// `action.selected`
-pub const ACTION_SELECTED: &str = "action.selected";
-/// `action.started`
-pub const ACTION_STARTED: &str = "action.started";
-/// `action.output.manifest`
-pub const ACTION_OUTPUT_MANIFEST: &str = "action.output.manifest";
-/// `action.completed`
-pub const ACTION_COMPLETED: &str = "action.completed";
-/// `action.failed`
-pub const ACTION_FAILED: &str = "action.failed";
-/// `action.superseded`
-pub const ACTION_SUPERSEDED: &str = "action.superseded";
-/// `human.requested`
-pub const HUMAN_REQUESTED: &str = "human.requested";
-/// `human.responded`
-pub const HUMAN_RESPONDED: &str = "human.responded";
-/// `goal.completed` (declared only: the loop never writes it).
-pub const GOAL_COMPLETED: &str = "goal.completed";
-/// `merge.started`
-pub const MERGE_STARTED: &str = "merge.started";
-/// `merge.output.manifest`
-pub const MERGE_OUTPUT_MANIFEST: &str = "merge.output.manifest";
-/// `merge.selected`
-pub const MERGE_SELECTED: &str = "merge.selected";
-/// `merge.applied`
-pub const MERGE_APPLIED: &str = "merge.applied";
-/// `merge.skipped`
-pub const MERGE_SKIPPED: &str = "merge.skipped";
-/// `merge.failed`
-pub const MERGE_FAILED: &str = "merge.failed";
-
-/// The canonical control-receipt set, in the seed's order.
-pub const CONTROL_TYPES: &[&str] = &[
-    RUN_STARTED,
-    RUN_COMPLETED,
-    RUN_BLOCKED,
-    RUN_FAILED,
-    ACTION_SELECTED,
-    ACTION_STARTED,
-    ACTION_OUTPUT_MANIFEST,
-    ACTION_COMPLETED,
-    ACTION_FAILED,
-    ACTION_SUPERSEDED,
-    HUMAN_REQUESTED,
-    HUMAN_RESPONDED,
-    GOAL_COMPLETED,
-    MERGE_STARTED,
-    MERGE_OUTPUT_MANIFEST,
-    MERGE_SELECTED,
-    MERGE_APPLIED,
-    MERGE_SKIPPED,
-    MERGE_FAILED,
-];
-
-/// Whether `ty` is one of the controller's own receipt types.
-pub fn is_control_type(ty: &str) -> bool {
-    CONTROL_TYPES.contains(&ty)
-}
+pub use receipt_vocab::control::{
+    ACTION_COMPLETED, ACTION_FAILED, ACTION_OUTPUT_MANIFEST, ACTION_SELECTED, ACTION_STARTED,
+    ACTION_SUPERSEDED, CONTROL_TYPES, GOAL_COMPLETED, HUMAN_REQUESTED, HUMAN_RESPONDED,
+    MERGE_APPLIED, MERGE_FAILED, MERGE_OUTPUT_MANIFEST, MERGE_SELECTED, MERGE_SKIPPED,
+    MERGE_STARTED, RUN_BLOCKED, RUN_COMPLETED, RUN_FAILED, RUN_STARTED, is_control_type,
+};
 
 /// The `note` of `run.completed`.
 pub const GOAL_SATISFIED: &str = "goal satisfied";
 /// The `reason` of `action.superseded`.
 pub const SUPERSEDED_REASON: &str = "commit predicate rejected the current receipt-derived view";
-/// The `run.blocked` reason of a settled selection (P-18).
+/// The `run.blocked` reason of a settled selection: nothing was runnable at the head, so the run
+/// stops without its goal.
 pub const SETTLED_REASON: &str = "no runnable actions (settled)";
 
 /// The `run.blocked` reason of a human wait.
@@ -87,7 +29,9 @@ pub fn human_wait_reason(action_id: &str) -> String {
     format!("waiting for a correlated response to human action '{action_id}'")
 }
 
-/// Event ids of the control receipts (P-18, P-22, P-23; merges P-26).
+/// Event ids of the control receipts. Every control receipt is appended with an id derived from
+/// the run, the selection, the invocation or the merge, so a pass that repeats an append (after
+/// a crash, or racing another controller) is deduplicated instead of writing it twice.
 pub mod event_id {
     /// `<runId>:run.started`
     pub fn run_started(run_id: &str) -> String {
@@ -228,7 +172,7 @@ pub struct ActionStarted {
     pub execution: super::ExecutionMode,
     /// Position in the selection.
     pub index: usize,
-    /// The claim id (P-15).
+    /// The claim id, derived from the invocation, the owner and the attempt (see `claim_id`).
     pub claim_id: String,
     /// Who claims.
     pub claim_owner_id: String,
@@ -276,7 +220,8 @@ pub struct ActionEnded {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// `action.failed` of a `receipt_only` action whose re-run disagreed with its manifest: a
-    /// determinism violation (P-24).
+    /// determinism violation (a `receipt_only` action must be a deterministic function of its
+    /// view).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub determinism_violation: bool,
 }
@@ -297,7 +242,7 @@ pub struct HumanEvent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MergeStarted {
-    /// The merge id (P-26).
+    /// The merge id (derived from the policy and the head it ran at, see `merge_id`).
     pub merge_id: String,
     /// The policy id.
     pub policy_id: String,
@@ -384,7 +329,8 @@ pub(crate) struct InvState {
     pub manifest: Option<(u64, String)>,
 }
 
-/// A selection with at least one non-terminal invocation (P-17).
+/// A selection with at least one non-terminal invocation: the next pass resumes it before
+/// selecting anew.
 #[derive(Debug, Clone)]
 pub(crate) struct PendingSelection {
     pub selection_id: String,
@@ -409,7 +355,8 @@ pub(crate) struct PendingMerge {
 pub(crate) struct ControlState {
     pub started: bool,
     pub terminal: Option<Terminal>,
-    /// Selections recorded (`action.selected` + inline `action.started`), P-19.
+    /// Selections recorded (`action.selected` + inline `action.started`): what `max_iterations`
+    /// counts.
     pub selections: u32,
     order: BTreeMap<u64, String>,
     pub selections_by_id: HashMap<String, PendingSelection>,

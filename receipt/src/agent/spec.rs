@@ -10,12 +10,7 @@ use crate::error::Result;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-/// Whether `id` is kebab-case: `^[a-z][a-z0-9-]*$`.
-pub fn is_kebab_case(id: &str) -> bool {
-    let mut chars = id.chars();
-    chars.next().is_some_and(|c| c.is_ascii_lowercase())
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-}
+pub use receipt_vocab::is_kebab_case;
 
 /// A validated agent spec: identity, actions, goal, limits and an optional merge policy.
 pub struct AgentSpec<A: AgentTypes> {

@@ -50,9 +50,7 @@ pub(super) struct RunArgs {
 
 /// Whether `id` is kebab-case (`^[a-z][a-z0-9-]*$`).
 pub(crate) fn is_kebab(id: &str) -> bool {
-    let mut chars = id.chars();
-    chars.next().is_some_and(|c| c.is_ascii_lowercase())
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    crate::agent::is_kebab_case(id)
 }
 
 /// `hello-agent` -> `HelloAgent`.

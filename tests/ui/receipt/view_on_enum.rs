@@ -1,0 +1,7 @@
+// `#[receipt::view]` applies to a struct.
+#[receipt::view]
+enum BillingView {
+    Open,
+}
+
+fn main() {}

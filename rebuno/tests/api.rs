@@ -369,7 +369,7 @@ impl TestAgent {
             .expect("webhook server stopped");
         let attempt = payload
             .dispatch_attempt
-            .expect("SEED webhook carries the attempt");
+            .expect("the webhook carries the dispatch attempt");
         assert!(attempt >= 1);
         assert!(payload.lease_timeout_seconds.is_some_and(|s| s > 0));
         let lease = Lease {

@@ -360,7 +360,7 @@ async fn a_chat_is_one_llm_call_step_and_replays_after_an_approval() {
     assert_eq!(succeeded.len(), 1);
     assert_eq!(succeeded[0].payload["step_type"], "llm_call");
     assert_eq!(succeeded[0].payload["target"], "gpt-test");
-    // The kernel reads the token usage out of the record (§7.5).
+    // The kernel reads the token usage out of the record when the step completes.
     assert_eq!(succeeded[0].payload["usage_input"], 11);
     assert_eq!(succeeded[0].payload["usage_output"], 7);
     rt.shutdown().await;

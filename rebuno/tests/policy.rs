@@ -1,4 +1,4 @@
-//! Policy bundles, evaluation and rate limiting (protocol spec §10 to §12).
+//! Policy bundles, evaluation and rate limiting.
 //!
 //! Tables cover: Go `path.Match` globs, Go durations, the `%v` rendering of arguments, every
 //! load-time validation error, every condition and predicate, every decision, priority order,
@@ -129,7 +129,7 @@ fn glob_table_matches_go_path_match() {
         ("**x", "xxx", Ok(true)),
         ("a\\\\b", "a\\b", Ok(true)),
         ("\\a", "a", Ok(true)),
-        // `^` negates, `!` is an ordinary class member (Go semantics, spec §10.3).
+        // `^` negates, `!` is an ordinary class member (Go `path.Match` semantics).
         ("fs_[!a-c]*", "fs_bx", Ok(true)),
         ("fs_[!a-c]*", "fs_!x", Ok(true)),
         ("fs_[!a-c]*", "fs_dx", Ok(false)),
@@ -401,7 +401,7 @@ fn argument_values_render_as_go_percent_v() {
         ("-7", "-7"),
         ("1.5", "1.5"),
         ("-2.25", "-2.25"),
-        // Go's %v gives 1e+06 here; the spec lists that as a quirk not to copy (§21.2).
+        // Go's %v gives 1e+06 here; that is a Go quirk not copied.
         ("1000000", "1000000"),
         ("1e6", "1000000"),
         ("1000000.0", "1000000"),

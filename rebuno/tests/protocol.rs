@@ -1,5 +1,6 @@
-//! Wire types and state machines (protocol spec §1, §3.1, §4, §6, §7.3, §9, §12): exact JSON
-//! field names, round trips, strict request bodies and the legal/illegal transition tables.
+//! Wire types and state machines (the error envelope, resources, the webhook, the state
+//! machines, step decisions, events and approvals): exact JSON field names, round trips,
+//! strict request bodies and the legal/illegal transition tables.
 
 use std::fmt::Debug;
 

@@ -2,7 +2,7 @@
 //! drift apart. Not a public API: it changes with the crates that use it.
 //!
 //! - [`civil`]: proleptic Gregorian dates from day counts and back, for timestamp text;
-//! - [`group_commit`] (feature `sqlite`): the SQLite group commit both stores' writer threads
+//! - `group_commit` (feature `sqlite`): the SQLite group commit both stores' writer threads
 //!   run, with truthful per-change answers.
 
 pub mod civil;

@@ -57,15 +57,17 @@ impl Args {
     }
 }
 
-/// Runs the body of a `#[tool]` or `#[step]` as one durable step of the current execution.
-pub async fn invoke<T, E, Fut>(
+/// Runs `body` as one durable step of the current execution, with `args` as its recorded
+/// args: the one path of `#[tool]`, `#[step]` and [`crate::step()`] into the runtime.
+pub async fn invoke<A, T, E, Fut>(
     kind: StepKind,
     target: &str,
     idempotency: Idempotency,
-    args: Result<Value>,
+    args: Result<A>,
     body: Fut,
 ) -> Result<T>
 where
+    A: Serialize,
     T: Serialize + DeserializeOwned,
     E: fmt::Display + 'static,
     Fut: Future<Output = std::result::Result<T, E>>,

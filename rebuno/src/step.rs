@@ -3,7 +3,7 @@
 //! `#[rebuno::step]` makes an `async fn` one. [`now_ms`], [`uuid_v7`] and [`random_u64`] are
 //! the common cases, ready-made.
 
-use crate::agent::context::{execution, raw_args};
+use crate::__private::invoke;
 use crate::error::Result;
 use crate::protocol::{Idempotency, StepKind};
 use serde::Serialize;
@@ -28,13 +28,12 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = std::result::Result<T, E>>,
 {
-    let ctx = execution()?;
-    let raw = raw_args(&args)?;
-    ctx.invoke(
+    // `f` is called only when the step runs: on a replay not even its synchronous part does.
+    invoke(
         StepKind::Local,
         name,
         Idempotency::SafeToRetry,
-        raw,
+        Ok(args),
         async move { f().await },
     )
     .await
@@ -60,13 +59,8 @@ pub async fn uuid_v7(name: &str) -> Result<String> {
     .await
 }
 
-/// A random `u64`, recorded as step `name`.
+/// A random `u64` from the operating system's generator (all 64 bits random), recorded as step
+/// `name`. Should the generator fail, the step fails with its error.
 pub async fn random_u64(name: &str) -> Result<u64> {
-    step(name, (), || async {
-        let bytes = *uuid::Uuid::new_v4().as_bytes();
-        let mut x = [0u8; 8];
-        x.copy_from_slice(&bytes[..8]);
-        Ok::<_, std::convert::Infallible>(u64::from_le_bytes(x))
-    })
-    .await
+    step(name, (), || async { getrandom::u64() }).await
 }

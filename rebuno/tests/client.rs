@@ -182,18 +182,33 @@ async fn waiting(kernel: Kernel, client: Client) {
         .unwrap();
     assert_eq!(running.id, exec.id);
 
-    // Running is not terminal: the wait times out naming the last status.
-    let started = std::time::Instant::now();
+    // Running is not terminal: the wait times out naming its timeout and the last status.
     let err = client
         .wait(&exec.id, Duration::from_millis(150))
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, Error::Other(m) if m.contains("timed out") && m.contains("running")),
+        matches!(&err, Error::Other(m) if m.contains("timed out after 150ms") && m.contains("running")),
         "{err:?}"
     );
-    assert!(started.elapsed() >= Duration::from_millis(150));
-    assert!(started.elapsed() < Duration::from_secs(3));
+    // It polls until its deadline, not once: the predicate sees every read, the last one
+    // at or after the deadline. (The outer timeout only stops a wait that would never end.)
+    let mut polls = 0;
+    let polled = tokio::time::timeout(
+        Duration::from_secs(30),
+        client.wait_until(
+            &exec.id,
+            |_| {
+                polls += 1;
+                false
+            },
+            Duration::from_millis(150),
+        ),
+    )
+    .await
+    .expect("a wait ends at its deadline");
+    assert!(polled.is_err());
+    assert!(polls >= 2, "gave up after {polls} read(s)");
 
     // A wait in another task sees the cancel.
     let waiter = {

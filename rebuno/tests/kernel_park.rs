@@ -1,4 +1,4 @@
-//! Rate-limit parking (the SEED kernel's `rate_limit.max_wait`): a refused call whose next
+//! Rate-limit parking (a rule's `rate_limit.max_wait`): a refused call whose next
 //! token is due within `max_wait` parks the execution instead of failing it: `step.rate_limited`,
 //! the dispatch retired, a new one queued for when the token is due, and the answer `blocked`
 //! with reason `rate_limit_exceeded`. An execution parks at most once; later refusals answer

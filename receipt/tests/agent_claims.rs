@@ -379,7 +379,7 @@ const CHILD_ENV: &str = "RECEIPT_AGENT_CHILD_DB";
 /// running, and never finish. Run by hand without its environment it fails.
 #[test]
 #[ignore = "child process of a_sigkilled_controller_process_is_taken_over_after_its_lease, run by it"]
-fn agent_child_controller() {
+fn child_process_agent_controller() {
     let path = std::env::var(CHILD_ENV).unwrap_or_else(|_| {
         panic!("{CHILD_ENV} is not set: this is the child process of another test, not a test")
     });
@@ -424,7 +424,7 @@ async fn a_sigkilled_controller_process_is_taken_over_after_its_lease() {
         .args([
             "--ignored",
             "--exact",
-            "agent_child_controller",
+            "child_process_agent_controller",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -436,7 +436,7 @@ async fn a_sigkilled_controller_process_is_taken_over_after_its_lease() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let claimed = loop {
         let line = lines.next().expect("the child claimed the action").unwrap();
-        // The harness prints `test agent_child_controller ... ` before it, on the same line.
+        // The harness prints `test child_process_agent_controller ... ` before it, on the same line.
         if let Some((_, inv)) = line.split_once("claimed ") {
             break inv.trim().to_owned();
         }

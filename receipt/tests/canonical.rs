@@ -90,6 +90,7 @@ fn rfc8785_examples() {
 
 /// The scheme authors' conformance files in `../shared/spec/jcs/` (input -> output).
 #[test]
+#[ignore = "needs shared/spec/jcs beside the checkout"]
 fn jcs_conformance_files() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/spec/jcs");
     let Ok(entries) = std::fs::read_dir(root.join("input")) else {

@@ -2,7 +2,7 @@
 //! after reopening, the stream verifies and holds every append the child had acknowledged.
 //!
 //! The child is this test binary re-run with `RECEIPT_CRASH_CHILD` set, running the ignored test
-//! `crash_child_writer` alone (`--ignored --exact`): it prints `ack <index> <hash>` after each
+//! `child_process_crash_writer` alone (`--ignored --exact`): it prints `ack <index> <hash>` after each
 //! append returns, and the parent kills it mid-stream.
 
 use receipt::{Command, ReceiptStore, Runtime, SqliteStore, verify};
@@ -17,7 +17,7 @@ const CHILD_ENV: &str = "RECEIPT_CRASH_CHILD";
 /// without its environment it fails.
 #[test]
 #[ignore = "child process of acknowledged_appends_survive_sigkill, run by it"]
-fn crash_child_writer() {
+fn child_process_crash_writer() {
     let path = std::env::var(CHILD_ENV).unwrap_or_else(|_| {
         panic!("{CHILD_ENV} is not set: this is the child process of another test, not a test")
     });
@@ -58,7 +58,7 @@ fn kill_child_after(
         .args([
             "--ignored",
             "--exact",
-            "crash_child_writer",
+            "child_process_crash_writer",
             "--nocapture",
             "--test-threads=1",
         ])

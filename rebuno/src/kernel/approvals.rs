@@ -5,6 +5,7 @@
 //! approval is created), instead of the Go kernel's ten-minute sweep.
 
 use super::dispatch::enqueue_dispatch;
+use super::steps::deny_step;
 use super::supervise::supervise;
 use super::{Kernel, KernelError, KernelResult, Metrics, payload};
 use crate::protocol::{
@@ -98,21 +99,13 @@ fn resolve_in_tx(
                 _ if rationale.is_empty() => REASON_APPROVAL_DENIED,
                 _ => rationale,
             };
-            let error = json!({ "reason": reason });
-            step.status = StepStatus::Denied;
-            step.error = Some(error.clone());
-            step.completed_at = Some(now.to_owned());
-            tx.put_step(&step)?;
-            events.push((
-                EventType::StepDenied,
-                payload(&StepEventPayload::denied(
-                    &step.step_id,
-                    step.kind.clone(),
-                    &step.target,
-                    "",
-                    Some(error),
-                )),
-            ));
+            events.push(deny_step(
+                tx,
+                &mut step,
+                json!({ "reason": reason }),
+                "",
+                now,
+            )?);
         }
     }
     if let Some(mut exec) = tx.execution(&approval.execution_id)?
@@ -225,29 +218,17 @@ impl Kernel {
     /// Expires every pending approval whose timeout has passed: approval `expired` (rationale
     /// `timeout`), step denied `approval_timeout`, execution resumed. Returns how many.
     pub async fn expire_approvals(&self) -> KernelResult<usize> {
-        let now = self.now_text();
-        let due = {
-            let now = now.clone();
-            self.inner
-                .store
-                .read(move |tx| tx.due_approvals(&now, 256))
-                .await?
-        };
-        let mut n = 0;
-        for approval in due {
-            let _guard = self.lock_execution(&approval.execution_id).await;
-            let created = parse_rfc3339(&approval.created_at);
-            let (id, now) = (approval.id.clone(), now.clone());
-            let max_attempts = self.inner.config.dispatch_max_attempts;
-            let expired = self
-                .inner
-                .store
-                .write(move |tx| {
-                    let Some(cur) = tx.approval(&id)? else {
-                        return Ok(false);
+        let max_attempts = self.inner.config.dispatch_max_attempts;
+        let n = self
+            .sweep_due(
+                |tx, now, limit| tx.due_approvals(now, limit),
+                |approval| &approval.execution_id,
+                move |tx, approval, now| {
+                    let Some(cur) = tx.approval(&approval.id)? else {
+                        return Ok(None);
                     };
-                    if cur.status != ApprovalStatus::Pending || cur.timeout_at > now {
-                        return Ok(false);
+                    if cur.status != ApprovalStatus::Pending || cur.timeout_at.as_str() > now {
+                        return Ok(None);
                     }
                     resolve_in_tx(
                         tx,
@@ -255,17 +236,14 @@ impl Kernel {
                         Resolution::Expire,
                         "",
                         RATIONALE_TIMEOUT,
-                        &now,
+                        now,
                         max_attempts,
                     )?;
-                    Ok(true)
-                })
-                .await?;
-            if expired {
-                n += 1;
-                self.note_resolution(created);
-            }
-        }
+                    Ok(Some(()))
+                },
+                |approval, ()| self.note_resolution(parse_rfc3339(&approval.created_at)),
+            )
+            .await?;
         if n > 0 {
             self.inner.queued.notify_one();
         }

@@ -12,7 +12,7 @@
 //! `next_attempt_at` and `locked_at` serve only a process that has no measurement of its own).
 //! Claims and the delivery loop are in `dispatcher`.
 
-use super::supervise::supervise;
+use super::sweep::FirstRound;
 use super::volatile::Ended;
 use super::{Events, Kernel, KernelResult, Lease, Metrics, payload};
 use crate::protocol::{
@@ -535,24 +535,20 @@ impl Kernel {
         Ok(n)
     }
 
-    /// Runs the reaper until aborted: every `min(2 s, lease / 4)`.
-    /// A panic restarts it (see `supervise`).
+    /// Runs the reaper until aborted: every `min(2 s, lease / 4)`, the first time after one
+    /// period. A panic restarts it (see `supervise`).
     pub fn spawn_reaper(&self) -> tokio::task::JoinHandle<()> {
-        let kernel = self.clone();
-        supervise("reaper", move || {
-            let kernel = kernel.clone();
-            async move {
-                let every = (kernel.inner.config.lease_timeout / 4)
-                    .min(Duration::from_secs(2))
-                    .max(Duration::from_millis(10));
-                loop {
-                    tokio::time::sleep(every).await;
-                    if let Err(e) = kernel.reap_expired_leases().await {
-                        tracing::warn!(error = %e, "reaping expired leases failed");
-                    }
+        let period = (self.inner.config.lease_timeout / 4).min(Duration::from_secs(2));
+        self.spawn_periodic(
+            "reaper",
+            period,
+            FirstRound::AfterPeriod,
+            |kernel| async move {
+                if let Err(e) = kernel.reap_expired_leases().await {
+                    tracing::warn!(error = %e, "reaping expired leases failed");
                 }
-            }
-        })
+            },
+        )
     }
 }
 

@@ -2,6 +2,7 @@
 //! heartbeat (lease-fenced).
 
 use super::dispatch::{enqueue_dispatch, lease_holds, retire_dispatches};
+use super::steps::deny_step;
 use super::volatile::Ended;
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::protocol::{
@@ -59,20 +60,7 @@ pub(crate) fn cancel_in_tx(
         if let Some(mut step) = tx.step(&approval.execution_id, &approval.step_id)?
             && !step.status.is_terminal()
         {
-            step.status = StepStatus::Denied;
-            step.error = Some(cancelled_error());
-            step.completed_at = Some(now.to_owned());
-            tx.put_step(&step)?;
-            events.push((
-                EventType::StepDenied,
-                payload(&StepEventPayload::denied(
-                    &step.step_id,
-                    step.kind.clone(),
-                    &step.target,
-                    "",
-                    step.error.clone(),
-                )),
-            ));
+            events.push(deny_step(tx, &mut step, cancelled_error(), "", now)?);
         }
     }
     for mut step in tx.steps_in_status(&exec.id, StepStatus::Executing.as_str())? {
@@ -260,7 +248,7 @@ impl Kernel {
                 let Some(mut exec) = tx.execution(&id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
-                // The state machine (§6.1) refuses a terminal execution with
+                // The execution state machine refuses a terminal execution with
                 // `execution_terminal`.
                 if let Err(e) = exec.status.transition(status) {
                     return Ok(Err(KernelError::from(&e)));
@@ -318,38 +306,24 @@ impl Kernel {
     /// Cancels every execution past its deadline (`client_cancelled`, as the spec says);
     /// returns how many.
     pub async fn cancel_past_deadline(&self) -> KernelResult<usize> {
-        let now = self.now_text();
-        let due = {
-            let now = now.clone();
-            self.inner
-                .store
-                .read(move |tx| tx.executions_past_deadline(&now, 256))
-                .await?
-        };
-        let mut n = 0;
-        for exec in due {
-            let _guard = self.lock_execution(&exec.id).await;
-            let (id, now) = (exec.id.clone(), now.clone());
-            let ended = self
-                .inner
-                .store
-                .write(move |tx| {
-                    let Some(exec) = tx.execution(&id)? else {
-                        return Ok(None);
-                    };
-                    if exec.status.is_terminal() {
-                        return Ok(None);
-                    }
-                    Ok(Some(cancel_in_tx(tx, exec, &now)?))
-                })
-                .await?;
-            if let Some(ended) = ended {
+        self.sweep_due(
+            |tx, now, limit| tx.executions_past_deadline(now, limit),
+            |exec| &exec.id,
+            |tx, exec, now| {
+                let Some(exec) = tx.execution(&exec.id)? else {
+                    return Ok(None);
+                };
+                if exec.status.is_terminal() {
+                    return Ok(None);
+                }
+                Ok(Some(cancel_in_tx(tx, exec, now)?))
+            },
+            |exec, ended| {
                 self.forget_attempts(&ended);
                 self.end_streams(&exec.id);
-                n += 1;
-            }
-        }
-        Ok(n)
+            },
+        )
+        .await
     }
 
     /// Deletes the executions that ended longer ago than the retention (never unfinished

@@ -14,8 +14,8 @@
 //! loop, fair between agents), `executions` (create, read, cancel, complete, fail), `listing`
 //! (paged reads of every list), `agents` (registration and policy bundles), `metrics` (the
 //! store figures of `/metrics`), `stream` (live output deltas, best effort, never persisted),
-//! `volatile` (the in-process maps and their bounds) and `supervise` (restarting a background
-//! loop that panicked).
+//! `volatile` (the in-process maps and their bounds), `supervise` (restarting a background
+//! loop that panicked) and `sweep` (the periodic loops and the sweeps over due rows).
 
 mod agents;
 mod approvals;
@@ -28,6 +28,7 @@ mod metrics;
 mod steps;
 mod stream;
 mod supervise;
+mod sweep;
 mod volatile;
 
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};
@@ -52,6 +53,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
+use sweep::FirstRound;
 
 /// A kernel error: an [`ErrorCode`] (hence an HTTP status) and the message the Go kernel
 /// would send.
@@ -491,28 +493,20 @@ impl Kernel {
     /// retention, and rate-limit buckets that have refilled (whether or not retention is on).
     /// A panic restarts it (see `supervise`).
     pub fn spawn_sweeper(&self) -> tokio::task::JoinHandle<()> {
-        let kernel = self.clone();
-        supervise::supervise("sweeper", move || {
-            let kernel = kernel.clone();
-            async move {
-                let every = kernel
-                    .inner
-                    .config
-                    .cleanup_interval
-                    .min(Duration::from_secs(30))
-                    .max(Duration::from_millis(10));
-                loop {
-                    if let Err(e) = kernel.cancel_past_deadline().await {
-                        tracing::warn!(error = %e, "cancelling executions past their deadline failed");
-                    }
-                    if let Err(e) = kernel.sweep_retention().await {
-                        tracing::warn!(error = %e, "the retention sweep failed");
-                    }
-                    if let Err(e) = kernel.inner.limiter.sweep_refilled().await {
-                        tracing::warn!(error = %e, "sweeping rate-limit buckets failed");
-                    }
-                    tokio::time::sleep(every).await;
-                }
+        let period = self
+            .inner
+            .config
+            .cleanup_interval
+            .min(Duration::from_secs(30));
+        self.spawn_periodic("sweeper", period, FirstRound::Now, |kernel| async move {
+            if let Err(e) = kernel.cancel_past_deadline().await {
+                tracing::warn!(error = %e, "cancelling executions past their deadline failed");
+            }
+            if let Err(e) = kernel.sweep_retention().await {
+                tracing::warn!(error = %e, "the retention sweep failed");
+            }
+            if let Err(e) = kernel.inner.limiter.sweep_refilled().await {
+                tracing::warn!(error = %e, "sweeping rate-limit buckets failed");
             }
         })
     }

@@ -1,6 +1,6 @@
 //! Steps: submit (identity, replay, policy, recording), complete and fail.
 //!
-//! Submission follows the spec's SEED order: lease, execution lock, terminal check, lease
+//! Submission follows one fixed order: lease, execution lock, terminal check, lease
 //! renewal, args hash, occurrence, step id; an existing step answers from its record, a new one
 //! goes through policy and is recorded. Answers from the record need one snapshot read and no
 //! durable write; anything recorded is committed before it is answered (`step.executing` is
@@ -51,6 +51,30 @@ fn policy_kind(kind: &StepKind) -> Option<policy::StepKind> {
 
 fn step_event(step: &Step) -> StepEventPayload {
     StepEventPayload::new(&step.step_id, step.kind.clone(), &step.target)
+}
+
+/// Records `step` as denied: status `denied`, `error` (what a replay answers with), completed
+/// now. Returns the `step.denied` event to append, naming `rule_id` (empty when no policy rule
+/// decided it: an approval denied or expired, an execution cancelled).
+pub(super) fn deny_step(
+    tx: &mut dyn Tx,
+    step: &mut Step,
+    error: Value,
+    rule_id: &str,
+    now: &str,
+) -> StoreResult<(EventType, Value)> {
+    step.status = StepStatus::Denied;
+    step.error = Some(error.clone());
+    step.completed_at = Some(now.to_owned());
+    tx.put_step(step)?;
+    let event = StepEventPayload::denied(
+        &step.step_id,
+        step.kind.clone(),
+        &step.target,
+        rule_id,
+        Some(error),
+    );
+    Ok((EventType::StepDenied, payload(&event)))
 }
 
 /// The answer an existing step gives when it needs no write, or `None`.
@@ -135,9 +159,9 @@ impl Kernel {
             req.target.clone(),
             args_hash.clone(),
         );
-        // An agent replaying locally may have used occurrences the kernel never saw (§5.3
-        // still holds: the count only moves forward). It may skip only over what it replayed:
-        // the occurrence before the one it names must be recorded.
+        // An agent replaying locally may have used occurrences the kernel never saw (the
+        // occurrence rule still holds: the count only moves forward). It may skip only over
+        // what it replayed: the occurrence before the one it names must be recorded.
         let counted = self.next_occurrence(lease, &key);
         let occurrence = counted.max(req.occurrence.unwrap_or(0));
         let step_id = identity::step_id(
@@ -414,20 +438,7 @@ impl Kernel {
                     }
                     Action::Deny => {
                         let error = denial_error(&pol.reason, &pol.rule_id);
-                        step.status = StepStatus::Denied;
-                        step.error = Some(error.clone());
-                        step.completed_at = Some(now.clone());
-                        tx.put_step(&step)?;
-                        events.push((
-                            EventType::StepDenied,
-                            payload(&StepEventPayload::denied(
-                                &step.step_id,
-                                step.kind.clone(),
-                                &step.target,
-                                &pol.rule_id,
-                                Some(error),
-                            )),
-                        ));
+                        events.push(deny_step(tx, &mut step, error, &pol.rule_id, &now)?);
                         let reason = if pol.reason.is_empty() {
                             crate::protocol::REASON_POLICY_DENIED
                         } else {
@@ -502,7 +513,7 @@ impl Kernel {
 
     /// A refusal by the rate limit: `step.rate_limited`, and the answer `rate_limited`; or, when
     /// the rule allows waiting (`max_wait`), the execution has never been refused before, and
-    /// the next token is due within `max_wait`, a park (SEED): the dispatch is retired and a new
+    /// the next token is due within `max_wait`, a park: the dispatch is retired and a new
     /// one queued for when the token is due (plus up to half the wait in jitter, capped at
     /// `max_wait`), answered `blocked` with reason `rate_limit_exceeded`. Nothing is recorded
     /// for the step either way (the retried call gets the same id).
@@ -664,7 +675,7 @@ fn finish_step_tx(
     if !lease_holds(tx, &step.execution_id, lease, false)? {
         return Ok(Err(KernelError::lease_superseded()));
     }
-    // The state machine (§6.2) decides: only an executing step can take an outcome.
+    // The step state machine decides: only an executing step can take an outcome.
     let to = if outcome.is_ok() {
         StepStatus::Succeeded
     } else {

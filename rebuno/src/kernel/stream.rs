@@ -1,4 +1,4 @@
-//! Live output streaming (spec §16): agents publish output deltas of a running step; clients
+//! Live output streaming: agents publish output deltas of a running step; clients
 //! subscribed to the execution receive them. Best effort and never part of the ledger: there is
 //! no replay (a subscriber sees only what is published after it subscribed), each subscriber
 //! buffers at most [`SUBSCRIBER_BUFFER`] deltas and a full buffer drops new ones. Clients treat

@@ -218,9 +218,9 @@ impl Kernel {
     /// Records that occurrence `occ` was handed out to the leased attempt (never moves
     /// backwards; nothing once the attempt has ended).
     ///
-    /// The counters are fenced by the attempt (the spec's fenced counter upsert, §5.3): a
-    /// submit checks its lease in its snapshot and advances the counter after answering, so a
-    /// re-claim can happen in between. Without the fence the superseded attempt would advance
+    /// The counters are fenced by the attempt (only an attempt as new as the counter's own may
+    /// move it): a submit checks its lease in its snapshot and advances the counter after
+    /// answering, so a re-claim can happen in between. Without the fence the superseded attempt would advance
     /// the new attempt's fresh counters, and the new attempt's first call would get occurrence
     /// 1 and replay another step's outcome.
     pub(crate) fn advance_occurrence(&self, lease: &Lease, key: OccurrenceKey, occ: u64) {

@@ -1,14 +1,10 @@
-//! The SQLite store's single writer thread and its group commit.
+//! The SQLite store's single writer thread.
 //!
-//! Every write is sent to one thread, which runs whatever writes are waiting together in one
-//! `BEGIN IMMEDIATE … COMMIT`, each in a savepoint of its own so that one failing change never
-//! undoes its neighbours. Each answer says truthfully whether its change was kept: some errors
-//! (`SQLITE_FULL`, `SQLITE_IOERR`, `SQLITE_NOMEM`, `SQLITE_BUSY`, an interrupt) make SQLite
-//! roll back the whole transaction by itself, which takes the group's earlier changes with it;
-//! the writer notices (the connection is back in autocommit mode), fails exactly those, and runs
-//! the rest of the group in a fresh transaction. A savepoint that can be neither released nor
-//! rolled back leaves the transaction holding an unknown part of a change, so the writer undoes
-//! the whole transaction instead of committing half of it.
+//! Every write is sent to one thread, which runs whatever writes are waiting together as one
+//! group commit: [`durable_support::group_commit`] runs them in one transaction, each in a
+//! savepoint of its own, and answers each truthfully (a change SQLite's own rollback took with
+//! it is answered as failed, a panicking change is caught). This module feeds it: it gathers the
+//! group, counts the commit for the syncer (see [`super::durable`]) and hands the answers on.
 //!
 //! Between groups, while it has nothing else to do, the writer also runs reads on its
 //! connection (see [`super::readers`]); one found waiting behind a write runs before that
@@ -19,6 +15,7 @@ use super::handoff::{InFlight, next_job};
 use super::readers::{Conn, ConnFn, ReadReply, lock};
 use super::sqlite::SqliteTx;
 use super::{StoreError, StoreResult, TxFn};
+use durable_support::group_commit;
 use rusqlite::Connection;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -189,119 +186,9 @@ fn writer_loop(conn: Conn, rx: mpsc::Receiver<Job>, sync: Option<Syncer>, idle: 
     }
 }
 
-/// Runs `f` as one unit inside the open transaction (a savepoint), catching panics so a bug in
-/// one change cannot take the writer down. Returns `f`'s answer, and whether the savepoint was
-/// closed as intended (released after success, rolled back after failure).
-fn run_one(conn: &Connection, f: TxFn) -> (StoreResult<Box<dyn Any + Send>>, StoreResult<()>) {
-    if let Err(e) = conn
-        .prepare_cached("SAVEPOINT w")
-        .and_then(|mut s| s.execute([]))
-    {
-        return (Err(e.into()), Ok(()));
-    }
-    let mut tx = SqliteTx::new(conn);
-    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx)))
-        .unwrap_or_else(|_| Err(StoreError::Database("a store transaction panicked".into())));
-    let closed = match &out {
-        Ok(_) => conn
-            .prepare_cached("RELEASE w")
-            .and_then(|mut s| s.execute([]))
-            .map(drop),
-        Err(_) => conn.execute_batch("ROLLBACK TO w; RELEASE w"),
-    };
-    (out, closed.map_err(StoreError::from))
-}
-
-/// One group commit in progress: the changes the open transaction holds, with their callers,
-/// and the answers already known.
-struct Group<'c> {
-    conn: &'c Connection,
-    /// A transaction is open.
-    open: bool,
-    /// Changes in the open transaction, answered only once it commits.
-    held: Answers,
-    /// Final answers.
-    answers: Answers,
-}
-
-impl Group<'_> {
-    fn begin(&mut self) -> StoreResult<()> {
-        // A transaction left open by a failed ROLLBACK would make BEGIN fail for every later
-        // group; end it first.
-        if !self.conn.is_autocommit() {
-            let _ = self.conn.execute_batch("ROLLBACK");
-        }
-        self.conn
-            .execute_batch("BEGIN IMMEDIATE")
-            .map_err(|e| StoreError::Database(format!("begin: {e}")))?;
-        self.open = true;
-        Ok(())
-    }
-
-    /// The open transaction is gone (rolled back by SQLite or by us): every change it held
-    /// fails with `why`.
-    fn lose(&mut self, why: &StoreError) {
-        self.open = false;
-        if self.held.is_empty() {
-            return;
-        }
-        tracing::error!(
-            changes = self.held.len(),
-            error = %why,
-            "a group commit was rolled back; its changes are answered as failed"
-        );
-        let lost = StoreError::Database(format!("the group commit was rolled back: {why}"));
-        for (_, reply) in self.held.drain(..) {
-            self.answers.push((Err(lost.clone()), reply));
-        }
-    }
-
-    fn run(&mut self, f: TxFn, reply: Reply) {
-        let (out, closed) = run_one(self.conn, f);
-        if self.conn.is_autocommit() {
-            // SQLite rolled the whole transaction back while this change ran: it and every
-            // change before it in the group are gone.
-            let why = match (&out, &closed) {
-                (Err(e), _) | (Ok(_), Err(e)) => e.clone(),
-                (Ok(_), Ok(())) => StoreError::Database("the transaction ended early".into()),
-            };
-            self.lose(&why);
-            self.answers.push((Err(out.err().unwrap_or(why)), reply));
-            return;
-        }
-        match (out, closed) {
-            (Ok(v), Ok(())) => self.held.push((Ok(v), reply)),
-            // Rolled back to its savepoint: nothing of it is kept, its neighbours are.
-            (Err(e), Ok(())) => self.answers.push((Err(e), reply)),
-            (out, Err(e)) => {
-                // Neither released nor rolled back: the transaction holds an unknown part of
-                // this change. Committing could keep half of it, so undo everything.
-                tracing::error!(error = %e, "a savepoint could not be closed");
-                let _ = self.conn.execute_batch("ROLLBACK");
-                self.lose(&e);
-                self.answers.push((Err(out.err().unwrap_or(e)), reply));
-            }
-        }
-    }
-
-    /// Commits what the open transaction holds; those changes are answered `Ok` only if the
-    /// commit succeeds.
-    fn commit(&mut self) {
-        if !self.open {
-            return;
-        }
-        match self.conn.execute_batch("COMMIT") {
-            Ok(()) => {
-                self.open = false;
-                self.answers.append(&mut self.held);
-            }
-            Err(e) => {
-                if !self.conn.is_autocommit() {
-                    let _ = self.conn.execute_batch("ROLLBACK");
-                }
-                self.lose(&StoreError::Database(format!("commit: {e}")));
-            }
-        }
+impl group_commit::WriterError for StoreError {
+    fn writer(message: String) -> Self {
+        StoreError::Database(message)
     }
 }
 
@@ -312,30 +199,14 @@ pub(super) fn run_group(
     jobs: Vec<(TxFn, Reply)>,
     durable: Option<&Durable>,
 ) -> (Option<u64>, Answers) {
-    let mut group = Group {
-        conn,
-        open: false,
-        held: Vec::with_capacity(jobs.len()),
-        answers: Vec::with_capacity(jobs.len()),
-    };
-    let mut jobs = jobs.into_iter();
-    while let Some((f, reply)) = jobs.next() {
-        if !group.open
-            && let Err(e) = group.begin()
-        {
-            group.answers.push((Err(e.clone()), reply));
-            group
-                .answers
-                .extend(jobs.by_ref().map(|(_, reply)| (Err(e.clone()), reply)));
-            break;
-        }
-        group.run(f, reply);
-    }
+    let changes = jobs
+        .into_iter()
+        .map(|(f, reply)| (move |c: &Connection| f(&mut SqliteTx::new(c)), reply));
     // Counted before COMMIT: from inside it, readers may see the group. Counted even when
     // nothing is left to commit, so the answers still go through the syncer in order.
-    let seq = durable.map(|d| d.begun.fetch_add(1, Ordering::SeqCst) + 1);
-    group.commit();
-    (seq, group.answers)
+    group_commit::run_group(conn, changes, || {
+        durable.map(|d| d.begun.fetch_add(1, Ordering::SeqCst) + 1)
+    })
 }
 
 #[cfg(test)]

@@ -1,19 +1,19 @@
 //! Helpers shared by the tests that run real processes or talk to a served kernel: finding a
-//! Python with the published SDK, killing children on drop, free ports, waiting for a listener,
-//! serving a kernel, and signing agent requests v1 by hand.
+//! Python with the published SDK (or failing, saying what is missing), killing children on
+//! drop, free ports, waiting for a listener, serving a kernel, and signing agent requests v1 by
+//! hand. The kernel conformance harness is `kernel.rs` beside it.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A Python whose `rebuno` is the published SDK 0.14.0: `REBUNO_PYTHON` (which `.ci/run` sets;
-/// it must then have the SDK) or `python3`. `None` when there is none.
-pub fn python_with_sdk() -> Option<String> {
-    let candidates = std::env::var("REBUNO_PYTHON")
-        .ok()
-        .into_iter()
-        .chain(["python3".to_owned()]);
+/// A Python whose `rebuno` is the published SDK 0.14.0: `REBUNO_PYTHON` (which `.ci/run` sets),
+/// or else `python3`. Panics, saying what is missing, when neither has it: the tests that call
+/// this are `#[ignore]`d, so they run only when asked for, and then must not pass untested.
+pub fn python_with_sdk() -> String {
+    let from_env = std::env::var("REBUNO_PYTHON").ok();
+    let candidates = from_env.clone().into_iter().chain(["python3".to_owned()]);
     for python in candidates {
         let ok = Command::new(&python)
             .args([
@@ -25,14 +25,16 @@ pub fn python_with_sdk() -> Option<String> {
             .status()
             .is_ok_and(|s| s.success());
         if ok {
-            return Some(python);
+            return python;
         }
     }
-    assert!(
-        std::env::var("REBUNO_PYTHON").is_err(),
-        "REBUNO_PYTHON is set but has no rebuno 0.14.0"
-    );
-    None
+    match from_env {
+        Some(python) => panic!("REBUNO_PYTHON={python} has no rebuno 0.14.0"),
+        None => panic!(
+            "this test needs a Python with rebuno==0.14.0: set REBUNO_PYTHON to one \
+             (.ci/run installs it in a venv)"
+        ),
+    }
 }
 
 /// Kills (SIGKILL) and reaps the child when dropped.

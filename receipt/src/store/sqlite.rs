@@ -4,8 +4,10 @@
 //! Every write goes through one writer thread that commits whatever appends are waiting
 //! together (group commit): a lone writer pays one sync per append, many concurrent writers
 //! (or [`ReceiptStore::append_many`]) share one sync. Each request runs in its own savepoint,
-//! so one failing CAS does not undo its neighbours. Reads use their own connection and never
-//! wait for the writer (WAL).
+//! so one failing CAS does not undo its neighbours; the group commit itself is the one the
+//! kernel store uses too ([`durable_support::group_commit`]), so an append is answered `Ok`
+//! only if it was really kept, and a panicking change fails alone. Reads use their own
+//! connection and never wait for the writer (WAL).
 //!
 //! The hashed envelope is stored as its canonical bytes (`envelope`), so a read hands
 //! [`crate::verify`] the exact bytes to hash and any change to a stored receipt is caught.
@@ -17,6 +19,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::receipt::{Hints, Receipt};
 use async_trait::async_trait;
+use durable_support::group_commit;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
@@ -251,7 +254,7 @@ async fn run_blocking<T: Send + 'static>(
     }
 }
 
-fn writer_loop(mut conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize) {
+fn writer_loop(conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize) {
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
         let mut count = job_size(&jobs[0]);
@@ -264,7 +267,7 @@ fn writer_loop(mut conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize) 
                 Err(_) => break,
             }
         }
-        run_group(&mut conn, jobs);
+        run_group(&conn, jobs);
     }
 }
 
@@ -275,76 +278,82 @@ fn job_size(job: &Job) -> usize {
     }
 }
 
-enum Done {
-    Append(
-        Vec<Result<AppendOutcome>>,
-        Reply<Vec<Result<AppendOutcome>>>,
-    ),
-    Branch(Result<()>, Reply<Result<()>>),
+impl group_commit::WriterError for Error {
+    fn writer(message: String) -> Self {
+        Error::Storage(message)
+    }
 }
 
-fn run_group(conn: &mut Connection, jobs: Vec<Job>) {
+/// What one change of a group did.
+enum Done {
+    Appended(AppendOutcome),
+    Branched,
+}
+
+/// One change of a group: an append request or a branch creation.
+type Change = Box<dyn FnOnce(&Connection) -> Result<Done>>;
+
+/// The caller of a job, waiting for its answers.
+enum Waiting {
+    Append(Reply<Vec<Result<AppendOutcome>>>),
+    Branch(Reply<Result<()>>),
+}
+
+/// Runs `jobs` as one group commit (see [`durable_support::group_commit`]): every append
+/// request and every branch is a change of its own, so one failing CAS does not undo its
+/// neighbours, and each caller hears whether its changes were kept.
+fn run_group(conn: &Connection, jobs: Vec<Job>) {
     let now = crate::sim::Clock::now_ms(&crate::sim::SystemClock);
-    let mut done = Vec::with_capacity(jobs.len());
-    let begun = conn.execute_batch("BEGIN IMMEDIATE");
-    for job in jobs {
+    // Each change is tagged with its job and its place in the job, so the answers (which come
+    // back in no particular order) reach the right caller in the right order.
+    let mut changes: Vec<(Change, (usize, usize))> = Vec::with_capacity(jobs.len());
+    let mut slots: Vec<Vec<Option<Result<Done>>>> = Vec::with_capacity(jobs.len());
+    let mut replies = Vec::with_capacity(jobs.len());
+    for (j, job) in jobs.into_iter().enumerate() {
         match job {
             Job::Append(reqs, reply) => {
-                let results = reqs
-                    .into_iter()
-                    .map(|r| match &begun {
-                        Ok(()) => in_savepoint(conn, |c| append_tx(c, r, now)),
-                        Err(e) => Err(Error::Storage(e.to_string())),
-                    })
-                    .collect();
-                done.push(Done::Append(results, reply));
+                slots.push(reqs.iter().map(|_| None).collect());
+                for (i, r) in reqs.into_iter().enumerate() {
+                    let change: Change =
+                        Box::new(move |c| append_tx(c, r, now).map(Done::Appended));
+                    changes.push((change, (j, i)));
+                }
+                replies.push(Waiting::Append(reply));
             }
             Job::Branch(b, reply) => {
-                let (meta, receipt, tail) = *b;
-                let result = match &begun {
-                    Ok(()) => in_savepoint(conn, |c| branch_tx(c, meta, receipt, tail, now)),
-                    Err(e) => Err(Error::Storage(e.to_string())),
-                };
-                done.push(Done::Branch(result, reply));
+                slots.push(vec![None]);
+                let change: Change = Box::new(move |c| {
+                    let (meta, receipt, tail) = *b;
+                    branch_tx(c, meta, receipt, tail, now).map(|()| Done::Branched)
+                });
+                changes.push((change, (j, 0)));
+                replies.push(Waiting::Branch(reply));
             }
         }
     }
-    let committed = if begun.is_ok() {
-        conn.execute_batch("COMMIT").map_err(|e| {
-            let _ = conn.execute_batch("ROLLBACK");
-            e.to_string()
-        })
-    } else {
-        Ok(())
-    };
-    for d in done {
-        match d {
-            Done::Append(mut results, reply) => {
-                if let Err(e) = &committed {
-                    for r in results.iter_mut().filter(|r| r.is_ok()) {
-                        *r = Err(Error::Storage(format!("commit failed: {e}")));
-                    }
-                }
-                let _ = reply.send(results);
+    let ((), answers) = group_commit::run_group(conn, changes, || ());
+    for (result, (j, i)) in answers {
+        slots[j][i] = Some(result);
+    }
+    let missing = || Err(Error::Storage("missing result".into()));
+    for (results, reply) in slots.into_iter().zip(replies) {
+        let mut results = results.into_iter().map(|r| r.unwrap_or_else(missing));
+        match reply {
+            Waiting::Append(append) => {
+                let _ = append.send(
+                    results
+                        .map(|r| match r? {
+                            Done::Appended(outcome) => Ok(outcome),
+                            Done::Branched => Err(Error::Storage("not an append".into())),
+                        })
+                        .collect(),
+                );
             }
-            Done::Branch(mut result, reply) => {
-                if let (Err(e), Ok(())) = (&committed, &result) {
-                    result = Err(Error::Storage(format!("commit failed: {e}")));
-                }
-                let _ = reply.send(result);
+            Waiting::Branch(branch) => {
+                let _ = branch.send(results.next().unwrap_or_else(missing).map(drop));
             }
         }
     }
-}
-
-fn in_savepoint<T>(conn: &mut Connection, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-    conn.execute_batch("SAVEPOINT one")?;
-    let result = f(conn);
-    match &result {
-        Ok(_) => conn.execute_batch("RELEASE one")?,
-        Err(_) => conn.execute_batch("ROLLBACK TO one; RELEASE one")?,
-    }
-    result
 }
 
 fn physical_tail(conn: &Connection, stream: &str) -> Result<Option<Tail>> {

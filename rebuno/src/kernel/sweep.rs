@@ -1,0 +1,97 @@
+//! The shapes the kernel's periodic work shares, written once: a supervised loop that runs a
+//! round at a fixed period ([`Kernel::spawn_periodic`], for the reaper and the sweeper), and a
+//! sweep over due rows ([`Kernel::sweep_due`], for deadlines and approval timeouts).
+
+use super::supervise::supervise;
+use super::{Kernel, KernelResult};
+use crate::store::{StoreExt, StoreResult, Tx};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Rows one sweep round reads at most; the rest wait for the next round.
+pub(super) const SWEEP_BATCH: usize = 256;
+
+/// The shortest period of a periodic loop, whatever the configuration says.
+const MIN_PERIOD: Duration = Duration::from_millis(10);
+
+/// When a periodic loop runs its first round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FirstRound {
+    /// At once.
+    Now,
+    /// After one period.
+    AfterPeriod,
+}
+
+impl Kernel {
+    /// Spawns background loop `name`: runs `round` every `period` (at least 10 ms), the first
+    /// time as `first` says, until aborted. A panic restarts it (see `supervise`).
+    pub(super) fn spawn_periodic<F, Fut>(
+        &self,
+        name: &'static str,
+        period: Duration,
+        first: FirstRound,
+        round: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: Fn(Kernel) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let (kernel, round) = (self.clone(), Arc::new(round));
+        let period = period.max(MIN_PERIOD);
+        supervise(name, move || {
+            let (kernel, round) = (kernel.clone(), Arc::clone(&round));
+            async move {
+                if first == FirstRound::AfterPeriod {
+                    tokio::time::sleep(period).await;
+                }
+                loop {
+                    round(kernel.clone()).await;
+                    tokio::time::sleep(period).await;
+                }
+            }
+        })
+    }
+
+    /// One round of a sweep over due rows: reads up to [`SWEEP_BATCH`] rows due at the current
+    /// time (`due`), then handles each in a write of its own, taken under the lock of its
+    /// execution (`execution_of`). The row may have changed since it was read, so `act`
+    /// re-checks it inside the write and answers `None` to leave it; what it answers otherwise
+    /// goes to `done`, with the row as read. Returns how many rows `act` handled.
+    pub(super) async fn sweep_due<Row, Out>(
+        &self,
+        due: fn(&mut dyn Tx, &str, usize) -> StoreResult<Vec<Row>>,
+        execution_of: fn(&Row) -> &str,
+        act: impl Fn(&mut dyn Tx, Row, &str) -> StoreResult<Option<Out>> + Clone + Send + 'static,
+        mut done: impl FnMut(&Row, Out),
+    ) -> KernelResult<usize>
+    where
+        Row: Clone + Send + 'static,
+        Out: Send + 'static,
+    {
+        let now = self.now_text();
+        let rows = {
+            let now = now.clone();
+            self.inner
+                .store
+                .read(move |tx| due(tx, &now, SWEEP_BATCH))
+                .await?
+        };
+        let mut n = 0;
+        for row in rows {
+            let _guard = self.lock_execution(execution_of(&row)).await;
+            let (act, read, now) = (act.clone(), row.clone(), now.clone());
+            let out = self
+                .inner
+                .store
+                .write(move |tx| act(tx, read, &now))
+                .await?;
+            if let Some(out) = out {
+                n += 1;
+                done(&row, out);
+            }
+        }
+        Ok(n)
+    }
+}

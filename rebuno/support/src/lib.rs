@@ -1,0 +1,10 @@
+//! Code the `rebuno` and `receipt` crates share, kept in one place so the two copies cannot
+//! drift apart. Not a public API: it changes with the crates that use it.
+//!
+//! - [`civil`]: proleptic Gregorian dates from day counts and back, for timestamp text;
+//! - `group_commit` (feature `sqlite`): the SQLite group commit both stores' writer threads
+//!   run, with truthful per-change answers.
+
+pub mod civil;
+#[cfg(feature = "sqlite")]
+pub mod group_commit;

@@ -76,14 +76,15 @@ impl KernelError {
     }
     /// `400 validation_error`, message `validation error: <detail>`.
     pub fn validation(detail: impl std::fmt::Display) -> Self {
-        Self::new(
-            ErrorCode::ValidationError,
-            format!("validation error: {detail}"),
-        )
+        Self::from_envelope(ErrorEnvelope::validation(detail))
     }
     /// `404 not_found`.
     pub fn not_found() -> Self {
-        Self::new(ErrorCode::NotFound, "not found")
+        Self::from_envelope(ErrorEnvelope::not_found())
+    }
+    /// The error a wire envelope stands for (its `details`, never set by the kernel, dropped).
+    fn from_envelope(envelope: ErrorEnvelope) -> Self {
+        Self::new(envelope.code, envelope.message)
     }
     /// `409 conflict`.
     pub fn conflict(detail: impl std::fmt::Display) -> Self {

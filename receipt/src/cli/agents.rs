@@ -48,11 +48,6 @@ pub(super) struct RunArgs {
     max_iterations: Option<u32>,
 }
 
-/// Whether `id` is kebab-case (`^[a-z][a-z0-9-]*$`).
-pub(crate) fn is_kebab(id: &str) -> bool {
-    crate::agent::is_kebab_case(id)
-}
-
 /// `hello-agent` -> `HelloAgent`.
 fn camel(id: &str) -> String {
     id.split('-')
@@ -67,11 +62,8 @@ fn camel(id: &str) -> String {
 }
 
 pub(super) fn new(a: &NewArgs) -> CliResult {
-    if !is_kebab(&a.agent_id) {
-        return fail(format!(
-            "Invalid agent id '{}'. Use kebab-case.",
-            a.agent_id
-        ));
+    if !crate::agent::is_kebab_case(&a.agent_id) {
+        return fail(receipt_vocab::message::invalid_agent_id(&a.agent_id));
     }
     let root = match &a.dir {
         Some(d) => d.clone(),

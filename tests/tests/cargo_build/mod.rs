@@ -2,18 +2,11 @@
 //! returns the executable's path as cargo reports it: binaries of other packages are not
 //! dependencies of this one, so `CARGO_BIN_EXE_*` does not name them.
 
-#![allow(dead_code)] // each test binary uses a different subset
-
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-
-/// The `receipt` package's stock binary.
-pub fn receipt_bin() -> PathBuf {
-    build("receipt", "bin", "receipt")
-}
 
 /// `cargo build -p <package> --<kind> <name>` (kind `bin` or `example`), once per process.
 pub fn build(package: &str, kind: &str, name: &str) -> PathBuf {

@@ -3,8 +3,12 @@
 //!
 //! - [`civil`]: proleptic Gregorian dates from day counts and back, for timestamp text;
 //! - `group_commit` (feature `sqlite`): the SQLite group commit both stores' writer threads
-//!   run, with truthful per-change answers.
+//!   run, with truthful per-change answers;
+//! - `pg` (feature `postgres`): PostgreSQL connections, pool, migrations and LISTEN for both
+//!   crates' PostgreSQL stores.
 
 pub mod civil;
 #[cfg(feature = "sqlite")]
 pub mod group_commit;
+#[cfg(feature = "postgres")]
+pub mod pg;

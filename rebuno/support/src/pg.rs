@@ -1,0 +1,613 @@
+//! PostgreSQL connections for the kernel store and the receipt store: the URL and its TLS
+//! (rustls, never OpenSSL), a bounded pool of blocking clients, transactions that survive a
+//! dropped connection where retrying is safe, a pinned schema, migrations under an advisory
+//! lock, advisory-lock keys, and a LISTEN connection that reconnects.
+//!
+//! The clients are the blocking face of `tokio-postgres` (the `postgres` crate): both stores
+//! run their transactions as synchronous closures on blocking threads, one pooled connection per
+//! transaction, so the logic written once against their `Tx` traits runs unchanged on SQLite and
+//! on PostgreSQL.
+//!
+//! Only the start of a transaction is retried: `BEGIN` is the first thing sent on a connection
+//! taken from the pool, so if it fails because the connection is gone (the server restarted, a
+//! proxy dropped it), nothing of the transaction reached the server and it runs again on a new
+//! connection, until [`PgOptions::reconnect_for`] has passed. A failure after that (a statement,
+//! the commit) is returned: the caller's work was not acknowledged, and whoever asked for it
+//! retries with the same idempotent request.
+
+use postgres::error::SqlState;
+use postgres::{Client, Config, NoTls};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+pub use postgres;
+
+/// A PostgreSQL failure: a bad URL, a connection that could not be made, or an error of the
+/// database.
+#[derive(Debug)]
+pub enum PgError {
+    /// The URL or options are not usable.
+    Config(String),
+    /// No connection could be made within the reconnect window.
+    Connect(String),
+    /// The database refused or failed an operation.
+    Db(postgres::Error),
+}
+
+impl fmt::Display for PgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PgError::Config(m) => write!(f, "postgres: {m}"),
+            PgError::Connect(m) => write!(f, "postgres: cannot connect: {m}"),
+            PgError::Db(e) => write!(f, "postgres: {}", describe(e)),
+        }
+    }
+}
+
+impl std::error::Error for PgError {}
+
+impl From<postgres::Error> for PgError {
+    fn from(e: postgres::Error) -> Self {
+        PgError::Db(e)
+    }
+}
+
+/// An error's message with the server's detail (the bare `Display` of a database error says
+/// only "db error").
+pub fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
+/// Whether the error means the connection is unusable (closed, reset, the server shutting
+/// down or not accepting connections yet), as opposed to a statement the server refused.
+pub fn is_connection_error(e: &postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        Some(code) => {
+            code.code().starts_with("08")
+                || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CRASH_SHUTDOWN
+                || *code == SqlState::CANNOT_CONNECT_NOW
+        }
+        // No SQLSTATE: an I/O or protocol failure of the connection itself.
+        None => e.as_db_error().is_none(),
+    }
+}
+
+/// Whether the error is a serialization failure or a deadlock the server broke, after which
+/// the whole transaction may be run again.
+pub fn is_retryable_conflict(e: &postgres::Error) -> bool {
+    e.code().is_some_and(|c| {
+        *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+    })
+}
+
+/// How to reach the database.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// A `postgres://user:password@host:port/dbname?sslmode=…` URL (or a libpq key=value
+    /// string). `sslmode=disable` connects in plain text; `prefer` (the default) uses TLS when
+    /// the server offers it; `require` insists on it. Server certificates are checked against
+    /// the Mozilla roots, plus the PEM file named by `PGSSLROOTCERT` if set.
+    pub url: String,
+    /// A schema to create if missing and pin as the `search_path` of every connection (tests,
+    /// and several deployments sharing one database). `None` keeps the server's default.
+    pub schema: Option<String>,
+    /// Connections open at most at once (at least 1).
+    pub max_connections: usize,
+    /// How long a new connection, or a transaction whose connection turned out to be dead,
+    /// keeps trying before the error is returned (the server restarting, say).
+    pub reconnect_for: Duration,
+}
+
+impl PgOptions {
+    /// Options for `url` with the defaults: no schema, 16 connections, 30 s of reconnecting.
+    pub fn new(url: impl Into<String>) -> Self {
+        PgOptions {
+            url: url.into(),
+            schema: None,
+            max_connections: 16,
+            reconnect_for: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Whether `name` can be a schema we create: lowercase ASCII letters, digits and `_`, not
+/// starting with a digit, at most 63 bytes (so it never needs quoting rules beyond `"…"`).
+pub fn valid_schema_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// The TLS side of a connection.
+#[derive(Clone)]
+enum Tls {
+    Plain,
+    Rustls(tokio_postgres_rustls::MakeRustlsConnect),
+}
+
+fn rustls_config() -> Result<rustls::ClientConfig, PgError> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = std::env::var_os("PGSSLROOTCERT") {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let certs = CertificateDer::pem_file_iter(&path).map_err(|e| {
+            PgError::Config(format!("PGSSLROOTCERT {}: {e}", path.to_string_lossy()))
+        })?;
+        for cert in certs {
+            let cert = cert.map_err(|e| {
+                PgError::Config(format!("PGSSLROOTCERT {}: {e}", path.to_string_lossy()))
+            })?;
+            roots
+                .add(cert)
+                .map_err(|e| PgError::Config(format!("PGSSLROOTCERT: {e}")))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| PgError::Config(format!("tls: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+struct Shared {
+    config: Config,
+    tls: Tls,
+    max: usize,
+    reconnect_for: Duration,
+    /// Idle connections, and how many are out (idle ones not counted).
+    state: Mutex<PoolState>,
+    freed: Condvar,
+}
+
+#[derive(Default)]
+struct PoolState {
+    idle: Vec<Client>,
+    out: usize,
+}
+
+fn lock(m: &Mutex<PoolState>) -> MutexGuard<'_, PoolState> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A bounded pool of blocking PostgreSQL clients. Cloning shares the pool.
+#[derive(Clone)]
+pub struct PgPool {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for PgPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgPool")
+            .field("max", &self.shared.max)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgPool {
+    /// Parses the options and opens one connection to check them (creating the schema if
+    /// one is named). Blocking: call it from a blocking thread, or before a runtime starts.
+    pub fn connect(options: &PgOptions) -> Result<PgPool, PgError> {
+        let mut config = Config::from_str(&options.url)
+            .map_err(|e| PgError::Config(format!("invalid database URL: {e}")))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(5));
+        }
+        if let Some(schema) = &options.schema {
+            if !valid_schema_name(schema) {
+                return Err(PgError::Config(format!(
+                    "invalid schema name {schema:?} (lowercase letters, digits and _, at most 63)"
+                )));
+            }
+            let pinned = format!("-c search_path={schema}");
+            let options = match config.get_options() {
+                Some(existing) if !existing.is_empty() => format!("{existing} {pinned}"),
+                _ => pinned,
+            };
+            config.options(&options);
+        }
+        let tls = match config.get_ssl_mode() {
+            postgres::config::SslMode::Disable => Tls::Plain,
+            _ => Tls::Rustls(tokio_postgres_rustls::MakeRustlsConnect::new(
+                rustls_config()?,
+            )),
+        };
+        let pool = PgPool {
+            shared: Arc::new(Shared {
+                config,
+                tls,
+                max: options.max_connections.max(1),
+                reconnect_for: options.reconnect_for,
+                state: Mutex::new(PoolState::default()),
+                freed: Condvar::new(),
+            }),
+        };
+        let mut client = pool.get()?;
+        if let Some(schema) = &options.schema {
+            client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))?;
+        }
+        Ok(pool)
+    }
+
+    /// Connections open at most at once.
+    pub fn max_connections(&self) -> usize {
+        self.shared.max
+    }
+
+    /// A new connection outside the pool (a LISTEN connection, a session lock), retried
+    /// until the reconnect window has passed.
+    pub fn open(&self) -> Result<Client, PgError> {
+        let mut retry = Backoff::new(self.shared.reconnect_for);
+        loop {
+            let attempt = match &self.shared.tls {
+                Tls::Plain => self.shared.config.connect(NoTls),
+                Tls::Rustls(tls) => self.shared.config.connect(tls.clone()),
+            };
+            match attempt {
+                Ok(client) => return Ok(client),
+                Err(e) if is_connection_error(&e) && retry.again() => {}
+                Err(e) => return Err(PgError::Connect(describe(&e))),
+            }
+        }
+    }
+
+    /// A connection from the pool, waiting while all are out. Blocking.
+    pub fn get(&self) -> Result<Pooled, PgError> {
+        {
+            let mut state = lock(&self.shared.state);
+            while state.out >= self.shared.max {
+                state = self
+                    .shared
+                    .freed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            state.out += 1;
+            if let Some(client) = state.idle.pop() {
+                return Ok(Pooled {
+                    client: Some(client),
+                    pool: self.clone(),
+                });
+            }
+        }
+        // The slot is ours; connecting happens outside the lock. Give it back on failure.
+        let mut slot = Pooled {
+            client: None,
+            pool: self.clone(),
+        };
+        slot.client = Some(self.open()?);
+        Ok(slot)
+    }
+
+    /// Runs `f` in one transaction on a pooled connection and commits it. A connection found
+    /// dead at `BEGIN` is replaced and the transaction started again (nothing of it reached
+    /// the server); if `f` fails, the transaction is rolled back and its error returned.
+    pub fn transaction<R, E>(
+        &self,
+        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<PgError>,
+    {
+        let mut f = Some(f);
+        let mut retry = Backoff::new(self.shared.reconnect_for);
+        loop {
+            let mut conn = self.get()?;
+            let failed = match conn.transaction() {
+                Ok(mut tx) => {
+                    let f = f.take().expect("the transaction body runs once");
+                    let out = f(&mut tx)?;
+                    tx.commit().map_err(PgError::Db)?;
+                    return Ok(out);
+                }
+                Err(e) => e,
+            };
+            if !(is_connection_error(&failed) && retry.again()) {
+                return Err(PgError::Db(failed).into());
+            }
+            conn.discard();
+            self.drop_idle();
+        }
+    }
+
+    /// Runs an operation that may safely run twice (a read, a notification) on a pooled
+    /// connection, again on a new connection while the connection fails within the
+    /// reconnect window.
+    pub fn run<R>(
+        &self,
+        mut f: impl FnMut(&mut Client) -> Result<R, postgres::Error>,
+    ) -> Result<R, PgError> {
+        let mut retry = Backoff::new(self.shared.reconnect_for);
+        loop {
+            let mut conn = self.get()?;
+            match f(&mut conn) {
+                Ok(out) => return Ok(out),
+                Err(e) if is_connection_error(&e) && retry.again() => {
+                    conn.discard();
+                    self.drop_idle();
+                }
+                Err(e) => return Err(PgError::Db(e)),
+            }
+        }
+    }
+
+    /// Closes the idle connections (after one was found dead: the others are as old).
+    fn drop_idle(&self) {
+        let idle = std::mem::take(&mut lock(&self.shared.state).idle);
+        drop(idle);
+    }
+
+    /// Sends a notification on `channel` (every `LISTEN`ing session of the database gets it,
+    /// this process's included). The payload must stay under 8000 bytes.
+    pub fn notify(&self, channel: &str, payload: &str) -> Result<(), PgError> {
+        self.run(|c| {
+            c.execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
+                .map(drop)
+        })
+    }
+
+    /// Applies the migrations not applied yet, in order, each in its own transaction, under
+    /// a session advisory lock named `lock_name` (so replicas that start together apply each
+    /// once). Applied versions are recorded in `table`.
+    pub fn migrate(
+        &self,
+        lock_name: &str,
+        table: &str,
+        migrations: &[(i32, &str)],
+    ) -> Result<(), PgError> {
+        let mut client = self.open()?;
+        let key = advisory_key(lock_name);
+        client.execute("SELECT pg_advisory_lock($1)", &[&key])?;
+        let applied = (|| -> Result<(), PgError> {
+            client.batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {table} (version integer PRIMARY KEY, \
+                 applied_at timestamptz NOT NULL DEFAULT now())"
+            ))?;
+            let done: Vec<i32> = client
+                .query(&format!("SELECT version FROM {table}"), &[])?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            for (version, sql) in migrations {
+                if done.contains(version) {
+                    continue;
+                }
+                let mut tx = client.transaction()?;
+                tx.batch_execute(sql)?;
+                tx.execute(
+                    &format!("INSERT INTO {table} (version) VALUES ($1)"),
+                    &[version],
+                )?;
+                tx.commit()?;
+            }
+            Ok(())
+        })();
+        // Closing the session releases the lock even if the unlock is never answered.
+        let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&key]);
+        applied
+    }
+}
+
+/// Waits between reconnection attempts: 50 ms doubling to 1 s, until a deadline.
+struct Backoff {
+    deadline: Instant,
+    pause: Duration,
+}
+
+impl Backoff {
+    fn new(window: Duration) -> Self {
+        Backoff {
+            deadline: Instant::now() + window,
+            pause: Duration::from_millis(50),
+        }
+    }
+
+    /// Sleeps and answers `true` if there is time for another attempt.
+    fn again(&mut self) -> bool {
+        if Instant::now() >= self.deadline {
+            return false;
+        }
+        std::thread::sleep(self.pause);
+        self.pause = (self.pause * 2).min(Duration::from_secs(1));
+        true
+    }
+}
+
+/// A pooled connection; dropping it returns it to the pool (or closes it if it broke).
+pub struct Pooled {
+    client: Option<Client>,
+    pool: PgPool,
+}
+
+impl Pooled {
+    /// Closes the connection instead of returning it to the pool (after an error that may
+    /// have left it unusable, or a session lock that could not be released).
+    pub fn discard(&mut self) {
+        self.client = None;
+    }
+}
+
+impl std::ops::Deref for Pooled {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.client
+            .as_ref()
+            .expect("a pooled connection is present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Pooled {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.client
+            .as_mut()
+            .expect("a pooled connection is present until dropped")
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let mut state = lock(&self.pool.shared.state);
+        state.out = state.out.saturating_sub(1);
+        if let Some(client) = self.client.take()
+            && !client.is_closed()
+        {
+            state.idle.push(client);
+        }
+        drop(state);
+        self.pool.shared.freed.notify_one();
+    }
+}
+
+/// The advisory-lock key for a name: FNV-1a 64 of its bytes, as a signed 64-bit integer.
+pub fn advisory_key(name: &str) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h as i64
+}
+
+/// What a LISTEN connection hands its consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heard {
+    /// A notification: channel and payload.
+    Notification(String, String),
+    /// The connection was (re)established: anything sent while it was down was missed.
+    Connected,
+}
+
+/// A LISTEN connection on a thread of its own; dropping the handle stops it (within half a
+/// second).
+pub struct Listener {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl PgPool {
+    /// Starts a thread that LISTENs on `channels` and hands what it hears to `on`, until `on`
+    /// returns `false` or the handle is dropped. A lost connection is re-opened after a
+    /// second, and [`Heard::Connected`] tells the consumer it may have missed notifications.
+    pub fn listen<F>(&self, channels: Vec<String>, mut on: F) -> Listener
+    where
+        F: FnMut(Heard) -> bool + Send + 'static,
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let pool = self.clone();
+        let run = move || {
+            while !flag.load(Ordering::Relaxed) {
+                let session = (|| -> Result<Client, PgError> {
+                    let mut client = pool.open()?;
+                    for channel in &channels {
+                        client.batch_execute(&format!("LISTEN \"{channel}\""))?;
+                    }
+                    Ok(client)
+                })();
+                let mut client = match session {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "postgres LISTEN connection failed; retrying");
+                        std::thread::sleep(Duration::from_secs(1));
+                        continue;
+                    }
+                };
+                if !on(Heard::Connected) {
+                    return;
+                }
+                loop {
+                    if flag.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let mut broke = false;
+                    let mut heard = Vec::new();
+                    {
+                        let mut notes = client.notifications();
+                        let mut it = notes.timeout_iter(Duration::from_millis(500));
+                        loop {
+                            use postgres::fallible_iterator::FallibleIterator;
+                            match it.next() {
+                                Ok(Some(n)) => heard.push(Heard::Notification(
+                                    n.channel().to_owned(),
+                                    n.payload().to_owned(),
+                                )),
+                                Ok(None) => break,
+                                Err(e) => {
+                                    tracing::warn!(error = %describe(&e), "postgres LISTEN connection lost");
+                                    broke = true;
+                                    break;
+                                }
+                            }
+                            if heard.len() >= 256 {
+                                break;
+                            }
+                        }
+                    }
+                    for h in heard {
+                        if !on(h) {
+                            return;
+                        }
+                    }
+                    if broke || client.is_closed() {
+                        std::thread::sleep(Duration::from_secs(1));
+                        break;
+                    }
+                }
+            }
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("pg-listen".into())
+            .spawn(run)
+        {
+            tracing::error!(error = %e, "cannot start the postgres LISTEN thread");
+        }
+        Listener { stop }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advisory_keys_are_fnv1a64() {
+        // FNV-1a 64 of the empty string is the offset basis; of "a" a published value.
+        assert_eq!(advisory_key("") as u64, 0xcbf2_9ce4_8422_2325);
+        assert_eq!(advisory_key("a") as u64, 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn schema_names_are_checked() {
+        assert!(valid_schema_name("rebuno_test_1"));
+        assert!(!valid_schema_name("Rebuno"));
+        assert!(!valid_schema_name("1abc"));
+        assert!(!valid_schema_name("a;drop"));
+        assert!(!valid_schema_name(""));
+        assert!(!valid_schema_name(&"a".repeat(64)));
+    }
+
+    #[test]
+    fn bad_urls_are_refused_without_connecting() {
+        let e = PgPool::connect(&PgOptions::new("postgres://h:notaport/db")).unwrap_err();
+        assert!(matches!(e, PgError::Config(_)), "{e}");
+    }
+}

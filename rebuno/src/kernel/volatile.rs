@@ -24,8 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-/// An occurrence counter's key: `(kind, target, args_hash)`.
-pub(crate) type OccurrenceKey = (String, String, String);
+pub(crate) use crate::store::OccurrenceKey;
 
 /// Dispatch attempts a transaction ended, as `(dispatch_id, attempt)`.
 pub(crate) type Ended = Vec<(String, u32)>;

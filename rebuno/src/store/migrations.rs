@@ -135,6 +135,19 @@ ALTER TABLE executions ADD COLUMN ended_at TEXT;
 UPDATE executions SET ended_at = updated_at WHERE status IN ('completed', 'failed', 'cancelled');
 CREATE INDEX executions_ended ON executions (ended_at) WHERE ended_at IS NOT NULL;
 CREATE INDEX approvals_pending_order ON approvals (created_at, id) WHERE status = 'pending';
+",
+// 4: occurrence counters of the attempt in flight, for kernels that keep them in the store
+// (a shared store does; one process on a SQLite file keeps them in memory and leaves this empty).
+"
+CREATE TABLE dispatch_step_counters (
+    dispatch_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    target TEXT NOT NULL,
+    args_hash TEXT NOT NULL,
+    consumed INTEGER NOT NULL,
+    PRIMARY KEY (dispatch_id, kind, target, args_hash)
+);
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

@@ -223,6 +223,71 @@ pub trait Tx {
     fn in_flight_dispatches(&mut self) -> StoreResult<Vec<Dispatch>>;
     /// Pending, failed or in-flight dispatches.
     fn queue_depth(&mut self) -> StoreResult<u64>;
+
+    /// The highest occurrence handed out to attempt `attempt` of the dispatch for `key`
+    /// (`(kind, target, args_hash)`), or `None` if none was. Used on shared stores, where the
+    /// replica answering a submit may not be the one that answered the previous one; the
+    /// counters of any other attempt are invisible.
+    fn attempt_occurrence(
+        &mut self,
+        dispatch_id: &str,
+        attempt: u32,
+        key: &OccurrenceKey,
+    ) -> StoreResult<Option<u64>>;
+    /// Records that occurrence `occurrence` of `key` was handed out to attempt `attempt` (the
+    /// counter never moves backwards). Writes nothing unless the dispatch is in flight with
+    /// exactly that attempt, so a superseded attempt cannot move a newer attempt's counters.
+    /// A backend drops a dispatch's counters when the dispatch leaves `in_flight` or moves to
+    /// another attempt ([`Tx::put_dispatch`]), so they never outlive their attempt.
+    fn advance_attempt_occurrence(
+        &mut self,
+        dispatch_id: &str,
+        attempt: u32,
+        key: &OccurrenceKey,
+        occurrence: u64,
+    ) -> StoreResult<()>;
+}
+
+/// An occurrence counter's key: `(kind, target, args_hash)`.
+pub type OccurrenceKey = (String, String, String);
+
+/// A lock a store holds for the caller until dropped (see [`Store::lock_execution`]).
+pub struct StoreLock(#[allow(dead_code)] Box<dyn Any + Send>);
+
+impl StoreLock {
+    /// A lock whose release is `guard`'s drop.
+    pub fn new(guard: impl Any + Send) -> Self {
+        StoreLock(Box::new(guard))
+    }
+}
+
+impl std::fmt::Debug for StoreLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreLock")
+    }
+}
+
+/// What a shared store's notification channel carries to every kernel on the database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreMessage {
+    /// A message [`Store::publish`]ed by some kernel (this one included).
+    Published {
+        /// The channel it was published on.
+        channel: String,
+        /// Its payload.
+        payload: String,
+    },
+    /// The channel was (re)connected: anything published while it was down was missed, so
+    /// whoever waits on it should look at the database again.
+    Reconnected,
+}
+
+/// The notification channels kernels publish on.
+pub mod channels {
+    /// A dispatch became claimable (payload: its id): replicas with free delivery slots wake.
+    pub const DISPATCH: &str = "rebuno_dispatch";
+    /// A live output delta (payload: `{"exec_id":…,"delta":{…}}`).
+    pub const STREAM: &str = "rebuno_stream";
 }
 
 /// A boxed closure run inside one transaction.
@@ -248,8 +313,45 @@ pub trait Store: Send + Sync {
     }
     /// Checks the database answers (for `/v0/ready`).
     async fn ping(&self) -> StoreResult<()>;
-    /// A short backend name (`sqlite`, `memory`).
+    /// A short backend name (`sqlite`, `memory`, `postgres`).
     fn backend(&self) -> &'static str;
+
+    /// Whether other kernel processes may share this database (replicas). A shared store
+    /// keeps what one delivery attempt needs (occurrence counters, lease renewals, retry due
+    /// times) in the database, locks executions across processes
+    /// ([`Store::lock_execution`]), limits rates with buckets in the database
+    /// ([`Store::rate_limiter`]) and carries wake-ups and live deltas between replicas
+    /// ([`Store::publish`]). A store one process owns keeps them in memory, which is faster.
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// Takes the execution's lock across every process sharing the database, for as long as
+    /// the returned guard lives. `None` for stores one process owns (the kernel's in-process
+    /// lock is enough there). The kernel takes its in-process lock first, so a process holds
+    /// at most one store lock per execution.
+    async fn lock_execution(&self, _execution_id: &str) -> StoreResult<Option<StoreLock>> {
+        Ok(None)
+    }
+
+    /// A rate limiter whose buckets live in this database, shared by every replica; `None`
+    /// keeps the kernel's in-memory limiter.
+    fn rate_limiter(&self) -> Option<std::sync::Arc<dyn crate::policy::ratelimit::RateLimiter>> {
+        None
+    }
+
+    /// Sends `payload` on `channel` to every kernel sharing the database, this one included
+    /// (best effort: a message may be lost while a listener reconnects, which
+    /// [`StoreMessage::Reconnected`] reports). Does nothing on stores one process owns.
+    async fn publish(&self, _channel: &'static str, _payload: String) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// The messages [`Store::publish`] sends, from every kernel; `None` for stores one process
+    /// owns.
+    fn subscribe(&self) -> Option<tokio::sync::broadcast::Receiver<StoreMessage>> {
+        None
+    }
 }
 
 /// Typed wrappers over [`Store`].

@@ -17,7 +17,7 @@ use super::rows::{
     approval_row, dispatch_row, event_row, exec_row, json_in, one, page, parse, step_row,
 };
 use super::writer::Writer;
-use super::{ExecutionQuery, Page, Store, StoreError, StoreResult, Tx, TxFn};
+use super::{ExecutionQuery, OccurrenceKey, Page, Store, StoreError, StoreResult, Tx, TxFn};
 use crate::protocol::{
     Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
     StepKind,
@@ -660,6 +660,13 @@ impl Tx for SqliteTx<'_> {
                 d.updated_at
             ],
         )?;
+        // Counters belong to the attempt in flight: gone once it ends or is superseded.
+        let sql = if d.status == DispatchStatus::InFlight {
+            "DELETE FROM dispatch_step_counters WHERE dispatch_id = ?1 AND attempt <> ?2"
+        } else {
+            "DELETE FROM dispatch_step_counters WHERE dispatch_id = ?1 AND ?2 >= 0"
+        };
+        self.exec(sql, params![d.id, d.attempt])?;
         Ok(())
     }
     fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>> {
@@ -705,6 +712,41 @@ impl Tx for SqliteTx<'_> {
             .conn
             .prepare_cached("SELECT count(*) FROM dispatches WHERE status IN ('pending', 'failed', 'in_flight')")?
             .query_row([], |r| r.get::<_, i64>(0))? as u64)
+    }
+    fn attempt_occurrence(
+        &mut self,
+        dispatch_id: &str,
+        attempt: u32,
+        (kind, target, args_hash): &OccurrenceKey,
+    ) -> StoreResult<Option<u64>> {
+        one(
+            self.conn,
+            "SELECT consumed FROM dispatch_step_counters
+             WHERE dispatch_id = ?1 AND attempt = ?2 AND kind = ?3 AND target = ?4 AND args_hash = ?5",
+            params![dispatch_id, attempt, kind, target, args_hash],
+            |r| Ok(r.get::<_, i64>(0)? as u64),
+        )
+    }
+    fn advance_attempt_occurrence(
+        &mut self,
+        dispatch_id: &str,
+        attempt: u32,
+        (kind, target, args_hash): &OccurrenceKey,
+        occurrence: u64,
+    ) -> StoreResult<()> {
+        let occurrence = i64::try_from(occurrence)
+            .map_err(|_| StoreError::Database("occurrence out of range".into()))?;
+        self.exec(
+            "INSERT INTO dispatch_step_counters (dispatch_id, attempt, kind, target, args_hash, consumed)
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6 FROM dispatches
+             WHERE id = ?1 AND attempt = ?2 AND status = 'in_flight'
+             ON CONFLICT (dispatch_id, kind, target, args_hash) DO UPDATE SET
+                 consumed = CASE WHEN attempt = excluded.attempt
+                                 THEN max(consumed, excluded.consumed) ELSE excluded.consumed END,
+                 attempt = excluded.attempt",
+            params![dispatch_id, attempt, kind, target, args_hash, occurrence],
+        )?;
+        Ok(())
     }
 }
 

@@ -21,7 +21,14 @@ use std::time::Duration;
 const ENVIRONMENT_HELP: &str = "\
 Environment (flags override the environment, which overrides the defaults):
   REBUNO_LISTEN_ADDR             HTTP listen address, host:port or :port (--listen-addr)
-  REBUNO_DB_URL                  `server` database URL, sqlite://<path> (--db-url)
+  REBUNO_DB_URL                  database URL (--db-url): sqlite://<path>, or postgres://… for a
+                                 database several replicas share (`server` needs one)
+  REBUNO_DB_SCHEMA               PostgreSQL schema to use, created if missing [default: the
+                                 server's search_path]
+  REBUNO_DB_MAX_CONNS            PostgreSQL connections per replica
+                                 [default: 2 x REBUNO_DISPATCH_CONCURRENCY + 10]
+  REBUNO_REPLICA_ID              this replica's name, unique among those sharing a database
+                                 [default: rebuno-<pid>-<random>]
   REBUNO_BEARER_TOKEN            `server` client/admin bearer token (--bearer-token); `dev` ignores it
   REBUNO_HEADER_TIMEOUT          time to send a request's headers, and keep-alive idle time
                                  (--header-timeout) [default: 10s]
@@ -46,7 +53,7 @@ Environment (flags override the environment, which overrides the defaults):
   REBUNO_STREAM_SUBSCRIBERS_PER_EXECUTION
                                  live-stream subscribers of one execution [default: 16]
 Durations use Go's syntax (500ms, 90s, 2m, 1h30m); unparsable numbers, durations and booleans
-are ignored. Not used by this build: REBUNO_DB_MAX_CONNS, REBUNO_DB_MIN_CONNS,
+are ignored. Not used by this build: REBUNO_DB_MIN_CONNS,
 REBUNO_DEADLINE_CHECK_INTERVAL, REBUNO_LEADER_LOCK_KEY, REBUNO_LOG_LEVEL, REBUNO_LOG_FORMAT,
 REBUNO_OTEL_ENDPOINT, REBUNO_OTEL_SAMPLE_RATE, REBUNO_OTEL_INSECURE and REBUNO_DEV.
 Logs go to stderr, filtered by RUST_LOG (default info).";
@@ -76,11 +83,14 @@ enum Command {
 #[derive(Args)]
 struct DevArgs {
     /// Keep everything in memory; nothing survives the process.
-    #[arg(long, conflicts_with = "db")]
+    #[arg(long, conflicts_with_all = ["db", "db_url"])]
     memory: bool,
     /// SQLite database file, created if missing [default: .rebuno/rebuno.db]
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", conflicts_with = "db_url")]
     db: Option<PathBuf>,
+    /// Database URL instead of a file: sqlite://<path> or postgres://… [env: REBUNO_DB_URL]
+    #[arg(long, value_name = "URL")]
+    db_url: Option<String>,
     /// Address to listen on, host:port or :port (all interfaces) [env: REBUNO_LISTEN_ADDR]
     /// [default: 127.0.0.1:8080]
     #[arg(long, value_name = "ADDR")]
@@ -94,7 +104,8 @@ struct DevArgs {
 
 #[derive(Args)]
 struct ServerArgs {
-    /// Database URL, sqlite://<path> (required) [env: REBUNO_DB_URL]
+    /// Database URL (required): sqlite://<path>, or postgres://user:pass@host/db?sslmode=…
+    /// for a database several replicas share [env: REBUNO_DB_URL]
     #[arg(long, value_name = "URL")]
     db_url: Option<String>,
     /// Client/admin bearer token (required) [env: REBUNO_BEARER_TOKEN]. Prefer the environment
@@ -235,9 +246,18 @@ fn load_manifest(path: Option<PathBuf>) -> Result<Option<Manifest>, String> {
 
 async fn dev(args: DevArgs) -> Result<(), String> {
     let manifest = load_manifest(args.config)?;
+    let db_url = args
+        .db_url
+        .filter(|u| !u.is_empty())
+        .or_else(|| (!args.memory && args.db.is_none()).then(|| env_nonempty("REBUNO_DB_URL"))?);
     let (kernel, store) = if args.memory {
         let kernel = Kernel::memory().await.map_err(|e| e.to_string())?;
         (kernel, "in memory".to_owned())
+    } else if let Some(url) = db_url {
+        let kernel = Kernel::open(&url)
+            .await
+            .map_err(|e| format!("cannot open {}: {e}", redact_url(&url)))?;
+        (kernel, redact_url(&url))
     } else {
         let path = args.db.unwrap_or_else(|| PathBuf::from(DEV_DB));
         let store = SqliteStore::open(&path).map_err(|e| e.to_string())?;
@@ -270,16 +290,14 @@ async fn server(args: ServerArgs) -> Result<(), String> {
         .db_url
         .filter(|u| !u.is_empty())
         .or_else(|| env_nonempty("REBUNO_DB_URL"))
-        .ok_or("server needs a database: set --db-url or REBUNO_DB_URL (sqlite://<path>)")?;
-    if db_url.starts_with("postgres://") || db_url.starts_with("postgresql://") {
-        return Err(
-            "PostgreSQL support is not built yet; use a SQLite URL (sqlite://<path>)".to_owned(),
-        );
-    }
+        .ok_or(
+            "server needs a database: set --db-url or REBUNO_DB_URL (sqlite://<path> or postgres://…)",
+        )?;
     let manifest = load_manifest(args.config)?;
     let kernel = Kernel::open(&db_url)
         .await
-        .map_err(|e| format!("cannot open {db_url}: {e}"))?;
+        .map_err(|e| format!("cannot open {}: {e}", redact_url(&db_url)))?;
+    let db_url = redact_url(&db_url);
     let listen = listen_addr(args.listen_addr, SERVER_LISTEN);
     let (options, serve) = args.edge.options(false);
     let options = ServerOptions {
@@ -295,6 +313,21 @@ async fn server(args: ServerArgs) -> Result<(), String> {
         &db_url,
     )
     .await
+}
+
+/// A database URL as it may be printed: the password, if any, replaced by `***`.
+fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
 }
 
 /// Provisions, listens, starts the kernel's loops and serves until a shutdown signal.
@@ -511,5 +544,23 @@ fn main() -> ExitCode {
             eprintln!("rebuno: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn printed_urls_hide_the_password() {
+        assert_eq!(
+            redact_url("postgres://app:s3cr@t@db.example:5432/rebuno?sslmode=require"),
+            "postgres://app:***@db.example:5432/rebuno?sslmode=require"
+        );
+        assert_eq!(
+            redact_url("postgres://app@db/rebuno"),
+            "postgres://app@db/rebuno"
+        );
+        assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
     }
 }

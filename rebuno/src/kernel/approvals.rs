@@ -164,7 +164,7 @@ impl Kernel {
     ) -> KernelResult<()> {
         let approval = self.approval(id).await?;
         let created = parse_rfc3339(&approval.created_at);
-        let _guard = self.lock_execution(&approval.execution_id).await;
+        let _guard = self.lock_execution(&approval.execution_id).await?;
         let now = self.now_text();
         let max_attempts = self.inner.config.dispatch_max_attempts;
         let (id, decided_by, rationale) =
@@ -202,6 +202,7 @@ impl Kernel {
             .await??;
         self.note_resolution(created);
         self.inner.queued.notify_one();
+        self.announce_dispatch();
         Ok(())
     }
 
@@ -246,6 +247,7 @@ impl Kernel {
             .await?;
         if n > 0 {
             self.inner.queued.notify_one();
+            self.announce_dispatch();
         }
         Ok(n)
     }

@@ -375,7 +375,7 @@ impl Kernel {
     /// Fails the execution with `dispatch_exhausted` (after the last failed attempt, or when a
     /// claim finds the budget spent).
     async fn exhaust(&self, d: Dispatch, error: Option<String>) -> KernelResult<()> {
-        let _guard = self.lock_execution(&d.execution_id).await;
+        let _guard = self.lock_execution(&d.execution_id).await?;
         let now = self.now_text();
         let execution_id = d.execution_id.clone();
         let ended = self
@@ -510,7 +510,12 @@ impl Kernel {
                     let Some(mut cur) = tx.dispatch(&d.id)? else {
                         continue;
                     };
-                    if cur.status != DispatchStatus::InFlight || cur.attempt != d.attempt {
+                    // Same attempt and no renewal since (a shared store's renewals move
+                    // `locked_at`).
+                    if cur.status != DispatchStatus::InFlight
+                        || cur.attempt != d.attempt
+                        || cur.locked_at != d.locked_at
+                    {
                         continue;
                     }
                     cur.status = DispatchStatus::Pending;
@@ -531,6 +536,7 @@ impl Kernel {
         }
         if n > 0 {
             self.inner.queued.notify_one();
+            self.announce_dispatch();
         }
         Ok(n)
     }

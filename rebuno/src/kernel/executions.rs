@@ -3,7 +3,7 @@
 
 use super::dispatch::{enqueue_dispatch, lease_holds, retire_dispatches};
 use super::steps::deny_step;
-use super::volatile::Ended;
+use super::volatile::{Ended, renew_in};
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::protocol::{
     ApprovalEventPayload, ApprovalStatus, CreateExecutionRequest, EventType, Execution,
@@ -140,6 +140,7 @@ impl Kernel {
             .ok_or_else(KernelError::not_found)?;
         Metrics::inc(&self.inner.metrics.executions_created);
         self.inner.queued.notify_one();
+        self.announce_dispatch();
         Ok(exec)
     }
 
@@ -190,7 +191,7 @@ impl Kernel {
 
     /// Cancels an execution (`404`; `409 execution_terminal` if already finished).
     pub async fn cancel(&self, execution_id: &str) -> KernelResult<()> {
-        let _guard = self.lock_execution(execution_id).await;
+        let _guard = self.lock_execution(execution_id).await?;
         let id = execution_id.to_owned();
         let now = self.now_text();
         let ended = self
@@ -237,7 +238,7 @@ impl Kernel {
         output: Option<Value>,
         reason: String,
     ) -> KernelResult<()> {
-        let _guard = self.lock_execution(id).await;
+        let _guard = self.lock_execution(id).await?;
         let execution_id = id;
         let (id, lease) = (id.to_owned(), lease.clone());
         let now = self.now_text();
@@ -289,6 +290,26 @@ impl Kernel {
     /// one that committed first has ended the attempt, and the renewal then changes nothing.
     pub async fn heartbeat(&self, id: &str, lease: &Lease) -> KernelResult<()> {
         let (exec_id, l) = (id.to_owned(), lease.clone());
+        if self.shared() {
+            // The renewal is in the database, where every replica's reaper reads it.
+            let now = self.now_text();
+            let holds = self
+                .inner
+                .store
+                .write(move |tx| {
+                    let holds = lease_holds(tx, &exec_id, &l, true)?;
+                    if holds {
+                        renew_in(tx, &l, &now)?;
+                    }
+                    Ok(holds)
+                })
+                .await?;
+            return if holds {
+                Ok(())
+            } else {
+                Err(KernelError::lease_superseded())
+            };
+        }
         let holds = self
             .inner
             .store

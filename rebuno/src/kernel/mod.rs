@@ -25,6 +25,7 @@ mod embedded;
 mod executions;
 mod listing;
 mod metrics;
+mod replicas;
 mod steps;
 mod stream;
 mod supervise;
@@ -164,7 +165,8 @@ pub struct KernelConfig {
     pub retention: Option<Duration>,
     /// Background sweep interval (`REBUNO_CLEANUP_INTERVAL`, 10 min).
     pub cleanup_interval: Duration,
-    /// This replica's name (`locked_by`).
+    /// This replica's name (`locked_by`; `REBUNO_REPLICA_ID`, default `rebuno-<pid>-<random>`).
+    /// Must differ between the kernels sharing a database.
     pub replica_id: String,
     /// Agents without a policy bundle: allowed everything (the spec's behaviour) or denied.
     pub missing_bundle: MissingBundle,
@@ -188,12 +190,26 @@ impl Default for KernelConfig {
             deadline_timeout: None,
             retention: Some(Duration::from_secs(24 * 3600)),
             cleanup_interval: Duration::from_secs(600),
-            replica_id: format!("rebuno-{}", std::process::id()),
+            replica_id: default_replica_id(),
             missing_bundle: MissingBundle::AllowAll,
             stream_subscribers_per_execution: 16,
             stream_subscribers: 1024,
         }
     }
+}
+
+/// A replica name unique among the kernels sharing a database: the process id and a random
+/// suffix (process ids repeat across hosts and restarts).
+fn default_replica_id() -> String {
+    let mut bytes = [0u8; 3];
+    let _ = getrandom::fill(&mut bytes);
+    format!(
+        "rebuno-{}-{:02x}{:02x}{:02x}",
+        std::process::id(),
+        bytes[0],
+        bytes[1],
+        bytes[2]
+    )
 }
 
 fn env_duration(name: &str) -> Option<Duration> {
@@ -256,6 +272,11 @@ impl KernelConfig {
         if let Some(d) = env_duration("REBUNO_CLEANUP_INTERVAL").filter(|d| !d.is_zero()) {
             c.cleanup_interval = d;
         }
+        if let Ok(id) = std::env::var("REBUNO_REPLICA_ID")
+            && !id.trim().is_empty()
+        {
+            c.replica_id = id.trim().to_owned();
+        }
         c
     }
 }
@@ -315,6 +336,8 @@ pub(crate) struct Inner {
     pub(crate) policy_observer: Option<PolicyObserver>,
     /// The store figures of `/metrics`, recomputed at most every few seconds.
     pub(crate) figures: metrics::FiguresCache,
+    /// Messages for the other replicas of a shared store, sent in order.
+    pub(crate) outbox: replicas::Outbox,
 }
 
 /// A callback that sees the input and result of every policy evaluation of a new step (see
@@ -369,10 +392,13 @@ impl KernelBuilder {
         self
     }
     /// Builds the kernel and recovers from any previous run: every in-flight dispatch is
-    /// reclaimed (its lease state died with the previous process).
+    /// reclaimed (its lease state died with the previous process), unless the store is shared
+    /// with other replicas, whose attempts are alive.
     pub async fn build(self) -> KernelResult<Kernel> {
+        // A shared store's buckets are shared by every replica; otherwise they live here.
         let limiter = self
             .limiter
+            .or_else(|| self.store.rate_limiter())
             .unwrap_or_else(|| Arc::new(MemoryRateLimiter::new(Arc::clone(&self.clock))));
         let kernel = Kernel {
             inner: Arc::new(Inner {
@@ -389,9 +415,14 @@ impl KernelBuilder {
                 streams: stream::Bus::default(),
                 policy_observer: self.policy_observer,
                 figures: metrics::FiguresCache::default(),
+                outbox: replicas::Outbox::default(),
             }),
         };
-        kernel.reclaim_all_in_flight().await?;
+        // On a shared store, other replicas' attempts are alive: the reaper reclaims those
+        // whose lease lapses (a replica that died), by the renewal time in the database.
+        if !kernel.shared() {
+            kernel.reclaim_all_in_flight().await?;
+        }
         Ok(kernel)
     }
 }
@@ -408,12 +439,45 @@ impl Kernel {
         }
     }
 
-    /// Opens a kernel on `sqlite://<path>`, `sqlite::memory:` or `memory`, configured from the
-    /// environment (feature `sqlite`).
+    /// Opens a kernel on `sqlite://<path>`, `sqlite::memory:` or `memory` (feature `sqlite`),
+    /// or on `postgres://…` / `postgresql://…` (feature `postgres`; see
+    /// [`Kernel::open_postgres`]), configured from the environment.
     #[cfg(feature = "sqlite")]
     pub async fn open(url: &str) -> KernelResult<Kernel> {
+        if is_postgres_url(url) {
+            #[cfg(feature = "postgres")]
+            return Kernel::open_postgres(url).await;
+            #[cfg(not(feature = "postgres"))]
+            return Err(KernelError::internal(
+                "this build has no PostgreSQL support (feature `postgres`)",
+            ));
+        }
         let store = SqliteStore::open_url(url).map_err(KernelError::from)?;
         Kernel::builder(Arc::new(store)).build().await
+    }
+
+    /// Opens a kernel on a PostgreSQL database that other kernels may share (feature
+    /// `postgres`), configured from the environment: `REBUNO_DB_SCHEMA` pins a schema (created
+    /// if missing; default: the server's `search_path`), `REBUNO_DB_MAX_CONNS` caps the pool
+    /// (default: twice the delivery concurrency plus 10). Migrations run at open, under a lock,
+    /// so replicas may start together.
+    #[cfg(feature = "postgres")]
+    pub async fn open_postgres(url: &str) -> KernelResult<Kernel> {
+        let config = KernelConfig::from_env();
+        let mut options = durable_support::pg::PgOptions::new(url);
+        options.schema = std::env::var("REBUNO_DB_SCHEMA")
+            .ok()
+            .filter(|s| !s.trim().is_empty());
+        options.max_connections = env_int::<usize>("REBUNO_DB_MAX_CONNS")
+            .filter(|n| *n > 0)
+            .unwrap_or(2 * config.dispatch_concurrency + 10);
+        let store = crate::store::PgStore::connect(options)
+            .await
+            .map_err(KernelError::from)?;
+        Kernel::builder(Arc::new(store))
+            .config(config)
+            .build()
+            .await
     }
 
     /// An in-memory kernel (tests, `rebuno dev --memory`; feature `sqlite`).
@@ -444,6 +508,11 @@ impl Kernel {
     pub(crate) fn now_text(&self) -> String {
         rfc3339(self.now())
     }
+}
+
+/// Whether a database URL names PostgreSQL.
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
 /// A batch of events to append in one transaction.
@@ -478,16 +547,17 @@ impl Drop for Background {
 
 impl Kernel {
     /// Starts the background loops, delivering dispatches through `deliverer`. Each loop that
-    /// panics is logged and restarted.
+    /// panics is logged and restarted. On a shared store, also the links to the other
+    /// replicas (wake-ups and live deltas).
     pub fn start(&self, deliverer: Arc<dyn Deliverer>) -> Background {
-        Background {
-            handles: vec![
-                self.spawn_dispatcher(deliverer),
-                self.spawn_reaper(),
-                self.spawn_approval_timer(),
-                self.spawn_sweeper(),
-            ],
-        }
+        let mut handles = vec![
+            self.spawn_dispatcher(deliverer),
+            self.spawn_reaper(),
+            self.spawn_approval_timer(),
+            self.spawn_sweeper(),
+        ];
+        handles.extend(self.spawn_replica_links());
+        Background { handles }
     }
 
     /// Runs the sweeps until aborted, every `cleanup_interval` (at most 30 s): deadlines,

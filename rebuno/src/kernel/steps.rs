@@ -7,6 +7,7 @@
 //! durable before `proceed`).
 
 use super::dispatch::{lease_holds, retire_dispatches};
+use super::volatile::record_progress;
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::identity;
 use crate::policy::{self, Action, EvalInput, enforce_rate_limit};
@@ -152,7 +153,7 @@ impl Kernel {
         } = req
             .parse_args()
             .map_err(|e| KernelError::validation(format!("invalid args: {e}")))?;
-        let _guard = self.lock_execution(execution_id).await;
+        let _guard = self.lock_execution(execution_id).await?;
         let kind = req.kind.clone();
         let key = (
             kind.as_str().to_owned(),
@@ -162,7 +163,7 @@ impl Kernel {
         // An agent replaying locally may have used occurrences the kernel never saw (the
         // occurrence rule still holds: the count only moves forward). It may skip only over
         // what it replayed: the occurrence before the one it names must be recorded.
-        let counted = self.next_occurrence(lease, &key);
+        let counted = self.next_occurrence(lease, &key).await?;
         let occurrence = counted.max(req.occurrence.unwrap_or(0));
         let step_id = identity::step_id(
             execution_id,
@@ -255,6 +256,9 @@ impl Kernel {
         self.renew(lease);
         Metrics::inc(&self.inner.metrics.steps_submitted);
 
+        // Whether the decision's own write already recorded the attempt's progress (shared
+        // stores: the occurrence handed out and the lease renewal).
+        let mut recorded = false;
         let decision = match &snap.step {
             Some(step) => {
                 Metrics::inc(&self.inner.metrics.replay_hits);
@@ -329,10 +333,12 @@ impl Kernel {
                     started_at: None,
                     completed_at: None,
                 };
+                recorded = true;
                 self.record_new(step, pol, lease.clone()).await?
             }
         };
-        self.advance_occurrence(lease, key, occurrence);
+        self.advance_occurrence(lease, key, occurrence, recorded)
+            .await?;
         Ok(decision.with_step_id(step_id))
     }
 
@@ -405,6 +411,7 @@ impl Kernel {
             .unwrap_or(self.inner.config.approval_timeout);
         let timeout_at = rfc3339(now_t + timeout);
         let approval_id = uuid::Uuid::now_v7().to_string();
+        let shared = self.shared();
         let (decision, ended) = self
             .inner
             .store
@@ -417,6 +424,14 @@ impl Kernel {
                 }
                 if !lease_holds(tx, &step.execution_id, &lease, true)? {
                     return Ok(Err(KernelError::lease_superseded()));
+                }
+                if shared {
+                    let key = (
+                        step.kind.as_str().to_owned(),
+                        step.target.clone(),
+                        step.args_hash.clone(),
+                    );
+                    record_progress(tx, &lease, &key, step.occurrence, &now)?;
                 }
                 if tx.step_exists(&step.execution_id, &step.step_id)? {
                     return Ok(Err(KernelError::conflict("step already recorded")));
@@ -583,6 +598,7 @@ impl Kernel {
         self.forget_attempts(&ended);
         if decision.decision == crate::protocol::Decision::Blocked {
             self.inner.queued.notify_one();
+            self.announce_dispatch();
         }
         Ok(decision)
     }
@@ -631,7 +647,7 @@ impl Kernel {
     ) -> KernelResult<StepDecision> {
         // The step must belong to the path's execution (the Go kernel ignores the path; a
         // mismatch is a 404 here), checked inside the transaction, under that execution's lock.
-        let _guard = self.lock_execution(execution_id).await;
+        let _guard = self.lock_execution(execution_id).await?;
         let now = self.now_text();
         let (lease, step_id, exec_id) =
             (lease.clone(), step_id.to_owned(), execution_id.to_owned());

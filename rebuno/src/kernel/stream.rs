@@ -151,6 +151,14 @@ impl Kernel {
     /// Ends the live streams of an execution that has ended: each subscriber receives what is
     /// already buffered, then the end of its stream.
     pub(crate) fn end_streams(&self, execution_id: &str) {
+        if self.shared() {
+            self.broadcast_end(execution_id);
+        }
+        self.end_local_streams(execution_id);
+    }
+
+    /// Ends this process's subscriptions to the execution.
+    pub(crate) fn end_local_streams(&self, execution_id: &str) {
         self.inner
             .streams
             .lock()
@@ -205,6 +213,17 @@ impl Kernel {
                 frame.data.len()
             )));
         }
+        if self.shared() {
+            // Every replica's subscribers, this one's included, get it back from the store.
+            self.broadcast_delta(execution_id, frame);
+        } else {
+            self.deliver_delta(execution_id, frame);
+        }
+        Ok(())
+    }
+
+    /// Hands a delta to this process's subscribers of the execution.
+    pub(crate) fn deliver_delta(&self, execution_id: &str, frame: StreamFrame) {
         // A full subscriber misses this delta; a closed one is forgotten.
         self.inner
             .streams
@@ -215,7 +234,6 @@ impl Kernel {
                     Err(mpsc::error::TrySendError::Closed(_))
                 )
             });
-        Ok(())
     }
 }
 

@@ -80,7 +80,7 @@ impl Kernel {
         };
         let mut n = 0;
         for row in rows {
-            let _guard = self.lock_execution(execution_of(&row)).await;
+            let _guard = self.lock_execution(execution_of(&row)).await?;
             let (act, read, now) = (act.clone(), row.clone(), now.clone());
             let out = self
                 .inner

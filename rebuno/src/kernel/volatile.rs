@@ -19,7 +19,9 @@
 //! one leaves (a waiter whose request is cancelled leaves too), so it is empty whenever no one
 //! holds or waits for a lock.
 
-use super::{Kernel, Lease};
+use super::{Kernel, KernelResult, Lease};
+use crate::protocol::DispatchStatus;
+use crate::store::{StoreExt, StoreResult, Tx};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -107,8 +109,10 @@ impl Drop for Ticket<'_> {
 
 /// An execution's lock, held. Dropping it releases the lock, then its map entry if unused.
 pub(crate) struct ExecGuard<'a> {
-    // Field order is drop order: the mutex is released before the ticket may remove its entry,
-    // so a new entry is never created while the old lock is still held.
+    // Field order is drop order: the store's lock (other processes) goes first, then the
+    // mutex is released before the ticket may remove its entry, so a new entry is never
+    // created while the old lock is still held.
+    _shared: Option<crate::store::StoreLock>,
     _guard: tokio::sync::OwnedMutexGuard<()>,
     _ticket: Ticket<'a>,
 }
@@ -161,8 +165,9 @@ impl Kernel {
         }
     }
 
-    /// The execution's lock: every state change of one execution runs under it.
-    pub(crate) async fn lock_execution(&self, id: &str) -> ExecGuard<'_> {
+    /// The execution's lock: every state change of one execution runs under it. On a shared
+    /// store it is also the store's lock of the execution, held across processes.
+    pub(crate) async fn lock_execution(&self, id: &str) -> KernelResult<ExecGuard<'_>> {
         let locks = &self.inner.volatile.locks;
         let mutex = {
             let mut map = lock(locks);
@@ -175,10 +180,12 @@ impl Kernel {
             locks,
             id: id.to_owned(),
         };
-        ExecGuard {
-            _guard: mutex.lock_owned().await,
+        let guard = mutex.lock_owned().await;
+        Ok(ExecGuard {
+            _shared: self.inner.store.lock_execution(id).await?,
+            _guard: guard,
             _ticket: ticket,
-        }
+        })
     }
 
     fn attempts(&self) -> MutexGuard<'_, Attempts> {
@@ -188,6 +195,9 @@ impl Kernel {
     /// A claim started attempt `attempt` of the dispatch: fresh counters, renewed now. Called
     /// inside the claim's transaction.
     pub(crate) fn begin_attempt(&self, dispatch_id: &str, attempt: u32) {
+        if self.shared() {
+            return;
+        }
         let now = self.inner.clock.monotonic();
         let mut attempts = self.attempts();
         if attempts.known(dispatch_id).is_some_and(|a| a > attempt) {
@@ -204,14 +214,31 @@ impl Kernel {
         );
     }
 
-    /// The next occurrence for `key` within the leased attempt.
-    pub(crate) fn next_occurrence(&self, lease: &Lease, key: &OccurrenceKey) -> u64 {
-        self.attempts()
+    /// The next occurrence for `key` within the leased attempt (from the database on a shared
+    /// store: the previous submit may have gone to another replica).
+    pub(crate) async fn next_occurrence(
+        &self,
+        lease: &Lease,
+        key: &OccurrenceKey,
+    ) -> KernelResult<u64> {
+        if self.shared() {
+            let (lease, key) = (lease.clone(), key.clone());
+            let consumed = self
+                .inner
+                .store
+                .read_unsettled(move |tx| {
+                    tx.attempt_occurrence(&lease.dispatch_id, lease.attempt, &key)
+                })
+                .await?;
+            return Ok(consumed.map_or(0, |c| c.saturating_add(1)));
+        }
+        Ok(self
+            .attempts()
             .live
             .get(&lease.dispatch_id)
             .filter(|a| a.attempt == lease.attempt)
             .and_then(|a| a.counters.get(key))
-            .map_or(0, |consumed| consumed.saturating_add(1))
+            .map_or(0, |consumed| consumed.saturating_add(1)))
     }
 
     /// Records that occurrence `occ` was handed out to the leased attempt (never moves
@@ -222,7 +249,31 @@ impl Kernel {
     /// answering, so a re-claim can happen in between. Without the fence the superseded attempt would advance
     /// the new attempt's fresh counters, and the new attempt's first call would get occurrence
     /// 1 and replay another step's outcome.
-    pub(crate) fn advance_occurrence(&self, lease: &Lease, key: OccurrenceKey, occ: u64) {
+    ///
+    /// On a shared store this is a write that also renews the lease (see
+    /// [`record_progress`]), unless the caller's own write already did both (`recorded`).
+    pub(crate) async fn advance_occurrence(
+        &self,
+        lease: &Lease,
+        key: OccurrenceKey,
+        occ: u64,
+        recorded: bool,
+    ) -> KernelResult<()> {
+        if self.shared() {
+            if !recorded {
+                let (lease, now) = (lease.clone(), self.now_text());
+                self.inner
+                    .store
+                    .write(move |tx| record_progress(tx, &lease, &key, occ, &now))
+                    .await?;
+            }
+            return Ok(());
+        }
+        self.advance_local_occurrence(lease, key, occ);
+        Ok(())
+    }
+
+    fn advance_local_occurrence(&self, lease: &Lease, key: OccurrenceKey, occ: u64) {
         let mut attempts = self.attempts();
         let Some(state) = Self::current(&mut attempts, lease) else {
             return;
@@ -232,8 +283,12 @@ impl Kernel {
     }
 
     /// Renews the leased attempt's lease now (the caller checked the lease; nothing once the
-    /// attempt has ended).
+    /// attempt has ended). On a shared store the renewal is the dispatch's `locked_at` in the
+    /// database, written by [`renew_in`] inside the caller's write; this does nothing there.
     pub(crate) fn renew(&self, lease: &Lease) {
+        if self.shared() {
+            return;
+        }
         let now = self.inner.clock.monotonic();
         let mut attempts = self.attempts();
         if let Some(state) = Self::current(&mut attempts, lease) {
@@ -273,6 +328,9 @@ impl Kernel {
     /// The failed attempt's retry is due at monotonic time `due`; its counters and renewal
     /// are gone. Called inside the transaction that records the failure.
     pub(crate) fn schedule_retry(&self, dispatch_id: &str, attempt: u32, due: Duration) {
+        if self.shared() {
+            return;
+        }
         let mut attempts = self.attempts();
         if attempts.known(dispatch_id).is_some_and(|a| a > attempt) {
             return;
@@ -301,6 +359,34 @@ impl Kernel {
     }
 }
 
+/// Renews the leased attempt inside a write (shared stores): its dispatch's `locked_at`, which
+/// the reaper of every replica reads, becomes `now`. Nothing unless the dispatch is in flight
+/// with exactly that attempt.
+pub(crate) fn renew_in(tx: &mut dyn Tx, lease: &Lease, now: &str) -> StoreResult<()> {
+    if let Some(mut d) = tx.dispatch(&lease.dispatch_id)?
+        && d.attempt == lease.attempt
+        && d.status == DispatchStatus::InFlight
+    {
+        d.locked_at = Some(now.to_owned());
+        d.updated_at = now.to_owned();
+        tx.put_dispatch(&d)?;
+    }
+    Ok(())
+}
+
+/// What a submit leaves behind on a shared store, inside a write: occurrence `occ` of `key` is
+/// handed out to the leased attempt, and its lease is renewed.
+pub(crate) fn record_progress(
+    tx: &mut dyn Tx,
+    lease: &Lease,
+    key: &OccurrenceKey,
+    occ: u64,
+    now: &str,
+) -> StoreResult<()> {
+    tx.advance_attempt_occurrence(&lease.dispatch_id, lease.attempt, key, occ)?;
+    renew_in(tx, lease, now)
+}
+
 #[cfg(test)]
 mod tests {
     use crate::Kernel;
@@ -308,7 +394,7 @@ mod tests {
     #[tokio::test]
     async fn an_abandoned_wait_leaves_the_lock_map() {
         let k = Kernel::memory().await.unwrap();
-        let held = k.lock_execution("e").await;
+        let held = k.lock_execution("e").await.unwrap();
         {
             let waiting = k.lock_execution("e");
             tokio::pin!(waiting);
@@ -317,7 +403,7 @@ mod tests {
         assert_eq!(k.memory_footprint().execution_locks, 1);
         drop(held);
         assert_eq!(k.memory_footprint().execution_locks, 0);
-        let _again = k.lock_execution("e").await;
+        let _again = k.lock_execution("e").await.unwrap();
         assert_eq!(k.memory_footprint().execution_locks, 1);
     }
 

@@ -327,6 +327,13 @@ impl ExecutionContext {
         if e.is_control_flow() {
             return self.suspend(e);
         }
+        // The kernel could not be reached or failed on its side (its database restarting, the
+        // replica dying): nothing was acknowledged, and asking again could be answered with
+        // the next occurrence. This attempt stops where it stands, without failing the
+        // execution; the kernel re-delivers it once the lease lapses, and recorded steps replay.
+        if super::transport::is_kernel_unavailable(&e) {
+            return self.suspend(e);
+        }
         e
     }
 

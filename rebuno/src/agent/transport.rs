@@ -417,6 +417,16 @@ impl Transport for HttpTransport {
     }
 }
 
+/// Whether `e` says the kernel could not be reached or failed on its side (a network error,
+/// a 5xx answer): the request was not acknowledged.
+pub(crate) fn is_kernel_unavailable(e: &Error) -> bool {
+    match e {
+        Error::Network(_) => true,
+        Error::Api(api) => api.status >= 500,
+        _ => false,
+    }
+}
+
 /// Whether `e` says the execution is already terminal (a complete/fail refused with
 /// `execution_terminal`).
 pub(crate) fn is_terminal_refusal(e: &Error) -> bool {

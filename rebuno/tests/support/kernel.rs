@@ -81,6 +81,8 @@ impl Drop for TempDir {
 pub enum Backend {
     Memory,
     File,
+    /// Built by `kernel_pg.rs` (two kernels on one schema), not by [`Env::new`].
+    Postgres,
 }
 
 /// A kernel under test with its manual clock.
@@ -119,6 +121,7 @@ impl Env {
                     Some((dir, path)),
                 )
             }
+            Backend::Postgres => panic!("PostgreSQL kernels are built by kernel_pg.rs"),
         };
         let k = build(store, &clock, &config).await;
         Env {

@@ -1,0 +1,174 @@
+//! The kernel on PostgreSQL as two replicas: two kernels, each with a store (and pool) of its
+//! own, on one schema, sharing a manual clock. What one replica records or renews, the other
+//! sees: occurrence counters, replays, lease renewals, claims, cancellation, live deltas and the
+//! end of a stream. Driven in process by the shared harness (`support/kernel.rs`); the
+//! process-level faults are in `replicas_pg.rs`.
+
+#[path = "support/kernel.rs"]
+mod harness;
+
+use harness::*;
+use rebuno::store::PgStore;
+
+fn pg_options(schema: &str) -> durable_support::pg::PgOptions {
+    let url = std::env::var("REBUNO_TEST_PG_URL").expect(
+        "REBUNO_TEST_PG_URL must name a PostgreSQL database (bash .ci/postgres starts one)",
+    );
+    let mut options = durable_support::pg::PgOptions::new(url);
+    options.schema = Some(schema.to_owned());
+    options.max_connections = 8;
+    options
+}
+
+/// Two kernels on one fresh schema (replicas `a` and `b`), sharing one manual clock.
+async fn replicas(config: KernelConfig) -> (Env, Env) {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    let schema = format!(
+        "kernel_pg_{}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst),
+        nanos % 1_000_000
+    );
+    let clock = Arc::new(ManualClock::new(t0()));
+    let mut envs = Vec::new();
+    for name in ["a", "b"] {
+        let store = PgStore::connect(pg_options(&schema)).await.unwrap();
+        let config = KernelConfig {
+            replica_id: format!("replica-{name}"),
+            ..config.clone()
+        };
+        envs.push(Env {
+            k: build(Arc::new(store), &clock, &config).await,
+            clock: Arc::clone(&clock),
+            config,
+            backend: Backend::Postgres,
+            db: None,
+        });
+    }
+    let b = envs.pop().unwrap();
+    (envs.pop().unwrap(), b)
+}
+
+fn call_of(target: &str, args: &str) -> SubmitStepRequest {
+    serde_json::from_value(json!({
+        "kind": "tool_call",
+        "target": target,
+        "args": serde_json::from_str::<Value>(args).unwrap(),
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn occurrences_and_replays_hold_whichever_replica_answers() {
+    let (a, b) = replicas(config()).await;
+    a.agent("agent", "").await;
+    let (exec, lease) = a.start("agent").await;
+    // The same call twice in one attempt: occurrences 0 and 1, asked of alternate replicas.
+    let first = a.proceed(&exec, &lease, call_of("fetch", r#"{"u":1}"#)).await;
+    b.complete(&exec, &first, &lease, json!("one")).await;
+    let second = b.proceed(&exec, &lease, call_of("fetch", r#"{"u":1}"#)).await;
+    assert_ne!(first, second, "replica B handed out the next occurrence, not the first again");
+    assert_eq!(a.step(&exec, &second).await.occurrence, 1);
+    a.complete(&exec, &second, &lease, json!("two")).await;
+
+    // A new attempt replays both, in order, from either replica.
+    let next = a.redeliver(&exec, &lease).await;
+    let d = b.submit(&exec, &next, call_of("fetch", r#"{"u":1}"#)).await;
+    assert_eq!((d.decision, d.result.clone()), (Decision::Replay, Some(json!("one"))));
+    let d = a.submit(&exec, &next, call_of("fetch", r#"{"u":1}"#)).await;
+    assert_eq!((d.decision, d.result.clone()), (Decision::Replay, Some(json!("two"))));
+    // The superseded attempt is refused by both.
+    for env in [&a, &b] {
+        let e = env.submit_err(&exec, &lease, call_of("fetch", r#"{"u":2}"#)).await;
+        assert_eq!(e.code, ErrorCode::LeaseSuperseded);
+    }
+    a.events(&exec).await; // gapless
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn a_renewal_through_one_replica_keeps_the_lease_on_the_other() {
+    let config = KernelConfig {
+        lease_timeout: Duration::from_secs(30),
+        ..config()
+    };
+    let (a, b) = replicas(config).await;
+    a.agent("agent", "").await;
+    let (exec, lease) = a.start("agent").await;
+    a.advance(Duration::from_secs(20));
+    b.k.heartbeat(&exec, &lease).await.unwrap();
+    a.advance(Duration::from_secs(20));
+    // 40 s since the claim, 20 s since the renewal B recorded: A's reaper keeps it.
+    assert_eq!(a.k.reap_expired_leases().await.unwrap(), 0);
+    a.proceed(&exec, &lease, call_of("work", "{}")).await;
+    a.advance(Duration::from_secs(31));
+    assert_eq!(b.k.reap_expired_leases().await.unwrap(), 1);
+    let e = a.submit_err(&exec, &lease, call_of("more", "{}")).await;
+    assert_eq!(e.code, ErrorCode::LeaseSuperseded);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn two_replicas_claiming_at_once_never_take_the_same_dispatch() {
+    let (a, b) = replicas(config()).await;
+    a.agent("agent", "").await;
+    const N: usize = 40;
+    let mut ids = BTreeSet::new();
+    for i in 0..N {
+        let env = if i % 2 == 0 { &a } else { &b };
+        ids.insert(env.create("agent").await);
+    }
+    let mut taken = BTreeSet::new();
+    for _ in 0..N {
+        let (x, y) = tokio::join!(a.k.claim_dispatches(3), b.k.claim_dispatches(3));
+        let (x, y) = (x.unwrap(), y.unwrap());
+        if x.is_empty() && y.is_empty() {
+            break;
+        }
+        for c in x.iter().chain(&y) {
+            assert_eq!(c.dispatch.attempt, 1);
+            assert!(taken.insert(c.dispatch.execution_id.clone()), "claimed twice: {c:?}");
+        }
+    }
+    assert_eq!(taken, ids);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn a_cancel_on_one_replica_ends_the_attempt_and_streams_on_the_other() {
+    let (a, b) = replicas(config()).await;
+    a.agent("agent", "").await;
+    let (exec, lease) = a.start("agent").await;
+    // The replicas' links (wake-ups, deltas) run with their background loops; the agent's
+    // webhook is unreachable, which no delivery here needs.
+    let _loops = (a.k.start_http(), b.k.start_http());
+    let mut sub = a.k.subscribe(&exec).await.unwrap();
+    let frame = rebuno::protocol::StreamFrame {
+        step_id: "s".into(),
+        seq: 1,
+        data: "x".repeat(5000) + &"\"".repeat(1500),
+    };
+    b.k.publish(&exec, frame.clone()).unwrap();
+    let mut data = String::new();
+    while data.len() < frame.data.len() {
+        let got = tokio::time::timeout(Duration::from_secs(10), sub.recv())
+            .await
+            .expect("the delta published on B reached A's subscriber")
+            .unwrap();
+        assert_eq!((got.step_id.as_str(), got.seq), ("s", 1));
+        data.push_str(&got.data);
+    }
+    assert_eq!(data, frame.data);
+
+    b.k.cancel(&exec).await.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(10), sub.recv())
+        .await
+        .expect("the stream on A ended with the execution");
+    assert!(end.is_none());
+    assert_eq!(
+        a.submit(&exec, &lease, call_of("late", "{}")).await.decision,
+        Decision::ExecutionTerminal
+    );
+}

@@ -237,7 +237,14 @@ impl PgPool {
         };
         let mut client = pool.get()?;
         if let Some(schema) = &options.schema {
-            client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))?;
+            // Two processes creating the schema at once can both pass `IF NOT EXISTS` and one
+            // then trips over the other's catalog row: the schema exists, which is the point.
+            match client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"")) {
+                Err(e)
+                    if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+                        || e.code() == Some(&SqlState::DUPLICATE_SCHEMA) => {}
+                other => other?,
+            }
         }
         Ok(pool)
     }
@@ -302,18 +309,51 @@ impl PgPool {
     where
         E: From<PgError>,
     {
+        self.transaction_as(false, f)
+    }
+
+    /// Like [`PgPool::transaction`], in a `REPEATABLE READ READ ONLY` transaction: every
+    /// statement of `f` reads the same snapshot, and nothing can be written.
+    pub fn snapshot<R, E>(
+        &self,
+        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<PgError>,
+    {
+        self.transaction_as(true, f)
+    }
+
+    fn transaction_as<R, E>(
+        &self,
+        snapshot: bool,
+        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<PgError>,
+    {
         let mut f = Some(f);
         let mut retry = Backoff::new(self.shared.reconnect_for);
         loop {
             let mut conn = self.get()?;
-            let failed = match conn.transaction() {
-                Ok(mut tx) => {
-                    let f = f.take().expect("the transaction body runs once");
-                    let out = f(&mut tx)?;
-                    tx.commit().map_err(PgError::Db)?;
-                    return Ok(out);
+            let failed = {
+                let begun = if snapshot {
+                    conn.build_transaction()
+                        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                        .read_only(true)
+                        .start()
+                } else {
+                    conn.transaction()
+                };
+                match begun {
+                    Ok(mut tx) => {
+                        let f = f.take().expect("the transaction body runs once");
+                        let out = f(&mut tx)?;
+                        tx.commit().map_err(PgError::Db)?;
+                        return Ok(out);
+                    }
+                    Err(e) => e,
                 }
-                Err(e) => e,
             };
             if !(is_connection_error(&failed) && retry.again()) {
                 return Err(PgError::Db(failed).into());
@@ -328,13 +368,23 @@ impl PgPool {
     /// reconnect window.
     pub fn run<R>(
         &self,
-        mut f: impl FnMut(&mut Client) -> Result<R, postgres::Error>,
+        f: impl FnMut(&mut Client) -> Result<R, postgres::Error>,
     ) -> Result<R, PgError> {
+        self.run_keep(f).map(|(_, out)| out)
+    }
+
+    /// Like [`PgPool::run`], handing back the connection with the result: for session state
+    /// that lives with the connection (a session advisory lock), released by the caller
+    /// before it drops the connection (or by [`Pooled::discard`]).
+    pub fn run_keep<R>(
+        &self,
+        mut f: impl FnMut(&mut Client) -> Result<R, postgres::Error>,
+    ) -> Result<(Pooled, R), PgError> {
         let mut retry = Backoff::new(self.shared.reconnect_for);
         loop {
             let mut conn = self.get()?;
             match f(&mut conn) {
-                Ok(out) => return Ok(out),
+                Ok(out) => return Ok((conn, out)),
                 Err(e) if is_connection_error(&e) && retry.again() => {
                     conn.discard();
                     self.drop_idle();

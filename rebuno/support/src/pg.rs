@@ -173,6 +173,24 @@ struct Shared {
     freed: Condvar,
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let idle = std::mem::take(&mut state.idle);
+        if idle.is_empty() {
+            return;
+        }
+        // Closing a blocking client runs a small runtime of its own, which panics on a thread
+        // that drives an async runtime: the last handle of a pool is often dropped on one.
+        let closing = std::thread::Builder::new()
+            .name("pg-close".into())
+            .spawn(move || drop(idle));
+        if let Err(e) = closing {
+            tracing::warn!(error = %e, "cannot start a thread to close idle postgres connections");
+        }
+    }
+}
+
 #[derive(Default)]
 struct PoolState {
     idle: Vec<Client>,
@@ -588,18 +606,25 @@ impl PgPool {
                     if flag.load(Ordering::Relaxed) {
                         return;
                     }
+                    // Each notification is handed on as it arrives (a steady stream never
+                    // leaves a quiet half second to wait for); the stop flag is checked
+                    // between them and after every quiet half second.
                     let mut broke = false;
-                    let mut heard = Vec::new();
                     {
                         let mut notes = client.notifications();
                         let mut it = notes.timeout_iter(Duration::from_millis(500));
                         loop {
                             use postgres::fallible_iterator::FallibleIterator;
                             match it.next() {
-                                Ok(Some(n)) => heard.push(Heard::Notification(
-                                    n.channel().to_owned(),
-                                    n.payload().to_owned(),
-                                )),
+                                Ok(Some(n)) => {
+                                    let heard = Heard::Notification(
+                                        n.channel().to_owned(),
+                                        n.payload().to_owned(),
+                                    );
+                                    if !on(heard) || flag.load(Ordering::Relaxed) {
+                                        return;
+                                    }
+                                }
                                 Ok(None) => break,
                                 Err(e) => {
                                     tracing::warn!(error = %describe(&e), "postgres LISTEN connection lost");
@@ -607,14 +632,6 @@ impl PgPool {
                                     break;
                                 }
                             }
-                            if heard.len() >= 256 {
-                                break;
-                            }
-                        }
-                    }
-                    for h in heard {
-                        if !on(h) {
-                            return;
                         }
                     }
                     if broke || client.is_closed() {
@@ -659,5 +676,44 @@ mod tests {
     fn bad_urls_are_refused_without_connecting() {
         let e = PgPool::connect(&PgOptions::new("postgres://h:notaport/db")).unwrap_err();
         assert!(matches!(e, PgError::Config(_)), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod server_tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn url() -> String {
+        std::env::var("REBUNO_TEST_PG_URL")
+            .expect("REBUNO_TEST_PG_URL is not set: eval \"$(bash .ci/postgres)\"")
+    }
+
+    #[test]
+    #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+    fn a_listener_hears_what_the_pool_notifies() {
+        let pool = PgPool::connect(&PgOptions::new(url())).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let _listener = pool.listen(vec!["durable_support_test".into()], move |heard| {
+            tx.send(heard).is_ok()
+        });
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            Heard::Connected
+        );
+        pool.notify("durable_support_test", "hello").unwrap();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            Heard::Notification("durable_support_test".into(), "hello".into())
+        );
+        // A steady stream (never a quiet half second) is handed on as it arrives.
+        for i in 0..6 {
+            pool.notify("durable_support_test", &i.to_string()).unwrap();
+            assert_eq!(
+                rx.recv_timeout(Duration::from_millis(400)).unwrap(),
+                Heard::Notification("durable_support_test".into(), i.to_string())
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }

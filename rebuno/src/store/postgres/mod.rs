@@ -175,9 +175,7 @@ fn run(
 impl Store for PgStore {
     async fn write_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
         let pool = self.pool.clone();
-        joined(
-            tokio::task::spawn_blocking(move || pool.transaction(|tx| run(tx, true, f))).await,
-        )
+        joined(tokio::task::spawn_blocking(move || pool.transaction(|tx| run(tx, true, f))).await)
     }
 
     async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
@@ -236,9 +234,7 @@ impl Store for PgStore {
             )));
         }
         let pool = self.pool.clone();
-        joined(
-            tokio::task::spawn_blocking(move || Ok(pool.notify(channel, &payload)?)).await,
-        )
+        joined(tokio::task::spawn_blocking(move || Ok(pool.notify(channel, &payload)?)).await)
     }
 
     fn subscribe(&self) -> Option<broadcast::Receiver<StoreMessage>> {

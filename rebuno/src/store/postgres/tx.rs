@@ -15,16 +15,15 @@
 
 use super::rows::{
     AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, Decode, EVENT_COLS, EXEC_COLS, STEP_COLS, agent_row,
-    approval_row, corrupt, dispatch_row, event_row, exec_row, int, json_in, page, parse,
-    step_row,
+    approval_row, corrupt, dispatch_row, event_row, exec_row, int, json_in, page, parse, step_row,
 };
 use crate::protocol::{
     Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
     StepKind,
 };
 use crate::store::{ExecutionQuery, OccurrenceKey, Page, StoreError, StoreResult, Tx};
-use durable_support::pg::{advisory_key, describe};
 use durable_support::pg::postgres;
+use durable_support::pg::{advisory_key, describe};
 use postgres::Row;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
@@ -686,12 +685,7 @@ impl Tx for PgTx<'_, '_> {
         self.all(
             &sql,
             params![now => TEXT, big(limit) => INT8, skip_agents => TEXT_ARRAY],
-            |r| {
-                Ok((
-                    dispatch_row(r)?,
-                    r.try_get(10).map_err(|e| e.to_string())?,
-                ))
-            },
+            |r| Ok((dispatch_row(r)?, r.try_get(10).map_err(|e| e.to_string())?)),
         )
     }
     fn in_flight_dispatches(&mut self) -> StoreResult<Vec<Dispatch>> {

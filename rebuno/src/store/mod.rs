@@ -26,6 +26,8 @@ mod durable;
 mod handoff;
 #[cfg(feature = "sqlite")]
 mod migrations;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "sqlite")]
 mod readers;
 #[cfg(feature = "sqlite")]
@@ -35,6 +37,8 @@ mod sqlite;
 #[cfg(feature = "sqlite")]
 mod writer;
 
+#[cfg(feature = "postgres")]
+pub use postgres::{PgRateLimiter, PgStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 

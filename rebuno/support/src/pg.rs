@@ -173,6 +173,24 @@ struct Shared {
     freed: Condvar,
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let idle = std::mem::take(&mut state.idle);
+        if idle.is_empty() {
+            return;
+        }
+        // Closing a blocking client runs a small runtime of its own, which panics on a thread
+        // that drives an async runtime: the last handle of a pool is often dropped on one.
+        let closing = std::thread::Builder::new()
+            .name("pg-close".into())
+            .spawn(move || drop(idle));
+        if let Err(e) = closing {
+            tracing::warn!(error = %e, "cannot start a thread to close idle postgres connections");
+        }
+    }
+}
+
 #[derive(Default)]
 struct PoolState {
     idle: Vec<Client>,
@@ -237,7 +255,14 @@ impl PgPool {
         };
         let mut client = pool.get()?;
         if let Some(schema) = &options.schema {
-            client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))?;
+            // Two processes creating the schema at once can both pass `IF NOT EXISTS` and one
+            // then trips over the other's catalog row: the schema exists, which is the point.
+            match client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"")) {
+                Err(e)
+                    if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+                        || e.code() == Some(&SqlState::DUPLICATE_SCHEMA) => {}
+                other => other?,
+            }
         }
         Ok(pool)
     }
@@ -302,18 +327,51 @@ impl PgPool {
     where
         E: From<PgError>,
     {
+        self.transaction_as(false, f)
+    }
+
+    /// Like [`PgPool::transaction`], in a `REPEATABLE READ READ ONLY` transaction: every
+    /// statement of `f` reads the same snapshot, and nothing can be written.
+    pub fn snapshot<R, E>(
+        &self,
+        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<PgError>,
+    {
+        self.transaction_as(true, f)
+    }
+
+    fn transaction_as<R, E>(
+        &self,
+        snapshot: bool,
+        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<PgError>,
+    {
         let mut f = Some(f);
         let mut retry = Backoff::new(self.shared.reconnect_for);
         loop {
             let mut conn = self.get()?;
-            let failed = match conn.transaction() {
-                Ok(mut tx) => {
-                    let f = f.take().expect("the transaction body runs once");
-                    let out = f(&mut tx)?;
-                    tx.commit().map_err(PgError::Db)?;
-                    return Ok(out);
+            let failed = {
+                let begun = if snapshot {
+                    conn.build_transaction()
+                        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                        .read_only(true)
+                        .start()
+                } else {
+                    conn.transaction()
+                };
+                match begun {
+                    Ok(mut tx) => {
+                        let f = f.take().expect("the transaction body runs once");
+                        let out = f(&mut tx)?;
+                        tx.commit().map_err(PgError::Db)?;
+                        return Ok(out);
+                    }
+                    Err(e) => e,
                 }
-                Err(e) => e,
             };
             if !(is_connection_error(&failed) && retry.again()) {
                 return Err(PgError::Db(failed).into());
@@ -328,13 +386,23 @@ impl PgPool {
     /// reconnect window.
     pub fn run<R>(
         &self,
-        mut f: impl FnMut(&mut Client) -> Result<R, postgres::Error>,
+        f: impl FnMut(&mut Client) -> Result<R, postgres::Error>,
     ) -> Result<R, PgError> {
+        self.run_keep(f).map(|(_, out)| out)
+    }
+
+    /// Like [`PgPool::run`], handing back the connection with the result: for session state
+    /// that lives with the connection (a session advisory lock), released by the caller
+    /// before it drops the connection (or by [`Pooled::discard`]).
+    pub fn run_keep<R>(
+        &self,
+        mut f: impl FnMut(&mut Client) -> Result<R, postgres::Error>,
+    ) -> Result<(Pooled, R), PgError> {
         let mut retry = Backoff::new(self.shared.reconnect_for);
         loop {
             let mut conn = self.get()?;
             match f(&mut conn) {
-                Ok(out) => return Ok(out),
+                Ok(out) => return Ok((conn, out)),
                 Err(e) if is_connection_error(&e) && retry.again() => {
                     conn.discard();
                     self.drop_idle();
@@ -538,18 +606,25 @@ impl PgPool {
                     if flag.load(Ordering::Relaxed) {
                         return;
                     }
+                    // Each notification is handed on as it arrives (a steady stream never
+                    // leaves a quiet half second to wait for); the stop flag is checked
+                    // between them and after every quiet half second.
                     let mut broke = false;
-                    let mut heard = Vec::new();
                     {
                         let mut notes = client.notifications();
                         let mut it = notes.timeout_iter(Duration::from_millis(500));
                         loop {
                             use postgres::fallible_iterator::FallibleIterator;
                             match it.next() {
-                                Ok(Some(n)) => heard.push(Heard::Notification(
-                                    n.channel().to_owned(),
-                                    n.payload().to_owned(),
-                                )),
+                                Ok(Some(n)) => {
+                                    let heard = Heard::Notification(
+                                        n.channel().to_owned(),
+                                        n.payload().to_owned(),
+                                    );
+                                    if !on(heard) || flag.load(Ordering::Relaxed) {
+                                        return;
+                                    }
+                                }
                                 Ok(None) => break,
                                 Err(e) => {
                                     tracing::warn!(error = %describe(&e), "postgres LISTEN connection lost");
@@ -557,14 +632,6 @@ impl PgPool {
                                     break;
                                 }
                             }
-                            if heard.len() >= 256 {
-                                break;
-                            }
-                        }
-                    }
-                    for h in heard {
-                        if !on(h) {
-                            return;
                         }
                     }
                     if broke || client.is_closed() {
@@ -609,5 +676,44 @@ mod tests {
     fn bad_urls_are_refused_without_connecting() {
         let e = PgPool::connect(&PgOptions::new("postgres://h:notaport/db")).unwrap_err();
         assert!(matches!(e, PgError::Config(_)), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod server_tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn url() -> String {
+        std::env::var("REBUNO_TEST_PG_URL")
+            .expect("REBUNO_TEST_PG_URL is not set: eval \"$(bash .ci/postgres)\"")
+    }
+
+    #[test]
+    #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+    fn a_listener_hears_what_the_pool_notifies() {
+        let pool = PgPool::connect(&PgOptions::new(url())).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let _listener = pool.listen(vec!["durable_support_test".into()], move |heard| {
+            tx.send(heard).is_ok()
+        });
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            Heard::Connected
+        );
+        pool.notify("durable_support_test", "hello").unwrap();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            Heard::Notification("durable_support_test".into(), "hello".into())
+        );
+        // A steady stream (never a quiet half second) is handed on as it arrives.
+        for i in 0..6 {
+            pool.notify("durable_support_test", &i.to_string()).unwrap();
+            assert_eq!(
+                rx.recv_timeout(Duration::from_millis(400)).unwrap(),
+                Heard::Notification("durable_support_test".into(), i.to_string())
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }

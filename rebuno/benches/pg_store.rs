@@ -1,0 +1,3 @@
+//! PostgreSQL store benchmark (being written; see the next commits).
+
+fn main() {}

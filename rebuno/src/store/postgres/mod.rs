@@ -1,0 +1,289 @@
+//! The PostgreSQL [`Store`]: several kernel replicas on one database.
+//!
+//! # Driver
+//!
+//! The connections are the `postgres` crate's blocking clients (the synchronous face of
+//! `tokio-postgres`), pooled by [`durable_support::pg`]. The [`Tx`] contract is a synchronous
+//! closure, so the kernel's logic is written once and runs unchanged on SQLite and here: each
+//! [`Store::write_boxed`] / [`Store::read_boxed`] runs its closure on
+//! [`tokio::task::spawn_blocking`], inside one database transaction on one pooled connection,
+//! and never blocks an async worker. An async driver (sqlx, or `tokio-postgres` used directly)
+//! would force an async [`Tx`], so every kernel operation written twice, or a runtime entered
+//! from inside a closure.
+//!
+//! # Transactions and locks
+//!
+//! Writes run under `READ COMMITTED`, several replicas at once, where the SQLite backend runs
+//! them one at a time on its writer thread. [`tx`] gives them the same outcomes: every read of
+//! an `executions` or `dispatches` row in a write transaction takes `FOR UPDATE`, the claim
+//! takes `FOR UPDATE SKIP LOCKED`, and event appends lock the execution's row before numbering.
+//! Reads run in a `REPEATABLE READ READ ONLY` transaction: one snapshot for the whole closure.
+//! A statement that fails aborts the transaction; if the closure goes on and returns `Ok`
+//! anyway, the store answers with that statement's error instead of committing (PostgreSQL
+//! would turn the commit into a rollback without saying so).
+//!
+//! [`Store::lock_execution`] takes a session advisory lock, `pg_advisory_lock` of
+//! [`advisory_key`]`("execution:" + id)` (the name is prefixed with the schema when one is
+//! pinned, so deployments in different schemas of one database do not block each other), on a
+//! connection held for as long as the returned guard lives. Dropping the guard unlocks on a
+//! blocking thread and returns the connection to its pool; if the unlock fails, the connection
+//! is closed instead, which releases the lock with the session. Waiting for a lock holds a
+//! connection, so session locks come from a pool of their own (of
+//! [`PgOptions::max_connections`] connections, like the transaction pool): lock waiters can
+//! never take the connections the transactions of the lock holders need. A store opens at
+//! most twice `max_connections` plus one (the `LISTEN` connection) connections.
+//!
+//! # What is retried
+//!
+//! A transaction is started again on a new connection only if its `BEGIN` fails because the
+//! connection is gone (nothing of it reached the server), within
+//! [`PgOptions::reconnect_for`]; a failure after that is returned, and the client retries its
+//! idempotent request. Operations that may run twice are retried on connection loss: `ping`,
+//! `publish`, taking an execution lock (a lost session holds no lock), the rate limiter's
+//! sweeps and its acquisitions (a retried acquisition may take a second token for one call,
+//! never grant an extra one). The `LISTEN` connection reconnects after a second and reports
+//! [`StoreMessage::Reconnected`].
+//!
+//! The schema is in [`schema`]; the rate limiter in [`limiter`].
+
+mod limiter;
+mod rows;
+mod schema;
+mod tx;
+
+pub use limiter::PgRateLimiter;
+
+use super::{Store, StoreError, StoreLock, StoreMessage, StoreResult, TxFn, channels};
+use async_trait::async_trait;
+use durable_support::pg::postgres::types::Type;
+use durable_support::pg::{Heard, Listener, PgError, PgOptions, PgPool, Pooled, advisory_key};
+use std::any::Any;
+use std::sync::Arc;
+use tokio::sync::broadcast;
+use tx::PgTx;
+
+impl From<PgError> for StoreError {
+    fn from(e: PgError) -> Self {
+        StoreError::Database(e.to_string())
+    }
+}
+
+/// Messages a subscriber may fall behind by before it misses some (it then gets
+/// [`broadcast::error::RecvError::Lagged`]).
+const MESSAGE_BUFFER: usize = 1024;
+
+/// PostgreSQL refuses a notification payload of this many bytes or more.
+pub const NOTIFY_MAX_BYTES: usize = 8000;
+
+/// The PostgreSQL kernel store.
+pub struct PgStore {
+    /// Connections for transactions.
+    pool: PgPool,
+    /// Connections holding session advisory locks ([`Store::lock_execution`]).
+    locks: PgPool,
+    /// What an execution lock's name starts with.
+    lock_prefix: String,
+    limiter: Arc<PgRateLimiter>,
+    messages: broadcast::Sender<StoreMessage>,
+    /// The LISTEN thread; dropping it stops the thread.
+    _listener: Listener,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("pool", &self.pool)
+            .field("locks", &self.locks)
+            .finish_non_exhaustive()
+    }
+}
+
+fn joined<T>(r: Result<StoreResult<T>, tokio::task::JoinError>) -> StoreResult<T> {
+    r.unwrap_or_else(|e| Err(StoreError::Database(format!("a store thread failed: {e}"))))
+}
+
+impl PgStore {
+    /// Connects to the database `options` names, applies the migrations it lacks (under an
+    /// advisory lock, so replicas may start together) and starts the `LISTEN` connection. The
+    /// blocking work runs on a blocking thread.
+    pub async fn connect(options: PgOptions) -> StoreResult<PgStore> {
+        joined(tokio::task::spawn_blocking(move || Self::connect_blocking(&options)).await)
+    }
+
+    fn connect_blocking(options: &PgOptions) -> StoreResult<PgStore> {
+        let pool = PgPool::connect(options)?;
+        pool.migrate(
+            schema::MIGRATE_LOCK,
+            schema::MIGRATIONS_TABLE,
+            schema::MIGRATIONS,
+        )?;
+        let locks = PgPool::connect(options)?;
+        let (messages, _) = broadcast::channel(MESSAGE_BUFFER);
+        let feed = messages.clone();
+        let listener = pool.listen(
+            vec![channels::DISPATCH.to_owned(), channels::STREAM.to_owned()],
+            move |heard| {
+                let message = match heard {
+                    Heard::Notification(channel, payload) => {
+                        StoreMessage::Published { channel, payload }
+                    }
+                    Heard::Connected => StoreMessage::Reconnected,
+                };
+                // No subscriber is not an error: nobody is waiting.
+                let _ = feed.send(message);
+                true
+            },
+        );
+        let lock_prefix = match &options.schema {
+            Some(schema) => format!("{schema}.execution:"),
+            None => "execution:".to_owned(),
+        };
+        Ok(PgStore {
+            limiter: Arc::new(PgRateLimiter::new(pool.clone())),
+            pool,
+            locks,
+            lock_prefix,
+            messages,
+            _listener: listener,
+        })
+    }
+
+    /// The pool the store's transactions run on.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+/// Runs `f` on `tx`, and refuses to let a transaction whose statement failed be committed.
+fn run(
+    tx: &mut durable_support::pg::postgres::Transaction<'_>,
+    write: bool,
+    f: TxFn,
+) -> StoreResult<Box<dyn Any + Send>> {
+    let mut ops = PgTx::new(tx, write);
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut ops)))
+        .unwrap_or_else(|_| Err(StoreError::Database("a store transaction panicked".into())));
+    match (out, ops.failure()) {
+        (Ok(_), Some(failed)) => Err(StoreError::Database(format!(
+            "the transaction was rolled back after a failed statement: {failed}"
+        ))),
+        (out, _) => out,
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn write_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+        let pool = self.pool.clone();
+        joined(tokio::task::spawn_blocking(move || pool.transaction(|tx| run(tx, true, f))).await)
+    }
+
+    async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+        let pool = self.pool.clone();
+        joined(tokio::task::spawn_blocking(move || pool.snapshot(|tx| run(tx, false, f))).await)
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        let pool = self.pool.clone();
+        joined(
+            tokio::task::spawn_blocking(move || {
+                Ok(pool.run(|c| c.simple_query("SELECT 1").map(drop))?)
+            })
+            .await,
+        )
+    }
+
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    async fn lock_execution(&self, execution_id: &str) -> StoreResult<Option<StoreLock>> {
+        let key = advisory_key(&format!("{}{execution_id}", self.lock_prefix));
+        let locks = self.locks.clone();
+        let held = joined(
+            tokio::task::spawn_blocking(move || {
+                let (conn, ()) = locks.run_keep(|c| {
+                    c.execute_typed("SELECT pg_advisory_lock($1)", &[(&key, Type::INT8)])
+                        .map(drop)
+                })?;
+                // From here the lock is released by `Held`'s drop, even if the caller stopped
+                // waiting and nobody takes the guard.
+                Ok(Held {
+                    conn: Some(conn),
+                    key,
+                })
+            })
+            .await,
+        )?;
+        Ok(Some(StoreLock::new(Release(Some(held)))))
+    }
+
+    fn rate_limiter(&self) -> Option<Arc<dyn crate::policy::ratelimit::RateLimiter>> {
+        Some(Arc::clone(&self.limiter) as Arc<dyn crate::policy::ratelimit::RateLimiter>)
+    }
+
+    async fn publish(&self, channel: &'static str, payload: String) -> StoreResult<()> {
+        if payload.len() >= NOTIFY_MAX_BYTES {
+            return Err(StoreError::Database(format!(
+                "a notification holds less than {NOTIFY_MAX_BYTES} bytes; this one holds {}",
+                payload.len()
+            )));
+        }
+        let pool = self.pool.clone();
+        joined(tokio::task::spawn_blocking(move || Ok(pool.notify(channel, &payload)?)).await)
+    }
+
+    fn subscribe(&self) -> Option<broadcast::Receiver<StoreMessage>> {
+        Some(self.messages.subscribe())
+    }
+}
+
+/// A session advisory lock held on a connection. Dropping it unlocks, blocking: the
+/// connection goes back to its pool, or is closed if the unlock fails (which ends the session
+/// and its lock).
+struct Held {
+    conn: Option<Pooled>,
+    key: i64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        let released = conn
+            .query_typed("SELECT pg_advisory_unlock($1)", &[(&self.key, Type::INT8)])
+            .ok()
+            .and_then(|rows| rows.first().and_then(|r| r.try_get::<_, bool>(0).ok()))
+            .unwrap_or(false);
+        if !released {
+            tracing::warn!(
+                key = self.key,
+                "an execution lock was not released by unlock; closing its connection"
+            );
+            conn.discard();
+        }
+    }
+}
+
+/// The guard [`Store::lock_execution`] returns: its drop hands the unlock to a blocking
+/// thread (or unlocks in place outside a runtime).
+struct Release(Option<Held>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let Some(held) = self.0.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(move || drop(held));
+            }
+            Err(_) => drop(held),
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The PostgreSQL kernel schema: the embedded, numbered migrations [`PgPool::migrate`] applies
+//! at connect, under one advisory lock, so replicas that start together apply each once.
+//!
+//! The tables and columns are the SQLite backend's, and hold the same text: JSON columns keep
+//! the exact bytes the kernel wrote (`text`, not `jsonb`, which would reorder keys and drop
+//! duplicates), and timestamps stay RFC 3339 text, compared as text as on SQLite. Every text
+//! column that is compared or ordered is `COLLATE "C"` (byte order, as SQLite's `BINARY`),
+//! whatever the database's default collation is, so cursors and time comparisons page and
+//! sort exactly as they do on SQLite.
+//!
+//! There are no foreign keys: the SQLite backend enforces none, and deletes an execution's
+//! children explicitly, which this backend does too (see
+//! [`Tx::delete_terminal_executions_before`](crate::store::Tx::delete_terminal_executions_before)).
+//!
+//! [`PgPool::migrate`]: durable_support::pg::PgPool::migrate
+
+/// The session advisory lock migrations run under.
+pub(super) const MIGRATE_LOCK: &str = "rebuno-schema-migrate";
+
+/// The table recording which migrations ran.
+pub(super) const MIGRATIONS_TABLE: &str = "rebuno_schema_migrations";
+
+/// Embedded migrations, by version.
+pub(super) const MIGRATIONS: &[(i32, &str)] = &[(
+    1,
+    r#"
+CREATE TABLE agents (
+    id text COLLATE "C" PRIMARY KEY,
+    webhook_url text NOT NULL,
+    secret text NOT NULL,
+    policy_bundle text NOT NULL DEFAULT '',
+    registered_at text COLLATE "C" NOT NULL
+);
+CREATE TABLE executions (
+    id text COLLATE "C" PRIMARY KEY,
+    agent_id text COLLATE "C" NOT NULL,
+    agent_version text NOT NULL DEFAULT '',
+    input text NOT NULL,
+    status text COLLATE "C" NOT NULL,
+    output text,
+    failure_reason text NOT NULL DEFAULT '',
+    created_at text COLLATE "C" NOT NULL,
+    updated_at text COLLATE "C" NOT NULL,
+    deadline_at text COLLATE "C",
+    ended_at text COLLATE "C"
+);
+-- Listing by agent, and by status (newest first); counts by status.
+CREATE INDEX executions_agent ON executions (agent_id, id DESC);
+CREATE INDEX executions_status ON executions (status, id DESC);
+-- The deadline sweep.
+CREATE INDEX executions_deadline ON executions (deadline_at)
+    WHERE status IN ('pending', 'running', 'blocked') AND deadline_at IS NOT NULL;
+-- The retention sweep.
+CREATE INDEX executions_ended ON executions (ended_at) WHERE ended_at IS NOT NULL;
+
+CREATE TABLE events (
+    execution_id text COLLATE "C" NOT NULL,
+    event_seq bigint NOT NULL,
+    type text COLLATE "C" NOT NULL,
+    payload text NOT NULL,
+    occurred_at text COLLATE "C" NOT NULL,
+    PRIMARY KEY (execution_id, event_seq)
+);
+
+CREATE TABLE steps (
+    step_id text COLLATE "C" NOT NULL,
+    execution_id text COLLATE "C" NOT NULL,
+    kind text COLLATE "C" NOT NULL,
+    target text COLLATE "C" NOT NULL,
+    args_hash text COLLATE "C" NOT NULL,
+    occurrence bigint NOT NULL,
+    status text COLLATE "C" NOT NULL,
+    idempotency text NOT NULL,
+    args text,
+    result text,
+    error text,
+    started_at text COLLATE "C",
+    completed_at text COLLATE "C",
+    PRIMARY KEY (execution_id, step_id)
+);
+
+CREATE TABLE approvals (
+    id text COLLATE "C" PRIMARY KEY,
+    step_id text COLLATE "C" NOT NULL,
+    execution_id text COLLATE "C" NOT NULL,
+    status text COLLATE "C" NOT NULL,
+    approvers text,
+    message text NOT NULL DEFAULT '',
+    timeout_at text COLLATE "C" NOT NULL,
+    decided_by text NOT NULL DEFAULT '',
+    decided_at text COLLATE "C",
+    rationale text NOT NULL DEFAULT '',
+    created_at text COLLATE "C" NOT NULL
+);
+-- Due approvals and the next timeout; the paged pending listing; a step's pending approval.
+CREATE INDEX approvals_pending ON approvals (timeout_at) WHERE status = 'pending';
+CREATE INDEX approvals_pending_order ON approvals (created_at, id) WHERE status = 'pending';
+CREATE INDEX approvals_pending_step ON approvals (step_id) WHERE status = 'pending';
+CREATE INDEX approvals_execution ON approvals (execution_id);
+
+CREATE TABLE dispatches (
+    id text COLLATE "C" PRIMARY KEY,
+    execution_id text COLLATE "C" NOT NULL,
+    status text COLLATE "C" NOT NULL,
+    attempt bigint NOT NULL,
+    max_attempts bigint NOT NULL,
+    next_attempt_at text COLLATE "C" NOT NULL,
+    locked_by text NOT NULL DEFAULT '',
+    locked_at text COLLATE "C",
+    created_at text COLLATE "C" NOT NULL,
+    updated_at text COLLATE "C" NOT NULL
+);
+-- The claim; the in-flight scan (reaper, queue depth); an execution's dispatches.
+CREATE INDEX dispatches_due ON dispatches (next_attempt_at) WHERE status IN ('pending', 'failed');
+CREATE INDEX dispatches_in_flight ON dispatches (locked_at) WHERE status = 'in_flight';
+CREATE INDEX dispatches_execution ON dispatches (execution_id);
+
+CREATE TABLE dispatch_step_counters (
+    dispatch_id text COLLATE "C" NOT NULL,
+    attempt bigint NOT NULL,
+    kind text COLLATE "C" NOT NULL,
+    target text COLLATE "C" NOT NULL,
+    args_hash text COLLATE "C" NOT NULL,
+    consumed bigint NOT NULL,
+    PRIMARY KEY (dispatch_id, kind, target, args_hash)
+);
+
+-- Token buckets of the rate limiter, on the database's clock.
+CREATE TABLE rate_buckets (
+    key text COLLATE "C" PRIMARY KEY,
+    tokens double precision NOT NULL,
+    max_tokens bigint NOT NULL,
+    window_seconds double precision NOT NULL,
+    updated_at timestamptz NOT NULL
+);
+CREATE INDEX rate_buckets_updated ON rate_buckets (updated_at);
+"#,
+)];

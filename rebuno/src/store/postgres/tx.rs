@@ -1,0 +1,746 @@
+//! The [`Tx`] of the PostgreSQL store, over one `postgres::Transaction`: the SQLite backend's
+//! statements, method by method, with the row locks that make a read-modify-write safe when
+//! several replicas write at once under `READ COMMITTED`.
+//!
+//! In a write transaction every read of `executions` or `dispatches` rows takes `FOR UPDATE`
+//! (a concurrent writer of the row waits for this transaction, and this one reads the row as
+//! last committed), except the dispatcher's claim, which takes `FOR UPDATE SKIP LOCKED`: a row
+//! another transaction holds is left out, never waited for and never claimed twice. Appending
+//! events first locks the execution's row (or, for an execution without one, a transaction
+//! advisory lock on its id), then numbers from the latest committed sequence, so the log stays
+//! gapless and unique however many replicas append at once.
+//!
+//! Statements go out with their parameter types ([`postgres::Transaction::query_typed`]): one
+//! round trip each, no statement to prepare or close.
+
+use super::rows::{
+    AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, Decode, EVENT_COLS, EXEC_COLS, STEP_COLS, agent_row,
+    approval_row, corrupt, dispatch_row, event_row, exec_row, int, json_in, page, parse, step_row,
+};
+use crate::protocol::{
+    Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
+    StepKind,
+};
+use crate::store::{ExecutionQuery, OccurrenceKey, Page, StoreError, StoreResult, Tx};
+use durable_support::pg::postgres;
+use durable_support::pg::{advisory_key, describe};
+use postgres::Row;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::{ToSql, Type};
+use serde_json::Value;
+
+/// A statement parameter with its type.
+type Param<'p> = (&'p (dyn ToSql + Sync), Type);
+
+/// Typed parameters: `params![value => TEXT, n => INT8]`.
+macro_rules! params {
+    ($($v:expr => $t:ident),* $(,)?) => {
+        &[$((&$v as &(dyn ToSql + Sync), Type::$t)),*] as &[Param<'_>]
+    };
+}
+
+/// The statuses a step keeps once reached (`put_step` never moves it out of them).
+const TERMINAL_STEP: &str = "('succeeded', 'failed', 'denied', 'cancelled')";
+
+/// The operations of one PostgreSQL transaction.
+pub(super) struct PgTx<'a, 'c> {
+    tx: &'a mut postgres::Transaction<'c>,
+    /// A write transaction locks what it reads of executions and dispatches.
+    write: bool,
+    /// The first statement that failed: PostgreSQL has aborted the transaction, and a commit
+    /// would roll it back without an error, so the store refuses to report it committed.
+    failed: Option<String>,
+}
+
+impl<'a, 'c> PgTx<'a, 'c> {
+    /// The operations of `tx`; `write` for a write transaction.
+    pub(super) fn new(tx: &'a mut postgres::Transaction<'c>, write: bool) -> Self {
+        PgTx {
+            tx,
+            write,
+            failed: None,
+        }
+    }
+
+    /// The error of the first statement that failed, if any did.
+    pub(super) fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// `FOR UPDATE` in a write transaction.
+    fn lock(&self) -> &'static str {
+        if self.write { " FOR UPDATE" } else { "" }
+    }
+
+    fn fail(&mut self, e: &postgres::Error) -> StoreError {
+        let message = describe(e);
+        self.failed.get_or_insert_with(|| message.clone());
+        StoreError::Database(message)
+    }
+
+    fn rows(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<Vec<Row>> {
+        match self.tx.query_typed(sql, p) {
+            Ok(rows) => Ok(rows),
+            Err(e) => Err(self.fail(&e)),
+        }
+    }
+
+    fn exec(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<u64> {
+        match self.tx.execute_typed(sql, p) {
+            Ok(n) => Ok(n),
+            Err(e) => Err(self.fail(&e)),
+        }
+    }
+
+    /// The first row `sql` selects, if any. A row that does not decode is corrupt.
+    fn one<T>(&mut self, sql: &str, p: &[Param<'_>], decode: Decode<T>) -> StoreResult<Option<T>> {
+        match self.rows(sql, p)?.first() {
+            Some(r) => decode(r).map(Some).map_err(|e| corrupt(r, &e)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every row `sql` selects. A row that does not decode is corrupt.
+    fn all<T>(&mut self, sql: &str, p: &[Param<'_>], decode: Decode<T>) -> StoreResult<Vec<T>> {
+        self.rows(sql, p)?
+            .iter()
+            .map(|r| decode(r).map_err(|e| corrupt(r, &e)))
+            .collect()
+    }
+
+    fn exists(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<bool> {
+        Ok(!self.rows(sql, p)?.is_empty())
+    }
+
+    fn count(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<u64> {
+        let rows = self.rows(sql, p)?;
+        let n: i64 = rows
+            .first()
+            .and_then(|r| r.try_get(0).ok())
+            .ok_or_else(|| StoreError::Database("a count returned no row".into()))?;
+        Ok(n.max(0) as u64)
+    }
+
+    /// A page of rows streamed from the server: reading stops once the page is full.
+    fn page<T>(
+        &mut self,
+        sql: &str,
+        p: &[Param<'_>],
+        limit: usize,
+        cursor: usize,
+        decode: Decode<T>,
+    ) -> StoreResult<Page<T>> {
+        let failed = {
+            let streamed = self
+                .tx
+                .query_typed_raw(sql, p.iter().map(|(v, t)| (*v, t.clone())));
+            match streamed {
+                Ok(rows) => {
+                    let mut failed = None;
+                    let rows = rows.iterator().map_while(|r| match r {
+                        Ok(row) => Some(Ok(row)),
+                        Err(e) => {
+                            failed = Some(e);
+                            None
+                        }
+                    });
+                    let out = page(rows, limit, cursor, decode);
+                    match failed {
+                        None => return out,
+                        Some(e) => e,
+                    }
+                }
+                Err(e) => e,
+            }
+        };
+        Err(self.fail(&failed))
+    }
+}
+
+/// How many rows a page of `limit` reads: one more, to learn whether another page follows.
+fn fetch(limit: usize) -> i64 {
+    i64::try_from(limit)
+        .unwrap_or(i64::MAX - 1)
+        .saturating_add(1)
+}
+
+/// A row count or limit as a bigint.
+fn big(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Tx for PgTx<'_, '_> {
+    fn agent(&mut self, id: &str) -> StoreResult<Option<Agent>> {
+        self.one(
+            &format!("SELECT {AGENT_COLS} FROM agents WHERE id = $1"),
+            params![id => TEXT],
+            agent_row,
+        )
+    }
+    fn agent_secret(&mut self, id: &str) -> StoreResult<Option<String>> {
+        self.one(
+            "SELECT secret FROM agents WHERE id = $1",
+            params![id => TEXT],
+            |r| r.try_get(0).map_err(|e| e.to_string()),
+        )
+    }
+    fn put_agent(&mut self, a: &Agent) -> StoreResult<()> {
+        self.exec(
+            "INSERT INTO agents (id, webhook_url, secret, policy_bundle, registered_at)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (id) DO UPDATE SET webhook_url = excluded.webhook_url,
+               secret = excluded.secret, policy_bundle = excluded.policy_bundle,
+               registered_at = excluded.registered_at",
+            params![a.id => TEXT, a.webhook_url => TEXT, a.secret => TEXT,
+                    a.policy_bundle => TEXT, a.registered_at => TEXT],
+        )?;
+        Ok(())
+    }
+    fn delete_agent(&mut self, id: &str) -> StoreResult<bool> {
+        Ok(self.exec("DELETE FROM agents WHERE id = $1", params![id => TEXT])? > 0)
+    }
+    fn agents_page(&mut self, after: Option<&str>, limit: usize) -> StoreResult<Page<Agent>> {
+        self.page(
+            &format!(
+                "SELECT {AGENT_COLS} FROM agents WHERE id > coalesce($1, '') ORDER BY id LIMIT $2"
+            ),
+            params![after => TEXT, fetch(limit) => INT8],
+            limit,
+            0,
+            agent_row,
+        )
+    }
+    fn agent_execution_count(&mut self, id: &str) -> StoreResult<u64> {
+        self.count(
+            "SELECT count(*) FROM executions WHERE agent_id = $1",
+            params![id => TEXT],
+        )
+    }
+
+    fn execution(&mut self, id: &str) -> StoreResult<Option<Execution>> {
+        let sql = format!(
+            "SELECT {EXEC_COLS} FROM executions WHERE id = $1{}",
+            self.lock()
+        );
+        self.one(&sql, params![id => TEXT], exec_row)
+    }
+    fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>> {
+        let sql = format!(
+            "SELECT agent_id, status FROM executions WHERE id = $1{}",
+            self.lock()
+        );
+        self.one(&sql, params![id => TEXT], |r| {
+            Ok((
+                r.try_get(0).map_err(|e| e.to_string())?,
+                parse::<ExecutionStatus>(r, 1)?,
+            ))
+        })
+    }
+    fn put_execution(&mut self, e: &Execution) -> StoreResult<()> {
+        // `ended_at` is set once, by the update that makes the execution terminal, and never
+        // moves afterwards: retention counts from it.
+        self.exec(
+            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+               CASE WHEN $5 IN ('completed', 'failed', 'cancelled') THEN $9 END)
+             ON CONFLICT (id) DO UPDATE SET agent_version = excluded.agent_version, input = excluded.input,
+               status = excluded.status, output = excluded.output, failure_reason = excluded.failure_reason,
+               updated_at = excluded.updated_at, deadline_at = excluded.deadline_at,
+               ended_at = coalesce(executions.ended_at, excluded.ended_at)",
+            params![
+                e.id => TEXT,
+                e.agent_id => TEXT,
+                e.agent_version => TEXT,
+                e.input.to_string() => TEXT,
+                e.status.as_str() => TEXT,
+                json_in(&e.output) => TEXT,
+                e.failure_reason => TEXT,
+                e.created_at => TEXT,
+                e.updated_at => TEXT,
+                e.deadline_at => TEXT,
+            ],
+        )?;
+        Ok(())
+    }
+    fn list_executions(&mut self, q: &ExecutionQuery) -> StoreResult<Page<Execution>> {
+        let sql = format!(
+            "SELECT {EXEC_COLS} FROM executions
+             WHERE ($1::text IS NULL OR agent_id = $1) AND ($2::text IS NULL OR status = $2)
+               AND ($3::text IS NULL OR id < $3)
+             ORDER BY id DESC LIMIT $4{}",
+            self.lock()
+        );
+        self.page(
+            &sql,
+            params![q.agent_id => TEXT, q.status => TEXT, q.before_id => TEXT,
+                    fetch(q.limit) => INT8],
+            q.limit,
+            0,
+            exec_row,
+        )
+    }
+    fn executions_past_deadline(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Execution>> {
+        let sql = format!(
+            "SELECT {EXEC_COLS} FROM executions WHERE status IN ('pending', 'running', 'blocked')
+             AND deadline_at IS NOT NULL AND deadline_at <= $1 ORDER BY deadline_at LIMIT $2{}",
+            self.lock()
+        );
+        self.all(&sql, params![now => TEXT, big(limit) => INT8], exec_row)
+    }
+    fn delete_terminal_executions_before(
+        &mut self,
+        cutoff: &str,
+        limit: usize,
+    ) -> StoreResult<u64> {
+        // A replica sweeping at the same time takes other rows rather than waiting for these.
+        let ids: Vec<String> = self.all(
+            "SELECT id FROM executions WHERE ended_at IS NOT NULL AND ended_at < $1
+             AND status IN ('completed', 'failed', 'cancelled') ORDER BY ended_at LIMIT $2
+             FOR UPDATE SKIP LOCKED",
+            params![cutoff => TEXT, big(limit) => INT8],
+            |r| r.try_get(0).map_err(|e| e.to_string()),
+        )?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        self.exec(
+            "DELETE FROM dispatch_step_counters WHERE dispatch_id IN
+               (SELECT id FROM dispatches WHERE execution_id = ANY($1))",
+            params![ids => TEXT_ARRAY],
+        )?;
+        for table in ["events", "steps", "approvals", "dispatches"] {
+            self.exec(
+                &format!("DELETE FROM {table} WHERE execution_id = ANY($1)"),
+                params![ids => TEXT_ARRAY],
+            )?;
+        }
+        self.exec(
+            "DELETE FROM executions WHERE id = ANY($1)",
+            params![ids => TEXT_ARRAY],
+        )?;
+        Ok(ids.len() as u64)
+    }
+    fn execution_counts(&mut self) -> StoreResult<Vec<(String, u64)>> {
+        self.all(
+            "SELECT status, count(*) FROM executions GROUP BY status ORDER BY status",
+            &[],
+            |r| {
+                let n: i64 = r.try_get(1).map_err(|e| e.to_string())?;
+                Ok((r.try_get(0).map_err(|e| e.to_string())?, n.max(0) as u64))
+            },
+        )
+    }
+
+    fn append_events(
+        &mut self,
+        execution_id: &str,
+        occurred_at: &str,
+        events: &[(EventType, Value)],
+    ) -> StoreResult<u64> {
+        // Serialise appenders of this execution first: the numbering below then starts from
+        // the latest committed event (a new statement, so a new snapshot, under READ COMMITTED).
+        let locked = self.exists(
+            "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE",
+            params![execution_id => TEXT],
+        )?;
+        if !locked {
+            let key = advisory_key(&format!("events:{execution_id}"));
+            self.exec("SELECT pg_advisory_xact_lock($1)", params![key => INT8])?;
+        }
+        if events.is_empty() {
+            return self.count(
+                "SELECT coalesce(max(event_seq), 0) FROM events WHERE execution_id = $1",
+                params![execution_id => TEXT],
+            );
+        }
+        let types: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
+        let payloads: Vec<String> = events.iter().map(|(_, p)| p.to_string()).collect();
+        let rows = self.rows(
+            "INSERT INTO events (execution_id, event_seq, type, payload, occurred_at)
+             SELECT $1, (SELECT coalesce(max(event_seq), 0) FROM events WHERE execution_id = $1) + n,
+                    t, p, $2
+             FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS batch(t, p, n)
+             RETURNING event_seq",
+            params![execution_id => TEXT, occurred_at => TEXT, types => TEXT_ARRAY,
+                    payloads => TEXT_ARRAY],
+        )?;
+        let last = rows
+            .iter()
+            .filter_map(|r| r.try_get::<_, i64>(0).ok())
+            .max()
+            .unwrap_or(0);
+        Ok(last.max(0) as u64)
+    }
+    fn has_event(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool> {
+        self.exists(
+            "SELECT 1 FROM events WHERE execution_id = $1 AND type = $2 LIMIT 1",
+            params![execution_id => TEXT, event_type.as_str() => TEXT],
+        )
+    }
+    fn events(
+        &mut self,
+        execution_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> StoreResult<Page<Event>> {
+        self.page(
+            &format!(
+                "SELECT {EVENT_COLS} FROM events
+                 WHERE execution_id = $1 AND event_seq > $2 ORDER BY event_seq LIMIT $3"
+            ),
+            params![execution_id => TEXT, i64::try_from(after_seq).unwrap_or(i64::MAX) => INT8,
+                    fetch(limit) => INT8],
+            limit,
+            1,
+            event_row,
+        )
+    }
+
+    fn step(&mut self, execution_id: &str, step_id: &str) -> StoreResult<Option<Step>> {
+        self.one(
+            &format!("SELECT {STEP_COLS} FROM steps WHERE execution_id = $1 AND step_id = $2"),
+            params![execution_id => TEXT, step_id => TEXT],
+            step_row,
+        )
+    }
+    fn step_exists(&mut self, execution_id: &str, step_id: &str) -> StoreResult<bool> {
+        self.exists(
+            "SELECT 1 FROM steps WHERE execution_id = $1 AND step_id = $2",
+            params![execution_id => TEXT, step_id => TEXT],
+        )
+    }
+    fn put_step(&mut self, s: &Step) -> StoreResult<()> {
+        let keep = |col: &str| {
+            format!(
+                "{col} = CASE WHEN steps.status IN {TERMINAL_STEP} THEN steps.{col} ELSE excluded.{col} END"
+            )
+        };
+        let sql = format!(
+            "INSERT INTO steps (step_id, execution_id, kind, target, args_hash, occurrence, status, idempotency, args, result, error, started_at, completed_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             ON CONFLICT (execution_id, step_id) DO UPDATE SET
+               idempotency = excluded.idempotency, args = excluded.args, started_at = excluded.started_at,
+               {}, {}, {}, {}",
+            keep("status"),
+            keep("result"),
+            keep("error"),
+            keep("completed_at")
+        );
+        let occurrence = i64::try_from(s.occurrence)
+            .map_err(|_| StoreError::Database("occurrence out of range".into()))?;
+        self.exec(
+            &sql,
+            params![
+                s.step_id => TEXT,
+                s.execution_id => TEXT,
+                s.kind.as_str() => TEXT,
+                s.target => TEXT,
+                s.args_hash => TEXT,
+                occurrence => INT8,
+                s.status.as_str() => TEXT,
+                s.idempotency.as_str() => TEXT,
+                json_in(&s.args) => TEXT,
+                json_in(&s.result) => TEXT,
+                json_in(&s.error) => TEXT,
+                s.started_at => TEXT,
+                s.completed_at => TEXT,
+            ],
+        )?;
+        Ok(())
+    }
+    fn steps_page(
+        &mut self,
+        execution_id: &str,
+        after: Option<&str>,
+        terminal_only: bool,
+        limit: usize,
+    ) -> StoreResult<Page<Step>> {
+        self.page(
+            &format!(
+                "SELECT {STEP_COLS} FROM steps WHERE execution_id = $1 AND step_id > coalesce($2, '')
+                 AND (NOT $3 OR status IN {TERMINAL_STEP})
+                 ORDER BY step_id LIMIT $4"
+            ),
+            params![execution_id => TEXT, after => TEXT, terminal_only => BOOL,
+                    fetch(limit) => INT8],
+            limit,
+            0,
+            step_row,
+        )
+    }
+    fn steps_in_status(&mut self, execution_id: &str, status: &str) -> StoreResult<Vec<Step>> {
+        self.all(
+            &format!(
+                "SELECT {STEP_COLS} FROM steps WHERE execution_id = $1 AND status = $2 ORDER BY step_id"
+            ),
+            params![execution_id => TEXT, status => TEXT],
+            step_row,
+        )
+    }
+    fn has_indeterminate_failure(
+        &mut self,
+        execution_id: &str,
+        kind: &StepKind,
+        target: &str,
+        args_hash: &str,
+    ) -> StoreResult<bool> {
+        // The error's `reason` is read here rather than by the server: the column holds the
+        // kernel's JSON text, which `jsonb` may refuse (a `\u0000` escape, say).
+        let errors = self.all(
+            "SELECT step_id, error FROM steps WHERE execution_id = $1 AND kind = $2 AND target = $3
+             AND args_hash = $4 AND status = 'failed' AND error IS NOT NULL",
+            params![execution_id => TEXT, kind.as_str() => TEXT, target => TEXT,
+                    args_hash => TEXT],
+            |r| {
+                let text: &str = r.try_get(1).map_err(|e| e.to_string())?;
+                serde_json::from_str::<Value>(text).map_err(|e| format!("column 1: {e}"))
+            },
+        )?;
+        Ok(errors
+            .iter()
+            .any(|e| e.get("reason").and_then(Value::as_str) == Some("indeterminate")))
+    }
+
+    fn approval(&mut self, id: &str) -> StoreResult<Option<Approval>> {
+        self.one(
+            &format!("SELECT {APPROVAL_COLS} FROM approvals WHERE id = $1"),
+            params![id => TEXT],
+            approval_row,
+        )
+    }
+    fn put_approval(&mut self, a: &Approval) -> StoreResult<()> {
+        self.exec(
+            "INSERT INTO approvals (id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             ON CONFLICT (id) DO UPDATE SET step_id = excluded.step_id,
+               execution_id = excluded.execution_id, status = excluded.status,
+               approvers = excluded.approvers, message = excluded.message,
+               timeout_at = excluded.timeout_at, decided_by = excluded.decided_by,
+               decided_at = excluded.decided_at, rationale = excluded.rationale,
+               created_at = excluded.created_at",
+            params![
+                a.id => TEXT,
+                a.step_id => TEXT,
+                a.execution_id => TEXT,
+                a.status.as_str() => TEXT,
+                json_in(&a.approvers) => TEXT,
+                a.message => TEXT,
+                a.timeout_at => TEXT,
+                a.decided_by => TEXT,
+                a.decided_at => TEXT,
+                a.rationale => TEXT,
+                a.created_at => TEXT,
+            ],
+        )?;
+        Ok(())
+    }
+    fn pending_approvals(&mut self, execution_id: Option<&str>) -> StoreResult<Vec<Approval>> {
+        self.all(
+            &format!(
+                "SELECT {APPROVAL_COLS} FROM approvals
+                 WHERE status = 'pending' AND ($1::text IS NULL OR execution_id = $1)
+                 ORDER BY created_at, id"
+            ),
+            params![execution_id => TEXT],
+            approval_row,
+        )
+    }
+    fn pending_approvals_page(
+        &mut self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> StoreResult<Option<Page<Approval>>> {
+        // The cursor is an approval id; the page goes on from its place in the order.
+        let after_created = match after {
+            None => None,
+            Some(id) => match self.one(
+                "SELECT created_at FROM approvals WHERE id = $1",
+                params![id => TEXT],
+                |r| r.try_get::<_, String>(0).map_err(|e| e.to_string()),
+            )? {
+                Some(created) => Some(created),
+                None => return Ok(None),
+            },
+        };
+        self.page(
+            &format!(
+                "SELECT {APPROVAL_COLS} FROM approvals WHERE status = 'pending'
+                 AND ($1::text IS NULL OR created_at > $2 OR (created_at = $2 AND id > $1))
+                 ORDER BY created_at, id LIMIT $3"
+            ),
+            params![after => TEXT, after_created => TEXT, fetch(limit) => INT8],
+            limit,
+            0,
+            approval_row,
+        )
+        .map(Some)
+    }
+    fn pending_approval_for_step(&mut self, step_id: &str) -> StoreResult<Option<Approval>> {
+        self.one(
+            &format!(
+                "SELECT {APPROVAL_COLS} FROM approvals WHERE status = 'pending' AND step_id = $1
+                 ORDER BY created_at LIMIT 1"
+            ),
+            params![step_id => TEXT],
+            approval_row,
+        )
+    }
+    fn due_approvals(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Approval>> {
+        self.all(
+            &format!(
+                "SELECT {APPROVAL_COLS} FROM approvals WHERE status = 'pending' AND timeout_at <= $1
+                 ORDER BY timeout_at LIMIT $2"
+            ),
+            params![now => TEXT, big(limit) => INT8],
+            approval_row,
+        )
+    }
+    fn next_approval_timeout(&mut self) -> StoreResult<Option<String>> {
+        let rows = self.rows(
+            "SELECT min(timeout_at) FROM approvals WHERE status = 'pending'",
+            &[],
+        )?;
+        Ok(rows.first().and_then(|r| r.try_get(0).ok()).flatten())
+    }
+
+    fn dispatch(&mut self, id: &str) -> StoreResult<Option<Dispatch>> {
+        let sql = format!(
+            "SELECT {DISPATCH_COLS} FROM dispatches WHERE id = $1{}",
+            self.lock()
+        );
+        self.one(&sql, params![id => TEXT], dispatch_row)
+    }
+    fn dispatch_lease(&mut self, id: &str) -> StoreResult<Option<(String, u32, DispatchStatus)>> {
+        let sql = format!(
+            "SELECT execution_id, attempt, status FROM dispatches WHERE id = $1{}",
+            self.lock()
+        );
+        self.one(&sql, params![id => TEXT], |r| {
+            Ok((
+                r.try_get(0).map_err(|e| e.to_string())?,
+                int(r, 1)?,
+                parse::<DispatchStatus>(r, 2)?,
+            ))
+        })
+    }
+    fn put_dispatch(&mut self, d: &Dispatch) -> StoreResult<()> {
+        self.exec(
+            "INSERT INTO dispatches (id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+             ON CONFLICT (id) DO UPDATE SET execution_id = excluded.execution_id,
+               status = excluded.status, attempt = excluded.attempt,
+               max_attempts = excluded.max_attempts, next_attempt_at = excluded.next_attempt_at,
+               locked_by = excluded.locked_by, locked_at = excluded.locked_at,
+               created_at = excluded.created_at, updated_at = excluded.updated_at",
+            params![
+                d.id => TEXT,
+                d.execution_id => TEXT,
+                d.status.as_str() => TEXT,
+                i64::from(d.attempt) => INT8,
+                i64::from(d.max_attempts) => INT8,
+                d.next_attempt_at => TEXT,
+                d.locked_by => TEXT,
+                d.locked_at => TEXT,
+                d.created_at => TEXT,
+                d.updated_at => TEXT,
+            ],
+        )?;
+        // Counters belong to the attempt in flight: gone once it ends or is superseded.
+        let sql = if d.status == DispatchStatus::InFlight {
+            "DELETE FROM dispatch_step_counters WHERE dispatch_id = $1 AND attempt <> $2"
+        } else {
+            "DELETE FROM dispatch_step_counters WHERE dispatch_id = $1 AND $2 >= 0"
+        };
+        self.exec(sql, params![d.id => TEXT, i64::from(d.attempt) => INT8])?;
+        Ok(())
+    }
+    fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>> {
+        let sql = format!(
+            "SELECT {DISPATCH_COLS} FROM dispatches WHERE execution_id = $1 ORDER BY created_at, id{}",
+            self.lock()
+        );
+        self.all(&sql, params![execution_id => TEXT], dispatch_row)
+    }
+    fn claimable_dispatches_except(
+        &mut self,
+        now: &str,
+        limit: usize,
+        skip_agents: &[String],
+    ) -> StoreResult<Vec<(Dispatch, String)>> {
+        // In a write transaction (the claim), a row another transaction holds is skipped:
+        // two replicas claiming at once never get the same row, and neither waits.
+        let sql = format!(
+            "SELECT d.id, d.execution_id, d.status, d.attempt, d.max_attempts, d.next_attempt_at,
+                    d.locked_by, d.locked_at, d.created_at, d.updated_at, coalesce(e.agent_id, '')
+             FROM dispatches d LEFT JOIN executions e ON e.id = d.execution_id
+             WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= $1
+               AND coalesce(e.agent_id, '') <> ALL($3)
+             ORDER BY d.next_attempt_at LIMIT $2{}",
+            if self.write {
+                " FOR UPDATE OF d SKIP LOCKED"
+            } else {
+                ""
+            }
+        );
+        self.all(
+            &sql,
+            params![now => TEXT, big(limit) => INT8, skip_agents => TEXT_ARRAY],
+            |r| Ok((dispatch_row(r)?, r.try_get(10).map_err(|e| e.to_string())?)),
+        )
+    }
+    fn in_flight_dispatches(&mut self) -> StoreResult<Vec<Dispatch>> {
+        let sql = format!(
+            "SELECT {DISPATCH_COLS} FROM dispatches WHERE status = 'in_flight' ORDER BY id{}",
+            self.lock()
+        );
+        self.all(&sql, &[], dispatch_row)
+    }
+    fn queue_depth(&mut self) -> StoreResult<u64> {
+        self.count(
+            "SELECT count(*) FROM dispatches WHERE status IN ('pending', 'failed', 'in_flight')",
+            &[],
+        )
+    }
+    fn attempt_occurrence(
+        &mut self,
+        dispatch_id: &str,
+        attempt: u32,
+        (kind, target, args_hash): &OccurrenceKey,
+    ) -> StoreResult<Option<u64>> {
+        self.one(
+            "SELECT consumed FROM dispatch_step_counters
+             WHERE dispatch_id = $1 AND attempt = $2 AND kind = $3 AND target = $4 AND args_hash = $5",
+            params![dispatch_id => TEXT, i64::from(attempt) => INT8, kind => TEXT,
+                    target => TEXT, args_hash => TEXT],
+            |r| int(r, 0),
+        )
+    }
+    fn advance_attempt_occurrence(
+        &mut self,
+        dispatch_id: &str,
+        attempt: u32,
+        (kind, target, args_hash): &OccurrenceKey,
+        occurrence: u64,
+    ) -> StoreResult<()> {
+        let occurrence = i64::try_from(occurrence)
+            .map_err(|_| StoreError::Database("occurrence out of range".into()))?;
+        // The dispatch row is locked: a concurrent change of its attempt or status commits
+        // first and is seen here, or waits for this transaction.
+        let sql = format!(
+            "INSERT INTO dispatch_step_counters AS c (dispatch_id, attempt, kind, target, args_hash, consumed)
+             SELECT $1, $2, $3, $4, $5, $6 FROM dispatches
+             WHERE id = $1 AND attempt = $2 AND status = 'in_flight'{}
+             ON CONFLICT (dispatch_id, kind, target, args_hash) DO UPDATE SET
+                 consumed = CASE WHEN c.attempt = excluded.attempt
+                                 THEN greatest(c.consumed, excluded.consumed) ELSE excluded.consumed END,
+                 attempt = excluded.attempt",
+            self.lock()
+        );
+        self.exec(
+            &sql,
+            params![dispatch_id => TEXT, i64::from(attempt) => INT8, kind => TEXT,
+                    target => TEXT, args_hash => TEXT, occurrence => INT8],
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,265 @@
+//! One set of test bodies for the `Store` / `Tx` contract, run against every backend: SQLite in
+//! memory, SQLite on a temporary file, and PostgreSQL (ignored unless `REBUNO_TEST_PG_URL` is
+//! set; each test in a schema of its own, dropped afterwards). The PostgreSQL-only properties of
+//! several replicas on one database (claims, appends, execution locks, the rate limiter,
+//! publish/subscribe) are in `store_conformance/replicas.rs`.
+//!
+//! ```text
+//! cargo test -p rebuno --test store_conformance
+//! eval "$(bash .ci/postgres)"; cargo test -p rebuno --test store_conformance -- --ignored
+//! ```
+
+#[path = "store_conformance/dispatches.rs"]
+mod dispatches;
+#[path = "store_conformance/records.rs"]
+mod records;
+#[path = "store_conformance/replicas.rs"]
+mod replicas;
+
+use durable_support::pg::{PgOptions, postgres};
+use rebuno::protocol::{
+    Agent, Approval, ApprovalStatus, Dispatch, DispatchStatus, Execution, ExecutionStatus,
+    Idempotency, Step, StepKind, StepStatus,
+};
+use rebuno::store::{PgStore, Store, StoreExt, StoreResult, Tx};
+use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The reason PostgreSQL tests are ignored by default.
+pub const NEEDS_PG: &str = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)";
+
+/// The test server's URL; panics with the way to get one if unset.
+pub fn pg_url() -> String {
+    std::env::var("REBUNO_TEST_PG_URL").unwrap_or_else(|_| {
+        panic!("REBUNO_TEST_PG_URL is not set: start a server with `eval \"$(bash .ci/postgres)\"`")
+    })
+}
+
+/// A schema of its own for one test, dropped (with everything in it) when the guard goes.
+pub struct Schema {
+    /// The schema's name.
+    pub name: String,
+}
+
+impl Schema {
+    /// A fresh, unique schema name for test `tag`.
+    pub fn new(tag: &str) -> Schema {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let tag: String = tag
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .take(30)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        Schema {
+            name: format!("t_{tag}_{}_{n}_{nanos}", std::process::id()),
+        }
+    }
+
+    /// Options for a store (a replica) in this schema.
+    pub fn options(&self) -> PgOptions {
+        let mut options = PgOptions::new(pg_url());
+        options.schema = Some(self.name.clone());
+        options.max_connections = 8;
+        options
+    }
+
+    /// A store (a replica) in this schema.
+    pub async fn store(&self) -> PgStore {
+        PgStore::connect(self.options())
+            .await
+            .expect("connect to the test PostgreSQL server")
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let (url, name) = (pg_url(), self.name.clone());
+        // On a thread of its own: the blocking client must not run on an async worker.
+        let dropped = std::thread::spawn(move || {
+            let mut client = postgres::Client::connect(&url, postgres::NoTls)?;
+            client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
+        })
+        .join();
+        if let Ok(Err(e)) = dropped {
+            eprintln!("could not drop test schema {}: {e}", self.name);
+        }
+    }
+}
+
+/// Runs one conformance body against each backend.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let store = rebuno::store::SqliteStore::memory().unwrap();
+                    crate::$name(std::sync::Arc::new(store)).await;
+                }
+            )*
+        }
+        mod sqlite_file {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let dir = tempfile::tempdir().unwrap();
+                    let store = rebuno::store::SqliteStore::open(dir.path().join("k.db")).unwrap();
+                    crate::$name(std::sync::Arc::new(store)).await;
+                }
+            )*
+        }
+        mod postgresql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+                async fn $name() {
+                    let schema = crate::Schema::new(stringify!($name));
+                    crate::$name(std::sync::Arc::new(schema.store().await)).await;
+                }
+            )*
+        }
+    };
+}
+
+use dispatches::*;
+use records::*;
+
+conformance!(
+    agents_round_trip_page_and_delete,
+    executions_round_trip_byte_exact,
+    executions_list_in_pages_with_filters,
+    executions_past_deadline_and_counts,
+    events_are_gapless_and_paged,
+    steps_keep_terminal_outcomes,
+    steps_page_and_filter,
+    indeterminate_failures_are_found,
+    approvals_pending_in_order_and_paged,
+    dispatches_round_trip_and_list,
+    claims_filter_by_status_time_and_agent,
+    occurrence_counters_follow_the_attempt,
+    terminal_executions_are_deleted_with_their_children,
+    a_failing_closure_keeps_nothing,
+    a_panicking_closure_keeps_nothing,
+);
+
+/// The store under test.
+pub type Dyn = Arc<dyn Store>;
+
+/// Runs a write and unwraps it.
+pub async fn w<R, F>(store: &Dyn, f: F) -> R
+where
+    R: Send + 'static,
+    F: FnOnce(&mut dyn Tx) -> StoreResult<R> + Send + 'static,
+{
+    store.write(f).await.expect("write")
+}
+
+/// Runs a read and unwraps it.
+pub async fn r<R, F>(store: &Dyn, f: F) -> R
+where
+    R: Send + 'static,
+    F: FnOnce(&mut dyn Tx) -> StoreResult<R> + Send + 'static,
+{
+    store.read(f).await.expect("read")
+}
+
+/// `2026-01-01T00:00:SSZ`-style timestamps, ordered by `n`.
+pub fn at(n: u32) -> String {
+    format!(
+        "2026-01-01T{:02}:{:02}:{:02}Z",
+        n / 3600,
+        (n / 60) % 60,
+        n % 60
+    )
+}
+
+/// An agent `id`.
+pub fn agent(id: &str) -> Agent {
+    Agent {
+        id: id.into(),
+        webhook_url: format!("http://127.0.0.1:9/{id}"),
+        secret: format!("secret-{id}"),
+        policy_bundle: String::new(),
+        registered_at: at(0),
+    }
+}
+
+/// An execution `id` of `agent_id`, created and updated at `at(1)`.
+pub fn execution(id: &str, agent_id: &str, status: ExecutionStatus) -> Execution {
+    Execution {
+        id: id.into(),
+        agent_id: agent_id.into(),
+        agent_version: String::new(),
+        input: serde_json::json!({"q": id}),
+        status,
+        output: None,
+        failure_reason: String::new(),
+        created_at: at(1),
+        updated_at: at(1),
+        deadline_at: None,
+    }
+}
+
+/// A tool call `step_id` of `execution_id` (target `search`, args hash `h1`).
+pub fn step(execution_id: &str, step_id: &str, status: StepStatus) -> Step {
+    Step {
+        step_id: step_id.into(),
+        execution_id: execution_id.into(),
+        kind: StepKind::ToolCall,
+        target: "search".into(),
+        args_hash: "h1".into(),
+        occurrence: 0,
+        status,
+        idempotency: Idempotency::SafeToRetry,
+        args: Some(serde_json::json!({"q": "x"})),
+        result: None,
+        error: None,
+        started_at: Some(at(2)),
+        completed_at: None,
+    }
+}
+
+/// A pending approval created at `at(created)`, timing out 100 s later.
+pub fn approval(id: &str, execution_id: &str, step_id: &str, created: u32) -> Approval {
+    Approval {
+        id: id.into(),
+        step_id: step_id.into(),
+        execution_id: execution_id.into(),
+        status: ApprovalStatus::Pending,
+        approvers: Some(serde_json::json!(["ann"])),
+        message: "ok?".into(),
+        timeout_at: at(created + 100),
+        decided_by: String::new(),
+        decided_at: None,
+        rationale: String::new(),
+        created_at: at(created),
+    }
+}
+
+/// A dispatch due (and created) at `at(due)`, attempt 0 of 5.
+pub fn dispatch(id: &str, execution_id: &str, status: DispatchStatus, due: u32) -> Dispatch {
+    Dispatch {
+        id: id.into(),
+        execution_id: execution_id.into(),
+        status,
+        attempt: 0,
+        max_attempts: 5,
+        next_attempt_at: at(due),
+        locked_by: String::new(),
+        locked_at: None,
+        created_at: at(due),
+        updated_at: at(due),
+    }
+}
+
+/// A JSON value exactly as it is written and read back (for byte-exact round trips).
+pub fn text(v: &Value) -> String {
+    v.to_string()
+}

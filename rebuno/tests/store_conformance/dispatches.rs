@@ -1,0 +1,220 @@
+//! Conformance bodies for dispatches: the queue row, the claim's filters, and the occurrence
+//! counters of the attempt in flight.
+
+use crate::{Dyn, at, dispatch, execution, r, w};
+use rebuno::protocol::{DispatchStatus, ExecutionStatus};
+use rebuno::store::OccurrenceKey;
+
+pub async fn dispatches_round_trip_and_list(store: Dyn) {
+    let mut d = dispatch("d1", "e1", DispatchStatus::InFlight, 3);
+    d.attempt = 2;
+    d.max_attempts = 9;
+    d.locked_by = "replica-a".into();
+    d.locked_at = Some(at(4));
+    let put = d.clone();
+    w(&store, move |tx| tx.put_dispatch(&put)).await;
+    let later = dispatch("d2", "e1", DispatchStatus::Pending, 8);
+    let elsewhere = dispatch("d3", "e2", DispatchStatus::Failed, 1);
+    let acked = dispatch("d4", "e2", DispatchStatus::Acked, 1);
+    for x in [later.clone(), elsewhere, acked] {
+        w(&store, move |tx| tx.put_dispatch(&x)).await;
+    }
+    let (got, lease, missing) = r(&store, |tx| {
+        Ok((
+            tx.dispatch("d1")?,
+            tx.dispatch_lease("d1")?,
+            tx.dispatch_lease("zz")?,
+        ))
+    })
+    .await;
+    assert_eq!(got, Some(d.clone()));
+    assert_eq!(lease, Some(("e1".to_owned(), 2, DispatchStatus::InFlight)));
+    assert_eq!(missing, None);
+    let of = r(&store, |tx| tx.dispatches_of("e1")).await;
+    assert_eq!(of, [d.clone(), later]);
+    let (in_flight, depth) = r(&store, |tx| {
+        Ok((tx.in_flight_dispatches()?, tx.queue_depth()?))
+    })
+    .await;
+    assert_eq!(in_flight, [d]);
+    assert_eq!(
+        depth, 3,
+        "pending, failed and in flight are queued; acked is not"
+    );
+
+    // Replacing moves every field (the row is the dispatch's whole state).
+    let mut acked = dispatch("d1", "e1", DispatchStatus::Acked, 3);
+    acked.attempt = 2;
+    let put = acked.clone();
+    w(&store, move |tx| tx.put_dispatch(&put)).await;
+    assert_eq!(r(&store, |tx| tx.dispatch("d1")).await, Some(acked));
+    assert!(r(&store, |tx| tx.in_flight_dispatches()).await.is_empty());
+}
+
+pub async fn claims_filter_by_status_time_and_agent(store: Dyn) {
+    for (id, agent_id) in [("e1", "alpha"), ("e2", "beta"), ("e3", "gamma")] {
+        let e = execution(id, agent_id, ExecutionStatus::Running);
+        w(&store, move |tx| tx.put_execution(&e)).await;
+    }
+    let rows = [
+        dispatch("d-late", "e1", DispatchStatus::Pending, 50),
+        dispatch("d-a", "e1", DispatchStatus::Pending, 3),
+        dispatch("d-b", "e2", DispatchStatus::Failed, 1),
+        dispatch("d-c", "e3", DispatchStatus::Pending, 2),
+        dispatch("d-orphan", "gone", DispatchStatus::Pending, 4),
+        dispatch("d-busy", "e1", DispatchStatus::InFlight, 0),
+        dispatch("d-acked", "e2", DispatchStatus::Acked, 0),
+        dispatch("d-dead", "e3", DispatchStatus::Exhausted, 0),
+    ];
+    for d in rows {
+        w(&store, move |tx| tx.put_dispatch(&d)).await;
+    }
+    let claim = |limit: usize, skip: &[&str]| {
+        let skip: Vec<String> = skip.iter().map(|s| s.to_string()).collect();
+        let store = store.clone();
+        async move {
+            w(&store, move |tx| {
+                Ok(tx
+                    .claimable_dispatches_except(&at(10), limit, &skip)?
+                    .into_iter()
+                    .map(|(d, agent)| (d.id, agent))
+                    .collect::<Vec<_>>())
+            })
+            .await
+        }
+    };
+    let pair = |d: &str, a: &str| (d.to_owned(), a.to_owned());
+    // Due pending or failed rows, earliest first, each with its execution's agent.
+    assert_eq!(
+        claim(10, &[]).await,
+        [
+            pair("d-b", "beta"),
+            pair("d-c", "gamma"),
+            pair("d-a", "alpha"),
+            pair("d-orphan", "")
+        ]
+    );
+    assert_eq!(
+        claim(2, &[]).await,
+        [pair("d-b", "beta"), pair("d-c", "gamma")]
+    );
+    assert_eq!(
+        claim(10, &["beta", "gamma"]).await,
+        [pair("d-a", "alpha"), pair("d-orphan", "")]
+    );
+    // An orphan's agent is the empty id, which can be skipped too.
+    assert_eq!(
+        claim(10, &["", "alpha", "beta"]).await,
+        [pair("d-c", "gamma")]
+    );
+    // A read sees the same rows.
+    let read = r(&store, |tx| {
+        tx.claimable_dispatches_except(&at(10), 10, &[])
+    })
+    .await;
+    assert_eq!(read.len(), 4);
+}
+
+fn key(target: &str) -> OccurrenceKey {
+    ("tool_call".to_owned(), target.to_owned(), "h".to_owned())
+}
+
+pub async fn occurrence_counters_follow_the_attempt(store: Dyn) {
+    let mut d = dispatch("d1", "e1", DispatchStatus::InFlight, 1);
+    d.attempt = 1;
+    let put = d.clone();
+    w(&store, move |tx| tx.put_dispatch(&put)).await;
+    let count = |attempt: u32, target: &'static str| {
+        let store = store.clone();
+        async move {
+            r(&store, move |tx| {
+                tx.attempt_occurrence("d1", attempt, &key(target))
+            })
+            .await
+        }
+    };
+    assert_eq!(count(1, "a").await, None);
+    w(&store, |tx| {
+        tx.advance_attempt_occurrence("d1", 1, &key("a"), 2)
+    })
+    .await;
+    w(&store, |tx| {
+        tx.advance_attempt_occurrence("d1", 1, &key("b"), 0)
+    })
+    .await;
+    assert_eq!(count(1, "a").await, Some(2));
+    assert_eq!(count(1, "b").await, Some(0));
+    // Never backwards.
+    w(&store, |tx| {
+        tx.advance_attempt_occurrence("d1", 1, &key("a"), 1)
+    })
+    .await;
+    assert_eq!(count(1, "a").await, Some(2));
+    w(&store, |tx| {
+        tx.advance_attempt_occurrence("d1", 1, &key("a"), 5)
+    })
+    .await;
+    assert_eq!(count(1, "a").await, Some(5));
+    // Another attempt's counters are invisible, and a superseded attempt writes nothing.
+    assert_eq!(count(2, "a").await, None);
+    w(&store, |tx| {
+        tx.advance_attempt_occurrence("d1", 0, &key("c"), 3)
+    })
+    .await;
+    assert_eq!(
+        r(&store, |tx| tx.attempt_occurrence("d1", 0, &key("c"))).await,
+        None
+    );
+    // Nor does a dispatch that does not exist.
+    w(&store, |tx| {
+        tx.advance_attempt_occurrence("zz", 1, &key("a"), 3)
+    })
+    .await;
+    assert_eq!(
+        r(&store, |tx| tx.attempt_occurrence("zz", 1, &key("a"))).await,
+        None
+    );
+
+    // A renewal of the same attempt keeps the counters.
+    let mut renewed = d.clone();
+    renewed.locked_at = Some(at(9));
+    w(&store, move |tx| tx.put_dispatch(&renewed)).await;
+    assert_eq!(count(1, "a").await, Some(5));
+
+    // A new attempt drops the old attempt's counters; the new one starts afresh.
+    let mut next = d.clone();
+    next.attempt = 2;
+    let put = next.clone();
+    w(&store, move |tx| tx.put_dispatch(&put)).await;
+    assert_eq!(count(1, "a").await, None);
+    assert_eq!(count(2, "a").await, None);
+    w(&store, |tx| {
+        tx.advance_attempt_occurrence("d1", 1, &key("a"), 9)
+    })
+    .await;
+    assert_eq!(
+        count(1, "a").await,
+        None,
+        "the superseded attempt cannot write"
+    );
+    w(&store, |tx| {
+        tx.advance_attempt_occurrence("d1", 2, &key("a"), 1)
+    })
+    .await;
+    assert_eq!(count(2, "a").await, Some(1));
+
+    // Leaving in_flight drops them too.
+    let mut failed = next;
+    failed.status = DispatchStatus::Failed;
+    w(&store, move |tx| tx.put_dispatch(&failed)).await;
+    assert_eq!(count(2, "a").await, None);
+    w(&store, |tx| {
+        tx.advance_attempt_occurrence("d1", 2, &key("a"), 4)
+    })
+    .await;
+    assert_eq!(
+        count(2, "a").await,
+        None,
+        "only an in-flight dispatch counts"
+    );
+}

@@ -1,0 +1,338 @@
+//! Several replicas on one PostgreSQL database: two `PgStore`s on one schema, as two kernel
+//! processes would be. Claims never overlap, appends stay gapless, execution locks exclude
+//! across instances, the rate limiter's buckets are shared, and what one publishes the other
+//! hears. Also: replicas starting together migrate once, and a transaction whose statement
+//! failed is never reported committed.
+
+use crate::{Schema, agent, at, dispatch, execution};
+use rebuno::protocol::{DispatchStatus, EventType, ExecutionStatus};
+use rebuno::store::{PgStore, Store, StoreExt, StoreMessage, channels};
+use serde_json::json;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Bounds a wait that should end, so a hang fails the test.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+async fn two(schema: &Schema) -> (Arc<PgStore>, Arc<PgStore>) {
+    let a = schema.store().await;
+    let b = schema.store().await;
+    (Arc::new(a), Arc::new(b))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn replicas_starting_together_migrate_once() {
+    let schema = Schema::new("migrate_together");
+    let (a, b, c) = tokio::join!(schema.store(), schema.store(), schema.store());
+    a.write(|tx| tx.put_agent(&agent("x"))).await.unwrap();
+    assert!(b.read(|tx| tx.agent("x")).await.unwrap().is_some());
+    assert!(c.read(|tx| tx.agent("x")).await.unwrap().is_some());
+    assert_eq!(a.backend(), "postgres");
+    assert!(a.shared());
+    a.ping().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn two_replicas_never_claim_the_same_dispatch() {
+    let schema = Schema::new("claims");
+    let (a, b) = two(&schema).await;
+    const ROWS: usize = 60;
+    a.write(|tx| {
+        for i in 0..ROWS {
+            let e = format!("e{i:03}");
+            tx.put_execution(&execution(&e, "agent", ExecutionStatus::Running))?;
+            tx.put_dispatch(&dispatch(
+                &format!("d{i:03}"),
+                &e,
+                DispatchStatus::Pending,
+                1,
+            ))?;
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+    // Eight claimers per replica, each taking up to three rows per transaction and holding
+    // them a moment (as a claim that also writes would), until nothing is left.
+    let mut tasks = Vec::new();
+    for (n, store) in [a.clone(), b.clone()]
+        .into_iter()
+        .cycle()
+        .take(16)
+        .enumerate()
+    {
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let claimed = store
+                    .write(move |tx| {
+                        let rows = tx.claimable_dispatches_except(&at(10), 3, &[])?;
+                        std::thread::sleep(Duration::from_millis(5));
+                        for (mut d, _) in rows.clone() {
+                            d.status = DispatchStatus::InFlight;
+                            d.attempt += 1;
+                            d.locked_by = format!("claimer-{n}");
+                            tx.put_dispatch(&d)?;
+                        }
+                        Ok(rows.into_iter().map(|(d, _)| d.id).collect::<Vec<_>>())
+                    })
+                    .await
+                    .unwrap();
+                if claimed.is_empty() {
+                    return mine;
+                }
+                mine.extend(claimed);
+            }
+        }));
+    }
+    let mut seen = HashSet::new();
+    for t in tasks {
+        for id in tokio::time::timeout(DEADLINE, t).await.unwrap().unwrap() {
+            assert!(seen.insert(id.clone()), "{id} was claimed twice");
+        }
+    }
+    assert_eq!(seen.len(), ROWS, "every row was claimed once");
+    let rows = b.read(|tx| tx.in_flight_dispatches()).await.unwrap();
+    assert_eq!(rows.len(), ROWS);
+    assert!(
+        rows.iter().all(|d| d.attempt == 1),
+        "each claimed by one claimer"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn concurrent_appends_stay_gapless() {
+    let schema = Schema::new("appends");
+    let (a, b) = two(&schema).await;
+    a.write(|tx| tx.put_execution(&execution("e1", "agent", ExecutionStatus::Running)))
+        .await
+        .unwrap();
+    // One execution with a row, one without: both are numbered without gaps or clashes.
+    for exec in ["e1", "no-row"] {
+        let mut tasks = Vec::new();
+        for store in [a.clone(), b.clone()].into_iter().cycle().take(12) {
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..8 {
+                    store
+                        .write(move |tx| {
+                            tx.append_events(
+                                exec,
+                                &at(1),
+                                &[
+                                    (EventType::StepProposed, json!({})),
+                                    (EventType::StepAllowed, json!({})),
+                                ],
+                            )
+                        })
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            tokio::time::timeout(DEADLINE, t).await.unwrap().unwrap();
+        }
+        let events = a.read(move |tx| tx.events(exec, 0, 1000)).await.unwrap();
+        let seqs: Vec<u64> = events.items.iter().map(|e| e.event_seq).collect();
+        assert_eq!(seqs, (1..=12 * 8 * 2).collect::<Vec<u64>>(), "{exec}");
+        // Each batch is contiguous: a proposed event is always followed by its allowed one.
+        for pair in events.items.chunks(2) {
+            assert_eq!(pair[0].event_type, EventType::StepProposed);
+            assert_eq!(pair[1].event_type, EventType::StepAllowed);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn execution_locks_exclude_across_replicas() {
+    let schema = Schema::new("locks");
+    let (a, b) = two(&schema).await;
+    let held = a
+        .lock_execution("e1")
+        .await
+        .unwrap()
+        .expect("a shared store locks");
+    // Another execution is not blocked.
+    let other = tokio::time::timeout(DEADLINE, b.lock_execution("e2"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(other.is_some());
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock_execution("e1").await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the other replica waits for the lock"
+    );
+    drop(held);
+    let got = tokio::time::timeout(DEADLINE, waiting)
+        .await
+        .expect("the lock passes once released")
+        .unwrap()
+        .unwrap();
+    assert!(got.is_some());
+    // And back: released by the second replica, the first takes it again.
+    drop(got);
+    let again = tokio::time::timeout(DEADLINE, a.lock_execution("e1")).await;
+    assert!(again.unwrap().unwrap().is_some());
+    // Many lock holders do not starve transactions: the locks have their own connections.
+    let mut guards = Vec::new();
+    for i in 0..8 {
+        guards.push(a.lock_execution(&format!("x{i}")).await.unwrap());
+    }
+    tokio::time::timeout(DEADLINE, a.write(|tx| tx.put_agent(&agent("still"))))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn the_rate_limiter_allows_exactly_n_across_replicas() {
+    let schema = Schema::new("ratelimit");
+    let (a, b) = two(&schema).await;
+    let limiters = [a.rate_limiter().unwrap(), b.rate_limiter().unwrap()];
+    const N: u64 = 10;
+    let window = Duration::from_secs(3600);
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let limiter = limiters[i % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            limiter.try_acquire("rule:global", N, window).await.unwrap()
+        }));
+    }
+    let mut allowed = 0;
+    for t in tasks {
+        allowed += usize::from(t.await.unwrap());
+    }
+    assert_eq!(allowed, N as usize, "two replicas share one bucket");
+    // Unlimited rules never touch the table.
+    assert!(limiters[0].try_acquire("k", 0, window).await.unwrap());
+    assert!(
+        limiters[0]
+            .try_acquire("k", 5, Duration::ZERO)
+            .await
+            .unwrap()
+    );
+
+    // Continuous refill: two tokens per 400 ms, one every 200 ms.
+    let (fast, max) = (Duration::from_millis(400), 2);
+    assert!(limiters[0].try_acquire("fast", max, fast).await.unwrap());
+    assert!(limiters[1].try_acquire("fast", max, fast).await.unwrap());
+    assert!(!limiters[0].try_acquire("fast", max, fast).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(limiters[1].try_acquire("fast", max, fast).await.unwrap());
+    assert!(!limiters[0].try_acquire("fast", max, fast).await.unwrap());
+
+    // A drained bucket is kept by the refill sweep; a refilled one goes.
+    assert_eq!(limiters[0].sweep_refilled().await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        limiters[0].sweep_refilled().await.unwrap(),
+        1,
+        "only `fast` refilled"
+    );
+    // The retention sweep reads its cutoff as an age: a future cutoff takes every bucket.
+    let past = std::time::SystemTime::now() - Duration::from_secs(60);
+    assert_eq!(limiters[1].sweep(past).await.unwrap(), 0);
+    let future = std::time::SystemTime::now() + Duration::from_secs(60);
+    assert_eq!(limiters[1].sweep(future).await.unwrap(), 1);
+    // A swept bucket starts full again.
+    assert!(
+        limiters[0]
+            .try_acquire("rule:global", N, window)
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn what_one_replica_publishes_the_other_hears() {
+    let schema = Schema::new("publish");
+    let (a, b) = two(&schema).await;
+    let mut heard = b.subscribe().expect("a shared store subscribes");
+    // The LISTEN connection may still be starting: publish until the message arrives.
+    let got = tokio::time::timeout(DEADLINE, async {
+        loop {
+            a.publish(channels::STREAM, "{\"exec_id\":\"e1\"}".into())
+                .await
+                .unwrap();
+            let wait = tokio::time::sleep(Duration::from_millis(200));
+            tokio::pin!(wait);
+            loop {
+                tokio::select! {
+                    m = heard.recv() => match m.unwrap() {
+                        StoreMessage::Published { channel, payload } => return (channel, payload),
+                        StoreMessage::Reconnected => {}
+                    },
+                    _ = &mut wait => break,
+                }
+            }
+        }
+    })
+    .await
+    .expect("the other replica hears the message");
+    assert_eq!(
+        got,
+        (
+            channels::STREAM.to_owned(),
+            "{\"exec_id\":\"e1\"}".to_owned()
+        )
+    );
+
+    // The publisher hears itself too, on its own channel.
+    let mut own = a.subscribe().unwrap();
+    let got = tokio::time::timeout(DEADLINE, async {
+        a.publish(channels::DISPATCH, "d1".into()).await.unwrap();
+        loop {
+            if let StoreMessage::Published { channel, payload } = own.recv().await.unwrap() {
+                return (channel, payload);
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(got, (channels::DISPATCH.to_owned(), "d1".to_owned()));
+
+    // A payload PostgreSQL would refuse is refused before it is sent.
+    let big = "x".repeat(8000);
+    assert!(a.publish(channels::STREAM, big).await.is_err());
+    assert!(a.publish(channels::STREAM, "y".repeat(7999)).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn a_failed_statement_is_never_committed() {
+    let schema = Schema::new("aborted");
+    let store = schema.store().await;
+    // PostgreSQL text cannot hold NUL: the statement fails, and the change that ignores the
+    // failure is not committed (PostgreSQL would have turned the commit into a rollback).
+    let mut bad = agent("bad");
+    bad.id = "nul\0id".into();
+    let out = store
+        .write(move |tx| {
+            tx.put_agent(&agent("good"))?;
+            let _ = tx.put_agent(&bad);
+            Ok(())
+        })
+        .await;
+    let err = out.unwrap_err().to_string();
+    assert!(err.contains("rolled back"), "{err}");
+    assert!(store.read(|tx| tx.agent("good")).await.unwrap().is_none());
+    // A read transaction cannot write.
+    let out = store.read(|tx| tx.put_agent(&agent("r"))).await;
+    assert!(out.is_err());
+    store
+        .write(|tx| tx.put_agent(&agent("after")))
+        .await
+        .unwrap();
+}

@@ -345,6 +345,7 @@ async fn a_superseded_attempt_cannot_advance_the_occurrences_of_the_next_one() {
         let inner = match backend {
             Backend::Memory => SqliteStore::memory().unwrap(),
             Backend::File => SqliteStore::open(dir.0.join("kernel.db")).unwrap(),
+            Backend::Postgres => unreachable!(),
         };
         let store = Arc::new(PausingStore {
             inner,

@@ -237,6 +237,7 @@ rules:
         let store: Arc<dyn Store> = match backend {
             Backend::Memory => Arc::new(SqliteStore::memory().unwrap()),
             Backend::File => Arc::new(SqliteStore::open(dir.0.join("kernel.db")).unwrap()),
+            Backend::Postgres => unreachable!(),
         };
         let clock = Arc::new(ManualClock::new(t0()));
         let limiter = Arc::new(BrokenLimiter::default());

@@ -69,13 +69,28 @@ fn server_refuses_to_start_without_token_and_database() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("bearer token"), "{}", stderr(&out));
 
+    // An unreachable PostgreSQL is retried for REBUNO_DB_RECONNECT, then named without its
+    // password.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let out = run(rebuno()
         .arg("server")
         .env("REBUNO_BEARER_TOKEN", "t")
-        .env("REBUNO_DB_URL", "postgres://u@localhost/rebuno"));
+        .env("REBUNO_DB_RECONNECT", "300ms")
+        .env(
+            "REBUNO_DB_URL",
+            format!("postgres://u:hunter2@127.0.0.1:{port}/rebuno"),
+        ));
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.contains("PostgreSQL support is not built yet"), "{err}");
+    assert!(
+        err.contains(&format!("cannot open postgres://u:***@127.0.0.1:{port}/rebuno")),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
 }
 
 #[test]

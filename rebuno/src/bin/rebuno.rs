@@ -27,6 +27,8 @@ Environment (flags override the environment, which overrides the defaults):
                                  server's search_path]
   REBUNO_DB_MAX_CONNS            PostgreSQL connections per replica
                                  [default: 2 x REBUNO_DISPATCH_CONCURRENCY + 10]
+  REBUNO_DB_RECONNECT            how long an unreachable PostgreSQL is retried, at start and
+                                 when a connection drops [default: 30s]
   REBUNO_REPLICA_ID              this replica's name, unique among those sharing a database
                                  [default: rebuno-<pid>-<random>]
   REBUNO_BEARER_TOKEN            `server` client/admin bearer token (--bearer-token); `dev` ignores it

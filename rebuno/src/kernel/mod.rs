@@ -459,8 +459,9 @@ impl Kernel {
     /// Opens a kernel on a PostgreSQL database that other kernels may share (feature
     /// `postgres`), configured from the environment: `REBUNO_DB_SCHEMA` pins a schema (created
     /// if missing; default: the server's `search_path`), `REBUNO_DB_MAX_CONNS` caps the pool
-    /// (default: twice the delivery concurrency plus 10). Migrations run at open, under a lock,
-    /// so replicas may start together.
+    /// (default: twice the delivery concurrency plus 10), `REBUNO_DB_RECONNECT` is how long an
+    /// unreachable database is retried, at open and when a connection drops (default 30 s).
+    /// Migrations run at open, under a lock, so replicas may start together.
     #[cfg(feature = "postgres")]
     pub async fn open_postgres(url: &str) -> KernelResult<Kernel> {
         let config = KernelConfig::from_env();
@@ -471,6 +472,9 @@ impl Kernel {
         options.max_connections = env_int::<usize>("REBUNO_DB_MAX_CONNS")
             .filter(|n| *n > 0)
             .unwrap_or(2 * config.dispatch_concurrency + 10);
+        if let Some(d) = env_duration("REBUNO_DB_RECONNECT") {
+            options.reconnect_for = d;
+        }
         let store = crate::store::PgStore::connect(options)
             .await
             .map_err(KernelError::from)?;

@@ -87,7 +87,9 @@ fn server_refuses_to_start_without_token_and_database() {
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
-        err.contains(&format!("cannot open postgres://u:***@127.0.0.1:{port}/rebuno")),
+        err.contains(&format!(
+            "cannot open postgres://u:***@127.0.0.1:{port}/rebuno"
+        )),
         "{err}"
     );
     assert!(!err.contains("hunter2"), "{err}");

@@ -23,7 +23,10 @@ fn pg_options(schema: &str) -> durable_support::pg::PgOptions {
 /// Two kernels on one fresh schema (replicas `a` and `b`), sharing one manual clock.
 async fn replicas(config: KernelConfig) -> (Env, Env) {
     static N: AtomicUsize = AtomicUsize::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     let schema = format!(
         "kernel_pg_{}_{}_{}",
         std::process::id(),
@@ -66,22 +69,37 @@ async fn occurrences_and_replays_hold_whichever_replica_answers() {
     a.agent("agent", "").await;
     let (exec, lease) = a.start("agent").await;
     // The same call twice in one attempt: occurrences 0 and 1, asked of alternate replicas.
-    let first = a.proceed(&exec, &lease, call_of("fetch", r#"{"u":1}"#)).await;
+    let first = a
+        .proceed(&exec, &lease, call_of("fetch", r#"{"u":1}"#))
+        .await;
     b.complete(&exec, &first, &lease, json!("one")).await;
-    let second = b.proceed(&exec, &lease, call_of("fetch", r#"{"u":1}"#)).await;
-    assert_ne!(first, second, "replica B handed out the next occurrence, not the first again");
+    let second = b
+        .proceed(&exec, &lease, call_of("fetch", r#"{"u":1}"#))
+        .await;
+    assert_ne!(
+        first, second,
+        "replica B handed out the next occurrence, not the first again"
+    );
     assert_eq!(a.step(&exec, &second).await.occurrence, 1);
     a.complete(&exec, &second, &lease, json!("two")).await;
 
     // A new attempt replays both, in order, from either replica.
     let next = a.redeliver(&exec, &lease).await;
     let d = b.submit(&exec, &next, call_of("fetch", r#"{"u":1}"#)).await;
-    assert_eq!((d.decision, d.result.clone()), (Decision::Replay, Some(json!("one"))));
+    assert_eq!(
+        (d.decision, d.result.clone()),
+        (Decision::Replay, Some(json!("one")))
+    );
     let d = a.submit(&exec, &next, call_of("fetch", r#"{"u":1}"#)).await;
-    assert_eq!((d.decision, d.result.clone()), (Decision::Replay, Some(json!("two"))));
+    assert_eq!(
+        (d.decision, d.result.clone()),
+        (Decision::Replay, Some(json!("two")))
+    );
     // The superseded attempt is refused by both.
     for env in [&a, &b] {
-        let e = env.submit_err(&exec, &lease, call_of("fetch", r#"{"u":2}"#)).await;
+        let e = env
+            .submit_err(&exec, &lease, call_of("fetch", r#"{"u":2}"#))
+            .await;
         assert_eq!(e.code, ErrorCode::LeaseSuperseded);
     }
     a.events(&exec).await; // gapless
@@ -129,7 +147,10 @@ async fn two_replicas_claiming_at_once_never_take_the_same_dispatch() {
         }
         for c in x.iter().chain(&y) {
             assert_eq!(c.dispatch.attempt, 1);
-            assert!(taken.insert(c.dispatch.execution_id.clone()), "claimed twice: {c:?}");
+            assert!(
+                taken.insert(c.dispatch.execution_id.clone()),
+                "claimed twice: {c:?}"
+            );
         }
     }
     assert_eq!(taken, ids);
@@ -168,7 +189,9 @@ async fn a_cancel_on_one_replica_ends_the_attempt_and_streams_on_the_other() {
         .expect("the stream on A ended with the execution");
     assert!(end.is_none());
     assert_eq!(
-        a.submit(&exec, &lease, call_of("late", "{}")).await.decision,
+        a.submit(&exec, &lease, call_of("late", "{}"))
+            .await
+            .decision,
         Decision::ExecutionTerminal
     );
 }

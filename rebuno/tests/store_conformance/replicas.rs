@@ -289,12 +289,15 @@ async fn what_one_replica_publishes_the_other_hears() {
         )
     );
 
-    // The publisher hears itself too, on its own channel.
+    // The publisher hears itself too, on its own channel. Its own earlier STREAM messages (the
+    // loop above may have sent several) can still be on their way: wait for the DISPATCH one.
     let mut own = a.subscribe().unwrap();
     let got = tokio::time::timeout(DEADLINE, async {
         a.publish(channels::DISPATCH, "d1".into()).await.unwrap();
         loop {
-            if let StoreMessage::Published { channel, payload } = own.recv().await.unwrap() {
+            if let StoreMessage::Published { channel, payload } = own.recv().await.unwrap()
+                && channel != channels::STREAM
+            {
                 return (channel, payload);
             }
         }

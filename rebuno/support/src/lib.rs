@@ -5,10 +5,14 @@
 //! - `group_commit` (feature `sqlite`): the SQLite group commit both stores' writer threads
 //!   run, with truthful per-change answers;
 //! - `pg` (feature `postgres`): PostgreSQL connections, pool, migrations and LISTEN for both
-//!   crates' PostgreSQL stores.
+//!   crates' PostgreSQL stores;
+//! - `pg_floor` (feature `postgres`): the single-row insert + commit floor the PostgreSQL
+//!   benchmarks compare with.
 
 pub mod civil;
 #[cfg(feature = "sqlite")]
 pub mod group_commit;
 #[cfg(feature = "postgres")]
 pub mod pg;
+#[cfg(feature = "postgres")]
+pub mod pg_floor;

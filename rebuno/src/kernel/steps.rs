@@ -24,6 +24,12 @@ use std::time::Instant;
 
 /// What one snapshot read learns about a submission.
 struct Snapshot {
+    /// The attempt's next occurrence of the call, as counted.
+    counted: u64,
+    /// The occurrence the step is submitted as (the count, or the agent's if ahead).
+    occurrence: u64,
+    /// The step's id at that occurrence.
+    step_id: String,
     /// The execution's agent and status.
     exec: Option<ExecState>,
     lease_ok: bool,
@@ -162,82 +168,77 @@ impl Kernel {
         );
         // An agent replaying locally may have used occurrences the kernel never saw (the
         // occurrence rule still holds: the count only moves forward). It may skip only over
-        // what it replayed: the occurrence before the one it names must be recorded.
-        let counted = self.next_occurrence(lease, &key).await?;
-        let occurrence = counted.max(req.occurrence.unwrap_or(0));
-        let step_id = identity::step_id(
-            execution_id,
-            kind.as_str(),
-            &req.target,
-            &args_hash,
-            occurrence,
-        );
-        let skipped_to = (occurrence > counted).then(|| {
-            identity::step_id(
-                execution_id,
-                kind.as_str(),
-                &req.target,
-                &args_hash,
-                occurrence - 1,
-            )
-        });
-
+        // what it replayed: the occurrence before the one it names must be recorded. On a
+        // shared store the count is read in the snapshot (the previous submit may have gone to
+        // another replica); otherwise it is in memory.
+        let local_count = self.local_occurrence(lease, &key);
         let snap = {
-            let (exec_id, lease, step_id) =
-                (execution_id.to_owned(), lease.clone(), step_id.clone());
+            let (exec_id, lease) = (execution_id.to_owned(), lease.clone());
             let (kind, target, args_hash) = (kind.clone(), req.target.clone(), args_hash.clone());
+            let (key, asked) = (key.clone(), req.occurrence.unwrap_or(0));
             let at_most_once = req.idempotency == Idempotency::AtMostOnce;
             self.inner
                 .store
                 .read_unsettled(move |tx| {
-                    let exec = tx
+                    let counted = match local_count {
+                        Some(counted) => counted,
+                        None => tx
+                            .attempt_occurrence(&lease.dispatch_id, lease.attempt, &key)?
+                            .map_or(0, |consumed| consumed.saturating_add(1)),
+                    };
+                    let occurrence = counted.max(asked);
+                    let step_id =
+                        identity::step_id(&exec_id, kind.as_str(), &target, &args_hash, occurrence);
+                    let mut snap = Snapshot {
+                        counted,
+                        occurrence,
+                        step_id,
+                        exec: None,
+                        lease_ok: false,
+                        step: None,
+                        approval_id: None,
+                        bundle: None,
+                        indeterminate: false,
+                        skip_recorded: false,
+                    };
+                    snap.exec = tx
                         .execution_state(&exec_id)?
                         .map(|(agent_id, status)| ExecState { agent_id, status });
-                    let Some(e) = &exec else {
-                        return Ok(Snapshot {
-                            exec,
-                            lease_ok: false,
-                            step: None,
-                            approval_id: None,
-                            bundle: None,
-                            indeterminate: false,
-                            skip_recorded: false,
-                        });
+                    let Some(e) = &snap.exec else {
+                        return Ok(snap);
                     };
-                    let lease_ok = lease_holds(tx, &exec_id, &lease, true)?;
-                    let step = tx.step(&exec_id, &step_id)?;
-                    let approval_id = match &step {
+                    snap.lease_ok = lease_holds(tx, &exec_id, &lease, true)?;
+                    snap.step = tx.step(&exec_id, &snap.step_id)?;
+                    snap.approval_id = match &snap.step {
                         Some(s) if s.status == StepStatus::AwaitingApproval => {
-                            tx.pending_approval_for_step(&step_id)?.map(|a| a.id)
+                            tx.pending_approval_for_step(&snap.step_id)?.map(|a| a.id)
                         }
                         _ => None,
                     };
                     // Policy inputs matter only for a step that is not recorded yet.
-                    let (bundle, indeterminate) = if step.is_none() {
-                        let bundle = tx.agent(&e.agent_id)?.map(|a| a.policy_bundle);
-                        let indeterminate = at_most_once
+                    if snap.step.is_none() {
+                        snap.bundle = tx.agent(&e.agent_id)?.map(|a| a.policy_bundle);
+                        snap.indeterminate = at_most_once
                             && tx
                                 .has_indeterminate_failure(&exec_id, &kind, &target, &args_hash)?;
-                        (bundle, indeterminate)
+                    }
+                    snap.skip_recorded = if occurrence > counted {
+                        let previous = identity::step_id(
+                            &exec_id,
+                            kind.as_str(),
+                            &target,
+                            &args_hash,
+                            occurrence - 1,
+                        );
+                        tx.step_exists(&exec_id, &previous)?
                     } else {
-                        (None, false)
+                        true
                     };
-                    let skip_recorded = match &skipped_to {
-                        Some(previous) => tx.step_exists(&exec_id, previous)?,
-                        None => true,
-                    };
-                    Ok(Snapshot {
-                        exec,
-                        lease_ok,
-                        step,
-                        approval_id,
-                        bundle,
-                        indeterminate,
-                        skip_recorded,
-                    })
+                    Ok(snap)
                 })
                 .await?
         };
+        let (counted, occurrence, step_id) = (snap.counted, snap.occurrence, snap.step_id.clone());
         let Some(exec) = snap.exec else {
             return Err(KernelError::not_found());
         };

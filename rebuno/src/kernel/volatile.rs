@@ -214,31 +214,21 @@ impl Kernel {
         );
     }
 
-    /// The next occurrence for `key` within the leased attempt (from the database on a shared
-    /// store: the previous submit may have gone to another replica).
-    pub(crate) async fn next_occurrence(
-        &self,
-        lease: &Lease,
-        key: &OccurrenceKey,
-    ) -> KernelResult<u64> {
+    /// The next occurrence for `key` within the leased attempt, from memory; `None` on a
+    /// shared store, where the count is in the database (the previous submit may have gone to
+    /// another replica) and is read with the submit's snapshot.
+    pub(crate) fn local_occurrence(&self, lease: &Lease, key: &OccurrenceKey) -> Option<u64> {
         if self.shared() {
-            let (lease, key) = (lease.clone(), key.clone());
-            let consumed = self
-                .inner
-                .store
-                .read_unsettled(move |tx| {
-                    tx.attempt_occurrence(&lease.dispatch_id, lease.attempt, &key)
-                })
-                .await?;
-            return Ok(consumed.map_or(0, |c| c.saturating_add(1)));
+            return None;
         }
-        Ok(self
-            .attempts()
-            .live
-            .get(&lease.dispatch_id)
-            .filter(|a| a.attempt == lease.attempt)
-            .and_then(|a| a.counters.get(key))
-            .map_or(0, |consumed| consumed.saturating_add(1)))
+        Some(
+            self.attempts()
+                .live
+                .get(&lease.dispatch_id)
+                .filter(|a| a.attempt == lease.attempt)
+                .and_then(|a| a.counters.get(key))
+                .map_or(0, |consumed| consumed.saturating_add(1)),
+        )
     }
 
     /// Records that occurrence `occ` was handed out to the leased attempt (never moves

@@ -25,7 +25,8 @@ impl Floor {
 
     /// Mean time one connection spends on one commit.
     pub fn latency(&self) -> Duration {
-        self.elapsed.mul_f64(self.connections as f64 / self.commits as f64)
+        self.elapsed
+            .mul_f64(self.connections as f64 / self.commits as f64)
     }
 }
 

@@ -142,6 +142,7 @@ conformance!(
     indeterminate_failures_are_found,
     approvals_pending_in_order_and_paged,
     dispatches_round_trip_and_list,
+    renewals_touch_only_the_attempt_in_flight,
     claims_filter_by_status_time_and_agent,
     occurrence_counters_follow_the_attempt,
     terminal_executions_are_deleted_with_their_children,

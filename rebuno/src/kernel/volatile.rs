@@ -20,7 +20,6 @@
 //! holds or waits for a lock.
 
 use super::{Kernel, KernelResult, Lease};
-use crate::protocol::DispatchStatus;
 use crate::store::{StoreExt, StoreResult, Tx};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -353,15 +352,8 @@ impl Kernel {
 /// the reaper of every replica reads, becomes `now`. Nothing unless the dispatch is in flight
 /// with exactly that attempt.
 pub(crate) fn renew_in(tx: &mut dyn Tx, lease: &Lease, now: &str) -> StoreResult<()> {
-    if let Some(mut d) = tx.dispatch(&lease.dispatch_id)?
-        && d.attempt == lease.attempt
-        && d.status == DispatchStatus::InFlight
-    {
-        d.locked_at = Some(now.to_owned());
-        d.updated_at = now.to_owned();
-        tx.put_dispatch(&d)?;
-    }
-    Ok(())
+    tx.renew_dispatch(&lease.dispatch_id, lease.attempt, now)
+        .map(drop)
 }
 
 /// What a submit leaves behind on a shared store, inside a write: occurrence `occ` of `key` is

@@ -212,6 +212,20 @@ pub trait Tx {
     fn dispatch_lease(&mut self, id: &str) -> StoreResult<Option<(String, u32, DispatchStatus)>>;
     /// Inserts or replaces a dispatch.
     fn put_dispatch(&mut self, dispatch: &Dispatch) -> StoreResult<()>;
+    /// Renews a lease: if dispatch `id` is in flight with exactly `attempt`, its `locked_at`
+    /// and `updated_at` become `now` (answers whether it was). A backend may do it in one
+    /// statement; the default reads the row and writes it back.
+    fn renew_dispatch(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<bool> {
+        match self.dispatch(id)? {
+            Some(mut d) if d.attempt == attempt && d.status == DispatchStatus::InFlight => {
+                d.locked_at = Some(now.to_owned());
+                d.updated_at = now.to_owned();
+                self.put_dispatch(&d)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
     /// An execution's dispatches.
     fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>>;
     /// Pending or failed dispatches due at `now`, earliest first, leaving out the dispatches

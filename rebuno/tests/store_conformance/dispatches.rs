@@ -51,6 +51,37 @@ pub async fn dispatches_round_trip_and_list(store: Dyn) {
     assert!(r(&store, |tx| tx.in_flight_dispatches()).await.is_empty());
 }
 
+/// A renewal moves `locked_at` and `updated_at` of the attempt in flight, and nothing else;
+/// another attempt, or a dispatch no longer in flight, is left alone.
+pub async fn renewals_touch_only_the_attempt_in_flight(store: Dyn) {
+    let mut d = dispatch("d1", "e1", DispatchStatus::InFlight, 3);
+    d.attempt = 2;
+    d.locked_at = Some(at(4));
+    let done = dispatch("d2", "e1", DispatchStatus::Acked, 3);
+    let (put, put_done) = (d.clone(), done.clone());
+    w(&store, move |tx| {
+        tx.put_dispatch(&put)?;
+        tx.put_dispatch(&put_done)
+    })
+    .await;
+    let (stale, other, missing) = w(&store, |tx| {
+        Ok((
+            tx.renew_dispatch("d1", 1, &at(9))?,
+            tx.renew_dispatch("d2", 0, &at(9))?,
+            tx.renew_dispatch("zz", 1, &at(9))?,
+        ))
+    })
+    .await;
+    assert_eq!((stale, other, missing), (false, false, false));
+    assert_eq!(r(&store, |tx| tx.dispatch("d1")).await, Some(d.clone()));
+    assert_eq!(r(&store, |tx| tx.dispatch("d2")).await, Some(done));
+
+    assert!(w(&store, |tx| tx.renew_dispatch("d1", 2, &at(7))).await);
+    d.locked_at = Some(at(7));
+    d.updated_at = at(7);
+    assert_eq!(r(&store, |tx| tx.dispatch("d1")).await, Some(d));
+}
+
 pub async fn claims_filter_by_status_time_and_agent(store: Dyn) {
     for (id, agent_id) in [("e1", "alpha"), ("e2", "beta"), ("e3", "gamma")] {
         let e = execution(id, agent_id, ExecutionStatus::Running);

@@ -673,6 +673,15 @@ impl Tx for PgTx<'_, '_> {
         )?;
         Ok(())
     }
+    fn renew_dispatch(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<bool> {
+        // The row is the attempt's own and stays in flight: its counters stay.
+        let n = self.exec(
+            "UPDATE dispatches SET locked_at = $3, updated_at = $3
+             WHERE id = $1 AND attempt = $2 AND status = 'in_flight'",
+            params![id => TEXT, i64::from(attempt) => INT8, now => TEXT],
+        )?;
+        Ok(n > 0)
+    }
     fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>> {
         let sql = format!(
             "SELECT {DISPATCH_COLS} FROM dispatches WHERE execution_id = $1 ORDER BY created_at, id{}",

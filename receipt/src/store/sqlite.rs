@@ -134,18 +134,30 @@ fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result
             return Err(not_a_db(path, "it has no receipt schema"));
         }
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.execute_batch(&format!(
-            "BEGIN IMMEDIATE;
-             {SCHEMA}
-             PRAGMA application_id = {APPLICATION_ID};
-             PRAGMA user_version = {SCHEMA_VERSION};
-             COMMIT;"
-        ))
-        .or_else(|e| {
-            // Another process may have initialised the file between our check and BEGIN.
-            let id: i64 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-            if id == APPLICATION_ID { Ok(()) } else { Err(e) }
-        })?;
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        // Another process may have initialised the file between the check above and BEGIN:
+        // look again, now that no other writer can.
+        let initialised = conn
+            .query_row("PRAGMA application_id", [], |r| r.get::<_, i64>(0))
+            .and_then(|id| {
+                if id == APPLICATION_ID {
+                    return Ok(());
+                }
+                conn.execute_batch(&format!(
+                    "{SCHEMA}
+                     PRAGMA application_id = {APPLICATION_ID};
+                     PRAGMA user_version = {SCHEMA_VERSION};"
+                ))
+            });
+        match initialised {
+            Ok(()) => conn.execute_batch("COMMIT")?,
+            Err(e) => {
+                // A statement that fails leaves the transaction open: close it, so the
+                // connection is not left inside it.
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(e.into());
+            }
+        }
     } else if app_id != APPLICATION_ID {
         return Err(not_a_db(path, format!("application_id is {app_id:#x}")));
     } else {

@@ -212,20 +212,54 @@ impl SqliteStore {
         }
         let writer_conn = open_connection(path, &options, create)?;
         let reader = open_connection(path, &options, false)?;
+        Self::start(
+            path.to_owned(),
+            Arc::new(Mutex::new(writer_conn)),
+            Arc::new(Mutex::new(reader)),
+            options.max_group,
+        )
+    }
+
+    /// A receipt database in memory, gone when the store is dropped (tests, short-lived
+    /// tools). One connection serves the writer thread and the reads, each taking it in turn.
+    pub fn memory() -> Result<SqliteStore> {
+        let conn = Connection::open_in_memory()?;
+        conn.execute_batch(&format!(
+            "BEGIN;
+             {SCHEMA}
+             PRAGMA application_id = {APPLICATION_ID};
+             PRAGMA user_version = {SCHEMA_VERSION};
+             COMMIT;"
+        ))?;
+        let conn = Arc::new(Mutex::new(conn));
+        Self::start(
+            PathBuf::from(":memory:"),
+            Arc::clone(&conn),
+            conn,
+            SqliteOptions::default().max_group,
+        )
+    }
+
+    fn start(
+        path: PathBuf,
+        writer: Arc<Mutex<Connection>>,
+        reader: Arc<Mutex<Connection>>,
+        max_group: usize,
+    ) -> Result<SqliteStore> {
         let (tx, rx) = mpsc::channel::<Job>();
-        let max_group = options.max_group.max(1);
+        let max_group = max_group.max(1);
         std::thread::Builder::new()
             .name("receipt-sqlite-writer".into())
-            .spawn(move || writer_loop(writer_conn, rx, max_group))
+            .spawn(move || writer_loop(&writer, rx, max_group))
             .map_err(|e| Error::Storage(format!("cannot start writer thread: {e}")))?;
         Ok(SqliteStore {
-            path: path.to_owned(),
-            reader: Arc::new(Mutex::new(reader)),
+            path,
+            reader,
             writer: Mutex::new(tx),
         })
     }
 
-    /// The database file.
+    /// The database file (`:memory:` for [`SqliteStore::memory`]).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -266,7 +300,7 @@ async fn run_blocking<T: Send + 'static>(
     }
 }
 
-fn writer_loop(conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize) {
+fn writer_loop(conn: &Mutex<Connection>, rx: mpsc::Receiver<Job>, max_group: usize) {
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
         let mut count = job_size(&jobs[0]);
@@ -279,7 +313,7 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize) {
                 Err(_) => break,
             }
         }
-        run_group(&conn, jobs);
+        run_group(&conn.lock().unwrap_or_else(|e| e.into_inner()), jobs);
     }
 }
 

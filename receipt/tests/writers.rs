@@ -5,7 +5,7 @@
 
 mod cli_support;
 
-use cli_support::{binary, expect_ok};
+use cli_support::{PgSchema, binary, expect_ok, pg_url};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 
@@ -105,6 +105,17 @@ fn concurrent_plain_appends_all_land_on_one_sqlite_file() {
     let target = Target {
         db: dir.path().join("shared.db").display().to_string(),
         env: Vec::new(),
+    };
+    check_all_landed(&target);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+fn concurrent_plain_appends_all_land_on_one_postgres_database() {
+    let schema = PgSchema::new("writers");
+    let target = Target {
+        db: pg_url(),
+        env: vec![("RECEIPT_POSTGRES_SCHEMA".into(), schema.name.clone())],
     };
     check_all_landed(&target);
 }

@@ -72,6 +72,34 @@ pub const SCHEMA_ENV: &str = "RECEIPT_POSTGRES_SCHEMA";
 /// The schema used when `$RECEIPT_POSTGRES_SCHEMA` is not set.
 pub const DEFAULT_SCHEMA: &str = "receipt";
 
+/// The environment variable bounding how long an unreachable database is retried
+/// ([`PgOptions::reconnect_for`]): `300ms`, `5s`, `2m`, or bare seconds.
+pub const RECONNECT_ENV: &str = "RECEIPT_DB_RECONNECT";
+
+/// The environment variable capping a store's connections ([`PgOptions::max_connections`]).
+pub const MAX_CONNS_ENV: &str = "RECEIPT_DB_MAX_CONNS";
+
+/// `300ms`, `5s`, `2m` or bare seconds (`1.5`).
+fn parse_duration(raw: &str) -> Option<Duration> {
+    let raw = raw.trim();
+    let (number, unit) = match raw.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(at) => raw.split_at(at),
+        None => (raw, "s"),
+    };
+    let n: f64 = number
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n >= 0.0)?;
+    let seconds = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return None,
+    };
+    Duration::try_from_secs_f64(seconds).ok()
+}
+
 /// Why a transaction body stopped: the store's refusal (returned as is, never retried) or the
 /// database's failure.
 pub(super) enum TxError {
@@ -134,9 +162,11 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 }
 
 impl PgStore {
-    /// Options for `url` with the schema from `$RECEIPT_POSTGRES_SCHEMA` (when set and not
-    /// empty) or [`DEFAULT_SCHEMA`], and the pool's defaults otherwise. Refuses a schema name
-    /// that is not lowercase letters, digits and `_`.
+    /// Options for `url` from the environment: the schema from `$RECEIPT_POSTGRES_SCHEMA`
+    /// (when set and not empty) or [`DEFAULT_SCHEMA`], the connection cap from
+    /// `$RECEIPT_DB_MAX_CONNS` (default 16) and the reconnect window from
+    /// `$RECEIPT_DB_RECONNECT` (default 30 s); unparsable numbers are ignored. Refuses a schema
+    /// name that is not lowercase letters, digits and `_`.
     pub fn options(url: impl Into<String>) -> Result<PgOptions> {
         let schema = std::env::var(SCHEMA_ENV)
             .ok()
@@ -149,6 +179,19 @@ impl PgStore {
         }
         let mut options = PgOptions::new(url);
         options.schema = Some(schema);
+        if let Some(n) = std::env::var(MAX_CONNS_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|n| *n > 0)
+        {
+            options.max_connections = n;
+        }
+        if let Some(d) = std::env::var(RECONNECT_ENV)
+            .ok()
+            .and_then(|v| parse_duration(&v))
+        {
+            options.reconnect_for = d;
+        }
         Ok(options)
     }
 
@@ -358,5 +401,22 @@ impl ReceiptStore for PgStore {
             tx::create_branch(t, &meta, &request, now, retry)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn reconnect_windows_parse() {
+        assert_eq!(parse_duration("300ms"), Some(Duration::from_millis(300)));
+        assert_eq!(parse_duration(" 5s "), Some(Duration::from_secs(5)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Some(Duration::from_millis(1500)));
+        for bad in ["", "-1s", "5h", "fast", "NaN"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
     }
 }

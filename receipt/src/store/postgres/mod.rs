@@ -264,7 +264,7 @@ impl PgStore {
     }
 
     /// Runs a read, again on a new connection while the connection fails.
-    async fn read<R: Send + 'static>(
+    async fn reading<R: Send + 'static>(
         &self,
         f: impl FnMut(&mut postgres::Client) -> Result<R, postgres::Error> + Send + 'static,
     ) -> Result<R> {
@@ -285,13 +285,13 @@ fn reserved(stream: &str) -> bool {
 impl ReceiptStore for PgStore {
     async fn read_range(&self, stream: &str, from: u64, to: Option<u64>) -> Result<Vec<Receipt>> {
         let stream = stream.to_owned();
-        self.read(move |c| tx::read_range(c, &stream, from, to))
+        self.reading(move |c| tx::read_range(c, &stream, from, to))
             .await
     }
 
     async fn tail(&self, stream: &str) -> Result<Option<Tail>> {
         let stream = stream.to_owned();
-        self.read(move |c| tx::physical_tail(c, &stream)).await
+        self.reading(move |c| tx::physical_tail(c, &stream)).await
     }
 
     async fn append(&self, request: AppendRequest) -> Result<AppendOutcome> {
@@ -363,24 +363,24 @@ impl ReceiptStore for PgStore {
     async fn count_event_ids(&self, stream: &str, event_ids: &[String]) -> Result<usize> {
         let stream = stream.to_owned();
         let ids = event_ids.to_vec();
-        self.read(move |c| tx::count_event_ids(c, &stream, &ids))
+        self.reading(move |c| tx::count_event_ids(c, &stream, &ids))
             .await
     }
 
     async fn list_streams(&self) -> Result<Vec<StreamInfo>> {
-        self.read(tx::list_streams).await
+        self.reading(tx::list_streams).await
     }
 
     async fn branch(&self, name: &str) -> Result<Option<BranchMeta>> {
         let name = name.to_owned();
         Ok(self
-            .read(move |c| tx::branches(c, Some(&name)))
+            .reading(move |c| tx::branches(c, Some(&name)))
             .await?
             .pop())
     }
 
     async fn list_branches(&self) -> Result<Vec<BranchMeta>> {
-        self.read(|c| tx::branches(c, None)).await
+        self.reading(|c| tx::branches(c, None)).await
     }
 
     async fn create_branch(
@@ -418,5 +418,82 @@ mod tests {
         for bad in ["", "-1s", "5h", "fast", "NaN"] {
             assert_eq!(parse_duration(bad), None, "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod server_tests {
+    //! The retry path against a server: what a transaction run again after an unanswered
+    //! `COMMIT` finds.
+
+    use super::*;
+    use crate::sim::{FixedClock, SeededEntropy};
+    use crate::store::AppendOutcome;
+    use serde_json::json;
+
+    fn receipt(stream: &str, prev: Option<String>, seed: u64) -> Receipt {
+        Receipt::build(
+            stream,
+            prev,
+            json!({"type": "t"}),
+            None,
+            crate::receipt::Hints::new(),
+            &FixedClock::new(1, 1),
+            &SeededEntropy::new(seed),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+    async fn a_retried_append_finds_its_own_commit() {
+        let url = std::env::var("REBUNO_TEST_PG_URL").expect("REBUNO_TEST_PG_URL");
+        let schema = format!("r_retry_{}", std::process::id());
+        let mut options = PgOptions::new(url.clone());
+        options.schema = Some(schema.clone());
+        let store = PgStore::connect(options).await.unwrap();
+        let request = AppendRequest {
+            stream: "s".into(),
+            receipts: vec![receipt("s", None, 1)],
+            expected_tail: None,
+        };
+        let (prefix, now) = (store.prefix.clone(), 0);
+        let run = |retry: bool| {
+            let (request, prefix) = (request.clone(), prefix.clone());
+            store.write(move |t, _| {
+                tx::lock_streams(t, &prefix, ["s"])?;
+                tx::append(t, &request, now, retry)
+            })
+        };
+        let first = run(false).await.unwrap();
+        // Run again as a retry (the first commit's answer lost): the receipts are found by
+        // hash and the outcome is the first run's, with nothing written twice.
+        assert_eq!(run(true).await.unwrap(), first);
+        // Run again as a fresh request: the compare-and-swap refuses it.
+        assert!(matches!(run(false).await, Err(Error::ExpectedPrev { .. })));
+        assert_eq!(ReceiptStore::read(&store, "s").await.unwrap().len(), 1);
+        // A retry of a request that never committed goes through normally.
+        let next = AppendRequest {
+            stream: "s".into(),
+            receipts: vec![receipt("s", Some(request.receipts[0].hash().into()), 2)],
+            expected_tail: Some(request.receipts[0].hash().into()),
+        };
+        let prefix2 = prefix.clone();
+        let out = store
+            .write(move |t, _| {
+                tx::lock_streams(t, &prefix2, ["s"])?;
+                tx::append(t, &next, now, true)
+            })
+            .await
+            .unwrap();
+        assert!(matches!(out, AppendOutcome::Appended { tail } if tail.seq == 1));
+        drop(store);
+        std::thread::spawn(move || {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+                .unwrap();
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -418,6 +418,9 @@ impl Runtime {
         if !ids.is_empty() {
             let present = self.store.count_event_ids(stream, ids).await?;
             if present == ids.len() {
+                // Another writer may have applied it after `mark` was read: report the chain
+                // that holds it.
+                let (mark, _, _) = self.advance(stream, Some(mark)).await?;
                 self.remember(stream, &mark);
                 return Ok(Attempt::Done(Executed {
                     receipts: Vec::new(),

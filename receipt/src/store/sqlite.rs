@@ -28,6 +28,8 @@ use tokio::sync::oneshot;
 /// `PRAGMA application_id` of a receipt database ("RCPT").
 const APPLICATION_ID: i64 = 0x5243_5054;
 const SCHEMA_VERSION: i64 = 1;
+/// How long a statement waits for another process's lock on the file.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 const SCHEMA: &str = "
 CREATE TABLE receipt_streams (
@@ -112,6 +114,33 @@ fn not_a_db(path: &Path, detail: impl Into<String>) -> Error {
     }
 }
 
+/// Puts the file in WAL mode unless it is already. Switching needs the file to itself, and SQLite
+/// answers "database is locked" at once (without its busy handler) when another process is
+/// opening or switching it at the same moment: that is retried for as long as the busy timeout.
+fn ensure_wal(conn: &Connection) -> Result<()> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let attempt = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get::<_, String>(0))
+            .and_then(|mode| {
+                if mode.eq_ignore_ascii_case("wal") {
+                    Ok(())
+                } else {
+                    conn.pragma_update(None, "journal_mode", "WAL")
+                }
+            });
+        match attempt {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
 fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result<Connection> {
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
@@ -119,57 +148,66 @@ fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result
     }
     let conn = Connection::open_with_flags(path, flags)
         .map_err(|e| Error::Storage(format!("cannot open {}: {e}", path.display())))?;
-    conn.busy_timeout(std::time::Duration::from_secs(30))?;
-    let app_id: i64 = conn
-        .query_row("PRAGMA application_id", [], |r| r.get(0))
-        .map_err(|e| not_a_db(path, e.to_string()))?;
-    if app_id == 0 {
-        let tables: i64 = conn
-            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-            .map_err(|e| not_a_db(path, e.to_string()))?;
-        if tables != 0 {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let read_id = |conn: &Connection| -> Result<i64> {
+        conn.query_row("PRAGMA application_id", [], |r| r.get(0))
+            .map_err(|e| not_a_db(path, e.to_string()))
+    };
+    let count_tables = |conn: &Connection| -> Result<i64> {
+        conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .map_err(|e| not_a_db(path, e.to_string()))
+    };
+    let mut app_id = read_id(&conn)?;
+    if app_id == 0 && !create {
+        if count_tables(&conn)? != 0 {
             return Err(not_a_db(path, "it holds other tables"));
         }
-        if !create {
-            return Err(not_a_db(path, "it has no receipt schema"));
-        }
-        conn.pragma_update(None, "journal_mode", "WAL")?;
+        return Err(not_a_db(path, "it has no receipt schema"));
+    }
+    if app_id == 0 {
+        ensure_wal(&conn)?;
         conn.execute_batch("BEGIN IMMEDIATE")?;
-        // Another process may have initialised the file between the check above and BEGIN:
-        // look again, now that no other writer can.
-        let initialised = conn
-            .query_row("PRAGMA application_id", [], |r| r.get::<_, i64>(0))
-            .and_then(|id| {
-                if id == APPLICATION_ID {
-                    return Ok(());
-                }
-                conn.execute_batch(&format!(
-                    "{SCHEMA}
-                     PRAGMA application_id = {APPLICATION_ID};
-                     PRAGMA user_version = {SCHEMA_VERSION};"
-                ))
-            });
+        // Check again now that no other writer can: another process may have initialised
+        // the file (or written other tables into it) since the look above.
+        let initialised = (|| -> Result<i64> {
+            let id = read_id(&conn)?;
+            if id != 0 {
+                return Ok(id);
+            }
+            if count_tables(&conn)? != 0 {
+                return Err(not_a_db(path, "it holds other tables"));
+            }
+            conn.execute_batch(&format!(
+                "{SCHEMA}
+                 PRAGMA application_id = {APPLICATION_ID};
+                 PRAGMA user_version = {SCHEMA_VERSION};"
+            ))?;
+            Ok(APPLICATION_ID)
+        })();
         match initialised {
-            Ok(()) => conn.execute_batch("COMMIT")?,
+            Ok(id) => {
+                conn.execute_batch("COMMIT")?;
+                app_id = id;
+            }
             Err(e) => {
                 // A statement that fails leaves the transaction open: close it, so the
                 // connection is not left inside it.
                 let _ = conn.execute_batch("ROLLBACK");
-                return Err(e.into());
+                return Err(e);
             }
         }
-    } else if app_id != APPLICATION_ID {
-        return Err(not_a_db(path, format!("application_id is {app_id:#x}")));
-    } else {
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        if version > SCHEMA_VERSION {
-            return Err(not_a_db(
-                path,
-                format!("schema version {version} is newer than this build supports"),
-            ));
-        }
     }
-    conn.pragma_update(None, "journal_mode", "WAL")?;
+    if app_id != APPLICATION_ID {
+        return Err(not_a_db(path, format!("application_id is {app_id:#x}")));
+    }
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Err(not_a_db(
+            path,
+            format!("schema version {version} is newer than this build supports"),
+        ));
+    }
+    ensure_wal(&conn)?;
     conn.pragma_update(
         None,
         "synchronous",

@@ -19,6 +19,18 @@ pub enum Error {
         /// The actual head (`None`: an empty stream).
         actual: Option<String>,
     },
+    /// A command that states no expected prev was re-linked onto a new tail and appended
+    /// again as many times as the runtime allows, and another writer appended first every
+    /// time.
+    #[error(
+        "gave up appending to stream '{stream}' after {attempts} attempts: other writers appended first each time"
+    )]
+    Contended {
+        /// The stream.
+        stream: String,
+        /// How many times the command was built and appended.
+        attempts: u32,
+    },
     /// Some but not all of a command's event ids are already recorded (a corruption signal,
     /// since commands are appended atomically).
     #[error("command '{0}' is partially applied")]

@@ -5,8 +5,8 @@
 //!
 //! - [`canonical`]: RFC 8785 (JCS) canonical JSON, the bytes every hash covers;
 //! - [`receipt`](mod@receipt): the record, ids, hashing and [`verify`];
-//! - [`store`]: the [`ReceiptStore`] trait with in-memory and SQLite (feature `sqlite`, on by
-//!   default) backends;
+//! - [`store`]: the [`ReceiptStore`] trait with in-memory, SQLite (feature `sqlite`, on by
+//!   default) and PostgreSQL (feature `postgres`, for several writers on one database) backends;
 //! - [`branch`]: [`fork`](branch::fork) and materialized reads of branches;
 //! - [`runtime`]: per-stream command execution (dedup, expected prev) and incremental folds;
 //! - [`fold`]: reducers and the `on(type)` / `chain()` view helpers;
@@ -53,6 +53,8 @@ pub use receipt::{
     Hints, Receipt, ReceiptContext, Verified, VerifyFailure, VerifyReason, verify, verify_from,
 };
 pub use runtime::{Command, Executed, Runtime};
+#[cfg(feature = "postgres")]
+pub use store::PgStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{

@@ -107,6 +107,15 @@ pub struct Executed {
     pub len: u64,
 }
 
+/// How one attempt of [`Runtime::execute`] ended.
+enum Attempt {
+    /// Appended, or found applied already.
+    Done(Executed),
+    /// The store refused the append: its stored tail is no longer the one the receipts were
+    /// built on (the store's [`Error::ExpectedPrev`]).
+    Moved(Error),
+}
+
 /// What has been verified of one stream.
 #[derive(Debug, Clone, Default)]
 struct Verified {
@@ -129,6 +138,10 @@ type FoldKey = (String, TypeId, u32);
 /// keeps by default.
 pub const DEFAULT_CACHE_CAPACITY: usize = 4096;
 
+/// How many times a command without an expected prev is built and appended by default before
+/// [`Runtime::execute`] gives up with [`Error::Contended`].
+pub const DEFAULT_RELINK_ATTEMPTS: u32 = 1000;
+
 /// How many entries a runtime's per-stream tables hold (for tests of bounded memory).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +162,7 @@ pub struct Runtime {
     locks: StreamLocks,
     heads: Mutex<LruMap<String, Verified>>,
     folds: Mutex<LruMap<FoldKey, FoldCache>>,
+    relink_attempts: u32,
 }
 
 /// Locks a cache table; a panic elsewhere leaves it consistent (every update is one call).
@@ -166,7 +180,17 @@ impl Runtime {
             locks: StreamLocks::default(),
             heads: Mutex::new(LruMap::new(DEFAULT_CACHE_CAPACITY)),
             folds: Mutex::new(LruMap::new(DEFAULT_CACHE_CAPACITY)),
+            relink_attempts: DEFAULT_RELINK_ATTEMPTS,
         }
+    }
+
+    /// How many times [`Runtime::execute`] builds and appends a command that states no
+    /// expected prev while other writers keep appending first (at least 1; default
+    /// [`DEFAULT_RELINK_ATTEMPTS`]). Each refused attempt means another writer's append
+    /// landed, so the bound is only reached under sustained contention on one stream.
+    pub fn with_relink_attempts(mut self, attempts: u32) -> Self {
+        self.relink_attempts = attempts.max(1);
+        self
     }
 
     /// Bounds the caches: at most `capacity` streams' verified heads and `capacity` fold states
@@ -323,6 +347,17 @@ impl Runtime {
     /// Applies `command` to `stream`: serialized per stream, refused on a corrupt chain,
     /// skipped whole when every event id is already recorded, checked against the expected
     /// prev, then appended atomically.
+    ///
+    /// **Other writers.** The per-stream lock only orders this runtime's commands; another
+    /// runtime (another process on the same database) may append between this one's read of
+    /// the tail and its append, and the store then refuses the append
+    /// ([`Error::ExpectedPrev`]). A command that states an expected prev
+    /// ([`Command::expect_prev`]) is refused in that case: the head it was written against has
+    /// moved. A command that states none does not depend on the head, so it is re-linked: the
+    /// tail is read again (and what was added verified), the dedup check repeats (the other
+    /// writer may have applied this very command), the receipts are rebuilt on the new tail
+    /// (new `id`, `ts`, `prev` and hash) and appended again, up to
+    /// [`Runtime::with_relink_attempts`] attempts, after which [`Error::Contended`] says so.
     pub async fn execute(&self, stream: &str, command: Command) -> Result<Executed> {
         if command.events.is_empty() {
             return Err(Error::Invalid("a command needs at least one event".into()));
@@ -334,20 +369,65 @@ impl Runtime {
         }
         let entry = self.locks.entry(stream);
         let _guard = entry.lock().await;
-        let cached = table(&self.heads).get(stream).cloned();
-        let (mut mark, _, _) = self.advance(stream, cached).await?;
-
         let ids = command.hint_ids();
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let cached = table(&self.heads).get(stream).cloned();
+            let (mark, _, _) = self.advance(stream, cached).await?;
+            match self.attempt(stream, &command, &ids, mark).await? {
+                Attempt::Done(executed) => return Ok(executed),
+                Attempt::Moved(_) if command.expected_prev.is_none() => {
+                    if attempt >= self.relink_attempts {
+                        return Err(Error::Contended {
+                            stream: stream.to_owned(),
+                            attempts: attempt,
+                        });
+                    }
+                    // Somebody else's append landed: give the other tasks of this thread a
+                    // turn before reading the new tail.
+                    tokio::task::yield_now().await;
+                }
+                Attempt::Moved(store_error) => {
+                    // The store compared stored tails; the caller stated a materialized head
+                    // (they differ on a branch): report the head it would now have to name.
+                    let cached = table(&self.heads).get(stream).cloned();
+                    let (mark, _, _) = match self.advance(stream, cached).await {
+                        Ok(advanced) => advanced,
+                        Err(_) => return Err(store_error),
+                    };
+                    self.remember(stream, &mark);
+                    return Err(Error::ExpectedPrev {
+                        expected: command.expected_prev.clone().flatten(),
+                        actual: mark.head,
+                    });
+                }
+            }
+        }
+    }
+
+    /// One attempt of [`Runtime::execute`] on the verified state `mark`: dedup, the caller's
+    /// expected prev, then the receipts built on `mark`'s tail and appended.
+    async fn attempt(
+        &self,
+        stream: &str,
+        command: &Command,
+        ids: &[String],
+        mut mark: Verified,
+    ) -> Result<Attempt> {
         if !ids.is_empty() {
-            let present = self.store.count_event_ids(stream, &ids).await?;
+            let present = self.store.count_event_ids(stream, ids).await?;
             if present == ids.len() {
+                // Another writer may have applied it after `mark` was read: report the chain
+                // that holds it.
+                let (mark, _, _) = self.advance(stream, Some(mark)).await?;
                 self.remember(stream, &mark);
-                return Ok(Executed {
+                return Ok(Attempt::Done(Executed {
                     receipts: Vec::new(),
                     duplicate: true,
                     head: mark.head,
                     len: mark.len,
-                });
+                }));
             }
             if present > 0 {
                 return Err(Error::PartiallyApplied(
@@ -358,6 +438,7 @@ impl Runtime {
         if let Some(expected) = &command.expected_prev
             && *expected != mark.head
         {
+            self.remember(stream, &mark);
             return Err(Error::ExpectedPrev {
                 expected: expected.clone(),
                 actual: mark.head.clone(),
@@ -366,7 +447,7 @@ impl Runtime {
 
         let mut stored: Vec<Receipt> = Vec::with_capacity(command.events.len());
         let mut visible: Vec<Receipt> = Vec::with_capacity(command.events.len());
-        for (i, body) in command.events.into_iter().enumerate() {
+        for (i, body) in command.events.iter().enumerate() {
             let mut hints = command.hints.clone();
             if let Some(id) = ids.get(i) {
                 hints.insert(EVENT_ID_HINT.to_owned(), Value::String(id.clone()));
@@ -378,7 +459,7 @@ impl Runtime {
             let r = Receipt::build(
                 stream,
                 stored_prev,
-                body,
+                body.clone(),
                 command.context.clone(),
                 hints,
                 &*self.clock,
@@ -398,13 +479,25 @@ impl Runtime {
             receipts: stored.clone(),
             expected_tail: mark.stored_tail.clone(),
         };
-        match self.store.append(request).await? {
-            AppendOutcome::Duplicate => Ok(Executed {
-                receipts: Vec::new(),
-                duplicate: true,
-                head: mark.head,
-                len: mark.len,
-            }),
+        let outcome = match self.store.append(request).await {
+            Ok(outcome) => outcome,
+            // The stored tail moved since `mark` was read: the cached mark is stale, and the
+            // next read of the tail takes the incremental path from it.
+            Err(e @ Error::ExpectedPrev { .. }) => return Ok(Attempt::Moved(e)),
+            Err(e) => return Err(e),
+        };
+        Ok(Attempt::Done(match outcome {
+            // Another writer applied the same event ids after the check above.
+            AppendOutcome::Duplicate => {
+                let (mark, _, _) = self.advance(stream, Some(mark)).await?;
+                self.remember(stream, &mark);
+                Executed {
+                    receipts: Vec::new(),
+                    duplicate: true,
+                    head: mark.head,
+                    len: mark.len,
+                }
+            }
             AppendOutcome::Appended { tail } => {
                 let visible = if mark.branch { visible } else { stored };
                 mark.stored_len = tail.seq + 1;
@@ -412,14 +505,14 @@ impl Runtime {
                 mark.len += visible.len() as u64;
                 mark.head = visible.last().map(|r| r.hash().to_owned());
                 self.remember(stream, &mark);
-                Ok(Executed {
+                Executed {
                     receipts: visible,
                     duplicate: false,
                     head: mark.head,
                     len: mark.len,
-                })
+                }
             }
-        }
+        }))
     }
 
     fn remember(&self, stream: &str, mark: &Verified) {

@@ -1,12 +1,13 @@
 //! `receipt new` (scaffold an agent spec from a template) and `receipt run` (run or resume an
 //! agent registered in the binary).
 
+use super::db::Db;
 use super::report::{print_json, print_text};
 use super::{CliResult, Failure, fail};
+use crate::Command;
 use crate::agent::{ControllerOptions, InProcessDispatcher, Registry, RemoteWorker, RunOutcome};
 use crate::receipt::base36;
 use crate::sim::{Clock, EntropySource, OsEntropy, SystemClock};
-use crate::{Command, Runtime, SqliteStore};
 use clap::Args;
 use serde::Serialize;
 use serde_json::json;
@@ -456,7 +457,7 @@ fn default_run_id() -> String {
     format!("run_{}_{suffix}", base36(now))
 }
 
-pub(super) async fn run(db: &Path, a: RunArgs, registry: Arc<Registry>) -> CliResult {
+pub(super) async fn run(db: &Db, a: RunArgs, registry: Arc<Registry>) -> CliResult {
     let Some(problem) = a.problem.filter(|p| !p.is_empty()) else {
         return fail("--problem is required");
     };
@@ -480,11 +481,7 @@ pub(super) async fn run(db: &Path, a: RunArgs, registry: Arc<Registry>) -> CliRe
     let run_stream = a
         .run_stream
         .unwrap_or_else(|| format!("{stream}/runs/{run_id}"));
-    if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Failure::Message(format!("cannot create {}: {e}", dir.display())))?;
-    }
-    let runtime = Arc::new(Runtime::new(Arc::new(SqliteStore::open(db)?)));
+    let runtime = Arc::new(db.runtime(true).await?);
     if let Some(seed) = agent.seed_type() {
         let command = Command::new(vec![json!({"type": seed, "prompt": problem})])
             .event_id(format!("seed:{run_id}"));

@@ -7,8 +7,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 const AFTER_HELP: &str = "\
-Database: --db <path>, else $RECEIPT_DB, else .receipt/receipts.db in the current directory.
-Only `append` creates the database; every other command needs an existing one.
+Database: --db <path|url>, else $RECEIPT_DB, else .receipt/receipts.db in the current directory.
+A path is a SQLite file: only `append` and `run` create it; every other command needs an
+existing one. A postgres://user:password@host/db URL is PostgreSQL, shared by every process that
+names it; its tables live in the schema $RECEIPT_POSTGRES_SCHEMA (default: receipt).
 
 Stream arguments <t>: a value containing '/' is used as the stream name; otherwise an exact
 stream name, otherwise the stream ending in '/runs/<value>' (a run id).
@@ -19,8 +21,9 @@ Errors print one line `error: <message>` on stderr and exit with status 1.";
 #[derive(Debug, Parser)]
 #[command(name = "receipt", version, after_help = AFTER_HELP)]
 pub(super) struct Cli {
-    /// Receipt database file (overrides $RECEIPT_DB; default .receipt/receipts.db)
-    #[arg(long, global = true, value_name = "PATH")]
+    /// Receipt database: a SQLite file or a postgres:// URL (overrides $RECEIPT_DB; default
+    /// .receipt/receipts.db)
+    #[arg(long, global = true, value_name = "PATH|URL")]
     pub(super) db: Option<PathBuf>,
 
     #[command(subcommand)]

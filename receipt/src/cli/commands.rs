@@ -2,30 +2,27 @@
 //! `verify`, `fork` and `streams` (`new` and `run` are in the `agents` module).
 
 use super::args::{AppendArgs, ForkArgs, ReportArgs, StreamsArgs, TraceArgs, VerifyArgs};
+use super::db::Db;
 use super::report::{
     DuplicateReport, ForkReport, InspectReport, ReplayReport, StreamEntry, TraceEntry, TraceReport,
     VerifyFailed, VerifyOk, emit_report, print_json, print_text,
 };
 use super::target::{read_target, resolve, resolve_existing};
 use super::time::iso_ts;
-use super::{CliResult, Failure, fail, open_existing};
+use super::{CliResult, Failure, fail};
 use crate::receipt::base36;
 use crate::sim::{Clock, SystemClock};
-use crate::{
-    BranchMeta, Command, ReceiptStore, Runtime, SqliteStore, Verified, VerifyFailure, verify,
-};
+use crate::{BranchMeta, Command, ReceiptStore, Verified, VerifyFailure, verify};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io;
-use std::path::Path;
-use std::sync::Arc;
 
 /// The largest event body `append` accepts, in bytes (what the rebuno kernel accepts as a
 /// request body).
 const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
 /// `append`: one event, from the argument or stdin, as one command.
-pub(super) async fn append(db: &Path, a: AppendArgs) -> CliResult {
+pub(super) async fn append(db: &Db, a: AppendArgs) -> CliResult {
     if a.stream.is_empty() {
         return fail("stream name must not be empty");
     }
@@ -62,8 +59,7 @@ pub(super) async fn append(db: &Path, a: AppendArgs) -> CliResult {
         command = command.expect_prev(prev);
     }
 
-    let store = SqliteStore::open(db)?;
-    let rt = Runtime::new(Arc::new(store));
+    let rt = db.runtime(true).await?;
     let done = rt.execute(&a.stream, command).await?;
     if done.duplicate {
         return print_json(&DuplicateReport {
@@ -111,7 +107,7 @@ fn json_kind(v: &Value) -> &'static str {
 }
 
 /// `trace`: index, ISO timestamp and event type of each receipt (or JSON).
-pub(super) async fn trace(db: &Path, a: TraceArgs) -> CliResult {
+pub(super) async fn trace(db: &Db, a: TraceArgs) -> CliResult {
     let (stream, chain) = read_target(db, &a.target).await?;
     if a.json || a.output_file.is_some() {
         let receipts = chain
@@ -143,7 +139,7 @@ pub(super) async fn trace(db: &Path, a: TraceArgs) -> CliResult {
 }
 
 /// `replay`: the full receipts as JSON.
-pub(super) async fn replay(db: &Path, a: ReportArgs) -> CliResult {
+pub(super) async fn replay(db: &Db, a: ReportArgs) -> CliResult {
     let (stream, chain) = read_target(db, &a.target).await?;
     let report = ReplayReport {
         stream: &stream,
@@ -153,8 +149,8 @@ pub(super) async fn replay(db: &Path, a: ReportArgs) -> CliResult {
 }
 
 /// `inspect`: the receipt count and the last receipt.
-pub(super) async fn inspect(db: &Path, a: ReportArgs) -> CliResult {
-    let rt = open_existing(db)?;
+pub(super) async fn inspect(db: &Db, a: ReportArgs) -> CliResult {
+    let rt = db.runtime(false).await?;
     let store = rt.store();
     let stream = resolve_existing(&**store, &a.target).await?;
     // A plain stream's count and last receipt come from its tail: reading the whole chain
@@ -184,8 +180,8 @@ pub(super) async fn inspect(db: &Path, a: ReportArgs) -> CliResult {
 }
 
 /// `verify`: checks the hash chain; a broken chain is an error.
-pub(super) async fn verify_cmd(db: &Path, a: VerifyArgs) -> CliResult {
-    let rt = open_existing(db)?;
+pub(super) async fn verify_cmd(db: &Db, a: VerifyArgs) -> CliResult {
+    let rt = db.runtime(false).await?;
     let stream = resolve_existing(&**rt.store(), &a.target).await?;
     match verify_stream(&**rt.store(), &stream).await? {
         Ok(v) => {
@@ -234,7 +230,7 @@ async fn verify_stream(
 }
 
 /// `fork`: a branch of a stream at an index (metadata only).
-pub(super) async fn fork(db: &Path, a: ForkArgs) -> CliResult {
+pub(super) async fn fork(db: &Db, a: ForkArgs) -> CliResult {
     let Some(raw_at) = a.at.or(a.at_pos) else {
         return fail("--at is required");
     };
@@ -244,7 +240,7 @@ pub(super) async fn fork(db: &Path, a: ForkArgs) -> CliResult {
     {
         return fail("--name must not be empty");
     }
-    let rt = open_existing(db)?;
+    let rt = db.runtime(false).await?;
     let stream = resolve(&**rt.store(), &a.target).await?;
     let name = a.name.or(a.name_pos).unwrap_or_else(|| {
         let now = u64::try_from(SystemClock.now_ms()).unwrap_or(0);
@@ -269,8 +265,8 @@ fn parse_at(raw: &str) -> CliResult<u64> {
 }
 
 /// `streams`: every stream and branch, as a table or JSON.
-pub(super) async fn streams(db: &Path, a: StreamsArgs) -> CliResult {
-    let store = SqliteStore::open_existing(db)?;
+pub(super) async fn streams(db: &Db, a: StreamsArgs) -> CliResult {
+    let store = db.open(false).await?;
     struct Row {
         count: u64,
         head: Option<String>,

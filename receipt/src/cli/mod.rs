@@ -13,15 +13,18 @@
 //! }
 //! ```
 //!
-//! Every command works on one database file: `--db <path>`, else `$RECEIPT_DB`, else
-//! `.receipt/receipts.db` under the current directory. Only `append` may create it; every other
-//! command opens an existing receipt database and fails otherwise.
+//! Every command works on one database: `--db <path|url>`, else `$RECEIPT_DB`, else
+//! `.receipt/receipts.db` under the current directory. A file is SQLite: only `append` and
+//! `run` may create it; every other command opens an existing receipt database and fails
+//! otherwise. A `postgres://` URL is PostgreSQL (the `db` module): several processes and
+//! machines may share it, and its password is never printed.
 //!
 //! Errors are one line, `error: <message>` on stderr, with exit code 1. Stream arguments `<t>`
 //! resolve in the `target` module: a value containing `/` is a stream name, otherwise an exact
 //! stream name, otherwise the run stream ending in `/runs/<value>`.
 //!
-//! The parts: `args` (the command line as clap parses it), `commands` (the database commands),
+//! The parts: `args` (the command line as clap parses it), `db` (which database, opening it),
+//! `commands` (the database commands),
 //! `agents` (`new` and `run`), `target` (stream arguments), `report` (what is printed) and
 //! `time` (timestamps as ISO 8601). This module parses, dispatches and turns failures into
 //! exit codes.
@@ -29,6 +32,7 @@
 mod agents;
 mod args;
 mod commands;
+mod db;
 mod report;
 mod target;
 mod time;
@@ -36,12 +40,12 @@ mod time;
 pub use agents::{TEMPLATES, template};
 
 use crate::agent::Registry;
-use crate::{Runtime, SqliteStore};
 use args::{Cli, Cmd};
 use clap::Parser;
 use commands::{append, fork, inspect, replay, streams, trace, verify_cmd};
+use db::Db;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -153,13 +157,14 @@ fn run(cli: Cli, registry: Arc<Registry>) -> CliResult {
     if let Cmd::New(a) = &command {
         return agents::new(a);
     }
-    let db = db_path(cli.db)?;
+    let db = Db::parse(db_path(cli.db)?);
     // Timers: the controller bounds every local action (and a remote call) with a timeout.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure::Message(format!("cannot start the async runtime: {e}")))?;
-    rt.block_on(async move {
+    let scrub = db.clone();
+    let outcome = rt.block_on(async move {
         match command {
             Cmd::Append(a) => append(&db, a).await,
             Cmd::Trace(a) => trace(&db, a).await,
@@ -174,7 +179,11 @@ fn run(cli: Cli, registry: Arc<Registry>) -> CliResult {
             // Reported as an unknown command above.
             Cmd::External(_) => Ok(()),
         }
-    })
+    });
+    match outcome {
+        Err(Failure::Message(m)) => Err(Failure::Message(scrub.scrub(m))),
+        other => other,
+    }
 }
 
 /// `--db`, else a non-empty `$RECEIPT_DB`, else the default.
@@ -186,10 +195,4 @@ fn db_path(flag: Option<PathBuf>) -> CliResult<PathBuf> {
             .filter(|v| !v.is_empty())
             .map_or_else(|| PathBuf::from(DEFAULT_DB), PathBuf::from)),
     }
-}
-
-/// A runtime over an existing receipt database (read commands and fork never create one).
-fn open_existing(db: &Path) -> CliResult<Runtime> {
-    let store = SqliteStore::open_existing(db)?;
-    Ok(Runtime::new(Arc::new(store)))
 }

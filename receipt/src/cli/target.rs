@@ -1,9 +1,9 @@
 //! Resolving a stream argument `<t>`: a value containing `/` is a stream name, otherwise an
 //! exact stream name, otherwise the run stream ending in `/runs/<value>` (a run id).
 
-use super::{CliResult, fail, open_existing};
+use super::db::Db;
+use super::{CliResult, fail};
 use crate::{Receipt, ReceiptStore};
-use std::path::Path;
 
 /// Every stream that exists: streams with stored receipts and branches (which may have none).
 pub(super) async fn known_streams(store: &dyn ReceiptStore) -> CliResult<Vec<String>> {
@@ -48,8 +48,8 @@ pub(super) async fn resolve_existing(store: &dyn ReceiptStore, value: &str) -> C
 }
 
 /// Opens the database, resolves `<t>` and reads its materialized chain.
-pub(super) async fn read_target(db: &Path, target: &str) -> CliResult<(String, Vec<Receipt>)> {
-    let rt = open_existing(db)?;
+pub(super) async fn read_target(db: &Db, target: &str) -> CliResult<(String, Vec<Receipt>)> {
+    let rt = db.runtime(false).await?;
     let stream = resolve_existing(&**rt.store(), target).await?;
     let chain = rt.read(&stream).await?;
     Ok((stream, chain))

@@ -1,5 +1,5 @@
-//! Receipt storage: the [`ReceiptStore`] trait and its backends ([`MemoryStore`], and
-//! `SqliteStore` with the `sqlite` feature).
+//! Receipt storage: the [`ReceiptStore`] trait and its backends ([`MemoryStore`],
+//! `SqliteStore` with the `sqlite` feature and `PgStore` with the `postgres` feature).
 //!
 //! The trait is the contract every backend keeps, PostgreSQL included: an append is one atomic
 //! unit (all receipts of a command or none), checked inside that unit against the stream's
@@ -9,10 +9,14 @@
 //! `branch.meta.upsert` receipt on [`BRANCH_META_STREAM`].
 
 mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PgStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore};
 

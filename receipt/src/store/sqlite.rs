@@ -28,6 +28,8 @@ use tokio::sync::oneshot;
 /// `PRAGMA application_id` of a receipt database ("RCPT").
 const APPLICATION_ID: i64 = 0x5243_5054;
 const SCHEMA_VERSION: i64 = 1;
+/// How long a statement waits for another process's lock on the file.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 const SCHEMA: &str = "
 CREATE TABLE receipt_streams (
@@ -112,6 +114,33 @@ fn not_a_db(path: &Path, detail: impl Into<String>) -> Error {
     }
 }
 
+/// Puts the file in WAL mode unless it is already. Switching needs the file to itself, and SQLite
+/// answers "database is locked" at once (without its busy handler) when another process is
+/// opening or switching it at the same moment: that is retried for as long as the busy timeout.
+fn ensure_wal(conn: &Connection) -> Result<()> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let attempt = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get::<_, String>(0))
+            .and_then(|mode| {
+                if mode.eq_ignore_ascii_case("wal") {
+                    Ok(())
+                } else {
+                    conn.pragma_update(None, "journal_mode", "WAL")
+                }
+            });
+        match attempt {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
 fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result<Connection> {
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
@@ -119,45 +148,66 @@ fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result
     }
     let conn = Connection::open_with_flags(path, flags)
         .map_err(|e| Error::Storage(format!("cannot open {}: {e}", path.display())))?;
-    conn.busy_timeout(std::time::Duration::from_secs(30))?;
-    let app_id: i64 = conn
-        .query_row("PRAGMA application_id", [], |r| r.get(0))
-        .map_err(|e| not_a_db(path, e.to_string()))?;
-    if app_id == 0 {
-        let tables: i64 = conn
-            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-            .map_err(|e| not_a_db(path, e.to_string()))?;
-        if tables != 0 {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let read_id = |conn: &Connection| -> Result<i64> {
+        conn.query_row("PRAGMA application_id", [], |r| r.get(0))
+            .map_err(|e| not_a_db(path, e.to_string()))
+    };
+    let count_tables = |conn: &Connection| -> Result<i64> {
+        conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .map_err(|e| not_a_db(path, e.to_string()))
+    };
+    let mut app_id = read_id(&conn)?;
+    if app_id == 0 && !create {
+        if count_tables(&conn)? != 0 {
             return Err(not_a_db(path, "it holds other tables"));
         }
-        if !create {
-            return Err(not_a_db(path, "it has no receipt schema"));
-        }
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.execute_batch(&format!(
-            "BEGIN IMMEDIATE;
-             {SCHEMA}
-             PRAGMA application_id = {APPLICATION_ID};
-             PRAGMA user_version = {SCHEMA_VERSION};
-             COMMIT;"
-        ))
-        .or_else(|e| {
-            // Another process may have initialised the file between our check and BEGIN.
-            let id: i64 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-            if id == APPLICATION_ID { Ok(()) } else { Err(e) }
-        })?;
-    } else if app_id != APPLICATION_ID {
-        return Err(not_a_db(path, format!("application_id is {app_id:#x}")));
-    } else {
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        if version > SCHEMA_VERSION {
-            return Err(not_a_db(
-                path,
-                format!("schema version {version} is newer than this build supports"),
-            ));
+        return Err(not_a_db(path, "it has no receipt schema"));
+    }
+    if app_id == 0 {
+        ensure_wal(&conn)?;
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        // Check again now that no other writer can: another process may have initialised
+        // the file (or written other tables into it) since the look above.
+        let initialised = (|| -> Result<i64> {
+            let id = read_id(&conn)?;
+            if id != 0 {
+                return Ok(id);
+            }
+            if count_tables(&conn)? != 0 {
+                return Err(not_a_db(path, "it holds other tables"));
+            }
+            conn.execute_batch(&format!(
+                "{SCHEMA}
+                 PRAGMA application_id = {APPLICATION_ID};
+                 PRAGMA user_version = {SCHEMA_VERSION};"
+            ))?;
+            Ok(APPLICATION_ID)
+        })();
+        match initialised {
+            Ok(id) => {
+                conn.execute_batch("COMMIT")?;
+                app_id = id;
+            }
+            Err(e) => {
+                // A statement that fails leaves the transaction open: close it, so the
+                // connection is not left inside it.
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(e);
+            }
         }
     }
-    conn.pragma_update(None, "journal_mode", "WAL")?;
+    if app_id != APPLICATION_ID {
+        return Err(not_a_db(path, format!("application_id is {app_id:#x}")));
+    }
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Err(not_a_db(
+            path,
+            format!("schema version {version} is newer than this build supports"),
+        ));
+    }
+    ensure_wal(&conn)?;
     conn.pragma_update(
         None,
         "synchronous",
@@ -200,20 +250,54 @@ impl SqliteStore {
         }
         let writer_conn = open_connection(path, &options, create)?;
         let reader = open_connection(path, &options, false)?;
+        Self::start(
+            path.to_owned(),
+            Arc::new(Mutex::new(writer_conn)),
+            Arc::new(Mutex::new(reader)),
+            options.max_group,
+        )
+    }
+
+    /// A receipt database in memory, gone when the store is dropped (tests, short-lived
+    /// tools). One connection serves the writer thread and the reads, each taking it in turn.
+    pub fn memory() -> Result<SqliteStore> {
+        let conn = Connection::open_in_memory()?;
+        conn.execute_batch(&format!(
+            "BEGIN;
+             {SCHEMA}
+             PRAGMA application_id = {APPLICATION_ID};
+             PRAGMA user_version = {SCHEMA_VERSION};
+             COMMIT;"
+        ))?;
+        let conn = Arc::new(Mutex::new(conn));
+        Self::start(
+            PathBuf::from(":memory:"),
+            Arc::clone(&conn),
+            conn,
+            SqliteOptions::default().max_group,
+        )
+    }
+
+    fn start(
+        path: PathBuf,
+        writer: Arc<Mutex<Connection>>,
+        reader: Arc<Mutex<Connection>>,
+        max_group: usize,
+    ) -> Result<SqliteStore> {
         let (tx, rx) = mpsc::channel::<Job>();
-        let max_group = options.max_group.max(1);
+        let max_group = max_group.max(1);
         std::thread::Builder::new()
             .name("receipt-sqlite-writer".into())
-            .spawn(move || writer_loop(writer_conn, rx, max_group))
+            .spawn(move || writer_loop(&writer, rx, max_group))
             .map_err(|e| Error::Storage(format!("cannot start writer thread: {e}")))?;
         Ok(SqliteStore {
-            path: path.to_owned(),
-            reader: Arc::new(Mutex::new(reader)),
+            path,
+            reader,
             writer: Mutex::new(tx),
         })
     }
 
-    /// The database file.
+    /// The database file (`:memory:` for [`SqliteStore::memory`]).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -254,7 +338,7 @@ async fn run_blocking<T: Send + 'static>(
     }
 }
 
-fn writer_loop(conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize) {
+fn writer_loop(conn: &Mutex<Connection>, rx: mpsc::Receiver<Job>, max_group: usize) {
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
         let mut count = job_size(&jobs[0]);
@@ -267,7 +351,7 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize) {
                 Err(_) => break,
             }
         }
-        run_group(&conn, jobs);
+        run_group(&conn.lock().unwrap_or_else(|e| e.into_inner()), jobs);
     }
 }
 
@@ -370,16 +454,20 @@ fn physical_tail(conn: &Connection, stream: &str) -> Result<Option<Tail>> {
         .optional()?)
 }
 
+/// How many of `ids` the stream records, in one statement: one snapshot, so a command another
+/// process commits meanwhile is seen whole or not at all (never partly applied).
 fn count_ids(conn: &Connection, stream: &str, ids: &[String]) -> Result<usize> {
-    let mut stmt =
-        conn.prepare_cached("SELECT 1 FROM receipt_receipts WHERE stream = ?1 AND event_id = ?2")?;
-    let mut n = 0;
-    for id in ids {
-        if stmt.exists(params![stream, id])? {
-            n += 1;
-        }
+    if ids.is_empty() {
+        return Ok(0);
     }
-    Ok(n)
+    let ids = serde_json::to_string(ids).map_err(|e| Error::Storage(e.to_string()))?;
+    let n: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM receipt_receipts WHERE stream = ?1
+             AND event_id IN (SELECT value FROM json_each(?2))",
+        )?
+        .query_row(params![stream, ids], |r| r.get(0))?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 fn append_tx(conn: &Connection, request: AppendRequest, now: i64) -> Result<AppendOutcome> {

@@ -163,3 +163,60 @@ pub fn three(cli: &Cli) -> Vec<Value> {
 pub fn hash_of(receipt: &Value) -> &str {
     receipt["hash"].as_str().expect("hash")
 }
+
+/// The PostgreSQL test server's URL; panics with the way to get one if unset.
+pub fn pg_url() -> String {
+    std::env::var("REBUNO_TEST_PG_URL").unwrap_or_else(|_| {
+        panic!("REBUNO_TEST_PG_URL is not set: start a server with `eval \"$(bash .ci/postgres)\"`")
+    })
+}
+
+/// A PostgreSQL schema of its own for one test (the `RECEIPT_POSTGRES_SCHEMA` of the processes
+/// it runs), dropped with everything in it when the guard goes.
+pub struct PgSchema {
+    /// The schema's name.
+    pub name: String,
+}
+
+impl PgSchema {
+    /// A fresh, unique schema name for test `tag`.
+    pub fn new(tag: &str) -> PgSchema {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        PgSchema {
+            name: format!("rc_{tag}_{}_{nanos}", std::process::id()),
+        }
+    }
+
+    /// `receipt --db <test server URL> <args>` with this schema.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(binary());
+        c.env_remove("RECEIPT_DB")
+            .env("RECEIPT_POSTGRES_SCHEMA", &self.name)
+            .arg("--db")
+            .arg(pg_url())
+            .args(args)
+            .stdin(Stdio::null());
+        c
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        use durable_support::pg::postgres;
+        let Ok(url) = std::env::var("REBUNO_TEST_PG_URL") else {
+            return;
+        };
+        let mut client = match postgres::Client::connect(&url, postgres::NoTls) {
+            Ok(c) => c,
+            Err(e) => return eprintln!("could not drop test schema {}: {e}", self.name),
+        };
+        if let Err(e) =
+            client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.name))
+        {
+            eprintln!("could not drop test schema {}: {e}", self.name);
+        }
+    }
+}

@@ -12,9 +12,6 @@ use crate::runtime::{Command, Executed};
 use serde_json::Value;
 use std::sync::Arc;
 
-/// How often an append that does not depend on the head is retried after losing a CAS race.
-const MAX_APPEND_RETRIES: u32 = 1000;
-
 impl<A: AgentTypes> Pass<'_, A> {
     /// Brings the cache up to the store, verifying what it reads.
     pub(super) async fn refresh(&mut self) -> Result<()> {
@@ -73,27 +70,16 @@ impl<A: AgentTypes> Pass<'_, A> {
     /// Appends one command and folds what it appended (straight from the answer when it
     /// directly extends the cache, by a refresh otherwise).
     ///
-    /// A command without an expected prev is retried when the store's CAS refuses it: another
-    /// process appended between the runtime's read of the tail and its append, and the command
-    /// does not depend on the head (its event id keeps the retry idempotent).
-    pub(super) async fn execute(&mut self, command: Command, cas: bool) -> Result<Executed> {
+    /// A command without an expected prev survives other writers: the runtime re-links it
+    /// onto whatever tail they left ([`crate::Runtime::execute`]).
+    pub(super) async fn execute(&mut self, command: Command) -> Result<Executed> {
         let command = command.context(self.context.clone());
         self.synced = false; // unless the answer can be folded below
-        let mut tries = 0u32;
-        let executed = loop {
-            match self
-                .controller
-                .runtime
-                .execute(self.stream, command.clone())
-                .await
-            {
-                Err(Error::ExpectedPrev { .. }) if !cas && tries < MAX_APPEND_RETRIES => {
-                    tries += 1;
-                    tokio::task::yield_now().await;
-                }
-                other => break other?,
-            }
-        };
+        let executed = self
+            .controller
+            .runtime
+            .execute(self.stream, command)
+            .await?;
         let follows =
             executed.receipts.first().and_then(Receipt::prev) == self.cache.head.as_deref();
         if !executed.duplicate && self.cache.loaded && !self.cache.branch && follows {
@@ -117,11 +103,10 @@ impl<A: AgentTypes> Pass<'_, A> {
         expect: Option<Option<String>>,
     ) -> Result<Executed> {
         let mut command = Command::new(vec![body]).event_id(event_id);
-        let cas = expect.is_some();
         if let Some(prev) = expect {
             command = command.expect_prev(prev);
         }
-        self.execute(command, cas).await
+        self.execute(command).await
     }
 
     /// The view at a pending selection's head.

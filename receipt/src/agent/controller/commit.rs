@@ -194,11 +194,8 @@ impl<A: AgentTypes> Pass<'_, A> {
             }
         }
         if !outputs.is_empty() {
-            self.execute(
-                Command::new(outputs).event_id(event_id::output(&inv_id)),
-                false,
-            )
-            .await?;
+            self.execute(Command::new(outputs).event_id(event_id::output(&inv_id)))
+                .await?;
         }
         let body = control::body(
             ACTION_COMPLETED,

@@ -189,11 +189,8 @@ impl<A: AgentTypes> Pass<'_, A> {
                 }
             }
             if !outputs.is_empty() {
-                self.execute(
-                    Command::new(outputs).event_id(event_id::merge(merge_id, "output")),
-                    false,
-                )
-                .await?;
+                self.execute(Command::new(outputs).event_id(event_id::merge(merge_id, "output")))
+                    .await?;
             }
         }
         let body = control::body(

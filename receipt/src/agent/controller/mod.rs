@@ -403,6 +403,7 @@ fn fails_run(e: &Error) -> bool {
             | Error::NotAReceiptDatabase { .. }
             | Error::PartiallyApplied(_)
             | Error::ExpectedPrev { .. }
+            | Error::Contended { .. }
             | Error::BranchCycle(_)
             | Error::UnlinkedBatch { .. }
             | Error::WrongStream { .. }

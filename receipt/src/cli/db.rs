@@ -1,0 +1,120 @@
+//! Which receipt database a command works on and how it is opened: a SQLite file, or
+//! PostgreSQL when the `--db` / `$RECEIPT_DB` value is a `postgres://` (or `postgresql://`) URL
+//! (its schema from `$RECEIPT_POSTGRES_SCHEMA`, else `receipt`; see
+//! [`PgStore::options`](crate::store::PgStore::options)). Also what may be printed of it: a
+//! URL's password never is.
+
+use super::{CliResult, Failure};
+use crate::store::PgStore;
+use crate::{ReceiptStore, Runtime, SqliteStore};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A receipt database named on the command line.
+#[derive(Debug, Clone)]
+pub(super) enum Db {
+    /// A SQLite file.
+    File(PathBuf),
+    /// A PostgreSQL connection URL.
+    Postgres(String),
+}
+
+impl Db {
+    /// A `postgres://` or `postgresql://` URL names PostgreSQL; anything else is a file path.
+    pub(super) fn parse(raw: PathBuf) -> Db {
+        match raw.to_str() {
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Db::Postgres(url.to_owned())
+            }
+            _ => Db::File(raw),
+        }
+    }
+
+    /// Opens the store. A file is created only when `create` is set (and its directory with
+    /// it); PostgreSQL tables are created (in their schema) by whichever command connects first.
+    pub(super) async fn open(&self, create: bool) -> CliResult<Arc<dyn ReceiptStore>> {
+        match self {
+            Db::File(path) => {
+                let store = if create {
+                    SqliteStore::open(path)?
+                } else {
+                    SqliteStore::open_existing(path)?
+                };
+                Ok(Arc::new(store))
+            }
+            Db::Postgres(url) => {
+                let options = PgStore::options(url.clone())?;
+                let store = PgStore::connect(options).await.map_err(|e| {
+                    Failure::Message(format!("cannot open {}: {e}", redact_url(url)))
+                })?;
+                Ok(Arc::new(store))
+            }
+        }
+    }
+
+    /// A runtime over the store (see [`Db::open`]).
+    pub(super) async fn runtime(&self, create: bool) -> CliResult<Runtime> {
+        Ok(Runtime::new(self.open(create).await?))
+    }
+
+    /// `message` with the URL's password, wherever it appears, replaced by `***`.
+    pub(super) fn scrub(&self, message: String) -> String {
+        let Db::Postgres(url) = self else {
+            return message;
+        };
+        let message = message.replace(url.as_str(), &redact_url(url));
+        match password(url) {
+            // A very short password would match ordinary text; the URL itself is gone already.
+            Some(p) if p.len() >= 4 => message.replace(p, "***"),
+            _ => message,
+        }
+    }
+}
+
+/// The password of a URL's `user:password@` part, if it has one.
+fn password(url: &str) -> Option<&str> {
+    let (_, rest) = url.split_once("://")?;
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    userinfo.split_once(':').map(|(_, p)| p)
+}
+
+/// A database URL as it may be printed: the password, if any, replaced by `***`.
+pub(super) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_printed_without_their_password() {
+        assert_eq!(
+            redact_url("postgres://app:s3cr@t@db.example:5432/receipts?sslmode=require"),
+            "postgres://app:***@db.example:5432/receipts?sslmode=require"
+        );
+        assert_eq!(redact_url("postgres://app@db/r"), "postgres://app@db/r");
+        assert_eq!(redact_url("postgresql://db/r"), "postgresql://db/r");
+        let db = Db::parse("postgres://app:hunter22@db/r".into());
+        assert_eq!(
+            db.scrub("cannot reach postgres://app:hunter22@db/r (password hunter22)".into()),
+            "cannot reach postgres://app:***@db/r (password ***)"
+        );
+        assert!(matches!(Db::parse("x/postgres://y".into()), Db::File(_)));
+        assert!(matches!(
+            Db::parse("postgresql://h/d".into()),
+            Db::Postgres(_)
+        ));
+    }
+}

@@ -20,7 +20,7 @@
 //! `PG_BENCH_ROUNDS` (3) sets the rounds. Everything runs in a fresh schema, dropped at the end.
 
 use durable_support::pg::{PgOptions, PgPool};
-use durable_support::pg_floor::{Floor, commit_floor};
+use durable_support::pg_floor::{Figures, commit_floor};
 use rebuno::protocol::{CreateExecutionRequest, Decision, RegisterAgentRequest, SubmitStepRequest};
 use rebuno::store::PgStore;
 use rebuno::{Kernel, KernelConfig, Lease};
@@ -145,8 +145,8 @@ fn us(d: Duration) -> f64 {
 }
 
 struct Round {
-    floor1: Floor,
-    floor64: Floor,
+    floor1: Figures,
+    floor64: Figures,
     one_step: Duration,
     one_replica: f64,
     two_replicas: f64,
@@ -212,8 +212,8 @@ fn main() {
         from += PER_EXEC_STEPS;
         eprintln!(
             "round {round}: floor 1 conn {:.0} us, 64 conns {:.0}/s; one execution {:.0} us/step; 64 executions {:.0} steps/s on one replica, {:.0} on two",
-            us(floor1.latency()),
-            floor64.per_second(),
+            us(floor1.mean()),
+            floor64.rate(),
             us(one_step),
             one_replica,
             two_replicas
@@ -227,9 +227,9 @@ fn main() {
         });
     }
 
-    let f1 = median(results.iter().map(|r| us(r.floor1.latency())).collect());
-    let f1_rate = median(results.iter().map(|r| r.floor1.per_second()).collect());
-    let f64_rate = median(results.iter().map(|r| r.floor64.per_second()).collect());
+    let f1 = median(results.iter().map(|r| us(r.floor1.mean())).collect());
+    let f1_rate = median(results.iter().map(|r| r.floor1.rate()).collect());
+    let f64_rate = median(results.iter().map(|r| r.floor64.rate()).collect());
     let step = median(results.iter().map(|r| us(r.one_step)).collect());
     let one_r = median(results.iter().map(|r| r.one_replica).collect());
     let two_r = median(results.iter().map(|r| r.two_replicas).collect());

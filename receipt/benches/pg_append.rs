@@ -2,7 +2,7 @@
 //! through the same driver (`durable_support::pg`, the pool `PgStore` uses):
 //!
 //! - the floor: a single-row `INSERT` and `COMMIT` (one transaction each) on 1 connection, and
-//!   on 64 connections at once;
+//!   on 64 connections at once (`durable_support::pg_floor`, as the kernel's bench);
 //! - receipt appends through the runtime, one receipt per command, on one stream (against the
 //!   1-connection floor);
 //! - 64 streams appending at once, one task each (against the 64-connection floor).
@@ -16,88 +16,20 @@
 //! the 64 workers of a concurrent phase does a tenth of that.
 
 use durable_support::pg::{PgOptions, PgPool, postgres};
+use durable_support::pg_floor::{Figures, commit_floor};
 use receipt::store::PgStore;
 use receipt::{Command, ReceiptStore, Runtime};
 use serde_json::json;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const CONCURRENCY: usize = 64;
-
-/// What one phase measured.
-struct Figures {
-    ops: usize,
-    elapsed: Duration,
-    /// Per-operation latencies, sorted.
-    latencies: Vec<Duration>,
-}
-
-impl Figures {
-    fn new(ops: usize, elapsed: Duration, mut latencies: Vec<Duration>) -> Figures {
-        latencies.sort_unstable();
-        Figures {
-            ops,
-            elapsed,
-            latencies,
-        }
-    }
-
-    fn rate(&self) -> f64 {
-        self.ops as f64 / self.elapsed.as_secs_f64()
-    }
-
-    fn percentile(&self, p: f64) -> Duration {
-        let i = ((self.latencies.len() as f64 - 1.0) * p).round() as usize;
-        self.latencies[i]
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "{:>8.0} ops/s  p50 {:>7.0} us  p99 {:>7.0} us",
-            self.rate(),
-            self.percentile(0.5).as_secs_f64() * 1e6,
-            self.percentile(0.99).as_secs_f64() * 1e6
-        )
-    }
-}
 
 fn options(url: &str, schema: &str, connections: usize) -> PgOptions {
     let mut options = PgOptions::new(url);
     options.schema = Some(schema.to_owned());
     options.max_connections = connections;
     options
-}
-
-/// `ops` single-row INSERT + COMMIT transactions, spread over `workers` threads.
-fn floor(pool: &PgPool, workers: usize, ops: usize) -> Figures {
-    let started = Instant::now();
-    let latencies: Vec<Duration> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                s.spawn(move || {
-                    let mut out = Vec::with_capacity(ops / workers);
-                    for i in 0..ops / workers {
-                        let t = Instant::now();
-                        pool.transaction(|tx| {
-                            tx.execute(
-                                "INSERT INTO floor (worker, i, v) VALUES ($1, $2, $3)",
-                                &[&(w as i64), &(i as i64), &"x".repeat(200)],
-                            )
-                            .map_err(durable_support::pg::PgError::Db)
-                        })
-                        .expect("insert");
-                        out.push(t.elapsed());
-                    }
-                    out
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("worker"))
-            .collect()
-    });
-    Figures::new(latencies.len(), started.elapsed(), latencies)
 }
 
 /// `ops` commands of one receipt each, spread over `streams` streams (one task per stream).
@@ -126,7 +58,7 @@ async fn appends(runtime: &Arc<Runtime>, streams: usize, ops: usize, tag: &str) 
     for t in tasks {
         latencies.extend(t.await.expect("task"));
     }
-    Figures::new(latencies.len(), started.elapsed(), latencies)
+    Figures::new(started.elapsed(), latencies)
 }
 
 fn main() {
@@ -146,18 +78,10 @@ fn main() {
     let schema = format!("receipt_bench_{}", std::process::id());
 
     let floor_pool = PgPool::connect(&options(&url, &schema, CONCURRENCY)).expect("connect");
-    floor_pool
-        .run(|c| {
-            c.batch_execute(
-                "CREATE TABLE floor (id bigserial PRIMARY KEY, worker bigint, i bigint, v text)",
-            )
-        })
-        .expect("create the floor table");
-    // Warm the connections up (TLS-free here, but a first connection costs a round trip or
-    // three) before any clock starts.
-    floor(&floor_pool, CONCURRENCY, CONCURRENCY);
-    let floor_1 = floor(&floor_pool, 1, n);
-    let floor_64 = floor(&floor_pool, CONCURRENCY, per_worker * CONCURRENCY);
+    // Warm the connections up before any clock starts.
+    commit_floor(&floor_pool, CONCURRENCY, 1).expect("floor");
+    let floor_1 = commit_floor(&floor_pool, 1, n).expect("floor");
+    let floor_64 = commit_floor(&floor_pool, CONCURRENCY, per_worker).expect("floor");
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -193,8 +193,129 @@ impl Drop for Shared {
 
 #[derive(Default)]
 struct PoolState {
-    idle: Vec<Client>,
+    idle: Vec<(Client, Statements)>,
     out: usize,
+}
+
+/// The statements a connection has prepared, by SQL text: a statement sent through
+/// [`Statements::prepared`] is parsed and planned once per connection, then only bound and
+/// executed (a statement sent as text is parsed and planned anew every time, which costs more
+/// than the round trip for anything that reads a table). At most [`Statements::CAPACITY`]
+/// are kept; past that the cache starts again.
+#[derive(Default)]
+pub struct Statements {
+    by_sql: std::collections::HashMap<String, postgres::Statement>,
+}
+
+impl Statements {
+    /// Statements kept per connection.
+    pub const CAPACITY: usize = 256;
+
+    /// The prepared statement for `sql` with parameter `types`, preparing it on `client` the
+    /// first time (one round trip). A statement's text names its parameter types for good:
+    /// call sites pass the same `types` for the same `sql`.
+    pub fn prepared(
+        &mut self,
+        client: &mut impl postgres::GenericClient,
+        sql: &str,
+        types: &[postgres::types::Type],
+    ) -> Result<postgres::Statement, postgres::Error> {
+        if let Some(statement) = self.by_sql.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = client.prepare_typed(sql, types)?;
+        if self.by_sql.len() >= Self::CAPACITY {
+            self.by_sql.clear();
+        }
+        self.by_sql.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    /// How many statements are kept.
+    pub fn len(&self) -> usize {
+        self.by_sql.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.by_sql.is_empty()
+    }
+}
+
+/// A statement parameter with its type.
+pub type Param<'p> = (
+    &'p (dyn postgres::types::ToSql + Sync),
+    postgres::types::Type,
+);
+
+/// A client or transaction with its connection's prepared [`Statements`]: the `*_typed`
+/// calls of the `postgres` crate, each statement prepared once per connection.
+pub struct Cached<'a, C> {
+    client: &'a mut C,
+    statements: &'a mut Statements,
+}
+
+impl<'a, C: postgres::GenericClient> Cached<'a, C> {
+    /// `client` with `statements`, the prepared statements of its connection.
+    pub fn new(client: &'a mut C, statements: &'a mut Statements) -> Self {
+        Cached { client, statements }
+    }
+
+    fn prepare<'p>(
+        &mut self,
+        sql: &str,
+        params: &[Param<'p>],
+    ) -> Result<
+        (
+            postgres::Statement,
+            Vec<&'p (dyn postgres::types::ToSql + Sync)>,
+        ),
+        postgres::Error,
+    > {
+        let types: Vec<postgres::types::Type> = params.iter().map(|(_, t)| t.clone()).collect();
+        let statement = self.statements.prepared(self.client, sql, &types)?;
+        Ok((statement, params.iter().map(|(v, _)| *v).collect()))
+    }
+
+    /// The rows `sql` returns.
+    pub fn query_typed(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> Result<Vec<postgres::Row>, postgres::Error> {
+        let (statement, values) = self.prepare(sql, params)?;
+        self.client.query(&statement, &values)
+    }
+
+    /// The one row `sql` returns (an error if it returns none or several).
+    pub fn query_typed_one(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> Result<postgres::Row, postgres::Error> {
+        let (statement, values) = self.prepare(sql, params)?;
+        self.client.query_one(&statement, &values)
+    }
+
+    /// The rows `sql` returns, as they arrive from the server (a caller may stop early).
+    pub fn query_typed_raw(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> Result<postgres::RowIter<'_>, postgres::Error> {
+        let (statement, values) = self.prepare(sql, params)?;
+        self.client.query_raw(&statement, values)
+    }
+
+    /// Runs `sql`; answers the rows it changed.
+    pub fn execute_typed(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> Result<u64, postgres::Error> {
+        let (statement, values) = self.prepare(sql, params)?;
+        self.client.execute(&statement, &values)
+    }
 }
 
 fn lock(m: &Mutex<PoolState>) -> MutexGuard<'_, PoolState> {
@@ -301,9 +422,10 @@ impl PgPool {
                     .unwrap_or_else(PoisonError::into_inner);
             }
             state.out += 1;
-            if let Some(client) = state.idle.pop() {
+            if let Some((client, statements)) = state.idle.pop() {
                 return Ok(Pooled {
                     client: Some(client),
+                    statements,
                     pool: self.clone(),
                 });
             }
@@ -311,6 +433,7 @@ impl PgPool {
         // The slot is ours; connecting happens outside the lock. Give it back on failure.
         let mut slot = Pooled {
             client: None,
+            statements: Statements::default(),
             pool: self.clone(),
         };
         slot.client = Some(self.open()?);
@@ -327,7 +450,29 @@ impl PgPool {
     where
         E: From<PgError>,
     {
+        self.transaction_as(false, |tx, _| f(tx))
+    }
+
+    /// Like [`PgPool::transaction`], with the connection's prepared [`Statements`].
+    pub fn transaction_with<R, E>(
+        &self,
+        f: impl FnOnce(&mut postgres::Transaction<'_>, &mut Statements) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<PgError>,
+    {
         self.transaction_as(false, f)
+    }
+
+    /// Like [`PgPool::snapshot`], with the connection's prepared [`Statements`].
+    pub fn snapshot_with<R, E>(
+        &self,
+        f: impl FnOnce(&mut postgres::Transaction<'_>, &mut Statements) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<PgError>,
+    {
+        self.transaction_as(true, f)
     }
 
     /// Like [`PgPool::transaction`], in a `REPEATABLE READ READ ONLY` transaction: every
@@ -339,13 +484,13 @@ impl PgPool {
     where
         E: From<PgError>,
     {
-        self.transaction_as(true, f)
+        self.transaction_as(true, |tx, _| f(tx))
     }
 
     fn transaction_as<R, E>(
         &self,
         snapshot: bool,
-        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<R, E>,
+        f: impl FnOnce(&mut postgres::Transaction<'_>, &mut Statements) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<PgError>,
@@ -355,18 +500,25 @@ impl PgPool {
         loop {
             let mut conn = self.get()?;
             let failed = {
+                let Pooled {
+                    client, statements, ..
+                } = &mut conn;
+                let client = client
+                    .as_mut()
+                    .expect("a pooled connection is present until dropped");
                 let begun = if snapshot {
-                    conn.build_transaction()
+                    client
+                        .build_transaction()
                         .isolation_level(postgres::IsolationLevel::RepeatableRead)
                         .read_only(true)
                         .start()
                 } else {
-                    conn.transaction()
+                    client.transaction()
                 };
                 match begun {
                     Ok(mut tx) => {
                         let f = f.take().expect("the transaction body runs once");
-                        let out = f(&mut tx)?;
+                        let out = f(&mut tx, statements)?;
                         tx.commit().map_err(PgError::Db)?;
                         return Ok(out);
                     }
@@ -389,6 +541,34 @@ impl PgPool {
         f: impl FnMut(&mut Client) -> Result<R, postgres::Error>,
     ) -> Result<R, PgError> {
         self.run_keep(f).map(|(_, out)| out)
+    }
+
+    /// Like [`PgPool::run`], with the connection's prepared [`Statements`].
+    pub fn run_with<R>(
+        &self,
+        mut f: impl FnMut(&mut Cached<'_, Client>) -> Result<R, postgres::Error>,
+    ) -> Result<R, PgError> {
+        let mut retry = Backoff::new(self.shared.reconnect_for);
+        loop {
+            let mut conn = self.get()?;
+            let out = {
+                let Pooled {
+                    client, statements, ..
+                } = &mut conn;
+                let client = client
+                    .as_mut()
+                    .expect("a pooled connection is present until dropped");
+                f(&mut Cached::new(client, statements))
+            };
+            match out {
+                Ok(out) => return Ok(out),
+                Err(e) if is_connection_error(&e) && retry.again() => {
+                    conn.discard();
+                    self.drop_idle();
+                }
+                Err(e) => return Err(PgError::Db(e)),
+            }
+        }
     }
 
     /// Like [`PgPool::run`], handing back the connection with the result: for session state
@@ -497,6 +677,7 @@ impl Backoff {
 /// A pooled connection; dropping it returns it to the pool (or closes it if it broke).
 pub struct Pooled {
     client: Option<Client>,
+    statements: Statements,
     pool: PgPool,
 }
 
@@ -532,7 +713,9 @@ impl Drop for Pooled {
         if let Some(client) = self.client.take()
             && !client.is_closed()
         {
-            state.idle.push(client);
+            state
+                .idle
+                .push((client, std::mem::take(&mut self.statements)));
         }
         drop(state);
         self.pool.shared.freed.notify_one();
@@ -687,6 +870,52 @@ mod server_tests {
     fn url() -> String {
         std::env::var("REBUNO_TEST_PG_URL")
             .expect("REBUNO_TEST_PG_URL is not set: eval \"$(bash .ci/postgres)\"")
+    }
+
+    /// The server-side prepared statements of the pool's one connection.
+    fn prepared_on_server(pool: &PgPool) -> i64 {
+        pool.run_with(|c| {
+            c.query_typed_one("SELECT count(*) FROM pg_prepared_statements", &[])
+                .map(|r| r.get(0))
+        })
+        .unwrap()
+    }
+
+    #[test]
+    #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+    fn statements_are_prepared_once_per_connection_and_bounded() {
+        use postgres::types::Type;
+        let mut options = PgOptions::new(url());
+        options.max_connections = 1;
+        let pool = PgPool::connect(&options).unwrap();
+        for i in 0..5i64 {
+            let got: i64 = pool
+                .run_with(|c| {
+                    c.query_typed_one("SELECT $1::int8 + 1", &[(&i, Type::INT8)])
+                        .map(|r| r.get(0))
+                })
+                .unwrap();
+            assert_eq!(got, i + 1);
+        }
+        // The sum and the count itself, each prepared once, in transactions as well.
+        pool.transaction_with(|tx, statements| {
+            Cached::new(tx, statements)
+                .query_typed("SELECT $1::int8 + 1", &[(&7i64, Type::INT8)])
+                .map_err(PgError::Db)
+        })
+        .unwrap();
+        assert_eq!(prepared_on_server(&pool), 2);
+        assert_eq!(prepared_on_server(&pool), 2);
+        // Many distinct texts never keep more than the capacity (the count's own included).
+        for i in 0..(Statements::CAPACITY + 40) {
+            pool.run_with(|c| c.query_typed(&format!("SELECT {i}::int8"), &[]))
+                .unwrap();
+        }
+        let kept = prepared_on_server(&pool);
+        assert!(
+            kept >= 1 && kept <= Statements::CAPACITY as i64,
+            "{kept} statements kept"
+        );
     }
 
     #[test]

@@ -157,10 +157,11 @@ impl PgStore {
 /// Runs `f` on `tx`, and refuses to let a transaction whose statement failed be committed.
 fn run(
     tx: &mut durable_support::pg::postgres::Transaction<'_>,
+    statements: &mut durable_support::pg::Statements,
     write: bool,
     f: TxFn,
 ) -> StoreResult<Box<dyn Any + Send>> {
-    let mut ops = PgTx::new(tx, write);
+    let mut ops = PgTx::new(tx, statements, write);
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut ops)))
         .unwrap_or_else(|_| Err(StoreError::Database("a store transaction panicked".into())));
     match (out, ops.failure()) {
@@ -175,12 +176,20 @@ fn run(
 impl Store for PgStore {
     async fn write_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
         let pool = self.pool.clone();
-        joined(tokio::task::spawn_blocking(move || pool.transaction(|tx| run(tx, true, f))).await)
+        joined(
+            tokio::task::spawn_blocking(move || {
+                pool.transaction_with(|tx, st| run(tx, st, true, f))
+            })
+            .await,
+        )
     }
 
     async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
         let pool = self.pool.clone();
-        joined(tokio::task::spawn_blocking(move || pool.snapshot(|tx| run(tx, false, f))).await)
+        joined(
+            tokio::task::spawn_blocking(move || pool.snapshot_with(|tx, st| run(tx, st, false, f)))
+                .await,
+        )
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -10,8 +10,9 @@
 //! advisory lock on its id), then numbers from the latest committed sequence, so the log stays
 //! gapless and unique however many replicas append at once.
 //!
-//! Statements go out with their parameter types ([`postgres::Transaction::query_typed`]): one
-//! round trip each, no statement to prepare or close.
+//! Statements are prepared once per connection, with their parameter types, and kept
+//! ([`Statements`]): after the first use each is one round trip that PostgreSQL neither parses
+//! nor (after its first executions) plans again.
 
 use super::rows::{
     AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, Decode, EVENT_COLS, EXEC_COLS, STEP_COLS, agent_row,
@@ -23,14 +24,11 @@ use crate::protocol::{
 };
 use crate::store::{ExecutionQuery, OccurrenceKey, Page, StoreError, StoreResult, Tx};
 use durable_support::pg::postgres;
-use durable_support::pg::{advisory_key, describe};
+use durable_support::pg::{Cached, Param, Statements, advisory_key, describe};
 use postgres::Row;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
 use serde_json::Value;
-
-/// A statement parameter with its type.
-type Param<'p> = (&'p (dyn ToSql + Sync), Type);
 
 /// Typed parameters: `params![value => TEXT, n => INT8]`.
 macro_rules! params {
@@ -44,7 +42,8 @@ const TERMINAL_STEP: &str = "('succeeded', 'failed', 'denied', 'cancelled')";
 
 /// The operations of one PostgreSQL transaction.
 pub(super) struct PgTx<'a, 'c> {
-    tx: &'a mut postgres::Transaction<'c>,
+    /// The transaction, with its connection's prepared statements.
+    tx: Cached<'a, postgres::Transaction<'c>>,
     /// A write transaction locks what it reads of executions and dispatches.
     write: bool,
     /// The first statement that failed: PostgreSQL has aborted the transaction, and a commit
@@ -57,9 +56,13 @@ pub(super) struct PgTx<'a, 'c> {
 
 impl<'a, 'c> PgTx<'a, 'c> {
     /// The operations of `tx`; `write` for a write transaction.
-    pub(super) fn new(tx: &'a mut postgres::Transaction<'c>, write: bool) -> Self {
+    pub(super) fn new(
+        tx: &'a mut postgres::Transaction<'c>,
+        statements: &'a mut Statements,
+        write: bool,
+    ) -> Self {
         PgTx {
-            tx,
+            tx: Cached::new(tx, statements),
             write,
             failed: None,
             locked: Vec::new(),
@@ -91,17 +94,13 @@ impl<'a, 'c> PgTx<'a, 'c> {
     }
 
     fn rows(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<Vec<Row>> {
-        match self.tx.query_typed(sql, p) {
-            Ok(rows) => Ok(rows),
-            Err(e) => Err(self.fail(&e)),
-        }
+        let out = self.tx.query_typed(sql, p);
+        out.map_err(|e| self.fail(&e))
     }
 
     fn exec(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<u64> {
-        match self.tx.execute_typed(sql, p) {
-            Ok(n) => Ok(n),
-            Err(e) => Err(self.fail(&e)),
-        }
+        let out = self.tx.execute_typed(sql, p);
+        out.map_err(|e| self.fail(&e))
     }
 
     /// The first row `sql` selects, if any. A row that does not decode is corrupt.
@@ -143,9 +142,7 @@ impl<'a, 'c> PgTx<'a, 'c> {
         decode: Decode<T>,
     ) -> StoreResult<Page<T>> {
         let failed = {
-            let streamed = self
-                .tx
-                .query_typed_raw(sql, p.iter().map(|(v, t)| (*v, t.clone())));
+            let streamed = self.tx.query_typed_raw(sql, p);
             match streamed {
                 Ok(rows) => {
                     let mut failed = None;

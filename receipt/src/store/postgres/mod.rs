@@ -61,7 +61,7 @@ use crate::receipt::Receipt;
 use async_trait::async_trait;
 use durable_support::pg::postgres::Transaction;
 use durable_support::pg::{
-    PgError, PgOptions, PgPool, is_connection_error, is_retryable_conflict, postgres,
+    Cached, PgError, PgOptions, PgPool, is_connection_error, is_retryable_conflict, postgres,
     valid_schema_name,
 };
 use std::time::{Duration, Instant};
@@ -234,7 +234,9 @@ impl PgStore {
     /// server breaks a deadlock, within the reconnect window (see the module docs).
     async fn write<R: Send + 'static>(
         &self,
-        mut body: impl FnMut(&mut Transaction<'_>, bool) -> Result<R, TxError> + Send + 'static,
+        mut body: impl FnMut(&mut Cached<'_, Transaction<'_>>, bool) -> Result<R, TxError>
+        + Send
+        + 'static,
     ) -> Result<R> {
         let pool = self.pool.clone();
         let window = self.reconnect_for;
@@ -243,7 +245,9 @@ impl PgStore {
             let mut pause = Duration::from_millis(50);
             let mut retry = false;
             loop {
-                let failed = match pool.transaction(|tx| body(tx, retry)) {
+                let failed = match pool.transaction_with(|tx, statements| {
+                    body(&mut Cached::new(tx, statements), retry)
+                }) {
                     Ok(out) => return Ok(out),
                     Err(TxError::Refused(e)) => return Err(e),
                     Err(TxError::Db(e)) => e,
@@ -266,10 +270,10 @@ impl PgStore {
     /// Runs a read, again on a new connection while the connection fails.
     async fn reading<R: Send + 'static>(
         &self,
-        f: impl FnMut(&mut postgres::Client) -> Result<R, postgres::Error> + Send + 'static,
+        f: impl FnMut(&mut Cached<'_, postgres::Client>) -> Result<R, postgres::Error> + Send + 'static,
     ) -> Result<R> {
         let pool = self.pool.clone();
-        blocking(move || pool.run(f).map_err(storage)).await
+        blocking(move || pool.run_with(f).map_err(storage)).await
     }
 
     fn now() -> i64 {

@@ -3,8 +3,8 @@
 //! `stream_seq` from the receipts table, receipts and stream head written together) and the
 //! reads.
 //!
-//! Statements go out with their parameter types (`query_typed`): one round trip each, nothing
-//! to prepare. An append is four statements inside its transaction: the lock, one read of the
+//! Statements are prepared once per connection with their parameter types (`Cached`): after
+//! the first use, one round trip each, neither parsed nor (after the first runs) planned again. An append is four statements inside its transaction: the lock, one read of the
 //! event ids already present and the physical tail, one insert of every receipt (from arrays)
 //! that also upserts the stream head, and the commit.
 
@@ -15,12 +15,9 @@ use crate::store::{
     AppendOutcome, AppendRequest, BRANCH_META_STREAM, BranchMeta, StreamInfo, Tail,
     batch_event_ids, check_batch, dedup_decision,
 };
-use durable_support::pg::advisory_key;
 use durable_support::pg::postgres::types::{ToSql, Type};
 use durable_support::pg::postgres::{Error as PgDbError, GenericClient, Row};
-
-/// A statement parameter with its type.
-type Param<'p> = (&'p (dyn ToSql + Sync), Type);
+use durable_support::pg::{Cached, Param, advisory_key};
 
 /// Typed parameters: `params![value => TEXT, n => INT8]`.
 macro_rules! params {
@@ -39,7 +36,7 @@ pub(super) fn stream_key(prefix: &str, stream: &str) -> i64 {
 /// locking overlapping sets never wait for each other in a cycle). Held until the transaction
 /// ends.
 pub(super) fn lock_streams<'s>(
-    tx: &mut impl GenericClient,
+    tx: &mut Cached<'_, impl GenericClient>,
     prefix: &str,
     streams: impl IntoIterator<Item = &'s str>,
 ) -> Result<(), TxError> {
@@ -55,7 +52,7 @@ pub(super) fn lock_streams<'s>(
 /// When the receipts of `request` are stored already (found by hash, so only by an earlier
 /// run of this very request, whose commit went unanswered), the tail they left.
 fn stored_already(
-    tx: &mut impl GenericClient,
+    tx: &mut Cached<'_, impl GenericClient>,
     request: &AppendRequest,
 ) -> Result<Option<Tail>, TxError> {
     let hashes: Vec<&str> = request.receipts.iter().map(Receipt::hash).collect();
@@ -93,7 +90,7 @@ fn tail_row(row: &Row) -> Tail {
 /// `retry` is set when an earlier run of this request may have committed unanswered: its
 /// receipts, if found, are its outcome.
 pub(super) fn append(
-    tx: &mut impl GenericClient,
+    tx: &mut Cached<'_, impl GenericClient>,
     request: &AppendRequest,
     now: i64,
     retry: bool,
@@ -183,7 +180,7 @@ pub(super) fn append(
 /// refusals, the metadata receipt appended (compare-and-swap on `meta_tail`) and the
 /// `receipt_branches` row, all in the caller's transaction.
 pub(super) fn create_branch(
-    tx: &mut impl GenericClient,
+    tx: &mut Cached<'_, impl GenericClient>,
     meta: &BranchMeta,
     meta_request: &AppendRequest,
     now: i64,
@@ -217,7 +214,7 @@ pub(super) fn create_branch(
 
 /// The physical tail of `stream`.
 pub(super) fn physical_tail(
-    c: &mut impl GenericClient,
+    c: &mut Cached<'_, impl GenericClient>,
     stream: &str,
 ) -> Result<Option<Tail>, PgDbError> {
     let rows = c.query_typed(
@@ -230,7 +227,7 @@ pub(super) fn physical_tail(
 
 /// Stored receipts of `stream` with `from <= stream_seq < to`.
 pub(super) fn read_range(
-    c: &mut impl GenericClient,
+    c: &mut Cached<'_, impl GenericClient>,
     stream: &str,
     from: u64,
     to: Option<u64>,
@@ -270,7 +267,7 @@ fn receipt_row(row: &Row) -> Receipt {
 
 /// How many of `ids` the stream records.
 pub(super) fn count_event_ids(
-    c: &mut impl GenericClient,
+    c: &mut Cached<'_, impl GenericClient>,
     stream: &str,
     ids: &[String],
 ) -> Result<usize, PgDbError> {
@@ -282,7 +279,9 @@ pub(super) fn count_event_ids(
 }
 
 /// Every stream with stored receipts, by name.
-pub(super) fn list_streams(c: &mut impl GenericClient) -> Result<Vec<StreamInfo>, PgDbError> {
+pub(super) fn list_streams(
+    c: &mut Cached<'_, impl GenericClient>,
+) -> Result<Vec<StreamInfo>, PgDbError> {
     let rows = c.query_typed(
         "SELECT name, receipt_count, head_hash, last_ts FROM receipt_streams ORDER BY name",
         params![],
@@ -300,7 +299,7 @@ pub(super) fn list_streams(c: &mut impl GenericClient) -> Result<Vec<StreamInfo>
 
 /// Branch metadata: of `name`, or of every branch (by name) when `name` is `None`.
 pub(super) fn branches(
-    c: &mut impl GenericClient,
+    c: &mut Cached<'_, impl GenericClient>,
     name: Option<&str>,
 ) -> Result<Vec<BranchMeta>, PgDbError> {
     let rows = c.query_typed(

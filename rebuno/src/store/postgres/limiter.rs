@@ -76,7 +76,7 @@ impl RateLimiter for PgRateLimiter {
              RETURNING 1"
         );
         self.blocking("rate limiter", move |pool| {
-            pool.run(|c| {
+            pool.run_with(|c| {
                 c.query_typed(
                     &sql,
                     &[
@@ -98,7 +98,7 @@ impl RateLimiter for PgRateLimiter {
             .duration_since(cutoff)
             .map_or(-1.0, |d| d.as_secs_f64());
         self.blocking("rate limiter sweep", move |pool| {
-            pool.run(|c| {
+            pool.run_with(|c| {
                 c.execute_typed(
                     "DELETE FROM rate_buckets
                      WHERE $1 < 0 OR updated_at < clock_timestamp() - make_interval(secs => $1)",
@@ -111,8 +111,8 @@ impl RateLimiter for PgRateLimiter {
 
     fn sweep_refilled(&self) -> LimiterFuture<'_, usize> {
         self.blocking("rate limiter sweep", |pool| {
-            pool.run(|c| {
-                c.execute(
+            pool.run_with(|c| {
+                c.execute_typed(
                     "DELETE FROM rate_buckets b WHERE b.tokens + greatest(extract(epoch FROM
                        clock_timestamp() - b.updated_at)::float8, 0) * b.max_tokens
                        / b.window_seconds >= b.max_tokens",

@@ -1,7 +1,9 @@
 //! PostgreSQL connections for the kernel store and the receipt store: the URL and its TLS
 //! (rustls, never OpenSSL), a bounded pool of blocking clients, transactions that survive a
 //! dropped connection where retrying is safe, a pinned schema, migrations under an advisory
-//! lock, advisory-lock keys, and a LISTEN connection that reconnects.
+//! lock, advisory-lock keys, statements prepared once per connection ([`Statements`],
+//! [`Cached`]; in `statements.rs`), and a LISTEN connection that reconnects ([`Listener`]; in
+//! `listen.rs`).
 //!
 //! The clients are the blocking face of `tokio-postgres` (the `postgres` crate): both stores
 //! run their transactions as synchronous closures on blocking threads, one pooled connection per
@@ -23,6 +25,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use postgres;
+
+mod listen;
+mod statements;
+
+pub use listen::{Heard, Listener};
+pub use statements::{Cached, Param, Statements};
 
 /// A PostgreSQL failure: a bad URL, a connection that could not be made, or an error of the
 /// database.
@@ -195,127 +203,6 @@ impl Drop for Shared {
 struct PoolState {
     idle: Vec<(Client, Statements)>,
     out: usize,
-}
-
-/// The statements a connection has prepared, by SQL text: a statement sent through
-/// [`Statements::prepared`] is parsed and planned once per connection, then only bound and
-/// executed (a statement sent as text is parsed and planned anew every time, which costs more
-/// than the round trip for anything that reads a table). At most [`Statements::CAPACITY`]
-/// are kept; past that the cache starts again.
-#[derive(Default)]
-pub struct Statements {
-    by_sql: std::collections::HashMap<String, postgres::Statement>,
-}
-
-impl Statements {
-    /// Statements kept per connection.
-    pub const CAPACITY: usize = 256;
-
-    /// The prepared statement for `sql` with parameter `types`, preparing it on `client` the
-    /// first time (one round trip). A statement's text names its parameter types for good:
-    /// call sites pass the same `types` for the same `sql`.
-    pub fn prepared(
-        &mut self,
-        client: &mut impl postgres::GenericClient,
-        sql: &str,
-        types: &[postgres::types::Type],
-    ) -> Result<postgres::Statement, postgres::Error> {
-        if let Some(statement) = self.by_sql.get(sql) {
-            return Ok(statement.clone());
-        }
-        let statement = client.prepare_typed(sql, types)?;
-        if self.by_sql.len() >= Self::CAPACITY {
-            self.by_sql.clear();
-        }
-        self.by_sql.insert(sql.to_owned(), statement.clone());
-        Ok(statement)
-    }
-
-    /// How many statements are kept.
-    pub fn len(&self) -> usize {
-        self.by_sql.len()
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.by_sql.is_empty()
-    }
-}
-
-/// A statement parameter with its type.
-pub type Param<'p> = (
-    &'p (dyn postgres::types::ToSql + Sync),
-    postgres::types::Type,
-);
-
-/// A client or transaction with its connection's prepared [`Statements`]: the `*_typed`
-/// calls of the `postgres` crate, each statement prepared once per connection.
-pub struct Cached<'a, C> {
-    client: &'a mut C,
-    statements: &'a mut Statements,
-}
-
-impl<'a, C: postgres::GenericClient> Cached<'a, C> {
-    /// `client` with `statements`, the prepared statements of its connection.
-    pub fn new(client: &'a mut C, statements: &'a mut Statements) -> Self {
-        Cached { client, statements }
-    }
-
-    fn prepare<'p>(
-        &mut self,
-        sql: &str,
-        params: &[Param<'p>],
-    ) -> Result<
-        (
-            postgres::Statement,
-            Vec<&'p (dyn postgres::types::ToSql + Sync)>,
-        ),
-        postgres::Error,
-    > {
-        let types: Vec<postgres::types::Type> = params.iter().map(|(_, t)| t.clone()).collect();
-        let statement = self.statements.prepared(self.client, sql, &types)?;
-        Ok((statement, params.iter().map(|(v, _)| *v).collect()))
-    }
-
-    /// The rows `sql` returns.
-    pub fn query_typed(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<Vec<postgres::Row>, postgres::Error> {
-        let (statement, values) = self.prepare(sql, params)?;
-        self.client.query(&statement, &values)
-    }
-
-    /// The one row `sql` returns (an error if it returns none or several).
-    pub fn query_typed_one(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<postgres::Row, postgres::Error> {
-        let (statement, values) = self.prepare(sql, params)?;
-        self.client.query_one(&statement, &values)
-    }
-
-    /// The rows `sql` returns, as they arrive from the server (a caller may stop early).
-    pub fn query_typed_raw(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<postgres::RowIter<'_>, postgres::Error> {
-        let (statement, values) = self.prepare(sql, params)?;
-        self.client.query_raw(&statement, values)
-    }
-
-    /// Runs `sql`; answers the rows it changed.
-    pub fn execute_typed(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<u64, postgres::Error> {
-        let (statement, values) = self.prepare(sql, params)?;
-        self.client.execute(&statement, &values)
-    }
 }
 
 fn lock(m: &Mutex<PoolState>) -> MutexGuard<'_, PoolState> {
@@ -730,108 +617,6 @@ pub fn advisory_key(name: &str) -> i64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h as i64
-}
-
-/// What a LISTEN connection hands its consumer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Heard {
-    /// A notification: channel and payload.
-    Notification(String, String),
-    /// The connection was (re)established: anything sent while it was down was missed.
-    Connected,
-}
-
-/// A LISTEN connection on a thread of its own; dropping the handle stops it (within half a
-/// second).
-pub struct Listener {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-impl PgPool {
-    /// Starts a thread that LISTENs on `channels` and hands what it hears to `on`, until `on`
-    /// returns `false` or the handle is dropped. A lost connection is re-opened after a
-    /// second, and [`Heard::Connected`] tells the consumer it may have missed notifications.
-    pub fn listen<F>(&self, channels: Vec<String>, mut on: F) -> Listener
-    where
-        F: FnMut(Heard) -> bool + Send + 'static,
-    {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let pool = self.clone();
-        let run = move || {
-            while !flag.load(Ordering::Relaxed) {
-                let session = (|| -> Result<Client, PgError> {
-                    let mut client = pool.open()?;
-                    for channel in &channels {
-                        client.batch_execute(&format!("LISTEN \"{channel}\""))?;
-                    }
-                    Ok(client)
-                })();
-                let mut client = match session {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "postgres LISTEN connection failed; retrying");
-                        std::thread::sleep(Duration::from_secs(1));
-                        continue;
-                    }
-                };
-                if !on(Heard::Connected) {
-                    return;
-                }
-                loop {
-                    if flag.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    // Each notification is handed on as it arrives (a steady stream never
-                    // leaves a quiet half second to wait for); the stop flag is checked
-                    // between them and after every quiet half second.
-                    let mut broke = false;
-                    {
-                        let mut notes = client.notifications();
-                        let mut it = notes.timeout_iter(Duration::from_millis(500));
-                        loop {
-                            use postgres::fallible_iterator::FallibleIterator;
-                            match it.next() {
-                                Ok(Some(n)) => {
-                                    let heard = Heard::Notification(
-                                        n.channel().to_owned(),
-                                        n.payload().to_owned(),
-                                    );
-                                    if !on(heard) || flag.load(Ordering::Relaxed) {
-                                        return;
-                                    }
-                                }
-                                Ok(None) => break,
-                                Err(e) => {
-                                    tracing::warn!(error = %describe(&e), "postgres LISTEN connection lost");
-                                    broke = true;
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    if broke || client.is_closed() {
-                        std::thread::sleep(Duration::from_secs(1));
-                        break;
-                    }
-                }
-            }
-        };
-        if let Err(e) = std::thread::Builder::new()
-            .name("pg-listen".into())
-            .spawn(run)
-        {
-            tracing::error!(error = %e, "cannot start the postgres LISTEN thread");
-        }
-        Listener { stop }
-    }
 }
 
 #[cfg(test)]

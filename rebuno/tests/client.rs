@@ -386,7 +386,7 @@ async fn blocked(kernel: &Kernel, client: &Client, target: &str) -> (String, Str
                 target: target.into(),
                 args: Some(RawValue::from_string(r#"{"cents":500}"#.into()).unwrap()),
                 idempotency: Idempotency::SafeToRetry,
-                occurrence: None,
+                ..SubmitStepRequest::default()
             },
         )
         .await

@@ -598,11 +598,86 @@ fn submit_step_keeps_raw_args() {
         target: "now".into(),
         args: Some(serde_json::value::RawValue::from_string("[1.0]".into()).unwrap()),
         idempotency: Idempotency::AtMostOnce,
-        occurrence: None,
+        ..SubmitStepRequest::default()
     })
     .unwrap();
     assert_eq!(
         text,
         r#"{"kind":"local","target":"now","args":[1.0],"idempotency":"at_most_once"}"#
     );
+}
+
+/// What SDK 0.22 and later send beside a step is accepted; a field of the wrong type, an
+/// unknown field and an over-long list are still refused.
+#[test]
+fn fields_of_later_sdks_are_accepted_and_typed() {
+    use rebuno::protocol::{
+        CompleteExecutionRequest, CompleteStepRequest, FailStepRequest, MAX_SDK_LIST,
+    };
+    // 0.23+ submit: `resources` always present, usually empty.
+    let r: SubmitStepRequest = serde_json::from_str(
+        r#"{"kind": "tool_call", "target": "greet", "args": {"name": "ada"}, "idempotency": "safe_to_retry", "resources": []}"#,
+    )
+    .unwrap();
+    assert!(r.resources.is_empty());
+    let r: SubmitStepRequest =
+        serde_json::from_str(r#"{"kind":"tool_call","resources":["sandbox","db"]}"#).unwrap();
+    assert_eq!(r.resources, ["sandbox", "db"]);
+    let r: SubmitStepRequest = serde_json::from_str(r#"{"resources":null}"#).unwrap();
+    assert!(r.resources.is_empty());
+    for bad in [
+        r#"{"resources":"sandbox"}"#,
+        r#"{"resources":[1]}"#,
+        r#"{"resources":{}}"#,
+        r#"{"resourcez":[]}"#,
+    ] {
+        assert!(
+            serde_json::from_str::<SubmitStepRequest>(bad).is_err(),
+            "{bad}"
+        );
+    }
+    let many = format!(r#"{{"resources":{:?}}}"#, vec!["k"; MAX_SDK_LIST + 1]);
+    let e = serde_json::from_str::<SubmitStepRequest>(&many).unwrap_err();
+    assert!(e.to_string().contains("at most 256"), "{e}");
+    let enough = format!(r#"{{"resources":{:?}}}"#, vec!["k"; MAX_SDK_LIST]);
+    assert!(serde_json::from_str::<SubmitStepRequest>(&enough).is_ok());
+
+    // Step complete and fail may carry resource checkpoints.
+    let c: CompleteStepRequest = serde_json::from_str(
+        r#"{"result": "ok", "captures": [{"key": "sandbox", "generation": 2, "checkpoint_ref": "snap-1"}], "capture_failures": [{"key": "db", "generation": 1, "error": "timeout"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(c.result, Some(json!("ok")));
+    assert_eq!(c.captures[0].checkpoint_ref, "snap-1");
+    assert_eq!(c.capture_failures[0].error, "timeout");
+    let f: FailStepRequest = serde_json::from_str(
+        r#"{"error": {"message": "boom"}, "captures": [{"key": "sandbox", "generation": 0, "checkpoint_ref": "r"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(f.captures.len(), 1);
+    for bad in [
+        r#"{"result": 1, "captures": [{"generation": 1}]}"#,
+        r#"{"result": 1, "captures": [{"key": "k", "generation": "one"}]}"#,
+        r#"{"result": 1, "captures": [{"key": "k", "extra": 1}]}"#,
+        r#"{"result": 1, "capture_failures": "x"}"#,
+    ] {
+        assert!(
+            serde_json::from_str::<CompleteStepRequest>(bad).is_err(),
+            "{bad}"
+        );
+    }
+
+    // Execution complete may carry the session state; any JSON, `null` kept as set.
+    let e: CompleteExecutionRequest =
+        serde_json::from_str(r#"{"output": {"a": 1}, "state": {"turn": 2}}"#).unwrap();
+    assert_eq!(e.state, Some(json!({"turn": 2})));
+    let e: CompleteExecutionRequest = serde_json::from_str(r#"{"output": 1}"#).unwrap();
+    assert_eq!(e.state, None);
+    // What this kernel's own SDK sends carries none of them.
+    let text = serde_json::to_string(&CompleteStepRequest {
+        result: Some(json!(1)),
+        ..CompleteStepRequest::default()
+    })
+    .unwrap();
+    assert_eq!(text, r#"{"result":1}"#);
 }

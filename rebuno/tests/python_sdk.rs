@@ -1,13 +1,14 @@
-//! Interop with a client nobody here wrote: an agent written with the published Python `rebuno`
-//! SDK 0.14.0 runs against this kernel over real HTTP, unchanged.
+//! Interop with clients nobody here wrote: one agent, written against the published Python
+//! `rebuno` SDK, runs unchanged against this kernel over real HTTP with each generation of the
+//! SDK: 0.14.0 and 0.16.0 (body-only `sha256=` signatures), 0.22.0 (`v1=` request signatures,
+//! sessions' fields) and 0.29.2 (`resources` on every submit, agent metadata at start-up).
 //!
-//! The test needs a Python with that SDK installed. `.ci/run` builds one (a venv from PyPI) and
-//! points `REBUNO_PYTHON` at it; elsewhere the test looks for `python3` with `rebuno` importable
-//! and, if there is none, says so and passes without running.
+//! Each test needs a Python with its SDK version: `.ci/run` builds one venv per version from
+//! PyPI (`REBUNO_PYTHON` for 0.14.0, `REBUNO_SDK_VENVS/sdk-<version>` for the others).
 
 mod support;
 
-use support::{python_agent, python_with_sdk, serve_kernel};
+use support::{python_agent, python_with_sdk_version, serve_kernel};
 
 use rebuno::Kernel;
 use rebuno::protocol::{CreateExecutionRequest, ExecutionStatus, StepStatus};
@@ -53,7 +54,32 @@ async fn wait_for(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Python with rebuno==0.14.0 (REBUNO_PYTHON)"]
 async fn published_python_sdk_agent_runs_against_the_kernel() {
-    let python = python_with_sdk();
+    runs_against_the_kernel("0.14.0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a venv with rebuno==0.16.0 (REBUNO_SDK_VENVS)"]
+async fn python_sdk_0_16_agent_runs_against_the_kernel() {
+    runs_against_the_kernel("0.16.0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a venv with rebuno==0.22.0 (REBUNO_SDK_VENVS)"]
+async fn python_sdk_0_22_agent_runs_against_the_kernel() {
+    runs_against_the_kernel("0.22.0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a venv with rebuno==0.29.2 (REBUNO_SDK_VENVS)"]
+async fn python_sdk_0_29_agent_runs_against_the_kernel() {
+    runs_against_the_kernel("0.29.2").await;
+}
+
+/// A run with a tool and a `step()` completes; `require_approval` blocks and a grant over
+/// HTTP resumes it, recorded steps replaying; a denial reaches the handler as the SDK's policy
+/// error and the tool never runs.
+async fn runs_against_the_kernel(version: &str) {
+    let python = python_with_sdk_version(version);
     let dir = tempfile::tempdir().unwrap();
     let kernel = Kernel::memory().await.unwrap();
     let (base, _background) = serve_kernel(&kernel).await;

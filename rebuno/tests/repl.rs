@@ -81,7 +81,7 @@ async fn blocked(kernel: &Kernel) -> (String, String) {
                 target: "charge".into(),
                 args: Some(RawValue::from_string("{}".to_owned()).unwrap()),
                 idempotency: Idempotency::SafeToRetry,
-                occurrence: None,
+                ..SubmitStepRequest::default()
             },
         )
         .await

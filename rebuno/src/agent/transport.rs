@@ -42,6 +42,7 @@ impl From<Submission> for SubmitStepRequest {
             args: Some(s.args),
             idempotency: s.idempotency,
             occurrence: s.occurrence,
+            resources: Vec::new(),
         }
     }
 }
@@ -301,6 +302,7 @@ impl Transport for HttpTransport {
     ) -> Result<StepDecision> {
         let req = CompleteStepRequest {
             result: Some(result),
+            ..CompleteStepRequest::default()
         };
         self.post_json(
             &[
@@ -325,7 +327,10 @@ impl Transport for HttpTransport {
         lease: &Lease,
         error: Value,
     ) -> Result<StepDecision> {
-        let req = FailStepRequest { error: Some(error) };
+        let req = FailStepRequest {
+            error: Some(error),
+            ..FailStepRequest::default()
+        };
         self.post_json(
             &["v0", "executions", execution_id, "steps", step_id, "fail"],
             Some(lease),
@@ -354,6 +359,7 @@ impl Transport for HttpTransport {
     ) -> Result<()> {
         let req = CompleteExecutionRequest {
             output: Some(output),
+            ..CompleteExecutionRequest::default()
         };
         self.post_json(
             &["v0", "executions", execution_id, "complete"],

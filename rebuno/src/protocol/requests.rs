@@ -56,6 +56,15 @@ pub struct SubmitStepRequest {
     /// count whose predecessor is not recorded is `400 validation_error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub occurrence: Option<u64>,
+    /// The resources (by key) the step touches, as SDK 0.23 and later always send (usually
+    /// `[]`). Accepted and checked (strings, at most [`MAX_SDK_LIST`]); this kernel does not
+    /// manage resources yet, so it answers no resource due.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "bounded_list"
+    )]
+    pub resources: Vec<String>,
 }
 
 impl SubmitStepRequest {
@@ -88,6 +97,21 @@ pub struct CompleteStepRequest {
         deserialize_with = "present"
     )]
     pub result: Option<Value>,
+    /// Resource checkpoints taken after the step (SDK 0.23 and later, only when a resource
+    /// was due; at most [`MAX_SDK_LIST`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "bounded_list"
+    )]
+    pub captures: Vec<Capture>,
+    /// Resource checkpoints that failed (SDK 0.23 and later; at most [`MAX_SDK_LIST`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "bounded_list"
+    )]
+    pub capture_failures: Vec<CaptureFailure>,
 }
 
 /// Body of `POST …/steps/{step_id}/fail`.
@@ -101,6 +125,69 @@ pub struct FailStepRequest {
         deserialize_with = "present"
     )]
     pub error: Option<Value>,
+    /// Resource checkpoints taken after the step (SDK 0.23 and later, only when a resource
+    /// was due; at most [`MAX_SDK_LIST`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "bounded_list"
+    )]
+    pub captures: Vec<Capture>,
+    /// Resource checkpoints that failed (SDK 0.23 and later; at most [`MAX_SDK_LIST`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "bounded_list"
+    )]
+    pub capture_failures: Vec<CaptureFailure>,
+}
+
+/// At most this many entries in a list an SDK sends beside a step (`resources`, `captures`,
+/// `capture_failures`); more is `400 validation_error`.
+pub const MAX_SDK_LIST: usize = 256;
+
+/// A list of at most [`MAX_SDK_LIST`] entries; `null` reads as empty.
+fn bounded_list<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let list = Option::<Vec<T>>::deserialize(deserializer)?.unwrap_or_default();
+    if list.len() > MAX_SDK_LIST {
+        return Err(serde::de::Error::custom(format!(
+            "at most {MAX_SDK_LIST} entries, got {}",
+            list.len()
+        )));
+    }
+    Ok(list)
+}
+
+/// A resource checkpoint an agent took after a step (SDK 0.23 and later).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capture {
+    /// The resource's key.
+    pub key: String,
+    /// The resource generation the checkpoint belongs to.
+    #[serde(default)]
+    pub generation: u64,
+    /// Where the driver put the checkpoint.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub checkpoint_ref: String,
+}
+
+/// A resource checkpoint that failed (SDK 0.23 and later).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureFailure {
+    /// The resource's key.
+    pub key: String,
+    /// The resource generation the checkpoint was for.
+    #[serde(default)]
+    pub generation: u64,
+    /// What went wrong.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub error: String,
 }
 
 /// Body of `POST …/steps/{step_id}/stream`.
@@ -126,6 +213,14 @@ pub struct CompleteExecutionRequest {
         deserialize_with = "present"
     )]
     pub output: Option<Value>,
+    /// State handed to the session's next turn (SDK 0.22 and later; accepted, not yet kept:
+    /// sessions come with their own routes).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub state: Option<Value>,
 }
 
 /// Body of `POST /v0/executions/{id}/fail`.

@@ -344,7 +344,7 @@ pub fn call(kind: &str, target: &str, args: &str) -> SubmitStepRequest {
         target: target.into(),
         args: Some(RawValue::from_string(args.to_owned()).unwrap()),
         idempotency: Idempotency::SafeToRetry,
-        occurrence: None,
+        ..SubmitStepRequest::default()
     }
 }
 

@@ -12,14 +12,28 @@ use std::time::{Duration, Instant};
 /// or else `python3`. Panics, saying what is missing, when neither has it: the tests that call
 /// this are `#[ignore]`d, so they run only when asked for, and then must not pass untested.
 pub fn python_with_sdk() -> String {
+    python_with_sdk_version("0.14.0")
+}
+
+/// A Python with the published `rebuno` SDK `version` installed: for 0.14.0 `REBUNO_PYTHON`
+/// (or `python3`), for any version `$REBUNO_SDK_VENVS/sdk-<version>/bin/python` (`.ci/run`
+/// builds those venvs). Panics with the way to get one if there is none.
+pub fn python_with_sdk_version(version: &str) -> String {
     let from_env = std::env::var("REBUNO_PYTHON").ok();
-    let candidates = from_env.clone().into_iter().chain(["python3".to_owned()]);
+    let venv = std::env::var("REBUNO_SDK_VENVS")
+        .ok()
+        .map(|dir| format!("{dir}/sdk-{version}/bin/python"));
+    let mut candidates: Vec<String> = venv.into_iter().collect();
+    if version == "0.14.0" {
+        candidates.extend(from_env.clone());
+        candidates.push("python3".to_owned());
+    }
+    let check = format!(
+        "import rebuno, importlib.metadata as m; assert m.version('rebuno') == '{version}'"
+    );
     for python in candidates {
         let ok = Command::new(&python)
-            .args([
-                "-c",
-                "import rebuno, importlib.metadata as m; assert m.version('rebuno') == '0.14.0'",
-            ])
+            .args(["-c", &check])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -28,13 +42,10 @@ pub fn python_with_sdk() -> String {
             return python;
         }
     }
-    match from_env {
-        Some(python) => panic!("REBUNO_PYTHON={python} has no rebuno 0.14.0"),
-        None => panic!(
-            "this test needs a Python with rebuno==0.14.0: set REBUNO_PYTHON to one \
-             (.ci/run installs it in a venv)"
-        ),
-    }
+    panic!(
+        "this test needs a Python with rebuno=={version}: set REBUNO_SDK_VENVS to a directory \
+         holding sdk-{version}/ (or REBUNO_PYTHON for 0.14.0); .ci/run builds them"
+    )
 }
 
 /// Kills (SIGKILL) and reaps the child when dropped.

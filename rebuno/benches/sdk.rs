@@ -59,7 +59,7 @@ async fn recorded(dir: &std::path::Path) -> (Kernel, String) {
             target: "search".into(),
             args: Some(args(i)),
             idempotency: Idempotency::SafeToRetry,
-            occurrence: None,
+            ..SubmitStepRequest::default()
         };
         let d = kernel.submit_step(&exec.id, &lease, req).await.unwrap();
         let step = d.step_id.unwrap();
@@ -148,7 +148,7 @@ async fn main() {
                 target: "search".into(),
                 args: Some(args(i)),
                 idempotency: Idempotency::SafeToRetry,
-                occurrence: None,
+                ..SubmitStepRequest::default()
             };
             let d = kernel.submit_step(&exec, &lease, req).await.unwrap();
             assert!(d.result.is_some());

@@ -206,7 +206,7 @@ async fn bad_ids_queries_and_bodies_are_validation_errors() {
         (format!("{exec_path}/complete"), b""),
         (
             format!("{exec_path}/complete"),
-            br#"{"output":1,"state":2}"#,
+            br#"{"output":1,"stat":2}"#, // `state` (SDK 0.22+) is a field; this is not
         ),
         (
             format!("{exec_path}/fail"),

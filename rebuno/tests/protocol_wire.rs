@@ -424,7 +424,19 @@ fn step_decision_json() {
             StepDecision::denied("policy_denied").with_step_id(STEP),
             format!(r#"{{"decision":"denied","step_id":"{STEP}","reason":"policy_denied"}}"#),
         ),
-        (StepDecision::denied(""), r#"{"decision":"denied"}"#.into()),
+        // Every denied and rate_limited decision carries a reason (SDK 0.16+ show it as is).
+        (
+            StepDecision::denied(""),
+            r#"{"decision":"denied","reason":"policy_denied"}"#.into(),
+        ),
+        (
+            StepDecision::denied("  "),
+            r#"{"decision":"denied","reason":"policy_denied"}"#.into(),
+        ),
+        (
+            StepDecision::rate_limited(""),
+            r#"{"decision":"rate_limited","reason":"rate_limit_exceeded"}"#.into(),
+        ),
         (
             StepDecision::blocked(APPROVAL).with_step_id(STEP),
             format!(r#"{{"decision":"blocked","step_id":"{STEP}","approval_id":"{APPROVAL}"}}"#),

@@ -116,6 +116,15 @@ pub struct StepDecision {
     pub reason: Option<String>,
 }
 
+/// `reason`, or `default` when it is empty or only whitespace.
+fn filled(reason: String, default: &str) -> String {
+    if reason.trim().is_empty() {
+        default.to_owned()
+    } else {
+        reason
+    }
+}
+
 impl StepDecision {
     fn bare(decision: Decision) -> Self {
         StepDecision {
@@ -149,10 +158,11 @@ impl StepDecision {
         }
     }
 
-    /// `denied` with a reason; an empty reason is omitted (the Go kernel may leave it empty).
+    /// `denied` with a reason; an empty reason becomes `policy_denied` (SDK 0.16 and later
+    /// show the reason as given, and an empty one reads as no reason at all).
     pub fn denied(reason: impl Into<String>) -> Self {
         StepDecision {
-            reason: Some(reason.into()).filter(|r| !r.is_empty()),
+            reason: Some(filled(reason.into(), REASON_POLICY_DENIED)),
             ..StepDecision::bare(Decision::Denied)
         }
     }
@@ -178,10 +188,11 @@ impl StepDecision {
         StepDecision::bare(Decision::ExecutionBlocked)
     }
 
-    /// `rate_limited` with `rate_limit_exceeded` or `rate_limiter_unavailable`.
+    /// `rate_limited` with `rate_limit_exceeded` or `rate_limiter_unavailable` (an empty
+    /// reason becomes `rate_limit_exceeded`).
     pub fn rate_limited(reason: impl Into<String>) -> Self {
         StepDecision {
-            reason: Some(reason.into()).filter(|r| !r.is_empty()),
+            reason: Some(filled(reason.into(), REASON_RATE_LIMIT_EXCEEDED)),
             ..StepDecision::bare(Decision::RateLimited)
         }
     }

@@ -650,3 +650,54 @@ async fn approvals_block_grant_and_deny_over_http() {
         .err(409, "lease_superseded");
     assert_eq!(agent.bad_signatures(), 0);
 }
+
+/// `PUT /v0/agents/{id}/metadata`: signed by the agent itself, shown by `GET /v0/agents/{id}`,
+/// kept when the agent registers again; another agent's id is 403, a bad body 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_publish_their_own_metadata() {
+    let api = Api::start(Backend::Memory, None).await;
+    let me = TestAgent::spawn("me").await;
+    let other = TestAgent::spawn("other").await;
+    api.register(&me).await;
+    api.register(&other).await;
+    let body = br#"{"description": "greets people", "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}}, "output_schema": null}"#;
+    let answer = api
+        .agent(&me, Method::PUT, "/v0/agents/me/metadata", None, body)
+        .await
+        .ok(200);
+    assert_eq!(answer["Metadata"]["description"], "greets people");
+    assert_eq!(answer["Secret"], "");
+    let shown = api.get("/v0/agents/me").await.ok(200);
+    assert_eq!(
+        shown["Metadata"]["input_schema"]["properties"]["name"]["type"],
+        "string"
+    );
+    assert!(shown["Metadata"].get("output_schema").is_none());
+
+    // Another agent's metadata is not this agent's to write.
+    api.agent(&me, Method::PUT, "/v0/agents/other/metadata", None, body)
+        .await
+        .err(403, "forbidden");
+    assert!(
+        api.get("/v0/agents/other")
+            .await
+            .ok(200)
+            .get("Metadata")
+            .is_none()
+    );
+    // Bodies are checked.
+    for bad in [
+        &br#"{"input_schema": "object"}"#[..],
+        br#"{"description": 7}"#,
+        br#"{"descripton": "x"}"#,
+        b"",
+    ] {
+        api.agent(&me, Method::PUT, "/v0/agents/me/metadata", None, bad)
+            .await
+            .err(400, "validation_error");
+    }
+    // Registering again keeps it.
+    api.register(&me).await;
+    let shown = api.get("/v0/agents/me").await.ok(200);
+    assert_eq!(shown["Metadata"]["description"], "greets people");
+}

@@ -309,9 +309,49 @@ fn agent_uses_go_field_names() {
             secret: String::new(),
             policy_bundle: String::new(),
             registered_at: "0001-01-01T00:00:00Z".into(),
+            metadata: None,
         },
         r#"{"ID":"hello","WebhookURL":"http://h/webhook","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00Z"}"#,
     );
+    // With what the agent published about itself.
+    round_trip(
+        &Agent {
+            id: "hello".into(),
+            webhook_url: "u".into(),
+            secret: String::new(),
+            policy_bundle: String::new(),
+            registered_at: "0001-01-01T00:00:00Z".into(),
+            metadata: Some(rebuno::protocol::AgentMetadata {
+                description: "greets".into(),
+                input_schema: Some(json!({"type": "object"})),
+                output_schema: None,
+            }),
+        },
+        r#"{"ID":"hello","WebhookURL":"u","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00Z","Metadata":{"description":"greets","input_schema":{"type":"object"}}}"#,
+    );
+}
+
+/// The metadata body SDK 0.28 and later send: nullable schemas, which must be JSON Schemas.
+#[test]
+fn agent_metadata_bodies() {
+    use rebuno::protocol::AgentMetadata;
+    let m: AgentMetadata = serde_json::from_str(
+        r#"{"description": null, "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}}, "output_schema": null}"#,
+    )
+    .unwrap();
+    assert_eq!(m.description, "");
+    assert!(m.input_schema.is_some() && m.output_schema.is_none());
+    let m: AgentMetadata = serde_json::from_str(r#"{"output_schema": true}"#).unwrap();
+    assert_eq!(m.output_schema, Some(json!(true)));
+    for bad in [
+        r#"{"description": 1}"#,
+        r#"{"input_schema": "object"}"#,
+        r#"{"input_schema": [1]}"#,
+        r#"{"output_schema": 3}"#,
+        r#"{"descripton": "x"}"#,
+    ] {
+        assert!(serde_json::from_str::<AgentMetadata>(bad).is_err(), "{bad}");
+    }
 }
 
 #[test]

@@ -116,6 +116,20 @@ async fn runs_against_the_kernel(version: &str) {
     assert_eq!(kinds, ["local", "tool_call"]);
     assert!(steps.iter().all(|s| s.status == StepStatus::Succeeded));
 
+    // SDK 0.28 and later publish the agent's metadata (the handler's input schema) at start-up
+    // and on the first dispatch, signed by the agent itself.
+    if version >= "0.28" {
+        let agent = kernel.agent("py").await.unwrap();
+        let metadata = agent.metadata.expect("the agent published its metadata");
+        assert_eq!(
+            metadata.input_schema.as_ref().unwrap()["properties"]["name"]["type"],
+            "string",
+            "{metadata:?}"
+        );
+    } else {
+        assert_eq!(kernel.agent("py").await.unwrap().metadata, None);
+    }
+
     // require_approval blocks; a grant resumes it to completion.
     kernel
         .set_policy(

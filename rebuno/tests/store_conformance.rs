@@ -189,6 +189,7 @@ pub fn agent(id: &str) -> Agent {
         secret: format!("secret-{id}"),
         policy_bundle: String::new(),
         registered_at: at(0),
+        metadata: None,
     }
 }
 

@@ -6,7 +6,7 @@
 
 use super::{Kernel, KernelError, KernelResult};
 use crate::policy::Bundle;
-use crate::protocol::{Agent, RegisterAgentRequest};
+use crate::protocol::{Agent, AgentMetadata, RegisterAgentRequest};
 use crate::store::StoreExt;
 
 /// The agent as answered to anyone: without its secret.
@@ -35,6 +35,7 @@ impl Kernel {
                         .as_ref()
                         .map(|a| a.policy_bundle.clone())
                         .unwrap_or_default(),
+                    metadata: existing.as_ref().and_then(|a| a.metadata.clone()),
                     registered_at: existing.map(|a| a.registered_at).unwrap_or(now),
                     id: req.id,
                     webhook_url: req.webhook_url,
@@ -62,6 +63,29 @@ impl Kernel {
         self.register_agent(req).await?;
         self.set_policy(&id, bundle).await?;
         self.agent(&id).await
+    }
+
+    /// Records what agent `id` publishes about itself (replacing what it published before);
+    /// answers the agent, without its secret. `404` for an unknown agent.
+    pub async fn set_agent_metadata(
+        &self,
+        id: &str,
+        metadata: AgentMetadata,
+    ) -> KernelResult<Agent> {
+        let id = id.to_owned();
+        let agent = self
+            .inner
+            .store
+            .write(move |tx| {
+                let Some(mut agent) = tx.agent(&id)? else {
+                    return Ok(None);
+                };
+                agent.metadata = Some(metadata);
+                tx.put_agent(&agent)?;
+                Ok(Some(agent))
+            })
+            .await?;
+        agent.map(public).ok_or_else(KernelError::not_found)
     }
 
     /// An agent, without its secret.

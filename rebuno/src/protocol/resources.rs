@@ -202,7 +202,7 @@ pub struct Dispatch {
 }
 
 /// An agent as the admin routes write it: Go field names, because the Go type has no JSON tags.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Agent {
     /// Agent id.
     #[serde(rename = "ID")]
@@ -219,6 +219,48 @@ pub struct Agent {
     /// Registration time.
     #[serde(rename = "RegisteredAt")]
     pub registered_at: Timestamp,
+    /// What the agent published about itself (`PUT /v0/agents/{id}/metadata`); omitted until
+    /// it has. Re-registering keeps it.
+    #[serde(rename = "Metadata", default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<AgentMetadata>,
+}
+
+/// What an agent says about itself: a description and the JSON Schemas of its input and
+/// output, as the Python SDK (0.28 and later) and `#[rebuno::agent]` publish them.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentMetadata {
+    /// A description for people (and models) choosing an agent; empty when none.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub description: String,
+    /// The JSON Schema of the execution input; omitted when unknown.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "schema"
+    )]
+    pub input_schema: Option<Value>,
+    /// The JSON Schema of the execution output; omitted when unknown.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "schema"
+    )]
+    pub output_schema: Option<Value>,
+}
+
+/// A JSON Schema: an object or a boolean (`null` reads as none); anything else is refused.
+fn schema<'de, D>(deserializer: D) -> Result<Option<Value>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ (Value::Object(_) | Value::Bool(_))) => Ok(Some(v)),
+        Some(_) => Err(serde::de::Error::custom(
+            "a JSON Schema is an object or a boolean",
+        )),
+    }
 }
 
 /// Answer of `GET /v0/executions`.

@@ -15,10 +15,10 @@ use super::extract::{
     AgentCall, Bearer, JsonBody, NamePath, QueryPairs, ReadCall, Reader, UuidPath, uuid_param,
 };
 use crate::protocol::{
-    CompleteExecutionRequest, CompleteStepRequest, CreateExecutionRequest, DecideApprovalRequest,
-    Execution, FailExecutionRequest, FailStepRequest, HEADER_NEXT_CURSOR, HealthStatus,
-    RegisterAgentRequest, SetPolicyRequest, StreamDeltaRequest, StreamFrame, SubmitStepRequest,
-    canonical_uuid,
+    AgentMetadata, CompleteExecutionRequest, CompleteStepRequest, CreateExecutionRequest,
+    DecideApprovalRequest, Execution, FailExecutionRequest, FailStepRequest, HEADER_NEXT_CURSOR,
+    HealthStatus, RegisterAgentRequest, SetPolicyRequest, StreamDeltaRequest, StreamFrame,
+    SubmitStepRequest, canonical_uuid,
 };
 use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
@@ -373,6 +373,24 @@ pub(super) async fn get_agent(
     NamePath(id): NamePath,
 ) -> ApiResult {
     Ok(ok(&s.kernel.agent(&id).await?))
+}
+
+/// `PUT /v0/agents/{id}/metadata` (HMAC, by the agent itself; 200 with the agent): what the
+/// agent publishes about itself at start-up (Python SDK 0.28 and later, `#[rebuno::agent]`).
+/// Another agent's id is `403 forbidden`.
+pub(super) async fn put_agent_metadata(
+    State(s): State<AppState>,
+    mut call: AgentCall,
+) -> ApiResult {
+    let (id,): (String,) = call.path().await?;
+    if id != call.agent_id {
+        return Err(crate::kernel::KernelError::forbidden(
+            "an agent publishes only its own metadata",
+        )
+        .into());
+    }
+    let metadata: AgentMetadata = call.json()?;
+    Ok(ok(&s.kernel.set_agent_metadata(&id, metadata).await?))
 }
 
 /// Row 19: `DELETE /v0/agents/{id}` (204; `409` while executions reference it).

@@ -46,7 +46,7 @@ pub use serve::{ServeOptions, serve, serve_with_shutdown};
 
 use crate::Kernel;
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -168,6 +168,7 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
         .route("/v0/executions/{id}/fail", post(h::fail_execution))
         .route("/v0/agents", post(h::register_agent).get(h::list_agents))
         .route("/v0/agents/{id}", get(h::get_agent).delete(h::delete_agent))
+        .route("/v0/agents/{id}/metadata", put(h::put_agent_metadata))
         .route("/v0/policies/{agent_id}", post(h::set_policy))
         .route("/v0/approvals", get(h::list_approvals))
         .route("/v0/approvals/{id}", get(h::get_approval))

@@ -148,6 +148,10 @@ CREATE TABLE dispatch_step_counters (
     consumed INTEGER NOT NULL,
     PRIMARY KEY (dispatch_id, kind, target, args_hash)
 );
+",
+// 5: what an agent publishes about itself (description, input and output JSON Schema), as JSON.
+"
+ALTER TABLE agents ADD COLUMN metadata TEXT;
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

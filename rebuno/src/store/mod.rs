@@ -420,3 +420,12 @@ fn downcast<R: 'static>(out: Box<dyn Any + Send>) -> StoreResult<R> {
 }
 
 impl<S: Store + ?Sized> StoreExt for S {}
+
+/// An agent's metadata as both stores keep it (JSON text); `None` for none.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn metadata_text(agent: &crate::protocol::Agent) -> Option<String> {
+    agent
+        .metadata
+        .as_ref()
+        .map(|m| serde_json::to_string(m).expect("agent metadata serializes"))
+}

@@ -43,15 +43,27 @@ where
 }
 
 /// The columns [`agent_row`] reads.
-pub(super) const AGENT_COLS: &str = "id, webhook_url, secret, policy_bundle, registered_at";
+pub(super) const AGENT_COLS: &str =
+    "id, webhook_url, secret, policy_bundle, registered_at, metadata";
 /// An agent.
 pub(super) fn agent_row(r: &Row<'_>) -> rusqlite::Result<Agent> {
+    let metadata: Option<String> = r.get(5)?;
     Ok(Agent {
         id: r.get(0)?,
         webhook_url: r.get(1)?,
         secret: r.get(2)?,
         policy_bundle: r.get(3)?,
         registered_at: r.get(4)?,
+        metadata: match metadata {
+            None => None,
+            Some(text) => Some(serde_json::from_str(&text).map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    5,
+                    rusqlite::types::Type::Text,
+                    Box::new(e),
+                )
+            })?),
+        },
     })
 }
 

@@ -257,8 +257,8 @@ impl Tx for SqliteTx<'_> {
     }
     fn put_agent(&mut self, a: &Agent) -> StoreResult<()> {
         self.exec(
-            "INSERT OR REPLACE INTO agents (id, webhook_url, secret, policy_bundle, registered_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![a.id, a.webhook_url, a.secret, a.policy_bundle, a.registered_at],
+            "INSERT OR REPLACE INTO agents (id, webhook_url, secret, policy_bundle, registered_at, metadata) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![a.id, a.webhook_url, a.secret, a.policy_bundle, a.registered_at, super::metadata_text(a)],
         )?;
         Ok(())
     }
@@ -776,6 +776,7 @@ mod tests {
                             secret: "s".into(),
                             policy_bundle: String::new(),
                             registered_at: "2026-01-01T00:00:00Z".into(),
+                            metadata: None,
                         };
                         store.write(move |tx| tx.put_agent(&agent)).await.unwrap();
                     }

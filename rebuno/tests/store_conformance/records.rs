@@ -16,6 +16,11 @@ pub async fn agents_round_trip_page_and_delete(store: Dyn) {
     let mut replaced = agent("b");
     replaced.webhook_url = "http://127.0.0.1:9/new".into();
     replaced.policy_bundle = "default_action: deny\n".into();
+    replaced.metadata = Some(rebuno::protocol::AgentMetadata {
+        description: "the b agent".into(),
+        input_schema: Some(serde_json::json!({"type": "object", "required": ["q"]})),
+        output_schema: Some(serde_json::json!(true)),
+    });
     let put = replaced.clone();
     w(&store, move |tx| tx.put_agent(&put)).await;
     let (got, secret, missing) = r(&store, |tx| {

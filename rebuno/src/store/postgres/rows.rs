@@ -52,15 +52,21 @@ pub(super) fn int<T: TryFrom<i64>>(r: &Row, i: usize) -> Result<T, DecodeError> 
 }
 
 /// The columns [`agent_row`] reads.
-pub(super) const AGENT_COLS: &str = "id, webhook_url, secret, policy_bundle, registered_at";
+pub(super) const AGENT_COLS: &str =
+    "id, webhook_url, secret, policy_bundle, registered_at, metadata";
 /// An agent.
 pub(super) fn agent_row(r: &Row) -> Result<Agent, DecodeError> {
+    let metadata: Option<String> = get(r, 5)?;
     Ok(Agent {
         id: get(r, 0)?,
         webhook_url: get(r, 1)?,
         secret: get(r, 2)?,
         policy_bundle: get(r, 3)?,
         registered_at: get(r, 4)?,
+        metadata: match metadata {
+            None => None,
+            Some(text) => Some(serde_json::from_str(&text).map_err(|e| format!("column 5: {e}"))?),
+        },
     })
 }
 

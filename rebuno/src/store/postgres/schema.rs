@@ -21,9 +21,10 @@ pub(super) const MIGRATE_LOCK: &str = "rebuno-schema-migrate";
 pub(super) const MIGRATIONS_TABLE: &str = "rebuno_schema_migrations";
 
 /// Embedded migrations, by version.
-pub(super) const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    r#"
+pub(super) const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        r#"
 CREATE TABLE agents (
     id text COLLATE "C" PRIMARY KEY,
     webhook_url text NOT NULL,
@@ -135,4 +136,12 @@ CREATE TABLE rate_buckets (
 );
 CREATE INDEX rate_buckets_updated ON rate_buckets (updated_at);
 "#,
-)];
+    ),
+    (
+        2,
+        r#"
+-- What an agent publishes about itself (description, input and output JSON Schema), as JSON.
+ALTER TABLE agents ADD COLUMN metadata text;
+"#,
+    ),
+];

@@ -195,13 +195,14 @@ impl Tx for PgTx<'_, '_> {
     }
     fn put_agent(&mut self, a: &Agent) -> StoreResult<()> {
         self.exec(
-            "INSERT INTO agents (id, webhook_url, secret, policy_bundle, registered_at)
-             VALUES ($1, $2, $3, $4, $5)
+            "INSERT INTO agents (id, webhook_url, secret, policy_bundle, registered_at, metadata)
+             VALUES ($1, $2, $3, $4, $5, $6)
              ON CONFLICT (id) DO UPDATE SET webhook_url = excluded.webhook_url,
                secret = excluded.secret, policy_bundle = excluded.policy_bundle,
-               registered_at = excluded.registered_at",
+               registered_at = excluded.registered_at, metadata = excluded.metadata",
             params![a.id => TEXT, a.webhook_url => TEXT, a.secret => TEXT,
-                    a.policy_bundle => TEXT, a.registered_at => TEXT],
+                    a.policy_bundle => TEXT, a.registered_at => TEXT,
+                    crate::store::metadata_text(a) => TEXT],
         )?;
         Ok(())
     }

@@ -26,6 +26,11 @@ async fn repl(width: usize) -> Repl {
     Repl::new(Kernel::memory().await.unwrap(), width)
 }
 
+/// A console on `kernel`.
+fn repl_on(kernel: &Kernel, width: usize) -> Repl {
+    Repl::new(kernel.clone(), width)
+}
+
 async fn run(repl: &mut Repl, line: &str) -> String {
     match repl.run_line(line).await {
         Outcome::Print(text) => text,
@@ -162,6 +167,7 @@ async fn agents_add_list_get_remove() {
     let got = run(&mut r, "agent get res").await;
     assert!(got.contains("id:          researcher"), "{got}");
     assert!(got.contains("policy:      none"), "{got}");
+    assert!(!got.contains("description:"), "{got}");
     assert_eq!(
         run(&mut r, "agent get nobody").await,
         "error: no agent matches 'nobody'"
@@ -534,4 +540,26 @@ fn history_keeps_secrets_out() {
         history_entry("agent add a http://h/x hunter2").as_deref(),
         Some("agent add a http://h/x <secret>")
     );
+}
+
+#[tokio::test]
+async fn agent_get_shows_what_the_agent_published() {
+    let kernel = Kernel::memory().await.unwrap();
+    let mut r = repl_on(&kernel, 100);
+    run(&mut r, "agent add greeter http://127.0.0.1:9/g s").await;
+    kernel
+        .set_agent_metadata(
+            "greeter",
+            rebuno::protocol::AgentMetadata {
+                description: "greets people".into(),
+                input_schema: Some(serde_json::json!({"type": "object"})),
+                output_schema: None,
+            },
+        )
+        .await
+        .unwrap();
+    let got = run(&mut r, "agent get greeter").await;
+    assert!(got.contains("description: greets people"), "{got}");
+    assert!(got.contains(r#"input:       {"type":"object"}"#), "{got}");
+    assert!(!got.contains("output:"), "{got}");
 }

@@ -144,6 +144,17 @@ pub(super) fn describe_agent(agent: &Agent) -> String {
         "id:          {}\nwebhook url: {}\nregistered:  {}",
         agent.id, agent.webhook_url, agent.registered_at
     );
+    if let Some(meta) = &agent.metadata {
+        if !meta.description.is_empty() {
+            let _ = write!(out, "\ndescription: {}", meta.description);
+        }
+        if let Some(schema) = &meta.input_schema {
+            let _ = write!(out, "\ninput:       {}", compact(schema));
+        }
+        if let Some(schema) = &meta.output_schema {
+            let _ = write!(out, "\noutput:      {}", compact(schema));
+        }
+    }
     if agent.policy_bundle.is_empty() {
         out.push_str("\npolicy:      none");
     } else {

@@ -140,6 +140,7 @@ fn main() {
                 agent_id: "bench".into(),
                 input: Some(json!({})),
                 agent_version: String::new(),
+                ..CreateExecutionRequest::default()
             })
             .await
             .unwrap();

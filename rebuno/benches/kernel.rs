@@ -53,6 +53,7 @@ async fn execution(k: &Kernel) -> (String, Lease) {
             agent_id: "bench".into(),
             input: Some(json!({})),
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
         .unwrap();

@@ -111,7 +111,7 @@ fn main() {
         let started = Instant::now();
         let mut ids = Vec::with_capacity(EXECUTIONS);
         for _ in 0..EXECUTIONS {
-            let req = CreateExecutionRequest { agent_id: "load".into(), input: Some(json!({})), agent_version: String::new() };
+            let req = CreateExecutionRequest { agent_id: "load".into(), input: Some(json!({})), ..CreateExecutionRequest::default() };
             ids.push(kernel.create_execution(req).await.unwrap().id);
         }
         let _all = tokio::time::timeout(Duration::from_secs(600), done.acquire_many(EXECUTIONS as u32)).await.unwrap().unwrap();

@@ -76,6 +76,7 @@ async fn executions(k: &Kernel, n: usize) -> Vec<(String, Lease)> {
                 agent_id: "bench".into(),
                 input: Some(json!({})),
                 agent_version: String::new(),
+                ..CreateExecutionRequest::default()
             })
             .await
             .unwrap();

@@ -701,3 +701,76 @@ async fn agents_publish_their_own_metadata() {
     let shown = api.get("/v0/agents/me").await.ok(200);
     assert_eq!(shown["Metadata"]["description"], "greets people");
 }
+
+/// `idempotency_key` on create: the first create answers 201, a repeat 200 with the same
+/// execution and nothing new recorded or dispatched; the same key for another request is 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_creates_answer_the_first_execution() {
+    let api = Api::start(Backend::Memory, None).await;
+    let mut agent = TestAgent::spawn("idem").await;
+    api.register(&agent).await;
+    let other = TestAgent::spawn("idem2").await;
+    api.register(&other).await;
+    let body = json!({"agent_id": "idem", "input": {"order": 7}, "idempotency_key": "order-7"});
+    let first = api.post("/v0/executions", body.clone()).await.ok(201);
+    assert_eq!(first["idempotency_key"], "order-7");
+    let again = api.post("/v0/executions", body.clone()).await.ok(200);
+    assert_eq!(again["id"], first["id"]);
+    let id = first["id"].as_str().unwrap();
+    let created = api
+        .event_types(id)
+        .await
+        .into_iter()
+        .filter(|t| t == "execution.created")
+        .count();
+    assert_eq!(created, 1);
+    // One delivery only.
+    let (delivered, _) = agent.delivery().await;
+    assert_eq!(delivered.execution_id, id);
+    let listed = api.get("/v0/executions?agent_id=idem").await.ok(200);
+    assert_eq!(listed["executions"].as_array().unwrap().len(), 1);
+
+    // The same key for another input or agent is a conflict; other keys and no key create.
+    for reused in [
+        json!({"agent_id": "idem", "input": {"order": 8}, "idempotency_key": "order-7"}),
+        json!({"agent_id": "idem2", "input": {"order": 7}, "idempotency_key": "order-7"}),
+    ] {
+        let msg = api
+            .post("/v0/executions", reused)
+            .await
+            .err(409, "conflict");
+        assert!(msg.contains("order-7"), "{msg}");
+    }
+    let plain = json!({"agent_id": "idem", "input": {"order": 7}});
+    let a = api.post("/v0/executions", plain.clone()).await.ok(201);
+    let b = api.post("/v0/executions", plain).await.ok(201);
+    assert_ne!(a["id"], b["id"]);
+    assert!(a.get("idempotency_key").is_none());
+    // Keys are bounded and typed; SDK fields beside them are accepted.
+    let long = "k".repeat(256);
+    api.post(
+        "/v0/executions",
+        json!({"agent_id": "idem", "idempotency_key": long}),
+    )
+    .await
+    .err(400, "validation_error");
+    api.post(
+        "/v0/executions",
+        json!({"agent_id": "idem", "idempotency_key": 7}),
+    )
+    .await
+    .err(400, "validation_error");
+    api.post(
+        "/v0/executions",
+        json!({"agent_id": "idem", "input": {}, "session": "s1", "parent_execution_id": "", "on_behalf_of": "ada", "spawned_by": {"execution_id": id, "step_id": "x"}}),
+    )
+    .await
+    .ok(201);
+    // An unknown agent is still 404 with a key.
+    api.post(
+        "/v0/executions",
+        json!({"agent_id": "nobody", "idempotency_key": "k"}),
+    )
+    .await
+    .err(404, "not_found");
+}

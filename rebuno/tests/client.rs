@@ -88,6 +88,7 @@ macro_rules! both_backends {
 
 both_backends!(
     executions_lifecycle,
+    idempotent_creates,
     waiting,
     listing_pages,
     events_and_steps,
@@ -165,6 +166,29 @@ async fn executions_lifecycle(kernel: Kernel, client: Client) {
     assert_eq!(cancelled.status, ExecutionStatus::Cancelled);
     assert_api(client.cancel(&exec.id).await, ErrorCode::ExecutionTerminal);
     assert_api(client.cancel(&unknown_id()).await, ErrorCode::NotFound);
+}
+
+async fn idempotent_creates(kernel: Kernel, client: Client) {
+    agent(&kernel, "a", "").await;
+    let first = client
+        .create_idempotent("a", json!({"n": 1}), "once")
+        .await
+        .unwrap();
+    assert_eq!(first.idempotency_key, "once");
+    let again = client
+        .create_idempotent("a", json!({"n": 1}), "once")
+        .await
+        .unwrap();
+    assert_eq!(again.id, first.id);
+    assert_api(
+        client.create_idempotent("a", json!({"n": 2}), "once").await,
+        ErrorCode::Conflict,
+    );
+    let other = client
+        .create_idempotent("a", json!({"n": 1}), "twice")
+        .await
+        .unwrap();
+    assert_ne!(other.id, first.id);
 }
 
 async fn waiting(kernel: Kernel, client: Client) {

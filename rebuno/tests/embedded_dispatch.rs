@@ -106,6 +106,7 @@ async fn embedded_agents_get_the_same_lease_semantics() {
             agent_id: "inproc".into(),
             input: None,
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
         .unwrap();
@@ -164,6 +165,7 @@ async fn an_embedded_agent_without_a_handler_is_retried() {
             agent_id: "late".into(),
             input: None,
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
         .unwrap();

@@ -145,6 +145,7 @@ async fn agent_killed_mid_tool_call_resumes_without_double_effects() {
         agent_id: "killme".into(),
         input: Some(json!({"run": run, "once": once})),
         agent_version: String::new(),
+        ..CreateExecutionRequest::default()
     };
     let safe = kernel
         .create_execution(create("safe", false))

@@ -93,6 +93,7 @@ async fn stale_attempt_loses_and_duplicates_are_ignored() {
             agent_id: "racer".into(),
             input: Some(json!({})),
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
         .unwrap();

@@ -106,6 +106,7 @@ async fn setup(k: &Kernel, agent: &str, port: u16) -> String {
         agent_id: agent.into(),
         input: Some(json!({})),
         agent_version: String::new(),
+        ..CreateExecutionRequest::default()
     })
     .await
     .unwrap()

@@ -69,6 +69,7 @@ impl Fixture {
                 agent_id: AGENT.into(),
                 input: None,
                 agent_version: String::new(),
+                ..CreateExecutionRequest::default()
             })
             .await
             .unwrap();

@@ -88,6 +88,7 @@ impl Edge {
                 agent_id: AGENT.into(),
                 input: Some(json!({})),
                 agent_version: String::new(),
+                ..CreateExecutionRequest::default()
             })
             .await
             .unwrap();
@@ -732,6 +733,7 @@ async fn the_rust_sdk_signs_v1() {
             agent_id: AGENT.into(),
             input: Some(json!("hi")),
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
         .unwrap();
@@ -761,6 +763,7 @@ async fn the_webhook_receiver_ignores_an_older_dispatch() {
             agent_id: AGENT.into(),
             input: Some(json!({})),
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
         .unwrap();

@@ -100,6 +100,7 @@ impl Env {
                 agent_id: agent.into(),
                 input: None,
                 agent_version: String::new(),
+                ..CreateExecutionRequest::default()
             })
             .await
             .unwrap()

@@ -151,6 +151,7 @@ async fn started(k: &Kernel, agent: &str) -> (String, Lease) {
             agent_id: agent.into(),
             input: Some(json!({"q": 1})),
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
         .unwrap();

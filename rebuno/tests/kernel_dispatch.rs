@@ -24,6 +24,7 @@ async fn create_queues_one_dispatch_and_claims_increment_the_attempt() {
                     agent_id: "ghost".into(),
                     input: None,
                     agent_version: String::new(),
+                    ..CreateExecutionRequest::default()
                 })
                 .await,
             ErrorCode::NotFound,
@@ -37,6 +38,7 @@ async fn create_queues_one_dispatch_and_claims_increment_the_attempt() {
                 agent_id: "a".into(),
                 input: Some(json!({"q": 1})),
                 agent_version: "v1".into(),
+                ..CreateExecutionRequest::default()
             })
             .await
             .unwrap();
@@ -435,6 +437,7 @@ async fn kernel_open_on_a_sqlite_url_recovers_after_a_restart() {
             agent_id: "a".into(),
             input: None,
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
         .unwrap()

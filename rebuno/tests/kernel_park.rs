@@ -52,6 +52,7 @@ async fn setup(bundle: &str) -> (Arc<ManualClock>, Kernel, String, rebuno::Lease
             agent_id: "a".into(),
             input: None,
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
         .unwrap();

@@ -195,3 +195,30 @@ async fn a_cancel_on_one_replica_ends_the_attempt_and_streams_on_the_other() {
         Decision::ExecutionTerminal
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn an_idempotency_key_used_on_two_replicas_at_once_creates_one_execution() {
+    let (a, b) = replicas(config()).await;
+    a.agent("agent", "").await;
+    for round in 0..10 {
+        let req = CreateExecutionRequest {
+            agent_id: "agent".into(),
+            input: Some(json!({"round": round})),
+            idempotency_key: format!("key-{round}"),
+            ..CreateExecutionRequest::default()
+        };
+        let (x, y) = tokio::join!(
+            a.k.start_execution(req.clone(), ""),
+            b.k.start_execution(req, "")
+        );
+        let (x, y) = (x.unwrap(), y.unwrap());
+        assert_eq!(x.execution.id, y.execution.id, "round {round}");
+        assert!(
+            x.created != y.created,
+            "exactly one created it: {x:?} {y:?}"
+        );
+    }
+    let all = a.k.list_executions(None, None, None, 100).await.unwrap();
+    assert_eq!(all.executions.len(), 10);
+}

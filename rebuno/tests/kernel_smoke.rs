@@ -24,6 +24,7 @@ async fn create_claim_submit_complete_replay() {
             agent_id: "a".into(),
             input: Some(json!({"x": 1})),
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
         .unwrap();
@@ -123,6 +124,7 @@ async fn approval_blocks_and_grant_resumes() {
             agent_id: "a".into(),
             input: None,
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
         .unwrap();
@@ -179,6 +181,7 @@ async fn an_agent_counted_occurrence_moves_the_counter_forward_only() {
             agent_id: "a".into(),
             input: Some(json!({})),
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
         .unwrap();

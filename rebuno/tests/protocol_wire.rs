@@ -78,6 +78,8 @@ fn execution() -> Execution {
         created_at: TS.into(),
         updated_at: TS.into(),
         deadline_at: None,
+        created_by: String::new(),
+        idempotency_key: String::new(),
     }
 }
 
@@ -96,12 +98,14 @@ fn execution_json() {
         output: Some(json!([1])),
         failure_reason: "boom".into(),
         deadline_at: Some(TS.into()),
+        created_by: "key-1".into(),
+        idempotency_key: "order-7".into(),
         ..execution()
     };
     round_trip(
         &full,
         &format!(
-            r#"{{"id":"{EXEC}","agent_id":"hello","agent_version":"1.2","input":{{"name":"world"}},"status":"failed","output":[1],"failure_reason":"boom","created_at":"{TS}","updated_at":"{TS}","deadline_at":"{TS}"}}"#
+            r#"{{"id":"{EXEC}","agent_id":"hello","agent_version":"1.2","input":{{"name":"world"}},"status":"failed","output":[1],"failure_reason":"boom","created_at":"{TS}","updated_at":"{TS}","deadline_at":"{TS}","created_by":"key-1","idempotency_key":"order-7"}}"#
         ),
     );
     // A set JSON null output is kept and written as null; an absent one is omitted.
@@ -574,6 +578,7 @@ fn request_bodies_read_missing_and_null_as_empty() {
             agent_id: "hello".into(),
             input: Some(json!({"name": "w"})),
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         },
         r#"{"agent_id":"hello","input":{"name":"w"}}"#,
     );

@@ -36,6 +36,38 @@ agent.bind(handler)
 uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="warning")
 "#;
 
+/// Creates an execution twice with one idempotency key through the SDK's `Client`; answers
+/// the two execution ids.
+fn python_client_creates_twice(python: &str, base: &str) -> Vec<String> {
+    let script = r#"
+import asyncio, os
+from rebuno import Client
+
+async def main():
+    client = Client(os.environ["REBUNO_URL"], api_key="unused")
+    for _ in range(2):
+        e = await client.create("py", {"name": "once"}, idempotency_key="py-once")
+        print(e.id)
+
+asyncio.run(main())
+"#;
+    let out = std::process::Command::new(python)
+        .args(["-c", script])
+        .env("REBUNO_URL", base)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
 async fn wait_for(
     kernel: &Kernel,
     id: &str,
@@ -98,6 +130,7 @@ async fn runs_against_the_kernel(version: &str) {
         agent_id: "py".into(),
         input: Some(json!({"name": name})),
         agent_version: String::new(),
+        ..CreateExecutionRequest::default()
     };
     let terminal = [
         ExecutionStatus::Completed,
@@ -128,6 +161,16 @@ async fn runs_against_the_kernel(version: &str) {
         );
     } else {
         assert_eq!(kernel.agent("py").await.unwrap().metadata, None);
+    }
+
+    // SDK 0.25 and later: the SDK's own client creates idempotently; the repeat answers the
+    // same execution, which runs once.
+    if version >= "0.25" {
+        let ids = python_client_creates_twice(&python, &base);
+        assert_eq!(ids[0], ids[1], "{ids:?}");
+        let done = wait_for(&kernel, &ids[0], &terminal).await;
+        assert_eq!(done.status, ExecutionStatus::Completed, "{done:?}");
+        assert_eq!(done.idempotency_key, "py-once");
     }
 
     // require_approval blocks; a grant resumes it to completion.
@@ -186,9 +229,13 @@ async fn runs_against_the_kernel(version: &str) {
         .unwrap();
     assert_eq!(denied.status, StepStatus::Denied);
     let ran = std::fs::read_to_string(&calls).unwrap();
+    let mut want = vec!["world", "approve-me"];
+    if version >= "0.25" {
+        want.insert(1, "once"); // the idempotent create ran once
+    }
     assert_eq!(
         ran.lines().collect::<Vec<_>>(),
-        ["world", "approve-me"],
+        want,
         "each tool body ran once, the denied one never"
     );
 }

@@ -72,6 +72,7 @@ async fn blocked(kernel: &Kernel) -> (String, String) {
             agent_id: "a".into(),
             input: Some(json!({})),
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
         .unwrap();

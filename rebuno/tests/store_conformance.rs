@@ -134,6 +134,7 @@ use records::*;
 conformance!(
     agents_round_trip_page_and_delete,
     executions_round_trip_byte_exact,
+    idempotency_keys_are_unique_per_creator,
     executions_list_in_pages_with_filters,
     executions_past_deadline_and_counts,
     events_are_gapless_and_paged,
@@ -206,6 +207,8 @@ pub fn execution(id: &str, agent_id: &str, status: ExecutionStatus) -> Execution
         created_at: at(1),
         updated_at: at(1),
         deadline_at: None,
+        created_by: String::new(),
+        idempotency_key: String::new(),
     }
 }
 

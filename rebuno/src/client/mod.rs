@@ -255,11 +255,32 @@ impl Client {
             agent_id: agent_id.to_owned(),
             input: Some(input),
             agent_version: String::new(),
+            ..CreateExecutionRequest::default()
         })
         .await
     }
 
-    /// Starts an execution from a full request (with an `agent_version`, or without `input`).
+    /// Starts an execution at most once per `idempotency_key`: a repeat (a retry after a lost
+    /// answer, say) gets the execution the first call created, and nothing new runs. The same
+    /// key with another agent or input is `409 conflict`.
+    pub async fn create_idempotent(
+        &self,
+        agent_id: &str,
+        input: impl Serialize,
+        idempotency_key: &str,
+    ) -> Result<Execution> {
+        let input = serde_json::to_value(input)?;
+        self.create_with(CreateExecutionRequest {
+            agent_id: agent_id.to_owned(),
+            input: Some(input),
+            idempotency_key: idempotency_key.to_owned(),
+            ..CreateExecutionRequest::default()
+        })
+        .await
+    }
+
+    /// Starts an execution from a full request (with an `agent_version`, an
+    /// `idempotency_key`, or without `input`).
     pub async fn create_with(&self, request: CreateExecutionRequest) -> Result<Execution> {
         match &self.backend {
             Backend::Http(h) => {

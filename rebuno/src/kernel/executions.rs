@@ -7,8 +7,8 @@ use super::volatile::{Ended, renew_in};
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::protocol::{
     ApprovalEventPayload, ApprovalStatus, CreateExecutionRequest, EventType, Execution,
-    ExecutionEventPayload, ExecutionStatus, REASON_CLIENT_CANCELLED, REASON_EXECUTION_CANCELLED,
-    Step, StepEventPayload, StepStatus,
+    ExecutionEventPayload, ExecutionStatus, MAX_IDEMPOTENCY_KEY_BYTES, REASON_CLIENT_CANCELLED,
+    REASON_EXECUTION_CANCELLED, Step, StepEventPayload, StepStatus,
 };
 use crate::store::{StoreExt, Tx};
 use crate::time::rfc3339;
@@ -80,20 +80,101 @@ pub(crate) fn cancel_in_tx(
     Ok(ended)
 }
 
+/// What [`Kernel::start_execution`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Started {
+    /// The execution: new, or the one the idempotency key names.
+    pub execution: Execution,
+    /// Whether it was created by this call (`201`), not found by its key (`200`).
+    pub created: bool,
+}
+
+/// The answer to a create whose idempotency key names `existing`: that execution, if the
+/// request is the same one (same agent and input), else `409 conflict`.
+fn repeated(existing: Execution, req: &CreateExecutionRequest) -> KernelResult<Started> {
+    let input = req.input.clone().unwrap_or(Value::Null);
+    if existing.agent_id != req.agent_id || existing.input != input {
+        return Err(KernelError::conflict(format!(
+            "idempotency_key {:?} was used for another request (execution {})",
+            req.idempotency_key, existing.id
+        )));
+    }
+    Ok(Started {
+        execution: existing,
+        created: false,
+    })
+}
+
 impl Kernel {
     /// Creates an execution for an existing agent (`404` otherwise): `execution.created`,
     /// `execution.started` and `dispatch.queued` with its dispatch, in one transaction. The
-    /// answer shows status `running`.
+    /// answer shows status `running`. With an idempotency key already used (by the same
+    /// creator) for the same agent and input, it answers that execution and creates nothing
+    /// (see [`Kernel::start_execution`], which also says which happened).
     pub async fn create_execution(&self, req: CreateExecutionRequest) -> KernelResult<Execution> {
+        Ok(self.start_execution(req, "").await?.execution)
+    }
+
+    /// [`Kernel::create_execution`] on behalf of `created_by` (the authenticated caller, empty
+    /// for the admin token), saying whether the execution was created now or found by its
+    /// idempotency key. The same key with another agent or input is `409 conflict`; a key over
+    /// [`MAX_IDEMPOTENCY_KEY_BYTES`] bytes is `400`.
+    pub async fn start_execution(
+        &self,
+        req: CreateExecutionRequest,
+        created_by: &str,
+    ) -> KernelResult<Started> {
+        if req.idempotency_key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
+            return Err(KernelError::validation(format!(
+                "idempotency_key is over {MAX_IDEMPOTENCY_KEY_BYTES} bytes"
+            )));
+        }
+        let key = req.idempotency_key.clone();
+        let creator = created_by.to_owned();
+        let outcome = self.start_inner(req.clone(), created_by).await;
+        if key.is_empty() {
+            return outcome;
+        }
+        match outcome {
+            Err(e) if e.code != crate::protocol::ErrorCode::NotFound => {
+                // Another replica may have created it with the same key in the meantime (the
+                // unique index refused this insert): answer that one.
+                let found = self
+                    .inner
+                    .store
+                    .read(move |tx| tx.execution_by_idempotency_key(&creator, &key))
+                    .await?;
+                match found {
+                    Some(existing) => repeated(existing, &req),
+                    None => Err(e),
+                }
+            }
+            other => other,
+        }
+    }
+
+    async fn start_inner(
+        &self,
+        req: CreateExecutionRequest,
+        created_by: &str,
+    ) -> KernelResult<Started> {
+        let created_by = created_by.to_owned();
         let now = self.now();
         let now_text = rfc3339(now);
         let deadline = self.inner.config.deadline_timeout.map(|d| rfc3339(now + d));
         let id = uuid::Uuid::now_v7().to_string();
         let max_attempts = self.inner.config.dispatch_max_attempts;
+        let original = req.clone();
         let exec = self
             .inner
             .store
             .write(move |tx| {
+                if !req.idempotency_key.is_empty()
+                    && let Some(existing) =
+                        tx.execution_by_idempotency_key(&created_by, &req.idempotency_key)?
+                {
+                    return Ok(Some(Err(existing)));
+                }
                 if tx.agent(&req.agent_id)?.is_none() {
                     return Ok(None);
                 }
@@ -108,6 +189,8 @@ impl Kernel {
                     created_at: now_text.clone(),
                     updated_at: now_text.clone(),
                     deadline_at: deadline.clone(),
+                    created_by,
+                    idempotency_key: req.idempotency_key,
                 };
                 tx.put_execution(&exec)?;
                 let mut events: Events = vec![
@@ -134,14 +217,21 @@ impl Kernel {
                     max_attempts,
                 )?);
                 tx.append_events(&id, &now_text, &events)?;
-                Ok(Some(exec))
+                Ok(Some(Ok(exec)))
             })
             .await?
             .ok_or_else(KernelError::not_found)?;
+        let exec = match exec {
+            Ok(created) => created,
+            Err(existing) => return repeated(existing, &original),
+        };
         Metrics::inc(&self.inner.metrics.executions_created);
         self.inner.queued.notify_one();
         self.announce_dispatch();
-        Ok(exec)
+        Ok(Started {
+            execution: exec,
+            created: true,
+        })
     }
 
     /// An execution (`404` if unknown).

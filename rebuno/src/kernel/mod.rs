@@ -34,6 +34,7 @@ mod volatile;
 
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};
 pub use embedded::{EMBEDDED_SCHEME, EmbeddedDeliverer, EmbeddedHandler};
+pub use executions::Started;
 pub use listing::{
     ARRAY_DEFAULT_LIMIT, ARRAY_MAX_LIMIT, EVENTS_DEFAULT_LIMIT, EVENTS_MAX_LIMIT,
     LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT,

@@ -264,6 +264,7 @@ mod tests {
                 agent_id: "a".into(),
                 input: None,
                 agent_version: String::new(),
+                ..CreateExecutionRequest::default()
             })
             .await
             .unwrap();

@@ -29,6 +29,60 @@ pub struct CreateExecutionRequest {
         deserialize_with = "null_as_default"
     )]
     pub agent_version: String,
+    /// A repeated create with the same key (by the same creator) answers the execution the
+    /// first one created (`200` instead of `201`), and creates nothing; the same key with
+    /// another agent or input is `409 conflict`. At most [`MAX_IDEMPOTENCY_KEY_BYTES`].
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub idempotency_key: String,
+    /// The session the execution is a turn of (SDK 0.22 and later; accepted, not yet acted on).
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub session: String,
+    /// The earlier turn this one branches from (SDK 0.22 and later; accepted, not yet acted on).
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub parent_execution_id: String,
+    /// A key serializing executions (SDK 0.19 to 0.21; accepted, not acted on).
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub concurrency_key: String,
+    /// The step of a parent execution that spawned this one as a subagent (SDK 0.25 and
+    /// later; accepted, not yet acted on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawned_by: Option<SpawnedBy>,
+    /// The user the execution acts for (SDK 0.29; accepted, not yet acted on).
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub on_behalf_of: String,
+}
+
+/// The longest idempotency key a create accepts, in bytes.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
+
+/// The parent step of a subagent execution.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnedBy {
+    /// The parent execution.
+    pub execution_id: String,
+    /// The parent's step that spawned the child.
+    pub step_id: String,
 }
 
 /// Body of `POST /v0/executions/{id}/steps`. `args` stays raw so it hashes as the caller wrote it.

@@ -40,6 +40,13 @@ pub struct Execution {
     /// When it will be cancelled, if a deadline is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_at: Option<Timestamp>,
+    /// Who created it (the authenticated caller); omitted when empty (the admin token).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub created_by: String,
+    /// The key a repeated create with the same key (by the same creator) gets this execution
+    /// back by; omitted when none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub idempotency_key: String,
 }
 
 /// A step, as the step routes return it.

@@ -159,6 +159,7 @@ impl Repl {
                         agent_id,
                         input: Some(input),
                         agent_version: String::new(),
+                        ..CreateExecutionRequest::default()
                     })
                     .await
                     .map_err(|e| e.to_string())?;

@@ -99,14 +99,20 @@ impl AppState {
 // Executions (client side).
 // ---------------------------------------------------------------------------------------------
 
-/// Row 1: `POST /v0/executions` (201).
+/// Row 1: `POST /v0/executions` (201; 200 with the execution a repeated idempotency key names).
 pub(super) async fn create_execution(
     State(s): State<AppState>,
     _: Bearer,
     JsonBody(req): JsonBody<CreateExecutionRequest>,
 ) -> ApiResult {
-    let exec = s.kernel.create_execution(req).await?;
-    Ok(json_response(StatusCode::CREATED, &exec))
+    // `201` for a new execution; `200` for the one a repeated idempotency key names.
+    let started = s.kernel.start_execution(req, "").await?;
+    let status = if started.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(json_response(status, &started.execution))
 }
 
 /// Row 2: `GET /v0/executions?agent_id&status&cursor&limit`: the page's `next_cursor` is also

@@ -152,6 +152,14 @@ CREATE TABLE dispatch_step_counters (
 // 5: what an agent publishes about itself (description, input and output JSON Schema), as JSON.
 "
 ALTER TABLE agents ADD COLUMN metadata TEXT;
+",
+// 6: who created an execution, and the idempotency key a repeated create finds it by (unique
+// per creator).
+"
+ALTER TABLE executions ADD COLUMN created_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN idempotency_key TEXT;
+CREATE UNIQUE INDEX executions_idempotency ON executions (created_by, idempotency_key)
+  WHERE idempotency_key IS NOT NULL;
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

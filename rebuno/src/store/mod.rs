@@ -124,6 +124,12 @@ pub trait Tx {
 
     /// An execution by id.
     fn execution(&mut self, id: &str) -> StoreResult<Option<Execution>>;
+    /// The execution `created_by` created with idempotency key `key`, if any.
+    fn execution_by_idempotency_key(
+        &mut self,
+        created_by: &str,
+        key: &str,
+    ) -> StoreResult<Option<Execution>>;
     /// An execution's agent and status, without decoding its input and output (hot paths).
     fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>>;
     /// Inserts or replaces an execution.

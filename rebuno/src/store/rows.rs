@@ -68,7 +68,7 @@ pub(super) fn agent_row(r: &Row<'_>) -> rusqlite::Result<Agent> {
 }
 
 /// The columns [`exec_row`] reads.
-pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at";
+pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, created_by, idempotency_key";
 /// An execution.
 pub(super) fn exec_row(r: &Row<'_>) -> rusqlite::Result<Execution> {
     Ok(Execution {
@@ -82,6 +82,8 @@ pub(super) fn exec_row(r: &Row<'_>) -> rusqlite::Result<Execution> {
         created_at: r.get(7)?,
         updated_at: r.get(8)?,
         deadline_at: r.get(9)?,
+        created_by: r.get(10)?,
+        idempotency_key: r.get::<_, Option<String>>(11)?.unwrap_or_default(),
     })
 }
 

@@ -292,6 +292,20 @@ impl Tx for SqliteTx<'_> {
             exec_row,
         )
     }
+    fn execution_by_idempotency_key(
+        &mut self,
+        created_by: &str,
+        key: &str,
+    ) -> StoreResult<Option<Execution>> {
+        one(
+            self.conn,
+            &format!(
+                "SELECT {EXEC_COLS} FROM executions WHERE created_by = ?1 AND idempotency_key = ?2"
+            ),
+            params![created_by, key],
+            exec_row,
+        )
+    }
     fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>> {
         one(
             self.conn,
@@ -304,9 +318,9 @@ impl Tx for SqliteTx<'_> {
         // `ended_at` is set once, by the update that makes the execution terminal, and never
         // moves afterwards: retention counts from it.
         self.exec(
-            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at)
+            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
-               CASE WHEN ?5 IN ('completed', 'failed', 'cancelled') THEN ?9 END)
+               CASE WHEN ?5 IN ('completed', 'failed', 'cancelled') THEN ?9 END, ?11, NULLIF(?12, ''))
              ON CONFLICT (id) DO UPDATE SET agent_version = excluded.agent_version, input = excluded.input,
                status = excluded.status, output = excluded.output, failure_reason = excluded.failure_reason,
                updated_at = excluded.updated_at, deadline_at = excluded.deadline_at,
@@ -321,7 +335,9 @@ impl Tx for SqliteTx<'_> {
                 e.failure_reason,
                 e.created_at,
                 e.updated_at,
-                e.deadline_at
+                e.deadline_at,
+                e.created_by,
+                e.idempotency_key
             ],
         )?;
         Ok(())

@@ -544,3 +544,41 @@ pub async fn a_panicking_closure_keeps_nothing(store: Dyn) {
     w(&store, |tx| tx.put_agent(&agent("b"))).await;
     assert!(r(&store, |tx| tx.agent("b")).await.is_some());
 }
+
+/// Executions are found by (creator, idempotency key); a key is unique per creator only, and
+/// an execution without one is never found by the empty key.
+pub async fn idempotency_keys_are_unique_per_creator(store: Dyn) {
+    let mut first = execution("e1", "a", ExecutionStatus::Running);
+    first.idempotency_key = "k".into();
+    let mut elsewhere = execution("e2", "a", ExecutionStatus::Running);
+    elsewhere.idempotency_key = "k".into();
+    elsewhere.created_by = "key-2".into();
+    let plain = execution("e3", "a", ExecutionStatus::Running);
+    for e in [first.clone(), elsewhere.clone(), plain] {
+        w(&store, move |tx| tx.put_execution(&e)).await;
+    }
+    let (found, other, none, empty) = r(&store, |tx| {
+        Ok((
+            tx.execution_by_idempotency_key("", "k")?,
+            tx.execution_by_idempotency_key("key-2", "k")?,
+            tx.execution_by_idempotency_key("", "zz")?,
+            tx.execution_by_idempotency_key("", "")?,
+        ))
+    })
+    .await;
+    assert_eq!(found, Some(first.clone()));
+    assert_eq!(other, Some(elsewhere));
+    assert_eq!((none, empty), (None, None));
+    // Updating the execution keeps its key; a second execution with the creator's key is
+    // refused and leaves nothing.
+    let mut done = first.clone();
+    done.status = ExecutionStatus::Completed;
+    w(&store, move |tx| tx.put_execution(&done)).await;
+    let mut twin = execution("e4", "a", ExecutionStatus::Running);
+    twin.idempotency_key = "k".into();
+    let refused = store.write(move |tx| tx.put_execution(&twin)).await;
+    assert!(refused.is_err());
+    assert_eq!(r(&store, |tx| tx.execution("e4")).await, None);
+    let found = r(&store, |tx| tx.execution_by_idempotency_key("", "k")).await;
+    assert_eq!(found.map(|e| e.id), Some("e1".to_owned()));
+}

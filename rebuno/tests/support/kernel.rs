@@ -189,6 +189,7 @@ impl Env {
                 agent_id: agent.into(),
                 input: Some(json!({"task": "test"})),
                 agent_version: String::new(),
+                ..CreateExecutionRequest::default()
             })
             .await
             .unwrap()

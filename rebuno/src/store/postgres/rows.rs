@@ -71,7 +71,7 @@ pub(super) fn agent_row(r: &Row) -> Result<Agent, DecodeError> {
 }
 
 /// The columns [`exec_row`] reads.
-pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at";
+pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, created_by, idempotency_key";
 /// An execution.
 pub(super) fn exec_row(r: &Row) -> Result<Execution, DecodeError> {
     Ok(Execution {
@@ -85,6 +85,8 @@ pub(super) fn exec_row(r: &Row) -> Result<Execution, DecodeError> {
         created_at: get(r, 7)?,
         updated_at: get(r, 8)?,
         deadline_at: get(r, 9)?,
+        created_by: get(r, 10)?,
+        idempotency_key: get::<Option<String>>(r, 11)?.unwrap_or_default(),
     })
 }
 

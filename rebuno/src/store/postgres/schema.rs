@@ -144,4 +144,14 @@ CREATE INDEX rate_buckets_updated ON rate_buckets (updated_at);
 ALTER TABLE agents ADD COLUMN metadata text;
 "#,
     ),
+    (
+        3,
+        r#"
+-- Who created an execution, and the key a repeated create finds it by (unique per creator).
+ALTER TABLE executions ADD COLUMN created_by text NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN idempotency_key text COLLATE "C";
+CREATE UNIQUE INDEX executions_idempotency ON executions (created_by, idempotency_key)
+  WHERE idempotency_key IS NOT NULL;
+"#,
+    ),
 ];

@@ -236,6 +236,19 @@ impl Tx for PgTx<'_, '_> {
         self.note_locked(id, &found);
         Ok(found)
     }
+    fn execution_by_idempotency_key(
+        &mut self,
+        created_by: &str,
+        key: &str,
+    ) -> StoreResult<Option<Execution>> {
+        self.one(
+            &format!(
+                "SELECT {EXEC_COLS} FROM executions WHERE created_by = $1 AND idempotency_key = $2"
+            ),
+            params![created_by => TEXT, key => TEXT],
+            exec_row,
+        )
+    }
     fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>> {
         let sql = format!(
             "SELECT agent_id, status FROM executions WHERE id = $1{}",
@@ -254,9 +267,9 @@ impl Tx for PgTx<'_, '_> {
         // `ended_at` is set once, by the update that makes the execution terminal, and never
         // moves afterwards: retention counts from it.
         self.exec(
-            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at)
+            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-               CASE WHEN $5 IN ('completed', 'failed', 'cancelled') THEN $9 END)
+               CASE WHEN $5 IN ('completed', 'failed', 'cancelled') THEN $9 END, $11, NULLIF($12, ''))
              ON CONFLICT (id) DO UPDATE SET agent_version = excluded.agent_version, input = excluded.input,
                status = excluded.status, output = excluded.output, failure_reason = excluded.failure_reason,
                updated_at = excluded.updated_at, deadline_at = excluded.deadline_at,
@@ -272,6 +285,8 @@ impl Tx for PgTx<'_, '_> {
                 e.created_at => TEXT,
                 e.updated_at => TEXT,
                 e.deadline_at => TEXT,
+                e.created_by => TEXT,
+                e.idempotency_key => TEXT,
             ],
         )?;
         Ok(())

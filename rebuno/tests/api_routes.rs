@@ -774,3 +774,53 @@ async fn idempotent_creates_answer_the_first_execution() {
     .await
     .err(404, "not_found");
 }
+
+/// `POST /v0/policies/{agent}/test`: the decision and rule a submit would get, from the agent's
+/// bundle or the body's, with nothing recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_tests_decide_without_recording() {
+    let api = Api::start(Backend::Memory, None).await;
+    let agent = TestAgent::spawn("pol").await;
+    api.register(&agent).await;
+    let bundle = "default_action: allow\nrules:\n  - id: no-refunds\n    priority: 1\n    when: {target: refund, arguments: {cents: {equals: 5000}}}\n    then: {decision: deny, reason: too much}\n  - id: ask\n    priority: 2\n    when: {target: deploy}\n    then: {decision: require_approval, approval_config: {approvers: [alice]}}\n";
+    api.post("/v0/policies/pol", json!({"bundle": bundle}))
+        .await
+        .ok(204);
+    let test = |body: Value| async { api.post("/v0/policies/pol/test", body).await };
+    let denied =
+        test(json!({"kind": "tool_call", "target": "refund", "arguments": {"cents": 5000}}))
+            .await
+            .ok(200);
+    assert_eq!(
+        (&denied["decision"], &denied["rule_id"], &denied["reason"]),
+        (&json!("deny"), &json!("no-refunds"), &json!("too much"))
+    );
+    let small = test(json!({"target": "refund", "arguments": {"cents": 5}}))
+        .await
+        .ok(200);
+    assert_eq!(small["decision"], "allow");
+    let ask = test(json!({"target": "deploy"})).await.ok(200);
+    assert_eq!(ask["decision"], "require_approval");
+    assert_eq!(ask["approval_config"]["approvers"], json!(["alice"]));
+    // A bundle in the body is evaluated instead of the agent's.
+    let other = test(json!({"target": "refund", "arguments": {"cents": 5000}, "bundle": "default_action: deny\n"}))
+        .await
+        .ok(200);
+    assert_eq!(other["decision"], "deny");
+    assert_ne!(other["rule_id"], "no-refunds");
+    // Errors: a bad bundle, an unknown agent, a bad body.
+    test(json!({"target": "x", "bundle": "rules: [oops"}))
+        .await
+        .err(400, "validation_error");
+    api.post("/v0/policies/nobody/test", json!({"target": "x"}))
+        .await
+        .err(404, "not_found");
+    test(json!({"target": "x", "args": {}}))
+        .await
+        .err(400, "validation_error");
+    // Nothing was recorded anywhere.
+    let listed = api.get("/v0/executions").await.ok(200);
+    assert_eq!(listed["executions"], json!([]));
+    let shown = api.get("/v0/agents/pol").await.ok(200);
+    assert_eq!(shown["PolicyBundle"], bundle);
+}

@@ -5,8 +5,10 @@
 //! agent that still has executions is a `409 conflict`, not a `500`.
 
 use super::{Kernel, KernelError, KernelResult};
-use crate::policy::Bundle;
-use crate::protocol::{Agent, AgentMetadata, RegisterAgentRequest};
+use crate::policy::{Bundle, EvalInput};
+use crate::protocol::{
+    Agent, AgentMetadata, PolicyTestRequest, PolicyTestResponse, RegisterAgentRequest, StepKind,
+};
 use crate::store::StoreExt;
 
 /// The agent as answered to anyone: without its secret.
@@ -86,6 +88,53 @@ impl Kernel {
             })
             .await?;
         agent.map(public).ok_or_else(KernelError::not_found)
+    }
+
+    /// Evaluates a proposed step for agent `agent_id` against its bundle (or the request's own
+    /// `bundle`), exactly as a submit would decide it, and records nothing: no step, no event,
+    /// no rate-limit token. `404` for an unknown agent, `400` for a bundle that does not parse.
+    pub async fn test_policy(
+        &self,
+        agent_id: &str,
+        req: PolicyTestRequest,
+    ) -> KernelResult<PolicyTestResponse> {
+        let stored = self
+            .agent_with_secret(agent_id)
+            .await?
+            .ok_or_else(KernelError::not_found)?;
+        let kind = req.kind.unwrap_or(StepKind::ToolCall);
+        let arguments = req.arguments.unwrap_or(serde_json::Value::Null);
+        let input = EvalInput {
+            agent_id,
+            execution_id: "",
+            step_kind: super::steps::policy_kind(&kind),
+            target: &req.target,
+            arguments: &arguments,
+        };
+        let decision = if req.bundle.is_empty() {
+            // The engine's copy of the stored bundle, as a submit would use it.
+            let _ = self
+                .inner
+                .policy
+                .sync_bundle(agent_id, &stored.policy_bundle);
+            self.inner.policy.evaluate(&input)
+        } else {
+            Bundle::parse(&req.bundle)
+                .map_err(|e| KernelError::validation(format!("invalid policy bundle: {e}")))?
+                .evaluate(&input)
+        };
+        let text = |v: serde_json::Value| v.as_str().map(str::to_owned).unwrap_or_default();
+        Ok(PolicyTestResponse {
+            decision: text(serde_json::to_value(decision.action).unwrap_or_default()),
+            rule_id: decision.rule_id,
+            reason: decision.reason,
+            approval_config: decision
+                .approval_config
+                .and_then(|c| serde_json::to_value(c).ok()),
+            rate_limit: decision
+                .rate_limit
+                .and_then(|r| serde_json::to_value(r).ok()),
+        })
     }
 
     /// An agent, without its secret.

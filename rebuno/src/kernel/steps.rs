@@ -47,7 +47,7 @@ struct ExecState {
     status: ExecutionStatus,
 }
 
-fn policy_kind(kind: &StepKind) -> Option<policy::StepKind> {
+pub(super) fn policy_kind(kind: &StepKind) -> Option<policy::StepKind> {
     match kind {
         StepKind::ToolCall => Some(policy::StepKind::ToolCall),
         StepKind::LlmCall => Some(policy::StepKind::LlmCall),

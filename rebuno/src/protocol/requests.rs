@@ -310,6 +310,51 @@ pub struct SetPolicyRequest {
     pub bundle: String,
 }
 
+/// Body of `POST /v0/policies/{agent_id}/test`: a proposed step, evaluated against the agent's
+/// bundle (or `bundle`, when given) without recording anything.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyTestRequest {
+    /// The step kind (`tool_call`, `llm_call`, `local`); absent means `tool_call`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<StepKind>,
+    /// The tool or model id.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub target: String,
+    /// The step's arguments (rules match on an object's fields).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub arguments: Option<Value>,
+    /// A bundle (YAML) to evaluate instead of the agent's own; empty means the agent's.
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub bundle: String,
+}
+
+/// Answer of `POST /v0/policies/{agent_id}/test`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyTestResponse {
+    /// `allow`, `deny` or `require_approval`.
+    pub decision: String,
+    /// The rule that decided (or the engine's rule id: no bundle, default action, …).
+    pub rule_id: String,
+    /// The rule's reason, or the engine's.
+    #[serde(default)]
+    pub reason: String,
+    /// The deciding rule's approval configuration, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_config: Option<Value>,
+    /// The deciding rule's rate limit (not consumed by a test).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<Value>,
+}
+
 /// Body of `POST /v0/approvals/{id}/grant` and `…/deny`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -17,8 +17,8 @@ use super::extract::{
 use crate::protocol::{
     AgentMetadata, CompleteExecutionRequest, CompleteStepRequest, CreateExecutionRequest,
     DecideApprovalRequest, Execution, FailExecutionRequest, FailStepRequest, HEADER_NEXT_CURSOR,
-    HealthStatus, RegisterAgentRequest, SetPolicyRequest, StreamDeltaRequest, StreamFrame,
-    SubmitStepRequest, canonical_uuid,
+    HealthStatus, PolicyTestRequest, RegisterAgentRequest, SetPolicyRequest, StreamDeltaRequest,
+    StreamFrame, SubmitStepRequest, canonical_uuid,
 };
 use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
@@ -419,6 +419,17 @@ pub(super) async fn set_policy(
 ) -> ApiResult {
     s.kernel.set_policy(&agent_id, &req.bundle).await?;
     Ok(no_content())
+}
+
+/// `POST /v0/policies/{agent_id}/test` (200): how the agent's bundle, or the body's, decides a
+/// proposed step; nothing is recorded.
+pub(super) async fn test_policy(
+    State(s): State<AppState>,
+    _: Bearer,
+    NamePath(agent_id): NamePath,
+    JsonBody(req): JsonBody<PolicyTestRequest>,
+) -> ApiResult {
+    Ok(ok(&s.kernel.test_policy(&agent_id, req).await?))
 }
 
 // ---------------------------------------------------------------------------------------------

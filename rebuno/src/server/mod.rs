@@ -170,6 +170,7 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
         .route("/v0/agents/{id}", get(h::get_agent).delete(h::delete_agent))
         .route("/v0/agents/{id}/metadata", put(h::put_agent_metadata))
         .route("/v0/policies/{agent_id}", post(h::set_policy))
+        .route("/v0/policies/{agent_id}/test", post(h::test_policy))
         .route("/v0/approvals", get(h::list_approvals))
         .route("/v0/approvals/{id}", get(h::get_approval))
         .route("/v0/approvals/{id}/grant", post(h::grant))

@@ -3,13 +3,13 @@
 //! recorded steps replay without running, the interrupted `safe_to_retry` tool runs once more,
 //! and an interrupted `at_most_once` tool ends `indeterminate` instead of running twice.
 //!
-//! Real processes: an agent written with the published Python SDK 0.14.0 against the kernel
-//! over HTTP. Passes without running (and says so) when no Python with that SDK is found;
-//! `.ci/run` provides one through `REBUNO_PYTHON`.
+//! Real processes: an agent written with the published Python SDK against the kernel over
+//! HTTP, once per SDK generation (0.14.0, 0.16.0, 0.22.0, 0.29.2). `.ci/run` provides the venvs
+//! (`REBUNO_PYTHON`, `REBUNO_SDK_VENVS`).
 
 mod support;
 
-use support::{Kill, free_port, python_with_sdk};
+use support::{Kill, free_port, python_with_sdk_version};
 
 use rebuno::Kernel;
 use rebuno::kernel::KernelConfig;
@@ -82,7 +82,29 @@ async fn until(what: &str, mut f: impl FnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Python with rebuno==0.14.0 (REBUNO_PYTHON)"]
 async fn agent_killed_mid_tool_call_resumes_without_double_effects() {
-    let python = python_with_sdk();
+    killed_mid_tool_call("0.14.0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a venv with rebuno==0.16.0 (REBUNO_SDK_VENVS)"]
+async fn sdk_0_16_agent_killed_mid_tool_call_resumes() {
+    killed_mid_tool_call("0.16.0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a venv with rebuno==0.22.0 (REBUNO_SDK_VENVS)"]
+async fn sdk_0_22_agent_killed_mid_tool_call_resumes() {
+    killed_mid_tool_call("0.22.0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a venv with rebuno==0.29.2 (REBUNO_SDK_VENVS)"]
+async fn sdk_0_29_agent_killed_mid_tool_call_resumes() {
+    killed_mid_tool_call("0.29.2").await;
+}
+
+async fn killed_mid_tool_call(version: &str) {
+    let python = python_with_sdk_version(version);
     let dir = tempfile::tempdir().unwrap();
     // A short lease so the reaper notices the dead agent quickly.
     let config = KernelConfig {
@@ -97,7 +119,7 @@ async fn agent_killed_mid_tool_call_resumes_without_double_effects() {
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    // The published SDK 0.14.0 signs body-only: legacy signing on.
+    // SDKs 0.14 to 0.16 sign body-only: legacy signing on (later ones sign v1).
     let app = router(
         kernel.clone(),
         ServerOptions::default().legacy_signatures(true),

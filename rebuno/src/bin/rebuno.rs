@@ -5,6 +5,7 @@
 //! ([`rebuno::repl`]) on a thread of its own; `quit` (or Ctrl-D) shuts down like a signal.
 
 use clap::{Args, Parser, Subcommand};
+use durable_support::pg::redact_url;
 use rebuno::Kernel;
 use rebuno::repl::{Interrupt, Outcome, Repl, history_entry, history_path, terminal_width};
 use rebuno::server::manifest::Manifest;
@@ -317,21 +318,6 @@ async fn server(args: ServerArgs) -> Result<(), String> {
     .await
 }
 
-/// A database URL as it may be printed: the password, if any, replaced by `***`.
-fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
-}
-
 /// Provisions, listens, starts the kernel's loops and serves until a shutdown signal.
 async fn run(
     mode: &str,
@@ -546,23 +532,5 @@ fn main() -> ExitCode {
             eprintln!("rebuno: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact_url;
-
-    #[test]
-    fn printed_urls_hide_the_password() {
-        assert_eq!(
-            redact_url("postgres://app:s3cr@t@db.example:5432/rebuno?sslmode=require"),
-            "postgres://app:***@db.example:5432/rebuno?sslmode=require"
-        );
-        assert_eq!(
-            redact_url("postgres://app@db/rebuno"),
-            "postgres://app@db/rebuno"
-        );
-        assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
     }
 }

@@ -7,6 +7,7 @@
 use super::{CliResult, Failure};
 use crate::store::PgStore;
 use crate::{ReceiptStore, Runtime, SqliteStore};
+use durable_support::pg::redact_url;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -77,21 +78,6 @@ fn password(url: &str) -> Option<&str> {
     let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
     let (userinfo, _) = authority.rsplit_once('@')?;
     userinfo.split_once(':').map(|(_, p)| p)
-}
-
-/// A database URL as it may be printed: the password, if any, replaced by `***`.
-pub(super) fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
 }
 
 #[cfg(test)]

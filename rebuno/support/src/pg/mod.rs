@@ -127,6 +127,21 @@ impl PgOptions {
     }
 }
 
+/// A database URL as it may be printed: the password, if any, replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
 /// Whether `name` can be a schema we create: lowercase ASCII letters, digits and `_`, not
 /// starting with a digit, at most 63 bytes (so it never needs quoting rules beyond `"…"`).
 pub fn valid_schema_name(name: &str) -> bool {
@@ -628,6 +643,19 @@ mod tests {
         // FNV-1a 64 of the empty string is the offset basis; of "a" a published value.
         assert_eq!(advisory_key("") as u64, 0xcbf2_9ce4_8422_2325);
         assert_eq!(advisory_key("a") as u64, 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn printed_urls_hide_the_password() {
+        assert_eq!(
+            redact_url("postgres://app:s3cr@t@db.example:5432/rebuno?sslmode=require"),
+            "postgres://app:***@db.example:5432/rebuno?sslmode=require"
+        );
+        assert_eq!(
+            redact_url("postgres://app@db/rebuno"),
+            "postgres://app@db/rebuno"
+        );
+        assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
     }
 
     #[test]

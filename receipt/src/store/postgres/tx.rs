@@ -1,7 +1,7 @@
-//! The statements of the PostgreSQL receipt store: the append and branch transactions (§5.2 of
-//! the receipt model: advisory lock on the stream, physical tail re-read and compared, the next
-//! `stream_seq` from the receipts table, receipts and stream head written together) and the
-//! reads.
+//! The statements of the PostgreSQL receipt store: the append and branch transactions (the
+//! append rule every backend keeps: an advisory lock on the stream, the physical tail re-read
+//! and compared, the next `stream_seq` from the receipts table, receipts and stream head written
+//! together) and the reads.
 //!
 //! Statements are prepared once per connection with their parameter types (`Cached`): after
 //! the first use, one round trip each, neither parsed nor (after the first runs) planned again. An append is four statements inside its transaction: the lock, one read of the

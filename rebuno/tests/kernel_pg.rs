@@ -208,9 +208,10 @@ async fn an_idempotency_key_used_on_two_replicas_at_once_creates_one_execution()
             idempotency_key: format!("key-{round}"),
             ..CreateExecutionRequest::default()
         };
+        let admin = rebuno::protocol::Principal::admin();
         let (x, y) = tokio::join!(
-            a.k.start_execution(req.clone(), ""),
-            b.k.start_execution(req, "")
+            a.k.start_execution(req.clone(), &admin),
+            b.k.start_execution(req, &admin)
         );
         let (x, y) = (x.unwrap(), y.unwrap());
         assert_eq!(x.execution.id, y.execution.id, "round {round}");

@@ -195,6 +195,7 @@ fn event_payload_shapes() {
             execution_id: EXEC.into(),
             status: ApprovalStatus::Expired,
             decided_by: None,
+            asserted_by: None,
             rationale: Some(RATIONALE_TIMEOUT.into()),
         },
         &format!(

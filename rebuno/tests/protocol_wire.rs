@@ -80,6 +80,8 @@ fn execution() -> Execution {
         deadline_at: None,
         created_by: String::new(),
         idempotency_key: String::new(),
+        on_behalf_of: String::new(),
+        subject_groups: Vec::new(),
     }
 }
 
@@ -219,6 +221,7 @@ fn approval(approvers: Option<Value>) -> Approval {
         message: String::new(),
         timeout_at: TS.into(),
         decided_by: String::new(),
+        asserted_by: String::new(),
         decided_at: None,
         rationale: String::new(),
         created_at: TS.into(),

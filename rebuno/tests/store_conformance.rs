@@ -11,6 +11,8 @@
 
 #[path = "store_conformance/dispatches.rs"]
 mod dispatches;
+#[path = "store_conformance/keys.rs"]
+mod keys;
 #[path = "store_conformance/records.rs"]
 mod records;
 #[path = "store_conformance/replicas.rs"]
@@ -129,6 +131,7 @@ macro_rules! conformance {
 }
 
 use dispatches::*;
+use keys::*;
 use records::*;
 
 conformance!(
@@ -149,6 +152,8 @@ conformance!(
     terminal_executions_are_deleted_with_their_children,
     a_failing_closure_keeps_nothing,
     a_panicking_closure_keeps_nothing,
+    api_keys_round_trip_by_hash_page_and_revoke,
+    identity_fields_round_trip,
 );
 
 /// The store under test.
@@ -209,6 +214,8 @@ pub fn execution(id: &str, agent_id: &str, status: ExecutionStatus) -> Execution
         deadline_at: None,
         created_by: String::new(),
         idempotency_key: String::new(),
+        on_behalf_of: String::new(),
+        subject_groups: Vec::new(),
     }
 }
 
@@ -245,6 +252,7 @@ pub fn approval(id: &str, execution_id: &str, step_id: &str, created: u32) -> Ap
         decided_at: None,
         rationale: String::new(),
         created_at: at(created),
+        asserted_by: String::new(),
     }
 }
 

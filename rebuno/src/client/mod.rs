@@ -1,5 +1,5 @@
 //! The client ([`Client`]): create, inspect and cancel executions, read their events and steps,
-//! and decide approvals, over bearer-authenticated HTTP or directly against an embedded kernel.
+//! decide approvals and manage API keys, over bearer-authenticated HTTP or directly against an embedded kernel.
 //!
 //! One type, two backends chosen at construction, with the same semantics:
 //!
@@ -77,8 +77,9 @@ use crate::error::{Error, Result};
 #[cfg(feature = "kernel")]
 use crate::kernel::Kernel;
 use crate::protocol::{
-    Approval, CreateExecutionRequest, DecideApprovalRequest, ErrorEnvelope, Event, Execution,
-    ExecutionList, ExecutionStatus, Step, canonical_uuid,
+    ApiKey, Approval, CreateApiKeyRequest, CreateExecutionRequest, CreatedApiKey,
+    DecideApprovalRequest, ErrorEnvelope, Event, Execution, ExecutionList, ExecutionStatus, Step,
+    canonical_uuid,
 };
 use http::Http;
 
@@ -546,6 +547,72 @@ impl Client {
             }
             #[cfg(feature = "kernel")]
             Backend::Embedded(k) => Ok(k.deny(&id, decided_by, rationale).await?),
+        }
+    }
+}
+
+impl Client {
+    // -----------------------------------------------------------------------------------------
+    // API keys (scope `admin`: the server's bearer token, or a key holding `admin`).
+    // -----------------------------------------------------------------------------------------
+
+    /// Creates an API key. The answer carries its secret, which no later call shows again.
+    /// `400 validation_error` for an empty name or scope list or a field over its bound.
+    pub async fn create_api_key(&self, request: &CreateApiKeyRequest) -> Result<CreatedApiKey> {
+        match &self.backend {
+            Backend::Http(h) => {
+                h.json(Method::POST, h.url(&["api-keys"]), Some(request))
+                    .await
+            }
+            #[cfg(feature = "kernel")]
+            Backend::Embedded(k) => Ok(k.create_api_key(request.clone(), "").await?),
+        }
+    }
+
+    /// Every API key (revoked ones included, never their secrets), oldest first.
+    pub async fn api_keys(&self) -> Result<Vec<ApiKey>> {
+        match &self.backend {
+            Backend::Http(h) => h.list_pages(h.url(&["api-keys"])).await,
+            #[cfg(feature = "kernel")]
+            Backend::Embedded(k) => {
+                let mut all = Vec::new();
+                let mut after: Option<String> = None;
+                loop {
+                    let page = k.api_keys_page(after.as_deref(), 0).await?;
+                    all.extend(page.items);
+                    match page.next {
+                        Some(next) => after = Some(next),
+                        None => return Ok(all),
+                    }
+                }
+            }
+        }
+    }
+
+    /// An API key (`404 not_found` if unknown).
+    pub async fn api_key(&self, id: &str) -> Result<ApiKey> {
+        let id = uuid_id(id, "API key id")?;
+        match &self.backend {
+            Backend::Http(h) => h.get(h.url(&["api-keys", &id])).await,
+            #[cfg(feature = "kernel")]
+            Backend::Embedded(k) => Ok(k.api_key(&id).await?),
+        }
+    }
+
+    /// Revokes an API key (`404 not_found` if unknown): it authenticates nothing from now on.
+    pub async fn revoke_api_key(&self, id: &str) -> Result<()> {
+        let id = uuid_id(id, "API key id")?;
+        match &self.backend {
+            Backend::Http(h) => {
+                h.send(Method::DELETE, h.url(&["api-keys", &id]), None::<&()>)
+                    .await?;
+                Ok(())
+            }
+            #[cfg(feature = "kernel")]
+            Backend::Embedded(k) => {
+                k.revoke_api_key(&id).await?;
+                Ok(())
+            }
         }
     }
 }

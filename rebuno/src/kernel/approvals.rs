@@ -10,7 +10,7 @@ use super::supervise::supervise;
 use super::{Kernel, KernelError, KernelResult, Metrics, payload};
 use crate::protocol::{
     Approval, ApprovalEventPayload, ApprovalStatus, EventType, ExecutionEventPayload,
-    ExecutionStatus, RATIONALE_TIMEOUT, REASON_APPROVAL_DENIED, REASON_APPROVAL_TIMEOUT,
+    ExecutionStatus, Principal, RATIONALE_TIMEOUT, REASON_APPROVAL_DENIED, REASON_APPROVAL_TIMEOUT,
     StepEventPayload, StepStatus,
 };
 use crate::store::{StoreExt, StoreResult, Tx};
@@ -39,6 +39,33 @@ fn timer_sleep(next: Option<SystemTime>, now: SystemTime, progressed: bool) -> D
     }
 }
 
+/// Who decides an approval.
+#[derive(Debug, Clone, Default)]
+struct Decider {
+    /// Recorded as `decided_by`, checked against the approver list.
+    decided_by: String,
+    /// The body's `decided_by`, recorded as `asserted_by`.
+    asserted_by: String,
+    /// The decider's groups, also checked against the approver list.
+    groups: Vec<String>,
+}
+
+impl Decider {
+    /// The decider `principal` is, with the `decided_by` its request's body asserted: an API
+    /// key decides as its subject, the admin token as whoever the body names.
+    fn new(principal: &Principal, asserted_by: &str) -> Self {
+        Decider {
+            decided_by: if principal.is_admin_token() {
+                asserted_by.to_owned()
+            } else {
+                principal.subject.clone()
+            },
+            asserted_by: asserted_by.to_owned(),
+            groups: principal.groups.clone(),
+        }
+    }
+}
+
 /// How an approval is resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Resolution {
@@ -53,11 +80,12 @@ fn resolve_in_tx(
     tx: &mut dyn Tx,
     mut approval: Approval,
     how: Resolution,
-    decided_by: &str,
+    decider: &Decider,
     rationale: &str,
     now: &str,
     max_attempts: u32,
 ) -> StoreResult<()> {
+    let decided_by = decider.decided_by.as_str();
     let (status, event) = match how {
         Resolution::Grant => (ApprovalStatus::Granted, EventType::ApprovalGranted),
         Resolution::Deny => (ApprovalStatus::Denied, EventType::ApprovalDenied),
@@ -65,6 +93,7 @@ fn resolve_in_tx(
     };
     approval.status = status;
     approval.decided_by = decided_by.to_owned();
+    approval.asserted_by = decider.asserted_by.clone();
     approval.decided_at = Some(now.to_owned());
     approval.rationale = rationale.to_owned();
     tx.put_approval(&approval)?;
@@ -76,6 +105,7 @@ fn resolve_in_tx(
             execution_id: approval.execution_id.clone(),
             status,
             decided_by: Some(decided_by.to_owned()).filter(|d| !d.is_empty()),
+            asserted_by: Some(decider.asserted_by.clone()).filter(|a| a != decided_by),
             rationale: Some(rationale.to_owned()).filter(|r| !r.is_empty()),
         }),
     )];
@@ -141,25 +171,51 @@ impl Kernel {
             .ok_or_else(KernelError::not_found)
     }
 
-    /// Grants a pending approval: `404`, `409` unless pending, `403` if `decided_by` is not an
-    /// approver. The execution resumes with a new dispatch.
+    /// Grants a pending approval as the admin: `404`, `409` unless pending, `403` if
+    /// `decided_by` is not an approver. The execution resumes with a new dispatch.
     pub async fn grant(&self, id: &str, decided_by: &str, rationale: &str) -> KernelResult<()> {
-        self.decide(id, Resolution::Grant, decided_by, rationale)
+        self.grant_as(id, &Principal::admin(), decided_by, rationale)
             .await
     }
 
-    /// Denies a pending approval; same errors as [`Kernel::grant`]. The execution resumes; the
-    /// step is denied with reason `rationale` (or `approval_denied`).
+    /// Denies a pending approval as the admin; same errors as [`Kernel::grant`]. The execution
+    /// resumes; the step is denied with reason `rationale` (or `approval_denied`).
     pub async fn deny(&self, id: &str, decided_by: &str, rationale: &str) -> KernelResult<()> {
-        self.decide(id, Resolution::Deny, decided_by, rationale)
+        self.deny_as(id, &Principal::admin(), decided_by, rationale)
             .await
+    }
+
+    /// Grants a pending approval as `principal`. An API key decides as its subject (and its
+    /// groups): `decided_by` is only recorded as `asserted_by`. The admin token decides as
+    /// `decided_by`. Same errors as [`Kernel::grant`].
+    pub async fn grant_as(
+        &self,
+        id: &str,
+        principal: &Principal,
+        decided_by: &str,
+        rationale: &str,
+    ) -> KernelResult<()> {
+        let decider = Decider::new(principal, decided_by);
+        self.decide(id, Resolution::Grant, decider, rationale).await
+    }
+
+    /// Denies a pending approval as `principal` (see [`Kernel::grant_as`]).
+    pub async fn deny_as(
+        &self,
+        id: &str,
+        principal: &Principal,
+        decided_by: &str,
+        rationale: &str,
+    ) -> KernelResult<()> {
+        let decider = Decider::new(principal, decided_by);
+        self.decide(id, Resolution::Deny, decider, rationale).await
     }
 
     async fn decide(
         &self,
         id: &str,
         how: Resolution,
-        decided_by: &str,
+        decider: Decider,
         rationale: &str,
     ) -> KernelResult<()> {
         let approval = self.approval(id).await?;
@@ -167,8 +223,7 @@ impl Kernel {
         let _guard = self.lock_execution(&approval.execution_id).await?;
         let now = self.now_text();
         let max_attempts = self.inner.config.dispatch_max_attempts;
-        let (id, decided_by, rationale) =
-            (id.to_owned(), decided_by.to_owned(), rationale.to_owned());
+        let (id, rationale) = (id.to_owned(), rationale.to_owned());
         self.inner
             .store
             .write(move |tx| {
@@ -183,20 +238,13 @@ impl Kernel {
                 if let Err(e) = approval.status.transition(to) {
                     return Ok(Err(KernelError::from(&e)));
                 }
-                if !approval.may_decide(&decided_by) {
+                if !approval.may_decide_in(&decider.decided_by, &decider.groups) {
                     return Ok(Err(KernelError::forbidden(format!(
-                        "{decided_by:?} is not an approver for this approval"
+                        "{:?} is not an approver for this approval",
+                        decider.decided_by
                     ))));
                 }
-                resolve_in_tx(
-                    tx,
-                    approval,
-                    how,
-                    &decided_by,
-                    &rationale,
-                    &now,
-                    max_attempts,
-                )?;
+                resolve_in_tx(tx, approval, how, &decider, &rationale, &now, max_attempts)?;
                 Ok(Ok(()))
             })
             .await??;
@@ -235,7 +283,7 @@ impl Kernel {
                         tx,
                         cur,
                         Resolution::Expire,
-                        "",
+                        &Decider::default(),
                         RATIONALE_TIMEOUT,
                         now,
                         max_attempts,

@@ -7,8 +7,9 @@ use super::volatile::{Ended, renew_in};
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::protocol::{
     ApprovalEventPayload, ApprovalStatus, CreateExecutionRequest, EventType, Execution,
-    ExecutionEventPayload, ExecutionStatus, MAX_IDEMPOTENCY_KEY_BYTES, REASON_CLIENT_CANCELLED,
-    REASON_EXECUTION_CANCELLED, Step, StepEventPayload, StepStatus,
+    ExecutionEventPayload, ExecutionStatus, MAX_IDEMPOTENCY_KEY_BYTES, MAX_IDENTITY_BYTES,
+    Principal, REASON_CLIENT_CANCELLED, REASON_EXECUTION_CANCELLED, Step, StepEventPayload,
+    StepStatus,
 };
 use crate::store::{StoreExt, Tx};
 use crate::time::rfc3339;
@@ -54,6 +55,7 @@ pub(crate) fn cancel_in_tx(
                 execution_id: exec.id.clone(),
                 status: ApprovalStatus::Expired,
                 decided_by: None,
+                asserted_by: None,
                 rationale: Some(REASON_EXECUTION_CANCELLED.to_owned()),
             }),
         ));
@@ -112,26 +114,37 @@ impl Kernel {
     /// creator) for the same agent and input, it answers that execution and creates nothing
     /// (see [`Kernel::start_execution`], which also says which happened).
     pub async fn create_execution(&self, req: CreateExecutionRequest) -> KernelResult<Execution> {
-        Ok(self.start_execution(req, "").await?.execution)
+        Ok(self
+            .start_execution(req, &Principal::admin())
+            .await?
+            .execution)
     }
 
-    /// [`Kernel::create_execution`] on behalf of `created_by` (the authenticated caller, empty
-    /// for the admin token), saying whether the execution was created now or found by its
-    /// idempotency key. The same key with another agent or input is `409 conflict`; a key over
-    /// [`MAX_IDEMPOTENCY_KEY_BYTES`] bytes is `400`.
+    /// [`Kernel::create_execution`] as `principal` (the authenticated caller), saying whether
+    /// the execution was created now or found by its idempotency key. The execution's
+    /// `created_by` is the principal's subject (empty for the admin token) and its
+    /// `subject_groups` the principal's groups; idempotency keys are scoped to the subject.
+    /// The same key with another agent or input is `409 conflict`; a key over
+    /// [`MAX_IDEMPOTENCY_KEY_BYTES`] bytes or an `on_behalf_of` over [`MAX_IDENTITY_BYTES`]
+    /// is `400`.
     pub async fn start_execution(
         &self,
         req: CreateExecutionRequest,
-        created_by: &str,
+        principal: &Principal,
     ) -> KernelResult<Started> {
         if req.idempotency_key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
             return Err(KernelError::validation(format!(
                 "idempotency_key is over {MAX_IDEMPOTENCY_KEY_BYTES} bytes"
             )));
         }
+        if req.on_behalf_of.len() > MAX_IDENTITY_BYTES {
+            return Err(KernelError::validation(format!(
+                "on_behalf_of is over {MAX_IDENTITY_BYTES} bytes"
+            )));
+        }
         let key = req.idempotency_key.clone();
-        let creator = created_by.to_owned();
-        let outcome = self.start_inner(req.clone(), created_by).await;
+        let creator = principal.subject.clone();
+        let outcome = self.start_inner(req.clone(), principal).await;
         if key.is_empty() {
             return outcome;
         }
@@ -156,9 +169,10 @@ impl Kernel {
     async fn start_inner(
         &self,
         req: CreateExecutionRequest,
-        created_by: &str,
+        principal: &Principal,
     ) -> KernelResult<Started> {
-        let created_by = created_by.to_owned();
+        let created_by = principal.subject.clone();
+        let subject_groups = principal.groups.clone();
         let now = self.now();
         let now_text = rfc3339(now);
         let deadline = self.inner.config.deadline_timeout.map(|d| rfc3339(now + d));
@@ -191,6 +205,8 @@ impl Kernel {
                     deadline_at: deadline.clone(),
                     created_by,
                     idempotency_key: req.idempotency_key,
+                    on_behalf_of: req.on_behalf_of,
+                    subject_groups,
                 };
                 tx.put_execution(&exec)?;
                 let mut events: Events = vec![

@@ -27,7 +27,7 @@ pub const ARRAY_DEFAULT_LIMIT: usize = 1000;
 pub const ARRAY_MAX_LIMIT: usize = 1000;
 
 /// `limit` as a page size: 0 means `default`, and it is capped at `max`.
-fn page_size(limit: usize, default: usize, max: usize) -> usize {
+pub(super) fn page_size(limit: usize, default: usize, max: usize) -> usize {
     if limit == 0 { default } else { limit.min(max) }
 }
 

@@ -12,7 +12,8 @@
 //! Submodules: `steps` (submit, complete, fail), `approvals` (grant, deny, expiry),
 //! `dispatch` (queue, delivery, retries, the reaper), `dispatcher` (claims and the delivery
 //! loop, fair between agents), `executions` (create, read, cancel, complete, fail), `listing`
-//! (paged reads of every list), `agents` (registration and policy bundles), `metrics` (the
+//! (paged reads of every list), `agents` (registration and policy bundles), `keys` (API keys
+//! and the principal a bearer token authenticates as), `metrics` (the
 //! store figures of `/metrics`), `stream` (live output deltas, best effort, never persisted),
 //! `volatile` (the in-process maps and their bounds), `supervise` (restarting a background
 //! loop that panicked) and `sweep` (the periodic loops and the sweeps over due rows).
@@ -23,6 +24,7 @@ mod dispatch;
 mod dispatcher;
 mod embedded;
 mod executions;
+mod keys;
 mod listing;
 mod metrics;
 mod replicas;
@@ -35,6 +37,7 @@ mod volatile;
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};
 pub use embedded::{EMBEDDED_SCHEME, EmbeddedDeliverer, EmbeddedHandler};
 pub use executions::Started;
+pub use keys::KEYS_PAGE_LIMIT;
 pub use listing::{
     ARRAY_DEFAULT_LIMIT, ARRAY_MAX_LIMIT, EVENTS_DEFAULT_LIMIT, EVENTS_MAX_LIMIT,
     LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT,

@@ -477,6 +477,7 @@ impl Kernel {
                             message: config.message.clone(),
                             timeout_at: timeout_at.clone(),
                             decided_by: String::new(),
+                            asserted_by: String::new(),
                             decided_at: None,
                             rationale: String::new(),
                             created_at: now.clone(),
@@ -496,6 +497,7 @@ impl Kernel {
                                 execution_id: step.execution_id.clone(),
                                 status: ApprovalStatus::Pending,
                                 decided_by: None,
+                                asserted_by: None,
                                 rationale: None,
                             }),
                         ));

@@ -185,6 +185,10 @@ pub struct ApprovalEventPayload {
     /// Who decided it (grant, deny).
     #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub decided_by: Option<String>,
+    /// The `decided_by` the deciding request asserted, when it differs from `decided_by` (an
+    /// API key decided it).
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
+    pub asserted_by: Option<String>,
     /// Why (`timeout` or `execution_cancelled` for expiries).
     #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub rationale: Option<String>,

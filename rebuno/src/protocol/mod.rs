@@ -15,7 +15,8 @@
 //! * `requests`: the request bodies of the `/v0` routes and the webhook payload;
 //! * `decisions`: the step decisions and the reasons of refusals;
 //! * `events`: event types and their payloads;
-//! * `ids`: UUID and step-id syntax.
+//! * `ids`: UUID and step-id syntax;
+//! * `keys`: API key scopes and resources, and the principal a client request acts as.
 //!
 //! This module itself holds the `wire_enum!` table every fixed-name enum is declared with, and
 //! the serde helpers the submodules share.
@@ -123,6 +124,7 @@ mod errors;
 mod events;
 mod headers;
 mod ids;
+mod keys;
 mod kinds;
 mod requests;
 mod resources;
@@ -133,6 +135,7 @@ pub use errors::*;
 pub use events::*;
 pub use headers::*;
 pub use ids::*;
+pub use keys::*;
 pub use kinds::*;
 pub use requests::*;
 pub use resources::*;

@@ -63,7 +63,8 @@ pub struct CreateExecutionRequest {
     /// later; accepted, not yet acted on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spawned_by: Option<SpawnedBy>,
-    /// The user the execution acts for (SDK 0.29; accepted, not yet acted on).
+    /// The user the execution acts for (SDK 0.29): recorded on the execution as asserted, at
+    /// most [`MAX_IDENTITY_BYTES`](crate::protocol::MAX_IDENTITY_BYTES) bytes.
     #[serde(
         default,
         skip_serializing_if = "String::is_empty",

@@ -47,6 +47,13 @@ pub struct Execution {
     /// back by; omitted when none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub idempotency_key: String,
+    /// Whom the creator says it acts for (as the create asserted it, not authenticated);
+    /// omitted when empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub on_behalf_of: String,
+    /// The creator's groups (of its API key) when it was created; omitted when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subject_groups: Vec<String>,
 }
 
 /// A step, as the step routes return it.
@@ -137,9 +144,14 @@ pub struct Approval {
     pub message: String,
     /// When it expires.
     pub timeout_at: Timestamp,
-    /// Who decided it; omitted when empty.
+    /// Who decided it: the deciding API key's subject, or for the admin token the body's
+    /// `decided_by`; omitted when empty.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub decided_by: String,
+    /// The `decided_by` the deciding request's body asserted (recorded, not trusted); omitted
+    /// when empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub asserted_by: String,
     /// When it was decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_at: Option<Timestamp>,
@@ -172,9 +184,18 @@ impl Approval {
     /// `null`, `[]` or not a string array; otherwise a case-sensitive member of the list, and
     /// never the empty string. A refusal is `403 forbidden`.
     pub fn may_decide(&self, decided_by: &str) -> bool {
+        self.may_decide_in(decided_by, &[])
+    }
+
+    /// [`Approval::may_decide`] for a decider who is also a member of `groups` (an API key's):
+    /// an approver list naming one of them admits it too.
+    pub fn may_decide_in(&self, decided_by: &str, groups: &[String]) -> bool {
         match self.approver_list() {
             None => true,
-            Some(list) => !decided_by.is_empty() && list.iter().any(|a| a == decided_by),
+            Some(list) => list.iter().any(|a| {
+                (!decided_by.is_empty() && a == decided_by)
+                    || (!a.is_empty() && groups.iter().any(|g| g == a))
+            }),
         }
     }
 }

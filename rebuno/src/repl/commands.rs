@@ -1,5 +1,5 @@
 //! The command language: `agent …`, `exec …` (including `exec watch`), `approval …` and the
-//! help table, each answering the text to print or an error message.
+//! help table (`key …` lives in `keys`), each answering the text to print or an error message.
 
 use super::render::{
     approval_row, clean, describe_agent, describe_execution, event_row, fit, natural_width,
@@ -47,6 +47,12 @@ pub(super) const HELP: &[(&str, &str)] = &[
         "approval deny <id> <decided_by> [rationale...]",
         "deny a pending approval",
     ),
+    ("key ls", "list API keys: id, name, subject, scopes, state"),
+    (
+        "key create <name> <scope,...> [subject]",
+        "create an API key and print its secret (shown only once)",
+    ),
+    ("key revoke <id>", "revoke an API key"),
     ("help", "show this list"),
     ("quit | exit", "leave (Ctrl-D too); shuts the kernel down"),
 ];
@@ -61,7 +67,7 @@ pub(super) fn first_word(s: &str) -> (&str, &str) {
 }
 
 /// The usage line of `command`, from the help table.
-fn usage(command: &str) -> String {
+pub(super) fn usage(command: &str) -> String {
     let usage = HELP
         .iter()
         .find(|(c, _)| c.starts_with(command) && c[command.len()..].starts_with([' ', '\0']))

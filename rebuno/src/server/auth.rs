@@ -1,5 +1,6 @@
-//! Who is calling: the bearer token of client routes and the signed requests of
-//! agents, checked in an order that makes a stranger cost the server nothing.
+//! Who is calling: the bearer token of client routes (the server's admin token or an API key,
+//! whose scopes each route checks) and the signed requests of agents, checked in an order that
+//! makes a stranger cost the server nothing.
 //!
 //! An agent request is judged from its headers before a byte of its body is read: the agent id
 //! names a known agent, `Rebuno-Signature` appears exactly once in an accepted form (`v1=` always,
@@ -15,9 +16,10 @@
 use super::AppState;
 use super::body::read_body;
 use super::error::ApiError;
+use crate::kernel::KernelError;
 use crate::protocol::{
     HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, HEADER_SIGNATURE,
-    HEADER_TIMESTAMP, SIGNATURE_PREFIX, SIGNATURE_V1_PREFIX,
+    HEADER_TIMESTAMP, Principal, SIGNATURE_PREFIX, SIGNATURE_V1_PREFIX, Scope,
 };
 use crate::signing::{self, V1Request};
 use axum::body::{Body, Bytes};
@@ -29,22 +31,44 @@ use axum::http::{HeaderMap, header};
 /// agent ids cannot be told apart by it.
 const INVALID_SIGNATURE: &str = "invalid agent signature";
 
-/// Checks `Authorization: Bearer <token>` against the configured token, comparing the whole
-/// token in constant time (exact match: the Go kernel's case-insensitive compare is not
-/// copied). With no token configured (dev mode) every request passes.
-pub(crate) fn check_bearer(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = state.bearer.as_deref() else {
-        return Ok(());
-    };
+/// Who a client request is: the admin when its bearer token is the server's token, the key's
+/// principal when it is an API key's secret (neither revoked nor expired), else `401`. The
+/// server token is compared whole, in constant time (exact match: the Go kernel's
+/// case-insensitive compare is not copied). With no token configured (dev mode) a request
+/// without a valid key is the admin.
+pub(crate) async fn authenticate_client(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Principal, ApiError> {
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(|| ApiError::unauthorized("missing bearer token"))?;
-    if signing::constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if let (Some(expected), Some(token)) = (state.bearer.as_deref(), presented)
+        && signing::constant_time_eq(token.as_bytes(), expected.as_bytes())
+    {
+        return Ok(Principal::admin());
+    }
+    if let Some(token) = presented
+        && let Some(principal) = state.kernel.authenticate_api_key(token).await?
+    {
+        return Ok(principal);
+    }
+    match (&state.bearer, presented) {
+        (None, _) => Ok(Principal::admin()),
+        (Some(_), None) => Err(ApiError::unauthorized("missing bearer token")),
+        (Some(_), Some(_)) => Err(ApiError::unauthorized("invalid bearer token")),
+    }
+}
+
+/// `403 forbidden` unless `principal` holds a scope that covers `needed`.
+pub(crate) fn require(principal: &Principal, needed: Scope) -> Result<(), ApiError> {
+    if principal.allows(needed) {
         Ok(())
     } else {
-        Err(ApiError::unauthorized("invalid bearer token"))
+        Err(ApiError(KernelError::forbidden(format!(
+            "this API key lacks scope {needed}"
+        ))))
     }
 }
 

@@ -1,24 +1,27 @@
-//! The extractors of the `/v0` routes: bearer and agent authentication (checked in `auth`),
-//! the bearer-or-HMAC read routes, lease headers, path ids, query strings and JSON bodies (read
-//! under the limits of `body`).
+//! The extractors of the `/v0` routes: client authentication with the scope each route requires
+//! and agent authentication (both checked in `auth`), the bearer-or-HMAC read routes, lease
+//! headers, path ids, query strings and JSON bodies (read under the limits of `body`).
 //!
 //! Every extractor fails with [`ApiError`], so a bad request of any kind gets the protocol's
 //! error envelope, never axum's plain-text rejections. Authentication always runs before
-//! anything else of a request is looked at: bearer routes take [`Bearer`] as their first
-//! extractor, and the agent routes parse everything from an [`AgentCall`], which has already
-//! verified the signature over the raw body bytes.
+//! anything else of a request is looked at: client routes take [`Client`] (with the scope they
+//! require) as their first extractor, and the agent routes parse everything from an
+//! [`AgentCall`], which has already verified the signature over the raw body bytes.
 
 use super::AppState;
-use super::auth::{authenticate_agent, check_bearer, has_agent_headers};
+use super::auth::{authenticate_agent, authenticate_client, has_agent_headers, require};
 use super::body::read_body;
 use super::error::ApiError;
 use crate::kernel::Lease;
-use crate::protocol::{HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, canonical_uuid};
+use crate::protocol::{
+    HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, Principal, Scope, canonical_uuid,
+};
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Uri};
 use serde::de::DeserializeOwned;
+use std::marker::PhantomData;
 
 /// Decodes a request body strictly: unknown fields, bad JSON and an empty body are
 /// `400 validation_error`. Like Go's decoder, only the first JSON value is read, so bytes after
@@ -64,16 +67,61 @@ pub(crate) fn lease_from_headers(headers: &HeaderMap) -> Result<Lease, ApiError>
     })
 }
 
-/// Bearer authentication of a client/admin route. Put it first in the handler's
-/// arguments so it runs before any other extractor.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Bearer;
+/// What a client route requires: the [`Scope`] its [`Client`] extractor checks.
+pub(crate) trait Guard {
+    /// The scope the route requires.
+    const SCOPE: Scope;
+}
 
-impl FromRequestParts<AppState> for Bearer {
+/// Declares one marker type per scope a route can require.
+macro_rules! guards {
+    ($($(#[$meta:meta])* $name:ident => $scope:ident,)+) => {
+        $(
+            $(#[$meta])*
+            #[derive(Debug, Clone, Copy)]
+            pub(crate) struct $name;
+
+            impl Guard for $name {
+                const SCOPE: Scope = Scope::$scope;
+            }
+        )+
+    };
+}
+
+guards! {
+    /// `executions:read`.
+    ExecutionsRead => ExecutionsRead,
+    /// `executions:write`.
+    ExecutionsWrite => ExecutionsWrite,
+    /// `approvals:read`.
+    ApprovalsRead => ApprovalsRead,
+    /// `approvals:write`.
+    ApprovalsWrite => ApprovalsWrite,
+    /// `agents:read`.
+    AgentsRead => AgentsRead,
+    /// `agents:write`.
+    AgentsWrite => AgentsWrite,
+    /// `policies:read`.
+    PoliciesRead => PoliciesRead,
+    /// `policies:write`.
+    PoliciesWrite => PoliciesWrite,
+    /// `admin`.
+    Admin => Admin,
+}
+
+/// An authenticated client request whose principal holds the scope `G` names (`401` without
+/// valid credentials, `403` without the scope). Put it first in the handler's arguments so it
+/// runs before any other extractor.
+#[derive(Debug, Clone)]
+pub(crate) struct Client<G>(pub Principal, pub PhantomData<G>);
+
+impl<G: Guard> FromRequestParts<AppState> for Client<G> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        check_bearer(state, &parts.headers).map(|()| Bearer)
+        let principal = authenticate_client(state, &parts.headers).await?;
+        require(&principal, G::SCOPE)?;
+        Ok(Client(principal, PhantomData))
     }
 }
 
@@ -205,7 +253,7 @@ impl FromRequest<AppState> for AgentCall {
 /// Who is reading on a bearer-or-HMAC route (get an execution, list its steps, get a step).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Reader {
-    /// A bearer-authenticated client: may read everything.
+    /// A client whose credentials hold `executions:read`: may read everything.
     Client,
     /// An HMAC-authenticated agent: may read only its own executions and their steps.
     Agent(String),
@@ -241,7 +289,8 @@ impl FromRequest<AppState> for ReadCall {
             let (agent_id, _) = authenticate_agent(state, &parts, body).await?;
             Reader::Agent(agent_id)
         } else {
-            check_bearer(state, &parts.headers)?;
+            let principal = authenticate_client(state, &parts.headers).await?;
+            require(&principal, Scope::ExecutionsRead)?;
             Reader::Client
         };
         Ok(ReadCall { reader, parts })

@@ -12,7 +12,9 @@
 use super::AppState;
 use super::error::{ApiError, json_response};
 use super::extract::{
-    AgentCall, Bearer, JsonBody, NamePath, QueryPairs, ReadCall, Reader, UuidPath, uuid_param,
+    AgentCall, AgentsRead, AgentsWrite, ApprovalsRead, ApprovalsWrite, Client, ExecutionsRead,
+    ExecutionsWrite, JsonBody, NamePath, PoliciesRead, PoliciesWrite, QueryPairs, ReadCall, Reader,
+    UuidPath, uuid_param,
 };
 use crate::protocol::{
     AgentMetadata, CompleteExecutionRequest, CompleteStepRequest, CreateExecutionRequest,
@@ -26,21 +28,21 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use std::time::Duration;
 
-type ApiResult = Result<Response, ApiError>;
+pub(super) type ApiResult = Result<Response, ApiError>;
 
 /// How long `/v0/ready` waits for the store.
 const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
-fn ok<T: Serialize + ?Sized>(body: &T) -> Response {
+pub(super) fn ok<T: Serialize + ?Sized>(body: &T) -> Response {
     json_response(StatusCode::OK, body)
 }
 
-fn no_content() -> Response {
+pub(super) fn no_content() -> Response {
     StatusCode::NO_CONTENT.into_response()
 }
 
 /// A page of a listing: `body`, and the next page's cursor in [`HEADER_NEXT_CURSOR`].
-fn paged<T: Serialize + ?Sized>(body: &T, next: Option<&str>) -> Response {
+pub(super) fn paged<T: Serialize + ?Sized>(body: &T, next: Option<&str>) -> Response {
     let mut response = ok(body);
     if let Some(next) = next
         && let Ok(value) = HeaderValue::from_str(&crate::paging::encode_cursor(next))
@@ -53,7 +55,7 @@ fn paged<T: Serialize + ?Sized>(body: &T, next: Option<&str>) -> Response {
 
 /// The `limit` parameter: absent, zero or negative means the default (0); a non-integer is
 /// `400`; the kernel caps the rest.
-fn limit_param(query: &QueryPairs) -> Result<usize, ApiError> {
+pub(super) fn limit_param(query: &QueryPairs) -> Result<usize, ApiError> {
     match query.get("limit") {
         None => Ok(0),
         Some(raw) => {
@@ -66,7 +68,7 @@ fn limit_param(query: &QueryPairs) -> Result<usize, ApiError> {
 }
 
 /// The `after` cursor parameter (empty means absent).
-fn after_param(query: &QueryPairs) -> Option<&str> {
+pub(super) fn after_param(query: &QueryPairs) -> Option<&str> {
     query.get("after").filter(|a| !a.is_empty())
 }
 
@@ -102,11 +104,11 @@ impl AppState {
 /// Row 1: `POST /v0/executions` (201; 200 with the execution a repeated idempotency key names).
 pub(super) async fn create_execution(
     State(s): State<AppState>,
-    _: Bearer,
+    Client(principal, _): Client<ExecutionsWrite>,
     JsonBody(req): JsonBody<CreateExecutionRequest>,
 ) -> ApiResult {
     // `201` for a new execution; `200` for the one a repeated idempotency key names.
-    let started = s.kernel.start_execution(req, "").await?;
+    let started = s.kernel.start_execution(req, &principal).await?;
     let status = if started.created {
         StatusCode::CREATED
     } else {
@@ -119,7 +121,7 @@ pub(super) async fn create_execution(
 /// in [`HEADER_NEXT_CURSOR`].
 pub(super) async fn list_executions(
     State(s): State<AppState>,
-    _: Bearer,
+    _: Client<ExecutionsRead>,
     query: QueryPairs,
 ) -> ApiResult {
     let cursor = match query.get("cursor") {
@@ -158,7 +160,7 @@ pub(super) async fn get_execution(State(s): State<AppState>, mut call: ReadCall)
 /// follow, [`HEADER_NEXT_CURSOR`] holds the `after_seq` of the next page.
 pub(super) async fn events(
     State(s): State<AppState>,
-    _: Bearer,
+    _: Client<ExecutionsRead>,
     UuidPath(id): UuidPath,
     query: QueryPairs,
 ) -> ApiResult {
@@ -182,7 +184,7 @@ pub(super) async fn events(
 /// disconnects (the response body, which owns it, is dropped).
 pub(super) async fn stream_subscribe(
     State(s): State<AppState>,
-    _: Bearer,
+    _: Client<ExecutionsRead>,
     UuidPath(id): UuidPath,
 ) -> ApiResult {
     use axum::response::sse::{Event, KeepAlive, Sse};
@@ -204,7 +206,7 @@ pub(super) async fn stream_subscribe(
 /// Row 6: `POST /v0/executions/{id}/cancel` (204; `409 execution_terminal`).
 pub(super) async fn cancel(
     State(s): State<AppState>,
-    _: Bearer,
+    _: Client<ExecutionsWrite>,
     UuidPath(id): UuidPath,
 ) -> ApiResult {
     s.kernel.cancel(&id).await?;
@@ -353,7 +355,7 @@ pub(super) async fn fail_execution(State(s): State<AppState>, mut call: AgentCal
 /// Row 16: `POST /v0/agents` (201; the secret is never echoed).
 pub(super) async fn register_agent(
     State(s): State<AppState>,
-    _: Bearer,
+    _: Client<AgentsWrite>,
     JsonBody(req): JsonBody<RegisterAgentRequest>,
 ) -> ApiResult {
     let agent = s.kernel.register_agent(req).await?;
@@ -364,7 +366,7 @@ pub(super) async fn register_agent(
 /// `after` is the agent id the page starts after, paged like row 7.
 pub(super) async fn list_agents(
     State(s): State<AppState>,
-    _: Bearer,
+    _: Client<AgentsRead>,
     query: QueryPairs,
 ) -> ApiResult {
     let limit = limit_param(&query)?;
@@ -375,7 +377,7 @@ pub(super) async fn list_agents(
 /// Row 18: `GET /v0/agents/{id}`.
 pub(super) async fn get_agent(
     State(s): State<AppState>,
-    _: Bearer,
+    _: Client<AgentsRead>,
     NamePath(id): NamePath,
 ) -> ApiResult {
     Ok(ok(&s.kernel.agent(&id).await?))
@@ -402,7 +404,7 @@ pub(super) async fn put_agent_metadata(
 /// Row 19: `DELETE /v0/agents/{id}` (204; `409` while executions reference it).
 pub(super) async fn delete_agent(
     State(s): State<AppState>,
-    _: Bearer,
+    _: Client<AgentsWrite>,
     NamePath(id): NamePath,
 ) -> ApiResult {
     s.kernel.delete_agent(&id).await?;
@@ -413,7 +415,7 @@ pub(super) async fn delete_agent(
 /// looked up).
 pub(super) async fn set_policy(
     State(s): State<AppState>,
-    _: Bearer,
+    _: Client<PoliciesWrite>,
     NamePath(agent_id): NamePath,
     JsonBody(req): JsonBody<SetPolicyRequest>,
 ) -> ApiResult {
@@ -425,7 +427,7 @@ pub(super) async fn set_policy(
 /// proposed step; nothing is recorded.
 pub(super) async fn test_policy(
     State(s): State<AppState>,
-    _: Bearer,
+    _: Client<PoliciesRead>,
     NamePath(agent_id): NamePath,
     JsonBody(req): JsonBody<PolicyTestRequest>,
 ) -> ApiResult {
@@ -441,7 +443,7 @@ pub(super) async fn test_policy(
 /// approval id the page starts after (`400` if there is no such approval), paged like row 7.
 pub(super) async fn list_approvals(
     State(s): State<AppState>,
-    _: Bearer,
+    _: Client<ApprovalsRead>,
     query: QueryPairs,
 ) -> ApiResult {
     let limit = limit_param(&query)?;
@@ -455,7 +457,7 @@ pub(super) async fn list_approvals(
 /// Row 22: `GET /v0/approvals/{id}`.
 pub(super) async fn get_approval(
     State(s): State<AppState>,
-    _: Bearer,
+    _: Client<ApprovalsRead>,
     UuidPath(id): UuidPath,
 ) -> ApiResult {
     Ok(ok(&s.kernel.approval(&id).await?))
@@ -464,22 +466,26 @@ pub(super) async fn get_approval(
 /// Row 23: `POST /v0/approvals/{id}/grant` (204; 403, 404, 409).
 pub(super) async fn grant(
     State(s): State<AppState>,
-    _: Bearer,
+    Client(principal, _): Client<ApprovalsWrite>,
     UuidPath(id): UuidPath,
     JsonBody(req): JsonBody<DecideApprovalRequest>,
 ) -> ApiResult {
-    s.kernel.grant(&id, &req.decided_by, &req.rationale).await?;
+    s.kernel
+        .grant_as(&id, &principal, &req.decided_by, &req.rationale)
+        .await?;
     Ok(no_content())
 }
 
 /// Row 24: `POST /v0/approvals/{id}/deny` (204; 403, 404, 409).
 pub(super) async fn deny(
     State(s): State<AppState>,
-    _: Bearer,
+    Client(principal, _): Client<ApprovalsWrite>,
     UuidPath(id): UuidPath,
     JsonBody(req): JsonBody<DecideApprovalRequest>,
 ) -> ApiResult {
-    s.kernel.deny(&id, &req.decided_by, &req.rationale).await?;
+    s.kernel
+        .deny_as(&id, &principal, &req.decided_by, &req.rationale)
+        .await?;
     Ok(no_content())
 }
 

@@ -6,7 +6,9 @@
 //!
 //! * connections (`serve`): a deadline for each request's head, a cap on concurrent
 //!   connections, graceful shutdown ([`ServeOptions`]);
-//! * authentication (`auth`): bearer tokens on client/admin routes, signed agent
+//! * authentication (`auth`): on client routes the server's bearer token (the admin) or an
+//!   API key, whose scopes each route checks (`403` without; keys are managed on
+//!   `/v0/api-keys`, `keys`), signed agent
 //!   requests (`v1=`, and body-only `sha256=` while legacy signing is on) on agent routes, and
 //!   bearer-or-HMAC on the three read routes an agent also uses, where an agent only sees its own
 //!   executions. An agent's headers are checked before any of its body is read;
@@ -38,6 +40,7 @@ mod body;
 mod error;
 mod extract;
 mod handlers;
+mod keys;
 pub mod manifest;
 mod metrics;
 mod serve;
@@ -53,8 +56,9 @@ use std::time::Duration;
 /// How the server authenticates clients and reads their bodies.
 #[derive(Clone)]
 pub struct ServerOptions {
-    /// The client/admin bearer token. `None` (or an empty token) is dev mode: every client
-    /// request passes, as in the Go kernel. Agent routes always require a signature.
+    /// The admin bearer token: it holds every scope, API keys (`/v0/api-keys`) hold theirs.
+    /// `None` (or an empty token) is dev mode: a client request without a valid API key acts
+    /// as the admin, as in the Go kernel. Agent routes always require a signature.
     pub bearer_token: Option<String>,
     /// Whether agent requests signed body-only (`sha256=`, SDK 0.14 to 0.16) are accepted
     /// besides `v1=` (default off). Such a signature has no timestamp and no target, so a
@@ -175,6 +179,14 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
         .route("/v0/approvals/{id}", get(h::get_approval))
         .route("/v0/approvals/{id}/grant", post(h::grant))
         .route("/v0/approvals/{id}/deny", post(h::deny))
+        .route(
+            "/v0/api-keys",
+            post(keys::create_api_key).get(keys::list_api_keys),
+        )
+        .route(
+            "/v0/api-keys/{id}",
+            get(keys::get_api_key).delete(keys::revoke_api_key),
+        )
         .route("/v0/health", get(h::health))
         .route("/v0/ready", get(h::ready))
         .route("/metrics", get(h::metrics))

@@ -160,6 +160,26 @@ ALTER TABLE executions ADD COLUMN created_by TEXT NOT NULL DEFAULT '';
 ALTER TABLE executions ADD COLUMN idempotency_key TEXT;
 CREATE UNIQUE INDEX executions_idempotency ON executions (created_by, idempotency_key)
   WHERE idempotency_key IS NOT NULL;
+",
+// 7: identity. Scoped API keys (only the SHA-256 of each secret is kept; groups and scopes are
+// JSON arrays), whom an execution acts for and its creator's groups, and the `decided_by` an
+// approval's decider asserted.
+"
+CREATE TABLE api_keys (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    groups TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    secret_hash TEXT NOT NULL UNIQUE,
+    created_at TEXT NOT NULL,
+    created_by TEXT NOT NULL,
+    expires_at TEXT,
+    revoked_at TEXT
+);
+ALTER TABLE executions ADD COLUMN on_behalf_of TEXT NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN subject_groups TEXT;
+ALTER TABLE approvals ADD COLUMN asserted_by TEXT NOT NULL DEFAULT '';
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

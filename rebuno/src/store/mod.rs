@@ -43,8 +43,8 @@ pub use postgres::{PgRateLimiter, PgStore};
 pub use sqlite::SqliteStore;
 
 use crate::protocol::{
-    Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
-    StepKind,
+    Agent, ApiKey, Approval, Dispatch, DispatchStatus, Event, EventType, Execution,
+    ExecutionStatus, Step, StepKind,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -270,6 +270,26 @@ pub trait Tx {
         key: &OccurrenceKey,
         occurrence: u64,
     ) -> StoreResult<()>;
+
+    /// The API key operations of this transaction.
+    fn api_keys(&mut self) -> &mut dyn ApiKeyTx;
+}
+
+/// The API key operations of a transaction ([`Tx::api_keys`]). A key's secret is never stored:
+/// only its SHA-256, by which a request's bearer token finds the key.
+pub trait ApiKeyTx {
+    /// Inserts a new key with the hash of its secret (lowercase hex SHA-256).
+    fn insert(&mut self, key: &ApiKey, secret_hash: &str) -> StoreResult<()>;
+    /// The key whose secret hashes to `secret_hash`, revoked or not.
+    fn by_hash(&mut self, secret_hash: &str) -> StoreResult<Option<ApiKey>>;
+    /// A key by id.
+    fn get(&mut self, id: &str) -> StoreResult<Option<ApiKey>>;
+    /// A page of keys by id (oldest first), starting after id `after`.
+    fn page(&mut self, after: Option<&str>, limit: usize) -> StoreResult<Page<ApiKey>>;
+    /// Revokes a key at `now` (a revoked key keeps its first `revoked_at`); whether it exists.
+    fn revoke(&mut self, id: &str, now: &str) -> StoreResult<bool>;
+    /// How many keys are neither revoked nor expired at `now`.
+    fn active_count(&mut self, now: &str) -> StoreResult<u64>;
 }
 
 /// An occurrence counter's key: `(kind, target, args_hash)`.
@@ -426,6 +446,18 @@ fn downcast<R: 'static>(out: Box<dyn Any + Send>) -> StoreResult<R> {
 }
 
 impl<S: Store + ?Sized> StoreExt for S {}
+
+/// A list of names as both stores keep it (a JSON array's text); `None` for an empty list.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn names_text(names: &[String]) -> Option<String> {
+    (!names.is_empty()).then(|| serde_json::to_string(names).expect("names serialize"))
+}
+
+/// A list of names from its stored text (see [`names_text`]); `NULL` is empty.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn names_from_text(text: Option<&str>) -> Result<Vec<String>, serde_json::Error> {
+    text.map_or(Ok(Vec::new()), serde_json::from_str)
+}
 
 /// An agent's metadata as both stores keep it (JSON text); `None` for none.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

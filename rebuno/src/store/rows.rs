@@ -68,7 +68,7 @@ pub(super) fn agent_row(r: &Row<'_>) -> rusqlite::Result<Agent> {
 }
 
 /// The columns [`exec_row`] reads.
-pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, created_by, idempotency_key";
+pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, created_by, idempotency_key, on_behalf_of, subject_groups";
 /// An execution.
 pub(super) fn exec_row(r: &Row<'_>) -> rusqlite::Result<Execution> {
     Ok(Execution {
@@ -84,6 +84,11 @@ pub(super) fn exec_row(r: &Row<'_>) -> rusqlite::Result<Execution> {
         deadline_at: r.get(9)?,
         created_by: r.get(10)?,
         idempotency_key: r.get::<_, Option<String>>(11)?.unwrap_or_default(),
+        on_behalf_of: r.get(12)?,
+        subject_groups: crate::store::names_from_text(r.get::<_, Option<String>>(13)?.as_deref())
+            .map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(13, rusqlite::types::Type::Text, Box::new(e))
+        })?,
     })
 }
 
@@ -109,7 +114,7 @@ pub(super) fn step_row(r: &Row<'_>) -> rusqlite::Result<Step> {
 }
 
 /// The columns [`approval_row`] reads.
-pub(super) const APPROVAL_COLS: &str = "id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at";
+pub(super) const APPROVAL_COLS: &str = "id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at, asserted_by";
 /// An approval.
 pub(super) fn approval_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
     Ok(Approval {
@@ -124,6 +129,7 @@ pub(super) fn approval_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
         decided_at: r.get(8)?,
         rationale: r.get(9)?,
         created_at: r.get(10)?,
+        asserted_by: r.get(11)?,
     })
 }
 

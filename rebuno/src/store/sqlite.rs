@@ -318,9 +318,9 @@ impl Tx for SqliteTx<'_> {
         // `ended_at` is set once, by the update that makes the execution terminal, and never
         // moves afterwards: retention counts from it.
         self.exec(
-            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key)
+            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key, on_behalf_of, subject_groups)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
-               CASE WHEN ?5 IN ('completed', 'failed', 'cancelled') THEN ?9 END, ?11, NULLIF(?12, ''))
+               CASE WHEN ?5 IN ('completed', 'failed', 'cancelled') THEN ?9 END, ?11, NULLIF(?12, ''), ?13, ?14)
              ON CONFLICT (id) DO UPDATE SET agent_version = excluded.agent_version, input = excluded.input,
                status = excluded.status, output = excluded.output, failure_reason = excluded.failure_reason,
                updated_at = excluded.updated_at, deadline_at = excluded.deadline_at,
@@ -337,7 +337,9 @@ impl Tx for SqliteTx<'_> {
                 e.updated_at,
                 e.deadline_at,
                 e.created_by,
-                e.idempotency_key
+                e.idempotency_key,
+                e.on_behalf_of,
+                super::names_text(&e.subject_groups)
             ],
         )?;
         Ok(())
@@ -555,8 +557,8 @@ impl Tx for SqliteTx<'_> {
     }
     fn put_approval(&mut self, a: &Approval) -> StoreResult<()> {
         self.exec(
-            "INSERT OR REPLACE INTO approvals (id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            "INSERT OR REPLACE INTO approvals (id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at, asserted_by)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 a.id,
                 a.step_id,
@@ -568,7 +570,8 @@ impl Tx for SqliteTx<'_> {
                 a.decided_by,
                 a.decided_at,
                 a.rationale,
-                a.created_at
+                a.created_at,
+                a.asserted_by
             ],
         )?;
         Ok(())
@@ -764,8 +767,13 @@ impl Tx for SqliteTx<'_> {
         )?;
         Ok(())
     }
+    fn api_keys(&mut self) -> &mut dyn super::ApiKeyTx {
+        self
+    }
 }
 
 #[cfg(test)]
 #[path = "sqlite_tests.rs"]
 mod tests;
+
+mod keys;

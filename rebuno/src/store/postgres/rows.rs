@@ -37,6 +37,14 @@ fn json_out(r: &Row, i: usize) -> Result<Option<Value>, DecodeError> {
         .map_err(|e| format!("column {i}: {e}"))
 }
 
+/// A JSON array column as a list.
+pub(super) fn get_list<T: serde::de::DeserializeOwned>(
+    r: &Row,
+    i: usize,
+) -> Result<Vec<T>, DecodeError> {
+    serde_json::from_str(get::<&str>(r, i)?).map_err(|e| format!("column {i}: {e}"))
+}
+
 /// A text column parsed as `T`.
 pub(super) fn parse<T: FromStr>(r: &Row, i: usize) -> Result<T, DecodeError>
 where
@@ -71,7 +79,7 @@ pub(super) fn agent_row(r: &Row) -> Result<Agent, DecodeError> {
 }
 
 /// The columns [`exec_row`] reads.
-pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, created_by, idempotency_key";
+pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, created_by, idempotency_key, on_behalf_of, subject_groups";
 /// An execution.
 pub(super) fn exec_row(r: &Row) -> Result<Execution, DecodeError> {
     Ok(Execution {
@@ -87,6 +95,9 @@ pub(super) fn exec_row(r: &Row) -> Result<Execution, DecodeError> {
         deadline_at: get(r, 9)?,
         created_by: get(r, 10)?,
         idempotency_key: get::<Option<String>>(r, 11)?.unwrap_or_default(),
+        on_behalf_of: get(r, 12)?,
+        subject_groups: crate::store::names_from_text(get::<Option<&str>>(r, 13)?)
+            .map_err(|e| format!("column 13: {e}"))?,
     })
 }
 
@@ -112,7 +123,7 @@ pub(super) fn step_row(r: &Row) -> Result<Step, DecodeError> {
 }
 
 /// The columns [`approval_row`] reads.
-pub(super) const APPROVAL_COLS: &str = "id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at";
+pub(super) const APPROVAL_COLS: &str = "id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at, asserted_by";
 /// An approval.
 pub(super) fn approval_row(r: &Row) -> Result<Approval, DecodeError> {
     Ok(Approval {
@@ -127,6 +138,7 @@ pub(super) fn approval_row(r: &Row) -> Result<Approval, DecodeError> {
         decided_at: get(r, 8)?,
         rationale: get(r, 9)?,
         created_at: get(r, 10)?,
+        asserted_by: get(r, 11)?,
     })
 }
 

@@ -154,4 +154,27 @@ CREATE UNIQUE INDEX executions_idempotency ON executions (created_by, idempotenc
   WHERE idempotency_key IS NOT NULL;
 "#,
     ),
+    (
+        4,
+        r#"
+-- Identity. Scoped API keys (only the SHA-256 of each secret is kept; groups and scopes are
+-- JSON arrays), whom an execution acts for and its creator's groups, and the `decided_by` an
+-- approval's decider asserted.
+CREATE TABLE api_keys (
+    id text COLLATE "C" PRIMARY KEY,
+    name text NOT NULL,
+    subject text NOT NULL,
+    groups text NOT NULL,
+    scopes text NOT NULL,
+    secret_hash text COLLATE "C" NOT NULL UNIQUE,
+    created_at text COLLATE "C" NOT NULL,
+    created_by text NOT NULL,
+    expires_at text COLLATE "C",
+    revoked_at text COLLATE "C"
+);
+ALTER TABLE executions ADD COLUMN on_behalf_of text NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN subject_groups text;
+ALTER TABLE approvals ADD COLUMN asserted_by text NOT NULL DEFAULT '';
+"#,
+    ),
 ];

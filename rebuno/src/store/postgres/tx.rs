@@ -267,9 +267,9 @@ impl Tx for PgTx<'_, '_> {
         // `ended_at` is set once, by the update that makes the execution terminal, and never
         // moves afterwards: retention counts from it.
         self.exec(
-            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key)
+            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key, on_behalf_of, subject_groups)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-               CASE WHEN $5 IN ('completed', 'failed', 'cancelled') THEN $9 END, $11, NULLIF($12, ''))
+               CASE WHEN $5 IN ('completed', 'failed', 'cancelled') THEN $9 END, $11, NULLIF($12, ''), $13, $14)
              ON CONFLICT (id) DO UPDATE SET agent_version = excluded.agent_version, input = excluded.input,
                status = excluded.status, output = excluded.output, failure_reason = excluded.failure_reason,
                updated_at = excluded.updated_at, deadline_at = excluded.deadline_at,
@@ -287,6 +287,8 @@ impl Tx for PgTx<'_, '_> {
                 e.deadline_at => TEXT,
                 e.created_by => TEXT,
                 e.idempotency_key => TEXT,
+                e.on_behalf_of => TEXT,
+                crate::store::names_text(&e.subject_groups) => TEXT,
             ],
         )?;
         Ok(())
@@ -541,14 +543,14 @@ impl Tx for PgTx<'_, '_> {
     }
     fn put_approval(&mut self, a: &Approval) -> StoreResult<()> {
         self.exec(
-            "INSERT INTO approvals (id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+            "INSERT INTO approvals (id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at, asserted_by)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
              ON CONFLICT (id) DO UPDATE SET step_id = excluded.step_id,
                execution_id = excluded.execution_id, status = excluded.status,
                approvers = excluded.approvers, message = excluded.message,
                timeout_at = excluded.timeout_at, decided_by = excluded.decided_by,
                decided_at = excluded.decided_at, rationale = excluded.rationale,
-               created_at = excluded.created_at",
+               created_at = excluded.created_at, asserted_by = excluded.asserted_by",
             params![
                 a.id => TEXT,
                 a.step_id => TEXT,
@@ -561,6 +563,7 @@ impl Tx for PgTx<'_, '_> {
                 a.decided_at => TEXT,
                 a.rationale => TEXT,
                 a.created_at => TEXT,
+                a.asserted_by => TEXT,
             ],
         )?;
         Ok(())
@@ -784,4 +787,9 @@ impl Tx for PgTx<'_, '_> {
         )?;
         Ok(())
     }
+    fn api_keys(&mut self) -> &mut dyn crate::store::ApiKeyTx {
+        self
+    }
 }
+
+mod keys;

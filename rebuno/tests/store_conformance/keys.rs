@@ -1,0 +1,87 @@
+//! Conformance bodies for API keys and the identity fields of executions and approvals.
+
+use crate::{Dyn, approval, at, execution, r, w};
+use rebuno::protocol::{ApiKey, ApprovalStatus, ExecutionStatus, Scope};
+use rebuno::store::StoreExt;
+
+fn key(id: &str, expires: Option<u32>) -> ApiKey {
+    ApiKey {
+        id: id.into(),
+        name: format!("key {id}"),
+        subject: format!("subject-{id}"),
+        groups: vec!["ops".into(), "finance".into()],
+        scopes: vec![Scope::ExecutionsWrite, Scope::ApprovalsRead],
+        created_at: at(1),
+        created_by: String::new(),
+        expires_at: expires.map(at),
+        revoked_at: None,
+    }
+}
+
+/// Keys are found by the hash of their secret and by id, listed by id in pages, revoked once
+/// (a second revoke keeps the first time), and counted active unless revoked or expired; two
+/// keys never share a hash.
+pub async fn api_keys_round_trip_by_hash_page_and_revoke(store: Dyn) {
+    for (id, expires) in [("k2", None), ("k1", Some(50)), ("k3", None)] {
+        let k = key(id, expires);
+        let hash = format!("hash-{id}");
+        w(&store, move |tx| tx.api_keys().insert(&k, &hash)).await;
+    }
+    let twin = key("k4", None);
+    let refused = store
+        .write(move |tx| tx.api_keys().insert(&twin, "hash-k1"))
+        .await;
+    assert!(refused.is_err(), "two keys with one hash");
+    assert_eq!(r(&store, |tx| tx.api_keys().get("k4")).await, None);
+
+    let found = r(&store, |tx| tx.api_keys().by_hash("hash-k2")).await;
+    assert_eq!(found, Some(key("k2", None)));
+    assert_eq!(r(&store, |tx| tx.api_keys().by_hash("nope")).await, None);
+    assert_eq!(
+        r(&store, |tx| tx.api_keys().get("k1")).await,
+        Some(key("k1", Some(50)))
+    );
+
+    let first = r(&store, |tx| tx.api_keys().page(None, 2)).await;
+    let ids: Vec<&str> = first.items.iter().map(|k| k.id.as_str()).collect();
+    assert_eq!(ids, ["k1", "k2"]);
+    let cursor = first.next.clone().expect("a second page");
+    let second = r(&store, move |tx| tx.api_keys().page(Some(&cursor), 2)).await;
+    assert_eq!(second.items, vec![key("k3", None)]);
+    assert_eq!(second.next, None);
+
+    // k1 expires at(50): active before, not after.
+    assert_eq!(r(&store, |tx| tx.api_keys().active_count(&at(10))).await, 3);
+    assert_eq!(r(&store, |tx| tx.api_keys().active_count(&at(60))).await, 2);
+    assert!(w(&store, |tx| tx.api_keys().revoke("k2", &at(20))).await);
+    assert!(w(&store, |tx| tx.api_keys().revoke("k2", &at(30))).await);
+    assert!(!w(&store, |tx| tx.api_keys().revoke("zz", &at(30))).await);
+    let revoked = r(&store, |tx| tx.api_keys().by_hash("hash-k2"))
+        .await
+        .unwrap();
+    assert_eq!(revoked.revoked_at, Some(at(20)));
+    assert_eq!(r(&store, |tx| tx.api_keys().active_count(&at(10))).await, 2);
+}
+
+/// `on_behalf_of`, `subject_groups` and `asserted_by` are kept exactly.
+pub async fn identity_fields_round_trip(store: Dyn) {
+    let mut e = execution("e1", "a", ExecutionStatus::Running);
+    e.created_by = "alice".into();
+    e.on_behalf_of = "customer-42".into();
+    e.subject_groups = vec!["ops".into(), "on call".into()];
+    let plain = execution("e2", "a", ExecutionStatus::Running);
+    let mut a = approval("p1", "e1", "s1", 1);
+    a.status = ApprovalStatus::Granted;
+    a.decided_by = "alice".into();
+    a.asserted_by = "bob".into();
+    let (e2, p2, a2) = (e.clone(), plain.clone(), a.clone());
+    w(&store, move |tx| {
+        tx.put_execution(&e2)?;
+        tx.put_execution(&p2)?;
+        tx.put_approval(&a2)
+    })
+    .await;
+    assert_eq!(r(&store, |tx| tx.execution("e1")).await, Some(e));
+    assert_eq!(r(&store, |tx| tx.execution("e2")).await, Some(plain));
+    assert_eq!(r(&store, |tx| tx.approval("p1")).await, Some(a));
+}

@@ -113,7 +113,7 @@ async fn a_successful_delivery_is_acked_signed_and_stays_in_flight() {
                 execution_id: exec.clone(),
                 dispatch_id: id.clone(),
                 dispatch_attempt: Some(1),
-                lease_timeout_seconds: Some(120),
+                lease_timeout_seconds: Some(120.0),
             }
         );
         assert_eq!(body, &serde_json::to_vec(payload).unwrap());
@@ -429,6 +429,7 @@ async fn kernel_open_on_a_sqlite_url_recovers_after_a_restart() {
         id: "a".into(),
         webhook_url: "http://127.0.0.1:9/a".into(),
         secret: "s".into(),
+        ..RegisterAgentRequest::default()
     })
     .await
     .unwrap();

@@ -63,6 +63,7 @@ async fn blocked(kernel: &Kernel) -> (String, String) {
             id: "a".into(),
             webhook_url: "http://127.0.0.1:9/a".into(),
             secret: "s".into(),
+            ..RegisterAgentRequest::default()
         })
         .await
         .unwrap();

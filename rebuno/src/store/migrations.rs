@@ -160,6 +160,10 @@ ALTER TABLE executions ADD COLUMN created_by TEXT NOT NULL DEFAULT '';
 ALTER TABLE executions ADD COLUMN idempotency_key TEXT;
 CREATE UNIQUE INDEX executions_idempotency ON executions (created_by, idempotency_key)
   WHERE idempotency_key IS NOT NULL;
+",
+// 7: an agent's own lease length in seconds (NULL: the kernel's global lease).
+"
+ALTER TABLE agents ADD COLUMN lease_timeout_seconds REAL;
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

@@ -175,6 +175,7 @@ impl Env {
                 id: id.into(),
                 webhook_url: format!("http://127.0.0.1:9/{id}"),
                 secret: format!("secret-{id}"),
+                ..RegisterAgentRequest::default()
             })
             .await
             .unwrap();

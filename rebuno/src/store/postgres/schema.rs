@@ -154,4 +154,11 @@ CREATE UNIQUE INDEX executions_idempotency ON executions (created_by, idempotenc
   WHERE idempotency_key IS NOT NULL;
 "#,
     ),
+    (
+        4,
+        r#"
+-- An agent's own lease length in seconds (NULL: the kernel's global lease).
+ALTER TABLE agents ADD COLUMN lease_timeout_seconds double precision;
+"#,
+    ),
 ];

@@ -600,6 +600,55 @@ mod tests {
     use crate::Kernel;
     use crate::protocol::{CreateExecutionRequest, RegisterAgentRequest};
 
+    /// Accepts every delivery.
+    struct Accept;
+
+    #[async_trait::async_trait]
+    impl super::Deliverer for Accept {
+        async fn deliver(
+            &self,
+            _: &crate::protocol::Agent,
+            _: &crate::protocol::WebhookPayload,
+            _: &[u8],
+            _: &str,
+        ) -> Result<(), super::DeliveryError> {
+            Ok(())
+        }
+    }
+
+    /// The reaper runs every `min(2 s, lease / 4)` for the global lease until an agent with a
+    /// shorter lease of its own is delivered to, then for that one.
+    #[tokio::test]
+    async fn the_reaper_is_paced_by_the_shortest_lease_delivered() {
+        let k = Kernel::memory().await.unwrap();
+        assert_eq!(k.reaper_period(), std::time::Duration::from_secs(2));
+        for (id, lease) in [("slow", 3600.0), ("quick", 0.4)] {
+            k.register_agent(RegisterAgentRequest {
+                id: id.into(),
+                webhook_url: "http://127.0.0.1:9/".into(),
+                secret: "s".into(),
+                lease_timeout_seconds: Some(lease),
+            })
+            .await
+            .unwrap();
+        }
+        for agent_id in ["slow", "quick"] {
+            k.create_execution(CreateExecutionRequest {
+                agent_id: agent_id.into(),
+                ..CreateExecutionRequest::default()
+            })
+            .await
+            .unwrap();
+            let claimed = k.claim_dispatches(1).await.unwrap().remove(0);
+            k.deliver(claimed, &Accept).await.unwrap();
+            let expected = if agent_id == "slow" { 2000 } else { 100 };
+            assert_eq!(
+                k.reaper_period(),
+                std::time::Duration::from_millis(expected)
+            );
+        }
+    }
+
     /// A heartbeat that lands between the reaper's decision and its commit keeps the lease.
     #[tokio::test]
     async fn reclaim_skips_leases_renewed_after_the_decision() {

@@ -587,7 +587,9 @@ async fn an_agent_lease_is_announced_and_reaped_by_its_own_length() {
         assert_eq!(announced["fraction"].0, Some(1.5));
         // Whole numbers are written as Go writes them; fractions as they are.
         assert!(
-            announced["short"].1.ends_with(r#""lease_timeout_seconds":3}"#),
+            announced["short"]
+                .1
+                .ends_with(r#""lease_timeout_seconds":3}"#),
             "{}",
             announced["short"].1
         );

@@ -131,6 +131,7 @@ fn main() {
                 id: "bench".into(),
                 webhook_url: "http://127.0.0.1:9/".into(),
                 secret: SECRET.into(),
+                ..RegisterAgentRequest::default()
             })
             .await
             .unwrap();
@@ -206,6 +207,7 @@ fn main() {
                 id: "hooked".into(),
                 webhook_url: hook_url,
                 secret: SECRET.into(),
+                ..RegisterAgentRequest::default()
             })
             .await
             .unwrap();

@@ -41,6 +41,7 @@ async fn kernel(backend: &str, dir: &std::path::Path) -> Kernel {
         id: "bench".into(),
         webhook_url: "http://127.0.0.1:9/".into(),
         secret: "s".into(),
+        ..RegisterAgentRequest::default()
     })
     .await
     .unwrap();

@@ -103,7 +103,7 @@ fn main() {
         };
         let hook = format!("{}/hook", serve(agent).await);
         kernel
-            .register_agent(RegisterAgentRequest { id: "load".into(), webhook_url: hook, secret: SECRET.into() })
+            .register_agent(RegisterAgentRequest { id: "load".into(), webhook_url: hook, secret: SECRET.into(), ..RegisterAgentRequest::default() })
             .await
             .unwrap();
         let _background = kernel.start_http();

@@ -61,6 +61,7 @@ async fn replica(url: &str, schema: &str, name: &str) -> Kernel {
         id: "bench".into(),
         webhook_url: "http://127.0.0.1:9/".into(),
         secret: "s".into(),
+        ..RegisterAgentRequest::default()
     })
     .await
     .unwrap();

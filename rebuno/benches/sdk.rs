@@ -41,6 +41,7 @@ async fn recorded(dir: &std::path::Path) -> (Kernel, String) {
             id: "bench".into(),
             webhook_url: "http://127.0.0.1:9/unused".into(),
             secret: SECRET.into(),
+            ..RegisterAgentRequest::default()
         })
         .await
         .unwrap();

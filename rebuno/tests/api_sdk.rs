@@ -181,3 +181,57 @@ async fn policy_tests_decide_without_recording() {
     let shown = api.get("/v0/agents/pol").await.ok(200);
     assert_eq!(shown["PolicyBundle"], bundle);
 }
+
+/// `POST /v0/agents` with `lease_timeout_seconds`: a number of seconds > 0 and at most a day
+/// (fractions allowed); anything else is `400 validation_error` naming the field, and
+/// registers nothing. The agent shows its lease (`LeaseTimeoutSeconds`, omitted when unset),
+/// its webhook announces it, and with no heartbeat the reaper re-delivers after it although
+/// the global lease is 2 min.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_register_their_own_lease() {
+    let api = Api::start(Backend::Memory, None).await;
+    let mut me = TestAgent::spawn("leased").await;
+    let body = |lease: Value| {
+        json!({"id": me.id, "webhook_url": me.url, "secret": me.secret,
+               "lease_timeout_seconds": lease})
+    };
+    for bad in [
+        json!(0),
+        json!(-3),
+        json!(86401),
+        json!(1e308),
+        json!("30"),
+        json!(true),
+        json!([1]),
+        json!({}),
+    ] {
+        let msg = api
+            .post("/v0/agents", body(bad.clone()))
+            .await
+            .err(400, "validation_error");
+        assert!(msg.contains("lease_timeout_seconds"), "{bad}: {msg}");
+        api.get("/v0/agents/leased").await.err(404, "not_found");
+    }
+    // No lease: the field is omitted, not null.
+    let plain = api.post("/v0/agents", body(Value::Null)).await.ok(201);
+    assert!(plain.get("LeaseTimeoutSeconds").is_none(), "{plain}");
+    let shown = api.get("/v0/agents/leased").await.ok(200);
+    assert!(shown.get("LeaseTimeoutSeconds").is_none(), "{shown}");
+
+    let answer = api.post("/v0/agents", body(json!(0.5))).await.ok(201);
+    assert_eq!(answer["LeaseTimeoutSeconds"], json!(0.5));
+    let listed = api.get("/v0/agents").await.ok(200);
+    assert_eq!(listed[0]["LeaseTimeoutSeconds"], json!(0.5));
+
+    let exec = api.create("leased", json!({})).await;
+    let (first, lease) = me.delivery().await;
+    assert_eq!(first.execution_id, exec);
+    assert_eq!(first.lease_timeout_seconds, Some(0.5));
+    let delivered = tokio::time::Instant::now();
+    // No heartbeat: the half-second lease lapses and the same dispatch comes again.
+    let (second, next) = me.delivery().await;
+    assert!(delivered.elapsed() >= Duration::from_millis(450));
+    assert_eq!(second.dispatch_id, lease.dispatch_id);
+    assert_eq!(next.attempt, lease.attempt + 1);
+    assert_eq!(second.lease_timeout_seconds, Some(0.5));
+}

@@ -104,6 +104,7 @@ async fn agent(kernel: &Kernel, id: &str, bundle: &str) {
             id: id.into(),
             webhook_url: format!("http://127.0.0.1:9/{id}"),
             secret: format!("secret-{id}"),
+            ..RegisterAgentRequest::default()
         })
         .await
         .unwrap();

@@ -186,3 +186,37 @@ async fn an_embedded_agent_without_a_handler_is_retried() {
     .await;
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
+
+/// `AgentBuilder::lease_timeout`: an agent registered through the runtime registers its own
+/// lease (the kernel shows it); an out-of-range one fails the build and registers nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_agent_registers_its_own_lease() {
+    use rebuno::agent::{Agent, Runtime, handler_fn};
+    let rt = Runtime::open("memory").await.unwrap();
+    let echo = |id: &str| handler_fn(id, |input| async move { Ok::<_, String>(input) });
+    let agent = rt
+        .register_with(Agent::builder(echo("leased")).lease_timeout(Duration::from_millis(2500)))
+        .await
+        .unwrap();
+    assert_eq!(agent.lease_timeout_seconds(), Some(2.5));
+    let shown = rt.kernel().agent("leased").await.unwrap();
+    assert_eq!(shown.lease_timeout_seconds, Some(2.5));
+    let plain = rt.register(echo("plain")).await.unwrap();
+    assert_eq!(plain.lease_timeout_seconds(), None);
+    assert_eq!(
+        rt.kernel()
+            .agent("plain")
+            .await
+            .unwrap()
+            .lease_timeout_seconds,
+        None
+    );
+    for bad in [Duration::ZERO, Duration::from_secs(86_401)] {
+        let refused = rt
+            .register_with(Agent::builder(echo("bad")).lease_timeout(bad))
+            .await;
+        assert!(refused.is_err(), "{bad:?}");
+    }
+    assert!(rt.kernel().agent("bad").await.is_err());
+    rt.shutdown().await;
+}

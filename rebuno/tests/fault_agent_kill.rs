@@ -133,6 +133,7 @@ async fn killed_mid_tool_call(version: &str) {
             id: "killme".into(),
             webhook_url: format!("http://127.0.0.1:{port}/webhook"),
             secret: "kill-secret".into(),
+            ..RegisterAgentRequest::default()
         })
         .await
         .unwrap();

@@ -210,7 +210,7 @@ async fn stale_attempt_loses_and_duplicates_are_ignored() {
         execution_id: id.clone(),
         dispatch_id: dispatch_id.clone(),
         dispatch_attempt: Some(3),
-        lease_timeout_seconds: Some(120),
+        lease_timeout_seconds: Some(120.0),
     })
     .unwrap();
     let r = http
@@ -228,7 +228,7 @@ async fn stale_attempt_loses_and_duplicates_are_ignored() {
         execution_id: id.clone(),
         dispatch_id: dispatch_id.clone(),
         dispatch_attempt: Some(2),
-        lease_timeout_seconds: Some(120),
+        lease_timeout_seconds: Some(120.0),
     };
     let body = serde_json::to_vec(&payload).unwrap();
     let r = http

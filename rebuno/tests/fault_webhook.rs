@@ -99,6 +99,7 @@ async fn setup(k: &Kernel, agent: &str, port: u16) -> String {
         id: agent.into(),
         webhook_url: format!("http://127.0.0.1:{port}/hook"),
         secret: SECRET.into(),
+        ..RegisterAgentRequest::default()
     })
     .await
     .unwrap();

@@ -60,6 +60,7 @@ impl Fixture {
                 id: AGENT.into(),
                 webhook_url: "http://127.0.0.1:9/unused".into(),
                 secret: SECRET.into(),
+                ..RegisterAgentRequest::default()
             })
             .await
             .unwrap();

@@ -63,6 +63,7 @@ impl Edge {
                 id: AGENT.into(),
                 webhook_url: "http://127.0.0.1:9/hook".into(),
                 secret: SECRET.into(),
+                ..RegisterAgentRequest::default()
             })
             .await
             .unwrap();
@@ -696,6 +697,7 @@ async fn sdk_setup(
             id: AGENT.into(),
             webhook_url: hook_url.clone(),
             secret: SECRET.into(),
+            ..RegisterAgentRequest::default()
         })
         .await
         .unwrap();
@@ -774,7 +776,7 @@ async fn the_webhook_receiver_ignores_an_older_dispatch() {
         execution_id: exec.id.clone(),
         dispatch_id: "00000000-0000-7000-8000-000000000001".into(),
         dispatch_attempt: Some(9),
-        lease_timeout_seconds: Some(120),
+        lease_timeout_seconds: Some(120.0),
     };
     let body = serde_json::to_vec(&stale).unwrap();
     let r = reqwest::Client::new()

@@ -89,6 +89,7 @@ impl Env {
                 id: id.into(),
                 webhook_url: "http://127.0.0.1:9/".into(),
                 secret: format!("secret-{id}"),
+                ..RegisterAgentRequest::default()
             })
             .await
             .unwrap();

@@ -139,6 +139,7 @@ async fn agent(k: &Kernel, id: &str) {
         id: id.into(),
         webhook_url: "http://127.0.0.1:9/".into(),
         secret: format!("{id}-secret"),
+        ..RegisterAgentRequest::default()
     })
     .await
     .unwrap();

@@ -113,7 +113,7 @@ async fn a_successful_delivery_is_acked_signed_and_stays_in_flight() {
                 execution_id: exec.clone(),
                 dispatch_id: id.clone(),
                 dispatch_attempt: Some(1),
-                lease_timeout_seconds: Some(120),
+                lease_timeout_seconds: Some(120.0),
             }
         );
         assert_eq!(body, &serde_json::to_vec(payload).unwrap());
@@ -429,6 +429,7 @@ async fn kernel_open_on_a_sqlite_url_recovers_after_a_restart() {
         id: "a".into(),
         webhook_url: "http://127.0.0.1:9/a".into(),
         secret: "s".into(),
+        ..RegisterAgentRequest::default()
     })
     .await
     .unwrap();
@@ -542,6 +543,127 @@ async fn retention_off_deletes_nothing() {
         env.advance(Duration::from_secs(365 * 24 * 3600));
         assert_eq!(env.k.sweep_retention().await.unwrap(), 0);
         env.k.execution(&exec).await.unwrap();
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-agent leases.
+// ---------------------------------------------------------------------------------------------
+
+/// An agent's own lease replaces the global one (2 min here) for its deliveries: the webhook
+/// announces it, and the reaper reclaims its attempts after it (a renewal restarting it), while
+/// an agent with a lease longer than the global one is not reaped at the global lease.
+#[tokio::test]
+async fn an_agent_lease_is_announced_and_reaped_by_its_own_length() {
+    each_backend(config(), |env| async move {
+        env.agent("global", "").await;
+        env.agent_with_lease("short", 3.0).await;
+        env.agent_with_lease("long", 600.0).await;
+        env.agent_with_lease("fraction", 1.5).await;
+        let mut execs = std::collections::HashMap::new();
+        for agent in ["global", "short", "long", "fraction"] {
+            execs.insert(agent, env.create(agent).await);
+        }
+        let claimed = env.k.claim_dispatches(16).await.unwrap();
+        assert_eq!(claimed.len(), 4);
+        let fake = FakeDeliverer::ok();
+        let mut leases = std::collections::HashMap::new();
+        for c in claimed {
+            leases.insert(c.agent_id.clone(), c.lease());
+            env.k.deliver(c, &fake).await.unwrap();
+        }
+        let announced: std::collections::HashMap<String, (Option<f64>, String)> = fake
+            .calls()
+            .into_iter()
+            .map(|(agent, payload, body, _)| {
+                let body = String::from_utf8(body).unwrap();
+                (agent, (payload.lease_timeout_seconds, body))
+            })
+            .collect();
+        assert_eq!(announced["global"].0, Some(120.0));
+        assert_eq!(announced["short"].0, Some(3.0));
+        assert_eq!(announced["long"].0, Some(600.0));
+        assert_eq!(announced["fraction"].0, Some(1.5));
+        // Whole numbers are written as Go writes them; fractions as they are.
+        assert!(
+            announced["short"]
+                .1
+                .ends_with(r#""lease_timeout_seconds":3}"#),
+            "{}",
+            announced["short"].1
+        );
+        assert!(
+            announced["fraction"]
+                .1
+                .ends_with(r#""lease_timeout_seconds":1.5}"#),
+            "{}",
+            announced["fraction"].1
+        );
+
+        let state = |agent: &'static str| {
+            let env = &env;
+            let id = leases[agent].dispatch_id.clone();
+            async move { env.dispatch(&id).await.status }
+        };
+        env.advance(Duration::from_secs(1));
+        env.k
+            .heartbeat(&execs["short"], &leases["short"])
+            .await
+            .unwrap();
+        // 2 s after the claim: the 1.5 s lease lapsed, nothing else did.
+        env.advance(Duration::from_secs(1));
+        assert_eq!(env.k.reap_expired_leases().await.unwrap(), 1);
+        assert_eq!(state("fraction").await, DispatchStatus::Pending);
+        // 3.5 s after the claim, 2.5 s after the renewal: the 3 s lease holds.
+        env.advance(Duration::from_millis(1500));
+        assert_eq!(env.k.reap_expired_leases().await.unwrap(), 0);
+        assert_eq!(state("short").await, DispatchStatus::InFlight);
+        env.advance(Duration::from_millis(600));
+        assert_eq!(env.k.reap_expired_leases().await.unwrap(), 1);
+        assert_eq!(state("short").await, DispatchStatus::Pending);
+        assert_eq!(state("global").await, DispatchStatus::InFlight);
+        // Past the global lease: the global agent's attempt goes, the 10 min one stays.
+        env.advance(Duration::from_secs(120));
+        assert_eq!(env.k.reap_expired_leases().await.unwrap(), 1);
+        assert_eq!(state("global").await, DispatchStatus::Pending);
+        assert_eq!(state("long").await, DispatchStatus::InFlight);
+        env.advance(Duration::from_secs(480));
+        assert_eq!(env.k.reap_expired_leases().await.unwrap(), 1);
+        assert_eq!(state("long").await, DispatchStatus::Pending);
+        // The reclaimed short attempt is superseded; the next claim is attempt 2.
+        let e = env
+            .submit_err(&execs["short"], &leases["short"], tool("t", "{}"))
+            .await;
+        assert_eq!(e.code, ErrorCode::LeaseSuperseded);
+    })
+    .await;
+}
+
+/// Registration refuses a lease out of range and changes nothing; re-registering without one
+/// returns the agent to the global lease.
+#[tokio::test]
+async fn registration_checks_the_lease_and_re_registration_replaces_it() {
+    each_backend(config(), |env| async move {
+        env.agent_with_lease("a", 3.0).await;
+        for bad in [0.0, -1.0, 86_400.5, f64::NAN, f64::INFINITY] {
+            assert_code(
+                env.k
+                    .register_agent(RegisterAgentRequest {
+                        id: "a".into(),
+                        webhook_url: "http://elsewhere/".into(),
+                        secret: "other".into(),
+                        lease_timeout_seconds: Some(bad),
+                    })
+                    .await,
+                ErrorCode::ValidationError,
+            );
+        }
+        let kept = env.k.agent("a").await.unwrap();
+        assert_eq!(kept.lease_timeout_seconds, Some(3.0));
+        assert_eq!(kept.webhook_url, "http://127.0.0.1:9/a");
+        env.agent("a", "").await;
+        assert_eq!(env.k.agent("a").await.unwrap().lease_timeout_seconds, None);
     })
     .await;
 }

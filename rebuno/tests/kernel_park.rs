@@ -43,6 +43,7 @@ async fn setup(bundle: &str) -> (Arc<ManualClock>, Kernel, String, rebuno::Lease
             id: "a".into(),
             webhook_url: "http://127.0.0.1:9/".into(),
             secret: "s".into(),
+            ..RegisterAgentRequest::default()
         })
         .await
         .unwrap();

@@ -223,3 +223,57 @@ async fn an_idempotency_key_used_on_two_replicas_at_once_creates_one_execution()
     let all = a.k.list_executions(None, None, None, 100).await.unwrap();
     assert_eq!(all.executions.len(), 10);
 }
+
+/// On one database, each replica's reaper judges a row by its own agent's lease, whichever
+/// replica claimed it: B reclaims A's attempt of a 3 s agent after 3 s with a 2 min global
+/// lease (a renewal through A restarting it), and leaves an agent with a 10 min lease alone
+/// past the global lease. The webhook A sends announces the agent's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL (REBUNO_TEST_PG_URL)"]
+async fn each_replica_reaps_by_the_lease_of_the_rows_agent() {
+    let (a, b) = replicas(config()).await;
+    a.agent_with_lease("short", 3.0).await;
+    b.agent_with_lease("long", 600.0).await;
+    let short_exec = a.create("short").await;
+    let long_exec = a.create("long").await;
+    let claimed = a.k.claim_dispatches(16).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    let fake = FakeDeliverer::ok();
+    let mut leases = std::collections::HashMap::new();
+    for c in claimed {
+        leases.insert(c.dispatch.execution_id.clone(), c.lease());
+        a.k.deliver(c, &fake).await.unwrap();
+    }
+    let mut announced: Vec<(String, Option<f64>)> = fake
+        .calls()
+        .into_iter()
+        .map(|(agent, payload, _, _)| (agent, payload.lease_timeout_seconds))
+        .collect();
+    announced.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(
+        announced,
+        [("long".into(), Some(600.0)), ("short".into(), Some(3.0))]
+    );
+
+    a.advance(Duration::from_secs(2));
+    a.k.heartbeat(&short_exec, &leases[&short_exec])
+        .await
+        .unwrap();
+    a.advance(Duration::from_secs(2));
+    // 4 s after the claim, 2 s after the renewal A recorded: B's reaper keeps it.
+    assert_eq!(b.k.reap_expired_leases().await.unwrap(), 0);
+    a.advance(Duration::from_millis(1100));
+    assert_eq!(b.k.reap_expired_leases().await.unwrap(), 1);
+    let e = a
+        .submit_err(&short_exec, &leases[&short_exec], call_of("more", "{}"))
+        .await;
+    assert_eq!(e.code, ErrorCode::LeaseSuperseded);
+    // Past the 2 min global lease, the 10 min agent keeps its attempt, on either replica.
+    a.advance(Duration::from_secs(125));
+    assert_eq!(b.k.reap_expired_leases().await.unwrap(), 0);
+    assert_eq!(a.k.reap_expired_leases().await.unwrap(), 0);
+    a.proceed(&long_exec, &leases[&long_exec], call_of("work", "{}"))
+        .await;
+    a.advance(Duration::from_secs(601));
+    assert_eq!(b.k.reap_expired_leases().await.unwrap(), 1);
+}

@@ -16,6 +16,7 @@ async fn create_claim_submit_complete_replay() {
         id: "a".into(),
         webhook_url: "http://127.0.0.1:1/x".into(),
         secret: "s".into(),
+        ..RegisterAgentRequest::default()
     })
     .await
     .unwrap();
@@ -110,6 +111,7 @@ async fn approval_blocks_and_grant_resumes() {
         id: "a".into(),
         webhook_url: "http://127.0.0.1:1/x".into(),
         secret: "s".into(),
+        ..RegisterAgentRequest::default()
     })
     .await
     .unwrap();
@@ -173,6 +175,7 @@ async fn an_agent_counted_occurrence_moves_the_counter_forward_only() {
         id: "a".into(),
         webhook_url: "http://127.0.0.1:1/x".into(),
         secret: "s".into(),
+        ..RegisterAgentRequest::default()
     })
     .await
     .unwrap();

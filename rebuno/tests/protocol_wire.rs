@@ -317,6 +317,7 @@ fn agent_uses_go_field_names() {
             policy_bundle: String::new(),
             registered_at: "0001-01-01T00:00:00Z".into(),
             metadata: None,
+            lease_timeout_seconds: None,
         },
         r#"{"ID":"hello","WebhookURL":"http://h/webhook","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00Z"}"#,
     );
@@ -333,9 +334,36 @@ fn agent_uses_go_field_names() {
                 input_schema: Some(json!({"type": "object"})),
                 output_schema: None,
             }),
+            lease_timeout_seconds: None,
         },
         r#"{"ID":"hello","WebhookURL":"u","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00Z","Metadata":{"description":"greets","input_schema":{"type":"object"}}}"#,
     );
+}
+
+/// An agent's own lease: Go field naming like the rest, a whole number without a fraction,
+/// omitted (never `null`) when unset.
+#[test]
+fn agent_lease_is_written_when_set_and_omitted_when_not() {
+    let agent = |lease| Agent {
+        id: "a".into(),
+        webhook_url: "u".into(),
+        secret: String::new(),
+        policy_bundle: String::new(),
+        registered_at: "0001-01-01T00:00:00Z".into(),
+        metadata: None,
+        lease_timeout_seconds: lease,
+    };
+    round_trip(
+        &agent(Some(3.0)),
+        r#"{"ID":"a","WebhookURL":"u","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00Z","LeaseTimeoutSeconds":3}"#,
+    );
+    round_trip(
+        &agent(Some(1.5)),
+        r#"{"ID":"a","WebhookURL":"u","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00Z","LeaseTimeoutSeconds":1.5}"#,
+    );
+    let unset = serde_json::to_value(agent(None)).unwrap();
+    assert!(unset.get("LeaseTimeoutSeconds").is_none(), "{unset}");
+    assert!(unset.get("lease_timeout_seconds").is_none(), "{unset}");
 }
 
 /// The metadata body SDK 0.28 and later send: nullable schemas, which must be JSON Schemas.
@@ -404,7 +432,7 @@ fn webhook_payload_variants() {
         &format!(r#"{{"execution_id":"{EXEC}","dispatch_id":"{DISPATCH}","dispatch_attempt":1}}"#),
     );
     let new = WebhookPayload {
-        lease_timeout_seconds: Some(120),
+        lease_timeout_seconds: Some(120.0),
         ..seed
     };
     round_trip(

@@ -63,6 +63,7 @@ async fn blocked(kernel: &Kernel) -> (String, String) {
             id: "a".into(),
             webhook_url: "http://127.0.0.1:9/a".into(),
             secret: "s".into(),
+            ..RegisterAgentRequest::default()
         })
         .await
         .unwrap();
@@ -133,8 +134,21 @@ async fn help_quit_blank_and_unknown_commands() {
     assert!(run(&mut r, "approval").await.starts_with("error: "));
     assert_eq!(
         run(&mut r, "agent add x").await,
-        "error: usage: agent add <id> <webhook_url> <secret>"
+        "error: usage: agent add <id> <webhook_url> <secret> [lease_seconds]"
     );
+    // An agent's own lease: checked like a registration body, shown by `agent get`.
+    assert_eq!(
+        run(&mut r, "agent add leased http://h/ s soon").await,
+        "error: lease_seconds must be a number of seconds, got \"soon\""
+    );
+    let refused = run(&mut r, "agent add leased http://h/ s 0").await;
+    assert!(refused.contains("lease_timeout_seconds"), "{refused}");
+    assert_eq!(
+        run(&mut r, "agent add leased http://h/ s 2.5").await,
+        "registered agent leased -> http://h/"
+    );
+    let shown = run(&mut r, "agent get leased").await;
+    assert!(shown.contains("lease:       2.5 s"), "{shown}");
     assert!(
         run(&mut r, "exec get")
             .await
@@ -540,6 +554,10 @@ fn history_keeps_secrets_out() {
     assert_eq!(
         history_entry("agent add a http://h/x hunter2").as_deref(),
         Some("agent add a http://h/x <secret>")
+    );
+    assert_eq!(
+        history_entry("agent add a http://h/x hunter2 30").as_deref(),
+        Some("agent add a http://h/x <secret> 30")
     );
 }
 

@@ -335,7 +335,7 @@ async fn a_superseded_lease_aborts_the_handler_at_its_next_heartbeat() {
             execution_id: id.clone(),
             dispatch_id: lease.dispatch_id.clone(),
             dispatch_attempt: Some(lease.attempt),
-            lease_timeout_seconds: Some(1), // heartbeat every ~333 ms
+            lease_timeout_seconds: Some(1.0), // heartbeat every ~333 ms
         };
         assert_eq!(h.agent_dispatch(payload.clone()), DispatchAck::Started);
         assert_eq!(
@@ -613,6 +613,7 @@ async fn resuming_replays_recorded_effects_in_a_constant_number_of_round_trips()
                 id: "many".into(),
                 webhook_url: hook_url,
                 secret: SECRET.into(),
+                ..RegisterAgentRequest::default()
             })
             .await
             .unwrap();
@@ -668,7 +669,7 @@ async fn a_newer_attempt_replaces_the_running_one_and_terminal_executions_are_sk
             execution_id: id.clone(),
             dispatch_id: lease.dispatch_id,
             dispatch_attempt: Some(lease.attempt),
-            lease_timeout_seconds: Some(60),
+            lease_timeout_seconds: Some(60.0),
         };
         let lease1 = h
             .kernel

@@ -73,6 +73,7 @@ async fn a_kernel_failure_abandons_the_attempt_and_the_next_attempt_finishes() {
             id: "flaky-kernel".into(),
             webhook_url: hook_url,
             secret: "s3cret".into(),
+            ..RegisterAgentRequest::default()
         })
         .await
         .unwrap();

@@ -148,6 +148,7 @@ conformance!(
     dispatches_round_trip_and_list,
     renewals_touch_only_the_attempt_in_flight,
     claims_filter_by_status_time_and_agent,
+    agent_leases_round_trip_and_reach_in_flight_rows,
     occurrence_counters_follow_the_attempt,
     terminal_executions_are_deleted_with_their_children,
     a_failing_closure_keeps_nothing,
@@ -196,6 +197,7 @@ pub fn agent(id: &str) -> Agent {
         policy_bundle: String::new(),
         registered_at: at(0),
         metadata: None,
+        lease_timeout_seconds: None,
     }
 }
 

@@ -206,20 +206,22 @@ impl Runtime {
     }
 
     /// Registers an agent built from `builder` (its transport is replaced by the embedded
-    /// one), e.g. to set an effect observer.
+    /// one), e.g. to set an effect observer or its own lease
+    /// ([`AgentBuilder::lease_timeout`]).
     pub async fn register_with(&self, builder: AgentBuilder) -> Result<Agent> {
         let agent = builder
             .transport(Arc::new(EmbeddedTransport::new(self.kernel.clone())))
             .build()?;
         let serving = agent.clone();
         self.kernel
-            .register_embedded(
+            .register_embedded_with_lease(
                 &self.deliverer,
                 agent.id(),
                 Arc::new(move |payload| {
                     serving.dispatch(payload);
                     Box::pin(async {})
                 }),
+                agent.lease_timeout_seconds(),
             )
             .await?;
         self.agents

@@ -133,6 +133,7 @@ pub struct AgentBuilder {
     webhook_path: String,
     observer: Option<EffectObserver>,
     default_lease: Duration,
+    lease_timeout: Option<Duration>,
     local_replay: bool,
 }
 
@@ -185,6 +186,15 @@ impl AgentBuilder {
         self
     }
 
+    /// The lease the agent registers for its deliveries (`lease_timeout_seconds`) instead of
+    /// the kernel's global one, when it registers through `Runtime::register_with` (`kernel`
+    /// feature); an agent registered over HTTP sends it in its `POST /v0/agents` instead.
+    /// Greater than 0 and at most a day, else [`build`](Self::build) fails.
+    pub fn lease_timeout(mut self, lease: Duration) -> Self {
+        self.lease_timeout = Some(lease);
+        self
+    }
+
     /// Whether to decide replays locally (default on): the execution's record is fetched once
     /// per dispatch and recorded effects are answered from it, so resuming a handler with `n`
     /// recorded effects costs O(1) round trips instead of `n`. Turn it off against a kernel
@@ -227,6 +237,9 @@ impl AgentBuilder {
                 Arc::new(HttpTransport::new(&url, &id, &secret)?) as Arc<dyn Transport>
             }
         };
+        if let Some(lease) = self.lease_timeout {
+            crate::protocol::check_lease_seconds(lease.as_secs_f64()).map_err(Error::Config)?;
+        }
         if !self.webhook_path.starts_with('/') {
             return Err(Error::Config(format!(
                 "webhook path {:?} must start with '/'",
@@ -242,6 +255,7 @@ impl AgentBuilder {
                 webhook_path: self.webhook_path,
                 observer: self.observer,
                 default_lease: self.default_lease,
+                lease_timeout: self.lease_timeout,
                 local_replay: self.local_replay,
                 running: Mutex::default(),
                 tracker: TaskTracker::new(),
@@ -266,6 +280,8 @@ struct AgentInner {
     webhook_path: String,
     observer: Option<EffectObserver>,
     default_lease: Duration,
+    /// The lease it registers ([`AgentBuilder::lease_timeout`]).
+    lease_timeout: Option<Duration>,
     local_replay: bool,
     /// The handler running for each execution.
     running: Mutex<HashMap<String, Running>>,
@@ -300,6 +316,7 @@ impl Agent {
             webhook_path: "/webhook".into(),
             observer: None,
             default_lease: Duration::from_secs(120),
+            lease_timeout: None,
             local_replay: true,
         }
     }
@@ -312,6 +329,12 @@ impl Agent {
     /// The agent id.
     pub fn id(&self) -> &str {
         &self.inner.id
+    }
+
+    /// The lease length in seconds it registers ([`AgentBuilder::lease_timeout`]); `None` for
+    /// the kernel's global lease.
+    pub fn lease_timeout_seconds(&self) -> Option<f64> {
+        self.inner.lease_timeout.map(|d| d.as_secs_f64())
     }
 
     /// The handler.
@@ -390,8 +413,8 @@ impl Agent {
         };
         let lease_len = payload
             .lease_timeout_seconds
-            .filter(|s| *s > 0)
-            .map_or(self.inner.default_lease, Duration::from_secs);
+            .and_then(|s| crate::protocol::check_lease_seconds(s).ok())
+            .map_or(self.inner.default_lease, crate::protocol::lease_duration);
         let mut running = self.running();
         if let Some(r) = running.get(&payload.execution_id) {
             if r.lease.dispatch_id == lease.dispatch_id && lease.attempt <= r.lease.attempt {
@@ -532,7 +555,7 @@ fn parse_payload(body: &[u8]) -> Option<WebhookPayload> {
         .as_u64()
         .filter(|a| *a >= 1)
         .and_then(|a| u32::try_from(a).ok())?;
-    let lease = v.get("lease_timeout_seconds").and_then(Value::as_u64);
+    let lease = v.get("lease_timeout_seconds").and_then(Value::as_f64);
     Some(WebhookPayload {
         execution_id: execution_id.to_owned(),
         dispatch_id: dispatch_id.to_owned(),

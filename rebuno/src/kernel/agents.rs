@@ -8,6 +8,7 @@ use super::{Kernel, KernelError, KernelResult};
 use crate::policy::{Bundle, EvalInput};
 use crate::protocol::{
     Agent, AgentMetadata, PolicyTestRequest, PolicyTestResponse, RegisterAgentRequest, StepKind,
+    check_lease_seconds,
 };
 use crate::store::StoreExt;
 
@@ -19,12 +20,19 @@ pub(super) fn public(mut agent: Agent) -> Agent {
 
 impl Kernel {
     /// Registers (or updates) an agent. The answer never carries the secret.
+    ///
+    /// A registration declares the agent's webhook, secret and lease: re-registering without
+    /// `lease_timeout_seconds` returns the agent to the global lease. An invalid lease (see
+    /// [`check_lease_seconds`]) is `400 validation_error` and changes nothing.
     pub async fn register_agent(&self, req: RegisterAgentRequest) -> KernelResult<Agent> {
         if req.id.trim().is_empty() {
             return Err(KernelError::validation("agent id is required"));
         }
         if req.secret.is_empty() {
             return Err(KernelError::validation("agent secret is required"));
+        }
+        if let Some(seconds) = req.lease_timeout_seconds {
+            check_lease_seconds(seconds).map_err(KernelError::validation)?;
         }
         let now = self.now_text();
         let agent = self
@@ -42,6 +50,7 @@ impl Kernel {
                     id: req.id,
                     webhook_url: req.webhook_url,
                     secret: req.secret,
+                    lease_timeout_seconds: req.lease_timeout_seconds,
                 };
                 tx.put_agent(&agent)?;
                 Ok(agent)

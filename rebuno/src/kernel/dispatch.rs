@@ -15,6 +15,7 @@
 use super::sweep::FirstRound;
 use super::volatile::Ended;
 use super::{Events, Kernel, KernelResult, Lease, Metrics, payload};
+use crate::protocol::lease_duration;
 use crate::protocol::{
     Agent, Dispatch, DispatchEventPayload, DispatchStatus, EventType, ExecutionEventPayload,
     ExecutionStatus, HEADER_EXECUTION_ID, HEADER_SIGNATURE, REASON_DISPATCH_EXHAUSTED,
@@ -24,6 +25,7 @@ use crate::store::{StoreExt, StoreResult, Tx};
 use crate::time::{parse_rfc3339, rfc3339};
 use async_trait::async_trait;
 use serde_json::Value;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Queues a new dispatch for `execution_id` due at `due`; returns its `dispatch.queued` event.
@@ -247,7 +249,7 @@ impl Kernel {
             execution_id: exec_id,
             dispatch_id: d.id.clone(),
             dispatch_attempt: Some(d.attempt),
-            lease_timeout_seconds: Some(self.inner.config.lease_timeout.as_secs().max(1)),
+            lease_timeout_seconds: Some(self.lease_seconds(&agent)),
         };
         let (body, signature) = sign(&agent.secret, &payload);
         match deliverer.deliver(&agent, &payload, &body, &signature).await {
@@ -260,6 +262,41 @@ impl Kernel {
                 self.record_failure(d, e.0).await
             }
         }
+    }
+
+    /// The lease length the webhook announces for `agent`: its own when it registered one
+    /// (and the reaper is paced for it from now on), else the global lease in whole seconds
+    /// (at least 1), as the kernel always announced it.
+    fn lease_seconds(&self, agent: &Agent) -> f64 {
+        match agent.lease_timeout_seconds {
+            Some(seconds) => {
+                let micros = u64::try_from(lease_duration(seconds).as_micros()).unwrap_or(u64::MAX);
+                self.inner
+                    .shortest_lease_micros
+                    .fetch_min(micros, Ordering::Relaxed);
+                seconds
+            }
+            None => self.inner.config.lease_timeout.as_secs().max(1) as f64,
+        }
+    }
+
+    /// The lease a dispatch runs under, from the lease its agent registered (`None`: the
+    /// global `lease_timeout`).
+    fn lease_of(&self, agent_lease: Option<f64>) -> Duration {
+        agent_lease.map_or(self.inner.config.lease_timeout, lease_duration)
+    }
+
+    /// How long the reaper waits between rounds: `min(2 s, lease / 4)` for the shortest lease
+    /// in play, the global one or the shortest per-agent lease this process delivered. (That
+    /// shortest lease is never raised again; a reaper that runs more often than it needs to
+    /// is only a cheaper scan. Another replica's reaper may run at its own pace: each reaper
+    /// judges every row by its own agent's lease, so any of them reclaims a row correctly.)
+    pub(crate) fn reaper_period(&self) -> Duration {
+        let shortest = self.inner.shortest_lease_micros.load(Ordering::Relaxed);
+        (self.inner.config.lease_timeout)
+            .min(Duration::from_micros(shortest))
+            .min(Duration::from_secs(8))
+            / 4
     }
 
     async fn record_discard(&self, d: Dispatch) -> KernelResult<()> {
@@ -431,8 +468,12 @@ impl Kernel {
         Ok(())
     }
 
-    /// Returns in-flight dispatches whose lease expired (no renewal for `lease_timeout`) to
-    /// `pending`; how many.
+    /// Returns in-flight dispatches whose lease expired (no renewal for the lease of the
+    /// dispatch's agent, or the global `lease_timeout` when it registered none) to `pending`;
+    /// how many.
+    ///
+    /// Each row's lease comes from the store with the row ([`Tx::in_flight_leases`]), so with
+    /// several replicas on one database every reaper judges a row by the same lease.
     ///
     /// A lease's age is measured on the monotonic clock from its last renewal (the claim is
     /// the first). Only an attempt this process has no renewal of falls back to the stored,
@@ -440,17 +481,13 @@ impl Kernel {
     /// is rare.
     pub async fn reap_expired_leases(&self) -> KernelResult<usize> {
         let (wall, mono) = (self.now(), self.inner.clock.monotonic());
-        let lease = self.inner.config.lease_timeout;
-        let in_flight = self
-            .inner
-            .store
-            .read(|tx| tx.in_flight_dispatches())
-            .await?;
+        let in_flight = self.inner.store.read(|tx| tx.in_flight_leases()).await?;
         // Remember the renewal each decision was based on: a heartbeat that lands before the
         // reclaim commits keeps its lease (checked again inside the transaction).
         let expired: Vec<(Dispatch, Option<Renewal>)> = in_flight
             .into_iter()
-            .filter_map(|d| {
+            .filter_map(|(d, agent_lease)| {
+                let lease = self.lease_of(agent_lease);
                 let renewed = self.renewal(&d.id, d.attempt);
                 let age = match renewed {
                     Some((at, _)) => mono.checked_sub(at),
@@ -541,13 +578,13 @@ impl Kernel {
         Ok(n)
     }
 
-    /// Runs the reaper until aborted: every `min(2 s, lease / 4)`, the first time after one
-    /// period. A panic restarts it (see `supervise`).
+    /// Runs the reaper until aborted: every [`reaper_period`](Self::reaper_period) (`min(2 s,
+    /// lease / 4)` for the shortest lease in play), the first time after one period. A panic
+    /// restarts it (see `supervise`).
     pub fn spawn_reaper(&self) -> tokio::task::JoinHandle<()> {
-        let period = (self.inner.config.lease_timeout / 4).min(Duration::from_secs(2));
         self.spawn_periodic(
             "reaper",
-            period,
+            Kernel::reaper_period,
             FirstRound::AfterPeriod,
             |kernel| async move {
                 if let Err(e) = kernel.reap_expired_leases().await {
@@ -563,6 +600,55 @@ mod tests {
     use crate::Kernel;
     use crate::protocol::{CreateExecutionRequest, RegisterAgentRequest};
 
+    /// Accepts every delivery.
+    struct Accept;
+
+    #[async_trait::async_trait]
+    impl super::Deliverer for Accept {
+        async fn deliver(
+            &self,
+            _: &crate::protocol::Agent,
+            _: &crate::protocol::WebhookPayload,
+            _: &[u8],
+            _: &str,
+        ) -> Result<(), super::DeliveryError> {
+            Ok(())
+        }
+    }
+
+    /// The reaper runs every `min(2 s, lease / 4)` for the global lease until an agent with a
+    /// shorter lease of its own is delivered to, then for that one.
+    #[tokio::test]
+    async fn the_reaper_is_paced_by_the_shortest_lease_delivered() {
+        let k = Kernel::memory().await.unwrap();
+        assert_eq!(k.reaper_period(), std::time::Duration::from_secs(2));
+        for (id, lease) in [("slow", 3600.0), ("quick", 0.4)] {
+            k.register_agent(RegisterAgentRequest {
+                id: id.into(),
+                webhook_url: "http://127.0.0.1:9/".into(),
+                secret: "s".into(),
+                lease_timeout_seconds: Some(lease),
+            })
+            .await
+            .unwrap();
+        }
+        for agent_id in ["slow", "quick"] {
+            k.create_execution(CreateExecutionRequest {
+                agent_id: agent_id.into(),
+                ..CreateExecutionRequest::default()
+            })
+            .await
+            .unwrap();
+            let claimed = k.claim_dispatches(1).await.unwrap().remove(0);
+            k.deliver(claimed, &Accept).await.unwrap();
+            let expected = if agent_id == "slow" { 2000 } else { 100 };
+            assert_eq!(
+                k.reaper_period(),
+                std::time::Duration::from_millis(expected)
+            );
+        }
+    }
+
     /// A heartbeat that lands between the reaper's decision and its commit keeps the lease.
     #[tokio::test]
     async fn reclaim_skips_leases_renewed_after_the_decision() {
@@ -571,6 +657,7 @@ mod tests {
             id: "a".into(),
             webhook_url: "http://127.0.0.1:9/".into(),
             secret: "s".into(),
+            ..RegisterAgentRequest::default()
         })
         .await
         .unwrap();

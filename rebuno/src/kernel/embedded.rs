@@ -103,13 +103,32 @@ impl Deliverer for EmbeddedDeliverer {
 
 impl Kernel {
     /// Registers `agent_id` as an in-process agent served by `deliverer` (its webhook URL is
-    /// `embedded:<id>`; the secret is random and only signs the payload, as for any agent).
+    /// `embedded:<id>`; the secret is random and only signs the payload, as for any agent),
+    /// under the kernel's global lease.
     pub async fn register_embedded(
         &self,
         deliverer: &EmbeddedDeliverer,
         agent_id: &str,
         handler: EmbeddedHandler,
     ) -> KernelResult<Agent> {
+        self.register_embedded_with_lease(deliverer, agent_id, handler, None)
+            .await
+    }
+
+    /// [`register_embedded`](Self::register_embedded) with the agent's own lease length in
+    /// seconds (`None`: the global lease); an invalid one is refused as registration refuses
+    /// it, and installs nothing.
+    pub async fn register_embedded_with_lease(
+        &self,
+        deliverer: &EmbeddedDeliverer,
+        agent_id: &str,
+        handler: EmbeddedHandler,
+        lease_timeout_seconds: Option<f64>,
+    ) -> KernelResult<Agent> {
+        if let Some(seconds) = lease_timeout_seconds {
+            crate::protocol::check_lease_seconds(seconds)
+                .map_err(super::KernelError::validation)?;
+        }
         deliverer.install(agent_id, handler);
         self.register_agent(RegisterAgentRequest {
             id: agent_id.to_owned(),
@@ -120,6 +139,7 @@ impl Kernel {
                 uuid::Uuid::now_v7().simple(),
                 uuid::Uuid::now_v7().simple()
             ),
+            lease_timeout_seconds,
         })
         .await
     }

@@ -158,7 +158,8 @@ pub struct KernelConfig {
     /// half of `dispatch_concurrency`, at least 1; values above `dispatch_concurrency` act as
     /// `dispatch_concurrency`.
     pub dispatch_agent_concurrency: Option<usize>,
-    /// Lease length before the reaper reclaims (`REBUNO_DISPATCH_LEASE_TIMEOUT`, 2 min).
+    /// Lease length before the reaper reclaims (`REBUNO_DISPATCH_LEASE_TIMEOUT`, 2 min), for
+    /// the agents that registered no lease of their own (`lease_timeout_seconds`).
     pub lease_timeout: Duration,
     /// Default approval timeout (`REBUNO_APPROVAL_TIMEOUT`, 15 min).
     pub approval_timeout: Duration,
@@ -342,6 +343,9 @@ pub(crate) struct Inner {
     pub(crate) figures: metrics::FiguresCache,
     /// Messages for the other replicas of a shared store, sent in order.
     pub(crate) outbox: replicas::Outbox,
+    /// The shortest per-agent lease this process delivered, in microseconds (`u64::MAX`:
+    /// none), which paces the reaper ([`Kernel::reaper_period`]).
+    pub(crate) shortest_lease_micros: std::sync::atomic::AtomicU64,
 }
 
 /// A callback that sees the input and result of every policy evaluation of a new step (see
@@ -420,6 +424,7 @@ impl KernelBuilder {
                 policy_observer: self.policy_observer,
                 figures: metrics::FiguresCache::default(),
                 outbox: replicas::Outbox::default(),
+                shortest_lease_micros: std::sync::atomic::AtomicU64::new(u64::MAX),
             }),
         };
         // On a shared store, other replicas' attempts are alive: the reaper reclaims those
@@ -577,17 +582,22 @@ impl Kernel {
             .config
             .cleanup_interval
             .min(Duration::from_secs(30));
-        self.spawn_periodic("sweeper", period, FirstRound::Now, |kernel| async move {
-            if let Err(e) = kernel.cancel_past_deadline().await {
-                tracing::warn!(error = %e, "cancelling executions past their deadline failed");
-            }
-            if let Err(e) = kernel.sweep_retention().await {
-                tracing::warn!(error = %e, "the retention sweep failed");
-            }
-            if let Err(e) = kernel.inner.limiter.sweep_refilled().await {
-                tracing::warn!(error = %e, "sweeping rate-limit buckets failed");
-            }
-        })
+        self.spawn_periodic(
+            "sweeper",
+            move |_| period,
+            FirstRound::Now,
+            |kernel| async move {
+                if let Err(e) = kernel.cancel_past_deadline().await {
+                    tracing::warn!(error = %e, "cancelling executions past their deadline failed");
+                }
+                if let Err(e) = kernel.sweep_retention().await {
+                    tracing::warn!(error = %e, "the retention sweep failed");
+                }
+                if let Err(e) = kernel.inner.limiter.sweep_refilled().await {
+                    tracing::warn!(error = %e, "sweeping rate-limit buckets failed");
+                }
+            },
+        )
     }
 
     /// Starts the background loops with webhook delivery over HTTP.

@@ -256,6 +256,7 @@ mod tests {
             id: "a".into(),
             webhook_url: "http://127.0.0.1:9/".into(),
             secret: "s".into(),
+            ..RegisterAgentRequest::default()
         })
         .await
         .unwrap();

@@ -25,30 +25,32 @@ pub(super) enum FirstRound {
 }
 
 impl Kernel {
-    /// Spawns background loop `name`: runs `round` every `period` (at least 10 ms), the first
-    /// time as `first` says, until aborted. A panic restarts it (see `supervise`).
-    pub(super) fn spawn_periodic<F, Fut>(
+    /// Spawns background loop `name`: runs `round` every `period` (asked before each wait, so
+    /// it may change between rounds; at least 10 ms), the first time as `first` says, until
+    /// aborted. A panic restarts it (see `supervise`).
+    pub(super) fn spawn_periodic<P, F, Fut>(
         &self,
         name: &'static str,
-        period: Duration,
+        period: P,
         first: FirstRound,
         round: F,
     ) -> tokio::task::JoinHandle<()>
     where
+        P: Fn(&Kernel) -> Duration + Send + Sync + 'static,
         F: Fn(Kernel) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let (kernel, round) = (self.clone(), Arc::new(round));
-        let period = period.max(MIN_PERIOD);
+        let (kernel, round, period) = (self.clone(), Arc::new(round), Arc::new(period));
         supervise(name, move || {
-            let (kernel, round) = (kernel.clone(), Arc::clone(&round));
+            let (kernel, round, period) = (kernel.clone(), Arc::clone(&round), Arc::clone(&period));
             async move {
+                let wait = |kernel: &Kernel| period(kernel).max(MIN_PERIOD);
                 if first == FirstRound::AfterPeriod {
-                    tokio::time::sleep(period).await;
+                    tokio::time::sleep(wait(&kernel)).await;
                 }
                 loop {
                     round(kernel.clone()).await;
-                    tokio::time::sleep(period).await;
+                    tokio::time::sleep(wait(&kernel)).await;
                 }
             }
         })

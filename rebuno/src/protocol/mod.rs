@@ -10,6 +10,7 @@
 //!   machines (each `transition` accepts exactly the legal moves and refuses the rest with the
 //!   error code the kernel answers);
 //! * `kinds`: a step's kind and idempotency;
+//! * `lease`: the lease length an agent may register, its check and its wire form;
 //! * `resources`: the resource JSON of executions, steps, events, approvals and agents, the
 //!   dispatch queue row, listings and live-stream frames, and the approver check;
 //! * `requests`: the request bodies of the `/v0` routes and the webhook payload;
@@ -126,6 +127,7 @@ mod headers;
 mod ids;
 mod keys;
 mod kinds;
+mod lease;
 mod requests;
 mod resources;
 mod status;
@@ -137,6 +139,7 @@ pub use headers::*;
 pub use ids::*;
 pub use keys::*;
 pub use kinds::*;
+pub use lease::{MAX_LEASE_TIMEOUT_SECONDS, check_lease_seconds, lease_duration};
 pub use requests::*;
 pub use resources::*;
 pub use status::*;

@@ -2,6 +2,7 @@
 //! agent. Route bodies refuse unknown fields (`400 validation_error`); like Go's decoder they
 //! read missing fields and JSON `null` as the zero value.
 
+use super::lease::{optional_lease, write_lease};
 use super::{Idempotency, StepKind, null_as_default, present};
 use crate::identity::{self, IdentityError};
 use serde::{Deserialize, Serialize};
@@ -288,7 +289,7 @@ pub struct FailExecutionRequest {
 }
 
 /// Body of `POST /v0/agents`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterAgentRequest {
     /// Agent id.
@@ -300,6 +301,17 @@ pub struct RegisterAgentRequest {
     /// HMAC secret.
     #[serde(default, deserialize_with = "null_as_default")]
     pub secret: String,
+    /// The agent's own lease length in seconds (a number > 0, at most
+    /// [`MAX_LEASE_TIMEOUT_SECONDS`](super::MAX_LEASE_TIMEOUT_SECONDS); fractions allowed),
+    /// used for its deliveries instead of the kernel's global lease; `None` (absent or `null`)
+    /// means the global one. Anything else is `400 validation_error`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "write_lease",
+        deserialize_with = "optional_lease"
+    )]
+    pub lease_timeout_seconds: Option<f64>,
 }
 
 /// Body of `POST /v0/policies/{agent_id}`.
@@ -378,7 +390,7 @@ pub struct DecideApprovalRequest {
 /// The Go kernel without leases sends only `execution_id` and `dispatch_id`; the lease protocol
 /// (Python SDK 0.14.0 and later) adds `dispatch_attempt`; SDK 0.15+ also needs
 /// `lease_timeout_seconds`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WebhookPayload {
     /// The execution to run.
     pub execution_id: String,
@@ -387,7 +399,13 @@ pub struct WebhookPayload {
     /// The dispatch's attempt counter after the claim (≥ 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatch_attempt: Option<u32>,
-    /// Lease length in seconds (> 0); the agent heartbeats every `min(lease / 3, 30 s)`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease_timeout_seconds: Option<u64>,
+    /// Lease length in seconds (> 0; the agent's own when it registered one, else the
+    /// kernel's global lease); the agent heartbeats every `min(lease / 3, 30 s)`. A whole
+    /// number is written without a fraction, as Go writes it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "write_lease"
+    )]
+    pub lease_timeout_seconds: Option<f64>,
 }

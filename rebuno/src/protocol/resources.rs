@@ -251,6 +251,18 @@ pub struct Agent {
     /// it has. Re-registering keeps it.
     #[serde(rename = "Metadata", default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<AgentMetadata>,
+    /// The agent's own lease length in seconds, used for its deliveries instead of the
+    /// kernel's global lease; omitted (never `null`) when it registered none. Written with the
+    /// Go field naming of the other fields; `lease_timeout_seconds` reads too.
+    #[serde(
+        rename = "LeaseTimeoutSeconds",
+        alias = "lease_timeout_seconds",
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "super::lease::write_lease",
+        deserialize_with = "super::lease::optional_lease"
+    )]
+    pub lease_timeout_seconds: Option<f64>,
 }
 
 /// What an agent says about itself: a description and the JSON Schemas of its input and

@@ -19,8 +19,8 @@ pub(super) const HELP: &[(&str, &str)] = &[
     ),
     ("agent get <id>", "show one agent and its policy bundle"),
     (
-        "agent add <id> <webhook_url> <secret>",
-        "register (or update) an agent",
+        "agent add <id> <webhook_url> <secret> [lease_seconds]",
+        "register (or update) an agent, optionally with its own lease",
     ),
     ("agent rm <id>", "delete an agent that has no executions"),
     (
@@ -113,13 +113,20 @@ impl Repl {
                 let agent = self.kernel.agent(&id).await.map_err(|e| e.to_string())?;
                 Ok(describe_agent(&agent))
             }
-            ("add" | "register", [id, url, secret]) => {
+            ("add" | "register", [id, url, secret, lease @ ..]) if lease.len() <= 1 => {
+                let lease_timeout_seconds = match lease.first() {
+                    None => None,
+                    Some(text) => Some(text.parse::<f64>().map_err(|_| {
+                        format!("lease_seconds must be a number of seconds, got {text:?}")
+                    })?),
+                };
                 let agent = self
                     .kernel
                     .register_agent(RegisterAgentRequest {
                         id: (*id).to_owned(),
                         webhook_url: (*url).to_owned(),
                         secret: (*secret).to_owned(),
+                        lease_timeout_seconds,
                     })
                     .await
                     .map_err(|e| e.to_string())?;

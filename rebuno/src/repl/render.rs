@@ -144,6 +144,9 @@ pub(super) fn describe_agent(agent: &Agent) -> String {
         "id:          {}\nwebhook url: {}\nregistered:  {}",
         agent.id, agent.webhook_url, agent.registered_at
     );
+    if let Some(seconds) = agent.lease_timeout_seconds {
+        let _ = write!(out, "\nlease:       {seconds} s");
+    }
     if let Some(meta) = &agent.metadata {
         if !meta.description.is_empty() {
             let _ = write!(out, "\ndescription: {}", meta.description);

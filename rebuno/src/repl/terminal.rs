@@ -35,7 +35,11 @@ pub fn history_entry(line: &str) -> Option<String> {
     }
     let words: Vec<&str> = line.split_whitespace().collect();
     if words.len() >= 5 && words[0] == "agent" && words[1] == "add" {
-        return Some(format!("agent add {} {} <secret>", words[2], words[3]));
+        let lease = words.get(5).map(|w| format!(" {w}")).unwrap_or_default();
+        return Some(format!(
+            "agent add {} {} <secret>{lease}",
+            words[2], words[3]
+        ));
     }
     Some(line.to_owned())
 }

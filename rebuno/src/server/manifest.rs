@@ -7,10 +7,14 @@
 //!     webhook_url: http://host:5001/webhook
 //!     secret: ${RESEARCHER_SECRET}
 //!     policy_file: policies/research.yaml   # relative to the manifest's directory
+//!     lease_timeout_seconds: 30              # optional; default: the kernel's global lease
 //! ```
 //!
-//! Every string value (`id`, `webhook_url`, `secret`, `policy`, `policy_file`) goes through
-//! shell-style `$VAR` / `${VAR}` expansion with the names of Go's `os.Expand`. Everything is
+//! Every string value (`id`, `webhook_url`, `secret`, `policy`, `policy_file`, and
+//! `lease_timeout_seconds` when written as a string) goes through shell-style `$VAR` /
+//! `${VAR}` expansion with the names of Go's `os.Expand`. `lease_timeout_seconds` is a number
+//! of seconds (fractions allowed), checked as registration checks it
+//! ([`check_lease_seconds`]). Everything is
 //! checked before anything is written, so a bad manifest aborts the boot with its path and the
 //! reason and provisions nothing.
 //!
@@ -28,7 +32,7 @@
 
 use crate::Kernel;
 use crate::policy::Bundle;
-use crate::protocol::{Agent, RegisterAgentRequest};
+use crate::protocol::{Agent, RegisterAgentRequest, check_lease_seconds};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -44,7 +48,7 @@ pub struct ManifestError {
 }
 
 /// One agent to provision, with its policy bundle resolved (inline or read from its file).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ManifestAgent {
     /// Agent id.
     pub id: String,
@@ -54,10 +58,12 @@ pub struct ManifestAgent {
     pub secret: String,
     /// Policy bundle YAML, already validated; empty for none.
     pub policy: String,
+    /// The agent's own lease length in seconds, already checked; `None` for the global lease.
+    pub lease_timeout_seconds: Option<f64>,
 }
 
 /// A loaded and validated manifest.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
     /// The file it was read from.
     pub path: PathBuf,
@@ -85,6 +91,30 @@ struct AgentEntry {
     policy: Option<String>,
     #[serde(default)]
     policy_file: Option<String>,
+    /// A number, or a string (expanded, then read as a number).
+    #[serde(default)]
+    lease_timeout_seconds: Option<serde_yaml_ng::Value>,
+}
+
+/// The lease length of a manifest entry, expanded (a string) and checked; `None` when absent.
+fn manifest_lease(
+    value: Option<serde_yaml_ng::Value>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Option<f64>, String> {
+    use serde_yaml_ng::Value;
+    let seconds = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Number(n)) => n.as_f64(),
+        Some(Value::String(text)) => {
+            let text = expand_vars(&text, lookup)
+                .map_err(|unset| format!("lease_timeout_seconds {unset}"))?;
+            text.trim().parse::<f64>().ok()
+        }
+        Some(_) => None,
+    };
+    let seconds =
+        seconds.ok_or_else(|| "lease_timeout_seconds must be a number of seconds".to_owned())?;
+    check_lease_seconds(seconds).map(Some)
 }
 
 /// Whether `c` is one of the shell's one-character special parameters (`$*`, `$1`, ...).
@@ -225,11 +255,14 @@ impl Manifest {
                 Bundle::parse(&policy)
                     .map_err(|e| format!("agent {id:?}: invalid policy bundle: {e}"))?;
             }
+            let lease_timeout_seconds = manifest_lease(entry.lease_timeout_seconds, &lookup)
+                .map_err(|e| format!("agent {id:?}: {e}"))?;
             agents.push(ManifestAgent {
                 id,
                 webhook_url,
                 secret,
                 policy,
+                lease_timeout_seconds,
             });
         }
         Ok(agents)
@@ -244,6 +277,7 @@ impl Manifest {
                 id: agent.id.clone(),
                 webhook_url: agent.webhook_url.clone(),
                 secret: agent.secret.clone(),
+                lease_timeout_seconds: agent.lease_timeout_seconds,
             };
             let provisioned = kernel
                 .provision_agent(req, &agent.policy)
@@ -338,6 +372,34 @@ mod tests {
             Manifest::parse("agents:\n  - id: ${WHO}\n", dir, env).unwrap_err(),
             "agents[0]: id references ${WHO}, which is not set"
         );
+    }
+
+    #[test]
+    fn an_agent_may_declare_its_lease_as_a_number_or_a_variable() {
+        let dir = Path::new("/nonexistent-rebuno-dir");
+        let lease = |text: &str| {
+            let lookup = |name: &str| (name == "LEASE").then(|| "2.5".to_owned());
+            Manifest::parse(
+                &format!("agents:\n  - id: a\n    secret: s\n{text}"),
+                dir,
+                lookup,
+            )
+            .map(|agents| agents[0].lease_timeout_seconds)
+        };
+        assert_eq!(lease(""), Ok(None));
+        assert_eq!(lease("    lease_timeout_seconds: 3\n"), Ok(Some(3.0)));
+        assert_eq!(lease("    lease_timeout_seconds: 0.5\n"), Ok(Some(0.5)));
+        assert_eq!(
+            lease("    lease_timeout_seconds: ${LEASE}\n"),
+            Ok(Some(2.5))
+        );
+        for bad in ["0", "-2", "86401", "abc", "[1]", "'${NOPE}'"] {
+            let err = lease(&format!("    lease_timeout_seconds: {bad}\n")).unwrap_err();
+            assert!(
+                err.starts_with("agent \"a\": lease_timeout_seconds "),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

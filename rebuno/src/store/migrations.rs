@@ -161,7 +161,11 @@ ALTER TABLE executions ADD COLUMN idempotency_key TEXT;
 CREATE UNIQUE INDEX executions_idempotency ON executions (created_by, idempotency_key)
   WHERE idempotency_key IS NOT NULL;
 ",
-// 7: identity. Scoped API keys (only the SHA-256 of each secret is kept; groups and scopes are
+// 7: an agent's own lease length in seconds (NULL: the kernel's global lease).
+"
+ALTER TABLE agents ADD COLUMN lease_timeout_seconds REAL;
+",
+// 8: identity. Scoped API keys (only the SHA-256 of each secret is kept; groups and scopes are
 // JSON arrays), whom an execution acts for and its creator's groups, and the `decided_by` an
 // approval's decider asserted.
 "

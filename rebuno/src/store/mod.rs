@@ -243,8 +243,24 @@ pub trait Tx {
         limit: usize,
         skip_agents: &[String],
     ) -> StoreResult<Vec<(Dispatch, String)>>;
+    /// Every in-flight dispatch, each with the lease length its agent registered (`None`:
+    /// the kernel's global lease, also when the execution or the agent is gone).
+    ///
+    /// The reaper computes each row's expiry from this. The lease is read from the agent row
+    /// at the time of the scan (a lookup per row, not a copy kept on the dispatch): every
+    /// replica of a shared store reads the same agents table, so every replica's reaper judges
+    /// a row by the same lease whichever replica claimed it, and the schema keeps the lease in
+    /// one place. A re-registration that changes the lease applies to in-flight dispatches
+    /// from the next scan on.
+    fn in_flight_leases(&mut self) -> StoreResult<Vec<(Dispatch, Option<f64>)>>;
     /// Every in-flight dispatch.
-    fn in_flight_dispatches(&mut self) -> StoreResult<Vec<Dispatch>>;
+    fn in_flight_dispatches(&mut self) -> StoreResult<Vec<Dispatch>> {
+        Ok(self
+            .in_flight_leases()?
+            .into_iter()
+            .map(|(d, _)| d)
+            .collect())
+    }
     /// Pending, failed or in-flight dispatches.
     fn queue_depth(&mut self) -> StoreResult<u64>;
 

@@ -13,8 +13,9 @@ use super::durable::{Durable, Syncer, wal_path};
 use super::migrations::{db_err, migrate};
 use super::readers::{Conn, ConnFn, Readers};
 use super::rows::{
-    AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, EVENT_COLS, EXEC_COLS, STEP_COLS, agent_row, all,
-    approval_row, dispatch_row, event_row, exec_row, json_in, one, page, parse, step_row,
+    AGENT_COLS, AGENT_LEASE, APPROVAL_COLS, DISPATCH_COLS, EVENT_COLS, EXEC_COLS, STEP_COLS,
+    agent_row, all, approval_row, dispatch_row, event_row, exec_row, json_in, one, page, parse,
+    step_row,
 };
 use super::writer::Writer;
 use super::{ExecutionQuery, OccurrenceKey, Page, Store, StoreError, StoreResult, Tx, TxFn};
@@ -257,8 +258,8 @@ impl Tx for SqliteTx<'_> {
     }
     fn put_agent(&mut self, a: &Agent) -> StoreResult<()> {
         self.exec(
-            "INSERT OR REPLACE INTO agents (id, webhook_url, secret, policy_bundle, registered_at, metadata) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![a.id, a.webhook_url, a.secret, a.policy_bundle, a.registered_at, super::metadata_text(a)],
+            "INSERT OR REPLACE INTO agents (id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![a.id, a.webhook_url, a.secret, a.policy_bundle, a.registered_at, super::metadata_text(a), a.lease_timeout_seconds],
         )?;
         Ok(())
     }
@@ -718,12 +719,14 @@ impl Tx for SqliteTx<'_> {
             |r| Ok((dispatch_row(r)?, r.get(10)?)),
         )
     }
-    fn in_flight_dispatches(&mut self) -> StoreResult<Vec<Dispatch>> {
+    fn in_flight_leases(&mut self) -> StoreResult<Vec<(Dispatch, Option<f64>)>> {
         all(
             self.conn,
-            &format!("SELECT {DISPATCH_COLS} FROM dispatches WHERE status = 'in_flight'"),
+            &format!(
+                "SELECT {DISPATCH_COLS}, {AGENT_LEASE} FROM dispatches WHERE status = 'in_flight'"
+            ),
             [],
-            dispatch_row,
+            |r| Ok((dispatch_row(r)?, r.get(10)?)),
         )
     }
     fn queue_depth(&mut self) -> StoreResult<u64> {

@@ -26,6 +26,7 @@ async fn concurrent_writes_are_all_answered_and_survive_a_reopen() {
                         policy_bundle: String::new(),
                         registered_at: "2026-01-01T00:00:00Z".into(),
                         metadata: None,
+                        lease_timeout_seconds: None,
                     };
                     store.write(move |tx| tx.put_agent(&agent)).await.unwrap();
                 }

@@ -218,6 +218,7 @@ mod tests {
     fn agent(id: &str, secret: String) -> Agent {
         Agent {
             metadata: None,
+            lease_timeout_seconds: None,
             id: id.into(),
             webhook_url: "http://127.0.0.1:9/".into(),
             secret,

@@ -1,7 +1,7 @@
 //! Conformance bodies for dispatches: the queue row, the claim's filters, and the occurrence
 //! counters of the attempt in flight.
 
-use crate::{Dyn, at, dispatch, execution, r, w};
+use crate::{Dyn, agent, at, dispatch, execution, r, w};
 use rebuno::protocol::{DispatchStatus, ExecutionStatus};
 use rebuno::store::OccurrenceKey;
 
@@ -248,4 +248,72 @@ pub async fn occurrence_counters_follow_the_attempt(store: Dyn) {
         None,
         "only an in-flight dispatch counts"
     );
+}
+
+/// An agent's own lease is stored as given (integer or fractional, or none) and replaced with
+/// the agent; the in-flight scan carries, for each row, the lease of its execution's agent
+/// (none when the agent registered none, or the execution is gone) and only in-flight rows.
+pub async fn agent_leases_round_trip_and_reach_in_flight_rows(store: Dyn) {
+    let mut short = agent("short");
+    short.lease_timeout_seconds = Some(0.25);
+    let mut long = agent("long");
+    long.lease_timeout_seconds = Some(86_400.0);
+    let plain = agent("plain");
+    for a in [short.clone(), long.clone(), plain.clone()] {
+        w(&store, move |tx| tx.put_agent(&a)).await;
+    }
+    let got = r(&store, |tx| {
+        Ok((tx.agent("short")?, tx.agent("long")?, tx.agent("plain")?))
+    })
+    .await;
+    assert_eq!(got, (Some(short.clone()), Some(long), Some(plain)));
+    let page = r(&store, |tx| tx.agents_page(None, 10)).await;
+    let leases: Vec<_> = page.items.iter().map(|a| a.lease_timeout_seconds).collect();
+    assert_eq!(leases, [Some(86_400.0), None, Some(0.25)]);
+
+    for (exec, agent_id) in [("e1", "short"), ("e2", "long"), ("e3", "plain")] {
+        let e = execution(exec, agent_id, ExecutionStatus::Running);
+        w(&store, move |tx| tx.put_execution(&e)).await;
+    }
+    for (id, exec, status) in [
+        ("d1", "e1", DispatchStatus::InFlight),
+        ("d2", "e2", DispatchStatus::InFlight),
+        ("d3", "e3", DispatchStatus::InFlight),
+        ("d4", "gone", DispatchStatus::InFlight),
+        ("d5", "e1", DispatchStatus::Pending),
+    ] {
+        let mut d = dispatch(id, exec, status, 1);
+        d.attempt = 1;
+        d.locked_at = Some(at(2));
+        w(&store, move |tx| tx.put_dispatch(&d)).await;
+    }
+    let leases = |rows: Vec<(rebuno::protocol::Dispatch, Option<f64>)>| {
+        let mut rows: Vec<_> = rows.into_iter().map(|(d, l)| (d.id, l)).collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows
+    };
+    let rows = r(&store, |tx| tx.in_flight_leases()).await;
+    let expected = |first: Option<f64>| {
+        vec![
+            ("d1".to_owned(), first),
+            ("d2".to_owned(), Some(86_400.0)),
+            ("d3".to_owned(), None),
+            ("d4".to_owned(), None),
+        ]
+    };
+    assert_eq!(leases(rows), expected(Some(0.25)));
+
+    // Re-registering replaces the lease: a whole number, then none.
+    short.lease_timeout_seconds = Some(3.0);
+    let put = short.clone();
+    w(&store, move |tx| tx.put_agent(&put)).await;
+    assert_eq!(r(&store, |tx| tx.agent("short")).await, Some(short.clone()));
+    let rows = r(&store, |tx| tx.in_flight_leases()).await;
+    assert_eq!(leases(rows), expected(Some(3.0)));
+    short.lease_timeout_seconds = None;
+    let put = short.clone();
+    w(&store, move |tx| tx.put_agent(&put)).await;
+    assert_eq!(r(&store, |tx| tx.agent("short")).await, Some(short));
+    let rows = r(&store, |tx| tx.in_flight_leases()).await;
+    assert_eq!(leases(rows), expected(None));
 }

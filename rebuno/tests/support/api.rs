@@ -368,7 +368,7 @@ impl TestAgent {
             .dispatch_attempt
             .expect("the webhook carries the dispatch attempt");
         assert!(attempt >= 1);
-        assert!(payload.lease_timeout_seconds.is_some_and(|s| s > 0));
+        assert!(payload.lease_timeout_seconds.is_some_and(|s| s > 0.0));
         let lease = Lease {
             dispatch_id: payload.dispatch_id.clone(),
             attempt,

@@ -175,12 +175,28 @@ impl Env {
                 id: id.into(),
                 webhook_url: format!("http://127.0.0.1:9/{id}"),
                 secret: format!("secret-{id}"),
+                ..RegisterAgentRequest::default()
             })
             .await
             .unwrap();
         if !bundle.is_empty() {
             self.k.set_policy(id, bundle).await.unwrap();
         }
+    }
+
+    /// Registers agent `id` (no policy) with its own lease of `seconds`.
+    pub async fn agent_with_lease(&self, id: &str, seconds: f64) {
+        let agent = self
+            .k
+            .register_agent(RegisterAgentRequest {
+                id: id.into(),
+                webhook_url: format!("http://127.0.0.1:9/{id}"),
+                secret: format!("secret-{id}"),
+                lease_timeout_seconds: Some(seconds),
+            })
+            .await
+            .unwrap();
+        assert_eq!(agent.lease_timeout_seconds, Some(seconds));
     }
 
     pub async fn create(&self, agent: &str) -> String {

@@ -173,6 +173,7 @@ pub async fn python_agent(
             id: id.into(),
             webhook_url: hook.clone(),
             secret: secret.into(),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -68,6 +68,7 @@ pub async fn harness(mode: Mode, handler: impl AgentHandler, loops: bool) -> Har
                     id: agent.id().to_owned(),
                     webhook_url: "embedded:unserved".into(),
                     secret: SECRET.into(),
+                    ..RegisterAgentRequest::default()
                 })
                 .await
                 .unwrap();
@@ -107,6 +108,7 @@ pub async fn harness(mode: Mode, handler: impl AgentHandler, loops: bool) -> Har
                     id: agent.id().to_owned(),
                     webhook_url: hook_url,
                     secret: SECRET.into(),
+                    ..RegisterAgentRequest::default()
                 })
                 .await
                 .unwrap();

@@ -61,11 +61,12 @@ pub(super) fn int<T: TryFrom<i64>>(r: &Row, i: usize) -> Result<T, DecodeError> 
 
 /// The columns [`agent_row`] reads.
 pub(super) const AGENT_COLS: &str =
-    "id, webhook_url, secret, policy_bundle, registered_at, metadata";
+    "id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds";
 /// An agent.
 pub(super) fn agent_row(r: &Row) -> Result<Agent, DecodeError> {
     let metadata: Option<String> = get(r, 5)?;
     Ok(Agent {
+        lease_timeout_seconds: get(r, 6)?,
         id: get(r, 0)?,
         webhook_url: get(r, 1)?,
         secret: get(r, 2)?,

@@ -157,6 +157,13 @@ CREATE UNIQUE INDEX executions_idempotency ON executions (created_by, idempotenc
     (
         4,
         r#"
+-- An agent's own lease length in seconds (NULL: the kernel's global lease).
+ALTER TABLE agents ADD COLUMN lease_timeout_seconds double precision;
+"#,
+    ),
+    (
+        5,
+        r#"
 -- Identity. Scoped API keys (only the SHA-256 of each secret is kept; groups and scopes are
 -- JSON arrays), whom an execution acts for and its creator's groups, and the `decided_by` an
 -- approval's decider asserted.

@@ -22,6 +22,7 @@ use crate::protocol::{
     Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
     StepKind,
 };
+use crate::store::rows::AGENT_LEASE;
 use crate::store::{ExecutionQuery, OccurrenceKey, Page, StoreError, StoreResult, Tx};
 use durable_support::pg::postgres;
 use durable_support::pg::{Cached, Param, Statements, advisory_key, describe};
@@ -195,14 +196,17 @@ impl Tx for PgTx<'_, '_> {
     }
     fn put_agent(&mut self, a: &Agent) -> StoreResult<()> {
         self.exec(
-            "INSERT INTO agents (id, webhook_url, secret, policy_bundle, registered_at, metadata)
-             VALUES ($1, $2, $3, $4, $5, $6)
+            "INSERT INTO agents (id, webhook_url, secret, policy_bundle, registered_at, metadata,
+               lease_timeout_seconds)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (id) DO UPDATE SET webhook_url = excluded.webhook_url,
                secret = excluded.secret, policy_bundle = excluded.policy_bundle,
-               registered_at = excluded.registered_at, metadata = excluded.metadata",
+               registered_at = excluded.registered_at, metadata = excluded.metadata,
+               lease_timeout_seconds = excluded.lease_timeout_seconds",
             params![a.id => TEXT, a.webhook_url => TEXT, a.secret => TEXT,
                     a.policy_bundle => TEXT, a.registered_at => TEXT,
-                    crate::store::metadata_text(a) => TEXT],
+                    crate::store::metadata_text(a) => TEXT,
+                    a.lease_timeout_seconds => FLOAT8],
         )?;
         Ok(())
     }
@@ -732,12 +736,19 @@ impl Tx for PgTx<'_, '_> {
             |r| Ok((dispatch_row(r)?, r.try_get(10).map_err(|e| e.to_string())?)),
         )
     }
-    fn in_flight_dispatches(&mut self) -> StoreResult<Vec<Dispatch>> {
+    fn in_flight_leases(&mut self) -> StoreResult<Vec<(Dispatch, Option<f64>)>> {
+        // The lease is looked up per row (see the trait); a lock takes only the dispatch rows.
         let sql = format!(
-            "SELECT {DISPATCH_COLS} FROM dispatches WHERE status = 'in_flight' ORDER BY id{}",
+            "SELECT {DISPATCH_COLS}, {AGENT_LEASE} FROM dispatches WHERE status = 'in_flight'
+             ORDER BY id{}",
             self.lock()
         );
-        self.all(&sql, &[], dispatch_row)
+        self.all(&sql, &[], |r| {
+            Ok((
+                dispatch_row(r)?,
+                r.try_get(10).map_err(|e| format!("column 10: {e}"))?,
+            ))
+        })
     }
     fn queue_depth(&mut self) -> StoreResult<u64> {
         self.count(

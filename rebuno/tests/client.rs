@@ -18,8 +18,8 @@ use rebuno::Kernel;
 use rebuno::client::{Client, ListOptions};
 use rebuno::error::{ApiError, Error};
 use rebuno::protocol::{
-    ApprovalStatus, Decision, ErrorCode, Execution, ExecutionStatus, Idempotency,
-    RegisterAgentRequest, StepKind, StepStatus, SubmitStepRequest,
+    ApprovalStatus, CreateApiKeyRequest, Decision, ErrorCode, Execution, ExecutionStatus,
+    Idempotency, RegisterAgentRequest, Scope, StepKind, StepStatus, SubmitStepRequest,
 };
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -94,6 +94,7 @@ both_backends!(
     events_and_steps,
     approvals_grant,
     approvals_deny,
+    api_keys,
 );
 
 /// Registers agent `id` (its webhook is never called: the loops are not running) and sets its
@@ -589,6 +590,37 @@ async fn approvals_deny(kernel: Kernel, client: Client) {
     assert!(client.approvals().await.unwrap().is_empty());
 }
 
+/// API keys: the secret comes back once; keys are listed, read and revoked; bad ids and bodies
+/// are refused alike by both backends.
+async fn api_keys(_kernel: Kernel, client: Client) {
+    let req = CreateApiKeyRequest {
+        name: "ci".into(),
+        scopes: vec![Scope::ExecutionsRead],
+        ..CreateApiKeyRequest::default()
+    };
+    let created = client.create_api_key(&req).await.unwrap();
+    assert!(created.secret.starts_with("rbk_"));
+    assert_eq!(created.api_key.subject, "ci");
+    let id = created.api_key.id.clone();
+    assert_eq!(
+        client.api_keys().await.unwrap(),
+        vec![created.api_key.clone()]
+    );
+    assert_eq!(client.api_key(&id).await.unwrap(), created.api_key);
+    client.revoke_api_key(&id).await.unwrap();
+    assert!(client.api_key(&id).await.unwrap().revoked_at.is_some());
+    assert_api(
+        client.revoke_api_key(&unknown_id()).await,
+        ErrorCode::NotFound,
+    );
+    assert_api(client.api_key("nope").await, ErrorCode::ValidationError);
+    let empty = CreateApiKeyRequest::default();
+    assert_api(
+        client.create_api_key(&empty).await,
+        ErrorCode::ValidationError,
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // HTTP only.
 // ---------------------------------------------------------------------------------------------
@@ -625,6 +657,20 @@ async fn a_missing_or_wrong_bearer_key_is_unauthorized() {
     assert_eq!(client.list_all(ListOptions::new()).await.unwrap().len(), 1);
     // The key is never printed.
     assert!(!format!("{client:?}").contains(TOKEN));
+
+    // A scoped key reads but may not create; once revoked it is unauthorized.
+    let req = CreateApiKeyRequest {
+        name: "reader".into(),
+        scopes: vec![Scope::ExecutionsRead],
+        ..CreateApiKeyRequest::default()
+    };
+    let key = client.create_api_key(&req).await.unwrap();
+    let reader = Client::new(&base, Some(key.secret.clone())).unwrap();
+    assert_eq!(reader.get(&exec.id).await.unwrap().id, exec.id);
+    assert_api(reader.create("a", json!({})).await, ErrorCode::Forbidden);
+    assert_api(reader.api_keys().await, ErrorCode::Forbidden);
+    client.revoke_api_key(&key.api_key.id).await.unwrap();
+    assert_api(reader.get(&exec.id).await, ErrorCode::Unauthorized);
 }
 
 #[tokio::test]

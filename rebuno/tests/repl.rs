@@ -115,6 +115,9 @@ async fn help_quit_blank_and_unknown_commands() {
         "approval ls",
         "approval grant",
         "approval deny",
+        "key ls",
+        "key create",
+        "key revoke",
         "quit",
     ] {
         assert!(help.contains(command), "help lacks {command}:\n{help}");
@@ -581,4 +584,37 @@ async fn agent_get_shows_what_the_agent_published() {
     assert!(got.contains("description: greets people"), "{got}");
     assert!(got.contains(r#"input:       {"type":"object"}"#), "{got}");
     assert!(!got.contains("output:"), "{got}");
+}
+
+#[tokio::test]
+async fn api_keys_are_created_listed_and_revoked() {
+    let mut r = repl(200).await;
+    assert_eq!(run(&mut r, "key ls").await, "no API keys");
+    let created = run(&mut r, "key create ci executions:read,approvals:write ci-bot").await;
+    assert!(created.starts_with("created API key "), "{created}");
+    assert!(created.contains("(subject ci-bot)"), "{created}");
+    let secret = created.rsplit(' ').next().unwrap();
+    assert!(secret.starts_with("rbk_") && secret.len() == 68, "{secret}");
+    let id = created.split_whitespace().nth(3).unwrap().to_owned();
+    let table = run(&mut r, "key ls").await;
+    assert!(table.starts_with("ID"), "{table}");
+    assert!(table.contains(&id) && table.contains("ci-bot"), "{table}");
+    assert!(table.contains("executions:read,approvals:write") && table.contains("active"));
+    // The secret is shown once only.
+    assert!(!table.contains(secret));
+    assert_eq!(
+        run(&mut r, "key create x executions:drop").await,
+        "error: unknown Scope \"executions:drop\""
+    );
+    assert!(run(&mut r, "key create x").await.starts_with("error: usage: key create"));
+    assert_eq!(
+        run(&mut r, "key revoke zz").await,
+        "error: no API key matches 'zz'"
+    );
+    assert_eq!(
+        run(&mut r, &format!("key revoke {}", &id[..13])).await,
+        format!("revoked API key {id}")
+    );
+    assert!(run(&mut r, "key ls").await.contains("revoked"));
+    assert!(run(&mut r, "key").await.starts_with("error: key needs a subcommand"));
 }

@@ -2,16 +2,22 @@
 //! `rebuno` SDK, runs unchanged against this kernel over real HTTP with each generation of the
 //! SDK: 0.14.0 and 0.16.0 (body-only `sha256=` signatures), 0.22.0 (`v1=` request signatures,
 //! sessions' fields) and 0.29.2 (`resources` on every submit, agent metadata at start-up).
+//! The server has an admin token: approvals are granted through the SDK's own `Client`, with
+//! the admin token before 0.29 and with a scoped API key (deciding as its subject) from 0.29;
+//! 0.29's client is also refused a create with a read-only key.
 //!
 //! Each test needs a Python with its SDK version: `.ci/run` builds one venv per version from
 //! PyPI (`REBUNO_PYTHON` for 0.14.0, `REBUNO_SDK_VENVS/sdk-<version>` for the others).
 
 mod support;
 
-use support::{python_agent, python_with_sdk_version, serve_kernel};
+use support::{python_agent, python_with_sdk_version, serve_router};
 
 use rebuno::Kernel;
-use rebuno::protocol::{CreateExecutionRequest, ExecutionStatus, StepStatus};
+use rebuno::protocol::{
+    CreateApiKeyRequest, CreateExecutionRequest, ExecutionStatus, Scope, StepStatus,
+};
+use rebuno::server::{ServerOptions, router};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -36,24 +42,27 @@ agent.bind(handler)
 uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="warning")
 "#;
 
-/// Creates an execution twice with one idempotency key through the SDK's `Client`; answers
-/// the two execution ids.
-fn python_client_creates_twice(python: &str, base: &str) -> Vec<String> {
-    let script = r#"
-import asyncio, os
-from rebuno import Client
+/// The server's admin token in these tests.
+const ADMIN: &str = "py-admin-token";
 
-async def main():
-    client = Client(os.environ["REBUNO_URL"], api_key="unused")
-    for _ in range(2):
-        e = await client.create("py", {"name": "once"}, idempotency_key="py-once")
-        print(e.id)
-
-asyncio.run(main())
-"#;
+/// Runs `script` (async `main(client)`, given the SDK's `Client` on `api_key`) with the SDK's
+/// Python; answers the lines it printed.
+fn run_client(
+    python: &str,
+    base: &str,
+    api_key: &str,
+    script: &str,
+    env: &[(&str, &str)],
+) -> Vec<String> {
+    let program = format!(
+        "import asyncio, os\nfrom rebuno import Client\n{script}\n\
+         asyncio.run(main(Client(os.environ['REBUNO_URL'], api_key=os.environ['KEY'])))\n"
+    );
     let out = std::process::Command::new(python)
-        .args(["-c", script])
+        .args(["-c", &program])
         .env("REBUNO_URL", base)
+        .env("KEY", api_key)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(
@@ -66,6 +75,49 @@ asyncio.run(main())
         .lines()
         .map(str::to_owned)
         .collect()
+}
+
+/// Creates an execution twice with one idempotency key through the SDK's `Client`; answers
+/// the two execution ids and the `created_by` of the first.
+const CREATE_TWICE: &str = r#"
+async def main(client):
+    for _ in range(2):
+        e = await client.create("py", {"name": "once"}, idempotency_key="py-once")
+        print(e.id)
+    print(getattr(e, "created_by", ""))
+"#;
+
+/// Grants the first pending approval through the SDK's `Client` (as `alice` when the SDK
+/// takes a `decided_by`; 0.29 may leave it out, and a key decides as its subject).
+const GRANT_FIRST: &str = r#"
+async def main(client):
+    pending = await client.list_approvals()
+    decided_by = os.environ.get("DECIDED_BY", "")
+    await client.grant_approval(pending[0].id, decided_by=decided_by, rationale="fine")
+    print(pending[0].id)
+"#;
+
+/// What a key with only `executions:read` may do through the SDK's `Client`: read, but not
+/// create (the SDK's error for `403 forbidden`).
+const READ_ONLY: &str = r#"
+async def main(client):
+    e = await client.get(os.environ["EXEC_ID"])
+    print(e.status)
+    try:
+        await client.create("py", {"name": "sneaky"})
+        print("created")
+    except Exception as err:
+        print(type(err).__name__, getattr(err, "code", ""), getattr(err, "status_code", ""))
+"#;
+
+/// A new API key of subject `name` holding `scope`; answers its secret.
+async fn key(kernel: &Kernel, name: &str, scope: Scope) -> String {
+    let req = CreateApiKeyRequest {
+        name: name.into(),
+        scopes: vec![scope],
+        ..CreateApiKeyRequest::default()
+    };
+    kernel.create_api_key(req, "").await.unwrap().secret
 }
 
 async fn wait_for(
@@ -114,7 +166,10 @@ async fn runs_against_the_kernel(version: &str) {
     let python = python_with_sdk_version(version);
     let dir = tempfile::tempdir().unwrap();
     let kernel = Kernel::memory().await.unwrap();
-    let (base, _background) = serve_kernel(&kernel).await;
+    // Client routes need the admin token or an API key; agents sign their requests.
+    let options = ServerOptions::with_bearer_token(ADMIN).legacy_signatures(true);
+    let base = serve_router(router(kernel.clone(), options)).await;
+    let _background = kernel.start_http();
     let calls = dir.path().join("calls.txt");
     let (_agent, _) = python_agent(
         &kernel,
@@ -164,13 +219,29 @@ async fn runs_against_the_kernel(version: &str) {
     }
 
     // SDK 0.25 and later: the SDK's own client creates idempotently; the repeat answers the
-    // same execution, which runs once.
+    // same execution, which runs once. The key creating it is its creator.
     if version >= "0.25" {
-        let ids = python_client_creates_twice(&python, &base);
-        assert_eq!(ids[0], ids[1], "{ids:?}");
-        let done = wait_for(&kernel, &ids[0], &terminal).await;
+        let writer = key(&kernel, "py-svc", Scope::ExecutionsWrite).await;
+        let out = run_client(&python, &base, &writer, CREATE_TWICE, &[]);
+        assert_eq!(out[0], out[1], "{out:?}");
+        let done = wait_for(&kernel, &out[0], &terminal).await;
         assert_eq!(done.status, ExecutionStatus::Completed, "{done:?}");
         assert_eq!(done.idempotency_key, "py-once");
+        assert_eq!(done.created_by, "py-svc");
+        if version >= "0.29" {
+            assert_eq!(out[2], "py-svc", "the SDK reads created_by");
+        }
+    }
+
+    // SDK 0.29: scoped keys are enforced against the SDK's client: a read-only key reads but
+    // its create is the SDK's ForbiddenError, and creates nothing.
+    if version >= "0.29" {
+        let reader = key(&kernel, "py-reader", Scope::ExecutionsRead).await;
+        let before = kernel.list_executions(None, None, None, 0).await.unwrap();
+        let out = run_client(&python, &base, &reader, READ_ONLY, &[("EXEC_ID", &exec.id)]);
+        assert_eq!(out, ["completed", "ForbiddenError forbidden 403"]);
+        let after = kernel.list_executions(None, None, None, 0).await.unwrap();
+        assert_eq!(before.executions.len(), after.executions.len());
     }
 
     // require_approval blocks; a grant resumes it to completion.
@@ -184,28 +255,23 @@ async fn runs_against_the_kernel(version: &str) {
     let exec = kernel.create_execution(create("approve-me")).await.unwrap();
     let blocked = wait_for(&kernel, &exec.id, &[ExecutionStatus::Blocked]).await;
     assert_eq!(blocked.status, ExecutionStatus::Blocked);
-    // Listed and granted through the client API over HTTP.
-    let http = reqwest::Client::new();
-    let pending: serde_json::Value = serde_json::from_slice(
-        &http
-            .get(format!("{base}/v0/approvals"))
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap(),
-    )
-    .unwrap();
-    let approval_id = pending[0]["id"].as_str().unwrap().to_owned();
-    let grant = http
-        .post(format!("{base}/v0/approvals/{approval_id}/grant"))
-        .header("Content-Type", "application/json")
-        .body(r#"{"decided_by": "alice", "rationale": "fine"}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(grant.status(), 204);
+    // Listed and granted through the SDK's own client: before 0.29 with the admin token as
+    // `alice`; with 0.29 by a key whose subject is alice, the SDK leaving `decided_by` out.
+    let (approver, decided_by) = if version >= "0.29" {
+        (key(&kernel, "alice", Scope::ApprovalsWrite).await, "")
+    } else {
+        (ADMIN.to_owned(), "alice")
+    };
+    let out = run_client(
+        &python,
+        &base,
+        &approver,
+        GRANT_FIRST,
+        &[("DECIDED_BY", decided_by)],
+    );
+    let approval = kernel.approval(&out[0]).await.unwrap();
+    assert_eq!(approval.decided_by, "alice");
+    assert_eq!(approval.asserted_by, decided_by);
     let done = wait_for(&kernel, &exec.id, &terminal).await;
     assert_eq!(done.status, ExecutionStatus::Completed, "{done:?}");
     assert_eq!(

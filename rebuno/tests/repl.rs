@@ -590,7 +590,11 @@ async fn agent_get_shows_what_the_agent_published() {
 async fn api_keys_are_created_listed_and_revoked() {
     let mut r = repl(200).await;
     assert_eq!(run(&mut r, "key ls").await, "no API keys");
-    let created = run(&mut r, "key create ci executions:read,approvals:write ci-bot").await;
+    let created = run(
+        &mut r,
+        "key create ci executions:read,approvals:write ci-bot",
+    )
+    .await;
     assert!(created.starts_with("created API key "), "{created}");
     assert!(created.contains("(subject ci-bot)"), "{created}");
     let secret = created.rsplit(' ').next().unwrap();
@@ -606,7 +610,11 @@ async fn api_keys_are_created_listed_and_revoked() {
         run(&mut r, "key create x executions:drop").await,
         "error: unknown Scope \"executions:drop\""
     );
-    assert!(run(&mut r, "key create x").await.starts_with("error: usage: key create"));
+    assert!(
+        run(&mut r, "key create x")
+            .await
+            .starts_with("error: usage: key create")
+    );
     assert_eq!(
         run(&mut r, "key revoke zz").await,
         "error: no API key matches 'zz'"
@@ -616,5 +624,9 @@ async fn api_keys_are_created_listed_and_revoked() {
         format!("revoked API key {id}")
     );
     assert!(run(&mut r, "key ls").await.contains("revoked"));
-    assert!(run(&mut r, "key").await.starts_with("error: key needs a subcommand"));
+    assert!(
+        run(&mut r, "key")
+            .await
+            .starts_with("error: key needs a subcommand")
+    );
 }

@@ -32,7 +32,7 @@ Environment (flags override the environment, which overrides the defaults):
                                  when a connection drops [default: 30s]
   REBUNO_REPLICA_ID              this replica's name, unique among those sharing a database
                                  [default: rebuno-<pid>-<random>]
-  REBUNO_BEARER_TOKEN            `server` client/admin bearer token (--bearer-token); `dev` ignores it
+  REBUNO_BEARER_TOKEN            `server` admin bearer token (--bearer-token; API keys: /v0/api-keys); `dev` ignores it
   REBUNO_HEADER_TIMEOUT          time to send a request's headers, and keep-alive idle time
                                  (--header-timeout) [default: 10s]
   REBUNO_BODY_TIMEOUT            time to send a request body (--body-timeout) [default: 30s]
@@ -111,7 +111,8 @@ struct ServerArgs {
     /// for a database several replicas share [env: REBUNO_DB_URL]
     #[arg(long, value_name = "URL")]
     db_url: Option<String>,
-    /// Client/admin bearer token (required) [env: REBUNO_BEARER_TOKEN]. Prefer the environment
+    /// Admin bearer token (required; holds every scope, and creates scoped API keys on
+    /// `/v0/api-keys`) [env: REBUNO_BEARER_TOKEN]. Prefer the environment
     /// variable: command-line flags are visible to other users of the machine.
     #[arg(long, value_name = "TOKEN")]
     bearer_token: Option<String>,

@@ -32,9 +32,10 @@ struct Quote {
 /// Prices a basket of items.
 #[rebuno::agent(id = "pricer")]
 async fn pricer(items: Vec<Item>, discount: Option<u8>) -> Result<Quote, Error> {
-    let qty: u64 = items.iter().map(|i| u64::from(i.qty)).sum();
-    let _ = items.iter().map(|i| &i.sku).count();
-    let total = qty * 100 * (100 - u64::from(discount.unwrap_or(0))) / 100;
+    // Gifts are free.
+    let paid = items.iter().filter(|i| i.sku != "gift");
+    let qty: u64 = paid.map(|i| u64::from(i.qty)).sum();
+    let total = qty * 100u64.saturating_sub(u64::from(discount.unwrap_or(0)));
     Ok(Quote {
         total_cents: total,
         currency: "EUR".into(),

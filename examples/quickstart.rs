@@ -13,6 +13,9 @@
 //!    the handler again from the top. Every recorded effect replays; nothing runs twice.
 //! 3. `send_reply` needs an approval: the run blocks, the example grants it, the run completes.
 //! 4. The execution's event log is printed.
+//!
+//! Registering the agent publishes its metadata (the doc comment, the input and output JSON
+//! Schemas), which step 2 prints.
 
 use examples::fake_llm;
 use rebuno::agent::{Effect, EffectOutcome};
@@ -163,6 +166,15 @@ async fn main() -> anyhow::Result<()> {
     println!("2. new process on the same file: the kernel re-delivers, recorded effects replay");
     LLM_URL.get_or_init(|| llm.base_url.clone());
     let rt = open(&db).await?;
+    // Registering published what `#[rebuno::agent]` knows: the doc comment and the schemas.
+    if let Some(meta) = rt.kernel().agent("support").await?.metadata {
+        let fields = meta.input_schema.map(|s| s["required"].clone());
+        let fields = fields.unwrap_or_default();
+        println!(
+            "  agent support: {:?}, input fields {fields}",
+            meta.description
+        );
+    }
     let client = rt.client();
     let run = client
         .list(Default::default())

@@ -2,6 +2,10 @@
 //! `runtime.register(billing)` passes it as a value) implementing `AgentHandler`; the original
 //! body stays callable as `billing::run(...)`.
 //!
+//! Metadata: the doc comment is the description, the input schema is derived from the
+//! parameters and the output schema from `T` of the `Result<T, E>` returned (schemars' when the
+//! type implements `JsonSchema`, `{}` otherwise); the runtime publishes them at start-up.
+//!
 //! Input binding: no parameter ignores the input; a single parameter receives the whole input;
 //! several parameters receive the input object's fields by name, every missing or ill-typed
 //! field reported at once (`input_invalid`) before the body runs.
@@ -86,6 +90,8 @@ fn generate(func: &ItemFn, sig: &Checked, id: &str) -> TokenStream {
         }
     });
 
+    let output_schema = schema(&sig.ok);
+
     let bind = match params.as_slice() {
         [] => quote!(let _ = input;),
         [one] if binds_whole(&one.ty) => {
@@ -139,6 +145,10 @@ fn generate(func: &ItemFn, sig: &Checked, id: &str) -> TokenStream {
             }
 
             #input_schema
+
+            fn output_schema(&self) -> ::rebuno::__private::serde_json::Value {
+                #output_schema
+            }
 
             fn call(
                 &self,

@@ -76,6 +76,11 @@ pub fn step(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// whole input; otherwise each parameter receives the input object's field of the same name
 /// (every missing or ill-typed field is reported at once, as an `input_invalid` failure, and the
 /// body does not run).
+///
+/// The agent publishes its metadata to the kernel when it starts serving: the doc comment as
+/// its description, the JSON Schema of the input derived from the parameters and that of the
+/// output from `T` of the returned `Result<T, E>` (with schemars, for types implementing
+/// `JsonSchema`; `{}`, any JSON, for the others).
 #[proc_macro_attribute]
 pub fn agent(attr: TokenStream, item: TokenStream) -> TokenStream {
     agent::expand(attr.into(), item.into()).into()

@@ -5,7 +5,7 @@
 use super::{Agent, AgentBuilder, AgentHandler, Submission, Transport};
 use crate::error::Result;
 use crate::kernel::{Background, EmbeddedDeliverer, Kernel};
-use crate::protocol::{Execution, Lease, Step, StepDecision};
+use crate::protocol::{AgentMetadata, Execution, Lease, Step, StepDecision};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
@@ -117,6 +117,13 @@ impl Transport for EmbeddedTransport {
     async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step> {
         Ok(self.kernel.step(execution_id, step_id).await?)
     }
+
+    async fn set_metadata(&self, agent_id: &str, metadata: &AgentMetadata) -> Result<()> {
+        self.kernel
+            .set_agent_metadata(agent_id, metadata.clone())
+            .await?;
+        Ok(())
+    }
 }
 
 /// An embedded kernel with its background loops and the agents served in this process: the
@@ -200,7 +207,8 @@ impl Runtime {
         self.kernel.client()
     }
 
-    /// Registers `handler` as an in-process agent and starts serving its dispatches.
+    /// Registers `handler` as an in-process agent, publishes its metadata (description, input
+    /// and output schemas: see `Agent::publish_metadata`) and starts serving its dispatches.
     pub async fn register(&self, handler: impl AgentHandler) -> Result<Agent> {
         self.register_with(Agent::builder(handler)).await
     }
@@ -224,6 +232,8 @@ impl Runtime {
                 agent.lease_timeout_seconds(),
             )
             .await?;
+        // A failure is logged, and the agent serves all the same.
+        agent.announce().await;
         self.agents
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

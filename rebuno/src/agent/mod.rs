@@ -11,6 +11,9 @@
 //! The handler heartbeats every `min(lease / 3, 30 s)` and is aborted when the kernel answers
 //! `lease_superseded`.
 //!
+//! When it starts serving, an agent publishes its handler's description and input/output JSON
+//! Schemas to the kernel (see `metadata` for when, and what a failure does).
+//!
 //! `Runtime` (feature `kernel`, in `embedded`) is the embedded form: a kernel in this process,
 //! its background loops, and agents registered on it that receive dispatches as direct calls
 //! through `EmbeddedTransport`.
@@ -18,6 +21,7 @@
 pub mod context;
 #[cfg(feature = "kernel")]
 mod embedded;
+mod metadata;
 pub mod transport;
 
 pub use context::{
@@ -25,6 +29,7 @@ pub use context::{
 };
 #[cfg(feature = "kernel")]
 pub use embedded::{EmbeddedTransport, Runtime};
+pub use metadata::metadata_of;
 pub use transport::{HttpTransport, Submission, Transport};
 
 use crate::error::{Error, Result};
@@ -50,8 +55,13 @@ pub trait AgentHandler: Send + Sync + 'static {
     fn description(&self) -> &str {
         ""
     }
-    /// JSON Schema of the execution input.
+    /// JSON Schema of the execution input (`{}`, any JSON, when unknown).
     fn input_schema(&self) -> Value {
+        Value::Object(serde_json::Map::new())
+    }
+    /// JSON Schema of the execution output, what the handler returns (`{}`, any JSON, when
+    /// unknown).
+    fn output_schema(&self) -> Value {
         Value::Object(serde_json::Map::new())
     }
     /// Runs the handler on an execution's input; the output or error ends the execution.
@@ -68,15 +78,43 @@ impl<H: AgentHandler + ?Sized> AgentHandler for Arc<H> {
     fn input_schema(&self) -> Value {
         (**self).input_schema()
     }
+    fn output_schema(&self) -> Value {
+        (**self).output_schema()
+    }
     fn call(&self, input: Value) -> BoxFuture<Result<Value>> {
         (**self).call(input)
     }
 }
 
-/// A handler from a closure over the raw input (see [`handler_fn`]).
+/// A handler from a closure over the raw input (see [`handler_fn`]). What it publishes about
+/// itself is set with [`FnHandler::description`], [`FnHandler::input_schema`] and
+/// [`FnHandler::output_schema`] (nothing by default).
 pub struct FnHandler {
     id: String,
+    description: String,
+    input_schema: Value,
+    output_schema: Value,
     f: Box<dyn Fn(Value) -> BoxFuture<Result<Value>> + Send + Sync>,
+}
+
+impl FnHandler {
+    /// What the agent does, published as its metadata's description.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// The JSON Schema of the execution input, published with the agent's metadata.
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = schema;
+        self
+    }
+
+    /// The JSON Schema of the execution output, published with the agent's metadata.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = schema;
+        self
+    }
 }
 
 impl std::fmt::Debug for FnHandler {
@@ -94,6 +132,9 @@ where
 {
     FnHandler {
         id: id.into(),
+        description: String::new(),
+        input_schema: Value::Object(serde_json::Map::new()),
+        output_schema: Value::Object(serde_json::Map::new()),
         f: Box::new(move |input| {
             let fut = f(input);
             Box::pin(async move { fut.await.map_err(context::into_error) })
@@ -104,6 +145,15 @@ where
 impl AgentHandler for FnHandler {
     fn id(&self) -> &str {
         &self.id
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn input_schema(&self) -> Value {
+        self.input_schema.clone()
+    }
+    fn output_schema(&self) -> Value {
+        self.output_schema.clone()
     }
     fn call(&self, input: Value) -> BoxFuture<Result<Value>> {
         (self.f)(input)
@@ -261,6 +311,7 @@ impl AgentBuilder {
                 tracker: TaskTracker::new(),
                 closed: AtomicBool::new(false),
                 next_task: AtomicU64::new(1),
+                publication: metadata::Publication::default(),
             }),
         })
     }
@@ -288,6 +339,8 @@ struct AgentInner {
     tracker: TaskTracker,
     closed: AtomicBool,
     next_task: AtomicU64,
+    /// The publication of the handler's metadata.
+    publication: metadata::Publication,
 }
 
 struct Running {
@@ -362,13 +415,50 @@ impl Agent {
             .with_state(self.clone())
     }
 
+    /// Publishes the handler's description and input/output JSON Schemas to the kernel now
+    /// (see [`metadata_of`]; nothing is sent when the handler has nothing to say), replacing
+    /// what the agent published before. [`Agent::serve`] and `Runtime::register` do it by
+    /// themselves; call this when serving [`Agent::router`] inside an app of your own (the
+    /// first delivery publishes too, in the background).
+    pub async fn publish_metadata(&self) -> Result<()> {
+        match metadata_of(&*self.inner.handler) {
+            Some(m) => self.inner.transport.set_metadata(&self.inner.id, &m).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Publishes the metadata unless it is published or under way, logging a failure instead of
+    /// answering it (see the `metadata` module).
+    #[cfg_attr(not(feature = "kernel"), allow(dead_code))] // only `Runtime` waits for it
+    pub(crate) async fn announce(&self) {
+        if self.inner.publication.begin() {
+            self.publish_claimed().await;
+        }
+    }
+
+    /// [`Agent::announce`] in the background.
+    fn announce_in_background(&self) {
+        if self.inner.publication.begin() {
+            let this = self.clone();
+            tokio::spawn(async move { this.publish_claimed().await });
+        }
+    }
+
+    /// Sends the publication claimed by `Publication::begin` and records how it ended.
+    async fn publish_claimed(&self) {
+        let result = self.publish_metadata().await;
+        self.inner.publication.end(&self.inner.id, result);
+    }
+
     /// Serves the webhook on `listener` until `shutdown` resolves, then drains in-flight
-    /// handlers (see [`Agent::shutdown`]).
+    /// handlers (see [`Agent::shutdown`]). The handler's metadata is published in the
+    /// background as it starts (see [`Agent::publish_metadata`]).
     pub async fn serve(
         &self,
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        self.announce_in_background();
         axum::serve(listener, self.router())
             .with_graceful_shutdown(shutdown)
             .await?;
@@ -538,6 +628,7 @@ async fn webhook(State(agent): State<Agent>, headers: HeaderMap, body: Bytes) ->
     let Some(payload) = parse_payload(&body) else {
         return StatusCode::BAD_REQUEST;
     };
+    agent.announce_in_background();
     match agent.dispatch(payload) {
         DispatchAck::Started | DispatchAck::Duplicate | DispatchAck::Stale => StatusCode::OK,
         DispatchAck::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,

@@ -9,9 +9,9 @@ pub use super::embedded::EmbeddedTransport;
 
 use crate::error::{Error, Result};
 use crate::protocol::{
-    CompleteExecutionRequest, CompleteStepRequest, ErrorCode, ErrorEnvelope, Execution,
-    FailExecutionRequest, FailStepRequest, Idempotency, Lease, Step, StepDecision, StepKind,
-    StreamDeltaRequest, SubmitStepRequest,
+    AgentMetadata, CompleteExecutionRequest, CompleteStepRequest, ErrorCode, ErrorEnvelope,
+    Execution, FailExecutionRequest, FailStepRequest, Idempotency, Lease, Step, StepDecision,
+    StepKind, StreamDeltaRequest, SubmitStepRequest,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -98,6 +98,9 @@ pub trait Transport: Send + Sync + 'static {
     async fn steps(&self, execution_id: &str) -> Result<Vec<Step>>;
     /// One recorded step.
     async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step>;
+    /// Publishes what agent `agent_id` (this transport's own) says about itself
+    /// (`PUT /v0/agents/{id}/metadata`), replacing what it published before.
+    async fn set_metadata(&self, agent_id: &str, metadata: &AgentMetadata) -> Result<()>;
 }
 
 /// Speaks the wire protocol to a kernel over HTTP: every request is signed v1 with the agent's
@@ -420,6 +423,18 @@ impl Transport for HttpTransport {
         )
         .await?
         .json()
+    }
+
+    async fn set_metadata(&self, agent_id: &str, metadata: &AgentMetadata) -> Result<()> {
+        let body = serde_json::to_vec(metadata)?;
+        self.send(
+            reqwest::Method::PUT,
+            &["v0", "agents", agent_id, "metadata"],
+            None,
+            body,
+        )
+        .await
+        .map(drop)
     }
 }
 

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each user reads a different subset
 
 use rebuno::agent::{Submission, Transport};
-use rebuno::protocol::{Execution, Step, StepDecision};
+use rebuno::protocol::{AgentMetadata, Execution, Step, StepDecision};
 use rebuno::{Lease, Result};
 use serde_json::Value;
 use std::sync::Arc;
@@ -17,7 +17,8 @@ pub struct Counting {
     pub submits: AtomicUsize,
     /// Execution and step reads.
     pub reads: AtomicUsize,
-    /// Everything else (completions, failures, heartbeats, stream deltas).
+    /// Everything else (completions, failures, heartbeats, stream deltas); publishing the
+    /// agent's metadata, done once at start-up and not per dispatch, is not counted.
     pub other: AtomicUsize,
 }
 
@@ -98,5 +99,8 @@ impl Transport for Counting {
     async fn step(&self, id: &str, step: &str) -> Result<Step> {
         Self::tick(&self.reads);
         self.inner.step(id, step).await
+    }
+    async fn set_metadata(&self, agent_id: &str, metadata: &AgentMetadata) -> Result<()> {
+        self.inner.set_metadata(agent_id, metadata).await
     }
 }

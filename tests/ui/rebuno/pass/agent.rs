@@ -62,6 +62,11 @@ fn main() {
     assert_eq!(register(heartbeat), "heartbeat");
     assert_eq!(billing.description(), "Bills a customer.");
     assert_eq!(orders.description(), "");
+    // The output schema is the Ok type's (`{}`, any JSON, for a type without `JsonSchema`).
+    assert_eq!(orders.output_schema()["type"], "integer");
+    assert_eq!(heartbeat.output_schema(), serde_json::json!({"type": "null"}));
+    assert_eq!(billing.output_schema(), serde_json::json!({}));
+    assert_eq!(billing.input_schema()["required"], serde_json::json!(["customer", "cents"]));
     let copy = billing;
     let _ = (copy, billing, format!("{billing:?}"));
     let _run = billing::run("c1".into(), 5, None);

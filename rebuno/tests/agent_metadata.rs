@@ -155,6 +155,7 @@ async fn register(kernel: &Kernel, id: &str, webhook_url: &str) {
             id: id.into(),
             webhook_url: webhook_url.into(),
             secret: SECRET.into(),
+            ..RegisterAgentRequest::default()
         })
         .await
         .unwrap();

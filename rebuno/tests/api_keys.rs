@@ -63,7 +63,7 @@ async fn keys_are_created_listed_read_and_revoked_and_their_secret_shown_once() 
         std::fs::read(api._dir.as_ref().unwrap().path().join("kernel.db-wal")).unwrap_or_default();
     for bytes in [&db, &wal] {
         assert!(
-            !bytes.windows(64).any(|w| w == secret[4..].as_bytes()),
+            !bytes.windows(64).any(|w| w == &secret.as_bytes()[4..]),
             "the secret is stored"
         );
     }

@@ -578,9 +578,9 @@ impl Kernel {
         Ok(n)
     }
 
-    /// Runs the reaper until aborted: every [`reaper_period`](Self::reaper_period) (`min(2 s,
-    /// lease / 4)` for the shortest lease in play), the first time after one period. A panic
-    /// restarts it (see `supervise`).
+    /// Runs the reaper until aborted: every `min(2 s, lease / 4)` for the shortest lease in
+    /// play (the global one, or the shortest per-agent lease this process delivered), the
+    /// first time after one period. A panic restarts it (see `supervise`).
     pub fn spawn_reaper(&self) -> tokio::task::JoinHandle<()> {
         self.spawn_periodic(
             "reaper",

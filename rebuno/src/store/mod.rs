@@ -463,6 +463,13 @@ fn downcast<R: 'static>(out: Box<dyn Any + Send>) -> StoreResult<R> {
 
 impl<S: Store + ?Sized> StoreExt for S {}
 
+/// A scalar subquery, for a query over `dispatches`: the lease length the agent of the row's
+/// execution registered (`NULL` for none, and when the execution or the agent is gone). Both
+/// backends' SQL.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) const AGENT_LEASE: &str = "(SELECT a.lease_timeout_seconds FROM executions e
+    JOIN agents a ON a.id = e.agent_id WHERE e.id = dispatches.execution_id)";
+
 /// A list of names as both stores keep it (a JSON array's text); `None` for an empty list.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn names_text(names: &[String]) -> Option<String> {

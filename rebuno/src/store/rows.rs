@@ -45,11 +45,6 @@ where
 /// The columns [`agent_row`] reads.
 pub(super) const AGENT_COLS: &str =
     "id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds";
-/// A scalar subquery, for a query over `dispatches`: the lease length the agent of the row's
-/// execution registered (`NULL` for none, and when the execution or the agent is gone). Both
-/// backends' SQL.
-pub(crate) const AGENT_LEASE: &str = "(SELECT a.lease_timeout_seconds FROM executions e
-    JOIN agents a ON a.id = e.agent_id WHERE e.id = dispatches.execution_id)";
 /// An agent.
 pub(super) fn agent_row(r: &Row<'_>) -> rusqlite::Result<Agent> {
     let metadata: Option<String> = r.get(5)?;

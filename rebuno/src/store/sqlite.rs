@@ -9,13 +9,13 @@
 //! wait, since the write is answered after a later sync. If the WAL file cannot be opened,
 //! SQLite syncs each commit itself (`synchronous=FULL`).
 
+use super::AGENT_LEASE;
 use super::durable::{Durable, Syncer, wal_path};
 use super::migrations::{db_err, migrate};
 use super::readers::{Conn, ConnFn, Readers};
 use super::rows::{
-    AGENT_COLS, AGENT_LEASE, APPROVAL_COLS, DISPATCH_COLS, EVENT_COLS, EXEC_COLS, STEP_COLS,
-    agent_row, all, approval_row, dispatch_row, event_row, exec_row, json_in, one, page, parse,
-    step_row,
+    AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, EVENT_COLS, EXEC_COLS, STEP_COLS, agent_row, all,
+    approval_row, dispatch_row, event_row, exec_row, json_in, one, page, parse, step_row,
 };
 use super::writer::Writer;
 use super::{ExecutionQuery, OccurrenceKey, Page, Store, StoreError, StoreResult, Tx, TxFn};

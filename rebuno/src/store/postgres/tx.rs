@@ -22,7 +22,7 @@ use crate::protocol::{
     Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
     StepKind,
 };
-use crate::store::rows::AGENT_LEASE;
+use crate::store::AGENT_LEASE;
 use crate::store::{ExecutionQuery, OccurrenceKey, Page, StoreError, StoreResult, Tx};
 use durable_support::pg::postgres;
 use durable_support::pg::{Cached, Param, Statements, advisory_key, describe};

@@ -19,7 +19,8 @@ use rebuno::client::{Client, ListOptions};
 use rebuno::error::{ApiError, Error};
 use rebuno::protocol::{
     ApprovalStatus, CreateApiKeyRequest, Decision, ErrorCode, Execution, ExecutionStatus,
-    Idempotency, RegisterAgentRequest, Scope, StepKind, StepStatus, SubmitStepRequest,
+    Idempotency, PolicyTestRequest, RegisterAgentRequest, Scope, StepKind, StepStatus,
+    SubmitStepRequest,
 };
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -95,6 +96,7 @@ both_backends!(
     approvals_grant,
     approvals_deny,
     api_keys,
+    policy_tests,
 );
 
 /// Registers agent `id` (its webhook is never called: the loops are not running) and sets its
@@ -618,6 +620,36 @@ async fn api_keys(_kernel: Kernel, client: Client) {
     assert_api(
         client.create_api_key(&empty).await,
         ErrorCode::ValidationError,
+    );
+}
+
+/// A policy test answers the decision and rule of the agent's bundle, or of the request's,
+/// and records nothing.
+async fn policy_tests(kernel: Kernel, client: Client) {
+    agent(&kernel, "a", "default_action: deny\n").await;
+    let req = PolicyTestRequest {
+        target: "charge".into(),
+        ..PolicyTestRequest::default()
+    };
+    assert_eq!(
+        client.test_policy("a", &req).await.unwrap().decision,
+        "deny"
+    );
+    let other = PolicyTestRequest {
+        bundle: "default_action: allow\n".into(),
+        ..req.clone()
+    };
+    assert_eq!(
+        client.test_policy("a", &other).await.unwrap().decision,
+        "allow"
+    );
+    assert_api(client.test_policy("ghost", &req).await, ErrorCode::NotFound);
+    assert!(
+        client
+            .list_all(ListOptions::new())
+            .await
+            .unwrap()
+            .is_empty()
     );
 }
 

@@ -1,5 +1,5 @@
 //! The client ([`Client`]): create, inspect and cancel executions, read their events and steps,
-//! decide approvals and manage API keys, over bearer-authenticated HTTP or directly against an embedded kernel.
+//! decide approvals, test policies and manage API keys, over bearer-authenticated HTTP or directly against an embedded kernel.
 //!
 //! One type, two backends chosen at construction, with the same semantics:
 //!
@@ -78,8 +78,8 @@ use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::protocol::{
     ApiKey, Approval, CreateApiKeyRequest, CreateExecutionRequest, CreatedApiKey,
-    DecideApprovalRequest, ErrorEnvelope, Event, Execution, ExecutionList, ExecutionStatus, Step,
-    canonical_uuid,
+    DecideApprovalRequest, ErrorEnvelope, Event, Execution, ExecutionList, ExecutionStatus,
+    PolicyTestRequest, PolicyTestResponse, Step, canonical_uuid,
 };
 use http::Http;
 
@@ -552,6 +552,28 @@ impl Client {
 }
 
 impl Client {
+    // -----------------------------------------------------------------------------------------
+    // Policies.
+    // -----------------------------------------------------------------------------------------
+
+    /// What a step proposed by agent `agent_id` would be decided under its policy bundle (or
+    /// the request's `bundle`): the decision, rule and reason, recording nothing (scope
+    /// `policies:read`). `404 not_found` for an unknown agent, `400` for a bad bundle.
+    pub async fn test_policy(
+        &self,
+        agent_id: &str,
+        request: &PolicyTestRequest,
+    ) -> Result<PolicyTestResponse> {
+        match &self.backend {
+            Backend::Http(h) => {
+                let url = h.url(&["policies", agent_id, "test"]);
+                h.json(Method::POST, url, Some(request)).await
+            }
+            #[cfg(feature = "kernel")]
+            Backend::Embedded(k) => Ok(k.test_policy(agent_id, request.clone()).await?),
+        }
+    }
+
     // -----------------------------------------------------------------------------------------
     // API keys (scope `admin`: the server's bearer token, or a key holding `admin`).
     // -----------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-//! Fault: the agent process is killed (SIGKILL) in the middle of a tool call. The lease
-//! expires, the reaper reclaims the dispatch and it is re-delivered to a restarted agent:
+//! Fault: the agent process is killed (SIGKILL) in the middle of a tool call. The agent's own
+//! lease (registered, 1.5 s; the kernel's global one is 2 min) expires, the reaper reclaims the dispatch and it is re-delivered to a restarted agent:
 //! recorded steps replay without running, the interrupted `safe_to_retry` tool runs once more,
 //! and an interrupted `at_most_once` tool ends `indeterminate` instead of running twice.
 //!
@@ -106,11 +106,11 @@ async fn sdk_0_29_agent_killed_mid_tool_call_resumes() {
 async fn killed_mid_tool_call(version: &str) {
     let python = python_with_sdk_version(version);
     let dir = tempfile::tempdir().unwrap();
-    // A short lease so the reaper notices the dead agent quickly.
-    let config = KernelConfig {
-        lease_timeout: Duration::from_secs(1),
-        ..KernelConfig::default()
-    };
+    // The global lease stays long (2 min): the agent registers a short one of its own (1.5 s,
+    // a fraction every SDK generation reads), so the reaper notices the dead agent quickly
+    // only if the per-agent lease is honoured.
+    let config = KernelConfig::default();
+    assert_eq!(config.lease_timeout, Duration::from_secs(120));
     let store = SqliteStore::open(dir.path().join("k.db")).unwrap();
     let kernel = Kernel::builder(Arc::new(store))
         .config(config)
@@ -133,6 +133,7 @@ async fn killed_mid_tool_call(version: &str) {
             id: "killme".into(),
             webhook_url: format!("http://127.0.0.1:{port}/webhook"),
             secret: "kill-secret".into(),
+            lease_timeout_seconds: Some(1.5),
             ..RegisterAgentRequest::default()
         })
         .await

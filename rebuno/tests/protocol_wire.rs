@@ -102,12 +102,14 @@ fn execution_json() {
         deadline_at: Some(TS.into()),
         created_by: "key-1".into(),
         idempotency_key: "order-7".into(),
+        on_behalf_of: "customer-9".into(),
+        subject_groups: vec!["ops".into()],
         ..execution()
     };
     round_trip(
         &full,
         &format!(
-            r#"{{"id":"{EXEC}","agent_id":"hello","agent_version":"1.2","input":{{"name":"world"}},"status":"failed","output":[1],"failure_reason":"boom","created_at":"{TS}","updated_at":"{TS}","deadline_at":"{TS}","created_by":"key-1","idempotency_key":"order-7"}}"#
+            r#"{{"id":"{EXEC}","agent_id":"hello","agent_version":"1.2","input":{{"name":"world"}},"status":"failed","output":[1],"failure_reason":"boom","created_at":"{TS}","updated_at":"{TS}","deadline_at":"{TS}","created_by":"key-1","idempotency_key":"order-7","on_behalf_of":"customer-9","subject_groups":["ops"]}}"#
         ),
     );
     // A set JSON null output is kept and written as null; an absent one is omitted.
@@ -246,6 +248,7 @@ fn approval_json() {
         status: ApprovalStatus::Denied,
         message: "ok?".into(),
         decided_by: "alice".into(),
+        asserted_by: "al".into(),
         decided_at: Some(TS.into()),
         rationale: "no".into(),
         ..approval(Some(json!(["alice"])))
@@ -253,7 +256,7 @@ fn approval_json() {
     round_trip(
         &decided,
         &format!(
-            r#"{{"id":"{APPROVAL}","step_id":"{STEP}","execution_id":"{EXEC}","status":"denied","approvers":["alice"],"message":"ok?","timeout_at":"{TS}","decided_by":"alice","decided_at":"{TS}","rationale":"no","created_at":"{TS}"}}"#
+            r#"{{"id":"{APPROVAL}","step_id":"{STEP}","execution_id":"{EXEC}","status":"denied","approvers":["alice"],"message":"ok?","timeout_at":"{TS}","decided_by":"alice","asserted_by":"al","decided_at":"{TS}","rationale":"no","created_at":"{TS}"}}"#
         ),
     );
 }

@@ -175,3 +175,63 @@ impl Default for Principal {
         Principal::admin()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn write_covers_read_and_admin_covers_everything() {
+        use Scope::*;
+        for &s in Scope::ALL {
+            assert!(s.covers(s) && Admin.covers(s));
+        }
+        assert!(ExecutionsWrite.covers(ExecutionsRead));
+        assert!(PoliciesWrite.covers(PoliciesRead));
+        assert!(!ExecutionsRead.covers(ExecutionsWrite));
+        assert!(!ExecutionsWrite.covers(ApprovalsWrite));
+        assert!(!ApprovalsWrite.covers(ExecutionsRead));
+        assert!(!ExecutionsWrite.covers(Admin));
+        assert!(Principal::admin().allows(Admin) && Principal::admin().is_admin_token());
+    }
+
+    #[test]
+    fn create_bodies_parse_strictly() {
+        let ok: CreateApiKeyRequest =
+            serde_json::from_value(json!({"name": "k", "scopes": ["executions:read"]})).unwrap();
+        assert_eq!(ok.scopes, [Scope::ExecutionsRead]);
+        for bad in [
+            json!({"name": "k", "scopes": ["executions:drop"]}),
+            json!({"name": "k", "scopes": "admin"}),
+            json!({"name": 5, "scopes": ["admin"]}),
+            json!({"name": "k", "scopes": ["admin"], "secret": "mine"}),
+            json!({"name": "k", "scopes": ["admin"], "expires_in_seconds": -1}),
+            json!({"name": "k", "scopes": ["admin"], "groups": "ops"}),
+        ] {
+            assert!(
+                serde_json::from_value::<CreateApiKeyRequest>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_key_is_written_without_nulls() {
+        let key = ApiKey {
+            id: "i".into(),
+            name: "n".into(),
+            subject: "s".into(),
+            groups: vec![],
+            scopes: vec![Scope::Admin],
+            created_at: "t".into(),
+            created_by: String::new(),
+            expires_at: None,
+            revoked_at: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&key).unwrap(),
+            json!({"id": "i", "name": "n", "subject": "s", "groups": [], "scopes": ["admin"], "created_at": "t"})
+        );
+    }
+}

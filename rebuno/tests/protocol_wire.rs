@@ -82,6 +82,13 @@ fn execution() -> Execution {
         idempotency_key: String::new(),
         on_behalf_of: String::new(),
         subject_groups: Vec::new(),
+        session: String::new(),
+        parent_execution_id: String::new(),
+        forked_from: String::new(),
+        fork_seq: 0,
+        restoration: None,
+        spawned_by: None,
+        state: None,
     }
 }
 

@@ -155,6 +155,7 @@ conformance!(
     a_panicking_closure_keeps_nothing,
     api_keys_round_trip_by_hash_page_and_revoke,
     identity_fields_round_trip,
+    session_fork_and_spawn_fields_round_trip,
 );
 
 /// The store under test.
@@ -218,6 +219,13 @@ pub fn execution(id: &str, agent_id: &str, status: ExecutionStatus) -> Execution
         idempotency_key: String::new(),
         on_behalf_of: String::new(),
         subject_groups: Vec::new(),
+        session: String::new(),
+        parent_execution_id: String::new(),
+        forked_from: String::new(),
+        fork_seq: 0,
+        restoration: None,
+        spawned_by: None,
+        state: None,
     }
 }
 

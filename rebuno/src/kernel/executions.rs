@@ -207,6 +207,13 @@ impl Kernel {
                     idempotency_key: req.idempotency_key,
                     on_behalf_of: req.on_behalf_of,
                     subject_groups,
+                    session: req.session,
+                    parent_execution_id: req.parent_execution_id,
+                    forked_from: String::new(),
+                    fork_seq: 0,
+                    restoration: None,
+                    spawned_by: req.spawned_by,
+                    state: None,
                 };
                 tx.put_execution(&exec)?;
                 let mut events: Events = vec![

@@ -2,8 +2,8 @@
 //! the dispatch queue row, listings, health and live-stream frames.
 
 use super::{
-    ApprovalStatus, DispatchStatus, EventType, ExecutionStatus, Idempotency, StepKind, StepStatus,
-    Timestamp, null_as_default, present,
+    ApprovalStatus, DispatchStatus, EventType, ExecutionStatus, Idempotency, SpawnedBy, StepKind,
+    StepStatus, Timestamp, null_as_default, present,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -54,6 +54,34 @@ pub struct Execution {
     /// The creator's groups (of its API key) when it was created; omitted when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subject_groups: Vec<String>,
+    /// The session it is a turn of; omitted when none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub session: String,
+    /// The earlier turn it continues from instead of the session's latest; omitted when none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub parent_execution_id: String,
+    /// The execution it was forked from; omitted when not a fork.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub forked_from: String,
+    /// The event sequence number of `forked_from` up to which its effects replay; omitted
+    /// (0) when not a fork.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fork_seq: u64,
+    /// What a fork restores its resources from: resource key to `{generation, checkpoint_ref,
+    /// …}`; omitted when nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restoration: Option<Value>,
+    /// The parent execution's step that started this one as a subagent; omitted when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawned_by: Option<SpawnedBy>,
+    /// The state it completed with, which the session's next turn reads (`GET …/previous`);
+    /// omitted when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<Value>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A step, as the step routes return it.

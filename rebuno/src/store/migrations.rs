@@ -184,6 +184,24 @@ CREATE TABLE api_keys (
 ALTER TABLE executions ADD COLUMN on_behalf_of TEXT NOT NULL DEFAULT '';
 ALTER TABLE executions ADD COLUMN subject_groups TEXT;
 ALTER TABLE approvals ADD COLUMN asserted_by TEXT NOT NULL DEFAULT '';
+",
+// 9: sessions, forks and subagents on the execution: the session it is a turn of (turns of
+// one agent's session are found by (agent_id, session)), the turn it continues from, the
+// execution and event sequence number it was forked from, what a fork restores its resources
+// from (JSON), the parent step that spawned it (one child per step) and the state it
+// completed with (JSON).
+"
+ALTER TABLE executions ADD COLUMN session TEXT NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN parent_execution_id TEXT;
+ALTER TABLE executions ADD COLUMN forked_from TEXT;
+ALTER TABLE executions ADD COLUMN fork_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE executions ADD COLUMN restoration TEXT;
+ALTER TABLE executions ADD COLUMN spawned_by_execution TEXT;
+ALTER TABLE executions ADD COLUMN spawned_by_step TEXT;
+ALTER TABLE executions ADD COLUMN state TEXT;
+CREATE INDEX executions_session ON executions (agent_id, session, id) WHERE session <> '';
+CREATE UNIQUE INDEX executions_spawned_by ON executions (spawned_by_execution, spawned_by_step)
+  WHERE spawned_by_execution IS NOT NULL;
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

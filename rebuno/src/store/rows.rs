@@ -69,7 +69,7 @@ pub(super) fn agent_row(r: &Row<'_>) -> rusqlite::Result<Agent> {
 }
 
 /// The columns [`exec_row`] reads.
-pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, created_by, idempotency_key, on_behalf_of, subject_groups";
+pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, created_by, idempotency_key, on_behalf_of, subject_groups, session, parent_execution_id, forked_from, fork_seq, restoration, spawned_by_execution, spawned_by_step, state";
 /// An execution.
 pub(super) fn exec_row(r: &Row<'_>) -> rusqlite::Result<Execution> {
     Ok(Execution {
@@ -90,6 +90,22 @@ pub(super) fn exec_row(r: &Row<'_>) -> rusqlite::Result<Execution> {
             .map_err(|e| {
             rusqlite::Error::FromSqlConversionFailure(13, rusqlite::types::Type::Text, Box::new(e))
         })?,
+        session: r.get(14)?,
+        parent_execution_id: r.get::<_, Option<String>>(15)?.unwrap_or_default(),
+        forked_from: r.get::<_, Option<String>>(16)?.unwrap_or_default(),
+        fork_seq: r.get::<_, i64>(17)?.max(0) as u64,
+        restoration: json_out(r.get(18)?)?,
+        spawned_by: match (
+            r.get::<_, Option<String>>(19)?,
+            r.get::<_, Option<String>>(20)?,
+        ) {
+            (Some(execution_id), Some(step_id)) => Some(crate::protocol::SpawnedBy {
+                execution_id,
+                step_id,
+            }),
+            _ => None,
+        },
+        state: json_out(r.get(21)?)?,
     })
 }
 

@@ -1,7 +1,7 @@
 //! Conformance bodies for API keys and the identity fields of executions and approvals.
 
 use crate::{Dyn, approval, at, execution, r, w};
-use rebuno::protocol::{ApiKey, ApprovalStatus, ExecutionStatus, Scope};
+use rebuno::protocol::{ApiKey, ApprovalStatus, ExecutionStatus, Scope, SpawnedBy};
 use rebuno::store::StoreExt;
 
 fn key(id: &str, expires: Option<u32>) -> ApiKey {
@@ -84,4 +84,33 @@ pub async fn identity_fields_round_trip(store: Dyn) {
     assert_eq!(r(&store, |tx| tx.execution("e1")).await, Some(e));
     assert_eq!(r(&store, |tx| tx.execution("e2")).await, Some(plain));
     assert_eq!(r(&store, |tx| tx.approval("p1")).await, Some(a));
+}
+
+/// A turn's session, parent, fork origin, restoration, spawning step and state are kept
+/// exactly; its state and restoration change with an update; one parent step spawns at most
+/// one child.
+pub async fn session_fork_and_spawn_fields_round_trip(store: Dyn) {
+    let mut e = execution("e1", "a", ExecutionStatus::Running);
+    e.session = "chat-1".into();
+    e.parent_execution_id = "e0".into();
+    e.forked_from = "e9".into();
+    e.fork_seq = 12;
+    e.restoration = Some(serde_json::json!({"sandbox": {"generation": 2}}));
+    e.spawned_by = Some(SpawnedBy {
+        execution_id: "p".into(),
+        step_id: "s".into(),
+    });
+    let e2 = e.clone();
+    w(&store, move |tx| tx.put_execution(&e2)).await;
+    assert_eq!(r(&store, |tx| tx.execution("e1")).await, Some(e.clone()));
+    e.status = ExecutionStatus::Completed;
+    e.state = Some(serde_json::json!({"turns": 1}));
+    let e3 = e.clone();
+    w(&store, move |tx| tx.put_execution(&e3)).await;
+    assert_eq!(r(&store, |tx| tx.execution("e1")).await, Some(e.clone()));
+    let mut twin = execution("e2", "a", ExecutionStatus::Running);
+    twin.spawned_by = e.spawned_by.clone();
+    let refused = store.write(move |tx| tx.put_execution(&twin)).await;
+    assert!(refused.is_err(), "two children of one step");
+    assert_eq!(r(&store, |tx| tx.execution("e2")).await, None);
 }

@@ -80,7 +80,7 @@ pub(super) fn agent_row(r: &Row) -> Result<Agent, DecodeError> {
 }
 
 /// The columns [`exec_row`] reads.
-pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, created_by, idempotency_key, on_behalf_of, subject_groups";
+pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, created_by, idempotency_key, on_behalf_of, subject_groups, session, parent_execution_id, forked_from, fork_seq, restoration, spawned_by_execution, spawned_by_step, state";
 /// An execution.
 pub(super) fn exec_row(r: &Row) -> Result<Execution, DecodeError> {
     Ok(Execution {
@@ -99,6 +99,19 @@ pub(super) fn exec_row(r: &Row) -> Result<Execution, DecodeError> {
         on_behalf_of: get(r, 12)?,
         subject_groups: crate::store::names_from_text(get::<Option<&str>>(r, 13)?)
             .map_err(|e| format!("column 13: {e}"))?,
+        session: get(r, 14)?,
+        parent_execution_id: get::<Option<String>>(r, 15)?.unwrap_or_default(),
+        forked_from: get::<Option<String>>(r, 16)?.unwrap_or_default(),
+        fork_seq: int(r, 17)?,
+        restoration: json_out(r, 18)?,
+        spawned_by: match (get::<Option<String>>(r, 19)?, get::<Option<String>>(r, 20)?) {
+            (Some(execution_id), Some(step_id)) => Some(crate::protocol::SpawnedBy {
+                execution_id,
+                step_id,
+            }),
+            _ => None,
+        },
+        state: json_out(r, 21)?,
     })
 }
 

@@ -184,4 +184,25 @@ ALTER TABLE executions ADD COLUMN subject_groups text;
 ALTER TABLE approvals ADD COLUMN asserted_by text NOT NULL DEFAULT '';
 "#,
     ),
+    (
+        6,
+        r#"
+-- Sessions, forks and subagents on the execution: the session it is a turn of (turns of
+-- one agent's session are found by (agent_id, session)), the turn it continues from, the
+-- execution and event sequence number it was forked from, what a fork restores its resources
+-- from (JSON), the parent step that spawned it (one child per step) and the state it
+-- completed with (JSON).
+ALTER TABLE executions ADD COLUMN session text COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE executions ADD COLUMN parent_execution_id text COLLATE "C";
+ALTER TABLE executions ADD COLUMN forked_from text COLLATE "C";
+ALTER TABLE executions ADD COLUMN fork_seq bigint NOT NULL DEFAULT 0;
+ALTER TABLE executions ADD COLUMN restoration text;
+ALTER TABLE executions ADD COLUMN spawned_by_execution text COLLATE "C";
+ALTER TABLE executions ADD COLUMN spawned_by_step text COLLATE "C";
+ALTER TABLE executions ADD COLUMN state text;
+CREATE INDEX executions_session ON executions (agent_id, session, id) WHERE session <> '';
+CREATE UNIQUE INDEX executions_spawned_by ON executions (spawned_by_execution, spawned_by_step)
+  WHERE spawned_by_execution IS NOT NULL;
+"#,
+    ),
 ];

@@ -25,6 +25,7 @@
 //!   and the [`ExecutionContext`] every effect goes through;
 //! - [`tool`](mod@tool) and [`step`](mod@step): tools and recorded local steps (`#[tool]`,
 //!   `#[step]`, `#[agent]` come from `rebuno-macros`);
+//! - [`session`]: a turn's view of its session ([`previous`], [`set_state`]);
 //! - [`llm`]: LLM calls as durable `llm_call` steps, and token usage of provider responses;
 //! - [`client`]: the [`Client`] of executions, events, steps and approvals (over HTTP, or in
 //!   process with `kernel`);
@@ -58,6 +59,7 @@ pub mod protocol;
 pub mod repl;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod session;
 pub mod signing;
 pub mod step;
 #[cfg(feature = "kernel")]
@@ -77,6 +79,7 @@ pub use kernel::{Kernel, KernelConfig, KernelError};
 pub use protocol::Lease;
 pub use rebuno_macros::{agent, step, tool};
 pub use schemars::JsonSchema;
+pub use session::{previous, set_state};
 pub use step::step;
 pub use tool::{DynTool, Tool, ToolDef, ToolSet, wrap_tool};
 

@@ -224,6 +224,40 @@ async fn an_idempotency_key_used_on_two_replicas_at_once_creates_one_execution()
     assert_eq!(all.executions.len(), 10);
 }
 
+/// Turns of one session created on both replicas at once: exactly one runs, the other waits,
+/// and the waiting one starts (with the state handed on) when a replica ends the open one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn turns_of_one_session_created_on_two_replicas_run_one_at_a_time() {
+    let (a, b) = replicas(config()).await;
+    a.agent("chat", "").await;
+    for round in 0..5 {
+        let session = format!("s{round}");
+        let req = |n: u32| CreateExecutionRequest {
+            agent_id: "chat".into(),
+            input: Some(json!({"n": n})),
+            session: session.clone(),
+            ..CreateExecutionRequest::default()
+        };
+        let (x, y) = tokio::join!(a.k.create_execution(req(1)), b.k.create_execution(req(2)));
+        let (x, y) = (x.unwrap(), y.unwrap());
+        let (open, waiting) = match (x.status, y.status) {
+            (ExecutionStatus::Running, ExecutionStatus::Pending) => (x, y),
+            (ExecutionStatus::Pending, ExecutionStatus::Running) => (y, x),
+            other => panic!("round {round}: one turn runs, one waits: {other:?}"),
+        };
+        let claimed = b.claim_one().await;
+        assert_eq!(claimed.dispatch.execution_id, open.id);
+        a.k.complete_execution_with_state(&open.id, &claimed.lease(), None, Some(json!(round)))
+            .await
+            .unwrap();
+        assert_eq!(b.exec_status(&waiting.id).await, ExecutionStatus::Running);
+        assert_eq!(b.k.previous_state(&waiting.id).await.unwrap(), json!(round));
+        let next = a.claim_one().await;
+        assert_eq!(next.dispatch.execution_id, waiting.id);
+    }
+}
+
 /// On one database, each replica's reaper judges a row by its own agent's lease, whichever
 /// replica claimed it: B reclaims A's attempt of a 3 s agent after 3 s with a 2 min global
 /// lease (a renewal through A restarting it), and leaves an agent with a 10 min lease alone

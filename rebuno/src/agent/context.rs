@@ -95,6 +95,8 @@ struct Inner {
     local: Option<LocalReplay>,
     /// Effects being recorded in the background (a stream dropped before its end).
     background: Background,
+    /// The state the execution completes with, for its session's next turn.
+    state: Mutex<Option<Value>>,
 }
 
 /// Counts the effects of a dispatch whose record is being written in the background, after
@@ -161,6 +163,7 @@ impl Inner {
             submit_order: tokio::sync::Mutex::new(()),
             observer: self.observer.clone(),
             background: Background::default(),
+            state: Mutex::new(None),
             local: self.local.as_ref().map(|_| LocalReplay {
                 record: tokio::sync::OnceCell::new(),
                 counts: Mutex::default(),
@@ -227,6 +230,7 @@ impl ExecutionContext {
                 observer: None,
                 local: None,
                 background: Background::default(),
+                state: Mutex::new(None),
             }),
         }
     }
@@ -259,6 +263,35 @@ impl ExecutionContext {
     /// Runs `future` with this context as the current execution.
     pub fn scope<F: Future>(self, future: F) -> impl Future<Output = F::Output> {
         CURRENT.scope(self, future)
+    }
+
+    /// Sets the state the execution completes with, which its session's next turn reads
+    /// ([`crate::previous`]); the last one set wins. Not recorded as a step: a re-delivery
+    /// runs the handler again and sets it again.
+    pub fn set_state(&self, state: Value) {
+        *self
+            .inner
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(state);
+    }
+
+    /// The state set with [`ExecutionContext::set_state`], taken (the runtime completes with it).
+    pub fn take_state(&self) -> Option<Value> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    /// The state the previous turn of this execution's session completed with (`null` for
+    /// none; see [`crate::previous`]).
+    pub async fn previous_state(&self) -> Result<Value> {
+        self.inner
+            .transport
+            .previous_state(&self.inner.execution_id)
+            .await
     }
 
     /// The execution id.

@@ -81,11 +81,16 @@ impl Transport for EmbeddedTransport {
         execution_id: &str,
         lease: &Lease,
         output: Value,
+        state: Option<Value>,
     ) -> Result<()> {
         Ok(self
             .kernel
-            .complete_execution(execution_id, lease, Some(output))
+            .complete_execution_with_state(execution_id, lease, Some(output), state)
             .await?)
+    }
+
+    async fn previous_state(&self, execution_id: &str) -> Result<Value> {
+        Ok(self.kernel.previous_state(execution_id).await?)
     }
 
     async fn fail_execution(&self, execution_id: &str, lease: &Lease, error: String) -> Result<()> {

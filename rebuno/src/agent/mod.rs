@@ -572,7 +572,7 @@ impl Agent {
         let done = match outcome {
             Ok(output) => {
                 transport
-                    .complete_execution(execution_id, &lease, output)
+                    .complete_execution(execution_id, &lease, output, ctx.take_state())
                     .await
             }
             Err(e) if e.is_control_flow() => return,

@@ -77,12 +77,13 @@ pub trait Transport: Send + Sync + 'static {
     ) -> Result<StepDecision>;
     /// Renews the lease (`LeaseSuperseded` once another attempt owns the dispatch).
     async fn heartbeat(&self, execution_id: &str, lease: &Lease) -> Result<()>;
-    /// Completes the execution with its output.
+    /// Completes the execution with its output and the state for its session's next turn.
     async fn complete_execution(
         &self,
         execution_id: &str,
         lease: &Lease,
         output: Value,
+        state: Option<Value>,
     ) -> Result<()>;
     /// Fails the execution with a reason.
     async fn fail_execution(&self, execution_id: &str, lease: &Lease, error: String) -> Result<()>;
@@ -98,6 +99,9 @@ pub trait Transport: Send + Sync + 'static {
     async fn steps(&self, execution_id: &str) -> Result<Vec<Step>>;
     /// One recorded step.
     async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step>;
+    /// The state the previous turn of the execution's session completed with (`null` for
+    /// none; `GET …/previous`).
+    async fn previous_state(&self, execution_id: &str) -> Result<Value>;
     /// Publishes what agent `agent_id` (this transport's own) says about itself
     /// (`PUT /v0/agents/{id}/metadata`), replacing what it published before.
     async fn set_metadata(&self, agent_id: &str, metadata: &AgentMetadata) -> Result<()>;
@@ -359,10 +363,11 @@ impl Transport for HttpTransport {
         execution_id: &str,
         lease: &Lease,
         output: Value,
+        state: Option<Value>,
     ) -> Result<()> {
         let req = CompleteExecutionRequest {
             output: Some(output),
-            ..CompleteExecutionRequest::default()
+            state,
         };
         self.post_json(
             &["v0", "executions", execution_id, "complete"],
@@ -423,6 +428,19 @@ impl Transport for HttpTransport {
         )
         .await?
         .json()
+    }
+
+    async fn previous_state(&self, execution_id: &str) -> Result<Value> {
+        let answer: Value = self
+            .send(
+                reqwest::Method::GET,
+                &["v0", "executions", execution_id, "previous"],
+                None,
+                Vec::new(),
+            )
+            .await?
+            .json()?;
+        Ok(answer.get("state").cloned().unwrap_or(Value::Null))
     }
 
     async fn set_metadata(&self, agent_id: &str, metadata: &AgentMetadata) -> Result<()> {

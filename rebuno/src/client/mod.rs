@@ -141,6 +141,8 @@ pub struct ListOptions {
     pub agent_id: Option<String>,
     /// Only executions in this status.
     pub status: Option<ExecutionStatus>,
+    /// Only turns of this session.
+    pub session: Option<String>,
     /// Start after this execution id: the previous page's [`ExecutionList::next_cursor`].
     pub cursor: Option<String>,
     /// Page size; `None` or 0 is the kernel's default (50), and the kernel caps it at 200.
@@ -162,6 +164,12 @@ impl ListOptions {
     /// Only executions in `status`.
     pub fn status(mut self, status: ExecutionStatus) -> Self {
         self.status = Some(status);
+        self
+    }
+
+    /// Only turns of `session`.
+    pub fn session(mut self, session: impl Into<String>) -> Self {
+        self.session = Some(session.into());
         self
     }
 
@@ -280,6 +288,34 @@ impl Client {
         .await
     }
 
+    /// Starts a turn of `session` (of `agent_id`): it runs now, or, while another turn of the
+    /// session runs, waits as `pending` and starts when that one ends. The turn reads the
+    /// state the previous one completed with ([`crate::previous`]).
+    pub async fn create_in_session(
+        &self,
+        agent_id: &str,
+        input: impl Serialize,
+        session: &str,
+    ) -> Result<Execution> {
+        let input = serde_json::to_value(input)?;
+        self.create_with(CreateExecutionRequest {
+            agent_id: agent_id.to_owned(),
+            input: Some(input),
+            session: session.to_owned(),
+            ..CreateExecutionRequest::default()
+        })
+        .await
+    }
+
+    /// Every turn of `session` of `agent_id`, oldest first.
+    pub async fn session_turns(&self, agent_id: &str, session: &str) -> Result<Vec<Execution>> {
+        let mut turns = self
+            .list_all(ListOptions::new().agent_id(agent_id).session(session))
+            .await?;
+        turns.reverse();
+        Ok(turns)
+    }
+
     /// Starts an execution from a full request (with an `agent_version`, an
     /// `idempotency_key`, or without `input`).
     pub async fn create_with(&self, request: CreateExecutionRequest) -> Result<Execution> {
@@ -308,6 +344,7 @@ impl Client {
     /// A cursor that is not a UUID is `400 validation_error`.
     pub async fn list(&self, options: ListOptions) -> Result<ExecutionList> {
         let agent_id = non_empty(&options.agent_id);
+        let session = non_empty(&options.session);
         let cursor = non_empty(&options.cursor);
         match &self.backend {
             Backend::Http(h) => {
@@ -316,6 +353,9 @@ impl Client {
                     let mut q = url.query_pairs_mut();
                     if let Some(agent) = &agent_id {
                         q.append_pair("agent_id", agent);
+                    }
+                    if let Some(session) = &session {
+                        q.append_pair("session", session);
                     }
                     if let Some(status) = options.status {
                         q.append_pair("status", status.as_str());
@@ -337,11 +377,14 @@ impl Client {
                         Error::from(ErrorEnvelope::validation(format!("invalid cursor {raw:?}")))
                     })?),
                 };
-                let status = options.status.map(|s| s.as_str().to_owned());
-                Ok(
-                    k.list_executions(agent_id, status, cursor, options.limit.unwrap_or(0))
-                        .await?,
-                )
+                let query = crate::store::ExecutionQuery {
+                    agent_id,
+                    status: options.status.map(|s| s.as_str().to_owned()),
+                    session,
+                    before_id: cursor,
+                    limit: options.limit.unwrap_or(0),
+                };
+                Ok(k.list_executions_matching(query).await?)
             }
         }
     }

@@ -12,6 +12,7 @@
 //! `next_attempt_at` and `locked_at` serve only a process that has no measurement of its own).
 //! Claims and the delivery loop are in `dispatcher`.
 
+use super::sessions::start_next_turn;
 use super::sweep::FirstRound;
 use super::volatile::Ended;
 use super::{Events, Kernel, KernelResult, Lease, Metrics, payload};
@@ -415,6 +416,7 @@ impl Kernel {
         let _guard = self.lock_execution(&d.execution_id).await?;
         let now = self.now_text();
         let execution_id = d.execution_id.clone();
+        let max_attempts = self.inner.config.dispatch_max_attempts;
         let ended = self
             .inner
             .store
@@ -439,6 +441,7 @@ impl Kernel {
                     events.push((EventType::DispatchFailed, p));
                 }
                 let ended = retire_dispatches(tx, &cur.execution_id, &now)?;
+                let mut failed = None;
                 if let Some(mut exec) = tx.execution(&cur.execution_id)?
                     && !exec.status.is_terminal()
                 {
@@ -453,17 +456,23 @@ impl Kernel {
                             ..ExecutionEventPayload::new(&exec.id, ExecutionStatus::Failed)
                         }),
                     ));
+                    failed = Some(exec);
                 }
                 if !events.is_empty() {
                     tx.append_events(&cur.execution_id, &now, &events)?;
                 }
-                Ok(Some(ended))
+                let started = match failed {
+                    Some(exec) => start_next_turn(tx, &exec, &now, max_attempts)?,
+                    None => None,
+                };
+                Ok(Some((ended, started)))
             })
             .await?;
-        if let Some(ended) = ended {
+        if let Some((ended, started)) = ended {
             self.forget_attempts(&ended);
             self.end_streams(&execution_id);
             Metrics::inc(&self.inner.metrics.dispatch_exhausted);
+            self.announce_turn(started);
         }
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! heartbeat (lease-fenced).
 
 use super::dispatch::{enqueue_dispatch, lease_holds, retire_dispatches};
+use super::sessions::{Admission, admit, check_request, note_completed, start_next_turn};
 use super::steps::deny_step;
 use super::volatile::{Ended, renew_in};
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
@@ -23,13 +24,15 @@ fn cancelled_error() -> Value {
 }
 
 /// Cancels `exec` inside `tx` (client cancel or deadline): `execution.cancelled`, retired
-/// dispatches, pending approvals expired with their steps denied, executing steps cancelled.
-/// Returns the dispatch attempts it ended.
+/// dispatches, pending approvals expired with their steps denied, executing steps cancelled,
+/// and the session's next turn started. Returns the dispatch attempts it ended and the turn
+/// it started.
 pub(crate) fn cancel_in_tx(
     tx: &mut dyn Tx,
     mut exec: Execution,
     now: &str,
-) -> crate::store::StoreResult<Ended> {
+    max_attempts: u32,
+) -> crate::store::StoreResult<(Ended, Option<String>)> {
     exec.status = ExecutionStatus::Cancelled;
     exec.failure_reason = REASON_CLIENT_CANCELLED.to_owned();
     exec.updated_at = now.to_owned();
@@ -79,7 +82,19 @@ pub(crate) fn cancel_in_tx(
         ));
     }
     tx.append_events(&exec.id, now, &events)?;
-    Ok(ended)
+    let started = start_next_turn(tx, &exec, now, max_attempts)?;
+    Ok((ended, started))
+}
+
+/// How the agent ends its execution.
+enum Outcome {
+    /// `completed`, with the output and the state for the session's next turn.
+    Completed {
+        output: Option<Value>,
+        state: Option<Value>,
+    },
+    /// `failed`, with the reason.
+    Failed(String),
 }
 
 /// What [`Kernel::start_execution`] did.
@@ -142,6 +157,7 @@ impl Kernel {
                 "on_behalf_of is over {MAX_IDENTITY_BYTES} bytes"
             )));
         }
+        check_request(&req.session, &req.parent_execution_id)?;
         let key = req.idempotency_key.clone();
         let creator = principal.subject.clone();
         let outcome = self.start_inner(req.clone(), principal).await;
@@ -187,17 +203,28 @@ impl Kernel {
                     && let Some(existing) =
                         tx.execution_by_idempotency_key(&created_by, &req.idempotency_key)?
                 {
-                    return Ok(Some(Err(existing)));
+                    return Ok(Ok(Err(existing)));
                 }
                 if tx.agent(&req.agent_id)?.is_none() {
-                    return Ok(None);
+                    return Ok(Err(KernelError::not_found()));
                 }
+                let mut session = req.session;
+                let mut parent = req.parent_execution_id;
+                let admission = match admit(tx, &req.agent_id, &mut session, &mut parent)? {
+                    Ok(admission) => admission,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let starts = matches!(admission, Admission::Start);
                 let exec = Execution {
                     id: id.clone(),
                     agent_id: req.agent_id,
                     agent_version: req.agent_version,
                     input: req.input.unwrap_or(Value::Null),
-                    status: ExecutionStatus::Running,
+                    status: if starts {
+                        ExecutionStatus::Running
+                    } else {
+                        ExecutionStatus::Pending
+                    },
                     output: None,
                     failure_reason: String::new(),
                     created_at: now_text.clone(),
@@ -207,8 +234,8 @@ impl Kernel {
                     idempotency_key: req.idempotency_key,
                     on_behalf_of: req.on_behalf_of,
                     subject_groups,
-                    session: req.session,
-                    parent_execution_id: req.parent_execution_id,
+                    session,
+                    parent_execution_id: parent,
                     forked_from: String::new(),
                     fork_seq: 0,
                     restoration: None,
@@ -216,41 +243,43 @@ impl Kernel {
                     state: None,
                 };
                 tx.put_execution(&exec)?;
-                let mut events: Events = vec![
-                    (
-                        EventType::ExecutionCreated,
-                        payload(&ExecutionEventPayload {
-                            deadline_at: deadline.clone(),
-                            ..ExecutionEventPayload::new(&id, ExecutionStatus::Pending)
-                        }),
-                    ),
-                    (
+                let mut events: Events = vec![(
+                    EventType::ExecutionCreated,
+                    payload(&ExecutionEventPayload {
+                        deadline_at: deadline.clone(),
+                        ..ExecutionEventPayload::new(&id, ExecutionStatus::Pending)
+                    }),
+                )];
+                // A turn waiting for its session's open turn starts when that one ends.
+                if starts {
+                    events.push((
                         EventType::ExecutionStarted,
                         payload(&ExecutionEventPayload {
                             deadline_at: deadline,
                             ..ExecutionEventPayload::new(&id, ExecutionStatus::Running)
                         }),
-                    ),
-                ];
-                events.push(enqueue_dispatch(
-                    tx,
-                    &id,
-                    &now_text,
-                    &now_text,
-                    max_attempts,
-                )?);
+                    ));
+                    events.push(enqueue_dispatch(
+                        tx,
+                        &id,
+                        &now_text,
+                        &now_text,
+                        max_attempts,
+                    )?);
+                }
                 tx.append_events(&id, &now_text, &events)?;
-                Ok(Some(Ok(exec)))
+                Ok(Ok(Ok(exec)))
             })
-            .await?
-            .ok_or_else(KernelError::not_found)?;
+            .await??;
         let exec = match exec {
             Ok(created) => created,
             Err(existing) => return repeated(existing, &original),
         };
         Metrics::inc(&self.inner.metrics.executions_created);
-        self.inner.queued.notify_one();
-        self.announce_dispatch();
+        if exec.status == ExecutionStatus::Running {
+            self.inner.queued.notify_one();
+            self.announce_dispatch();
+        }
         Ok(Started {
             execution: exec,
             created: true,
@@ -307,7 +336,8 @@ impl Kernel {
         let _guard = self.lock_execution(execution_id).await?;
         let id = execution_id.to_owned();
         let now = self.now_text();
-        let ended = self
+        let max_attempts = self.inner.config.dispatch_max_attempts;
+        let (ended, started) = self
             .inner
             .store
             .write(move |tx| {
@@ -317,11 +347,12 @@ impl Kernel {
                 if let Err(e) = exec.status.transition(ExecutionStatus::Cancelled) {
                     return Ok(Err(KernelError::from(&e)));
                 }
-                Ok(Ok(cancel_in_tx(tx, exec, &now)?))
+                Ok(Ok(cancel_in_tx(tx, exec, &now, max_attempts)?))
             })
             .await??;
         self.forget_attempts(&ended);
         self.end_streams(execution_id);
+        self.announce_turn(started);
         Ok(())
     }
 
@@ -333,29 +364,39 @@ impl Kernel {
         lease: &Lease,
         output: Option<Value>,
     ) -> KernelResult<()> {
-        self.finish(id, lease, ExecutionStatus::Completed, output, String::new())
+        self.complete_execution_with_state(id, lease, output, None)
             .await
+    }
+
+    /// [`Kernel::complete_execution`] keeping `state` for the session's next turn
+    /// (`GET …/previous`); `None` keeps none.
+    pub async fn complete_execution_with_state(
+        &self,
+        id: &str,
+        lease: &Lease,
+        output: Option<Value>,
+        state: Option<Value>,
+    ) -> KernelResult<()> {
+        let outcome = Outcome::Completed { output, state };
+        self.finish(id, lease, outcome).await
     }
 
     /// The agent fails its execution: `execution.failed` with `reason = error`. Fenced.
     pub async fn fail_execution(&self, id: &str, lease: &Lease, error: String) -> KernelResult<()> {
-        self.finish(id, lease, ExecutionStatus::Failed, None, error)
-            .await
+        self.finish(id, lease, Outcome::Failed(error)).await
     }
 
-    async fn finish(
-        &self,
-        id: &str,
-        lease: &Lease,
-        status: ExecutionStatus,
-        output: Option<Value>,
-        reason: String,
-    ) -> KernelResult<()> {
+    async fn finish(&self, id: &str, lease: &Lease, outcome: Outcome) -> KernelResult<()> {
         let _guard = self.lock_execution(id).await?;
         let execution_id = id;
         let (id, lease) = (id.to_owned(), lease.clone());
         let now = self.now_text();
-        let ended = self
+        let max_attempts = self.inner.config.dispatch_max_attempts;
+        let status = match outcome {
+            Outcome::Completed { .. } => ExecutionStatus::Completed,
+            Outcome::Failed(_) => ExecutionStatus::Failed,
+        };
+        let (ended, started) = self
             .inner
             .store
             .write(move |tx| {
@@ -373,12 +414,17 @@ impl Kernel {
                 exec.status = status;
                 exec.updated_at = now.clone();
                 let mut event = ExecutionEventPayload::new(&id, status);
-                if status == ExecutionStatus::Completed {
-                    exec.output = Some(output.unwrap_or(Value::Null));
-                    event.output = exec.output.clone();
-                } else {
-                    exec.failure_reason = reason.clone();
-                    event.reason = Some(reason).filter(|r| !r.is_empty());
+                match outcome {
+                    Outcome::Completed { output, state } => {
+                        exec.output = Some(output.unwrap_or(Value::Null));
+                        exec.state = state;
+                        event.output = exec.output.clone();
+                        note_completed(tx, &exec)?;
+                    }
+                    Outcome::Failed(reason) => {
+                        exec.failure_reason = reason.clone();
+                        event.reason = Some(reason).filter(|r| !r.is_empty());
+                    }
                 }
                 tx.put_execution(&exec)?;
                 let ended = retire_dispatches(tx, &id, &now)?;
@@ -388,11 +434,13 @@ impl Kernel {
                     EventType::ExecutionFailed
                 };
                 tx.append_events(&id, &now, &[(ty, payload(&event))])?;
-                Ok(Ok(ended))
+                let started = start_next_turn(tx, &exec, &now, max_attempts)?;
+                Ok(Ok((ended, started)))
             })
             .await??;
         self.forget_attempts(&ended);
         self.end_streams(execution_id);
+        self.announce_turn(started);
         Ok(())
     }
 
@@ -440,21 +488,23 @@ impl Kernel {
     /// Cancels every execution past its deadline (`client_cancelled`, as the spec says);
     /// returns how many.
     pub async fn cancel_past_deadline(&self) -> KernelResult<usize> {
+        let max_attempts = self.inner.config.dispatch_max_attempts;
         self.sweep_due(
             |tx, now, limit| tx.executions_past_deadline(now, limit),
             |exec| &exec.id,
-            |tx, exec, now| {
+            move |tx, exec, now| {
                 let Some(exec) = tx.execution(&exec.id)? else {
                     return Ok(None);
                 };
                 if exec.status.is_terminal() {
                     return Ok(None);
                 }
-                Ok(Some(cancel_in_tx(tx, exec, now)?))
+                Ok(Some(cancel_in_tx(tx, exec, now, max_attempts)?))
             },
-            |exec, ended| {
+            |exec, (ended, started)| {
                 self.forget_attempts(&ended);
                 self.end_streams(&exec.id);
+                self.announce_turn(started);
             },
         )
         .await

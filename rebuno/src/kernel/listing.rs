@@ -59,12 +59,23 @@ impl Kernel {
         cursor: Option<String>,
         limit: usize,
     ) -> KernelResult<ExecutionList> {
-        let query = ExecutionQuery {
+        self.list_executions_matching(ExecutionQuery {
             agent_id,
             status,
+            session: None,
             before_id: cursor,
-            limit: page_size(limit, LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT),
-        };
+            limit,
+        })
+        .await
+    }
+
+    /// [`Kernel::list_executions`] with every filter of `query` (a session's turns too).
+    /// `limit` 0 means the default (50); it is capped at 200.
+    pub async fn list_executions_matching(
+        &self,
+        mut query: ExecutionQuery,
+    ) -> KernelResult<ExecutionList> {
+        query.limit = page_size(query.limit, LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT);
         let page = self
             .inner
             .store

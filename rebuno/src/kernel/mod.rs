@@ -13,7 +13,8 @@
 //! `dispatch` (queue, delivery, retries, the reaper), `dispatcher` (claims and the delivery
 //! loop, fair between agents), `executions` (create, read, cancel, complete, fail), `listing`
 //! (paged reads of every list), `agents` (registration and policy bundles), `keys` (API keys
-//! and the principal a bearer token authenticates as), `metrics` (the
+//! and the principal a bearer token authenticates as), `sessions` (turns of a conversation:
+//! one open at a time, the state handed to the next), `metrics` (the
 //! store figures of `/metrics`), `stream` (live output deltas, best effort, never persisted),
 //! `volatile` (the in-process maps and their bounds), `supervise` (restarting a background
 //! loop that panicked) and `sweep` (the periodic loops and the sweeps over due rows).
@@ -28,6 +29,7 @@ mod keys;
 mod listing;
 mod metrics;
 mod replicas;
+mod sessions;
 mod steps;
 mod stream;
 mod supervise;

@@ -39,14 +39,16 @@ pub struct CreateExecutionRequest {
         deserialize_with = "null_as_default"
     )]
     pub idempotency_key: String,
-    /// The session the execution is a turn of (SDK 0.22 and later; accepted, not yet acted on).
+    /// The session the execution is a turn of (SDK 0.22 and later): at most one turn of an
+    /// agent's session runs at a time; a create while one does is `pending` until it ends.
     #[serde(
         default,
         skip_serializing_if = "String::is_empty",
         deserialize_with = "null_as_default"
     )]
     pub session: String,
-    /// The earlier turn this one branches from (SDK 0.22 and later; accepted, not yet acted on).
+    /// The earlier turn this one continues from instead of the session's latest (SDK 0.22 and
+    /// later): an execution of the same agent; the turn joins its session.
     #[serde(
         default,
         skip_serializing_if = "String::is_empty",
@@ -269,8 +271,8 @@ pub struct CompleteExecutionRequest {
         deserialize_with = "present"
     )]
     pub output: Option<Value>,
-    /// State handed to the session's next turn (SDK 0.22 and later; accepted, not yet kept:
-    /// sessions come with their own routes).
+    /// State handed to the session's next turn, which reads it with `GET …/previous` (SDK 0.22
+    /// and later). A JSON `null` is kept as no state.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",

@@ -22,6 +22,7 @@ use crate::protocol::{
     HealthStatus, PolicyTestRequest, RegisterAgentRequest, SetPolicyRequest, StreamDeltaRequest,
     StreamFrame, SubmitStepRequest, canonical_uuid,
 };
+use crate::store::ExecutionQuery;
 use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -117,7 +118,7 @@ pub(super) async fn create_execution(
     Ok(json_response(status, &started.execution))
 }
 
-/// Row 2: `GET /v0/executions?agent_id&status&cursor&limit`: the page's `next_cursor` is also
+/// Row 2: `GET /v0/executions?agent_id&status&session&cursor&limit`: the page's `next_cursor` is also
 /// in [`HEADER_NEXT_CURSOR`].
 pub(super) async fn list_executions(
     State(s): State<AppState>,
@@ -134,14 +135,28 @@ pub(super) async fn list_executions(
     let limit = limit_param(&query)?;
     let list = s
         .kernel
-        .list_executions(
-            query.get("agent_id").map(str::to_owned),
-            query.get("status").map(str::to_owned),
-            cursor,
+        .list_executions_matching(ExecutionQuery {
+            agent_id: query.get("agent_id").map(str::to_owned),
+            status: query.get("status").map(str::to_owned),
+            session: query.get("session").map(str::to_owned),
+            before_id: cursor,
             limit,
-        )
+        })
         .await?;
     Ok(paged(&list, list.next_cursor.as_deref()))
+}
+
+/// `GET /v0/executions/{id}/previous` (bearer, or the owning agent's HMAC; SDK 0.22 and
+/// later): `{"state": …}`, the state the session's previous turn completed with (`null` for
+/// none; see [`crate::Kernel::previous_state`]).
+pub(super) async fn previous(State(s): State<AppState>, mut call: ReadCall) -> ApiResult {
+    let raw: String = call.path().await?;
+    let id = uuid_param(&raw, "execution id")?;
+    if let Reader::Agent(agent_id) = &call.reader {
+        s.check_owner(agent_id, &id).await?;
+    }
+    let state = s.kernel.previous_state(&id).await?;
+    Ok(ok(&serde_json::json!({ "state": state })))
 }
 
 /// Row 3: `GET /v0/executions/{id}` (bearer, or the owning agent's HMAC).
@@ -334,7 +349,9 @@ pub(super) async fn complete_execution(
     let lease = call.lease()?;
     let req: CompleteExecutionRequest = call.json()?;
     s.check_owner(&call.agent_id, &id).await?;
-    s.kernel.complete_execution(&id, &lease, req.output).await?;
+    s.kernel
+        .complete_execution_with_state(&id, &lease, req.output, req.state)
+        .await?;
     Ok(no_content())
 }
 

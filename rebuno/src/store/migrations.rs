@@ -189,7 +189,8 @@ ALTER TABLE approvals ADD COLUMN asserted_by TEXT NOT NULL DEFAULT '';
 // one agent's session are found by (agent_id, session)), the turn it continues from, the
 // execution and event sequence number it was forked from, what a fork restores its resources
 // from (JSON), the parent step that spawned it (one child per step) and the state it
-// completed with (JSON).
+// completed with (JSON); and per session, its latest completed turn (the one a new turn
+// continues from).
 "
 ALTER TABLE executions ADD COLUMN session TEXT NOT NULL DEFAULT '';
 ALTER TABLE executions ADD COLUMN parent_execution_id TEXT;
@@ -202,6 +203,13 @@ ALTER TABLE executions ADD COLUMN state TEXT;
 CREATE INDEX executions_session ON executions (agent_id, session, id) WHERE session <> '';
 CREATE UNIQUE INDEX executions_spawned_by ON executions (spawned_by_execution, spawned_by_step)
   WHERE spawned_by_execution IS NOT NULL;
+CREATE TABLE sessions (
+    agent_id TEXT NOT NULL,
+    session TEXT NOT NULL,
+    last_completed TEXT NOT NULL,
+    PRIMARY KEY (agent_id, session)
+);
+CREATE INDEX sessions_last_completed ON sessions (last_completed);
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

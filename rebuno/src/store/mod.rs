@@ -100,6 +100,8 @@ pub struct ExecutionQuery {
     pub agent_id: Option<String>,
     /// Only executions in this status (not validated, as in the Go kernel).
     pub status: Option<String>,
+    /// Only turns of this session.
+    pub session: Option<String>,
     /// Only ids lower than this one (the page cursor).
     pub before_id: Option<String>,
     /// Page size (at least 1).
@@ -289,6 +291,31 @@ pub trait Tx {
 
     /// The API key operations of this transaction.
     fn api_keys(&mut self) -> &mut dyn ApiKeyTx;
+    /// The session operations of this transaction.
+    fn sessions(&mut self) -> &mut dyn SessionTx;
+}
+
+/// The session operations of a transaction ([`Tx::sessions`]): the turns of one agent's
+/// session, found by `(agent_id, session)`.
+pub trait SessionTx {
+    /// Up to `limit` turns of the session that are not terminal (pending, running or blocked),
+    /// oldest first. In a write transaction the caller holds the session until it commits, so
+    /// two writers never both find it idle.
+    fn open_turns(
+        &mut self,
+        agent_id: &str,
+        session: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<Execution>>;
+    /// The id of the session's latest completed turn, if any.
+    fn last_completed(&mut self, agent_id: &str, session: &str) -> StoreResult<Option<String>>;
+    /// Records `execution_id` as the session's latest completed turn.
+    fn set_last_completed(
+        &mut self,
+        agent_id: &str,
+        session: &str,
+        execution_id: &str,
+    ) -> StoreResult<()>;
 }
 
 /// The API key operations of a transaction ([`Tx::api_keys`]). A key's secret is never stored:

@@ -327,7 +327,8 @@ impl Tx for SqliteTx<'_> {
                status = excluded.status, output = excluded.output, failure_reason = excluded.failure_reason,
                updated_at = excluded.updated_at, deadline_at = excluded.deadline_at,
                ended_at = coalesce(executions.ended_at, excluded.ended_at),
-               restoration = excluded.restoration, state = excluded.state",
+               restoration = excluded.restoration, state = excluded.state,
+               parent_execution_id = excluded.parent_execution_id",
             params![
                 e.id,
                 e.agent_id,
@@ -361,9 +362,10 @@ impl Tx for SqliteTx<'_> {
             &format!(
                 "SELECT {EXEC_COLS} FROM executions
                  WHERE (?1 IS NULL OR agent_id = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3)
+                   AND (?5 IS NULL OR session = ?5)
                  ORDER BY id DESC LIMIT ?4"
             ),
-            params![q.agent_id, q.status, q.before_id, fetch(q.limit)],
+            params![q.agent_id, q.status, q.before_id, fetch(q.limit), q.session],
             q.limit,
             0,
             exec_row,
@@ -399,6 +401,10 @@ impl Tx for SqliteTx<'_> {
                     params![id],
                 )?;
             }
+            self.exec(
+                "DELETE FROM sessions WHERE last_completed = ?1",
+                params![id],
+            )?;
             self.exec("DELETE FROM executions WHERE id = ?1", params![id])?;
         }
         Ok(ids.len() as u64)
@@ -783,6 +789,9 @@ impl Tx for SqliteTx<'_> {
     fn api_keys(&mut self) -> &mut dyn super::ApiKeyTx {
         self
     }
+    fn sessions(&mut self) -> &mut dyn super::SessionTx {
+        self
+    }
 }
 
 #[cfg(test)]
@@ -790,3 +799,4 @@ impl Tx for SqliteTx<'_> {
 mod tests;
 
 mod keys;
+mod sessions;

@@ -80,9 +80,17 @@ impl Transport for Counting {
         Self::tick(&self.other);
         self.inner.heartbeat(id, lease).await
     }
-    async fn complete_execution(&self, id: &str, lease: &Lease, output: Value) -> Result<()> {
+    async fn complete_execution(
+        &self,
+        id: &str,
+        lease: &Lease,
+        output: Value,
+        state: Option<Value>,
+    ) -> Result<()> {
         Self::tick(&self.other);
-        self.inner.complete_execution(id, lease, output).await
+        self.inner
+            .complete_execution(id, lease, output, state)
+            .await
     }
     async fn fail_execution(&self, id: &str, lease: &Lease, error: String) -> Result<()> {
         Self::tick(&self.other);
@@ -99,6 +107,10 @@ impl Transport for Counting {
     async fn step(&self, id: &str, step: &str) -> Result<Step> {
         Self::tick(&self.reads);
         self.inner.step(id, step).await
+    }
+    async fn previous_state(&self, id: &str) -> Result<Value> {
+        Self::tick(&self.reads);
+        self.inner.previous_state(id).await
     }
     async fn set_metadata(&self, agent_id: &str, metadata: &AgentMetadata) -> Result<()> {
         self.inner.set_metadata(agent_id, metadata).await

@@ -191,7 +191,8 @@ ALTER TABLE approvals ADD COLUMN asserted_by text NOT NULL DEFAULT '';
 -- one agent's session are found by (agent_id, session)), the turn it continues from, the
 -- execution and event sequence number it was forked from, what a fork restores its resources
 -- from (JSON), the parent step that spawned it (one child per step) and the state it
--- completed with (JSON).
+-- completed with (JSON); and per session, its latest completed turn (the one a new turn
+-- continues from).
 ALTER TABLE executions ADD COLUMN session text COLLATE "C" NOT NULL DEFAULT '';
 ALTER TABLE executions ADD COLUMN parent_execution_id text COLLATE "C";
 ALTER TABLE executions ADD COLUMN forked_from text COLLATE "C";
@@ -203,6 +204,13 @@ ALTER TABLE executions ADD COLUMN state text;
 CREATE INDEX executions_session ON executions (agent_id, session, id) WHERE session <> '';
 CREATE UNIQUE INDEX executions_spawned_by ON executions (spawned_by_execution, spawned_by_step)
   WHERE spawned_by_execution IS NOT NULL;
+CREATE TABLE sessions (
+    agent_id text COLLATE "C" NOT NULL,
+    session text COLLATE "C" NOT NULL,
+    last_completed text COLLATE "C" NOT NULL,
+    PRIMARY KEY (agent_id, session)
+);
+CREATE INDEX sessions_last_completed ON sessions (last_completed);
 "#,
     ),
 ];

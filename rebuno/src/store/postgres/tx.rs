@@ -279,7 +279,8 @@ impl Tx for PgTx<'_, '_> {
                status = excluded.status, output = excluded.output, failure_reason = excluded.failure_reason,
                updated_at = excluded.updated_at, deadline_at = excluded.deadline_at,
                ended_at = coalesce(executions.ended_at, excluded.ended_at),
-               restoration = excluded.restoration, state = excluded.state",
+               restoration = excluded.restoration, state = excluded.state,
+               parent_execution_id = excluded.parent_execution_id",
             params![
                 e.id => TEXT,
                 e.agent_id => TEXT,
@@ -311,14 +312,14 @@ impl Tx for PgTx<'_, '_> {
         let sql = format!(
             "SELECT {EXEC_COLS} FROM executions
              WHERE ($1::text IS NULL OR agent_id = $1) AND ($2::text IS NULL OR status = $2)
-               AND ($3::text IS NULL OR id < $3)
+               AND ($3::text IS NULL OR id < $3) AND ($5::text IS NULL OR session = $5)
              ORDER BY id DESC LIMIT $4{}",
             self.lock()
         );
         self.page(
             &sql,
             params![q.agent_id => TEXT, q.status => TEXT, q.before_id => TEXT,
-                    fetch(q.limit) => INT8],
+                    fetch(q.limit) => INT8, q.session => TEXT],
             q.limit,
             0,
             exec_row,
@@ -359,6 +360,10 @@ impl Tx for PgTx<'_, '_> {
                 params![ids => TEXT_ARRAY],
             )?;
         }
+        self.exec(
+            "DELETE FROM sessions WHERE last_completed = ANY($1)",
+            params![ids => TEXT_ARRAY],
+        )?;
         self.exec(
             "DELETE FROM executions WHERE id = ANY($1)",
             params![ids => TEXT_ARRAY],
@@ -811,6 +816,10 @@ impl Tx for PgTx<'_, '_> {
     fn api_keys(&mut self) -> &mut dyn crate::store::ApiKeyTx {
         self
     }
+    fn sessions(&mut self) -> &mut dyn crate::store::SessionTx {
+        self
+    }
 }
 
 mod keys;
+mod sessions;

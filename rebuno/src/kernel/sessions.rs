@@ -1,0 +1,182 @@
+//! Sessions: executions that are turns of one conversation.
+//!
+//! A session is named by the create's `session` and belongs to one agent: turns are found by
+//! `(agent_id, session)`. At most one turn of a session is open (running or blocked) at a time.
+//! A create while one is open is accepted as `pending` (`execution.created` only, no dispatch)
+//! and starts, oldest first, when the open turn ends however it ends (completed, failed,
+//! cancelled, exhausted): `execution.started` and a dispatch, in the same transaction that ended
+//! the previous turn.
+//!
+//! A turn may complete with `state`; the next turn reads it with `GET …/previous` (in Rust,
+//! [`crate::previous`]): the state of the turn it continues from, its `parent_execution_id`.
+//! A create may name that turn (continuing from an earlier turn instead of the latest);
+//! otherwise the kernel sets it when the turn starts, to the session's latest completed turn
+//! (kept per session, so it is exact whatever the clocks of several replicas say; a failed or
+//! cancelled turn hands nothing on). A turn's parent never changes once it runs, so reading its
+//! previous state again on a re-delivery answers the same.
+
+use super::dispatch::enqueue_dispatch;
+use super::{Events, Kernel, KernelError, KernelResult, payload};
+use crate::protocol::{
+    EventType, Execution, ExecutionEventPayload, ExecutionStatus, MAX_IDENTITY_BYTES,
+    canonical_uuid,
+};
+use crate::store::{StoreExt, StoreResult, Tx};
+use serde_json::Value;
+
+/// Checks a create's `session` and `parent_execution_id` before anything is written: the
+/// session at most [`MAX_IDENTITY_BYTES`] bytes without control characters, the parent a UUID.
+pub(super) fn check_request(session: &str, parent: &str) -> KernelResult<()> {
+    if session.len() > MAX_IDENTITY_BYTES {
+        return Err(KernelError::validation(format!(
+            "session is over {MAX_IDENTITY_BYTES} bytes"
+        )));
+    }
+    if session.chars().any(char::is_control) {
+        return Err(KernelError::validation("session holds a control character"));
+    }
+    if !parent.is_empty() && canonical_uuid(parent).is_none() {
+        return Err(KernelError::validation(format!(
+            "invalid parent_execution_id {parent:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// How a new turn enters its session.
+pub(super) enum Admission {
+    /// No session, or none of its turns is open: the turn starts now.
+    Start,
+    /// Another turn is open: the turn waits as `pending`.
+    Wait,
+}
+
+/// Admits a new execution of `agent_id` into its session inside the create's transaction.
+/// A parent must be an execution of the same agent (`400` otherwise); an execution without a
+/// session joins its parent's, and one naming another session than its parent's is `400`.
+/// `session` is updated to the session the turn joins, and `parent`, when the turn starts now
+/// without one, to the session's latest completed turn.
+pub(super) fn admit(
+    tx: &mut dyn Tx,
+    agent_id: &str,
+    session: &mut String,
+    parent: &mut String,
+) -> StoreResult<KernelResult<Admission>> {
+    if !parent.is_empty() {
+        let parent_session = match tx.execution(parent)? {
+            Some(p) if p.agent_id == agent_id => p.session,
+            _ => {
+                return Ok(Err(KernelError::validation(format!(
+                    "parent_execution_id {parent:?} is not an execution of agent {agent_id:?}"
+                ))));
+            }
+        };
+        if session.is_empty() {
+            *session = parent_session;
+        } else if *session != parent_session {
+            return Ok(Err(KernelError::validation(format!(
+                "parent_execution_id {parent:?} is a turn of another session"
+            ))));
+        }
+    }
+    if session.is_empty() {
+        return Ok(Ok(Admission::Start));
+    }
+    if !tx.sessions().open_turns(agent_id, session, 1)?.is_empty() {
+        return Ok(Ok(Admission::Wait));
+    }
+    if parent.is_empty() {
+        *parent = tx
+            .sessions()
+            .last_completed(agent_id, session)?
+            .unwrap_or_default();
+    }
+    Ok(Ok(Admission::Start))
+}
+
+/// Records a completed turn as its session's latest (in the completing transaction).
+pub(super) fn note_completed(tx: &mut dyn Tx, turn: &Execution) -> StoreResult<()> {
+    if turn.session.is_empty() {
+        return Ok(());
+    }
+    tx.sessions()
+        .set_last_completed(&turn.agent_id, &turn.session, &turn.id)
+}
+
+/// After turn `ended` of a session reached a terminal status (in the same transaction): starts
+/// the session's oldest pending turn, if no other turn is open. Answers the started turn's id.
+pub(crate) fn start_next_turn(
+    tx: &mut dyn Tx,
+    ended: &Execution,
+    now: &str,
+    max_attempts: u32,
+) -> StoreResult<Option<String>> {
+    if ended.session.is_empty() {
+        return Ok(None);
+    }
+    let open = tx
+        .sessions()
+        .open_turns(&ended.agent_id, &ended.session, 1)?;
+    let Some(mut next) = open.into_iter().next() else {
+        return Ok(None);
+    };
+    if next.status != ExecutionStatus::Pending {
+        // Another turn runs already (a second ending in one transaction started it).
+        return Ok(None);
+    }
+    next.status = ExecutionStatus::Running;
+    next.updated_at = now.to_owned();
+    if next.parent_execution_id.is_empty() {
+        next.parent_execution_id = tx
+            .sessions()
+            .last_completed(&next.agent_id, &next.session)?
+            .unwrap_or_default();
+    }
+    tx.put_execution(&next)?;
+    let events: Events = vec![
+        (
+            EventType::ExecutionStarted,
+            payload(&ExecutionEventPayload {
+                deadline_at: next.deadline_at.clone(),
+                ..ExecutionEventPayload::new(&next.id, ExecutionStatus::Running)
+            }),
+        ),
+        enqueue_dispatch(tx, &next.id, now, now, max_attempts)?,
+    ];
+    tx.append_events(&next.id, now, &events)?;
+    Ok(Some(next.id))
+}
+
+impl Kernel {
+    /// The state the turn execution `id` continues from completed with (`GET …/previous`; see
+    /// the module docs): its parent's, `null` when it has none (or the parent did not
+    /// complete, or is gone). `404` for an unknown execution.
+    pub async fn previous_state(&self, id: &str) -> KernelResult<Value> {
+        let id = id.to_owned();
+        let state = self
+            .inner
+            .store
+            .read(move |tx| {
+                let Some(exec) = tx.execution(&id)? else {
+                    return Ok(None);
+                };
+                let previous = if exec.parent_execution_id.is_empty() {
+                    None
+                } else {
+                    tx.execution(&exec.parent_execution_id)?
+                        .filter(|p| p.status == ExecutionStatus::Completed)
+                };
+                Ok(Some(previous.and_then(|p| p.state).unwrap_or(Value::Null)))
+            })
+            .await?;
+        state.ok_or_else(KernelError::not_found)
+    }
+
+    /// Wakes the dispatcher for a turn [`start_next_turn`] started.
+    pub(super) fn announce_turn(&self, started: Option<String>) {
+        if started.is_some() {
+            self.inner.queued.notify_one();
+            self.announce_dispatch();
+        }
+    }
+}

@@ -100,7 +100,11 @@ async fn turns_of_a_session_run_one_at_a_time_and_hand_their_state_on() {
         );
         // A turn continues from the latest completed turn when it starts, not before.
         assert_eq!(
-            env.k.execution(&second.id).await.unwrap().parent_execution_id,
+            env.k
+                .execution(&second.id)
+                .await
+                .unwrap()
+                .parent_execution_id,
             first.id
         );
         assert_eq!(env.k.previous_state(&third.id).await.unwrap(), Value::Null);
@@ -118,7 +122,11 @@ async fn turns_of_a_session_run_one_at_a_time_and_hand_their_state_on() {
             "a failed turn hands nothing on: the third continues from the first"
         );
         assert_eq!(
-            env.k.execution(&third.id).await.unwrap().parent_execution_id,
+            env.k
+                .execution(&third.id)
+                .await
+                .unwrap()
+                .parent_execution_id,
             first.id
         );
         let stored = env.k.execution(&first.id).await.unwrap();

@@ -156,6 +156,7 @@ conformance!(
     api_keys_round_trip_by_hash_page_and_revoke,
     identity_fields_round_trip,
     session_fork_and_spawn_fields_round_trip,
+    session_turns_and_latest_completed,
 );
 
 /// The store under test.

@@ -114,3 +114,86 @@ pub async fn session_fork_and_spawn_fields_round_trip(store: Dyn) {
     assert!(refused.is_err(), "two children of one step");
     assert_eq!(r(&store, |tx| tx.execution("e2")).await, None);
 }
+
+/// A session's open turns come oldest first (terminal ones and other agents' left out), its
+/// latest completed turn is kept and replaced, listings filter by session, and retention
+/// forgets a session whose latest completed turn it deletes.
+pub async fn session_turns_and_latest_completed(store: Dyn) {
+    let turns = [
+        ("t1", "a", "s", ExecutionStatus::Completed),
+        ("t2", "a", "s", ExecutionStatus::Running),
+        ("t3", "a", "s", ExecutionStatus::Pending),
+        ("t4", "a", "other", ExecutionStatus::Pending),
+        ("t5", "b", "s", ExecutionStatus::Blocked),
+        ("t6", "a", "", ExecutionStatus::Running),
+    ];
+    for (id, agent, session, status) in turns {
+        let mut e = execution(id, agent, status);
+        e.session = session.into();
+        w(&store, move |tx| tx.put_execution(&e)).await;
+    }
+    let open = r(&store, |tx| tx.sessions().open_turns("a", "s", 10)).await;
+    let ids: Vec<&str> = open.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["t2", "t3"]);
+    let first = r(&store, |tx| tx.sessions().open_turns("a", "s", 1)).await;
+    assert_eq!(first.len(), 1);
+    assert!(
+        r(&store, |tx| tx.sessions().open_turns("a", "", 10))
+            .await
+            .is_empty()
+    );
+
+    assert_eq!(
+        r(&store, |tx| tx.sessions().last_completed("a", "s")).await,
+        None
+    );
+    w(&store, |tx| {
+        tx.sessions().set_last_completed("a", "s", "t1")
+    })
+    .await;
+    w(&store, |tx| {
+        tx.sessions().set_last_completed("b", "s", "t5")
+    })
+    .await;
+    assert_eq!(
+        r(&store, |tx| tx.sessions().last_completed("a", "s")).await,
+        Some("t1".to_owned())
+    );
+    w(&store, |tx| {
+        tx.sessions().set_last_completed("a", "s", "t2")
+    })
+    .await;
+    assert_eq!(
+        r(&store, |tx| tx.sessions().last_completed("a", "s")).await,
+        Some("t2".to_owned())
+    );
+
+    let q = rebuno::store::ExecutionQuery {
+        session: Some("s".into()),
+        limit: 10,
+        ..Default::default()
+    };
+    let listed = r(&store, move |tx| tx.list_executions(&q)).await;
+    let ids: Vec<&str> = listed.items.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["t5", "t3", "t2", "t1"]);
+
+    // Retention deletes t1 (ended long ago), and with it nothing of the session "a"/"s",
+    // whose latest completed turn is t2; a session whose latest turn it deletes is forgotten.
+    w(&store, |tx| {
+        tx.sessions().set_last_completed("a", "other", "t1")
+    })
+    .await;
+    let n = w(&store, |tx| {
+        tx.delete_terminal_executions_before(&at(1000), 10)
+    })
+    .await;
+    assert_eq!(n, 1);
+    assert_eq!(
+        r(&store, |tx| tx.sessions().last_completed("a", "other")).await,
+        None
+    );
+    assert_eq!(
+        r(&store, |tx| tx.sessions().last_completed("a", "s")).await,
+        Some("t2".to_owned())
+    );
+}

@@ -121,6 +121,7 @@ pub async fn executions_list_in_pages_with_filters(store: Dyn) {
         let q = ExecutionQuery {
             agent_id: agent_id.map(str::to_owned),
             status: status.map(str::to_owned),
+            session: None,
             before_id: before,
             limit: 3,
         };

@@ -66,7 +66,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let two = client.get(&second.id).await?;
     assert_eq!(two.parent_execution_id, first.id);
-    assert!(two.output.unwrap_or_default().to_string().contains("2 message(s)"));
+    assert!(
+        two.output
+            .unwrap_or_default()
+            .to_string()
+            .contains("2 message(s)")
+    );
     rt.shutdown().await;
     Ok(())
 }

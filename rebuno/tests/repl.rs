@@ -630,3 +630,43 @@ async fn api_keys_are_created_listed_and_revoked() {
             .starts_with("error: key needs a subcommand")
     );
 }
+
+#[tokio::test]
+async fn a_sessions_turns_are_listed_and_shown() {
+    let kernel = Kernel::memory().await.unwrap();
+    let mut r = repl_on(&kernel, 300);
+    run(&mut r, "agent add chat http://127.0.0.1:9/hook s3cret").await;
+    let turn = |n: u32| rebuno::protocol::CreateExecutionRequest {
+        agent_id: "chat".into(),
+        input: Some(serde_json::json!({"n": n})),
+        session: "conv".into(),
+        ..Default::default()
+    };
+    let one = kernel.create_execution(turn(1)).await.unwrap();
+    let two = kernel.create_execution(turn(2)).await.unwrap();
+    let table = run(&mut r, "session ls chat conv").await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("CONTINUES"),
+        "{table}"
+    );
+    assert!(
+        lines[1].starts_with(&one.id) && lines[1].contains("running"),
+        "{table}"
+    );
+    assert!(
+        lines[2].starts_with(&two.id) && lines[2].contains("pending"),
+        "{table}"
+    );
+    assert_eq!(
+        run(&mut r, "session ls chat nope").await,
+        "no turns in session nope"
+    );
+    assert!(
+        run(&mut r, "session ls chat")
+            .await
+            .starts_with("error: usage: session ls")
+    );
+    let shown = run(&mut r, &format!("exec get {}", two.id)).await;
+    assert!(shown.contains("session:  conv"), "{shown}");
+}

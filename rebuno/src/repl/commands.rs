@@ -53,6 +53,10 @@ pub(super) const HELP: &[(&str, &str)] = &[
         "create an API key and print its secret (shown only once)",
     ),
     ("key revoke <id>", "revoke an API key"),
+    (
+        "session ls <agent_id> <session>",
+        "list a session's turns, oldest first",
+    ),
     ("help", "show this list"),
     ("quit | exit", "leave (Ctrl-D too); shuts the kernel down"),
 ];

@@ -1,5 +1,5 @@
 //! The operator REPL of `rebuno dev` / `rebuno server`: a command interpreter over a [`Kernel`]
-//! (`agent …`, `exec …`, `approval …`, `key …`, `help`, `quit`) that answers with the text to print.
+//! (`agent …`, `exec …`, `approval …`, `key …`, `session …`, `help`, `quit`) that answers with the text to print.
 //!
 //! This module owns the command language, unique-prefix id resolution, the width-fitting table
 //! renderer and `exec watch`. It never touches the terminal: the binary reads lines (with
@@ -8,7 +8,7 @@
 //! [`Repl::run_line`] directly.
 //!
 //! Submodules: `commands` (the command language: `agent …`, `exec …`, `approval …` and
-//! `exec watch`), `keys` (API keys: list, create, revoke), `resolve` (unique-prefix id resolution), `render` (the width-fitting table
+//! `exec watch`), `keys` (API keys: list, create, revoke), `sessions` (a session's turns), `resolve` (unique-prefix id resolution), `render` (the width-fitting table
 //! renderer and one-line descriptions) and `terminal` (what the binary's line editor needs:
 //! the terminal width and the history file).
 
@@ -16,6 +16,7 @@ mod commands;
 mod keys;
 mod render;
 mod resolve;
+mod sessions;
 mod terminal;
 
 pub use render::render_table;
@@ -159,6 +160,7 @@ impl Repl {
             "exec" | "execution" | "executions" => self.exec(rest).await,
             "approval" | "approvals" => self.approval(rest).await,
             "key" | "keys" => self.key(rest).await,
+            "session" | "sessions" => self.session(rest).await,
             other => Err(format!("unknown command '{other}'; type help")),
         };
         Outcome::Print(match answer {

@@ -185,9 +185,32 @@ pub(super) fn describe_execution(exec: &Execution) -> String {
     if !exec.failure_reason.is_empty() {
         let _ = write!(out, "\nreason:   {}", exec.failure_reason);
     }
+    if !exec.session.is_empty() {
+        let _ = write!(out, "\nsession:  {}", exec.session);
+    }
+    if !exec.parent_execution_id.is_empty() {
+        let _ = write!(out, "\ncontinues {}", exec.parent_execution_id);
+    }
+    if !exec.forked_from.is_empty() {
+        let _ = write!(
+            out,
+            "\nforked:   from {} at seq {}",
+            exec.forked_from, exec.fork_seq
+        );
+    }
+    if let Some(parent) = &exec.spawned_by {
+        let _ = write!(
+            out,
+            "\nspawned:  by {} step {}",
+            parent.execution_id, parent.step_id
+        );
+    }
     let _ = write!(out, "\ninput:    {}", compact(&exec.input));
     if let Some(output) = &exec.output {
         let _ = write!(out, "\noutput:   {}", compact(output));
+    }
+    if let Some(state) = &exec.state {
+        let _ = write!(out, "\nstate:    {}", compact(state));
     }
     out
 }

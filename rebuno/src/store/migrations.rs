@@ -202,6 +202,11 @@ ALTER TABLE executions ADD COLUMN state TEXT;
 CREATE INDEX executions_session ON executions (agent_id, session, id) WHERE session <> '';
 CREATE UNIQUE INDEX executions_spawned_by ON executions (spawned_by_execution, spawned_by_step)
   WHERE spawned_by_execution IS NOT NULL;
+",
+// 10: an execution's own policy bundle (YAML; a fork's override of its agent's), empty when
+// its agent's decides.
+"
+ALTER TABLE executions ADD COLUMN policy_bundle TEXT NOT NULL DEFAULT '';
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

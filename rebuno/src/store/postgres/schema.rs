@@ -205,4 +205,12 @@ CREATE UNIQUE INDEX executions_spawned_by ON executions (spawned_by_execution, s
   WHERE spawned_by_execution IS NOT NULL;
 "#,
     ),
+    (
+        7,
+        r#"
+-- An execution's own policy bundle (YAML; a fork's override of its agent's), empty when its
+-- agent's decides.
+ALTER TABLE executions ADD COLUMN policy_bundle text NOT NULL DEFAULT '';
+"#,
+    ),
 ];

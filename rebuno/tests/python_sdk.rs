@@ -19,7 +19,6 @@ use rebuno::protocol::{
 };
 use rebuno::server::{ServerOptions, router};
 use serde_json::json;
-use std::time::{Duration, Instant};
 
 const AGENT: &str = r#"
 import os, time

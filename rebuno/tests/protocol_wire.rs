@@ -89,6 +89,7 @@ fn execution() -> Execution {
         restoration: None,
         spawned_by: None,
         state: None,
+        policy_bundle: String::new(),
     }
 }
 

@@ -11,7 +11,7 @@
 
 mod support;
 
-use support::{python_agent, python_with_sdk_version, serve_router};
+use support::{python_agent, python_with_sdk_version, run_client, serve_router, wait_for};
 
 use rebuno::Kernel;
 use rebuno::protocol::{
@@ -19,7 +19,6 @@ use rebuno::protocol::{
 };
 use rebuno::server::{ServerOptions, router};
 use serde_json::json;
-use std::time::{Duration, Instant};
 
 const AGENT: &str = r#"
 import os, time
@@ -44,38 +43,6 @@ uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level
 
 /// The server's admin token in these tests.
 const ADMIN: &str = "py-admin-token";
-
-/// Runs `script` (async `main(client)`, given the SDK's `Client` on `api_key`) with the SDK's
-/// Python; answers the lines it printed.
-fn run_client(
-    python: &str,
-    base: &str,
-    api_key: &str,
-    script: &str,
-    env: &[(&str, &str)],
-) -> Vec<String> {
-    let program = format!(
-        "import asyncio, os\nfrom rebuno import Client\n{script}\n\
-         asyncio.run(main(Client(os.environ['REBUNO_URL'], api_key=os.environ['KEY'])))\n"
-    );
-    let out = std::process::Command::new(python)
-        .args(["-c", &program])
-        .env("REBUNO_URL", base)
-        .env("KEY", api_key)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
 
 /// Creates an execution twice with one idempotency key through the SDK's `Client`; answers
 /// the two execution ids and the `created_by` of the first.
@@ -118,21 +85,6 @@ async fn key(kernel: &Kernel, name: &str, scope: Scope) -> String {
         ..CreateApiKeyRequest::default()
     };
     kernel.create_api_key(req, "").await.unwrap().secret
-}
-
-async fn wait_for(
-    kernel: &Kernel,
-    id: &str,
-    want: &[ExecutionStatus],
-) -> rebuno::protocol::Execution {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let exec = kernel.execution(id).await.unwrap();
-        if want.contains(&exec.status) || Instant::now() > deadline {
-            return exec;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

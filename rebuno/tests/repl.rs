@@ -112,6 +112,7 @@ async fn help_quit_blank_and_unknown_commands() {
         "exec events",
         "exec watch",
         "exec cancel",
+        "exec fork",
         "approval ls",
         "approval grant",
         "approval deny",
@@ -288,6 +289,40 @@ async fn executions_create_list_get_events_cancel() {
             .contains("execution.cancelled")
     );
     assert_eq!(run(&mut r, "exec ls cancelled").await.lines().count(), 2);
+}
+
+#[tokio::test]
+async fn exec_fork_forks_at_an_event() {
+    let kernel = Kernel::memory().await.unwrap();
+    let mut r = repl_on(&kernel, 100);
+    run(&mut r, "agent add a http://127.0.0.1:9/a s").await;
+    let exec = create(&mut r, "exec create a").await;
+    let out = run(&mut r, &format!("exec fork {} 3", &exec[..exec.len() - 4])).await;
+    let prefix = format!("forked execution {exec} at event 3: ");
+    assert!(
+        out.starts_with(&prefix) && out.ends_with(" (running)"),
+        "{out}"
+    );
+    let fork_id = out[prefix.len()..].split_whitespace().next().unwrap();
+    let fork = kernel.execution(fork_id).await.unwrap();
+    assert_eq!(
+        (fork.forked_from.as_str(), fork.fork_seq),
+        (exec.as_str(), 3)
+    );
+    for (line, error) in [
+        (
+            format!("exec fork {exec} 4"),
+            "error: validation error: at_seq 4 is past",
+        ),
+        (
+            format!("exec fork {exec} x"),
+            "error: 'x' is not an event sequence number",
+        ),
+        (format!("exec fork {exec}"), "error: usage: exec fork"),
+    ] {
+        let out = run(&mut r, &line).await;
+        assert!(out.starts_with(error), "{line}: {out}");
+    }
 }
 
 #[tokio::test]

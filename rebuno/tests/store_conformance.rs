@@ -227,6 +227,7 @@ pub fn execution(id: &str, agent_id: &str, status: ExecutionStatus) -> Execution
         restoration: None,
         spawned_by: None,
         state: None,
+        policy_bundle: String::new(),
     }
 }
 

@@ -79,7 +79,7 @@ use crate::kernel::Kernel;
 use crate::protocol::{
     ApiKey, Approval, CreateApiKeyRequest, CreateExecutionRequest, CreatedApiKey,
     DecideApprovalRequest, ErrorEnvelope, Event, Execution, ExecutionList, ExecutionStatus,
-    PolicyTestRequest, PolicyTestResponse, Step, canonical_uuid,
+    ForkExecutionRequest, PolicyTestRequest, PolicyTestResponse, Step, canonical_uuid,
 };
 use http::Http;
 
@@ -100,6 +100,17 @@ const POLL_MAX: Duration = Duration::from_millis(250);
 const EVENTS_PAGE: usize = 1000;
 /// How much of an unexpected body an error message quotes.
 const BODY_SNIPPET: usize = 512;
+
+/// What [`Client::fork`] may change in the fork; the default keeps the original's session and
+/// policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ForkOptions {
+    /// The fork's session; empty keeps the original's.
+    pub session: String,
+    /// Policy bundle YAML deciding the fork's new steps instead of the agent's; empty keeps
+    /// the original's (its agent's, unless it is itself a fork with a bundle).
+    pub policy_bundle: String,
+}
 
 /// A client of one kernel, over HTTP or in process. Cheap to clone (clones share connections,
 /// or the kernel).
@@ -422,6 +433,35 @@ impl Client {
             }
             #[cfg(feature = "kernel")]
             Backend::Embedded(k) => Ok(k.cancel(&id).await?),
+        }
+    }
+
+    /// Forks an execution at its event `at_seq`: a new execution of the same agent and input
+    /// that replays the original's steps completed at or before that event and runs the rest
+    /// afresh (see [`Kernel::fork`](crate::Kernel::fork)); the original is untouched. The
+    /// answer is the fork, in status `running`, with `forked_from` and `fork_seq`. `404
+    /// not_found` if unknown; `400 validation_error` for an `at_seq` past the original's last
+    /// event, or a bad session or policy bundle.
+    pub async fn fork(&self, id: &str, at_seq: u64, options: ForkOptions) -> Result<Execution> {
+        let id = uuid_id(id, "execution id")?;
+        let request = ForkExecutionRequest {
+            at_seq: i64::try_from(at_seq).unwrap_or(i64::MAX),
+            session: options.session,
+            policy_bundle: options.policy_bundle,
+        };
+        match &self.backend {
+            Backend::Http(h) => {
+                h.json(
+                    Method::POST,
+                    h.url(&["executions", &id, "fork"]),
+                    Some(&request),
+                )
+                .await
+            }
+            #[cfg(feature = "kernel")]
+            Backend::Embedded(k) => Ok(k
+                .fork(&id, request, &crate::protocol::Principal::admin())
+                .await?),
         }
     }
 

@@ -97,6 +97,42 @@ enum Outcome {
     Failed(String),
 }
 
+/// Records the new execution `exec` (built by [`Kernel::fresh_execution`]) in `tx`, appending
+/// `execution.created` (a fork's names `forked_from` and `fork_seq`); when its status is
+/// `running` it also starts, with `execution.started` and its first dispatch queued, while a
+/// `pending` turn waits for its session (see `sessions`). Every new execution, created or
+/// forked, starts here.
+pub(super) fn insert_and_enqueue(
+    tx: &mut dyn Tx,
+    exec: &Execution,
+    max_attempts: u32,
+) -> crate::store::StoreResult<()> {
+    tx.put_execution(exec)?;
+    let (id, now) = (&exec.id, &exec.created_at);
+    let fork = !exec.forked_from.is_empty();
+    let mut events: Events = vec![(
+        EventType::ExecutionCreated,
+        payload(&ExecutionEventPayload {
+            deadline_at: exec.deadline_at.clone(),
+            forked_from: fork.then(|| exec.forked_from.clone()),
+            fork_seq: fork.then_some(exec.fork_seq),
+            ..ExecutionEventPayload::new(id, ExecutionStatus::Pending)
+        }),
+    )];
+    if exec.status == ExecutionStatus::Running {
+        events.push((
+            EventType::ExecutionStarted,
+            payload(&ExecutionEventPayload {
+                deadline_at: exec.deadline_at.clone(),
+                ..ExecutionEventPayload::new(id, ExecutionStatus::Running)
+            }),
+        ));
+        events.push(enqueue_dispatch(tx, id, now, now, max_attempts)?);
+    }
+    tx.append_events(id, now, &events)?;
+    Ok(())
+}
+
 /// What [`Kernel::start_execution`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Started {
@@ -187,12 +223,8 @@ impl Kernel {
         req: CreateExecutionRequest,
         principal: &Principal,
     ) -> KernelResult<Started> {
-        let created_by = principal.subject.clone();
-        let subject_groups = principal.groups.clone();
-        let now = self.now();
-        let now_text = rfc3339(now);
-        let deadline = self.inner.config.deadline_timeout.map(|d| rfc3339(now + d));
-        let id = uuid::Uuid::now_v7().to_string();
+        let fresh = self.fresh_execution(principal);
+        let created_by = fresh.created_by.clone();
         let max_attempts = self.inner.config.dispatch_max_attempts;
         let original = req.clone();
         let exec = self
@@ -216,58 +248,22 @@ impl Kernel {
                 };
                 let starts = matches!(admission, Admission::Start);
                 let exec = Execution {
-                    id: id.clone(),
                     agent_id: req.agent_id,
                     agent_version: req.agent_version,
                     input: req.input.unwrap_or(Value::Null),
+                    idempotency_key: req.idempotency_key,
+                    on_behalf_of: req.on_behalf_of,
                     status: if starts {
                         ExecutionStatus::Running
                     } else {
                         ExecutionStatus::Pending
                     },
-                    output: None,
-                    failure_reason: String::new(),
-                    created_at: now_text.clone(),
-                    updated_at: now_text.clone(),
-                    deadline_at: deadline.clone(),
-                    created_by,
-                    idempotency_key: req.idempotency_key,
-                    on_behalf_of: req.on_behalf_of,
-                    subject_groups,
                     session,
                     parent_execution_id: parent,
-                    forked_from: String::new(),
-                    fork_seq: 0,
-                    restoration: None,
                     spawned_by: req.spawned_by,
-                    state: None,
+                    ..fresh
                 };
-                tx.put_execution(&exec)?;
-                let mut events: Events = vec![(
-                    EventType::ExecutionCreated,
-                    payload(&ExecutionEventPayload {
-                        deadline_at: deadline.clone(),
-                        ..ExecutionEventPayload::new(&id, ExecutionStatus::Pending)
-                    }),
-                )];
-                // A turn waiting for its session's open turn starts when that one ends.
-                if starts {
-                    events.push((
-                        EventType::ExecutionStarted,
-                        payload(&ExecutionEventPayload {
-                            deadline_at: deadline,
-                            ..ExecutionEventPayload::new(&id, ExecutionStatus::Running)
-                        }),
-                    ));
-                    events.push(enqueue_dispatch(
-                        tx,
-                        &id,
-                        &now_text,
-                        &now_text,
-                        max_attempts,
-                    )?);
-                }
-                tx.append_events(&id, &now_text, &events)?;
+                insert_and_enqueue(tx, &exec, max_attempts)?;
                 Ok(Ok(Ok(exec)))
             })
             .await??;
@@ -275,15 +271,54 @@ impl Kernel {
             Ok(created) => created,
             Err(existing) => return repeated(existing, &original),
         };
+        self.announce_started(&exec);
+        Ok(Started {
+            execution: exec,
+            created: true,
+        })
+    }
+
+    /// A new execution as `principal` creates it, not yet recorded: a fresh id, status
+    /// `running`, created now with the configured deadline, `created_by` and
+    /// `subject_groups` from the principal, and nothing else (no agent, input or links).
+    pub(super) fn fresh_execution(&self, principal: &Principal) -> Execution {
+        let now = self.now();
+        let now_text = rfc3339(now);
+        Execution {
+            id: uuid::Uuid::now_v7().to_string(),
+            agent_id: String::new(),
+            agent_version: String::new(),
+            input: Value::Null,
+            status: ExecutionStatus::Running,
+            output: None,
+            failure_reason: String::new(),
+            created_at: now_text.clone(),
+            updated_at: now_text,
+            deadline_at: self.inner.config.deadline_timeout.map(|d| rfc3339(now + d)),
+            created_by: principal.subject.clone(),
+            idempotency_key: String::new(),
+            on_behalf_of: String::new(),
+            subject_groups: principal.groups.clone(),
+            session: String::new(),
+            parent_execution_id: String::new(),
+            forked_from: String::new(),
+            fork_seq: 0,
+            restoration: None,
+            spawned_by: None,
+            state: None,
+            policy_bundle: String::new(),
+        }
+    }
+
+    /// After a new execution's transaction committed: counts it and, when it started (a turn
+    /// may wait for its session), wakes the dispatcher (and, on a shared store, the other
+    /// replicas').
+    pub(super) fn announce_started(&self, exec: &Execution) {
         Metrics::inc(&self.inner.metrics.executions_created);
         if exec.status == ExecutionStatus::Running {
             self.inner.queued.notify_one();
             self.announce_dispatch();
         }
-        Ok(Started {
-            execution: exec,
-            created: true,
-        })
     }
 
     /// An execution (`404` if unknown).

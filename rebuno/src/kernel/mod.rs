@@ -25,6 +25,7 @@ mod dispatch;
 mod dispatcher;
 mod embedded;
 mod executions;
+mod forks;
 mod keys;
 mod listing;
 mod metrics;

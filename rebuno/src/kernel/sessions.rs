@@ -18,18 +18,18 @@
 use super::dispatch::enqueue_dispatch;
 use super::{Events, Kernel, KernelError, KernelResult, payload};
 use crate::protocol::{
-    EventType, Execution, ExecutionEventPayload, ExecutionStatus, MAX_IDENTITY_BYTES,
-    canonical_uuid,
+    EventType, Execution, ExecutionEventPayload, ExecutionStatus, MAX_SESSION_BYTES, canonical_uuid,
 };
 use crate::store::{StoreExt, StoreResult, Tx};
 use serde_json::Value;
 
-/// Checks a create's `session` and `parent_execution_id` before anything is written: the
-/// session at most [`MAX_IDENTITY_BYTES`] bytes without control characters, the parent a UUID.
+/// Checks a create's (or fork's) `session` and `parent_execution_id` before anything is
+/// written: the session at most [`MAX_SESSION_BYTES`] bytes without control characters, the
+/// parent a UUID.
 pub(super) fn check_request(session: &str, parent: &str) -> KernelResult<()> {
-    if session.len() > MAX_IDENTITY_BYTES {
+    if session.len() > MAX_SESSION_BYTES {
         return Err(KernelError::validation(format!(
-            "session is over {MAX_IDENTITY_BYTES} bytes"
+            "session is over {MAX_SESSION_BYTES} bytes"
         )));
     }
     if session.chars().any(char::is_control) {

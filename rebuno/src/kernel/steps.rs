@@ -36,6 +36,9 @@ struct Snapshot {
     step: Option<Step>,
     approval_id: Option<String>,
     bundle: Option<String>,
+    /// The execution's own bundle (a fork's), which decides instead of `bundle`; empty when
+    /// none.
+    own_bundle: String,
     indeterminate: bool,
     /// For an occurrence ahead of the kernel's count: whether the one before it is recorded.
     skip_recorded: bool,
@@ -198,6 +201,7 @@ impl Kernel {
                         step: None,
                         approval_id: None,
                         bundle: None,
+                        own_bundle: String::new(),
                         indeterminate: false,
                         skip_recorded: false,
                     };
@@ -217,7 +221,10 @@ impl Kernel {
                     };
                     // Policy inputs matter only for a step that is not recorded yet.
                     if snap.step.is_none() {
-                        snap.bundle = tx.agent(&e.agent_id)?.map(|a| a.policy_bundle);
+                        snap.own_bundle = tx.execution_policy_bundle(&exec_id)?.unwrap_or_default();
+                        if snap.own_bundle.is_empty() {
+                            snap.bundle = tx.agent(&e.agent_id)?.map(|a| a.policy_bundle);
+                        }
                         snap.indeterminate = at_most_once
                             && tx
                                 .has_indeterminate_failure(&exec_id, &kind, &target, &args_hash)?;
@@ -295,7 +302,11 @@ impl Kernel {
                         let _ = self.inner.policy.sync_bundle(&exec.agent_id, text);
                     }
                     let started = Instant::now();
-                    let d = self.inner.policy.evaluate(&input);
+                    let d = if snap.own_bundle.is_empty() {
+                        self.inner.policy.evaluate(&input)
+                    } else {
+                        self.inner.policy.evaluate_with(&snap.own_bundle, &input)
+                    };
                     Metrics::inc(&self.inner.metrics.policy_evaluations);
                     self.inner.metrics.policy_nanos.fetch_add(
                         started.elapsed().as_nanos() as u64,

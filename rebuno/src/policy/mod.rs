@@ -293,7 +293,13 @@ impl Installed {
 pub struct PolicyEngine {
     missing: MissingBundle,
     bundles: RwLock<HashMap<String, Installed>>,
+    /// Executions' own bundles ([`PolicyEngine::evaluate_with`]), compiled, by text; at most
+    /// [`OVERRIDE_CACHE`] of them.
+    overrides: RwLock<HashMap<Arc<str>, Installed>>,
 }
+
+/// How many distinct execution bundles the engine keeps compiled (then it starts over).
+const OVERRIDE_CACHE: usize = 64;
 
 impl fmt::Debug for PolicyEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -321,6 +327,7 @@ impl PolicyEngine {
         PolicyEngine {
             missing,
             bundles: RwLock::new(HashMap::new()),
+            overrides: RwLock::new(HashMap::new()),
         }
     }
 
@@ -410,6 +417,45 @@ impl PolicyEngine {
         match self.read().get(agent_id) {
             Some(Installed::Valid { bundle, .. }) => Some(Arc::clone(bundle)),
             _ => None,
+        }
+    }
+
+    /// Decides a step under `yaml`, an execution's own bundle (a fork's), instead of its
+    /// agent's. Each distinct text is compiled once (a bounded cache); one that does not
+    /// compile denies with `bundle-error` / `policy_bundle_invalid`, as a stored agent bundle
+    /// would.
+    pub fn evaluate_with(&self, yaml: &str, input: &EvalInput<'_>) -> Decision {
+        let cached = self
+            .overrides
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(yaml)
+            .cloned();
+        let installed = cached.unwrap_or_else(|| {
+            let text: Arc<str> = Arc::from(yaml);
+            let installed = match Bundle::parse(yaml) {
+                Ok(bundle) => Installed::Valid {
+                    text: Arc::clone(&text),
+                    bundle: Arc::new(bundle),
+                },
+                Err(error) => Installed::Invalid {
+                    text: Arc::clone(&text),
+                    error,
+                },
+            };
+            let mut overrides = self
+                .overrides
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            if overrides.len() >= OVERRIDE_CACHE {
+                overrides.clear();
+            }
+            overrides.insert(text, installed.clone());
+            installed
+        });
+        match installed {
+            Installed::Valid { bundle, .. } => bundle.evaluate(input),
+            Installed::Invalid { .. } => Decision::bundle_invalid(),
         }
     }
 

@@ -9,7 +9,8 @@ use serde_json::Value;
 wire_enum! {
     /// The `type` of an event. The payload shape of each is documented on its variant.
     pub enum EventType {
-        /// [`ExecutionEventPayload`] with status `pending` and `deadline_at?`.
+        /// [`ExecutionEventPayload`] with status `pending` and `deadline_at?`; a fork's also
+        /// carries `forked_from` and `fork_seq` (see [`Kernel::fork`](crate::Kernel::fork)).
         ExecutionCreated = "execution.created",
         /// [`ExecutionEventPayload`] with status `running` and `deadline_at?`.
         ExecutionStarted = "execution.started",
@@ -80,6 +81,13 @@ pub struct ExecutionEventPayload {
     /// Reason (`failed`, `cancelled`).
     #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub reason: Option<String>,
+    /// The execution this one was forked from (`created` of a fork only).
+    #[serde(default, skip_serializing_if = "is_none_or_empty")]
+    pub forked_from: Option<String>,
+    /// The event sequence number of `forked_from` up to which its effects replay (`created`
+    /// of a fork only; may be 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_seq: Option<u64>,
 }
 
 impl ExecutionEventPayload {
@@ -91,6 +99,8 @@ impl ExecutionEventPayload {
             deadline_at: None,
             output: None,
             reason: None,
+            forked_from: None,
+            fork_seq: None,
         }
     }
 }

@@ -79,6 +79,35 @@ pub struct CreateExecutionRequest {
 /// The longest idempotency key a create accepts, in bytes.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
 
+/// The longest `session` a create or a fork accepts, in bytes.
+pub const MAX_SESSION_BYTES: usize = 255;
+
+/// Body of `POST /v0/executions/{id}/fork` (SDK 0.22 and later): a new execution of the same
+/// agent and input that replays the original's recorded effects up to event `at_seq` and runs
+/// the rest afresh (see [`Kernel::fork`](crate::Kernel::fork)).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForkExecutionRequest {
+    /// The original's event sequence number whose effects (and those before it) replay;
+    /// `0 ..= the last event's`, else `400`.
+    pub at_seq: i64,
+    /// The fork's session; empty means the original's. At most [`MAX_SESSION_BYTES`].
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub session: String,
+    /// Policy bundle YAML deciding the fork's new steps instead of the agent's; empty means
+    /// the agent's. Validated like `POST /v0/policies/{agent_id}`.
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub policy_bundle: String,
+}
+
 /// The parent step of a subagent execution.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -78,6 +78,10 @@ pub struct Execution {
     /// omitted when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<Value>,
+    /// Policy bundle YAML that decides this execution's new steps instead of its agent's
+    /// (given to a fork); omitted when empty (the agent's bundle decides).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub policy_bundle: String,
 }
 
 fn is_zero(n: &u64) -> bool {

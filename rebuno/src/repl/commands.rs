@@ -6,7 +6,10 @@ use super::render::{
     render_table, short_len, short_step,
 };
 use super::{Answer, LIST_LIMIT, Repl, Sink, WATCH_POLL};
-use crate::protocol::{CreateExecutionRequest, Execution, ExecutionStatus, RegisterAgentRequest};
+use crate::protocol::{
+    CreateExecutionRequest, Execution, ExecutionStatus, ForkExecutionRequest, Principal,
+    RegisterAgentRequest,
+};
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::str::FromStr;
@@ -38,6 +41,10 @@ pub(super) const HELP: &[(&str, &str)] = &[
         "follow an execution's events and live output until it ends (Ctrl-C stops)",
     ),
     ("exec cancel <id>", "cancel an execution"),
+    (
+        "exec fork <id> <at_seq>",
+        "fork an execution: replay its effects up to event at_seq, run the rest afresh",
+    ),
     ("approval ls", "list pending approvals"),
     (
         "approval grant <id> <decided_by> [rationale...]",
@@ -227,15 +234,35 @@ impl Repl {
                 self.kernel.cancel(&id).await.map_err(|e| e.to_string())?;
                 Ok(format!("cancelled execution {id}"))
             }
+            ("fork", [prefix, at_seq]) => {
+                let id = self.resolve_execution(prefix).await?;
+                let at_seq: i64 = at_seq
+                    .parse()
+                    .map_err(|_| format!("'{at_seq}' is not an event sequence number"))?;
+                let request = ForkExecutionRequest {
+                    at_seq,
+                    ..ForkExecutionRequest::default()
+                };
+                let fork = self
+                    .kernel
+                    .fork(&id, request, &Principal::admin())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(format!(
+                    "forked execution {id} at event {at_seq}: {} ({})",
+                    fork.id, fork.status
+                ))
+            }
             ("ls" | "list", _) => Err(usage("exec ls")),
             ("create" | "new", _) => Err(usage("exec create")),
             ("get" | "show", _) => Err(usage("exec get")),
             ("events", _) => Err(usage("exec events")),
             ("watch" | "follow", _) => Err(usage("exec watch")),
             ("cancel", _) => Err(usage("exec cancel")),
-            ("", _) => {
-                Err("exec needs a subcommand: ls, create, get, events, watch, cancel".to_owned())
-            }
+            ("fork", _) => Err(usage("exec fork")),
+            ("", _) => Err(
+                "exec needs a subcommand: ls, create, get, events, watch, cancel, fork".to_owned(),
+            ),
             (other, _) => Err(format!("unknown command 'exec {other}'; type help")),
         }
     }

@@ -18,9 +18,9 @@ use super::extract::{
 };
 use crate::protocol::{
     AgentMetadata, CompleteExecutionRequest, CompleteStepRequest, CreateExecutionRequest,
-    DecideApprovalRequest, Execution, FailExecutionRequest, FailStepRequest, HEADER_NEXT_CURSOR,
-    HealthStatus, PolicyTestRequest, RegisterAgentRequest, SetPolicyRequest, StreamDeltaRequest,
-    StreamFrame, SubmitStepRequest, canonical_uuid,
+    DecideApprovalRequest, Execution, FailExecutionRequest, FailStepRequest, ForkExecutionRequest,
+    HEADER_NEXT_CURSOR, HealthStatus, PolicyTestRequest, RegisterAgentRequest, SetPolicyRequest,
+    StreamDeltaRequest, StreamFrame, SubmitStepRequest, canonical_uuid,
 };
 use crate::store::ExecutionQuery;
 use axum::extract::State;
@@ -226,6 +226,19 @@ pub(super) async fn cancel(
 ) -> ApiResult {
     s.kernel.cancel(&id).await?;
     Ok(no_content())
+}
+
+/// `POST /v0/executions/{id}/fork {at_seq, session?, policy_bundle?}` (201 with the new
+/// execution; `404` unknown; `400` for a bad `at_seq`, session or bundle): see
+/// [`crate::Kernel::fork`].
+pub(super) async fn fork(
+    State(s): State<AppState>,
+    Client(principal, _): Client<ExecutionsWrite>,
+    UuidPath(id): UuidPath,
+    JsonBody(req): JsonBody<ForkExecutionRequest>,
+) -> ApiResult {
+    let fork = s.kernel.fork(&id, req, &principal).await?;
+    Ok(json_response(StatusCode::CREATED, &fork))
 }
 
 /// Row 7: `GET /v0/executions/{id}/steps[?status=terminal][&limit][&after]` (bearer, or the

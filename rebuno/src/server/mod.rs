@@ -151,6 +151,7 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
         .route("/v0/executions/{id}/previous", get(h::previous))
         .route("/v0/executions/{id}/stream", get(h::stream_subscribe))
         .route("/v0/executions/{id}/cancel", post(h::cancel))
+        .route("/v0/executions/{id}/fork", post(h::fork))
         .route(
             "/v0/executions/{id}/steps",
             get(h::list_steps).post(h::submit_step),

@@ -210,6 +210,11 @@ CREATE TABLE sessions (
     PRIMARY KEY (agent_id, session)
 );
 CREATE INDEX sessions_last_completed ON sessions (last_completed);
+",
+// 10: an execution's own policy bundle (YAML; a fork's override of its agent's), empty when
+// its agent's decides.
+"
+ALTER TABLE executions ADD COLUMN policy_bundle TEXT NOT NULL DEFAULT '';
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

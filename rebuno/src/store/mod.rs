@@ -134,6 +134,9 @@ pub trait Tx {
     ) -> StoreResult<Option<Execution>>;
     /// An execution's agent and status, without decoding its input and output (hot paths).
     fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>>;
+    /// An execution's own policy bundle (empty: its agent's decides), without decoding the
+    /// rest (the submit path).
+    fn execution_policy_bundle(&mut self, id: &str) -> StoreResult<Option<String>>;
     /// Inserts or replaces an execution.
     fn put_execution(&mut self, execution: &Execution) -> StoreResult<()>;
     /// A page of executions matching `query`, newest (highest id) first.

@@ -86,9 +86,9 @@ pub async fn identity_fields_round_trip(store: Dyn) {
     assert_eq!(r(&store, |tx| tx.approval("p1")).await, Some(a));
 }
 
-/// A turn's session, parent, fork origin, restoration, spawning step and state are kept
-/// exactly; its state and restoration change with an update; one parent step spawns at most
-/// one child.
+/// A turn's session, parent, fork origin, restoration, own policy bundle, spawning step and
+/// state are kept exactly; its state and restoration change with an update; one parent step
+/// spawns at most one child.
 pub async fn session_fork_and_spawn_fields_round_trip(store: Dyn) {
     let mut e = execution("e1", "a", ExecutionStatus::Running);
     e.session = "chat-1".into();
@@ -96,6 +96,7 @@ pub async fn session_fork_and_spawn_fields_round_trip(store: Dyn) {
     e.forked_from = "e9".into();
     e.fork_seq = 12;
     e.restoration = Some(serde_json::json!({"sandbox": {"generation": 2}}));
+    e.policy_bundle = "default_action: deny\n".into();
     e.spawned_by = Some(SpawnedBy {
         execution_id: "p".into(),
         step_id: "s".into(),
@@ -103,6 +104,14 @@ pub async fn session_fork_and_spawn_fields_round_trip(store: Dyn) {
     let e2 = e.clone();
     w(&store, move |tx| tx.put_execution(&e2)).await;
     assert_eq!(r(&store, |tx| tx.execution("e1")).await, Some(e.clone()));
+    assert_eq!(
+        r(&store, |tx| tx.execution_policy_bundle("e1")).await,
+        Some(e.policy_bundle.clone())
+    );
+    assert_eq!(
+        r(&store, |tx| tx.execution_policy_bundle("nope")).await,
+        None
+    );
     e.status = ExecutionStatus::Completed;
     e.state = Some(serde_json::json!({"turns": 1}));
     let e3 = e.clone();

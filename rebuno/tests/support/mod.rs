@@ -1,7 +1,8 @@
 //! Helpers shared by the tests that run real processes or talk to a served kernel: finding a
 //! Python with the published SDK (or failing, saying what is missing), killing children on
-//! drop, free ports, waiting for a listener, serving a kernel, and signing agent requests v1 by
-//! hand. The kernel conformance harness is `kernel.rs` beside it.
+//! drop, free ports, waiting for a listener, serving a kernel, signing agent requests v1 by
+//! hand, running a script against the SDK's `Client` and waiting for an execution's status.
+//! The kernel conformance harness is `kernel.rs` beside it.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
@@ -194,4 +195,52 @@ pub async fn python_agent(
     );
     wait_listening(port, "the Python agent");
     (child, hook)
+}
+
+/// Runs `script` (async `main(client)`, given the SDK's `Client` on `api_key`) with the SDK's
+/// Python; answers the lines it printed.
+pub fn run_client(
+    python: &str,
+    base: &str,
+    api_key: &str,
+    script: &str,
+    env: &[(&str, &str)],
+) -> Vec<String> {
+    let program = format!(
+        "import asyncio, os\nfrom rebuno import Client\n{script}\n\
+         asyncio.run(main(Client(os.environ['REBUNO_URL'], api_key=os.environ['KEY'])))\n"
+    );
+    let out = std::process::Command::new(python)
+        .args(["-c", &program])
+        .env("REBUNO_URL", base)
+        .env("KEY", api_key)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Polls execution `id` until its status is one of `want` (at most a minute); answers it.
+pub async fn wait_for(
+    kernel: &rebuno::Kernel,
+    id: &str,
+    want: &[rebuno::protocol::ExecutionStatus],
+) -> rebuno::protocol::Execution {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let exec = kernel.execution(id).await.unwrap();
+        if want.contains(&exec.status) || Instant::now() > deadline {
+            return exec;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -213,4 +213,12 @@ CREATE TABLE sessions (
 CREATE INDEX sessions_last_completed ON sessions (last_completed);
 "#,
     ),
+    (
+        7,
+        r#"
+-- An execution's own policy bundle (YAML; a fork's override of its agent's), empty when its
+-- agent's decides.
+ALTER TABLE executions ADD COLUMN policy_bundle text NOT NULL DEFAULT '';
+"#,
+    ),
 ];

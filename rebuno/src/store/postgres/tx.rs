@@ -267,14 +267,20 @@ impl Tx for PgTx<'_, '_> {
         self.note_locked(id, &found);
         Ok(found)
     }
+    fn execution_policy_bundle(&mut self, id: &str) -> StoreResult<Option<String>> {
+        let sql = "SELECT policy_bundle FROM executions WHERE id = $1";
+        self.one(sql, params![id => TEXT], |r| {
+            r.try_get(0).map_err(|e| e.to_string())
+        })
+    }
     fn put_execution(&mut self, e: &Execution) -> StoreResult<()> {
         // `ended_at` is set once, by the update that makes the execution terminal, and never
         // moves afterwards: retention counts from it.
         self.exec(
-            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key, on_behalf_of, subject_groups, session, parent_execution_id, forked_from, fork_seq, restoration, spawned_by_execution, spawned_by_step, state)
+            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key, on_behalf_of, subject_groups, session, parent_execution_id, forked_from, fork_seq, restoration, spawned_by_execution, spawned_by_step, state, policy_bundle)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
                CASE WHEN $5 IN ('completed', 'failed', 'cancelled') THEN $9 END, $11, NULLIF($12, ''), $13, $14,
-               $15, NULLIF($16, ''), NULLIF($17, ''), $18, $19, $20, $21, $22)
+               $15, NULLIF($16, ''), NULLIF($17, ''), $18, $19, $20, $21, $22, $23)
              ON CONFLICT (id) DO UPDATE SET agent_version = excluded.agent_version, input = excluded.input,
                status = excluded.status, output = excluded.output, failure_reason = excluded.failure_reason,
                updated_at = excluded.updated_at, deadline_at = excluded.deadline_at,
@@ -304,6 +310,7 @@ impl Tx for PgTx<'_, '_> {
                 e.spawned_by.as_ref().map(|s| s.execution_id.as_str()) => TEXT,
                 e.spawned_by.as_ref().map(|s| s.step_id.as_str()) => TEXT,
                 json_in(&e.state) => TEXT,
+                e.policy_bundle => TEXT,
             ],
         )?;
         Ok(())

@@ -1,0 +1,174 @@
+//! Forks: a new execution of an execution's agent and input that replays the original's
+//! recorded effects up to one of its event sequence numbers and runs the rest afresh
+//! (`POST /v0/executions/{id}/fork`).
+//!
+//! Step ids are derived from the execution id ([`identity::step_id`]), so a fork cannot read
+//! the original's steps: in one transaction it copies them. Every step of the original that
+//! reached `succeeded` or `failed` with its completion event (`step.succeeded` /
+//! `step.failed`) at or before `at_seq` is recorded under the fork's own step id for the same
+//! kind, target, args hash and occurrence, with the same status, args, result and error. When
+//! the fork's agent submits that call it gets `replay` with the recorded outcome and does not
+//! run it again; every other call (later, still running, denied, cancelled or awaiting approval
+//! at `at_seq`) is new to the fork and goes through policy and runs afresh. `at_seq = 0`
+//! replays nothing.
+//!
+//! The fork is dispatched like a new execution ([`insert_and_enqueue`]): its own log starts
+//! with `execution.created`, whose payload names `forked_from` and `fork_seq`, then
+//! `execution.started` and `dispatch.queued`; the copied steps are in its step listing, not its
+//! log. The original is only read. The fork records `forked_from` and `fork_seq`; its session
+//! is the request's or the original's, and in a session it is a turn like any other (it waits
+//! while another turn runs, and continues from the session's latest completed turn); its policy
+//! bundle (an execution-level override of the agent's, see
+//! [`crate::protocol::Execution::policy_bundle`]) is the request's or the original's own. It
+//! has no idempotency key or spawning step, and its creator is the caller. `restoration` stays
+//! empty: this kernel has no resources to restore.
+
+use super::executions::insert_and_enqueue;
+use super::sessions::{self, Admission, admit};
+use super::{Kernel, KernelError, KernelResult};
+use crate::identity;
+use crate::policy::Bundle;
+use crate::protocol::{
+    EventType, Execution, ExecutionStatus, ForkExecutionRequest, MAX_REQUEST_BODY_BYTES, Principal,
+    Step, StepStatus,
+};
+use crate::store::{StoreExt, StoreResult, Tx};
+use serde_json::Value;
+
+/// Events of the original one page of the scan reads.
+const SCAN_PAGE: usize = 500;
+
+/// Checks what a client controls in a fork request: `400` with what is wrong, else `Ok`.
+fn check_request(req: &ForkExecutionRequest) -> KernelResult<u64> {
+    let at_seq = u64::try_from(req.at_seq)
+        .map_err(|_| KernelError::validation(format!("at_seq {} is negative", req.at_seq)))?;
+    sessions::check_request(&req.session, "")?;
+    if req.policy_bundle.len() > MAX_REQUEST_BODY_BYTES {
+        return Err(KernelError::validation(format!(
+            "policy_bundle is over {MAX_REQUEST_BODY_BYTES} bytes"
+        )));
+    }
+    if !req.policy_bundle.is_empty() {
+        Bundle::parse(&req.policy_bundle)
+            .map_err(|e| KernelError::validation(format!("invalid policy bundle: {e}")))?;
+    }
+    Ok(at_seq)
+}
+
+/// The ids of the original's steps whose completion event is at or before `at_seq`, in log
+/// order, and the original's last event sequence number (or `None` when `at_seq` is past it,
+/// the scan then having read the whole log).
+fn completed_by(
+    tx: &mut dyn Tx,
+    execution_id: &str,
+    at_seq: u64,
+) -> StoreResult<(Vec<String>, Option<u64>)> {
+    let mut ids = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = tx.events(execution_id, after, SCAN_PAGE)?;
+        for event in &page.items {
+            if event.event_seq > at_seq {
+                return Ok((ids, Some(event.event_seq)));
+            }
+            after = event.event_seq;
+            if matches!(
+                event.event_type,
+                EventType::StepSucceeded | EventType::StepFailed
+            ) && let Some(step_id) = event.payload.get("step_id").and_then(Value::as_str)
+            {
+                ids.push(step_id.to_owned());
+            }
+        }
+        if page.next.is_none() || page.items.is_empty() {
+            return Ok((ids, (after >= at_seq).then_some(after)));
+        }
+    }
+}
+
+/// `step` of the original recorded as the fork `fork_id`'s: its step id for the same call.
+fn copied(step: Step, fork_id: &str) -> Step {
+    Step {
+        step_id: identity::step_id(
+            fork_id,
+            step.kind.as_str(),
+            &step.target,
+            &step.args_hash,
+            step.occurrence,
+        ),
+        execution_id: fork_id.to_owned(),
+        ..step
+    }
+}
+
+impl Kernel {
+    /// Forks execution `id` at its event `req.at_seq` as `principal` (see the module docs):
+    /// answers the new execution, which is already queued for dispatch. `404` for an unknown
+    /// execution; `400` (changing nothing) for a negative `at_seq` or one past the original's
+    /// last event, a session over [`MAX_SESSION_BYTES`] bytes, or a policy bundle that is too
+    /// large or does not parse.
+    pub async fn fork(
+        &self,
+        id: &str,
+        req: ForkExecutionRequest,
+        principal: &Principal,
+    ) -> KernelResult<Execution> {
+        let at_seq = check_request(&req)?;
+        let fresh = self.fresh_execution(principal);
+        let max_attempts = self.inner.config.dispatch_max_attempts;
+        let id = id.to_owned();
+        let fork = self
+            .inner
+            .store
+            .write(move |tx| {
+                let Some(original) = tx.execution(&id)? else {
+                    return Ok(Err(KernelError::not_found()));
+                };
+                let (step_ids, last) = completed_by(tx, &id, at_seq)?;
+                if last.is_none() {
+                    return Ok(Err(KernelError::validation(format!(
+                        "at_seq {at_seq} is past the last event of execution {id}"
+                    ))));
+                }
+                let or = |asked: String, inherited: String| {
+                    if asked.is_empty() { inherited } else { asked }
+                };
+                // A fork in a session is a turn of it like any other: it waits while another
+                // turn runs, and continues from the session's latest completed turn.
+                let mut session = or(req.session, original.session);
+                let mut parent = String::new();
+                let starts = match admit(tx, &original.agent_id, &mut session, &mut parent)? {
+                    Ok(admission) => matches!(admission, Admission::Start),
+                    Err(e) => return Ok(Err(e)),
+                };
+                let fork = Execution {
+                    agent_id: original.agent_id,
+                    agent_version: original.agent_version,
+                    input: original.input,
+                    status: if starts {
+                        ExecutionStatus::Running
+                    } else {
+                        ExecutionStatus::Pending
+                    },
+                    session,
+                    parent_execution_id: parent,
+                    forked_from: original.id,
+                    fork_seq: at_seq,
+                    policy_bundle: or(req.policy_bundle, original.policy_bundle),
+                    ..fresh
+                };
+                insert_and_enqueue(tx, &fork, max_attempts)?;
+                for step_id in step_ids {
+                    if let Some(step) = tx.step(&id, &step_id)?
+                        && matches!(step.status, StepStatus::Succeeded | StepStatus::Failed)
+                    {
+                        tx.put_step(&copied(step, &fork.id))?;
+                    }
+                }
+                Ok(Ok(fork))
+            })
+            .await??;
+        self.announce_started(&fork);
+        Ok(fork)
+    }
+}

@@ -28,6 +28,7 @@ mod keys;
 mod listing;
 mod metrics;
 mod replicas;
+mod resources;
 mod steps;
 mod stream;
 mod supervise;

@@ -202,6 +202,45 @@ ALTER TABLE executions ADD COLUMN state TEXT;
 CREATE INDEX executions_session ON executions (agent_id, session, id) WHERE session <> '';
 CREATE UNIQUE INDEX executions_spawned_by ON executions (spawned_by_execution, spawned_by_step)
   WHERE spawned_by_execution IS NOT NULL;
+",
+// 10: reserved for the migration another branch lands before this one (a no-op here; when the
+// branches meet, that migration takes this place and resources stay number 11).
+"",
+// 11: external resources. One row per execution and key: driver, configuration and policy
+// (JSON / 0-1 / counts), the generation, the binding of the live instance (JSON, NULL: none)
+// and the lease that last held it, the affecting steps since the latest checkpoint, and that
+// checkpoint. Then every capture and capture failure, in the order recorded.
+"
+CREATE TABLE resources (
+    execution_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    driver_id TEXT NOT NULL,
+    configuration TEXT NOT NULL,
+    coverage_reuse INTEGER NOT NULL,
+    every_steps INTEGER NOT NULL,
+    on_completion INTEGER NOT NULL,
+    generation INTEGER NOT NULL,
+    binding TEXT,
+    lease_dispatch_id TEXT NOT NULL,
+    lease_attempt INTEGER NOT NULL,
+    steps_since_checkpoint INTEGER NOT NULL,
+    checkpoint_ref TEXT NOT NULL,
+    checkpoint_generation INTEGER NOT NULL,
+    declared_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (execution_id, key)
+) WITHOUT ROWID;
+CREATE TABLE resource_checkpoints (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    execution_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    checkpoint_ref TEXT NOT NULL,
+    error TEXT NOT NULL,
+    step_id TEXT NOT NULL,
+    recorded_at TEXT NOT NULL
+);
+CREATE INDEX resource_checkpoints_resource ON resource_checkpoints (execution_id, key, seq);
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

@@ -393,7 +393,7 @@ impl Tx for SqliteTx<'_> {
             |r| r.get(0),
         )?;
         for id in &ids {
-            for table in ["events", "steps", "approvals", "dispatches"] {
+            for table in super::EXECUTION_CHILD_TABLES {
                 self.exec(
                     &format!("DELETE FROM {table} WHERE execution_id = ?1"),
                     params![id],
@@ -783,6 +783,9 @@ impl Tx for SqliteTx<'_> {
     fn api_keys(&mut self) -> &mut dyn super::ApiKeyTx {
         self
     }
+    fn resources(&mut self) -> &mut dyn super::ResourceTx {
+        self
+    }
 }
 
 #[cfg(test)]
@@ -790,3 +793,4 @@ impl Tx for SqliteTx<'_> {
 mod tests;
 
 mod keys;
+mod resources;

@@ -353,7 +353,7 @@ impl Tx for PgTx<'_, '_> {
                (SELECT id FROM dispatches WHERE execution_id = ANY($1))",
             params![ids => TEXT_ARRAY],
         )?;
-        for table in ["events", "steps", "approvals", "dispatches"] {
+        for table in crate::store::EXECUTION_CHILD_TABLES {
             self.exec(
                 &format!("DELETE FROM {table} WHERE execution_id = ANY($1)"),
                 params![ids => TEXT_ARRAY],
@@ -811,6 +811,10 @@ impl Tx for PgTx<'_, '_> {
     fn api_keys(&mut self) -> &mut dyn crate::store::ApiKeyTx {
         self
     }
+    fn resources(&mut self) -> &mut dyn crate::store::ResourceTx {
+        self
+    }
 }
 
 mod keys;
+mod resources;

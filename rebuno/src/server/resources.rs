@@ -7,7 +7,7 @@
 //! * `POST /v0/executions/{id}/resources/{key}/binding` `{binding}` → `204`;
 //! * `POST /v0/executions/{id}/resources/checkpoints` `{captures?, capture_failures?}` → `204`.
 //!
-//! Like every agent route: another agent's execution is `403`, a superseded lease `409
+//! Like every agent route: another agent's execution is `404`, a superseded lease `409
 //! lease_superseded`, a terminal execution `409 execution_terminal`, and a bad body `400`
 //! before anything is recorded.
 

@@ -17,6 +17,8 @@ mod keys;
 mod records;
 #[path = "store_conformance/replicas.rs"]
 mod replicas;
+#[path = "store_conformance/resources.rs"]
+mod resources;
 
 use durable_support::pg::{PgOptions, postgres};
 use rebuno::protocol::{
@@ -133,6 +135,7 @@ macro_rules! conformance {
 use dispatches::*;
 use keys::*;
 use records::*;
+use resources::*;
 
 conformance!(
     agents_round_trip_page_and_delete,
@@ -157,6 +160,7 @@ conformance!(
     identity_fields_round_trip,
     session_fork_and_spawn_fields_round_trip,
     session_turns_and_latest_completed,
+    resources_round_trip_and_go_with_their_execution,
 );
 
 /// The store under test.

@@ -11,6 +11,9 @@
 //! The handler heartbeats every `min(lease / 3, 30 s)` and is aborted when the kernel answers
 //! `lease_superseded`.
 //!
+//! `resources` holds the resource drivers (capture a resource into a checkpoint ref, re-create
+//! it from one) and a directory driver.
+//!
 //! When it starts serving, an agent publishes its handler's description and input/output JSON
 //! Schemas to the kernel (see `metadata` for when, and what a failure does).
 //!
@@ -22,6 +25,7 @@ pub mod context;
 #[cfg(feature = "kernel")]
 mod embedded;
 mod metadata;
+pub mod resources;
 pub mod transport;
 
 pub use context::{

@@ -30,6 +30,7 @@ mod keys;
 mod listing;
 mod metrics;
 mod replicas;
+mod resources;
 mod sessions;
 mod steps;
 mod stream;

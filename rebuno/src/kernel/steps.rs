@@ -7,12 +7,13 @@
 //! durable before `proceed`).
 
 use super::dispatch::{lease_holds, retire_dispatches};
+use super::resources::{apply_checkpoints, plan_checkpoints};
 use super::volatile::record_progress;
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::identity;
 use crate::policy::{self, Action, EvalInput, enforce_rate_limit};
 use crate::protocol::{
-    Approval, ApprovalEventPayload, ApprovalStatus, EventType, ExecutionEventPayload,
+    Approval, ApprovalEventPayload, ApprovalStatus, Checkpoints, EventType, ExecutionEventPayload,
     ExecutionStatus, Idempotency, REASON_INDETERMINATE_RETRY, RULE_INDETERMINATE_RETRY, Step,
     StepDecision, StepEventPayload, StepKind, StepStatus, SubmitStepRequest, denial_error,
     indeterminate_error,
@@ -133,16 +134,26 @@ impl Kernel {
         &self,
         execution_id: &str,
         lease: &Lease,
-        req: SubmitStepRequest,
+        mut req: SubmitStepRequest,
     ) -> KernelResult<StepDecision> {
         // The snapshot may see writes not yet durable. An answer that records something is
         // durable after all of them; any other waits until they are.
+        super::resources::check_step_keys(&req.resources)?;
+        let keys = std::mem::take(&mut req.resources);
         let mut wrote = false;
-        let out = self
+        let mut out = self
             .submit_inner(execution_id, lease, req, &mut wrote)
             .await;
         if !wrote {
             self.inner.store.settle().await?;
+        }
+        if let Ok(decision) = &mut out
+            && !keys.is_empty()
+        {
+            let proceed = decision.decision == crate::protocol::Decision::Proceed;
+            decision.resources = self
+                .step_resources(execution_id, lease, &keys, proceed)
+                .await?;
         }
         out
     }
@@ -631,8 +642,24 @@ impl Kernel {
             step_id,
             lease,
             Ok(result.unwrap_or(Value::Null)),
+            Checkpoints::default(),
         )
         .await
+    }
+
+    /// [`Kernel::complete_step`] with the resource checkpoints taken after the step, recorded
+    /// with the outcome (see `kernel::resources`; invalid ones are `400` and record nothing).
+    pub async fn complete_step_with(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        lease: &Lease,
+        result: Option<Value>,
+        checkpoints: Checkpoints,
+    ) -> KernelResult<StepDecision> {
+        let outcome = Ok(result.unwrap_or(Value::Null));
+        self.finish_step(execution_id, step_id, lease, outcome, checkpoints)
+            .await
     }
 
     /// Records a step's error (`recorded`); same rules as [`Kernel::complete_step`].
@@ -648,8 +675,24 @@ impl Kernel {
             step_id,
             lease,
             Err(error.unwrap_or(Value::Null)),
+            Checkpoints::default(),
         )
         .await
+    }
+
+    /// [`Kernel::fail_step`] with the resource checkpoints taken after the step (as
+    /// [`Kernel::complete_step_with`]).
+    pub async fn fail_step_with(
+        &self,
+        execution_id: &str,
+        step_id: &str,
+        lease: &Lease,
+        error: Option<Value>,
+        checkpoints: Checkpoints,
+    ) -> KernelResult<StepDecision> {
+        let outcome = Err(error.unwrap_or(Value::Null));
+        self.finish_step(execution_id, step_id, lease, outcome, checkpoints)
+            .await
     }
 
     async fn finish_step(
@@ -658,7 +701,9 @@ impl Kernel {
         step_id: &str,
         lease: &Lease,
         outcome: Result<Value, Value>,
+        checkpoints: Checkpoints,
     ) -> KernelResult<StepDecision> {
+        checkpoints.check().map_err(KernelError::validation)?;
         // The step must belong to the path's execution (the Go kernel ignores the path; a
         // mismatch is a 404 here), checked inside the transaction, under that execution's lock.
         let _guard = self.lock_execution(execution_id).await?;
@@ -667,7 +712,9 @@ impl Kernel {
             (lease.clone(), step_id.to_owned(), execution_id.to_owned());
         self.inner
             .store
-            .write(move |tx| finish_step_tx(tx, &exec_id, &step_id, &lease, outcome, &now))
+            .write(move |tx| {
+                finish_step_tx(tx, &exec_id, &step_id, &lease, outcome, &checkpoints, &now)
+            })
             .await?
     }
 }
@@ -678,6 +725,7 @@ fn finish_step_tx(
     step_id: &str,
     lease: &Lease,
     outcome: Result<Value, Value>,
+    checkpoints: &Checkpoints,
     now: &str,
 ) -> StoreResult<KernelResult<StepDecision>> {
     let Some(mut step) = tx.step(execution_id, step_id)? else {
@@ -714,6 +762,10 @@ fn finish_step_tx(
     if let Err(e) = step.status.transition(to) {
         return Ok(Err(KernelError::from(&e)));
     }
+    let plan = match plan_checkpoints(tx, execution_id, step_id, checkpoints, now)? {
+        Ok(plan) => plan,
+        Err(e) => return Ok(Err(e)),
+    };
     let event = match outcome {
         Ok(result) => {
             let mut event = step_event(&step);
@@ -739,5 +791,6 @@ fn finish_step_tx(
     step.completed_at = Some(now.to_owned());
     tx.put_step(&step)?;
     tx.append_events(&step.execution_id, now, &[event])?;
+    apply_checkpoints(tx, execution_id, plan, now)?;
     Ok(Ok(StepDecision::recorded()))
 }

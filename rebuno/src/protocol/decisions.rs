@@ -114,6 +114,10 @@ pub struct StepDecision {
     /// Why a step was denied, rate limited or parked.
     #[serde(default, skip_serializing_if = "is_none_or_empty")]
     pub reason: Option<String>,
+    /// `{key, generation, due}` for each declared resource the submit named (SDK 0.23 and
+    /// later); omitted when empty (the SDK reads absent as `[]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<super::StepResource>,
 }
 
 /// `reason`, or `default` when it is empty or only whitespace.
@@ -134,6 +138,7 @@ impl StepDecision {
             error: None,
             approval_id: None,
             reason: None,
+            resources: Vec::new(),
         }
     }
 

@@ -58,6 +58,16 @@ wire_enum! {
         DispatchFailed = "dispatch.failed",
         /// [`DispatchEventPayload`] with status `exhausted`: the execution was already terminal.
         DispatchDiscarded = "dispatch.discarded",
+        /// [`ResourceEventPayload`](super::ResourceEventPayload) with `driver_id` and
+        /// `checkpoint_ref?` (what the new generation restores from): a resource was declared
+        /// for the first time or re-created after its binding was lost.
+        ResourceDeclared = "resource.declared",
+        /// [`ResourceEventPayload`](super::ResourceEventPayload) with `checkpoint_ref` and
+        /// `step_id?`: a checkpoint was recorded.
+        ResourceCheckpointed = "resource.checkpointed",
+        /// [`ResourceEventPayload`](super::ResourceEventPayload) with `error` and `step_id?`: a
+        /// checkpoint failed (the previous one stays the one to restore from).
+        ResourceCheckpointFailed = "resource.checkpoint_failed",
     }
 }
 

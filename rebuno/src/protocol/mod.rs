@@ -14,6 +14,8 @@
 //! * `resources`: the resource JSON of executions, steps, events, approvals and agents, the
 //!   dispatch queue row, listings and live-stream frames, and the approver check;
 //! * `requests`: the request bodies of the `/v0` routes and the webhook payload;
+//! * `checkpoints`: external resources: the resource route bodies and answers, a decision's
+//!   per-resource entries, checkpoint records and their bounds;
 //! * `decisions`: the step decisions and the reasons of refusals;
 //! * `events`: event types and their payloads;
 //! * `ids`: UUID and step-id syntax;
@@ -120,6 +122,7 @@ fn is_none_or_empty(s: &Option<String>) -> bool {
     s.as_deref().is_none_or(str::is_empty)
 }
 
+mod checkpoints;
 mod decisions;
 mod errors;
 mod events;
@@ -132,6 +135,7 @@ mod requests;
 mod resources;
 mod status;
 
+pub use checkpoints::*;
 pub use decisions::*;
 pub use errors::*;
 pub use events::*;

@@ -144,8 +144,9 @@ pub struct SubmitStepRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub occurrence: Option<u64>,
     /// The resources (by key) the step touches, as SDK 0.23 and later always send (usually
-    /// `[]`). Accepted and checked (strings, at most [`MAX_SDK_LIST`]); this kernel does not
-    /// manage resources yet, so it answers no resource due.
+    /// `[]`). At most [`MAX_SDK_LIST`], each a valid key
+    /// ([`check_resource_key`](super::check_resource_key)); the decision answers
+    /// `{key, generation, due}` for those declared (see `kernel::resources`).
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
@@ -234,7 +235,7 @@ pub struct FailStepRequest {
 pub const MAX_SDK_LIST: usize = 256;
 
 /// A list of at most [`MAX_SDK_LIST`] entries; `null` reads as empty.
-fn bounded_list<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+pub(super) fn bounded_list<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,

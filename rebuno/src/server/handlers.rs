@@ -17,10 +17,11 @@ use super::extract::{
     UuidPath, uuid_param,
 };
 use crate::protocol::{
-    AgentMetadata, CompleteExecutionRequest, CompleteStepRequest, CreateExecutionRequest,
-    DecideApprovalRequest, Execution, FailExecutionRequest, FailStepRequest, ForkExecutionRequest,
-    HEADER_NEXT_CURSOR, HealthStatus, PolicyTestRequest, RegisterAgentRequest, SetPolicyRequest,
-    StreamDeltaRequest, StreamFrame, SubmitStepRequest, canonical_uuid,
+    AgentMetadata, Checkpoints, CompleteExecutionRequest, CompleteStepRequest,
+    CreateExecutionRequest, DecideApprovalRequest, Execution, FailExecutionRequest,
+    FailStepRequest, ForkExecutionRequest, HEADER_NEXT_CURSOR, HealthStatus, PolicyTestRequest,
+    RegisterAgentRequest, SetPolicyRequest, StreamDeltaRequest, StreamFrame, SubmitStepRequest,
+    canonical_uuid,
 };
 use crate::store::ExecutionQuery;
 use axum::extract::State;
@@ -89,7 +90,7 @@ impl AppState {
     }
 
     /// [`AppState::owned_execution`] without loading the execution (the agent's hot paths).
-    async fn check_owner(&self, agent_id: &str, id: &str) -> Result<(), ApiError> {
+    pub(super) async fn check_owner(&self, agent_id: &str, id: &str) -> Result<(), ApiError> {
         if self.kernel.execution_owner(id).await? == agent_id {
             Ok(())
         } else {
@@ -305,9 +306,13 @@ pub(super) async fn complete_step(State(s): State<AppState>, mut call: AgentCall
     let lease = call.lease()?;
     let req: CompleteStepRequest = call.json()?;
     s.check_owner(&call.agent_id, &id).await?;
+    let checkpoints = Checkpoints {
+        captures: req.captures,
+        capture_failures: req.capture_failures,
+    };
     let decision = s
         .kernel
-        .complete_step(&id, &step_id, &lease, req.result)
+        .complete_step_with(&id, &step_id, &lease, req.result, checkpoints)
         .await?;
     Ok(ok(&decision))
 }
@@ -318,7 +323,14 @@ pub(super) async fn fail_step(State(s): State<AppState>, mut call: AgentCall) ->
     let lease = call.lease()?;
     let req: FailStepRequest = call.json()?;
     s.check_owner(&call.agent_id, &id).await?;
-    let decision = s.kernel.fail_step(&id, &step_id, &lease, req.error).await?;
+    let checkpoints = Checkpoints {
+        captures: req.captures,
+        capture_failures: req.capture_failures,
+    };
+    let decision = s
+        .kernel
+        .fail_step_with(&id, &step_id, &lease, req.error, checkpoints)
+        .await?;
     Ok(ok(&decision))
 }
 

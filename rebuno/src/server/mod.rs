@@ -43,6 +43,7 @@ mod handlers;
 mod keys;
 pub mod manifest;
 mod metrics;
+mod resources;
 mod serve;
 
 pub use serve::{ServeOptions, serve, serve_with_shutdown};
@@ -170,6 +171,15 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
             post(h::stream_publish),
         )
         .route("/v0/executions/{id}/heartbeat", post(h::heartbeat))
+        .route("/v0/executions/{id}/resources", post(resources::declare))
+        .route(
+            "/v0/executions/{id}/resources/checkpoints",
+            post(resources::checkpoints),
+        )
+        .route(
+            "/v0/executions/{id}/resources/{key}/binding",
+            post(resources::bind),
+        )
         .route("/v0/executions/{id}/complete", post(h::complete_execution))
         .route("/v0/executions/{id}/fail", post(h::fail_execution))
         .route("/v0/agents", post(h::register_agent).get(h::list_agents))

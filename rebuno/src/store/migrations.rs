@@ -215,6 +215,42 @@ CREATE INDEX sessions_last_completed ON sessions (last_completed);
 // its agent's decides.
 "
 ALTER TABLE executions ADD COLUMN policy_bundle TEXT NOT NULL DEFAULT '';
+",
+// 11: external resources. One row per execution and key: driver, configuration and policy
+// (JSON / 0-1 / counts), the generation, the binding of the live instance (JSON, NULL: none)
+// and the lease that last held it, the affecting steps since the latest checkpoint, and that
+// checkpoint. Then every capture and capture failure, in the order recorded.
+"
+CREATE TABLE resources (
+    execution_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    driver_id TEXT NOT NULL,
+    configuration TEXT NOT NULL,
+    coverage_reuse INTEGER NOT NULL,
+    every_steps INTEGER NOT NULL,
+    on_completion INTEGER NOT NULL,
+    generation INTEGER NOT NULL,
+    binding TEXT,
+    lease_dispatch_id TEXT NOT NULL,
+    lease_attempt INTEGER NOT NULL,
+    steps_since_checkpoint INTEGER NOT NULL,
+    checkpoint_ref TEXT NOT NULL,
+    checkpoint_generation INTEGER NOT NULL,
+    declared_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (execution_id, key)
+) WITHOUT ROWID;
+CREATE TABLE resource_checkpoints (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    execution_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    checkpoint_ref TEXT NOT NULL,
+    error TEXT NOT NULL,
+    step_id TEXT NOT NULL,
+    recorded_at TEXT NOT NULL
+);
+CREATE INDEX resource_checkpoints_resource ON resource_checkpoints (execution_id, key, seq);
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

@@ -30,6 +30,7 @@ mod migrations;
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod readers;
+mod resources;
 #[cfg(feature = "sqlite")]
 mod rows;
 #[cfg(feature = "sqlite")]
@@ -39,6 +40,7 @@ mod writer;
 
 #[cfg(feature = "postgres")]
 pub use postgres::{PgRateLimiter, PgStore};
+pub use resources::{CheckpointRecord, ResourceRecord, ResourceTx};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
@@ -67,6 +69,17 @@ impl From<rusqlite::Error> for StoreError {
         StoreError::Database(e.to_string())
     }
 }
+
+/// The tables whose rows belong to one execution (column `execution_id`), which retention
+/// deletes with it.
+pub(crate) const EXECUTION_CHILD_TABLES: &[&str] = &[
+    "events",
+    "steps",
+    "approvals",
+    "dispatches",
+    "resources",
+    "resource_checkpoints",
+];
 
 /// Result alias for store operations.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -296,6 +309,8 @@ pub trait Tx {
     fn api_keys(&mut self) -> &mut dyn ApiKeyTx;
     /// The session operations of this transaction.
     fn sessions(&mut self) -> &mut dyn SessionTx;
+    /// The external-resource operations of this transaction.
+    fn resources(&mut self) -> &mut dyn ResourceTx;
 }
 
 /// The session operations of a transaction ([`Tx::sessions`]): the turns of one agent's

@@ -400,7 +400,7 @@ impl Tx for SqliteTx<'_> {
             |r| r.get(0),
         )?;
         for id in &ids {
-            for table in ["events", "steps", "approvals", "dispatches"] {
+            for table in super::EXECUTION_CHILD_TABLES {
                 self.exec(
                     &format!("DELETE FROM {table} WHERE execution_id = ?1"),
                     params![id],
@@ -797,6 +797,9 @@ impl Tx for SqliteTx<'_> {
     fn sessions(&mut self) -> &mut dyn super::SessionTx {
         self
     }
+    fn resources(&mut self) -> &mut dyn super::ResourceTx {
+        self
+    }
 }
 
 #[cfg(test)]
@@ -804,4 +807,5 @@ impl Tx for SqliteTx<'_> {
 mod tests;
 
 mod keys;
+mod resources;
 mod sessions;

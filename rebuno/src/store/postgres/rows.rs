@@ -30,7 +30,7 @@ pub(super) fn json_in(v: &Option<Value>) -> Option<String> {
 }
 
 /// A JSON column's value.
-fn json_out(r: &Row, i: usize) -> Result<Option<Value>, DecodeError> {
+pub(super) fn json_out(r: &Row, i: usize) -> Result<Option<Value>, DecodeError> {
     get::<Option<&str>>(r, i)?
         .map(serde_json::from_str)
         .transpose()

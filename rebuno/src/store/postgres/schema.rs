@@ -221,4 +221,44 @@ CREATE INDEX sessions_last_completed ON sessions (last_completed);
 ALTER TABLE executions ADD COLUMN policy_bundle text NOT NULL DEFAULT '';
 "#,
     ),
+    // 7 is another branch's (versions are applied by number, so the gap is harmless).
+    (
+        8,
+        r#"
+-- External resources. One row per execution and key: driver, configuration and policy, the
+-- generation, the binding of the live instance (JSON, NULL: none) and the lease that last
+-- held it, the affecting steps since the latest checkpoint, and that checkpoint. Then every
+-- capture and capture failure, in the order recorded.
+CREATE TABLE resources (
+    execution_id text COLLATE "C" NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    driver_id text NOT NULL,
+    configuration text NOT NULL,
+    coverage_reuse boolean NOT NULL,
+    every_steps bigint NOT NULL,
+    on_completion boolean NOT NULL,
+    generation bigint NOT NULL,
+    binding text,
+    lease_dispatch_id text NOT NULL,
+    lease_attempt bigint NOT NULL,
+    steps_since_checkpoint bigint NOT NULL,
+    checkpoint_ref text NOT NULL,
+    checkpoint_generation bigint NOT NULL,
+    declared_at text NOT NULL,
+    updated_at text NOT NULL,
+    PRIMARY KEY (execution_id, key)
+);
+CREATE TABLE resource_checkpoints (
+    seq bigserial PRIMARY KEY,
+    execution_id text COLLATE "C" NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    generation bigint NOT NULL,
+    checkpoint_ref text NOT NULL,
+    error text NOT NULL,
+    step_id text NOT NULL,
+    recorded_at text NOT NULL
+);
+CREATE INDEX resource_checkpoints_resource ON resource_checkpoints (execution_id, key, seq);
+"#,
+    ),
 ];

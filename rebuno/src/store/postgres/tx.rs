@@ -361,7 +361,7 @@ impl Tx for PgTx<'_, '_> {
                (SELECT id FROM dispatches WHERE execution_id = ANY($1))",
             params![ids => TEXT_ARRAY],
         )?;
-        for table in ["events", "steps", "approvals", "dispatches"] {
+        for table in crate::store::EXECUTION_CHILD_TABLES {
             self.exec(
                 &format!("DELETE FROM {table} WHERE execution_id = ANY($1)"),
                 params![ids => TEXT_ARRAY],
@@ -826,7 +826,11 @@ impl Tx for PgTx<'_, '_> {
     fn sessions(&mut self) -> &mut dyn crate::store::SessionTx {
         self
     }
+    fn resources(&mut self) -> &mut dyn crate::store::ResourceTx {
+        self
+    }
 }
 
 mod keys;
+mod resources;
 mod sessions;

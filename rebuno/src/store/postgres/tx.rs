@@ -13,10 +13,14 @@
 //! Statements are prepared once per connection, with their parameter types, and kept
 //! ([`Statements`]): after the first use each is one round trip that PostgreSQL neither parses
 //! nor (after its first executions) plans again.
+//!
+//! Submodules: `base` (the statement, decoding, paging and locking helpers every operation
+//! runs through), and the operations of a transaction beyond [`Tx`]'s own: `keys`,
+//! `sessions`, `resources`.
 
 use super::rows::{
-    AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, Decode, EVENT_COLS, EXEC_COLS, STEP_COLS, agent_row,
-    approval_row, corrupt, dispatch_row, event_row, exec_row, int, json_in, page, parse, step_row,
+    AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, EVENT_COLS, EXEC_COLS, STEP_COLS, agent_row,
+    approval_row, dispatch_row, event_row, exec_row, int, json_in, parse, step_row,
 };
 use crate::protocol::{
     Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
@@ -25,9 +29,7 @@ use crate::protocol::{
 use crate::store::AGENT_LEASE;
 use crate::store::{ExecutionQuery, OccurrenceKey, Page, StoreError, StoreResult, Tx};
 use durable_support::pg::postgres;
-use durable_support::pg::{Cached, Param, Statements, advisory_key, describe};
-use postgres::Row;
-use postgres::fallible_iterator::FallibleIterator;
+use durable_support::pg::{Cached, Param, advisory_key};
 use postgres::types::{ToSql, Type};
 use serde_json::Value;
 
@@ -53,118 +55,6 @@ pub(super) struct PgTx<'a, 'c> {
     /// Executions whose row this write transaction already holds `FOR UPDATE` (appending
     /// events need not lock it again: one round trip fewer).
     locked: Vec<String>,
-}
-
-impl<'a, 'c> PgTx<'a, 'c> {
-    /// The operations of `tx`; `write` for a write transaction.
-    pub(super) fn new(
-        tx: &'a mut postgres::Transaction<'c>,
-        statements: &'a mut Statements,
-        write: bool,
-    ) -> Self {
-        PgTx {
-            tx: Cached::new(tx, statements),
-            write,
-            failed: None,
-            locked: Vec::new(),
-        }
-    }
-
-    /// The error of the first statement that failed, if any did.
-    pub(super) fn failure(&self) -> Option<&str> {
-        self.failed.as_deref()
-    }
-
-    /// `FOR UPDATE` in a write transaction.
-    fn lock(&self) -> &'static str {
-        if self.write { " FOR UPDATE" } else { "" }
-    }
-
-    /// Notes that a `FOR UPDATE` read of execution `id` found its row (so this transaction
-    /// holds the row lock until it ends). A handful at most per transaction.
-    fn note_locked<T>(&mut self, id: &str, found: &Option<T>) {
-        if self.write && found.is_some() && !self.locked.iter().any(|l| l == id) {
-            self.locked.push(id.to_owned());
-        }
-    }
-
-    fn fail(&mut self, e: &postgres::Error) -> StoreError {
-        let message = describe(e);
-        self.failed.get_or_insert_with(|| message.clone());
-        StoreError::Database(message)
-    }
-
-    fn rows(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<Vec<Row>> {
-        let out = self.tx.query_typed(sql, p);
-        out.map_err(|e| self.fail(&e))
-    }
-
-    fn exec(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<u64> {
-        let out = self.tx.execute_typed(sql, p);
-        out.map_err(|e| self.fail(&e))
-    }
-
-    /// The first row `sql` selects, if any. A row that does not decode is corrupt.
-    fn one<T>(&mut self, sql: &str, p: &[Param<'_>], decode: Decode<T>) -> StoreResult<Option<T>> {
-        match self.rows(sql, p)?.first() {
-            Some(r) => decode(r).map(Some).map_err(|e| corrupt(r, &e)),
-            None => Ok(None),
-        }
-    }
-
-    /// Every row `sql` selects. A row that does not decode is corrupt.
-    fn all<T>(&mut self, sql: &str, p: &[Param<'_>], decode: Decode<T>) -> StoreResult<Vec<T>> {
-        self.rows(sql, p)?
-            .iter()
-            .map(|r| decode(r).map_err(|e| corrupt(r, &e)))
-            .collect()
-    }
-
-    fn exists(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<bool> {
-        Ok(!self.rows(sql, p)?.is_empty())
-    }
-
-    fn count(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<u64> {
-        let rows = self.rows(sql, p)?;
-        let n: i64 = rows
-            .first()
-            .and_then(|r| r.try_get(0).ok())
-            .ok_or_else(|| StoreError::Database("a count returned no row".into()))?;
-        Ok(n.max(0) as u64)
-    }
-
-    /// A page of rows streamed from the server: reading stops once the page is full.
-    fn page<T>(
-        &mut self,
-        sql: &str,
-        p: &[Param<'_>],
-        limit: usize,
-        cursor: usize,
-        decode: Decode<T>,
-    ) -> StoreResult<Page<T>> {
-        let failed = {
-            let streamed = self.tx.query_typed_raw(sql, p);
-            match streamed {
-                Ok(rows) => {
-                    let mut failed = None;
-                    let rows = rows.iterator().map_while(|r| match r {
-                        Ok(row) => Some(Ok(row)),
-                        Err(e) => {
-                            failed = Some(e);
-                            None
-                        }
-                    });
-                    let out = page(rows, limit, cursor, decode);
-                    match failed {
-                        None => return out,
-                        Some(e) => e,
-                    }
-                }
-                Err(e) => e,
-            }
-        };
-        Err(self.fail(&failed))
-    }
 }
 
 /// How many rows a page of `limit` reads: one more, to learn whether another page follows.
@@ -831,6 +721,7 @@ impl Tx for PgTx<'_, '_> {
     }
 }
 
+mod base;
 mod keys;
 mod resources;
 mod sessions;

@@ -1,0 +1,126 @@
+//! Opening the SQLite store: a file (WAL, a writer and reader threads, migrations) or an
+//! in-memory database, and reads on a reader thread.
+
+use super::super::durable::{Durable, Syncer, wal_path};
+use super::super::migrations::{db_err, migrate};
+use super::super::readers::{Conn, ConnFn, Readers};
+use super::super::writer::Writer;
+use super::{SqliteStore, SqliteTx};
+use crate::store::{StoreError, StoreResult, TxFn};
+use rusqlite::Connection;
+use std::any::Any;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// Read connections (and reader threads) of a file store.
+const READERS: usize = 3;
+
+/// Prepared statements each connection keeps: every statement the kernel runs (the writer also
+/// runs reads), so none is prepared again (rusqlite keeps 16 by default).
+const STATEMENT_CACHE: usize = 128;
+
+/// WAL size (pages) that triggers a checkpoint (SQLite's default is 1,000).
+const WAL_CHECKPOINT_PAGES: i64 = 10_000;
+
+impl SqliteStore {
+    /// Opens (creating and migrating if needed) the kernel database at `path`.
+    pub fn open(path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
+        let path = path.as_ref();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| db_err(dir, e))?;
+        }
+        let writer = Connection::open(path).map_err(|e| db_err(path, e))?;
+        writer.busy_timeout(std::time::Duration::from_secs(30))?;
+        writer.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        writer
+            .pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| db_err(path, format!("not a rebuno database ({e})")))?;
+        writer.pragma_update(None, "synchronous", "FULL")?;
+        // Checkpoint less often than SQLite's default 1,000 pages: under load every commit
+        // dirties many pages, and each checkpoint stalls the writer.
+        writer.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)?;
+        migrate(&writer, path)?;
+        // The migration committed, so the WAL file exists: open it for the syncer. Without it
+        // (a platform that names it otherwise), SQLite syncs each commit itself.
+        let wal = std::fs::OpenOptions::new()
+            .write(true)
+            .open(wal_path(path))
+            .ok();
+        let sync = match wal {
+            Some(wal) => {
+                writer.pragma_update(None, "synchronous", "NORMAL")?;
+                Some(Syncer::start(wal, Arc::new(Durable::default()))?)
+            }
+            None => None,
+        };
+        let mut conns = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            let reader = Connection::open(path).map_err(|e| db_err(path, e))?;
+            reader.busy_timeout(std::time::Duration::from_secs(30))?;
+            reader.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+            conns.push(Conn::Own(reader));
+        }
+        let durable = sync.as_ref().map(|s| Arc::clone(&s.durable));
+        let writer = Writer::start(Conn::Own(writer), sync)?;
+        Ok(SqliteStore {
+            path: Some(path.to_owned()),
+            readers: Readers::start(writer.idle_handle(), conns)?,
+            writer,
+            durable,
+        })
+    }
+
+    /// A fresh in-memory database (nothing survives the process).
+    pub fn memory() -> StoreResult<SqliteStore> {
+        let conn = Connection::open_in_memory()?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        migrate(&conn, Path::new(":memory:"))?;
+        // One connection serves both threads: each locks it for a group or a read.
+        let shared = Arc::new(Mutex::new(conn));
+        let writer = Writer::start(Conn::Shared(Arc::clone(&shared)), None)?;
+        Ok(SqliteStore {
+            path: None,
+            readers: Readers::start(writer.idle_handle(), vec![Conn::Shared(shared)])?,
+            writer,
+            durable: None,
+        })
+    }
+
+    /// Opens `sqlite://<path>`, `sqlite::memory:` or `memory`.
+    pub fn open_url(url: &str) -> StoreResult<SqliteStore> {
+        if url == "memory" || url == "sqlite::memory:" || url == "sqlite://:memory:" {
+            return Self::memory();
+        }
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .ok_or_else(|| {
+                StoreError::Database(format!(
+                    "unsupported database URL '{url}' (use sqlite://<path>)"
+                ))
+            })?;
+        Self::open(path)
+    }
+
+    /// The database file (`None` in memory).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Runs `f` in a read transaction on a reader thread.
+    pub(super) async fn read_on_reader(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+        let job: ConnFn = Box::new(move |conn| {
+            conn.execute_batch("BEGIN")?;
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                f(&mut SqliteTx::new(conn))
+            }))
+            .unwrap_or_else(|_| Err(StoreError::Database("a store read panicked".into())));
+            // A read changes nothing: ending it cannot lose anything, only release the snapshot.
+            let ended = conn.execute_batch("COMMIT");
+            let out = out?;
+            ended?;
+            Ok(out)
+        });
+        self.readers.run(job).await
+    }
+}

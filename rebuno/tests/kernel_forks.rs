@@ -120,7 +120,11 @@ async fn forks(env: Env) {
     assert_eq!(d.decision, Decision::Denied, "{d:?}");
     assert_eq!(env.k.agent("a").await.unwrap().policy_bundle, "");
     // A fork is a turn of its session: into "other", where f3 still runs, it waits.
-    let waiting = env.k.fork(&f3, fork_at(0), &Principal::admin()).await.unwrap();
+    let waiting = env
+        .k
+        .fork(&f3, fork_at(0), &Principal::admin())
+        .await
+        .unwrap();
     assert_eq!(waiting.status, ExecutionStatus::Pending);
     assert_eq!(waiting.session, "other");
     env.k.cancel(&waiting.id).await.unwrap();

@@ -69,6 +69,7 @@ pub mod tool;
 
 #[cfg(feature = "kernel")]
 pub use agent::Runtime;
+pub use agent::resources::{CheckpointPolicy, resource};
 pub use agent::{
     Agent, AgentBuilder, AgentHandler, ExecutionContext, execution, handler_fn, spawn,
 };

@@ -41,6 +41,9 @@ pub struct ToolDef {
     pub parameters: Value,
     /// How an orphaned call may be retried.
     pub idempotency: Idempotency,
+    /// The declared resources a call may change (see [`crate::agent::resources`]): each call
+    /// is submitted naming them, and a due checkpoint is captured with its outcome.
+    pub resources: Vec<String>,
 }
 
 impl ToolDef {
@@ -51,7 +54,14 @@ impl ToolDef {
             description: description.into(),
             parameters: json!({"type": "object", "properties": {}}),
             idempotency: Idempotency::SafeToRetry,
+            resources: Vec::new(),
         }
+    }
+
+    /// Sets the declared resources a call may change.
+    pub fn resources<K: Into<String>>(mut self, keys: impl IntoIterator<Item = K>) -> Self {
+        self.resources = keys.into_iter().map(Into::into).collect();
+        self
     }
 
     /// Sets the arguments' JSON Schema.
@@ -145,11 +155,12 @@ impl DynTool {
         let ctx = execution()?;
         let raw = raw_args(&args)?;
         let invoke = Arc::clone(&self.invoke);
-        ctx.invoke(
+        ctx.invoke_changing(
             StepKind::ToolCall,
             &self.def.name,
             self.def.idempotency,
             raw,
+            &self.def.resources,
             async move { invoke(args).await },
         )
         .await

@@ -108,6 +108,7 @@ impl Fixture {
                     args,
                     idempotency: Idempotency::SafeToRetry,
                     occurrence: None,
+                    resources: Vec::new(),
                 },
             )
             .await

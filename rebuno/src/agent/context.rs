@@ -6,10 +6,13 @@
 //! outcome. Control-flow refusals (`Blocked`, `Terminated`, `LeaseSuperseded`) are also
 //! remembered on the context, so the dispatch unwinds even if user code swallowed the error.
 
+pub(crate) use super::background::Background;
 use super::transport::{Submission, Transport};
 use crate::error::{Error, Result};
 use crate::protocol::Lease;
-use crate::protocol::{Decision, Idempotency, Step, StepDecision, StepKind, StepStatus};
+use crate::protocol::{
+    Checkpoints, Decision, Idempotency, Step, StepDecision, StepKind, StepResource, StepStatus,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -97,57 +100,8 @@ struct Inner {
     background: Background,
     /// The state the execution completes with, for its session's next turn.
     state: Mutex<Option<Value>>,
-}
-
-/// Counts the effects of a dispatch whose record is being written in the background, after
-/// their reader went away (a streamed LLM call dropped before its end). The next effect waits
-/// for them: otherwise it could overtake the record, and if it blocked the execution, the next
-/// attempt would find the call unrecorded and make it again.
-#[derive(Default)]
-pub(crate) struct Background {
-    pending: Mutex<usize>,
-    idle: tokio::sync::Notify,
-}
-
-impl Background {
-    /// One more record is being written with nobody waiting for it.
-    pub(crate) fn detach(&self) {
-        *self
-            .pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
-    }
-
-    /// A detached record is written (or failed).
-    pub(crate) fn settle(&self) {
-        let mut pending = self
-            .pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *pending = pending.saturating_sub(1);
-        if *pending == 0 {
-            self.idle.notify_waiters();
-        }
-    }
-
-    /// Waits until no detached record is pending.
-    async fn idle(&self) {
-        loop {
-            let notified = self.idle.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a `settle` in between is not missed.
-            notified.as_mut().enable();
-            if *self
-                .pending
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                == 0
-            {
-                return;
-            }
-            notified.await;
-        }
-    }
+    /// The resources this dispatch declared (see [`super::resources`]).
+    resources: super::resources::Managed,
 }
 
 impl Inner {
@@ -164,6 +118,7 @@ impl Inner {
             observer: self.observer.clone(),
             background: Background::default(),
             state: Mutex::new(None),
+            resources: super::resources::Managed::default(),
             local: self.local.as_ref().map(|_| LocalReplay {
                 record: tokio::sync::OnceCell::new(),
                 counts: Mutex::default(),
@@ -231,6 +186,7 @@ impl ExecutionContext {
                 local: None,
                 background: Background::default(),
                 state: Mutex::new(None),
+                resources: super::resources::Managed::default(),
             }),
         }
     }
@@ -352,8 +308,13 @@ impl ExecutionContext {
         e
     }
 
+    /// The resources this dispatch declared.
+    pub(crate) fn managed(&self) -> &super::resources::Managed {
+        &self.inner.resources
+    }
+
     /// Converts a transport error, remembering control-flow ones.
-    fn check(&self, e: Error) -> Error {
+    pub(crate) fn check(&self, e: Error) -> Error {
         if super::transport::is_terminal_refusal(&e) {
             return self.suspend(Error::Terminated);
         }
@@ -392,6 +353,23 @@ impl ExecutionContext {
         args: Box<RawValue>,
         idempotency: Idempotency,
     ) -> Result<Submitted> {
+        let (submitted, _) = self
+            .submit_changing(kind, target, args, idempotency, Vec::new())
+            .await?;
+        Ok(submitted)
+    }
+
+    /// [`ExecutionContext::submit`] of an effect that may change the declared `resources`;
+    /// also answers the decision's `{key, generation, due}` entries (a checkpoint of each due
+    /// one goes with the step's outcome).
+    pub async fn submit_changing(
+        &self,
+        kind: StepKind,
+        target: &str,
+        args: Box<RawValue>,
+        idempotency: Idempotency,
+        resources: Vec<String>,
+    ) -> Result<(Submitted, Vec<StepResource>)> {
         if let Some(s) = self.suspension() {
             // A dispatch that is unwinding submits nothing more.
             return Err(s);
@@ -403,6 +381,7 @@ impl ExecutionContext {
             args,
             idempotency,
             occurrence: None,
+            resources,
         };
         let dec = {
             let _order = self.inner.submit_order.lock().await;
@@ -438,7 +417,7 @@ impl ExecutionContext {
                         "kernel answered proceed without a step id".into(),
                     ));
                 }
-                Ok(Submitted::Proceed { step_id })
+                Ok((Submitted::Proceed { step_id }, dec.resources))
             }
             Decision::Replay => {
                 self.observe(&kind, target, &dec, EffectOutcome::Replayed);
@@ -446,7 +425,7 @@ impl ExecutionContext {
                     Some(err) => Err(err),
                     None => Ok(dec.result.unwrap_or(Value::Null)),
                 };
-                Ok(Submitted::Replay { step_id, outcome })
+                Ok((Submitted::Replay { step_id, outcome }, Vec::new()))
             }
             other => {
                 self.observe(&kind, target, &dec, EffectOutcome::Refused);
@@ -550,6 +529,17 @@ impl ExecutionContext {
     /// Records a step's result. Answers the outcome that is on record: `result` itself, or the
     /// result an earlier completion of the same step stored.
     pub async fn complete(&self, step_id: &str, result: Value) -> Result<Value> {
+        self.complete_with(step_id, result, Checkpoints::default())
+            .await
+    }
+
+    /// [`ExecutionContext::complete`] with the resource checkpoints taken after the step.
+    pub async fn complete_with(
+        &self,
+        step_id: &str,
+        result: Value,
+        checkpoints: Checkpoints,
+    ) -> Result<Value> {
         let dec = self
             .inner
             .transport
@@ -558,6 +548,7 @@ impl ExecutionContext {
                 step_id,
                 &self.inner.lease,
                 result.clone(),
+                checkpoints,
             )
             .await
             .map_err(|e| self.check(e))?;
@@ -573,10 +564,26 @@ impl ExecutionContext {
 
     /// Records a step's error.
     pub async fn fail(&self, step_id: &str, error: Value) -> Result<()> {
+        self.fail_with(step_id, error, Checkpoints::default()).await
+    }
+
+    /// [`ExecutionContext::fail`] with the resource checkpoints taken after the step.
+    pub async fn fail_with(
+        &self,
+        step_id: &str,
+        error: Value,
+        checkpoints: Checkpoints,
+    ) -> Result<()> {
         let dec = self
             .inner
             .transport
-            .fail_step(&self.inner.execution_id, step_id, &self.inner.lease, error)
+            .fail_step(
+                &self.inner.execution_id,
+                step_id,
+                &self.inner.lease,
+                error,
+                checkpoints,
+            )
             .await
             .map_err(|e| self.check(e))?;
         match dec.decision {
@@ -615,7 +622,38 @@ impl ExecutionContext {
         E: fmt::Display + 'static,
         Fut: Future<Output = std::result::Result<T, E>>,
     {
-        match self.submit(kind, target, args, idempotency).await? {
+        self.invoke_changing(kind, target, idempotency, args, &[], body)
+            .await
+    }
+
+    /// [`ExecutionContext::invoke`] of an effect whose body may change the declared
+    /// `resources` (declared first with [`ExecutionContext::resource`]). The step is submitted
+    /// naming them, and each one the decision says is due is captured by its driver after the
+    /// body and recorded with the step's outcome. While any key is named, effects naming
+    /// resources run one at a time (so a capture sees no other step's half-done change): such
+    /// a body must not itself make an effect that names resources.
+    pub async fn invoke_changing<T, E, Fut>(
+        &self,
+        kind: StepKind,
+        target: &str,
+        idempotency: Idempotency,
+        args: Box<RawValue>,
+        resources: &[String],
+        body: Fut,
+    ) -> Result<T>
+    where
+        T: Serialize + DeserializeOwned,
+        E: fmt::Display + 'static,
+        Fut: Future<Output = std::result::Result<T, E>>,
+    {
+        let _exclusive = match resources.is_empty() {
+            true => None,
+            false => Some(self.inner.resources.exclusive().await),
+        };
+        let (submitted, due) = self
+            .submit_changing(kind, target, args, idempotency, resources.to_vec())
+            .await?;
+        match submitted {
             Submitted::Replay { step_id, outcome } => match outcome {
                 Ok(v) => decode(target, &step_id, v),
                 Err(err) => Err(Error::Tool {
@@ -631,12 +669,18 @@ impl ExecutionContext {
                         Ok(json) => json,
                         Err(e) => {
                             let message = format!("result is not JSON: {e}");
-                            self.fail(&step_id, serde_json::json!({ "message": message }))
-                                .await?;
+                            let cps = self.capture(&due).await;
+                            self.fail_with(
+                                &step_id,
+                                serde_json::json!({ "message": message }),
+                                cps,
+                            )
+                            .await?;
                             return Err(Error::tool(target, step_id, message));
                         }
                     };
-                    let recorded = self.complete(&step_id, json).await?;
+                    let cps = self.capture(&due).await;
+                    let recorded = self.complete_with(&step_id, json, cps).await?;
                     decode(target, &step_id, recorded)
                 }
                 Err(e) => {
@@ -657,7 +701,8 @@ impl ExecutionContext {
                         Error::Tool { message, .. } => message.clone(),
                         other => other.to_string(),
                     };
-                    self.fail(&step_id, serde_json::json!({ "message": message }))
+                    let cps = self.capture(&due).await;
+                    self.fail_with(&step_id, serde_json::json!({ "message": message }), cps)
                         .await?;
                     Err(Error::tool(target, step_id, message))
                 }

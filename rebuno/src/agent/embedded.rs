@@ -5,7 +5,10 @@
 use super::{Agent, AgentBuilder, AgentHandler, Submission, Transport};
 use crate::error::Result;
 use crate::kernel::{Background, EmbeddedDeliverer, Kernel};
-use crate::protocol::{AgentMetadata, Execution, Lease, Step, StepDecision};
+use crate::protocol::{
+    AgentMetadata, BindResourceRequest, Checkpoints, DeclareResourceRequest, Execution, Lease,
+    ResourceView, Step, StepDecision,
+};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
@@ -52,10 +55,11 @@ impl Transport for EmbeddedTransport {
         step_id: &str,
         lease: &Lease,
         result: Value,
+        checkpoints: Checkpoints,
     ) -> Result<StepDecision> {
         Ok(self
             .kernel
-            .complete_step(execution_id, step_id, lease, Some(result))
+            .complete_step_with(execution_id, step_id, lease, Some(result), checkpoints)
             .await?)
     }
 
@@ -65,10 +69,49 @@ impl Transport for EmbeddedTransport {
         step_id: &str,
         lease: &Lease,
         error: Value,
+        checkpoints: Checkpoints,
     ) -> Result<StepDecision> {
         Ok(self
             .kernel
-            .fail_step(execution_id, step_id, lease, Some(error))
+            .fail_step_with(execution_id, step_id, lease, Some(error), checkpoints)
+            .await?)
+    }
+
+    async fn declare_resource(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        req: &DeclareResourceRequest,
+    ) -> Result<ResourceView> {
+        Ok(self
+            .kernel
+            .declare_resource(execution_id, lease, req.clone())
+            .await?)
+    }
+
+    async fn bind_resource(
+        &self,
+        execution_id: &str,
+        key: &str,
+        lease: &Lease,
+        binding: Value,
+    ) -> Result<()> {
+        let req = BindResourceRequest { binding };
+        Ok(self
+            .kernel
+            .bind_resource(execution_id, key, lease, req)
+            .await?)
+    }
+
+    async fn publish_checkpoints(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        checkpoints: Checkpoints,
+    ) -> Result<()> {
+        Ok(self
+            .kernel
+            .publish_checkpoints(execution_id, lease, checkpoints)
             .await?)
     }
 

@@ -12,7 +12,9 @@
 //! `lease_superseded`.
 //!
 //! `resources` holds the resource drivers (capture a resource into a checkpoint ref, re-create
-//! it from one) and a directory driver.
+//! it from one), a directory driver, and their use from a handler ([`resources::resource`]):
+//! declared on first use, re-created from the latest checkpoint after a crash, captured with
+//! the outcome of a step that names them when a checkpoint is due, and on completion.
 //!
 //! When it starts serving, an agent publishes its handler's description and input/output JSON
 //! Schemas to the kernel (see `metadata` for when, and what a failure does).
@@ -21,6 +23,7 @@
 //! its background loops, and agents registered on it that receive dispatches as direct calls
 //! through `EmbeddedTransport`.
 
+mod background;
 pub mod context;
 #[cfg(feature = "kernel")]
 mod embedded;
@@ -575,6 +578,13 @@ impl Agent {
         }
         let done = match outcome {
             Ok(output) => {
+                // A failed capture is only logged: the execution's outcome stands.
+                if let Err(e) = ctx.checkpoint_on_completion().await {
+                    tracing::warn!(execution_id, error = %e, "checkpoint on completion failed");
+                }
+                if ctx.suspension().is_some() {
+                    return;
+                }
                 transport
                     .complete_execution(execution_id, &lease, output, ctx.take_state())
                     .await

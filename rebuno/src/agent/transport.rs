@@ -9,9 +9,10 @@ pub use super::embedded::EmbeddedTransport;
 
 use crate::error::{Error, Result};
 use crate::protocol::{
-    AgentMetadata, CompleteExecutionRequest, CompleteStepRequest, ErrorCode, ErrorEnvelope,
-    Execution, FailExecutionRequest, FailStepRequest, Idempotency, Lease, Step, StepDecision,
-    StepKind, StreamDeltaRequest, SubmitStepRequest,
+    AgentMetadata, BindResourceRequest, Checkpoints, CompleteExecutionRequest, CompleteStepRequest,
+    DeclareResourceRequest, ErrorCode, ErrorEnvelope, Execution, FailExecutionRequest,
+    FailStepRequest, Idempotency, Lease, ResourceView, Step, StepDecision, StepKind,
+    StreamDeltaRequest, SubmitStepRequest,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -32,6 +33,9 @@ pub struct Submission {
     /// The occurrence the agent counted, when it replays locally (see
     /// [`SubmitStepRequest::occurrence`]).
     pub occurrence: Option<u64>,
+    /// The declared resources the effect may change (the decision answers whether a
+    /// checkpoint of each is due; see [`crate::agent::resources`]).
+    pub resources: Vec<String>,
 }
 
 impl From<Submission> for SubmitStepRequest {
@@ -42,7 +46,7 @@ impl From<Submission> for SubmitStepRequest {
             args: Some(s.args),
             idempotency: s.idempotency,
             occurrence: s.occurrence,
-            resources: Vec::new(),
+            resources: s.resources,
         }
     }
 }
@@ -59,22 +63,50 @@ pub trait Transport: Send + Sync + 'static {
         lease: &Lease,
         submission: Submission,
     ) -> Result<StepDecision>;
-    /// Records a step's result.
+    /// Records a step's result, with the resource checkpoints taken after it (empty when none
+    /// was due).
     async fn complete_step(
         &self,
         execution_id: &str,
         step_id: &str,
         lease: &Lease,
         result: Value,
+        checkpoints: Checkpoints,
     ) -> Result<StepDecision>;
-    /// Records a step's error.
+    /// Records a step's error, with the resource checkpoints taken after it.
     async fn fail_step(
         &self,
         execution_id: &str,
         step_id: &str,
         lease: &Lease,
         error: Value,
+        checkpoints: Checkpoints,
     ) -> Result<StepDecision>;
+    /// Declares (or declares again) a resource of the execution (`POST …/resources`) and
+    /// answers how to open or re-create it.
+    async fn declare_resource(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        req: &DeclareResourceRequest,
+    ) -> Result<ResourceView>;
+    /// Records the binding of the instance the agent created for resource `key`
+    /// (`POST …/resources/{key}/binding`).
+    async fn bind_resource(
+        &self,
+        execution_id: &str,
+        key: &str,
+        lease: &Lease,
+        binding: Value,
+    ) -> Result<()>;
+    /// Records checkpoints taken outside a step (a baseline, or on completion;
+    /// `POST …/resources/checkpoints`).
+    async fn publish_checkpoints(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        checkpoints: Checkpoints,
+    ) -> Result<()>;
     /// Renews the lease (`LeaseSuperseded` once another attempt owns the dispatch).
     async fn heartbeat(&self, execution_id: &str, lease: &Lease) -> Result<()>;
     /// Completes the execution with its output and the state for its session's next turn.
@@ -306,10 +338,12 @@ impl Transport for HttpTransport {
         step_id: &str,
         lease: &Lease,
         result: Value,
+        checkpoints: Checkpoints,
     ) -> Result<StepDecision> {
         let req = CompleteStepRequest {
             result: Some(result),
-            ..CompleteStepRequest::default()
+            captures: checkpoints.captures,
+            capture_failures: checkpoints.capture_failures,
         };
         self.post_json(
             &[
@@ -333,10 +367,12 @@ impl Transport for HttpTransport {
         step_id: &str,
         lease: &Lease,
         error: Value,
+        checkpoints: Checkpoints,
     ) -> Result<StepDecision> {
         let req = FailStepRequest {
             error: Some(error),
-            ..FailStepRequest::default()
+            captures: checkpoints.captures,
+            capture_failures: checkpoints.capture_failures,
         };
         self.post_json(
             &["v0", "executions", execution_id, "steps", step_id, "fail"],
@@ -345,6 +381,59 @@ impl Transport for HttpTransport {
         )
         .await?
         .json()
+    }
+
+    async fn declare_resource(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        req: &DeclareResourceRequest,
+    ) -> Result<ResourceView> {
+        self.post_json(
+            &["v0", "executions", execution_id, "resources"],
+            Some(lease),
+            req,
+        )
+        .await?
+        .json()
+    }
+
+    async fn bind_resource(
+        &self,
+        execution_id: &str,
+        key: &str,
+        lease: &Lease,
+        binding: Value,
+    ) -> Result<()> {
+        self.post_json(
+            &[
+                "v0",
+                "executions",
+                execution_id,
+                "resources",
+                key,
+                "binding",
+            ],
+            Some(lease),
+            &BindResourceRequest { binding },
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn publish_checkpoints(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        checkpoints: Checkpoints,
+    ) -> Result<()> {
+        self.post_json(
+            &["v0", "executions", execution_id, "resources", "checkpoints"],
+            Some(lease),
+            &checkpoints,
+        )
+        .await
+        .map(drop)
     }
 
     async fn heartbeat(&self, execution_id: &str, lease: &Lease) -> Result<()> {

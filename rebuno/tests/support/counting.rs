@@ -4,7 +4,9 @@
 #![allow(dead_code)] // each user reads a different subset
 
 use rebuno::agent::{Submission, Transport};
-use rebuno::protocol::{AgentMetadata, Execution, Step, StepDecision};
+use rebuno::protocol::{
+    AgentMetadata, Checkpoints, DeclareResourceRequest, Execution, ResourceView, Step, StepDecision,
+};
 use rebuno::{Lease, Result};
 use serde_json::Value;
 use std::sync::Arc;
@@ -17,7 +19,8 @@ pub struct Counting {
     pub submits: AtomicUsize,
     /// Execution and step reads.
     pub reads: AtomicUsize,
-    /// Everything else (completions, failures, heartbeats, stream deltas); publishing the
+    /// Everything else (completions, failures, heartbeats, stream deltas, resource declares,
+    /// bindings and checkpoints); publishing the
     /// agent's metadata, done once at start-up and not per dispatch, is not counted.
     pub other: AtomicUsize,
 }
@@ -62,9 +65,10 @@ impl Transport for Counting {
         step: &str,
         lease: &Lease,
         result: Value,
+        cps: Checkpoints,
     ) -> Result<StepDecision> {
         Self::tick(&self.other);
-        self.inner.complete_step(id, step, lease, result).await
+        self.inner.complete_step(id, step, lease, result, cps).await
     }
     async fn fail_step(
         &self,
@@ -72,9 +76,33 @@ impl Transport for Counting {
         step: &str,
         lease: &Lease,
         error: Value,
+        cps: Checkpoints,
     ) -> Result<StepDecision> {
         Self::tick(&self.other);
-        self.inner.fail_step(id, step, lease, error).await
+        self.inner.fail_step(id, step, lease, error, cps).await
+    }
+    async fn declare_resource(
+        &self,
+        id: &str,
+        lease: &Lease,
+        req: &DeclareResourceRequest,
+    ) -> Result<ResourceView> {
+        Self::tick(&self.other);
+        self.inner.declare_resource(id, lease, req).await
+    }
+    async fn bind_resource(
+        &self,
+        id: &str,
+        key: &str,
+        lease: &Lease,
+        binding: Value,
+    ) -> Result<()> {
+        Self::tick(&self.other);
+        self.inner.bind_resource(id, key, lease, binding).await
+    }
+    async fn publish_checkpoints(&self, id: &str, lease: &Lease, cps: Checkpoints) -> Result<()> {
+        Self::tick(&self.other);
+        self.inner.publish_checkpoints(id, lease, cps).await
     }
     async fn heartbeat(&self, id: &str, lease: &Lease) -> Result<()> {
         Self::tick(&self.other);

@@ -800,6 +800,9 @@ impl Tx for SqliteTx<'_> {
     fn resources(&mut self) -> &mut dyn super::ResourceTx {
         self
     }
+    fn subagents(&mut self) -> &mut dyn super::SubagentTx {
+        self
+    }
 }
 
 #[cfg(test)]
@@ -809,3 +812,4 @@ mod tests;
 mod keys;
 mod resources;
 mod sessions;
+mod subagents;

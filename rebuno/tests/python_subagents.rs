@@ -85,8 +85,16 @@ async fn python_sdk_0_29_subagent_survives_a_killed_parent() {
     )
     .await;
     let boss = ("boss", "boss-secret");
-    let (parent_agent, _) =
-        python_agent(&kernel, &python, parent_dir.path(), boss, PARENT, &base, &[]).await;
+    let (parent_agent, _) = python_agent(
+        &kernel,
+        &python,
+        parent_dir.path(),
+        boss,
+        PARENT,
+        &base,
+        &[],
+    )
+    .await;
     let parent = kernel
         .create_execution(rebuno::protocol::CreateExecutionRequest {
             agent_id: "boss".into(),
@@ -109,13 +117,28 @@ async fn python_sdk_0_29_subagent_survives_a_killed_parent() {
     })
     .await;
     drop(parent_agent); // SIGKILL
-    let (_parent_again, _) =
-        python_agent(&kernel, &python, parent_dir.path(), boss, PARENT, &base, &[]).await;
+    let (_parent_again, _) = python_agent(
+        &kernel,
+        &python,
+        parent_dir.path(),
+        boss,
+        PARENT,
+        &base,
+        &[],
+    )
+    .await;
     std::fs::write(&go, "").unwrap();
 
     until("the parent to end", || {
         let (kernel, parent) = (kernel.clone(), parent.clone());
-        async move { kernel.execution(&parent).await.unwrap().status.is_terminal() }
+        async move {
+            kernel
+                .execution(&parent)
+                .await
+                .unwrap()
+                .status
+                .is_terminal()
+        }
     })
     .await;
     let exec = kernel.execution(&parent).await.unwrap();
@@ -133,7 +156,10 @@ async fn python_sdk_0_29_subagent_survives_a_killed_parent() {
         .executions;
     assert_eq!(children.len(), 1);
     assert_eq!(
-        children[0].spawned_by.as_ref().map(|s| s.execution_id.as_str()),
+        children[0]
+            .spawned_by
+            .as_ref()
+            .map(|s| s.execution_id.as_str()),
         Some(parent.as_str())
     );
     let types: Vec<String> = kernel

@@ -311,3 +311,84 @@ async fn each_replica_reaps_by_the_lease_of_the_rows_agent() {
     a.advance(Duration::from_secs(601));
     assert_eq!(b.k.reap_expired_leases().await.unwrap(), 1);
 }
+
+/// Creates an execution of `agent` spawned by step `step` of `parent` on replica `env`.
+async fn spawn_child(env: &Env, parent: &str, step: &str, agent: &str) -> (String, bool) {
+    let req = CreateExecutionRequest {
+        agent_id: agent.into(),
+        input: Some(json!({"from": step})),
+        spawned_by: Some(rebuno::protocol::SpawnedBy {
+            execution_id: parent.into(),
+            step_id: step.into(),
+        }),
+        ..CreateExecutionRequest::default()
+    };
+    let started = env
+        .k
+        .start_execution(req, &rebuno::protocol::Principal::admin())
+        .await
+        .unwrap();
+    (started.execution.id, started.created)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn subagents_settle_and_cascade_across_replicas() {
+    let (a, b) = replicas(config()).await;
+    a.agent("boss", "").await;
+    a.agent("worker", "").await;
+    let (parent, lease) = a.start("boss").await;
+    let s1 = a
+        .proceed(&parent, &lease, call_of("delegate", "{\"n\":1}"))
+        .await;
+    let s2 = a
+        .proceed(&parent, &lease, call_of("delegate", "{\"n\":2}"))
+        .await;
+    // The same step asked of both replicas at once: one child.
+    let (x, y) = tokio::join!(
+        spawn_child(&a, &parent, &s1, "worker"),
+        spawn_child(&b, &parent, &s1, "worker")
+    );
+    assert_eq!(x.0, y.0, "one child per step");
+    assert!(x.1 ^ y.1, "exactly one create made it");
+    let (c2, _) = spawn_child(&b, &parent, &s2, "worker").await;
+    assert!(b.k.suspend(&parent, &lease).await.unwrap());
+    let claimed = a.k.claim_dispatches(16).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    let lease_of = |id: &str| {
+        claimed
+            .iter()
+            .find(|c| c.dispatch.execution_id == id)
+            .unwrap()
+            .lease()
+    };
+    // Both children complete at once, on different replicas: the parent resumes once.
+    let (l1, l2) = (lease_of(&x.0), lease_of(&c2));
+    let (r1, r2) = tokio::join!(
+        a.k.complete_execution(&x.0, &l1, Some(json!("one"))),
+        b.k.complete_execution(&c2, &l2, Some(json!("two")))
+    );
+    r1.unwrap();
+    r2.unwrap();
+    assert_eq!(a.exec_status(&parent).await, ExecutionStatus::Running);
+    let live: Vec<_> = a
+        .dispatches(&parent)
+        .await
+        .into_iter()
+        .filter(|d| d.status == DispatchStatus::Pending)
+        .collect();
+    assert_eq!(live.len(), 1, "one new dispatch");
+    let lease2 = b.claim_one().await.lease();
+    let d = b
+        .submit(&parent, &lease2, call_of("delegate", "{\"n\":2}"))
+        .await;
+    assert_eq!(d.result, Some(json!("two")));
+
+    // A third child, cancelled with its parent from the other replica.
+    let s3 = b
+        .proceed(&parent, &lease2, call_of("delegate", "{\"n\":3}"))
+        .await;
+    let (c3, _) = spawn_child(&a, &parent, &s3, "worker").await;
+    a.k.cancel(&parent).await.unwrap();
+    assert_eq!(b.exec_status(&c3).await, ExecutionStatus::Cancelled);
+}

@@ -4,14 +4,13 @@
 //! Expiry runs on time: a timer sleeps until the earliest pending timeout (woken whenever an
 //! approval is created), instead of the Go kernel's ten-minute sweep.
 
-use super::dispatch::enqueue_dispatch;
 use super::steps::deny_step;
+use super::subagents::resume_if_idle;
 use super::supervise::supervise;
 use super::{Kernel, KernelError, KernelResult, Metrics, payload};
 use crate::protocol::{
-    Approval, ApprovalEventPayload, ApprovalStatus, EventType, ExecutionEventPayload,
-    ExecutionStatus, Principal, RATIONALE_TIMEOUT, REASON_APPROVAL_DENIED, REASON_APPROVAL_TIMEOUT,
-    StepEventPayload, StepStatus,
+    Approval, ApprovalEventPayload, ApprovalStatus, EventType, Principal, RATIONALE_TIMEOUT,
+    REASON_APPROVAL_DENIED, REASON_APPROVAL_TIMEOUT, StepEventPayload, StepStatus,
 };
 use crate::store::{StoreExt, StoreResult, Tx};
 use crate::time::parse_rfc3339;
@@ -138,23 +137,10 @@ fn resolve_in_tx(
             )?);
         }
     }
-    if let Some(mut exec) = tx.execution(&approval.execution_id)?
-        && exec.status == ExecutionStatus::Blocked
-    {
-        // Other approvals of the execution may still be pending; it resumes when none are.
-        if tx.pending_approvals(Some(&exec.id))?.is_empty() {
-            exec.status = ExecutionStatus::Running;
-            exec.updated_at = now.to_owned();
-            tx.put_execution(&exec)?;
-            events.push((
-                EventType::ExecutionResumed,
-                payload(&ExecutionEventPayload::new(
-                    &exec.id,
-                    ExecutionStatus::Running,
-                )),
-            ));
-            events.push(enqueue_dispatch(tx, &exec.id, now, now, max_attempts)?);
-        }
+    // Other approvals of the execution may still be pending, or subagents unsettled; it
+    // resumes when none are.
+    if let Some(mut exec) = tx.execution(&approval.execution_id)? {
+        resume_if_idle(tx, &mut exec, now, max_attempts, &mut events)?;
     }
     tx.append_events(&approval.execution_id, now, &events)?;
     Ok(())

@@ -12,7 +12,8 @@
 //! `next_attempt_at` and `locked_at` serve only a process that has no measurement of its own).
 //! Claims and the delivery loop are in `dispatcher`.
 
-use super::sessions::start_next_turn;
+use super::executions::{Ending, ended_in_tx};
+use super::subagents::lock_parent;
 use super::sweep::FirstRound;
 use super::volatile::Ended;
 use super::{Events, Kernel, KernelResult, Lease, Metrics, payload};
@@ -415,9 +416,8 @@ impl Kernel {
     async fn exhaust(&self, d: Dispatch, error: Option<String>) -> KernelResult<()> {
         let _guard = self.lock_execution(&d.execution_id).await?;
         let now = self.now_text();
-        let execution_id = d.execution_id.clone();
         let max_attempts = self.inner.config.dispatch_max_attempts;
-        let ended = self
+        let ending = self
             .inner
             .store
             .write(move |tx| {
@@ -440,8 +440,12 @@ impl Kernel {
                     p["error"] = Value::String(error);
                     events.push((EventType::DispatchFailed, p));
                 }
-                let ended = retire_dispatches(tx, &cur.execution_id, &now)?;
+                let mut ending = Ending {
+                    attempts: retire_dispatches(tx, &cur.execution_id, &now)?,
+                    ..Ending::default()
+                };
                 let mut failed = None;
+                lock_parent(tx, &cur.execution_id)?;
                 if let Some(mut exec) = tx.execution(&cur.execution_id)?
                     && !exec.status.is_terminal()
                 {
@@ -461,18 +465,16 @@ impl Kernel {
                 if !events.is_empty() {
                     tx.append_events(&cur.execution_id, &now, &events)?;
                 }
-                let started = match failed {
-                    Some(exec) => start_next_turn(tx, &exec, &now, max_attempts)?,
-                    None => None,
-                };
-                Ok(Some((ended, started)))
+                match failed {
+                    Some(exec) => ended_in_tx(tx, &exec, &now, max_attempts, &mut ending)?,
+                    None => ending.executions.push(cur.execution_id.clone()),
+                }
+                Ok(Some(ending))
             })
             .await?;
-        if let Some((ended, started)) = ended {
-            self.forget_attempts(&ended);
-            self.end_streams(&execution_id);
+        if let Some(ending) = ending {
+            self.after_ending(ending);
             Metrics::inc(&self.inner.metrics.dispatch_exhausted);
-            self.announce_turn(started);
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 use super::dispatch::{enqueue_dispatch, lease_holds, retire_dispatches};
 use super::sessions::{Admission, admit, check_request, note_completed, start_next_turn};
 use super::steps::deny_step;
+use super::subagents::{admit_child, child_settled, children_to_cancel, lock_parent};
 use super::volatile::{Ended, renew_in};
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::protocol::{
@@ -23,16 +24,62 @@ fn cancelled_error() -> Value {
     json!({ "reason": REASON_EXECUTION_CANCELLED })
 }
 
+/// What a transaction that ended executions leaves to do once it committed (see
+/// [`Kernel::after_ending`]).
+#[derive(Debug, Default)]
+pub(crate) struct Ending {
+    /// The dispatch attempts it retired.
+    pub(crate) attempts: Ended,
+    /// The executions it ended (their live streams end).
+    pub(crate) executions: Vec<String>,
+    /// The executions it gave a new dispatch: a session's next turn, a parent whose children
+    /// settled.
+    pub(crate) dispatched: Vec<String>,
+}
+
+/// After `exec` reached a terminal status (in the same transaction): its session's next turn
+/// starts and, when it is a subagent, its parent learns its outcome. Noted in `ending`.
+pub(crate) fn ended_in_tx(
+    tx: &mut dyn Tx,
+    exec: &Execution,
+    now: &str,
+    max_attempts: u32,
+    ending: &mut Ending,
+) -> crate::store::StoreResult<()> {
+    ending.executions.push(exec.id.clone());
+    ending
+        .dispatched
+        .extend(start_next_turn(tx, exec, now, max_attempts)?);
+    ending
+        .dispatched
+        .extend(child_settled(tx, exec, now, max_attempts)?);
+    Ok(())
+}
+
 /// Cancels `exec` inside `tx` (client cancel or deadline): `execution.cancelled`, retired
 /// dispatches, pending approvals expired with their steps denied, executing steps cancelled,
-/// and the session's next turn started. Returns the dispatch attempts it ended and the turn
-/// it started.
+/// its unsettled subagents cancelled in turn (see `subagents`), and the session's next turn
+/// started.
 pub(crate) fn cancel_in_tx(
+    tx: &mut dyn Tx,
+    exec: Execution,
+    now: &str,
+    max_attempts: u32,
+) -> crate::store::StoreResult<Ending> {
+    let mut ending = Ending::default();
+    cancel_tree(tx, exec, now, max_attempts, 0, &mut ending)?;
+    Ok(ending)
+}
+
+/// [`cancel_in_tx`] of `exec`, a descendant `depth` levels below the cancelled execution.
+fn cancel_tree(
     tx: &mut dyn Tx,
     mut exec: Execution,
     now: &str,
     max_attempts: u32,
-) -> crate::store::StoreResult<(Ended, Option<String>)> {
+    depth: usize,
+    ending: &mut Ending,
+) -> crate::store::StoreResult<()> {
     exec.status = ExecutionStatus::Cancelled;
     exec.failure_reason = REASON_CLIENT_CANCELLED.to_owned();
     exec.updated_at = now.to_owned();
@@ -44,7 +91,9 @@ pub(crate) fn cancel_in_tx(
             ..ExecutionEventPayload::new(&exec.id, ExecutionStatus::Cancelled)
         }),
     )];
-    let ended = retire_dispatches(tx, &exec.id, now)?;
+    ending
+        .attempts
+        .extend(retire_dispatches(tx, &exec.id, now)?);
     for mut approval in tx.pending_approvals(Some(&exec.id))? {
         approval.status = ApprovalStatus::Expired;
         approval.rationale = REASON_EXECUTION_CANCELLED.to_owned();
@@ -82,8 +131,10 @@ pub(crate) fn cancel_in_tx(
         ));
     }
     tx.append_events(&exec.id, now, &events)?;
-    let started = start_next_turn(tx, &exec, now, max_attempts)?;
-    Ok((ended, started))
+    for child in children_to_cancel(tx, &exec.id, depth)? {
+        cancel_tree(tx, child, now, max_attempts, depth + 1, ending)?;
+    }
+    ended_in_tx(tx, &exec, now, max_attempts, ending)
 }
 
 /// How the agent ends its execution.
@@ -136,9 +187,10 @@ pub(super) fn insert_and_enqueue(
 /// What [`Kernel::start_execution`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Started {
-    /// The execution: new, or the one the idempotency key names.
+    /// The execution: new, or the one the idempotency key (or `spawned_by`) names.
     pub execution: Execution,
-    /// Whether it was created by this call (`201`), not found by its key (`200`).
+    /// Whether it was created by this call (`201`), not found by its key or its spawning step
+    /// (`200`).
     pub created: bool,
 }
 
@@ -178,6 +230,11 @@ impl Kernel {
     /// The same key with another agent or input is `409 conflict`; a key over
     /// [`MAX_IDEMPOTENCY_KEY_BYTES`] bytes or an `on_behalf_of` over [`MAX_IDENTITY_BYTES`]
     /// is `400`.
+    ///
+    /// With `spawned_by` the execution is a subagent (see `kernel::subagents`): it must name a
+    /// non-terminal execution and an executing step of it (`400` otherwise); when that step
+    /// already spawned a child, the answer is that child (`200`, `409` if it runs another
+    /// agent), whatever the input, and nothing starts.
     pub async fn start_execution(
         &self,
         req: CreateExecutionRequest,
@@ -240,6 +297,13 @@ impl Kernel {
                 if tx.agent(&req.agent_id)?.is_none() {
                     return Ok(Err(KernelError::not_found()));
                 }
+                if let Some(spawned) = &req.spawned_by {
+                    match admit_child(tx, &req.agent_id, spawned)? {
+                        Ok(None) => {}
+                        Ok(Some(child)) => return Ok(Ok(Err(child))),
+                        Err(e) => return Ok(Err(e)),
+                    }
+                }
                 let mut session = req.session;
                 let mut parent = req.parent_execution_id;
                 let admission = match admit(tx, &req.agent_id, &mut session, &mut parent)? {
@@ -269,6 +333,15 @@ impl Kernel {
             .await??;
         let exec = match exec {
             Ok(created) => created,
+            // A replayed tool body's create: its step's child, whatever the input says now.
+            Err(existing)
+                if original.spawned_by.is_some() && existing.spawned_by == original.spawned_by =>
+            {
+                return Ok(Started {
+                    execution: existing,
+                    created: false,
+                });
+            }
             Err(existing) => return repeated(existing, &original),
         };
         self.announce_started(&exec);
@@ -372,10 +445,11 @@ impl Kernel {
         let id = execution_id.to_owned();
         let now = self.now_text();
         let max_attempts = self.inner.config.dispatch_max_attempts;
-        let (ended, started) = self
+        let ending = self
             .inner
             .store
             .write(move |tx| {
+                lock_parent(tx, &id)?;
                 let Some(exec) = tx.execution(&id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
@@ -385,9 +459,7 @@ impl Kernel {
                 Ok(Ok(cancel_in_tx(tx, exec, &now, max_attempts)?))
             })
             .await??;
-        self.forget_attempts(&ended);
-        self.end_streams(execution_id);
-        self.announce_turn(started);
+        self.after_ending(ending);
         Ok(())
     }
 
@@ -423,7 +495,6 @@ impl Kernel {
 
     async fn finish(&self, id: &str, lease: &Lease, outcome: Outcome) -> KernelResult<()> {
         let _guard = self.lock_execution(id).await?;
-        let execution_id = id;
         let (id, lease) = (id.to_owned(), lease.clone());
         let now = self.now_text();
         let max_attempts = self.inner.config.dispatch_max_attempts;
@@ -431,10 +502,11 @@ impl Kernel {
             Outcome::Completed { .. } => ExecutionStatus::Completed,
             Outcome::Failed(_) => ExecutionStatus::Failed,
         };
-        let (ended, started) = self
+        let ending = self
             .inner
             .store
             .write(move |tx| {
+                lock_parent(tx, &id)?;
                 let Some(mut exec) = tx.execution(&id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
@@ -462,21 +534,36 @@ impl Kernel {
                     }
                 }
                 tx.put_execution(&exec)?;
-                let ended = retire_dispatches(tx, &id, &now)?;
+                let mut ending = Ending {
+                    attempts: retire_dispatches(tx, &id, &now)?,
+                    ..Ending::default()
+                };
                 let ty = if status == ExecutionStatus::Completed {
                     EventType::ExecutionCompleted
                 } else {
                     EventType::ExecutionFailed
                 };
                 tx.append_events(&id, &now, &[(ty, payload(&event))])?;
-                let started = start_next_turn(tx, &exec, &now, max_attempts)?;
-                Ok(Ok((ended, started)))
+                ended_in_tx(tx, &exec, &now, max_attempts, &mut ending)?;
+                Ok(Ok(ending))
             })
             .await??;
-        self.forget_attempts(&ended);
-        self.end_streams(execution_id);
-        self.announce_turn(started);
+        self.after_ending(ending);
         Ok(())
+    }
+
+    /// After a transaction that ended executions committed: drops the retired attempts'
+    /// volatile state, ends the ended executions' live streams and wakes the dispatcher (and,
+    /// on a shared store, the other replicas') for the new dispatches.
+    pub(crate) fn after_ending(&self, ending: Ending) {
+        self.forget_attempts(&ending.attempts);
+        for id in &ending.executions {
+            self.end_streams(id);
+        }
+        if !ending.dispatched.is_empty() {
+            self.inner.queued.notify_one();
+            self.announce_dispatch();
+        }
     }
 
     /// Renews exactly the leased attempt (`409 lease_superseded` otherwise).
@@ -528,6 +615,7 @@ impl Kernel {
             |tx, now, limit| tx.executions_past_deadline(now, limit),
             |exec| &exec.id,
             move |tx, exec, now| {
+                lock_parent(tx, &exec.id)?;
                 let Some(exec) = tx.execution(&exec.id)? else {
                     return Ok(None);
                 };
@@ -536,11 +624,7 @@ impl Kernel {
                 }
                 Ok(Some(cancel_in_tx(tx, exec, now, max_attempts)?))
             },
-            |exec, (ended, started)| {
-                self.forget_attempts(&ended);
-                self.end_streams(&exec.id);
-                self.announce_turn(started);
-            },
+            |_, ending| self.after_ending(ending),
         )
         .await
     }

@@ -34,6 +34,7 @@ mod resources;
 mod sessions;
 mod steps;
 mod stream;
+mod subagents;
 mod supervise;
 mod sweep;
 mod volatile;

@@ -171,12 +171,4 @@ impl Kernel {
             .await?;
         state.ok_or_else(KernelError::not_found)
     }
-
-    /// Wakes the dispatcher for a turn [`start_next_turn`] started.
-    pub(super) fn announce_turn(&self, started: Option<String>) {
-        if started.is_some() {
-            self.inner.queued.notify_one();
-            self.announce_dispatch();
-        }
-    }
 }

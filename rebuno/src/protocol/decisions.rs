@@ -26,6 +26,9 @@ pub const REASON_APPROVAL_DENIED: &str = "approval_denied";
 pub const REASON_APPROVAL_TIMEOUT: &str = "approval_timeout";
 /// Step error reason, and approval rationale, when the execution was cancelled.
 pub const REASON_EXECUTION_CANCELLED: &str = "execution_cancelled";
+/// Step error reason when the subagent a step spawned did not complete (failed, cancelled or
+/// exhausted).
+pub const REASON_SUBAGENT_FAILED: &str = "subagent_failed";
 /// Reason of `execution.cancelled`, for client cancels and passed deadlines alike.
 pub const REASON_CLIENT_CANCELLED: &str = "client_cancelled";
 /// Failure reason when a dispatch ran out of attempts.

@@ -24,6 +24,10 @@ wire_enum! {
         ExecutionFailed = "execution.failed",
         /// [`ExecutionEventPayload`] with status `cancelled` and reason `client_cancelled`.
         ExecutionCancelled = "execution.cancelled",
+        /// Recorded on a parent when a child it spawned settled: the child's
+        /// [`ExecutionEventPayload`] (its id, terminal status and `reason?`) with the spawning
+        /// `step_id`.
+        SubagentSettled = "subagent.settled",
         /// [`StepEventPayload`]: `{step_id, step_type, target}`.
         StepProposed = "step.proposed",
         /// [`StepEventPayload`] with `rule_id?` (none after a grant).

@@ -365,6 +365,17 @@ pub(super) async fn heartbeat(State(s): State<AppState>, mut call: AgentCall) ->
     Ok(no_content())
 }
 
+/// `POST /v0/executions/{id}/suspend` (SDK 0.25 and later; lease): `{"suspended": bool}`, whether
+/// the execution now waits for its subagents (see [`crate::Kernel::suspend`]). The body is
+/// ignored, as heartbeat's.
+pub(super) async fn suspend(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
+    let id = agent_exec_id(&mut call).await?;
+    let lease = call.lease()?;
+    s.check_owner(&call.agent_id, &id).await?;
+    let suspended = s.kernel.suspend(&id, &lease).await?;
+    Ok(ok(&serde_json::json!({ "suspended": suspended })))
+}
+
 /// Row 14: `POST /v0/executions/{id}/complete` (204).
 pub(super) async fn complete_execution(
     State(s): State<AppState>,

@@ -171,6 +171,7 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
             post(h::stream_publish),
         )
         .route("/v0/executions/{id}/heartbeat", post(h::heartbeat))
+        .route("/v0/executions/{id}/suspend", post(h::suspend))
         .route("/v0/executions/{id}/resources", post(resources::declare))
         .route(
             "/v0/executions/{id}/resources/checkpoints",

@@ -311,6 +311,22 @@ pub trait Tx {
     fn sessions(&mut self) -> &mut dyn SessionTx;
     /// The external-resource operations of this transaction.
     fn resources(&mut self) -> &mut dyn ResourceTx;
+    /// The subagent operations of this transaction.
+    fn subagents(&mut self) -> &mut dyn SubagentTx;
+}
+
+/// The subagent operations of a transaction ([`Tx::subagents`]): the child executions a
+/// parent's steps spawned, found by their `spawned_by` (at most one per step).
+pub trait SubagentTx {
+    /// The child that step `step_id` of execution `parent` spawned, if any.
+    fn child(&mut self, parent: &str, step_id: &str) -> StoreResult<Option<Execution>>;
+    /// Up to `limit` children of `parent` that are not terminal (pending, running or
+    /// blocked), oldest first. In a write transaction the rows stay locked until it commits.
+    fn open_children(&mut self, parent: &str, limit: usize) -> StoreResult<Vec<Execution>>;
+    /// Whether `parent` has a child that is not terminal, as last committed (locks nothing).
+    fn has_open_children(&mut self, parent: &str) -> StoreResult<bool>;
+    /// The execution that spawned execution `id`, if any (locks nothing).
+    fn parent_of(&mut self, id: &str) -> StoreResult<Option<String>>;
 }
 
 /// The session operations of a transaction ([`Tx::sessions`]): the turns of one agent's

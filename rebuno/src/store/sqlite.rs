@@ -689,6 +689,9 @@ impl Tx for SqliteTx<'_> {
     fn resources(&mut self) -> &mut dyn super::ResourceTx {
         self
     }
+    fn subagents(&mut self) -> &mut dyn super::SubagentTx {
+        self
+    }
 }
 
 #[cfg(test)]
@@ -699,3 +702,4 @@ mod keys;
 mod open;
 mod resources;
 mod sessions;
+mod subagents;

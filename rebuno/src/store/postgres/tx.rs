@@ -719,9 +719,13 @@ impl Tx for PgTx<'_, '_> {
     fn resources(&mut self) -> &mut dyn crate::store::ResourceTx {
         self
     }
+    fn subagents(&mut self) -> &mut dyn crate::store::SubagentTx {
+        self
+    }
 }
 
 mod base;
 mod keys;
 mod resources;
 mod sessions;
+mod subagents;

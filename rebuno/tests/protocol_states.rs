@@ -81,6 +81,7 @@ fn event_type_names() {
             "execution.completed",
             "execution.failed",
             "execution.cancelled",
+            "subagent.settled",
             "step.proposed",
             "step.allowed",
             "step.executing",
@@ -98,6 +99,9 @@ fn event_type_names() {
             "dispatch.acked",
             "dispatch.failed",
             "dispatch.discarded",
+            "resource.declared",
+            "resource.checkpointed",
+            "resource.checkpoint_failed",
         ],
         EventType::as_str,
     );

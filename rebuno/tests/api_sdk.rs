@@ -119,10 +119,17 @@ async fn idempotent_creates_answer_the_first_execution() {
     .err(400, "validation_error");
     api.post(
         "/v0/executions",
-        json!({"agent_id": "idem", "input": {}, "session": "s1", "parent_execution_id": "", "on_behalf_of": "ada", "spawned_by": {"execution_id": id, "step_id": "x"}}),
+        json!({"agent_id": "idem", "input": {}, "session": "s1", "parent_execution_id": "", "on_behalf_of": "ada"}),
     )
     .await
     .ok(201);
+    // A spawned_by must name a step of a live execution (subagents).
+    api.post(
+        "/v0/executions",
+        json!({"agent_id": "idem", "spawned_by": {"execution_id": id, "step_id": "x"}}),
+    )
+    .await
+    .err(400, "validation_error");
     // An unknown agent is still 404 with a key.
     api.post(
         "/v0/executions",

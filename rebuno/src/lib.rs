@@ -71,7 +71,7 @@ pub mod tool;
 pub use agent::Runtime;
 pub use agent::resources::{CheckpointPolicy, resource};
 pub use agent::{
-    Agent, AgentBuilder, AgentHandler, ExecutionContext, execution, handler_fn, spawn,
+    Agent, AgentBuilder, AgentHandler, ExecutionContext, execution, handler_fn, spawn, subagent,
 };
 pub use client::Client;
 pub use error::{Error, Result};

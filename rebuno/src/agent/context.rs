@@ -663,50 +663,52 @@ impl ExecutionContext {
                     retryable: false,
                 }),
             },
-            Submitted::Proceed { step_id } => match body.await {
-                Ok(v) => {
-                    let json = match serde_json::to_value(&v) {
-                        Ok(json) => json,
-                        Err(e) => {
-                            let message = format!("result is not JSON: {e}");
-                            let cps = self.capture(&due).await;
-                            self.fail_with(
-                                &step_id,
-                                serde_json::json!({ "message": message }),
-                                cps,
-                            )
-                            .await?;
-                            return Err(Error::tool(target, step_id, message));
-                        }
-                    };
-                    let cps = self.capture(&due).await;
-                    let recorded = self.complete_with(&step_id, json, cps).await?;
-                    decode(target, &step_id, recorded)
-                }
-                Err(e) => {
-                    let err = into_error(e);
-                    if matches!(
-                        err,
-                        Error::Blocked { .. }
-                            | Error::Terminated
-                            | Error::LeaseSuperseded
-                            | Error::Policy { .. }
-                            | Error::RateLimited { .. }
-                    ) {
-                        // A refusal of a nested effect: the body did not finish, so the step
-                        // stays open and a later dispatch decides it again.
-                        return Err(err);
+            Submitted::Proceed { step_id } => {
+                match super::subagent::in_step(step_id.clone(), body).await {
+                    Ok(v) => {
+                        let json = match serde_json::to_value(&v) {
+                            Ok(json) => json,
+                            Err(e) => {
+                                let message = format!("result is not JSON: {e}");
+                                let cps = self.capture(&due).await;
+                                self.fail_with(
+                                    &step_id,
+                                    serde_json::json!({ "message": message }),
+                                    cps,
+                                )
+                                .await?;
+                                return Err(Error::tool(target, step_id, message));
+                            }
+                        };
+                        let cps = self.capture(&due).await;
+                        let recorded = self.complete_with(&step_id, json, cps).await?;
+                        decode(target, &step_id, recorded)
                     }
-                    let message = match &err {
-                        Error::Tool { message, .. } => message.clone(),
-                        other => other.to_string(),
-                    };
-                    let cps = self.capture(&due).await;
-                    self.fail_with(&step_id, serde_json::json!({ "message": message }), cps)
-                        .await?;
-                    Err(Error::tool(target, step_id, message))
+                    Err(e) => {
+                        let err = into_error(e);
+                        if matches!(
+                            err,
+                            Error::Blocked { .. }
+                                | Error::Terminated
+                                | Error::LeaseSuperseded
+                                | Error::Policy { .. }
+                                | Error::RateLimited { .. }
+                        ) {
+                            // A refusal of a nested effect: the body did not finish, so the step
+                            // stays open and a later dispatch decides it again.
+                            return Err(err);
+                        }
+                        let message = match &err {
+                            Error::Tool { message, .. } => message.clone(),
+                            other => other.to_string(),
+                        };
+                        let cps = self.capture(&due).await;
+                        self.fail_with(&step_id, serde_json::json!({ "message": message }), cps)
+                            .await?;
+                        Err(Error::tool(target, step_id, message))
+                    }
                 }
-            },
+            }
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::kernel::{Background, EmbeddedDeliverer, Kernel};
 use crate::protocol::{
     AgentMetadata, BindResourceRequest, Checkpoints, DeclareResourceRequest, Execution, Lease,
-    ResourceView, Step, StepDecision,
+    ResourceView, SpawnedBy, Step, StepDecision,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -164,6 +164,25 @@ impl Transport for EmbeddedTransport {
 
     async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step> {
         Ok(self.kernel.step(execution_id, step_id).await?)
+    }
+
+    async fn create_child(
+        &self,
+        agent_id: &str,
+        input: Value,
+        spawned_by: &SpawnedBy,
+    ) -> Result<Execution> {
+        let req = crate::protocol::CreateExecutionRequest {
+            agent_id: agent_id.to_owned(),
+            input: Some(input),
+            spawned_by: Some(spawned_by.clone()),
+            ..Default::default()
+        };
+        Ok(self.kernel.create_execution(req).await?)
+    }
+
+    async fn suspend(&self, execution_id: &str, lease: &Lease) -> Result<bool> {
+        Ok(self.kernel.suspend(execution_id, lease).await?)
     }
 
     async fn set_metadata(&self, agent_id: &str, metadata: &AgentMetadata) -> Result<()> {

@@ -29,6 +29,7 @@ pub mod context;
 mod embedded;
 mod metadata;
 pub mod resources;
+mod subagent;
 pub mod transport;
 
 pub use context::{
@@ -37,6 +38,7 @@ pub use context::{
 #[cfg(feature = "kernel")]
 pub use embedded::{EmbeddedTransport, Runtime};
 pub use metadata::metadata_of;
+pub use subagent::{current_step, spawn_subagent, subagent};
 pub use transport::{HttpTransport, Submission, Transport};
 
 use crate::error::{Error, Result};
@@ -186,6 +188,7 @@ pub struct AgentBuilder {
     handler: Arc<dyn AgentHandler>,
     kernel_url: Option<String>,
     secret: Option<String>,
+    api_key: Option<String>,
     transport: Option<Arc<dyn Transport>>,
     webhook_path: String,
     observer: Option<EffectObserver>,
@@ -214,6 +217,14 @@ impl AgentBuilder {
     /// The agent's HMAC secret (default: `REBUNO_AGENT_SECRET`).
     pub fn secret(mut self, secret: impl Into<String>) -> Self {
         self.secret = Some(secret.into());
+        self
+    }
+
+    /// The API key the agent sends (as a client) to create subagents over HTTP
+    /// ([`subagent`]; default: `REBUNO_API_KEY`). It needs the `executions:write` scope; a
+    /// dev-mode kernel (no token) needs none. Unused with a custom transport.
+    pub fn api_key(mut self, api_key: impl Into<String>) -> Self {
+        self.api_key = Some(api_key.into());
         self
     }
 
@@ -291,7 +302,12 @@ impl AgentBuilder {
                             .into(),
                     ));
                 }
-                Arc::new(HttpTransport::new(&url, &id, &secret)?) as Arc<dyn Transport>
+                let api_key = self
+                    .api_key
+                    .or_else(|| std::env::var(crate::client::ENV_API_KEY).ok())
+                    .unwrap_or_default();
+                Arc::new(HttpTransport::new(&url, &id, &secret)?.with_api_key(api_key))
+                    as Arc<dyn Transport>
             }
         };
         if let Some(lease) = self.lease_timeout {
@@ -372,6 +388,7 @@ impl Agent {
             handler: Arc::new(handler),
             kernel_url: None,
             secret: None,
+            api_key: None,
             transport: None,
             webhook_path: "/webhook".into(),
             observer: None,

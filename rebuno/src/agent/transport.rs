@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::protocol::{
     AgentMetadata, BindResourceRequest, Checkpoints, CompleteExecutionRequest, CompleteStepRequest,
     DeclareResourceRequest, ErrorCode, ErrorEnvelope, Execution, FailExecutionRequest,
-    FailStepRequest, Idempotency, Lease, ResourceView, Step, StepDecision, StepKind,
+    FailStepRequest, Idempotency, Lease, ResourceView, SpawnedBy, Step, StepDecision, StepKind,
     StreamDeltaRequest, SubmitStepRequest,
 };
 use async_trait::async_trait;
@@ -134,6 +134,19 @@ pub trait Transport: Send + Sync + 'static {
     /// The state the previous turn of the execution's session completed with (`null` for
     /// none; `GET …/previous`).
     async fn previous_state(&self, execution_id: &str) -> Result<Value>;
+    /// Creates execution `agent_id` on `input` as a child of the tool step `spawned_by` names
+    /// (`POST /v0/executions` with `spawned_by`, a client route: `executions:write`); a repeat
+    /// for the same step answers the child it already has.
+    async fn create_child(
+        &self,
+        agent_id: &str,
+        input: Value,
+        spawned_by: &SpawnedBy,
+    ) -> Result<Execution>;
+    /// Asks to suspend the execution while its subagents run (`POST …/suspend`, under the
+    /// lease): `true` when it now waits `blocked` for an unsettled child (the dispatch is over),
+    /// `false` when none is unsettled.
+    async fn suspend(&self, execution_id: &str, lease: &Lease) -> Result<bool>;
     /// Publishes what agent `agent_id` (this transport's own) says about itself
     /// (`PUT /v0/agents/{id}/metadata`), replacing what it published before.
     async fn set_metadata(&self, agent_id: &str, metadata: &AgentMetadata) -> Result<()>;
@@ -148,6 +161,8 @@ pub struct HttpTransport {
     base: String,
     agent_id: String,
     secret: String,
+    /// The bearer token of client routes (the subagent create), if any.
+    api_key: Option<String>,
     http: reqwest::Client,
 }
 
@@ -182,8 +197,17 @@ impl HttpTransport {
             base,
             agent_id: agent_id.to_owned(),
             secret: secret.to_owned(),
+            api_key: None,
             http,
         })
+    }
+
+    /// The same transport sending `api_key` as the bearer token of the one client route it
+    /// calls, the create of a subagent (the key needs `executions:write`; a dev-mode kernel,
+    /// with no token, needs none). An empty key is none.
+    pub fn with_api_key(mut self, api_key: impl Into<String>) -> Self {
+        self.api_key = Some(api_key.into()).filter(|k| !k.is_empty());
+        self
     }
 
     fn url(&self, segments: &[&str]) -> Result<reqwest::Url> {
@@ -252,26 +276,7 @@ impl HttpTransport {
         if !body.is_empty() {
             req = req.header(reqwest::header::CONTENT_TYPE, "application/json");
         }
-        let resp = req.body(body).send().await?;
-        let status = resp.status();
-        let next_cursor = crate::paging::next_cursor(resp.headers());
-        let bytes = resp.bytes().await?;
-        if status.is_success() {
-            return Ok(bytes_body::Body {
-                bytes: bytes.to_vec(),
-                next_cursor,
-            });
-        }
-        Err(match serde_json::from_slice::<ErrorEnvelope>(&bytes) {
-            Ok(env) => Error::from_envelope(env.code, env.message, status.as_u16()),
-            Err(_) => Error::Network(format!(
-                "kernel answered HTTP {status} without an error envelope: {}",
-                String::from_utf8_lossy(&bytes)
-                    .chars()
-                    .take(200)
-                    .collect::<String>()
-            )),
-        })
+        read_answer(req.body(body).send().await?).await
     }
 
     async fn post_json<T: serde::Serialize>(
@@ -284,6 +289,29 @@ impl HttpTransport {
         self.send(reqwest::Method::POST, segments, lease, body)
             .await
     }
+}
+
+/// A kernel's answer: its body when successful, else the error its envelope describes.
+async fn read_answer(resp: reqwest::Response) -> Result<bytes_body::Body> {
+    let status = resp.status();
+    let next_cursor = crate::paging::next_cursor(resp.headers());
+    let bytes = resp.bytes().await?;
+    if status.is_success() {
+        return Ok(bytes_body::Body {
+            bytes: bytes.to_vec(),
+            next_cursor,
+        });
+    }
+    Err(match serde_json::from_slice::<ErrorEnvelope>(&bytes) {
+        Ok(env) => Error::from_envelope(env.code, env.message, status.as_u16()),
+        Err(_) => Error::Network(format!(
+            "kernel answered HTTP {status} without an error envelope: {}",
+            String::from_utf8_lossy(&bytes)
+                .chars()
+                .take(200)
+                .collect::<String>()
+        )),
+    })
 }
 
 /// A response body (kept as bytes until the caller parses it).
@@ -530,6 +558,46 @@ impl Transport for HttpTransport {
             .await?
             .json()?;
         Ok(answer.get("state").cloned().unwrap_or(Value::Null))
+    }
+
+    /// A client call with the bearer API key, if any (not signed as the agent).
+    async fn create_child(
+        &self,
+        agent_id: &str,
+        input: Value,
+        spawned_by: &SpawnedBy,
+    ) -> Result<Execution> {
+        let req = crate::protocol::CreateExecutionRequest {
+            agent_id: agent_id.to_owned(),
+            input: Some(input),
+            spawned_by: Some(spawned_by.clone()),
+            ..Default::default()
+        };
+        let mut post = self
+            .http
+            .post(self.url(&["v0", "executions"])?)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(&req)?);
+        if let Some(key) = &self.api_key {
+            post = post.bearer_auth(key);
+        }
+        read_answer(post.send().await?).await?.json()
+    }
+
+    async fn suspend(&self, execution_id: &str, lease: &Lease) -> Result<bool> {
+        let answer: Value = self
+            .send(
+                reqwest::Method::POST,
+                &["v0", "executions", execution_id, "suspend"],
+                Some(lease),
+                Vec::new(),
+            )
+            .await?
+            .json()?;
+        answer
+            .get("suspended")
+            .and_then(Value::as_bool)
+            .ok_or_else(|| Error::Network(format!("kernel answered suspend with {answer}")))
     }
 
     async fn set_metadata(&self, agent_id: &str, metadata: &AgentMetadata) -> Result<()> {

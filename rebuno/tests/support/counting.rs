@@ -5,7 +5,8 @@
 
 use rebuno::agent::{Submission, Transport};
 use rebuno::protocol::{
-    AgentMetadata, Checkpoints, DeclareResourceRequest, Execution, ResourceView, Step, StepDecision,
+    AgentMetadata, Checkpoints, DeclareResourceRequest, Execution, ResourceView, SpawnedBy, Step,
+    StepDecision,
 };
 use rebuno::{Lease, Result};
 use serde_json::Value;
@@ -20,7 +21,7 @@ pub struct Counting {
     /// Execution and step reads.
     pub reads: AtomicUsize,
     /// Everything else (completions, failures, heartbeats, stream deltas, resource declares,
-    /// bindings and checkpoints); publishing the
+    /// bindings and checkpoints, subagent creates and suspends); publishing the
     /// agent's metadata, done once at start-up and not per dispatch, is not counted.
     pub other: AtomicUsize,
 }
@@ -139,6 +140,14 @@ impl Transport for Counting {
     async fn previous_state(&self, id: &str) -> Result<Value> {
         Self::tick(&self.reads);
         self.inner.previous_state(id).await
+    }
+    async fn create_child(&self, agent: &str, input: Value, by: &SpawnedBy) -> Result<Execution> {
+        Self::tick(&self.other);
+        self.inner.create_child(agent, input, by).await
+    }
+    async fn suspend(&self, id: &str, lease: &Lease) -> Result<bool> {
+        Self::tick(&self.other);
+        self.inner.suspend(id, lease).await
     }
     async fn set_metadata(&self, agent_id: &str, metadata: &AgentMetadata) -> Result<()> {
         self.inner.set_metadata(agent_id, metadata).await

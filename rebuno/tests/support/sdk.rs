@@ -55,7 +55,16 @@ pub async fn kernel() -> Kernel {
 /// Starts a kernel and serves `handler` on it in `mode`; `loops` starts the kernel's
 /// background loops (dispatch delivery).
 pub async fn harness(mode: Mode, handler: impl AgentHandler, loops: bool) -> Harness {
-    let kernel = kernel().await;
+    harness_on(kernel().await, mode, handler, loops).await
+}
+
+/// [`harness`] on a kernel of the caller's (its own configuration).
+pub async fn harness_on(
+    kernel: Kernel,
+    mode: Mode,
+    handler: impl AgentHandler,
+    loops: bool,
+) -> Harness {
     let effects = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&effects);
     let builder = Agent::builder(handler).observer(move |e| seen.lock().unwrap().push(e.clone()));
@@ -93,25 +102,7 @@ pub async fn harness(mode: Mode, handler: impl AgentHandler, loops: bool) -> Har
             }
         }
         Mode::Http => {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let base = format!("http://{}", listener.local_addr().unwrap());
-            let app =
-                rebuno::server::router(kernel.clone(), rebuno::server::ServerOptions::default());
-            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-            let agent = builder.kernel_url(&base).secret(SECRET).build().unwrap();
-            let hook = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let hook_url = format!("http://{}/webhook", hook.local_addr().unwrap());
-            let serving = agent.clone();
-            tokio::spawn(async move { serving.serve(hook, std::future::pending()).await });
-            kernel
-                .register_agent(RegisterAgentRequest {
-                    id: agent.id().to_owned(),
-                    webhook_url: hook_url,
-                    secret: SECRET.into(),
-                    ..RegisterAgentRequest::default()
-                })
-                .await
-                .unwrap();
+            let agent = serve_over_http(&kernel, builder).await;
             let bg = loops.then(|| kernel.start_http());
             Harness {
                 kernel,
@@ -124,7 +115,40 @@ pub async fn harness(mode: Mode, handler: impl AgentHandler, loops: bool) -> Har
     }
 }
 
+/// Serves the agent `builder` builds over HTTP: the kernel (dev mode: no token) on a port of
+/// its own, the agent's webhook on another, the agent registered with it.
+pub async fn serve_over_http(kernel: &Kernel, builder: rebuno::AgentBuilder) -> Agent {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = rebuno::server::router(kernel.clone(), rebuno::server::ServerOptions::default());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let agent = builder.kernel_url(&base).secret(SECRET).build().unwrap();
+    let hook = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook_url = format!("http://{}/webhook", hook.local_addr().unwrap());
+    let serving = agent.clone();
+    tokio::spawn(async move { serving.serve(hook, std::future::pending()).await });
+    kernel
+        .register_agent(RegisterAgentRequest {
+            id: agent.id().to_owned(),
+            webhook_url: hook_url,
+            secret: SECRET.into(),
+            ..RegisterAgentRequest::default()
+        })
+        .await
+        .unwrap();
+    agent
+}
+
 impl Harness {
+    /// Serves one more agent on the harness's kernel, in `mode` (a harness with loops).
+    pub async fn add_agent(&self, mode: Mode, handler: impl AgentHandler) -> Agent {
+        match (mode, &self._rt) {
+            (Mode::Embedded, Some(rt)) => rt.register(handler).await.unwrap(),
+            (Mode::Embedded, None) => panic!("add_agent needs a harness with loops"),
+            (Mode::Http, _) => serve_over_http(&self.kernel, Agent::builder(handler)).await,
+        }
+    }
+
     pub async fn create(&self, input: Value) -> String {
         self.kernel
             .create_execution(CreateExecutionRequest {

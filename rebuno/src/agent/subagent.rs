@@ -1,0 +1,126 @@
+//! Subagents from a tool body: [`subagent`] runs another agent as a child of the calling tool
+//! step and answers its output (the flow of the Python SDK's `subagent()`).
+//!
+//! The runtime knows the running tool step: [`ExecutionContext::invoke`] runs a body that the
+//! kernel said `proceed` to inside [`in_step`], so [`current_step`] names it. [`subagent`]
+//! creates the child with `spawned_by {execution, step}` (a repeat, from a body that runs again
+//! after a crash, answers the child the step already has and starts nothing), then asks the
+//! kernel to `suspend` the execution:
+//!
+//! - `true` (the child has not settled): the execution is now `blocked` and this dispatch is
+//!   over. [`subagent`] answers the control-flow error [`Error::Blocked`] (remembered on the
+//!   context, as an approval wait is), the tool step stays open, the handler unwinds and the
+//!   dispatch ends without completing anything. When the child settles, the kernel records its
+//!   outcome as the step's and dispatches the parent again; there the tool call replays that
+//!   outcome and the body does not run again.
+//! - `false` (the child already settled, so the kernel already wrote its outcome onto the
+//!   step): the step is read back and its outcome answered, so the handler goes on in the same
+//!   dispatch.
+//!
+//! Either way the tool's result is what the kernel recorded: the child's output, or an error
+//! whose record has reason `subagent_failed`. A body that returns something else after
+//! [`subagent`] does not change it (the step's completion is answered with the record).
+
+use super::context::{ExecutionContext, error_message, execution};
+use crate::error::{Error, Result};
+use crate::protocol::{Execution, SpawnedBy, StepStatus};
+use serde::Serialize;
+use serde_json::Value;
+use std::future::Future;
+
+tokio::task_local! {
+    static CURRENT_STEP: String;
+}
+
+/// Runs `body` as the body of tool step `step_id` (so [`current_step`] names it inside).
+pub(crate) fn in_step<F: Future>(step_id: String, body: F) -> impl Future<Output = F::Output> {
+    CURRENT_STEP.scope(step_id, body)
+}
+
+/// The step id of the tool (or other effect) whose body is running, or `None` outside one.
+pub fn current_step() -> Option<String> {
+    CURRENT_STEP.try_with(Clone::clone).ok()
+}
+
+/// The current execution and running step, or an error naming what `agent_id`'s spawn lacks.
+fn spawner(agent_id: &str) -> Result<(ExecutionContext, String)> {
+    let ctx = execution()?;
+    let step_id = current_step().ok_or_else(|| {
+        Error::Other(format!(
+            "subagent({agent_id:?}) called outside a tool body (it needs the running tool step)"
+        ))
+    })?;
+    Ok((ctx, step_id))
+}
+
+/// Starts `agent_id` on `input` as the child of the running tool step, without waiting for it,
+/// and answers the child execution. The step has at most one child: calling this again from
+/// the same step (a body run again after a crash) answers that child and starts nothing.
+/// Most tools want [`subagent`], which also waits; this is the first half of it.
+///
+/// Over HTTP the create is a client call: the agent needs an API key with `executions:write`
+/// ([`super::AgentBuilder::api_key`]) unless the kernel runs in dev mode.
+pub async fn spawn_subagent(agent_id: &str, input: impl Serialize) -> Result<Execution> {
+    let (ctx, step_id) = spawner(agent_id)?;
+    spawn_child(&ctx, agent_id, serde_json::to_value(input)?, step_id).await
+}
+
+async fn spawn_child(
+    ctx: &ExecutionContext,
+    agent_id: &str,
+    input: Value,
+    step_id: String,
+) -> Result<Execution> {
+    let spawned_by = SpawnedBy {
+        execution_id: ctx.execution_id().to_owned(),
+        step_id,
+    };
+    ctx.transport()
+        .create_child(agent_id, input, &spawned_by)
+        .await
+        .map_err(|e| ctx.check(e))
+}
+
+/// Runs `agent_id` on `input` as a subagent of the calling tool and answers its output. Call
+/// it from a tool body (`#[rebuno::tool]` or [`crate::wrap_tool`]); elsewhere it is an error.
+///
+/// While the child runs, this answers [`Error::Blocked`]: propagate it (`?`). The dispatch
+/// ends, the execution waits `blocked`, and once the child settles the handler runs again and
+/// the tool call replays the child's output without running its body. A failed, cancelled or
+/// exhausted child makes the tool fail (its record's reason is `subagent_failed`). See the
+/// module docs for the whole flow. Needs an API key over HTTP, as [`spawn_subagent`] does.
+pub async fn subagent(agent_id: &str, input: impl Serialize) -> Result<Value> {
+    let (ctx, step_id) = spawner(agent_id)?;
+    let input = serde_json::to_value(input)?;
+    spawn_child(&ctx, agent_id, input, step_id.clone()).await?;
+    let suspended = ctx
+        .transport()
+        .suspend(ctx.execution_id(), ctx.lease())
+        .await
+        .map_err(|e| ctx.check(e))?;
+    if suspended {
+        return Err(ctx.suspend(Error::Blocked {
+            approval_id: None,
+            reason: Some(format!("waiting for subagent {agent_id:?}")),
+        }));
+    }
+    // Settled already: the kernel wrote the child's outcome onto the step.
+    let step = ctx
+        .transport()
+        .step(ctx.execution_id(), &step_id)
+        .await
+        .map_err(|e| ctx.check(e))?;
+    match step.status {
+        StepStatus::Succeeded => Ok(step.result.unwrap_or(Value::Null)),
+        StepStatus::Failed => Err(Error::Tool {
+            message: error_message(step.error.as_ref().unwrap_or(&Value::Null)),
+            tool_id: step.target,
+            step_id,
+            retryable: false,
+        }),
+        other => Err(Error::Other(format!(
+            "the kernel did not suspend for subagent {agent_id:?}, yet step {step_id} is {}",
+            other.as_str()
+        ))),
+    }
+}

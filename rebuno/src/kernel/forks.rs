@@ -105,8 +105,8 @@ impl Kernel {
     /// Forks execution `id` at its event `req.at_seq` as `principal` (see the module docs):
     /// answers the new execution, which is already queued for dispatch. `404` for an unknown
     /// execution; `400` (changing nothing) for a negative `at_seq` or one past the original's
-    /// last event, a session over [`MAX_SESSION_BYTES`] bytes, or a policy bundle that is too
-    /// large or does not parse.
+    /// last event, a session over [`MAX_SESSION_BYTES`](crate::protocol::MAX_SESSION_BYTES)
+    /// bytes, or a policy bundle that is too large or does not parse.
     pub async fn fork(
         &self,
         id: &str,

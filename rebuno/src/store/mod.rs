@@ -72,6 +72,7 @@ impl From<rusqlite::Error> for StoreError {
 
 /// The tables whose rows belong to one execution (column `execution_id`), which retention
 /// deletes with it.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) const EXECUTION_CHILD_TABLES: &[&str] = &[
     "events",
     "steps",

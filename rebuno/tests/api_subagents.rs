@@ -49,6 +49,16 @@ async fn a_parent_spawns_suspends_and_reads_its_childs_outcome_over_http() {
         child["spawned_by"],
         json!({"execution_id": parent, "step_id": step})
     );
+    // The parent's children are listed by `spawned_by`.
+    let listed = api
+        .get(&format!("/v0/executions?spawned_by={parent}"))
+        .await
+        .ok(200);
+    assert_eq!(listed["executions"][0]["id"], child["id"]);
+    assert_eq!(listed["executions"].as_array().unwrap().len(), 1);
+    api.get("/v0/executions?spawned_by=nope")
+        .await
+        .err(400, "validation_error");
     let bad = json!({"agent_id": "worker",
                      "spawned_by": {"execution_id": parent, "step_id": "nope"}});
     api.post("/v0/executions", bad)

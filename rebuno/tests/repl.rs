@@ -112,6 +112,7 @@ async fn help_quit_blank_and_unknown_commands() {
         "exec events",
         "exec watch",
         "exec cancel",
+        "exec children",
         "exec fork",
         "approval ls",
         "approval grant",
@@ -704,4 +705,71 @@ async fn a_sessions_turns_are_listed_and_shown() {
     );
     let shown = run(&mut r, &format!("exec get {}", two.id)).await;
     assert!(shown.contains("session:  conv"), "{shown}");
+}
+
+#[tokio::test]
+async fn an_executions_children_are_listed() {
+    let kernel = Kernel::memory().await.unwrap();
+    let mut r = repl_on(&kernel, 300);
+    run(&mut r, "agent add boss http://127.0.0.1:9/boss s3cret").await;
+    run(&mut r, "agent add worker http://127.0.0.1:9/worker s3cret").await;
+    let parent = kernel
+        .create_execution(CreateExecutionRequest {
+            agent_id: "boss".into(),
+            ..CreateExecutionRequest::default()
+        })
+        .await
+        .unwrap();
+    let claimed = kernel.claim_dispatches(16).await.unwrap();
+    let step = kernel
+        .submit_step(
+            &parent.id,
+            &claimed[0].lease(),
+            SubmitStepRequest {
+                kind: StepKind::from("tool_call"),
+                target: "delegate".into(),
+                args: Some(RawValue::from_string("{}".to_owned()).unwrap()),
+                idempotency: Idempotency::SafeToRetry,
+                ..SubmitStepRequest::default()
+            },
+        )
+        .await
+        .unwrap()
+        .step_id
+        .unwrap();
+    assert_eq!(
+        run(&mut r, &format!("exec children {}", parent.id)).await,
+        format!("execution {} spawned no children", parent.id)
+    );
+    let child = kernel
+        .create_execution(CreateExecutionRequest {
+            agent_id: "worker".into(),
+            spawned_by: Some(rebuno::protocol::SpawnedBy {
+                execution_id: parent.id.clone(),
+                step_id: step.clone(),
+            }),
+            ..CreateExecutionRequest::default()
+        })
+        .await
+        .unwrap();
+    let table = run(&mut r, &format!("exec children {}", &parent.id[..20])).await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("STEP"),
+        "{table}"
+    );
+    assert!(
+        lines[1].starts_with(&child.id) && lines[1].contains(&step),
+        "{table}"
+    );
+    let shown = run(&mut r, &format!("exec get {}", child.id)).await;
+    assert!(
+        shown.contains(&format!("spawned:  by {}", parent.id)),
+        "{shown}"
+    );
+    assert!(
+        run(&mut r, "exec children")
+            .await
+            .starts_with("error: usage: exec children")
+    );
 }

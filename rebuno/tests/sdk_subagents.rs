@@ -107,6 +107,17 @@ async fn a_tool_delegates_to_a_subagent_once_across_a_crash() {
         assert_eq!(children.len(), 1, "{mode:?}: one child execution");
         let spawned = children[0].spawned_by.clone().unwrap();
         assert_eq!(spawned.execution_id, id, "{mode:?}");
+        // The client lists an execution's children.
+        let listed = h.kernel.client().children(&id).await.unwrap();
+        assert_eq!(listed, children, "{mode:?}");
+        assert!(
+            h.kernel
+                .client()
+                .children(&children[0].id)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         assert_eq!(
             h.outcomes("delegate").last(),
             Some(&EffectOutcome::Replayed),

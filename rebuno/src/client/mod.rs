@@ -154,6 +154,8 @@ pub struct ListOptions {
     pub status: Option<ExecutionStatus>,
     /// Only turns of this session.
     pub session: Option<String>,
+    /// Only children this execution spawned (subagents).
+    pub spawned_by: Option<String>,
     /// Start after this execution id: the previous page's [`ExecutionList::next_cursor`].
     pub cursor: Option<String>,
     /// Page size; `None` or 0 is the kernel's default (50), and the kernel caps it at 200.
@@ -181,6 +183,12 @@ impl ListOptions {
     /// Only turns of `session`.
     pub fn session(mut self, session: impl Into<String>) -> Self {
         self.session = Some(session.into());
+        self
+    }
+
+    /// Only children that execution `parent` spawned (subagents).
+    pub fn spawned_by(mut self, parent: impl Into<String>) -> Self {
+        self.spawned_by = Some(parent.into());
         self
     }
 
@@ -318,6 +326,13 @@ impl Client {
         .await
     }
 
+    /// Every child execution `parent` spawned (subagents), oldest first.
+    pub async fn children(&self, parent: &str) -> Result<Vec<Execution>> {
+        let mut children = self.list_all(ListOptions::new().spawned_by(parent)).await?;
+        children.reverse();
+        Ok(children)
+    }
+
     /// Every turn of `session` of `agent_id`, oldest first.
     pub async fn session_turns(&self, agent_id: &str, session: &str) -> Result<Vec<Execution>> {
         let mut turns = self
@@ -356,6 +371,10 @@ impl Client {
     pub async fn list(&self, options: ListOptions) -> Result<ExecutionList> {
         let agent_id = non_empty(&options.agent_id);
         let session = non_empty(&options.session);
+        let spawned_by = match non_empty(&options.spawned_by) {
+            None => None,
+            Some(raw) => Some(uuid_id(&raw, "spawned_by")?),
+        };
         let cursor = non_empty(&options.cursor);
         match &self.backend {
             Backend::Http(h) => {
@@ -367,6 +386,9 @@ impl Client {
                     }
                     if let Some(session) = &session {
                         q.append_pair("session", session);
+                    }
+                    if let Some(parent) = &spawned_by {
+                        q.append_pair("spawned_by", parent);
                     }
                     if let Some(status) = options.status {
                         q.append_pair("status", status.as_str());
@@ -392,6 +414,7 @@ impl Client {
                     agent_id,
                     status: options.status.map(|s| s.as_str().to_owned()),
                     session,
+                    spawned_by,
                     before_id: cursor,
                     limit: options.limit.unwrap_or(0),
                 };

@@ -63,6 +63,7 @@ impl Kernel {
             agent_id,
             status,
             session: None,
+            spawned_by: None,
             before_id: cursor,
             limit,
         })

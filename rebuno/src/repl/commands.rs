@@ -42,6 +42,10 @@ pub(super) const HELP: &[(&str, &str)] = &[
     ),
     ("exec cancel <id>", "cancel an execution"),
     (
+        "exec children <id>",
+        "list the child executions an execution spawned (subagents)",
+    ),
+    (
         "exec fork <id> <at_seq>",
         "fork an execution: replay its effects up to event at_seq, run the rest afresh",
     ),
@@ -234,6 +238,35 @@ impl Repl {
                 self.kernel.cancel(&id).await.map_err(|e| e.to_string())?;
                 Ok(format!("cancelled execution {id}"))
             }
+            ("children", [prefix]) => {
+                let id = self.resolve_execution(prefix).await?;
+                let children = self
+                    .kernel
+                    .client()
+                    .children(&id)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if children.is_empty() {
+                    return Ok(format!("execution {id} spawned no children"));
+                }
+                let rows: Vec<Vec<String>> = children
+                    .iter()
+                    .map(|c| {
+                        let step = c.spawned_by.as_ref().map(|s| s.step_id.clone());
+                        vec![
+                            c.id.clone(),
+                            c.agent_id.clone(),
+                            c.status.to_string(),
+                            step.unwrap_or_default(),
+                        ]
+                    })
+                    .collect();
+                Ok(render_table(
+                    &["ID", "AGENT", "STATUS", "STEP"],
+                    &rows,
+                    self.width,
+                ))
+            }
             ("fork", [prefix, at_seq]) => {
                 let id = self.resolve_execution(prefix).await?;
                 let at_seq: i64 = at_seq
@@ -259,6 +292,7 @@ impl Repl {
             ("events", _) => Err(usage("exec events")),
             ("watch" | "follow", _) => Err(usage("exec watch")),
             ("cancel", _) => Err(usage("exec cancel")),
+            ("children", _) => Err(usage("exec children")),
             ("fork", _) => Err(usage("exec fork")),
             ("", _) => Err(
                 "exec needs a subcommand: ls, create, get, events, watch, cancel, fork".to_owned(),

@@ -119,7 +119,7 @@ pub(super) async fn create_execution(
     Ok(json_response(status, &started.execution))
 }
 
-/// Row 2: `GET /v0/executions?agent_id&status&session&cursor&limit`: the page's `next_cursor` is also
+/// Row 2: `GET /v0/executions?agent_id&status&session&spawned_by&cursor&limit`: the page's `next_cursor` is also
 /// in [`HEADER_NEXT_CURSOR`].
 pub(super) async fn list_executions(
     State(s): State<AppState>,
@@ -133,6 +133,10 @@ pub(super) async fn list_executions(
                 .ok_or_else(|| ApiError::validation(format!("invalid cursor {raw:?}")))?,
         ),
     };
+    let spawned_by = match query.get("spawned_by") {
+        None => None,
+        Some(raw) => Some(uuid_param(raw, "spawned_by")?),
+    };
     let limit = limit_param(&query)?;
     let list = s
         .kernel
@@ -140,6 +144,7 @@ pub(super) async fn list_executions(
             agent_id: query.get("agent_id").map(str::to_owned),
             status: query.get("status").map(str::to_owned),
             session: query.get("session").map(str::to_owned),
+            spawned_by,
             before_id: cursor,
             limit,
         })

@@ -116,6 +116,8 @@ pub struct ExecutionQuery {
     pub status: Option<String>,
     /// Only turns of this session.
     pub session: Option<String>,
+    /// Only children this execution spawned (subagents).
+    pub spawned_by: Option<String>,
     /// Only ids lower than this one (the page cursor).
     pub before_id: Option<String>,
     /// Page size (at least 1).

@@ -256,10 +256,10 @@ impl Tx for SqliteTx<'_> {
             &format!(
                 "SELECT {EXEC_COLS} FROM executions
                  WHERE (?1 IS NULL OR agent_id = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3)
-                   AND (?5 IS NULL OR session = ?5)
+                   AND (?5 IS NULL OR session = ?5) AND (?6 IS NULL OR spawned_by_execution = ?6)
                  ORDER BY id DESC LIMIT ?4"
             ),
-            params![q.agent_id, q.status, q.before_id, fetch(q.limit), q.session],
+            params![q.agent_id, q.status, q.before_id, fetch(q.limit), q.session, q.spawned_by],
             q.limit,
             0,
             exec_row,

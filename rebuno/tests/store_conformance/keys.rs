@@ -117,6 +117,13 @@ pub async fn session_fork_and_spawn_fields_round_trip(store: Dyn) {
     let e3 = e.clone();
     w(&store, move |tx| tx.put_execution(&e3)).await;
     assert_eq!(r(&store, |tx| tx.execution("e1")).await, Some(e.clone()));
+    let q = rebuno::store::ExecutionQuery {
+        spawned_by: Some("p".into()),
+        limit: 10,
+        ..Default::default()
+    };
+    let children = r(&store, move |tx| tx.list_executions(&q)).await;
+    assert_eq!(children.items, vec![e.clone()]);
     let mut twin = execution("e2", "a", ExecutionStatus::Running);
     twin.spawned_by = e.spawned_by.clone();
     let refused = store.write(move |tx| tx.put_execution(&twin)).await;

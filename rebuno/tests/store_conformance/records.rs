@@ -122,6 +122,7 @@ pub async fn executions_list_in_pages_with_filters(store: Dyn) {
             agent_id: agent_id.map(str::to_owned),
             status: status.map(str::to_owned),
             session: None,
+            spawned_by: None,
             before_id: before,
             limit: 3,
         };

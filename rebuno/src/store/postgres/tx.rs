@@ -210,13 +210,14 @@ impl Tx for PgTx<'_, '_> {
             "SELECT {EXEC_COLS} FROM executions
              WHERE ($1::text IS NULL OR agent_id = $1) AND ($2::text IS NULL OR status = $2)
                AND ($3::text IS NULL OR id < $3) AND ($5::text IS NULL OR session = $5)
+               AND ($6::text IS NULL OR spawned_by_execution = $6)
              ORDER BY id DESC LIMIT $4{}",
             self.lock()
         );
         self.page(
             &sql,
             params![q.agent_id => TEXT, q.status => TEXT, q.before_id => TEXT,
-                    fetch(q.limit) => INT8, q.session => TEXT],
+                    fetch(q.limit) => INT8, q.session => TEXT, q.spawned_by => TEXT],
             q.limit,
             0,
             exec_row,

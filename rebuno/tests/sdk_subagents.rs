@@ -1,6 +1,8 @@
 //! `rebuno::subagent` from a tool body, over HTTP (the kernel in dev mode: no API key) and
 //! embedded: the parent completes with the child's output, the child runs once even when the
-//! parent's first attempt dies after starting it, and a failing child fails the tool.
+//! parent's first attempt dies after starting it, and a failing child fails the tool. Against
+//! a kernel with an admin token, the agent's API key creates the child (`executions:write`;
+//! a read-only key is refused).
 
 #[path = "support/sdk.rs"]
 mod harness;
@@ -164,4 +166,127 @@ async fn a_failing_subagent_fails_the_tool() {
 async fn subagent_outside_a_tool_body_is_an_error() {
     let err = rebuno::subagent("child", json!({})).await.unwrap_err();
     assert!(matches!(err, Error::NoExecution), "{err:?}");
+}
+
+/// Serves `handler` over HTTP against `base` (a kernel with an admin token), with `api_key`
+/// for the client routes a subagent needs, and registers it on `kernel`.
+async fn serve_agent(
+    kernel: &Kernel,
+    base: &str,
+    handler: impl AgentHandler,
+    api_key: Option<&str>,
+) -> Agent {
+    let mut builder = Agent::builder(handler).kernel_url(base).secret(SECRET);
+    if let Some(key) = api_key {
+        builder = builder.api_key(key);
+    }
+    let agent = builder.build().unwrap();
+    let hook = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook_url = format!("http://{}/webhook", hook.local_addr().unwrap());
+    let serving = agent.clone();
+    tokio::spawn(async move { serving.serve(hook, std::future::pending()).await });
+    kernel
+        .register_agent(RegisterAgentRequest {
+            id: agent.id().to_owned(),
+            webhook_url: hook_url,
+            secret: SECRET.into(),
+            ..RegisterAgentRequest::default()
+        })
+        .await
+        .unwrap();
+    agent
+}
+
+/// Against a kernel with an admin token, the subagent's create needs the agent's API key:
+/// with an `executions:write` key the child is created by the key's subject and the parent
+/// completes; with a read-only key the create is refused (`403`) and the tool fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_a_subagent_is_created_with_the_agents_api_key() {
+    let kernel = kernel().await;
+    let _loops = kernel.start_http();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let options = rebuno::server::ServerOptions::with_bearer_token("admin-token");
+    let app = rebuno::server::router(kernel.clone(), options);
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let key = |name: &str, scope: rebuno::protocol::Scope| {
+        let kernel = kernel.clone();
+        let request = rebuno::protocol::CreateApiKeyRequest {
+            name: name.into(),
+            scopes: vec![scope],
+            ..Default::default()
+        };
+        async move { kernel.create_api_key(request, "").await.unwrap().secret }
+    };
+    let writer = key("delegator", rebuno::protocol::Scope::ExecutionsWrite).await;
+    let reader = key("onlooker", rebuno::protocol::Scope::ExecutionsRead).await;
+
+    let (child_runs, gate) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(tokio::sync::Semaphore::new(8)),
+    );
+    serve_agent(&kernel, &base, child(&child_runs, &gate), None).await;
+    let parent = |id: &'static str| {
+        let delegate = wrap_tool(
+            ToolDef::new("delegate", "asks the child"),
+            |args| async move { rebuno::subagent("child", &args).await },
+        );
+        handler_fn(id, move |input: Value| {
+            let delegate = delegate.clone();
+            async move {
+                match delegate.call(json!({"q": input["q"]})).await {
+                    Ok(said) => Ok::<_, Error>(json!({"child_said": said})),
+                    Err(e) if e.is_control_flow() => Err(e),
+                    Err(e) => Ok(json!({"refused": e.to_string()})),
+                }
+            }
+        })
+    };
+    serve_agent(&kernel, &base, parent("trusted"), Some(&writer)).await;
+    serve_agent(&kernel, &base, parent("untrusted"), Some(&reader)).await;
+    let create = |agent: &str| {
+        kernel.create_execution(CreateExecutionRequest {
+            agent_id: agent.into(),
+            input: Some(json!({"q": "sum"})),
+            ..Default::default()
+        })
+    };
+    let trusted = create("trusted").await.unwrap().id;
+    let untrusted = create("untrusted").await.unwrap().id;
+    let wait = |id: String| {
+        let kernel = kernel.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let e = kernel.execution(&id).await.unwrap();
+                if e.status == ExecutionStatus::Completed || Instant::now() > deadline {
+                    return e;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let done = wait(trusted.clone()).await;
+    assert_eq!(
+        done.output,
+        Some(json!({"child_said": {"answer": "sum done"}}))
+    );
+    let children = kernel.client().children(&trusted).await.unwrap();
+    assert_eq!(children.len(), 1);
+    assert_eq!(children[0].created_by, "delegator");
+    let refused = wait(untrusted.clone()).await;
+    let said = refused.output.unwrap()["refused"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(said.contains("executions:write"), "{said}");
+    assert!(
+        kernel
+            .client()
+            .children(&untrusted)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(child_runs.load(Ordering::SeqCst), 1);
 }

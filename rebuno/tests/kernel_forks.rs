@@ -212,3 +212,37 @@ async fn fork_replays_the_prefix_and_runs_the_rest_afresh_on_postgres() {
     })
     .await;
 }
+
+/// A kernel restart between the fork and its first delivery (SQLite file): the fork's copied
+/// steps and its queued dispatch survive, and the recorded call replays.
+#[tokio::test]
+async fn a_fork_survives_a_kernel_restart_before_its_first_delivery() {
+    file_backend(config(), |env| async move {
+        env.agent("a", "").await;
+        let (exec, lease) = env.start("a").await;
+        let s = env
+            .proceed(&exec, &lease, tool("search", r#"{"q":1}"#))
+            .await;
+        env.complete(&exec, &s, &lease, json!("found")).await;
+        let at = last_seq(&env, &exec).await;
+        let fork = env
+            .k
+            .fork(&exec, fork_at(at as i64), &Principal::admin())
+            .await
+            .unwrap();
+        drop(lease);
+        let env = env.restart().await;
+        // The restart reclaimed the original's attempt too: claim both, keep the fork's.
+        let claimed = env.k.claim_dispatches(16).await.unwrap();
+        let mine = claimed
+            .iter()
+            .find(|c| c.dispatch.execution_id == fork.id)
+            .expect("the fork's dispatch survived the restart");
+        let d = env
+            .submit(&fork.id, &mine.lease(), tool("search", r#"{"q":1}"#))
+            .await;
+        assert_eq!(d.decision, Decision::Replay, "{d:?}");
+        assert_eq!(d.result, Some(json!("found")));
+    })
+    .await;
+}

@@ -465,3 +465,57 @@ async fn postgres_a_resource_checkpoints_and_restores_after_a_redelivery() {
 async fn postgres_invalid_resource_calls_are_refused_and_change_nothing() {
     refusals(pg_env().await).await;
 }
+
+/// A kernel restart in the middle (SQLite file): the restart reclaims the attempt, and the
+/// re-delivered attempt's declare starts a new generation that restores from the checkpoint
+/// taken before the restart, with the resource's policy and step count kept.
+#[tokio::test]
+async fn a_resource_restores_from_its_checkpoint_after_a_kernel_restart() {
+    file_backend(config(), |env| async move {
+        env.agent("a", BUNDLE).await;
+        let (exec, lease) = env.start("a").await;
+        view(&env, &exec, &lease, declare("sandbox", 1)).await;
+        let bind = BindResourceRequest {
+            binding: json!({"path": "/tmp/work/1"}),
+        };
+        env.k
+            .bind_resource(&exec, "sandbox", &lease, bind)
+            .await
+            .unwrap();
+        let d = env
+            .submit(&exec, &lease, on(tool("work", r#"{"n":1}"#), &["sandbox"]))
+            .await;
+        assert_eq!(d.resources, [entry("sandbox", 1, true)]);
+        env.k
+            .complete_step_with(
+                &exec,
+                &d.step_id.unwrap(),
+                &lease,
+                Some(json!(1)),
+                captures("sandbox", 1, "cp-1"),
+            )
+            .await
+            .unwrap();
+        let env = env.restart().await;
+        let claimed = env.claim_one().await;
+        assert_eq!(claimed.dispatch.execution_id, exec);
+        let lease = claimed.lease();
+        assert_eq!(lease.attempt, 2);
+        let v = view(&env, &exec, &lease, declare("sandbox", 1)).await;
+        assert_eq!(
+            (v.generation, v.binding, v.checkpoint_ref.as_str()),
+            (2, Value::Null, "cp-1"),
+            "a new instance, restored from the checkpoint"
+        );
+        // The recorded step replays; the next one is due again for the new generation.
+        let d = env
+            .submit(&exec, &lease, on(tool("work", r#"{"n":1}"#), &["sandbox"]))
+            .await;
+        assert_eq!(d.decision, Decision::Replay);
+        let d = env
+            .submit(&exec, &lease, on(tool("work", r#"{"n":2}"#), &["sandbox"]))
+            .await;
+        assert_eq!(d.resources, [entry("sandbox", 2, true)]);
+    })
+    .await;
+}

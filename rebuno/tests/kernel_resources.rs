@@ -519,3 +519,81 @@ async fn a_resource_restores_from_its_checkpoint_after_a_kernel_restart() {
     })
     .await;
 }
+
+/// A fork restores each resource from the original's latest checkpoint at or before its
+/// `at_seq`: its `restoration` names it, and its first declare starts a new generation that
+/// restores from it. Forked before any checkpoint, the resource starts fresh.
+#[tokio::test]
+async fn a_fork_restores_resources_from_the_checkpoint_at_its_sequence_number() {
+    each_backend(config(), fork_restores).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn postgres_a_fork_restores_resources_from_the_checkpoint_at_its_sequence_number() {
+    fork_restores(pg_env().await).await;
+}
+
+async fn fork_restores(env: Env) {
+    env.agent("a", BUNDLE).await;
+    let (exec, lease) = env.start("a").await;
+    view(&env, &exec, &lease, declare("sandbox", 1)).await;
+    let before_any = env.events(&exec).await.last().unwrap().event_seq;
+    let bind = BindResourceRequest {
+        binding: json!({"path": "/tmp/work/1"}),
+    };
+    env.k
+        .bind_resource(&exec, "sandbox", &lease, bind)
+        .await
+        .unwrap();
+    env.k
+        .publish_checkpoints(&exec, &lease, captures("sandbox", 1, "cp-1"))
+        .await
+        .unwrap();
+    let after_first = env.events(&exec).await.last().unwrap().event_seq;
+    env.k
+        .publish_checkpoints(&exec, &lease, captures("sandbox", 1, "cp-2"))
+        .await
+        .unwrap();
+    let admin = rebuno::protocol::Principal::admin();
+    let at = |seq: u64| rebuno::protocol::ForkExecutionRequest {
+        at_seq: seq as i64,
+        session: "fork".into(),
+        ..Default::default()
+    };
+
+    let fork = env.k.fork(&exec, at(after_first), &admin).await.unwrap();
+    assert_eq!(
+        fork.restoration,
+        Some(json!({"sandbox": {"generation": 1, "checkpoint_ref": "cp-1"}}))
+    );
+    let claimed = env.k.claim_dispatches(16).await.unwrap();
+    let fl = claimed
+        .iter()
+        .find(|c| c.dispatch.execution_id == fork.id)
+        .unwrap()
+        .lease();
+    let v = view(&env, &fork.id, &fl, declare("sandbox", 1)).await;
+    assert_eq!(
+        (v.generation, v.binding, v.checkpoint_ref.as_str()),
+        (2, Value::Null, "cp-1")
+    );
+    // The original is untouched.
+    let v = view(&env, &exec, &lease, declare("sandbox", 1)).await;
+    assert_eq!(v.checkpoint_ref, "cp-2");
+
+    let fresh = rebuno::protocol::ForkExecutionRequest {
+        session: "fresh".into(),
+        ..at(before_any)
+    };
+    let fresh = env.k.fork(&exec, fresh, &admin).await.unwrap();
+    assert_eq!(fresh.restoration, None);
+    let claimed = env.k.claim_dispatches(16).await.unwrap();
+    let l = claimed
+        .iter()
+        .find(|c| c.dispatch.execution_id == fresh.id)
+        .unwrap()
+        .lease();
+    let v = view(&env, &fresh.id, &l, declare("sandbox", 1)).await;
+    assert_eq!((v.generation, v.checkpoint_ref.as_str()), (1, ""));
+}

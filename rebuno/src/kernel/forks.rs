@@ -20,8 +20,13 @@
 //! while another turn runs, and continues from the session's latest completed turn); its policy
 //! bundle (an execution-level override of the agent's, see
 //! [`crate::protocol::Execution::policy_bundle`]) is the request's or the original's own. It
-//! has no idempotency key or spawning step, and its creator is the caller. `restoration` stays
-//! empty: this kernel has no resources to restore.
+//! has no idempotency key or spawning step, and its creator is the caller.
+//!
+//! Resources: every resource the original had checkpointed by `at_seq` is declared for the
+//! fork with that (latest) checkpoint and no live instance, so the fork's first declare of it
+//! starts a new generation that restores from the checkpoint; the fork's `restoration` names
+//! them (`{key: {generation, checkpoint_ref}}`). A resource without a checkpoint by then starts
+//! fresh.
 
 use super::executions::insert_and_enqueue;
 use super::sessions::{self, Admission, admit};
@@ -30,10 +35,11 @@ use crate::identity;
 use crate::policy::Bundle;
 use crate::protocol::{
     EventType, Execution, ExecutionStatus, ForkExecutionRequest, MAX_REQUEST_BODY_BYTES, Principal,
-    Step, StepStatus,
+    ResourceEventPayload, Step, StepStatus,
 };
-use crate::store::{StoreExt, StoreResult, Tx};
-use serde_json::Value;
+use crate::store::{ResourceRecord, StoreExt, StoreResult, Tx};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 /// Events of the original one page of the scan reads.
 const SCAN_PAGE: usize = 500;
@@ -55,35 +61,90 @@ fn check_request(req: &ForkExecutionRequest) -> KernelResult<u64> {
     Ok(at_seq)
 }
 
-/// The ids of the original's steps whose completion event is at or before `at_seq`, in log
-/// order, and the original's last event sequence number (or `None` when `at_seq` is past it,
-/// the scan then having read the whole log).
+/// What the original's log says up to `at_seq`.
+#[derive(Default)]
+struct Prefix {
+    /// The ids of the steps whose completion event is at or before `at_seq`, in log order.
+    steps: Vec<String>,
+    /// Per resource key, the latest checkpoint at or before `at_seq`: (generation, ref).
+    checkpoints: BTreeMap<String, (u64, String)>,
+}
+
+/// Reads the original's log up to `at_seq` ([`Prefix`]), and its last event sequence number
+/// (`None` when `at_seq` is past it, the scan then having read the whole log).
 fn completed_by(
     tx: &mut dyn Tx,
     execution_id: &str,
     at_seq: u64,
-) -> StoreResult<(Vec<String>, Option<u64>)> {
-    let mut ids = Vec::new();
+) -> StoreResult<(Prefix, Option<u64>)> {
+    let mut prefix = Prefix::default();
     let mut after = 0;
     loop {
         let page = tx.events(execution_id, after, SCAN_PAGE)?;
         for event in &page.items {
             if event.event_seq > at_seq {
-                return Ok((ids, Some(event.event_seq)));
+                return Ok((prefix, Some(event.event_seq)));
             }
             after = event.event_seq;
-            if matches!(
-                event.event_type,
-                EventType::StepSucceeded | EventType::StepFailed
-            ) && let Some(step_id) = event.payload.get("step_id").and_then(Value::as_str)
-            {
-                ids.push(step_id.to_owned());
+            match event.event_type {
+                EventType::StepSucceeded | EventType::StepFailed => {
+                    if let Some(step_id) = event.payload.get("step_id").and_then(Value::as_str) {
+                        prefix.steps.push(step_id.to_owned());
+                    }
+                }
+                EventType::ResourceCheckpointed => {
+                    if let Ok(p) =
+                        serde_json::from_value::<ResourceEventPayload>(event.payload.clone())
+                    {
+                        prefix
+                            .checkpoints
+                            .insert(p.key, (p.generation, p.checkpoint_ref));
+                    }
+                }
+                _ => {}
             }
         }
         if page.next.is_none() || page.items.is_empty() {
-            return Ok((ids, (after >= at_seq).then_some(after)));
+            return Ok((prefix, (after >= at_seq).then_some(after)));
         }
     }
+}
+
+/// Seeds the fork's resources from the original's checkpoints up to `at_seq`: each resource
+/// the original checkpointed by then is declared for the fork with no live instance and that
+/// checkpoint, so the fork's first declare starts a new generation restoring from it. Answers
+/// the fork's `restoration` (`{key: {generation, checkpoint_ref}}`), `None` for none.
+fn seed_resources(
+    tx: &mut dyn Tx,
+    original: &str,
+    fork_id: &str,
+    checkpoints: &BTreeMap<String, (u64, String)>,
+    now: &str,
+) -> StoreResult<Option<Value>> {
+    let mut restoration = serde_json::Map::new();
+    for resource in tx.resources().list(original)? {
+        let Some((generation, checkpoint_ref)) = checkpoints.get(&resource.key) else {
+            continue;
+        };
+        restoration.insert(
+            resource.key.clone(),
+            json!({"generation": generation, "checkpoint_ref": checkpoint_ref}),
+        );
+        tx.resources().put(&ResourceRecord {
+            execution_id: fork_id.to_owned(),
+            generation: *generation,
+            binding: None,
+            lease_dispatch_id: String::new(),
+            lease_attempt: 0,
+            steps_since_checkpoint: 0,
+            checkpoint_ref: checkpoint_ref.clone(),
+            checkpoint_generation: *generation,
+            declared_at: now.to_owned(),
+            updated_at: now.to_owned(),
+            ..resource
+        })?;
+    }
+    Ok((!restoration.is_empty()).then_some(Value::Object(restoration)))
 }
 
 /// `step` of the original recorded as the fork `fork_id`'s: its step id for the same call.
@@ -124,7 +185,7 @@ impl Kernel {
                 let Some(original) = tx.execution(&id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
-                let (step_ids, last) = completed_by(tx, &id, at_seq)?;
+                let (prefix, last) = completed_by(tx, &id, at_seq)?;
                 if last.is_none() {
                     return Ok(Err(KernelError::validation(format!(
                         "at_seq {at_seq} is past the last event of execution {id}"
@@ -141,7 +202,7 @@ impl Kernel {
                     Ok(admission) => matches!(admission, Admission::Start),
                     Err(e) => return Ok(Err(e)),
                 };
-                let fork = Execution {
+                let mut fork = Execution {
                     agent_id: original.agent_id,
                     agent_version: original.agent_version,
                     input: original.input,
@@ -157,8 +218,10 @@ impl Kernel {
                     policy_bundle: or(req.policy_bundle, original.policy_bundle),
                     ..fresh
                 };
+                fork.restoration =
+                    seed_resources(tx, &id, &fork.id, &prefix.checkpoints, &fork.created_at)?;
                 insert_and_enqueue(tx, &fork, max_attempts)?;
-                for step_id in step_ids {
+                for step_id in prefix.steps {
                     if let Some(step) = tx.step(&id, &step_id)?
                         && matches!(step.status, StepStatus::Succeeded | StepStatus::Failed)
                     {

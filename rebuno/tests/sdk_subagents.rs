@@ -176,25 +176,11 @@ async fn serve_agent(
     handler: impl AgentHandler,
     api_key: Option<&str>,
 ) -> Agent {
-    let mut builder = Agent::builder(handler).kernel_url(base).secret(SECRET);
+    let mut builder = Agent::builder(handler);
     if let Some(key) = api_key {
         builder = builder.api_key(key);
     }
-    let agent = builder.build().unwrap();
-    let hook = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let hook_url = format!("http://{}/webhook", hook.local_addr().unwrap());
-    let serving = agent.clone();
-    tokio::spawn(async move { serving.serve(hook, std::future::pending()).await });
-    kernel
-        .register_agent(RegisterAgentRequest {
-            id: agent.id().to_owned(),
-            webhook_url: hook_url,
-            secret: SECRET.into(),
-            ..RegisterAgentRequest::default()
-        })
-        .await
-        .unwrap();
-    agent
+    serve_agent_at(kernel, base, builder).await
 }
 
 /// Against a kernel with an admin token, the subagent's create needs the agent's API key:

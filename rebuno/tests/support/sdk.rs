@@ -122,7 +122,13 @@ pub async fn serve_over_http(kernel: &Kernel, builder: rebuno::AgentBuilder) -> 
     let base = format!("http://{}", listener.local_addr().unwrap());
     let app = rebuno::server::router(kernel.clone(), rebuno::server::ServerOptions::default());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let agent = builder.kernel_url(&base).secret(SECRET).build().unwrap();
+    serve_agent_at(kernel, &base, builder).await
+}
+
+/// Serves the agent `builder` makes on a webhook of its own against the kernel at `base`, and
+/// registers it on `kernel`.
+pub async fn serve_agent_at(kernel: &Kernel, base: &str, builder: rebuno::AgentBuilder) -> Agent {
+    let agent = builder.kernel_url(base).secret(SECRET).build().unwrap();
     let hook = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let hook_url = format!("http://{}/webhook", hook.local_addr().unwrap());
     let serving = agent.clone();

@@ -172,12 +172,7 @@ impl Transport for EmbeddedTransport {
         input: Value,
         spawned_by: &SpawnedBy,
     ) -> Result<Execution> {
-        let req = crate::protocol::CreateExecutionRequest {
-            agent_id: agent_id.to_owned(),
-            input: Some(input),
-            spawned_by: Some(spawned_by.clone()),
-            ..Default::default()
-        };
+        let req = crate::protocol::CreateExecutionRequest::child(agent_id, input, spawned_by);
         Ok(self.kernel.create_execution(req).await?)
     }
 

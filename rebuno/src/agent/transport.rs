@@ -567,12 +567,7 @@ impl Transport for HttpTransport {
         input: Value,
         spawned_by: &SpawnedBy,
     ) -> Result<Execution> {
-        let req = crate::protocol::CreateExecutionRequest {
-            agent_id: agent_id.to_owned(),
-            input: Some(input),
-            spawned_by: Some(spawned_by.clone()),
-            ..Default::default()
-        };
+        let req = crate::protocol::CreateExecutionRequest::child(agent_id, input, spawned_by);
         let mut post = self
             .http
             .post(self.url(&["v0", "executions"])?)

@@ -76,6 +76,19 @@ pub struct CreateExecutionRequest {
     pub on_behalf_of: String,
 }
 
+impl CreateExecutionRequest {
+    /// The create of a subagent: a child of agent `agent_id` with `input`, spawned by the
+    /// parent's step `spawned_by`.
+    pub fn child(agent_id: &str, input: Value, spawned_by: &SpawnedBy) -> Self {
+        CreateExecutionRequest {
+            agent_id: agent_id.to_owned(),
+            input: Some(input),
+            spawned_by: Some(spawned_by.clone()),
+            ..CreateExecutionRequest::default()
+        }
+    }
+}
+
 /// The longest idempotency key a create accepts, in bytes.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
 

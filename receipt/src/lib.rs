@@ -14,6 +14,7 @@
 //! - [`agent`](mod@agent): receipt-native agents (specs, selection, the controller, remote actions);
 //!   its public submodules are `agent::control` (control receipt types and their fold),
 //!   `agent::controller`, `agent::merge` (merge policies) and `agent::remote`;
+//! - `kernel` (feature `kernel`): remote actions and governance through a rebuno kernel;
 //! - `cli` (feature `cli`, on by default): the `receipt` command-line tool, and
 //!   `cli::main_with` for a binary that registers its own agents.
 //!
@@ -41,6 +42,8 @@ pub mod canonical;
 pub mod cli;
 mod error;
 pub mod fold;
+#[cfg(feature = "kernel")]
+pub mod kernel;
 mod locks;
 pub mod receipt;
 pub mod runtime;

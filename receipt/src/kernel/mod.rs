@@ -1,0 +1,13 @@
+//! Receipt actions through a rebuno kernel: where the two models meet.
+//!
+//! - `dispatcher`: a [`crate::agent::remote::RemoteDispatcher`] that runs each remote
+//!   invocation as a rebuno execution of a worker agent, created idempotently from the
+//!   invocation id;
+//! - `worker`: the rebuno agent that serves a target group, re-checking each call and recording
+//!   the action's effects as rebuno steps;
+//! - `gate`: rebuno policy bundles over receipt actions (deny, approval, rate limit), evaluated
+//!   by the kernel before an invocation is claimed.
+
+mod dispatcher;
+mod gate;
+mod worker;

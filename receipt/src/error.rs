@@ -117,6 +117,10 @@ pub enum Error {
     /// A refusal of the agent layer (spec checks, controller, remote worker, merges).
     #[error(transparent)]
     Agent(#[from] crate::agent::AgentError),
+    /// The governance could not answer (its kernel unreachable, say): the run is left as it
+    /// was, for a later pass.
+    #[error("governance: {0}")]
+    Governance(String),
     /// An error raised by user code (an action, a dispatcher, a merge policy).
     #[error("{0}")]
     Other(Box<dyn std::error::Error + Send + Sync + 'static>),

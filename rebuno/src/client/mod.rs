@@ -79,7 +79,8 @@ use crate::kernel::Kernel;
 use crate::protocol::{
     ApiKey, Approval, CreateApiKeyRequest, CreateExecutionRequest, CreatedApiKey,
     DecideApprovalRequest, ErrorEnvelope, Event, Execution, ExecutionList, ExecutionStatus,
-    ForkExecutionRequest, PolicyTestRequest, PolicyTestResponse, Step, canonical_uuid,
+    ForkExecutionRequest, PolicyTestRequest, PolicyTestResponse, SetPolicyRequest, Step,
+    canonical_uuid,
 };
 use http::Http;
 
@@ -661,6 +662,24 @@ impl Client {
     // -----------------------------------------------------------------------------------------
     // Policies.
     // -----------------------------------------------------------------------------------------
+
+    /// Sets agent `agent_id`'s policy bundle (YAML text; `""` clears it), the admin's
+    /// `POST /v0/policies/{agent_id}` (scope `policies:write`). `400 validation_error` for a
+    /// bundle that does not load (checked first), `404 not_found` for an unknown agent.
+    pub async fn set_policy(&self, agent_id: &str, bundle: &str) -> Result<()> {
+        match &self.backend {
+            Backend::Http(h) => {
+                let body = SetPolicyRequest {
+                    bundle: bundle.to_owned(),
+                };
+                h.send(Method::POST, h.url(&["policies", agent_id]), Some(&body))
+                    .await?;
+                Ok(())
+            }
+            #[cfg(feature = "kernel")]
+            Backend::Embedded(k) => Ok(k.set_policy(agent_id, bundle).await?),
+        }
+    }
 
     /// What a step proposed by agent `agent_id` would be decided under its policy bundle (or
     /// the request's `bundle`): the decision, rule and reason, recording nothing (scope

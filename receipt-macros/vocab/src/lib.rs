@@ -59,9 +59,19 @@ pub mod control {
     pub const MERGE_SKIPPED: &str = "merge.skipped";
     /// `merge.failed`
     pub const MERGE_FAILED: &str = "merge.failed";
+    /// `policy.approval.requested` (an addition to the canonical set): a governed invocation
+    /// waits for a policy approval.
+    pub const POLICY_APPROVAL_REQUESTED: &str = "policy.approval.requested";
+    /// `policy.approval.decided` (an addition to the canonical set): a decision on a policy
+    /// approval, appended by whoever decides it (not by the controller, which forwards it).
+    pub const POLICY_APPROVAL_DECIDED: &str = "policy.approval.decided";
 
-    /// The canonical control-receipt set: the run's lifecycle, then an action's, a human
-    /// wait's, the goal, and a merge's.
+    /// The control types this runtime adds to the canonical set (policy governance); they end
+    /// [`CONTROL_TYPES`].
+    pub const ADDED_CONTROL_TYPES: &[&str] = &[POLICY_APPROVAL_REQUESTED, POLICY_APPROVAL_DECIDED];
+
+    /// Every control type: the canonical control-receipt set (the run's lifecycle, then an
+    /// action's, a human wait's, the goal, and a merge's), then [`ADDED_CONTROL_TYPES`].
     pub const CONTROL_TYPES: &[&str] = &[
         RUN_STARTED,
         RUN_COMPLETED,
@@ -82,6 +92,8 @@ pub mod control {
         MERGE_APPLIED,
         MERGE_SKIPPED,
         MERGE_FAILED,
+        POLICY_APPROVAL_REQUESTED,
+        POLICY_APPROVAL_DECIDED,
     ];
 
     /// Whether `ty` is one of the controller's own receipt types.
@@ -290,5 +302,10 @@ mod tests {
         }
         assert!(control::is_control_type("run.completed"));
         assert!(!control::is_control_type("charge.settled"));
+        let added = control::CONTROL_TYPES.len() - control::ADDED_CONTROL_TYPES.len();
+        assert_eq!(
+            &control::CONTROL_TYPES[added..],
+            control::ADDED_CONTROL_TYPES
+        );
     }
 }

@@ -2,6 +2,22 @@
 //! `#[receipt::receipts]` reads too, and re-exported here), the bodies the controller writes
 //! (camelCase fields), their deterministic event ids, and the controller's fold over them (which
 //! selections are pending, who claims what, which manifests are bound).
+//!
+//! **Additions to the canonical set** ([`ADDED_CONTROL_TYPES`]), for policy governance (see
+//! [`super::governance`]); both sit beside `human.requested` / `human.responded`, whose wait
+//! they mirror, except that the answer is kept by the governance (a rebuno kernel) rather than
+//! folded from domain receipts:
+//!
+//! | Type | When it is written | Body |
+//! |---|---|---|
+//! | `policy.approval.requested` | By the controller, once per invocation, when the governance answers that its action needs an approval; the pass then ends `run.blocked`. eventId `<invocationId>:policy.approval.requested`. | `invocationId`, `selectionId`, `actionId`, `approvalId`, `rule`, `reason` ([`ApprovalRequested`]) |
+//! | `policy.approval.decided` | By whoever decides the approval through the run stream (never by the controller, which forwards it to the governance on its next pass). Being a control type, no action can emit it: an agent cannot approve its own actions. | `approvalId`, `decision` (`grant` or `deny`), `decidedBy`, optional `rationale` ([`ApprovalDecided`]) |
+//!
+//! A denied invocation adds no type: it ends with `action.failed` (with no `action.started`
+//! before it, as it was never claimed) whose `error` names the action, rule and reason, and
+//! which also carries `rule`, `reason` and, when an approval decided it, `approvalId`. A governed
+//! run that waits for an approval or a rate limit ends its pass with the canonical
+//! `run.blocked`.
 
 use crate::receipt::Receipt;
 use serde::de::DeserializeOwned;
@@ -9,11 +25,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 
+pub use receipt_vocab::control::ADDED_CONTROL_TYPES;
 pub use receipt_vocab::control::{
     ACTION_COMPLETED, ACTION_FAILED, ACTION_OUTPUT_MANIFEST, ACTION_SELECTED, ACTION_STARTED,
     ACTION_SUPERSEDED, CONTROL_TYPES, GOAL_COMPLETED, HUMAN_REQUESTED, HUMAN_RESPONDED,
     MERGE_APPLIED, MERGE_FAILED, MERGE_OUTPUT_MANIFEST, MERGE_SELECTED, MERGE_SKIPPED,
-    MERGE_STARTED, RUN_BLOCKED, RUN_COMPLETED, RUN_FAILED, RUN_STARTED, is_control_type,
+    MERGE_STARTED, POLICY_APPROVAL_DECIDED, POLICY_APPROVAL_REQUESTED, RUN_BLOCKED, RUN_COMPLETED,
+    RUN_FAILED, RUN_STARTED, is_control_type,
 };
 
 /// The `note` of `run.completed`.
@@ -27,6 +45,11 @@ pub const SETTLED_REASON: &str = "no runnable actions (settled)";
 /// The `run.blocked` reason of a human wait.
 pub fn human_wait_reason(action_id: &str) -> String {
     format!("waiting for a correlated response to human action '{action_id}'")
+}
+
+/// The `run.blocked` reason of a wait for a policy approval.
+pub fn approval_wait_reason(action_id: &str, approval_id: &str) -> String {
+    format!("waiting for policy approval '{approval_id}' of action '{action_id}'")
 }
 
 /// Event ids of the control receipts. Every control receipt is appended with an id derived from
@@ -85,6 +108,10 @@ pub mod event_id {
     /// `<invocationId>:human.responded`
     pub fn human_responded(invocation_id: &str) -> String {
         format!("{invocation_id}:human.responded")
+    }
+    /// `<invocationId>:policy.approval.requested`
+    pub fn approval_requested(invocation_id: &str) -> String {
+        format!("{invocation_id}:policy.approval.requested")
     }
     /// `<mergeId>:<step>` for `started`, `selected`, `manifest`, `output`, `applied`,
     /// `skipped`, `failed`
@@ -216,9 +243,17 @@ pub struct ActionEnded {
     /// `action.superseded`: the selection it belonged to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection_id: Option<String>,
-    /// `action.superseded`: the fixed reason.
+    /// `action.superseded`: the fixed reason; `action.failed` of a denied action: the policy's
+    /// reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// `action.failed` of a denied action: the policy rule that denied it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// `action.failed` of an action denied through an approval (denied or expired): the
+    /// approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
     /// `action.failed` of a `receipt_only` action whose re-run disagreed with its manifest: a
     /// determinism violation (a `receipt_only` action must be a deterministic function of its
     /// view).
@@ -236,6 +271,40 @@ pub struct HumanEvent {
     pub selection_id: String,
     /// The human action.
     pub action_id: String,
+}
+
+/// `policy.approval.requested`: a governed invocation waits for a policy approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRequested {
+    /// The invocation.
+    pub invocation_id: String,
+    /// Its selection.
+    pub selection_id: String,
+    /// The action.
+    pub action_id: String,
+    /// The approval to decide.
+    pub approval_id: String,
+    /// The rule that requires it.
+    pub rule: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// `policy.approval.decided`: a decision on a policy approval, appended to the run stream by
+/// whoever decides it (see [`super::governance`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalDecided {
+    /// The approval.
+    pub approval_id: String,
+    /// `grant` or `deny`.
+    pub decision: super::governance::Decision,
+    /// Who decides.
+    pub decided_by: String,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rationale: Option<String>,
 }
 
 /// `merge.started`
@@ -327,6 +396,8 @@ pub(crate) struct InvState {
     pub human_requested: bool,
     pub human_responded: bool,
     pub manifest: Option<(u64, String)>,
+    /// The approval a `policy.approval.requested` named.
+    pub approval: Option<String>,
 }
 
 /// A selection with at least one non-terminal invocation: the next pass resumes it before
@@ -362,6 +433,9 @@ pub(crate) struct ControlState {
     pub selections_by_id: HashMap<String, PendingSelection>,
     pub invocations: HashMap<String, InvState>,
     pub merges: HashMap<String, PendingMerge>,
+    /// The latest `policy.approval.decided` of each approval (an earlier one was forwarded,
+    /// or refused), until the invocation that requested it settles.
+    pub approval_decisions: HashMap<String, ApprovalDecided>,
 }
 
 impl ControlState {
@@ -395,6 +469,7 @@ impl ControlState {
                     human_requested: false,
                     human_responded: false,
                     manifest: None,
+                    approval: None,
                 },
             );
         }
@@ -416,6 +491,9 @@ impl ControlState {
         let Some(inv) = self.invocations.remove(invocation_id) else {
             return;
         };
+        if let Some(approval) = &inv.approval {
+            self.approval_decisions.remove(approval);
+        }
         let Some(sel) = self.selections_by_id.get_mut(&inv.selection_id) else {
             return;
         };
@@ -427,8 +505,9 @@ impl ControlState {
         }
     }
 
-    /// Folds one receipt (chain index `index`). Bodies that do not parse are ignored: only the
-    /// controller writes control types (actions cannot emit them).
+    /// Folds one receipt (chain index `index`). Bodies that do not parse are ignored: control
+    /// types are written by the controller, and `policy.approval.decided` by deciders (actions
+    /// cannot emit any of them).
     pub fn apply(&mut self, index: u64, r: &Receipt) {
         match r.event_type() {
             RUN_STARTED => self.started = true,
@@ -481,6 +560,18 @@ impl ControlState {
                     } else {
                         inv.human_responded = true;
                     }
+                }
+            }
+            POLICY_APPROVAL_REQUESTED => {
+                if let Some(a) = parse::<ApprovalRequested>(r)
+                    && let Some(inv) = self.invocations.get_mut(&a.invocation_id)
+                {
+                    inv.approval = Some(a.approval_id);
+                }
+            }
+            POLICY_APPROVAL_DECIDED => {
+                if let Some(d) = parse::<ApprovalDecided>(r) {
+                    self.approval_decisions.insert(d.approval_id.clone(), d);
                 }
             }
             MERGE_STARTED => {

@@ -204,6 +204,16 @@ pub enum AgentError {
         /// The chosen id.
         candidate: String,
     },
+    /// The governance denied the action (a policy rule, or an approval denied or expired).
+    #[error("action '{action}' denied by policy rule '{rule}': {reason}")]
+    PolicyDenied {
+        /// The action id.
+        action: String,
+        /// The rule id.
+        rule: String,
+        /// The reason.
+        reason: String,
+    },
     /// A merge policy with an empty id or version.
     #[error("merge policies need a non-empty id and version")]
     InvalidMergePolicy,

@@ -14,6 +14,11 @@
 //! 4. claim each invocation (`action.started`), run it with its output buffered, bind the output
 //!    (`action.output.manifest`), append it, `action.completed`; repeat.
 //!
+//! A controller given a [`Governance`] (a rebuno policy bundle through a kernel: the `kernel`
+//! feature's `receipt::kernel::KernelGovernance`) asks it about every invocation before the
+//! claim: allowed, denied (`action.failed` with the rule and reason), waiting for an approval
+//! (`policy.approval.requested`, `run.blocked`) or delayed (a rate limit); see [`governance`].
+//!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use receipt::agent::*;
@@ -88,6 +93,7 @@ mod action;
 pub mod control;
 pub mod controller;
 mod error;
+pub mod governance;
 mod ids;
 pub mod merge;
 mod registry;
@@ -103,6 +109,7 @@ pub use action::{
 pub use async_trait::async_trait;
 pub use controller::{Controller, ControllerOptions, DEFAULT_LEASE, LiveClaims, Plan, RunOutcome};
 pub use error::AgentError;
+pub use governance::{DEFAULT_GOVERNANCE_WAIT, Decision, Governance, GovernedAction, Verdict};
 pub use ids::{
     DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_ITERATIONS, DEFAULT_RUNTIME_POLICY_VERSION,
     SCHEDULER_POLICY_VERSION, agent_stream, claim_id, content_hash, invocation_id, merge_id,

@@ -11,3 +11,8 @@
 mod dispatcher;
 mod gate;
 mod worker;
+
+pub use gate::{
+    DEFAULT_MAX_RATE_WAIT, DEFAULT_RETRY_AFTER, DEFAULT_SETTLE_TIMEOUT, GATE_AGENT_PREFIX,
+    GateHandler, KernelGovernance, gate_agent, gate_agent_id,
+};

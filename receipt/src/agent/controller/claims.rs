@@ -1,6 +1,7 @@
 //! Claiming a pending selection's invocations: the `action.started` claim (one winner per
 //! attempt, fenced by the head it was made at), taking over an expired claim as the next attempt,
-//! waiting out another owner's live claim, and the request/response receipts of human actions.
+//! waiting out another owner's live claim, the request/response receipts of human actions, and
+//! the governance's verdict before a first claim (see `govern`).
 
 use super::super::action::{DurableActionContext, ResponseContext};
 use super::super::control::{
@@ -10,9 +11,11 @@ use super::super::control::{
 use super::super::ids::claim_id;
 use super::super::{Action, ActionKind, AgentError, AgentTypes};
 use super::Pass;
+use super::govern::Governed;
 use crate::error::{Error, Result};
 use serde_json::Value;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// One claimed invocation, ready to run.
 pub(super) struct ClaimedInvocation<A: AgentTypes> {
@@ -34,13 +37,20 @@ pub(super) struct ClaimRound<A: AgentTypes> {
     pub(super) human_wait: Option<String>,
     /// The earliest-expiring live claim of another owner: when it expires, and the reason.
     pub(super) live_claim: Option<(i64, String)>,
+    /// The first invocation the governance denied (its `action.failed` is on the chain).
+    pub(super) denied: Option<Error>,
+    /// The first invocation waiting for a policy approval: the `run.blocked` reason.
+    pub(super) approval_wait: Option<String>,
+    /// The shortest governance delay, and its reason.
+    pub(super) delay: Option<(Duration, String)>,
 }
 
 impl<A: AgentTypes> Pass<'_, A> {
     /// Claims every open invocation of a pending selection that this pass may run: its own
     /// earlier claims, unclaimed invocations and expired claims (as the next attempt). A human
     /// action without its response is requested instead, and another owner's live claim is
-    /// left to it.
+    /// left to it. An invocation without any claim yet is first put to the governance: one it
+    /// denies, holds for an approval or delays is not claimed.
     pub(super) async fn claim_open_invocations(
         &mut self,
         pending: &PendingSelection,
@@ -49,7 +59,11 @@ impl<A: AgentTypes> Pass<'_, A> {
         let mut human_wait: Option<String> = None;
         let mut live_claim: Option<(i64, String)> = None;
         let mut claimed: Vec<ClaimedInvocation<A>> = Vec::new();
+        let mut denied: Option<Error> = None;
+        let mut approval_wait: Option<String> = None;
+        let mut delay: Option<(Duration, String)> = None;
         for (index, inv_id) in pending.invocation_ids.iter().enumerate() {
+            let mut allowed = false;
             // Until the invocation is settled, claimed, blocked or waited on.
             while let Some(invocation) = self.cache.control.invocations.get(inv_id).cloned() {
                 let action = self
@@ -130,6 +144,39 @@ impl<A: AgentTypes> Pass<'_, A> {
                         break;
                     }
                 }
+                let governed = self.controller.opts.governance.is_some();
+                if governed && invocation.claim.is_none() && !allowed {
+                    let check = self.governed_action(
+                        &pending.selection_id,
+                        pending.selected_head.as_deref(),
+                        inv_id,
+                        &action,
+                        index,
+                    );
+                    match self.govern(&check).await? {
+                        Governed::Allow => allowed = true,
+                        Governed::Denied(e) => {
+                            denied.get_or_insert(e);
+                            break;
+                        }
+                        Governed::Pending(reason) => {
+                            approval_wait.get_or_insert(reason);
+                            break;
+                        }
+                        Governed::Delay {
+                            retry_after,
+                            reason,
+                        } => {
+                            if delay.as_ref().is_none_or(|(d, _)| retry_after < *d) {
+                                delay = Some((retry_after, reason));
+                            }
+                            break;
+                        }
+                    }
+                    // The verdict may have taken a while: claim at the head as it is now.
+                    self.refresh().await?;
+                    continue;
+                }
                 let attempt = invocation
                     .claim
                     .as_ref()
@@ -160,6 +207,9 @@ impl<A: AgentTypes> Pass<'_, A> {
             claimed,
             human_wait,
             live_claim,
+            denied,
+            approval_wait,
+            delay,
         })
     }
 

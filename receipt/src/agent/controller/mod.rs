@@ -9,6 +9,8 @@
 //! - `cache`: keeping the pass's run cache in step with the store (reads, verification, appends);
 //! - `claims`: claiming a selection's invocations and requesting human responses;
 //! - `invoke`: running claimed invocations, locally or through the remote dispatcher;
+//! - `govern`: asking the governance about an invocation before its claim, and recording a
+//!   denial or an approval wait (see [`super::governance`]);
 //! - `commit`: binding and appending an invocation's output, or recording its failure;
 //! - `merge_step`: the durable merge after a pass in which an invocation committed.
 //!
@@ -49,11 +51,13 @@
 mod cache;
 mod claims;
 mod commit;
+mod govern;
 mod invoke;
 mod merge_step;
 mod pass;
 
 use super::control::Terminal;
+use super::governance::{DEFAULT_GOVERNANCE_WAIT, Governance};
 use super::remote::{REMOTE_TIMEOUT_MS, RemoteDispatcher};
 use super::run_cache::{DEFAULT_RUN_CACHE_CAPACITY, RunCaches};
 use super::select::Selection;
@@ -163,6 +167,11 @@ pub struct ControllerOptions {
     pub live_claims: LiveClaims,
     /// How many open runs stay folded between passes (default 1024; ended runs are dropped).
     pub cache_capacity: usize,
+    /// Asked about every invocation before its claim (none: everything is allowed).
+    pub governance: Option<Arc<dyn Governance>>,
+    /// How long one pass waits out the governance's delays (rate limits) in all before it
+    /// blocks the run (default 60 s).
+    pub governance_wait: Duration,
 }
 
 impl Default for ControllerOptions {
@@ -179,6 +188,8 @@ impl Default for ControllerOptions {
             poll_interval: DEFAULT_POLL_INTERVAL,
             live_claims: LiveClaims::Wait,
             cache_capacity: DEFAULT_RUN_CACHE_CAPACITY,
+            governance: None,
+            governance_wait: DEFAULT_GOVERNANCE_WAIT,
         }
     }
 }
@@ -197,6 +208,8 @@ impl fmt::Debug for ControllerOptions {
             .field("poll_interval", &self.poll_interval)
             .field("live_claims", &self.live_claims)
             .field("cache_capacity", &self.cache_capacity)
+            .field("governance", &self.governance.is_some())
+            .field("governance_wait", &self.governance_wait)
             .finish()
     }
 }
@@ -335,6 +348,16 @@ impl<A: AgentTypes> Controller<A> {
         self.opts.live_claims = policy;
         self
     }
+    /// Sets the governance asked about every invocation before its claim.
+    pub fn governance(mut self, governance: Arc<dyn Governance>) -> Self {
+        self.opts.governance = Some(governance);
+        self
+    }
+    /// Sets how long one pass waits out the governance's delays before it blocks the run.
+    pub fn governance_wait(mut self, wait: Duration) -> Self {
+        self.opts.governance_wait = wait;
+        self
+    }
     /// Sets how many open runs stay folded between passes.
     pub fn cache_capacity(mut self, runs: usize) -> Self {
         self.opts.cache_capacity = runs;
@@ -408,6 +431,7 @@ fn fails_run(e: &Error) -> bool {
             | Error::UnlinkedBatch { .. }
             | Error::WrongStream { .. }
             | Error::ReservedStream(_)
+            | Error::Governance(_)
     )
 }
 

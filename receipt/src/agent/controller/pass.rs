@@ -1,11 +1,16 @@
 //! One pass of the controller over a run stream ([`Pass`]): its state, the driving loop (start
 //! the run, complete it, or make or resume a selection and execute it, until it blocks, waits or
 //! fails), and what the next pass would do ([`Pass::plan`]).
+//!
+//! With a governance, an inline-eligible selection is claimed inline only when the governance
+//! allows its action at once; otherwise it is recorded with `action.selected`, so that the
+//! invocation it names is the one a later pass asks about again (and finds the same approval).
 
 use super::super::control::{
     self, ACTION_SELECTED, ActionSelected, InlineSelection, PendingSelection, RUN_BLOCKED,
     RUN_COMPLETED, RUN_FAILED, RUN_STARTED, RunEnded, RunStarted, Terminal, event_id,
 };
+use super::super::governance::Verdict;
 use super::super::ids::{SCHEDULER_POLICY_VERSION, invocation_id, selection_id};
 use super::super::run_cache::RunCache;
 use super::super::select::{SelectionReason, select};
@@ -15,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::receipt::ReceiptContext;
 use std::collections::HashSet;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// How many conditional appends one pass may lose to other writers before it gives up.
 const MAX_CONFLICTS: u32 = 10_000;
@@ -23,8 +29,16 @@ const MAX_CONFLICTS: u32 = 10_000;
 pub(super) enum SelectionOutcome {
     /// Go on: look at the run again.
     Continue,
-    /// A human action waits for its response (the `run.blocked` reason).
+    /// A human action waits for its response, or an action for a policy approval (the
+    /// `run.blocked` reason).
     Blocked(String),
+    /// The governance delays an action (a rate limit): ask again after `retry_after`.
+    Delay {
+        /// When to ask again.
+        retry_after: Duration,
+        /// The `run.blocked` reason if the pass stops waiting.
+        reason: String,
+    },
     /// Another owner holds a live claim until `until` (ms); `reason` says which and whose.
     Wait {
         /// When the earliest such claim expires.
@@ -53,6 +67,9 @@ pub(super) struct Pass<'c, A: AgentTypes> {
     pub(super) synced: bool,
     /// Appends this pass lost to another writer (a bound on retry loops).
     conflicts: u32,
+    /// When the pass began waiting out the governance's delays (bounded by
+    /// `governance_wait`).
+    delayed_since: Option<Instant>,
     /// The context every receipt of the pass carries (run id, actor).
     pub(super) context: ReceiptContext,
 }
@@ -68,6 +85,7 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
             own_claims: HashSet::new(),
             synced: false,
             conflicts: 0,
+            delayed_since: None,
             context: ReceiptContext {
                 run_id: Some(run_id.to_owned()),
                 actor: controller.opts.actor.clone(),
@@ -202,6 +220,19 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
             match self.execute_selection(&pending).await? {
                 SelectionOutcome::Continue => {}
                 SelectionOutcome::Blocked(reason) => return self.block(reason).await,
+                SelectionOutcome::Delay {
+                    retry_after,
+                    reason,
+                } => {
+                    let since = *self.delayed_since.get_or_insert_with(Instant::now);
+                    let bound = self.controller.opts.governance_wait;
+                    let waited = since.elapsed();
+                    if waited >= bound {
+                        return self.block(reason).await;
+                    }
+                    tokio::time::sleep(retry_after.min(bound - waited)).await;
+                    self.synced = false;
+                }
                 SelectionOutcome::Wait { until, reason } => {
                     match self.controller.opts.live_claims {
                         LiveClaims::Return => return Ok(RunOutcome::Busy { reason }),
@@ -283,13 +314,24 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
             policy_version: self.policy_version().to_owned(),
             scheduler_policy_version: SCHEDULER_POLICY_VERSION.to_owned(),
         };
-        let first = self
-            .spec()
+        let controller = self.controller;
+        let first = controller
+            .spec
             .action(&selection.action_ids[0])
             .ok_or_else(|| self.unknown_action(&selection.action_ids[0]))?;
-        let inline = selection.action_ids.len() == 1
+        let mut inline = selection.action_ids.len() == 1
             && first.mode() == ExecutionMode::Local
             && first.kind() != ActionKind::Human;
+        if inline && controller.opts.governance.is_some() {
+            let check = self.governed_action(
+                &new_selection_id,
+                head.as_deref(),
+                &new_invocation_ids[0],
+                first,
+                0,
+            );
+            inline = self.verdict(&check).await? == Verdict::Allow;
+        }
         let result = if inline {
             let (body, new_claim_id) = self.claim_body(
                 first,
@@ -350,13 +392,25 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
         if committed && self.spec().merge_policy().is_some() {
             self.merge_step().await?;
         }
+        if let Some(e) = round.denied {
+            return Err(e);
+        }
         if let Some(action) = round.human_wait {
             return Ok(SelectionOutcome::Blocked(control::human_wait_reason(
                 &action,
             )));
         }
+        if let Some(reason) = round.approval_wait {
+            return Ok(SelectionOutcome::Blocked(reason));
+        }
         if let Some((until, reason)) = round.live_claim {
             return Ok(SelectionOutcome::Wait { until, reason });
+        }
+        if let Some((retry_after, reason)) = round.delay {
+            return Ok(SelectionOutcome::Delay {
+                retry_after,
+                reason,
+            });
         }
         Ok(SelectionOutcome::Continue)
     }

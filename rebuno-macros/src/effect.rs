@@ -1,5 +1,6 @@
 //! What `#[tool]` and `#[step]` share: both turn an `async fn` into one durable step of the
-//! current execution (kind `tool_call` or `local`), with the same options and checks.
+//! current execution (kind `tool_call` or `local`), with the same options (a tool also takes
+//! `resources`) and checks.
 //!
 //! The generated function keeps the user's name, visibility, attributes and parameters, and
 //! returns `Result<T, rebuno::Error>`. The original body moves, unchanged, into an inner
@@ -30,6 +31,15 @@ impl Kind {
             Kind::Step => "step",
         }
     }
+
+    /// The options the macro accepts: both take `name` and `idempotency`; a tool may also
+    /// name the `resources` its calls change.
+    fn options(self) -> &'static [&'static str] {
+        match self {
+            Kind::Tool => &["name", "idempotency", "resources"],
+            Kind::Step => &["name", "idempotency"],
+        }
+    }
 }
 
 /// A validated `#[tool]` / `#[step]` function.
@@ -41,10 +51,9 @@ pub(crate) struct Effect {
     pub(crate) name: String,
     /// The `Idempotency` variant.
     pub(crate) idempotency: Ident,
+    /// The declared resources a call may change (`resources` option of `#[tool]`).
+    pub(crate) resources: Vec<String>,
 }
-
-/// Options accepted by both macros.
-const OPTIONS: &[&str] = &["name", "idempotency"];
 
 /// Parses the options and the function, then checks them (every independent problem is
 /// collected); on any error, the diagnostics plus the item unchanged. Generation
@@ -55,12 +64,18 @@ pub(crate) fn parse(
     item: TokenStream,
 ) -> Result<Effect, TokenStream> {
     let mut errors = Errors::default();
-    let options = Args::parse(attr, &attr_name(kind.macro_name()), OPTIONS, &mut errors);
+    let options = Args::parse(
+        attr,
+        &attr_name(kind.macro_name()),
+        kind.options(),
+        &mut errors,
+    );
     let Some(func) = signature::parse_fn(kind.macro_name(), item.clone(), &mut errors) else {
         return Err(errors.emit_with(item));
     };
     let name = options::name(&options, &func.sig.ident, &mut errors);
     let idempotency = options::idempotency(&options, &mut errors);
+    let resources = options::resources(&options, &mut errors);
     let sig = signature::check(kind.macro_name(), &func.sig, &mut errors);
     match sig {
         Some(sig) if errors.is_empty() => Ok(Effect {
@@ -69,6 +84,7 @@ pub(crate) fn parse(
             sig,
             name,
             idempotency,
+            resources,
         }),
         _ => Err(errors.emit_with(item)),
     }
@@ -89,6 +105,7 @@ pub(crate) fn expand_fn(effect: &Effect) -> TokenStream {
     let lints = signature::lints(attrs);
     let target = &effect.name;
     let idempotency = &effect.idempotency;
+    let resources = &effect.resources;
     let step_kind = match effect.kind {
         Kind::Tool => quote!(ToolCall),
         Kind::Step => quote!(Local),
@@ -125,6 +142,7 @@ pub(crate) fn expand_fn(effect: &Effect) -> TokenStream {
                     ::rebuno::__private::StepKind::#step_kind,
                     #target,
                     ::rebuno::__private::Idempotency::#idempotency,
+                    &[#(#resources),*],
                     #args,
                     #body(#(#params),*),
                 )

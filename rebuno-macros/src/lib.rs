@@ -31,7 +31,18 @@ use proc_macro::TokenStream;
 /// ```
 ///
 /// Options: `name = "..."` (the step target and the name a model calls; default: the function
-/// name) and `idempotency = "safe_to_retry" | "at_most_once"` (default `safe_to_retry`).
+/// name), `idempotency = "safe_to_retry" | "at_most_once"` (default `safe_to_retry`) and
+/// `resources = ["sandbox", ...]`, the keys of the declared resources a call may change (default
+/// none; distinct, non-empty string literals). A tool naming resources behaves as one defined
+/// with `ToolDef::new(..).resources([...])`: each call is submitted naming them, a checkpoint
+/// the kernel says is due is captured after the body and recorded with the call's outcome, and
+/// calls naming resources run one at a time (so such a body must not call another). Declare
+/// each resource first, in the handler, with `rebuno::resource`.
+///
+/// ```ignore
+/// #[rebuno::tool(resources = ["repo"])]
+/// async fn apply_patch(path: String, patch: String) -> Result<(), std::io::Error> { ... }
+/// ```
 ///
 /// The function keeps its name and parameters and returns `Result<T, rebuno::Error>`. A type of
 /// the same name is generated too: `charge::definition()` (the [`ToolDef`] for a model, its

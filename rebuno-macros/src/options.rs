@@ -1,6 +1,7 @@
 //! The `key = "value"` options of the three attributes: parsed by `macro-support`'s [`Args`]
 //! (unknown keys, duplicates and values of the wrong form are reported there, in the wording
-//! both macro crates share), then read per macro ([`name`], [`idempotency`], [`required_id`]).
+//! both macro crates share), then read per macro ([`name`], [`idempotency`], [`resources`],
+//! [`required_id`]).
 
 use crate::diag::Errors;
 use macro_support::options::Args;
@@ -47,4 +48,13 @@ pub(crate) fn idempotency(args: &Args, errors: &mut Errors) -> Ident {
         .find(|(name, _)| *name == chosen)
         .map_or("SafeToRetry", |(_, variant)| variant);
     Ident::new(variant, Span::call_site())
+}
+
+/// The `resources` option of `#[tool]`: the keys of the declared resources a call may change
+/// (none when absent). Entries that are not string literals, are blank or repeat are errors.
+pub(crate) fn resources(args: &Args, errors: &mut Errors) -> Vec<String> {
+    args.get("resources")
+        .and_then(|arg| arg.str_list(errors))
+        .map(|keys| keys.iter().map(syn::LitStr::value).collect())
+        .unwrap_or_default()
 }

@@ -29,6 +29,10 @@ fn tool_type(tool: &Effect) -> TokenStream {
     let name = &tool.name;
     let description = doc_text(&func.attrs);
     let idempotency = &tool.idempotency;
+    let resources = (!tool.resources.is_empty()).then(|| {
+        let keys = &tool.resources;
+        quote!(.resources([#(#keys),*]))
+    });
     let what = format!("arguments of tool `{name}`");
     let type_doc = if docs.is_empty() {
         let text = format!("The tool `{name}` (see the function `{ident}`).");
@@ -57,13 +61,14 @@ fn tool_type(tool: &Effect) -> TokenStream {
         #(#cfgs)*
         impl #ident {
             /// The tool's definition for a model: name, description (the doc comment), JSON
-            /// Schema of the arguments object and idempotency.
+            /// Schema of the arguments object, idempotency and the resources it changes.
             pub fn definition() -> ::rebuno::__private::ToolDef {
                 ::rebuno::__private::ToolDef::new(#name, #description)
                     .parameters(::rebuno::__private::object_schema(::std::vec![
                         #( (#names, #schemas, #required) ),*
                     ]))
                     .idempotency(::rebuno::__private::Idempotency::#idempotency)
+                    #resources
             }
 
             /// The tool as a value implementing `rebuno::Tool` (to put in a `rebuno::ToolSet`).

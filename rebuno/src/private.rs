@@ -58,11 +58,14 @@ impl Args {
 }
 
 /// Runs `body` as one durable step of the current execution, with `args` as its recorded
-/// args: the one path of `#[tool]`, `#[step]` and [`crate::step()`] into the runtime.
+/// args, submitted naming the declared `resources` it may change (see
+/// [`crate::ExecutionContext::invoke_changing`]): the one path of `#[tool]`, `#[step]` and
+/// [`crate::step()`] into the runtime.
 pub async fn invoke<A, T, E, Fut>(
     kind: StepKind,
     target: &str,
     idempotency: Idempotency,
+    resources: &[&str],
     args: Result<A>,
     body: Fut,
 ) -> Result<T>
@@ -74,7 +77,9 @@ where
 {
     let ctx = execution()?;
     let raw = crate::agent::context::raw_args(&args?)?;
-    ctx.invoke(kind, target, idempotency, raw, body).await
+    let resources: Vec<String> = resources.iter().map(|&key| key.to_owned()).collect();
+    ctx.invoke_changing(kind, target, idempotency, raw, &resources, body)
+        .await
 }
 
 /// Binds an input object's fields to parameters by name, collecting every problem.
@@ -399,6 +404,7 @@ pub trait InvokeVia<T, E> {
         kind: StepKind,
         target: &'static str,
         idempotency: Idempotency,
+        resources: &'static [&'static str],
         args: Result<Value>,
         body: Fut,
     ) -> impl Future<Output = Result<T>>
@@ -416,13 +422,14 @@ where
         kind: StepKind,
         target: &'static str,
         idempotency: Idempotency,
+        resources: &'static [&'static str],
         args: Result<Value>,
         body: Fut,
     ) -> impl Future<Output = Result<T>>
     where
         Fut: Future<Output = std::result::Result<T, E>>,
     {
-        invoke(kind, target, idempotency, args, body)
+        invoke(kind, target, idempotency, resources, args, body)
     }
 }
 
@@ -434,6 +441,7 @@ pub trait InvokeFallback<T, E> {
         kind: StepKind,
         target: &'static str,
         idempotency: Idempotency,
+        resources: &'static [&'static str],
         args: Result<Value>,
         body: Fut,
     ) -> impl Future<Output = Result<T>>
@@ -447,6 +455,7 @@ impl<T, E> InvokeFallback<T, E> for &Probe<std::result::Result<T, E>> {
         _kind: StepKind,
         target: &'static str,
         _idempotency: Idempotency,
+        _resources: &'static [&'static str],
         _args: Result<Value>,
         _body: Fut,
     ) -> impl Future<Output = Result<T>>

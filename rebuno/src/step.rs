@@ -33,6 +33,7 @@ where
         StepKind::Local,
         name,
         Idempotency::SafeToRetry,
+        &[],
         Ok(args),
         async move { f().await },
     )

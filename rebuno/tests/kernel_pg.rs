@@ -392,3 +392,79 @@ async fn subagents_settle_and_cascade_across_replicas() {
     a.k.cancel(&parent).await.unwrap();
     assert_eq!(b.exec_status(&c3).await, ExecutionStatus::Cancelled);
 }
+
+/// Fails every delivery, once the cancel it races has been let go too.
+struct FailsWith(Arc<tokio::sync::Barrier>);
+
+#[async_trait::async_trait]
+impl Deliverer for FailsWith {
+    async fn deliver(
+        &self,
+        _: &Agent,
+        _: &WebhookPayload,
+        _: &[u8],
+        _: &str,
+    ) -> Result<(), DeliveryError> {
+        self.0.wait().await;
+        Err(DeliveryError("the worker's agent is gone".into()))
+    }
+}
+
+/// `rounds` times: a child's delivery fails (its last attempt with `max_attempts` 1, so the
+/// kernel fails the child and settles its parent's step) on replica A while the parent is
+/// cancelled on replica B (which cancels the child). Both must succeed, whichever commits
+/// first: neither transaction may be aborted as a deadlock.
+async fn child_failure_races_parent_cancel(max_attempts: u32, rounds: usize) {
+    let config = KernelConfig {
+        dispatch_max_attempts: max_attempts,
+        ..config()
+    };
+    let (a, b) = replicas(config).await;
+    a.agent("boss", "").await;
+    a.agent("worker", "").await;
+    for round in 0..rounds {
+        let (parent, lease) = a.start("boss").await;
+        let step = a
+            .proceed(
+                &parent,
+                &lease,
+                call_of("delegate", &format!("{{\"n\":{round}}}")),
+            )
+            .await;
+        let (child, _) = spawn_child(&a, &parent, &step, "worker").await;
+        assert!(a.k.suspend(&parent, &lease).await.unwrap());
+        let claimed = a.claim_one().await;
+        assert_eq!(claimed.dispatch.execution_id, child);
+        let together = Arc::new(tokio::sync::Barrier::new(2));
+        let deliverer = FailsWith(Arc::clone(&together));
+        let cancel = async {
+            together.wait().await;
+            b.k.cancel(&parent).await
+        };
+        let (delivered, cancelled) = tokio::join!(a.k.deliver(claimed, &deliverer), cancel);
+        delivered.unwrap_or_else(|e| panic!("round {round}: the child's failure: {e}"));
+        cancelled.unwrap_or_else(|e| panic!("round {round}: the parent's cancel: {e}"));
+        assert_eq!(a.exec_status(&parent).await, ExecutionStatus::Cancelled);
+        // Failed only when its last attempt failed before the cancel reached it.
+        let child_status = b.exec_status(&child).await;
+        let failed_first = max_attempts == 1 && child_status == ExecutionStatus::Failed;
+        assert!(
+            child_status == ExecutionStatus::Cancelled || failed_first,
+            "round {round}: {child_status:?}"
+        );
+        a.events(&parent).await; // gapless
+        b.events(&child).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn a_childs_exhausted_dispatch_and_its_parents_cancel_never_deadlock() {
+    child_failure_races_parent_cancel(1, 40).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn a_childs_failed_delivery_and_its_parents_cancel_never_deadlock() {
+    child_failure_races_parent_cancel(3, 100).await;
+}

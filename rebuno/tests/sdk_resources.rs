@@ -5,7 +5,8 @@
 //! the dispatch is reclaimed and re-delivered). The next attempt is told to re-create the
 //! resource from the latest checkpoint: the recorded calls replay without running, the
 //! half-done line is gone, and the interrupted call and the one after it run on the restored
-//! directory.
+//! directory. A `#[rebuno::tool(resources = [...])]` tool is checkpointed exactly as the
+//! `wrap_tool` form of the same tool is.
 
 #[path = "support/sdk.rs"]
 mod harness;
@@ -158,5 +159,75 @@ async fn a_completion_checkpoint_is_taken_when_the_handler_returns() {
                 .expect("a directory checkpoint"),
         );
         assert_eq!(std::fs::read_to_string(dir.join("f")).unwrap(), "x");
+    }
+}
+
+/// Writes the file `name` into `dir` (the live instance of the resource `scratch`).
+#[rebuno::tool(resources = ["scratch"])]
+async fn touch(dir: String, name: String) -> Result<bool, std::io::Error> {
+    std::fs::write(std::path::Path::new(&dir).join(name), "x")?;
+    Ok(true)
+}
+
+/// Declares `scratch` (checkpointed after every step) and touches two files in it, through
+/// [`touch`] or, with `by_macro` false, through the `wrap_tool` form of the same tool.
+fn toucher(driver: Arc<DirectoryDriver>, by_macro: bool) -> rebuno::agent::FnHandler {
+    handler_fn("res", move |_input: Value| {
+        let driver = driver.clone();
+        async move {
+            let binding = rebuno::resource("scratch", driver, CheckpointPolicy::every(1)).await?;
+            let dir = binding["path"].as_str().unwrap().to_owned();
+            let wrapped = wrap_tool(
+                ToolDef::new("touch", "writes a file").resources(["scratch"]),
+                |args: Value| async move {
+                    let (dir, name) = (args["dir"].as_str(), args["name"].as_str());
+                    let path = std::path::Path::new(dir.unwrap()).join(name.unwrap());
+                    std::fs::write(path, "x").map(|()| json!(true))
+                },
+            );
+            for name in ["a", "b"] {
+                if by_macro {
+                    touch(dir.clone(), name.to_owned()).await?;
+                } else {
+                    wrapped.call(json!({ "dir": dir, "name": name })).await?;
+                }
+            }
+            Ok::<_, Error>(json!(null))
+        }
+    })
+}
+
+/// The macro form declares the resource on its definition and, like the `wrap_tool` form,
+/// submits each call naming it, so a checkpoint is captured with each call's outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_macro_tool_naming_a_resource_is_checkpointed_as_the_wrapped_form_is() {
+    assert_eq!(touch::definition().resources, ["scratch"]);
+    for mode in MODES {
+        let mut shapes = Vec::new();
+        for by_macro in [false, true] {
+            let root = tempfile::tempdir().unwrap();
+            let driver = Arc::new(DirectoryDriver::new(
+                root.path().join("work"),
+                root.path().join("checkpoints"),
+            ));
+            let h = harness(mode, toucher(driver, by_macro), true).await;
+            let id = h.create(json!({})).await;
+            h.wait_status(&id, ExecutionStatus::Completed).await;
+            let steps = h.kernel.steps(&id, false).await.unwrap();
+            let cps = h.kernel.resource_checkpoints(&id, "scratch", 100).await;
+            // Each checkpoint by the step it went with ("" for one taken outside a step).
+            let shape: Vec<String> = cps
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    assert!(c.error.is_empty(), "{mode:?}: {c:?}");
+                    let step = steps.iter().find(|s| s.step_id == c.step_id);
+                    step.map_or(String::new(), |s| s.target.clone())
+                })
+                .collect();
+            shapes.push(shape);
+        }
+        assert_eq!(shapes[0], ["", "touch", "touch"], "{mode:?}: wrap_tool");
+        assert_eq!(shapes[1], shapes[0], "{mode:?}: #[rebuno::tool]");
     }
 }

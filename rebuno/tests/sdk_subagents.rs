@@ -1,6 +1,7 @@
 //! `rebuno::subagent` from a tool body, over HTTP (the kernel in dev mode: no API key) and
 //! embedded: the parent completes with the child's output, the child runs once even when the
-//! parent's first attempt dies after starting it, and a failing child fails the tool. Against
+//! parent's first attempt dies after starting it, a failing child fails the tool, and a child
+//! given a session is a turn of it (reading the previous turn's state). Against
 //! a kernel with an admin token, the agent's API key creates the child (`executions:write`;
 //! a read-only key is refused).
 
@@ -159,6 +160,54 @@ async fn a_failing_subagent_fails_the_tool() {
             "{mode:?}"
         );
         assert_eq!(child_runs.load(Ordering::SeqCst), 1, "{mode:?}");
+    }
+}
+
+/// A child with a session option is a turn of that session: the first parent's child is
+/// recorded in it, and the second parent's child reads the state the first one left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_runs_as_a_turn_of_its_session() {
+    for mode in MODES {
+        let delegate = wrap_tool(
+            ToolDef::new("delegate", "asks the note keeper"),
+            |args| async move {
+                let options = rebuno::agent::SubagentOptions::new().session("notebook");
+                rebuno::agent::subagent_with("notes", &args, options).await
+            },
+        );
+        let parent = handler_fn("parent", move |input: Value| {
+            let delegate = delegate.clone();
+            async move { delegate.call(json!({"note": input["note"]})).await }
+        });
+        // Appends the note to the session's notes and answers them all.
+        let notes = handler_fn("notes", |input: Value| async move {
+            let mut notes: Vec<Value> = rebuno::previous().await?.unwrap_or_default();
+            notes.push(input["note"].clone());
+            rebuno::set_state(&notes)?;
+            Ok::<_, Error>(json!({ "notes": notes }))
+        });
+        let h = harness(mode, parent, true).await;
+        h.add_agent(mode, notes).await;
+        let mut children = Vec::new();
+        for (note, expected) in [("one", json!(["one"])), ("two", json!(["one", "two"]))] {
+            let id = h.create(json!({ "note": note })).await;
+            let done = h.wait_status(&id, ExecutionStatus::Completed).await;
+            assert_eq!(done.output, Some(json!({ "notes": expected })), "{mode:?}");
+            let child = h.kernel.client().children(&id).await.unwrap().remove(0);
+            assert_eq!(child.session, "notebook", "{mode:?}");
+            children.push(child);
+        }
+        assert_eq!(
+            children[1].parent_execution_id, children[0].id,
+            "{mode:?}: the second turn continues from the first"
+        );
+        let turns = h.kernel.client().session_turns("notes", "notebook").await;
+        let ids: Vec<String> = turns.unwrap().into_iter().map(|t| t.id).collect();
+        assert_eq!(
+            ids,
+            [children[0].id.clone(), children[1].id.clone()],
+            "{mode:?}"
+        );
     }
 }
 

@@ -1,6 +1,6 @@
 //! Attribute options: a comma-separated list of `key`, `key = value` (or a mistaken
 //! `key(...)`), parsed generically, then read per key as a string, an integer, a flag, a type,
-//! an expression or one of a closed set of names.
+//! an expression, a list of strings or one of a closed set of names.
 //!
 //! The rules, and their wording, are the same for every attribute of both macro crates:
 //!
@@ -9,7 +9,8 @@
 //! - a key written twice: "duplicate option `k`", at the second one;
 //! - a required key left out: "`#[attr]` is missing `k = example`", listing every missing key;
 //! - a value of the wrong form: "option `k` must be a string literal: `k = \"...\"`" (or an
-//!   integer literal, a type), at the value; a key without a value: "option `k` needs a value";
+//!   integer literal, a type, an array of string literals), at the value; a key without a value:
+//!   "option `k` needs a value"; a bad entry of a list, at the entry;
 //! - a value outside a closed set: "unknown `<what>` `v`; expected one of: ...", at the value.
 //!
 //! An option whose value is invalid still counts as written, so it is not also reported as
@@ -213,6 +214,49 @@ impl Arg {
         Some(lit)
     }
 
+    /// An array of distinct, non-blank string literals (`key = ["a", "b"]`; `[]` is allowed).
+    /// Every entry that is not a string literal, is blank or repeats an earlier one is
+    /// reported, at the entry, and left out.
+    pub fn str_list(&self, errors: &mut Errors) -> Option<Vec<LitStr>> {
+        let example = "[\"...\", \"...\"]";
+        let entries = match self.value(example, errors)? {
+            Expr::Array(array) => &array.elems,
+            other => {
+                self.wrong_form(other, "an array of string literals", example, errors);
+                return None;
+            }
+        };
+        let key = self.name();
+        let mut out: Vec<LitStr> = Vec::new();
+        for entry in entries {
+            let Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            }) = entry
+            else {
+                errors.spanned(
+                    entry,
+                    format!("each entry of option `{key}` must be a string literal"),
+                );
+                continue;
+            };
+            let value = lit.value();
+            if value.trim().is_empty() {
+                errors.at(
+                    lit.span(),
+                    format!("entries of option `{key}` must not be empty"),
+                );
+            } else if out.iter().any(|seen| seen.value() == value) {
+                errors.at(
+                    lit.span(),
+                    format!("duplicate entry \"{value}\" in option `{key}`"),
+                );
+            } else {
+                out.push(lit.clone());
+            }
+        }
+        Some(out)
+    }
+
     /// An integer literal value that fits a `u32`.
     pub fn u32(&self, errors: &mut Errors) -> Option<(u32, LitInt)> {
         match self.value("4", errors)? {
@@ -356,6 +400,26 @@ mod tests {
             out.contains("`#[demo]` is missing `name = \\\"x\\\"`"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn string_lists_report_every_bad_entry_and_keep_the_rest() {
+        let (args, _) = messages(quote!(name = ["a", 1, "", "b", "a"], n = "a"));
+        let mut errors = Errors::default();
+        let kept = args.get("name").unwrap().str_list(&mut errors).unwrap();
+        let kept: Vec<String> = kept.iter().map(LitStr::value).collect();
+        assert_eq!(kept, ["a", "b"]);
+        assert!(args.get("n").unwrap().str_list(&mut errors).is_none());
+        assert_eq!(errors.len(), 4);
+        let out = errors.emit_with(TokenStream::new()).to_string();
+        for expected in [
+            "each entry of option `name` must be a string literal",
+            "entries of option `name` must not be empty",
+            "duplicate entry \\\"a\\\" in option `name`",
+            "option `n` must be an array of string literals",
+        ] {
+            assert!(out.contains(expected), "{expected}: {out}");
+        }
     }
 
     #[test]

@@ -6,8 +6,8 @@ use super::{Agent, AgentBuilder, AgentHandler, Submission, Transport};
 use crate::error::Result;
 use crate::kernel::{Background, EmbeddedDeliverer, Kernel};
 use crate::protocol::{
-    AgentMetadata, BindResourceRequest, Checkpoints, DeclareResourceRequest, Execution, Lease,
-    ResourceView, SpawnedBy, Step, StepDecision,
+    AgentMetadata, BindResourceRequest, Checkpoints, CreateExecutionRequest,
+    DeclareResourceRequest, Execution, Lease, ResourceView, Step, StepDecision,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -166,14 +166,8 @@ impl Transport for EmbeddedTransport {
         Ok(self.kernel.step(execution_id, step_id).await?)
     }
 
-    async fn create_child(
-        &self,
-        agent_id: &str,
-        input: Value,
-        spawned_by: &SpawnedBy,
-    ) -> Result<Execution> {
-        let req = crate::protocol::CreateExecutionRequest::child(agent_id, input, spawned_by);
-        Ok(self.kernel.create_execution(req).await?)
+    async fn create_child(&self, req: &CreateExecutionRequest) -> Result<Execution> {
+        Ok(self.kernel.create_execution(req.clone()).await?)
     }
 
     async fn suspend(&self, execution_id: &str, lease: &Lease) -> Result<bool> {

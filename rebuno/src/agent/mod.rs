@@ -38,7 +38,9 @@ pub use context::{
 #[cfg(feature = "kernel")]
 pub use embedded::{EmbeddedTransport, Runtime};
 pub use metadata::metadata_of;
-pub use subagent::{current_step, spawn_subagent, subagent};
+pub use subagent::{
+    SubagentOptions, current_step, spawn_subagent, spawn_subagent_with, subagent, subagent_with,
+};
 pub use transport::{HttpTransport, Submission, Transport};
 
 use crate::error::{Error, Result};

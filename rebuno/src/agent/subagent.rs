@@ -20,10 +20,15 @@
 //! Either way the tool's result is what the kernel recorded: the child's output, or an error
 //! whose record has reason `subagent_failed`. A body that returns something else after
 //! [`subagent`] does not change it (the step's completion is answered with the record).
+//!
+//! [`subagent_with`] and [`spawn_subagent_with`] take [`SubagentOptions`] too: a `session` makes
+//! the child a turn of that session of its agent (as the Python SDK's `subagent(session=)`
+//! does), so it reads the state the session's previous turn completed with and hands its own on
+//! to the next.
 
 use super::context::{ExecutionContext, error_message, execution};
 use crate::error::{Error, Result};
-use crate::protocol::{Execution, SpawnedBy, StepStatus};
+use crate::protocol::{CreateExecutionRequest, Execution, SpawnedBy, StepStatus};
 use serde::Serialize;
 use serde_json::Value;
 use std::future::Future;
@@ -53,6 +58,40 @@ fn spawner(agent_id: &str) -> Result<(ExecutionContext, String)> {
     Ok((ctx, step_id))
 }
 
+/// How a subagent is created, beyond its agent and input: [`subagent_with`] and
+/// [`spawn_subagent_with`] take it ([`subagent`] and [`spawn_subagent`] use the default).
+///
+/// ```ignore
+/// let said = rebuno::agent::subagent_with(
+///     "researcher",
+///     json!({"topic": topic}),
+///     SubagentOptions::new().session(format!("research-{user}")),
+/// )
+/// .await?;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SubagentOptions {
+    /// The session of the child's agent the child is a turn of (empty: none). Like any turn,
+    /// it waits `pending` while another turn of that session runs, reads the state the
+    /// session's latest completed turn left (`rebuno::previous`) and hands its own on. At most
+    /// 255 bytes, without control characters (the create is refused otherwise).
+    pub session: String,
+}
+
+impl SubagentOptions {
+    /// The defaults: no session.
+    pub fn new() -> Self {
+        SubagentOptions::default()
+    }
+
+    /// Runs the child as a turn of `session`.
+    pub fn session(mut self, session: impl Into<String>) -> Self {
+        self.session = session.into();
+        self
+    }
+}
+
 /// Starts `agent_id` on `input` as the child of the running tool step, without waiting for it,
 /// and answers the child execution. The step has at most one child: calling this again from
 /// the same step (a body run again after a crash) answers that child and starts nothing.
@@ -61,8 +100,18 @@ fn spawner(agent_id: &str) -> Result<(ExecutionContext, String)> {
 /// Over HTTP the create is a client call: the agent needs an API key with `executions:write`
 /// ([`super::AgentBuilder::api_key`]) unless the kernel runs in dev mode.
 pub async fn spawn_subagent(agent_id: &str, input: impl Serialize) -> Result<Execution> {
+    spawn_subagent_with(agent_id, input, SubagentOptions::default()).await
+}
+
+/// [`spawn_subagent`] with `options` (a session for the child).
+pub async fn spawn_subagent_with(
+    agent_id: &str,
+    input: impl Serialize,
+    options: SubagentOptions,
+) -> Result<Execution> {
     let (ctx, step_id) = spawner(agent_id)?;
-    spawn_child(&ctx, agent_id, serde_json::to_value(input)?, step_id).await
+    let input = serde_json::to_value(input)?;
+    spawn_child(&ctx, agent_id, input, step_id, options).await
 }
 
 async fn spawn_child(
@@ -70,13 +119,18 @@ async fn spawn_child(
     agent_id: &str,
     input: Value,
     step_id: String,
+    options: SubagentOptions,
 ) -> Result<Execution> {
     let spawned_by = SpawnedBy {
         execution_id: ctx.execution_id().to_owned(),
         step_id,
     };
+    let req = CreateExecutionRequest {
+        session: options.session,
+        ..CreateExecutionRequest::child(agent_id, input, &spawned_by)
+    };
     ctx.transport()
-        .create_child(agent_id, input, &spawned_by)
+        .create_child(&req)
         .await
         .map_err(|e| ctx.check(e))
 }
@@ -90,9 +144,19 @@ async fn spawn_child(
 /// exhausted child makes the tool fail (its record's reason is `subagent_failed`). See the
 /// module docs for the whole flow. Needs an API key over HTTP, as [`spawn_subagent`] does.
 pub async fn subagent(agent_id: &str, input: impl Serialize) -> Result<Value> {
+    subagent_with(agent_id, input, SubagentOptions::default()).await
+}
+
+/// [`subagent`] with `options`: with a session, the child runs as a turn of that session of
+/// its agent (see [`SubagentOptions::session`]).
+pub async fn subagent_with(
+    agent_id: &str,
+    input: impl Serialize,
+    options: SubagentOptions,
+) -> Result<Value> {
     let (ctx, step_id) = spawner(agent_id)?;
     let input = serde_json::to_value(input)?;
-    spawn_child(&ctx, agent_id, input, step_id.clone()).await?;
+    spawn_child(&ctx, agent_id, input, step_id.clone(), options).await?;
     let suspended = ctx
         .transport()
         .suspend(ctx.execution_id(), ctx.lease())

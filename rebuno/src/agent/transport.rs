@@ -10,9 +10,9 @@ pub use super::embedded::EmbeddedTransport;
 use crate::error::{Error, Result};
 use crate::protocol::{
     AgentMetadata, BindResourceRequest, Checkpoints, CompleteExecutionRequest, CompleteStepRequest,
-    DeclareResourceRequest, ErrorCode, ErrorEnvelope, Execution, FailExecutionRequest,
-    FailStepRequest, Idempotency, Lease, ResourceView, SpawnedBy, Step, StepDecision, StepKind,
-    StreamDeltaRequest, SubmitStepRequest,
+    CreateExecutionRequest, DeclareResourceRequest, ErrorCode, ErrorEnvelope, Execution,
+    FailExecutionRequest, FailStepRequest, Idempotency, Lease, ResourceView, Step, StepDecision,
+    StepKind, StreamDeltaRequest, SubmitStepRequest,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -134,15 +134,10 @@ pub trait Transport: Send + Sync + 'static {
     /// The state the previous turn of the execution's session completed with (`null` for
     /// none; `GET …/previous`).
     async fn previous_state(&self, execution_id: &str) -> Result<Value>;
-    /// Creates execution `agent_id` on `input` as a child of the tool step `spawned_by` names
-    /// (`POST /v0/executions` with `spawned_by`, a client route: `executions:write`); a repeat
+    /// Creates the subagent `req` describes (built by [`CreateExecutionRequest::child`]: a
+    /// `POST /v0/executions` with `spawned_by`, a client route: `executions:write`); a repeat
     /// for the same step answers the child it already has.
-    async fn create_child(
-        &self,
-        agent_id: &str,
-        input: Value,
-        spawned_by: &SpawnedBy,
-    ) -> Result<Execution>;
+    async fn create_child(&self, req: &CreateExecutionRequest) -> Result<Execution>;
     /// Asks to suspend the execution while its subagents run (`POST …/suspend`, under the
     /// lease): `true` when it now waits `blocked` for an unsettled child (the dispatch is over),
     /// `false` when none is unsettled.
@@ -561,18 +556,12 @@ impl Transport for HttpTransport {
     }
 
     /// A client call with the bearer API key, if any (not signed as the agent).
-    async fn create_child(
-        &self,
-        agent_id: &str,
-        input: Value,
-        spawned_by: &SpawnedBy,
-    ) -> Result<Execution> {
-        let req = crate::protocol::CreateExecutionRequest::child(agent_id, input, spawned_by);
+    async fn create_child(&self, req: &CreateExecutionRequest) -> Result<Execution> {
         let mut post = self
             .http
             .post(self.url(&["v0", "executions"])?)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(serde_json::to_vec(&req)?);
+            .body(serde_json::to_vec(req)?);
         if let Some(key) = &self.api_key {
             post = post.bearer_auth(key);
         }

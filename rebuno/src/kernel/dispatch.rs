@@ -11,6 +11,15 @@
 //! attempt. Lease age and retry backoff are measured on the monotonic clock (the stored
 //! `next_attempt_at` and `locked_at` serve only a process that has no measurement of its own).
 //! Claims and the delivery loop are in `dispatcher`.
+//!
+//! # Lock order
+//!
+//! On a shared store (PostgreSQL, where reads in a write transaction lock their rows) a
+//! transaction that ends or records a delivery locks an execution's row before its dispatch
+//! rows, and a subagent's parent before the subagent ([`lock_parent`]): the order a cancel
+//! takes them in, cascading from a parent to its children and from each to its dispatches. A
+//! child's delivery failing for good while its parent is cancelled on another replica then
+//! waits for the cancel (and finds the dispatch retired) instead of deadlocking with it.
 
 use super::executions::{Ending, ended_in_tx};
 use super::subagents::lock_parent;
@@ -307,6 +316,7 @@ impl Kernel {
         self.inner
             .store
             .write(move |tx| {
+                let exists = tx.execution_state(&d.execution_id)?.is_some();
                 let Some(mut cur) = tx.dispatch(&d.id)? else {
                     return Ok(());
                 };
@@ -320,7 +330,7 @@ impl Kernel {
                     status: DispatchStatus::Exhausted,
                     ..queued_payload(&cur)
                 };
-                if tx.execution(&cur.execution_id)?.is_some() {
+                if exists {
                     tx.append_events(
                         &cur.execution_id,
                         &now,
@@ -340,14 +350,14 @@ impl Kernel {
         self.inner
             .store
             .write(move |tx| {
-                let Some(cur) = tx.dispatch(&d.id)? else {
-                    return Ok(());
-                };
                 // A fast agent may have finished (or a reclaim superseded this attempt) while
                 // the webhook answered: an ack after that would only confuse the log.
                 let finished = tx
-                    .execution_state(&cur.execution_id)?
+                    .execution_state(&d.execution_id)?
                     .is_none_or(|(_, s)| s.is_terminal());
+                let Some(cur) = tx.dispatch(&d.id)? else {
+                    return Ok(());
+                };
                 if cur.attempt != d.attempt || finished {
                     return Ok(());
                 }
@@ -385,6 +395,8 @@ impl Kernel {
         self.inner
             .store
             .write(move |tx| {
+                // Locked before the dispatch (the lock order); the event append below reuses it.
+                tx.execution_state(&d.execution_id)?;
                 let Some(mut cur) = tx.dispatch(&d.id)? else {
                     return Ok(());
                 };
@@ -421,6 +433,9 @@ impl Kernel {
             .inner
             .store
             .write(move |tx| {
+                // Parent, execution, then dispatch: the lock order (see the module docs).
+                lock_parent(tx, &d.execution_id)?;
+                let exec = tx.execution(&d.execution_id)?;
                 let Some(cur) = tx.dispatch(&d.id)? else {
                     return Ok(None);
                 };
@@ -445,8 +460,7 @@ impl Kernel {
                     ..Ending::default()
                 };
                 let mut failed = None;
-                lock_parent(tx, &cur.execution_id)?;
-                if let Some(mut exec) = tx.execution(&cur.execution_id)?
+                if let Some(mut exec) = exec
                     && !exec.status.is_terminal()
                 {
                     exec.status = ExecutionStatus::Failed;

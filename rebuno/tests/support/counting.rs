@@ -5,8 +5,8 @@
 
 use rebuno::agent::{Submission, Transport};
 use rebuno::protocol::{
-    AgentMetadata, Checkpoints, DeclareResourceRequest, Execution, ResourceView, SpawnedBy, Step,
-    StepDecision,
+    AgentMetadata, Checkpoints, CreateExecutionRequest, DeclareResourceRequest, Execution,
+    ResourceView, Step, StepDecision,
 };
 use rebuno::{Lease, Result};
 use serde_json::Value;
@@ -141,9 +141,9 @@ impl Transport for Counting {
         Self::tick(&self.reads);
         self.inner.previous_state(id).await
     }
-    async fn create_child(&self, agent: &str, input: Value, by: &SpawnedBy) -> Result<Execution> {
+    async fn create_child(&self, req: &CreateExecutionRequest) -> Result<Execution> {
         Self::tick(&self.other);
-        self.inner.create_child(agent, input, by).await
+        self.inner.create_child(req).await
     }
     async fn suspend(&self, id: &str, lease: &Lease) -> Result<bool> {
         Self::tick(&self.other);

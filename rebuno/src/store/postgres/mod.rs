@@ -17,6 +17,9 @@
 //! them one at a time on its writer thread. [`tx`] gives them the same outcomes: every read of
 //! an `executions` or `dispatches` row in a write transaction takes `FOR UPDATE`, the claim
 //! takes `FOR UPDATE SKIP LOCKED`, and event appends lock the execution's row before numbering.
+//! The kernel's transactions that end executions or record deliveries lock rows in one order (a
+//! subagent's parent, the execution, then its dispatches; see `kernel::dispatch`), so replicas
+//! running them at once wait for each other rather than deadlock.
 //! Reads run in a `REPEATABLE READ READ ONLY` transaction: one snapshot for the whole closure.
 //! A statement that fails aborts the transaction; if the closure goes on and returns `Ok`
 //! anyway, the store answers with that statement's error instead of committing (PostgreSQL

@@ -64,6 +64,18 @@ async fn city(city: String) -> Result<String, std::io::Error> {
     Ok(city)
 }
 
+/// Patch a file in the checked-out repository (a declared resource).
+#[rebuno::tool(resources = ["repo", "sandbox"], idempotency = "at_most_once")]
+async fn patch(path: String) -> Result<String, std::io::Error> {
+    Ok(path)
+}
+
+/// An empty list names no resource.
+#[rebuno::tool(resources = [])]
+async fn nothing() -> Result<(), std::io::Error> {
+    Ok(())
+}
+
 mod nested {
     /// Tools keep their visibility.
     #[rebuno::tool]
@@ -79,6 +91,8 @@ async fn callers() -> Result<(), rebuno::Error> {
     let _: Vec<String> = r#type("x".into()).await?;
     let _: String = city("x".into()).await?;
     let _: i32 = nested::visible(1).await?;
+    let _: String = patch("src/lib.rs".into()).await?;
+    nothing().await?;
     let _ = receipt;
     Ok(())
 }
@@ -100,6 +114,16 @@ fn main() {
     assert_eq!(defs[1].name, "ship_parcel");
     assert_eq!(defs[1].description, "Ship a parcel.\n\nThe address is checked first.");
     assert_eq!(defs[3].name, "lookup");
+    assert!(defs.iter().all(|d| d.resources.is_empty()));
+    assert_eq!(patch::definition().resources, ["repo", "sandbox"]);
+    assert_eq!(
+        patch::definition(),
+        ToolDef::new("patch", "Patch a file in the checked-out repository (a declared resource).")
+            .parameters(patch::definition().parameters)
+            .idempotency(rebuno::protocol::Idempotency::AtMostOnce)
+            .resources(["repo", "sandbox"])
+    );
+    assert!(nothing::definition().resources.is_empty());
     let set = ToolSet::new()
         .with(charge::tool())
         .with(ship::tool())

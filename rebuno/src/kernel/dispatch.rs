@@ -19,7 +19,10 @@
 //! rows, and a subagent's parent before the subagent ([`lock_parent`]): the order a cancel
 //! takes them in, cascading from a parent to its children and from each to its dispatches. A
 //! child's delivery failing for good while its parent is cancelled on another replica then
-//! waits for the cancel (and finds the dispatch retired) instead of deadlocking with it.
+//! waits for the cancel (and finds the dispatch retired) instead of deadlocking with it. An
+//! agent's lease-checked write that goes on to append events (a step resumed, a rate-limit
+//! park) locks the execution before checking the lease on the dispatch, and the claim of a due
+//! retry, which holds the dispatch row, reads the execution's agent without locking its row.
 
 use super::executions::{Ending, ended_in_tx};
 use super::subagents::lock_parent;

@@ -112,10 +112,9 @@ impl Kernel {
                 for (id, attempt) in due_retries {
                     match tx.dispatch(&id)? {
                         Some(d) if d.status == DispatchStatus::Failed && d.attempt == attempt => {
-                            let agent = tx
-                                .execution_state(&d.execution_id)?
-                                .map(|(agent, _)| agent)
-                                .unwrap_or_default();
+                            // Not `execution_state`: that would lock the execution's row after
+                            // the dispatch's, against the lock order (see `kernel::dispatch`).
+                            let agent = tx.agent_of(&d.execution_id)?.unwrap_or_default();
                             candidates.push((d, agent));
                         }
                         _ => stale.push((id, attempt)),

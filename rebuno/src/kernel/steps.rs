@@ -377,6 +377,9 @@ impl Kernel {
         self.inner
             .store
             .write(move |tx| {
+                // The execution's row before the dispatch's (the lock order, see
+                // `kernel::dispatch`); the event append below reuses the lock.
+                tx.execution_state(&step.execution_id)?;
                 if !lease_holds(tx, &step.execution_id, &lease, true)? {
                     return Ok(Err(KernelError::lease_superseded()));
                 }
@@ -601,6 +604,8 @@ impl Kernel {
                 let mut ended = Vec::new();
                 let decision = match park {
                     Some(due) if !refused_before => {
+                        // The execution's row before the dispatch's (the lock order).
+                        tx.execution_state(&exec_id)?;
                         if !lease_holds(tx, &exec_id, &lease, true)? {
                             return Ok(Err(KernelError::lease_superseded()));
                         }

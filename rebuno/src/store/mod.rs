@@ -150,6 +150,12 @@ pub trait Tx {
     ) -> StoreResult<Option<Execution>>;
     /// An execution's agent and status, without decoding its input and output (hot paths).
     fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>>;
+    /// An execution's agent, without locking its row on a shared store (an execution never
+    /// changes agent): for a transaction that holds a dispatch row and must not then lock the
+    /// execution's (the kernel's lock order takes the execution first).
+    fn agent_of(&mut self, id: &str) -> StoreResult<Option<String>> {
+        Ok(self.execution_state(id)?.map(|(agent, _)| agent))
+    }
     /// An execution's own policy bundle (empty: its agent's decides), without decoding the
     /// rest (the submit path).
     fn execution_policy_bundle(&mut self, id: &str) -> StoreResult<Option<String>>;

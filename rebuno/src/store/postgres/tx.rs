@@ -157,6 +157,13 @@ impl Tx for PgTx<'_, '_> {
         self.note_locked(id, &found);
         Ok(found)
     }
+    fn agent_of(&mut self, id: &str) -> StoreResult<Option<String>> {
+        self.one(
+            "SELECT agent_id FROM executions WHERE id = $1",
+            params![id => TEXT],
+            |r| r.try_get(0).map_err(|e| e.to_string()),
+        )
+    }
     fn execution_policy_bundle(&mut self, id: &str) -> StoreResult<Option<String>> {
         let sql = "SELECT policy_bundle FROM executions WHERE id = $1";
         self.one(sql, params![id => TEXT], |r| {

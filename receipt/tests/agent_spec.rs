@@ -117,5 +117,7 @@ fn enums_parse_and_print_their_wire_names() {
         [0, 1, 2, 3]
     );
     assert!(control::CONTROL_TYPES.contains(&"goal.completed"));
-    assert_eq!(control::CONTROL_TYPES.len(), 19);
+    // The spec's 19, and the claim heartbeat.
+    assert_eq!(control::CONTROL_TYPES.len(), 20);
+    assert!(control::is_control_type("action.heartbeat"));
 }

@@ -41,6 +41,10 @@ pub mod control {
     pub const ACTION_FAILED: &str = "action.failed";
     /// `action.superseded`
     pub const ACTION_SUPERSEDED: &str = "action.superseded";
+    /// `action.heartbeat`: the claim's owner extends its lease while a remote call runs. An
+    /// addition of this runtime to the canonical set (the spec leaves lease renewal open and
+    /// names this type as one way to record it).
+    pub const ACTION_HEARTBEAT: &str = "action.heartbeat";
     /// `human.requested`
     pub const HUMAN_REQUESTED: &str = "human.requested";
     /// `human.responded`
@@ -60,8 +64,9 @@ pub mod control {
     /// `merge.failed`
     pub const MERGE_FAILED: &str = "merge.failed";
 
-    /// The canonical control-receipt set: the run's lifecycle, then an action's, a human
-    /// wait's, the goal, and a merge's.
+    /// The control receipt types: the canonical set (the run's lifecycle, then an action's, a
+    /// human wait's, the goal, and a merge's), then this runtime's addition, the claim
+    /// heartbeat.
     pub const CONTROL_TYPES: &[&str] = &[
         RUN_STARTED,
         RUN_COMPLETED,
@@ -82,6 +87,7 @@ pub mod control {
         MERGE_APPLIED,
         MERGE_SKIPPED,
         MERGE_FAILED,
+        ACTION_HEARTBEAT,
     ];
 
     /// Whether `ty` is one of the controller's own receipt types.

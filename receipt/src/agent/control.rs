@@ -1,7 +1,15 @@
 //! Control receipts: the canonical type names (defined once in `receipt-vocab`, which
 //! `#[receipt::receipts]` reads too, and re-exported here), the bodies the controller writes
 //! (camelCase fields), their deterministic event ids, and the controller's fold over them (which
-//! selections are pending, who claims what, which manifests are bound).
+//! selections are pending, who claims what and until when, which manifests are bound).
+//!
+//! Additions to the spec's canonical set, each marked where it is defined: `attempt` in the
+//! remote payload, `determinismViolation` on `action.failed`, and the `action.heartbeat`
+//! receipt ([`ActionHeartbeat`]), with which a claim's owner extends its lease while a remote
+//! call runs. The spec names a heartbeat receipt as one way to renew a claim; this runtime
+//! takes it because the renewal then lives in the chain, where every controller folds it, with
+//! no side table: the fold treats a heartbeat's `leaseExpiresAt` as the claim's expiry, so no
+//! controller takes over a claim whose owner is still waiting on its worker.
 
 use crate::receipt::Receipt;
 use serde::de::DeserializeOwned;
@@ -10,10 +18,11 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 
 pub use receipt_vocab::control::{
-    ACTION_COMPLETED, ACTION_FAILED, ACTION_OUTPUT_MANIFEST, ACTION_SELECTED, ACTION_STARTED,
-    ACTION_SUPERSEDED, CONTROL_TYPES, GOAL_COMPLETED, HUMAN_REQUESTED, HUMAN_RESPONDED,
-    MERGE_APPLIED, MERGE_FAILED, MERGE_OUTPUT_MANIFEST, MERGE_SELECTED, MERGE_SKIPPED,
-    MERGE_STARTED, RUN_BLOCKED, RUN_COMPLETED, RUN_FAILED, RUN_STARTED, is_control_type,
+    ACTION_COMPLETED, ACTION_FAILED, ACTION_HEARTBEAT, ACTION_OUTPUT_MANIFEST, ACTION_SELECTED,
+    ACTION_STARTED, ACTION_SUPERSEDED, CONTROL_TYPES, GOAL_COMPLETED, HUMAN_REQUESTED,
+    HUMAN_RESPONDED, MERGE_APPLIED, MERGE_FAILED, MERGE_OUTPUT_MANIFEST, MERGE_SELECTED,
+    MERGE_SKIPPED, MERGE_STARTED, RUN_BLOCKED, RUN_COMPLETED, RUN_FAILED, RUN_STARTED,
+    is_control_type,
 };
 
 /// The `note` of `run.completed`.
@@ -57,6 +66,11 @@ pub mod event_id {
     /// `<invocationId>:started:<attempt>`
     pub fn started(invocation_id: &str, attempt: u32) -> String {
         format!("{invocation_id}:started:{attempt}")
+    }
+    /// `<invocationId>:heartbeat:<attempt>:<n>`, the `n`th renewal (from 1) of that attempt's
+    /// claim.
+    pub fn heartbeat(invocation_id: &str, attempt: u32, n: u64) -> String {
+        format!("{invocation_id}:heartbeat:{attempt}:{n}")
     }
     /// `<invocationId>:manifest`
     pub fn manifest(invocation_id: &str) -> String {
@@ -183,6 +197,24 @@ pub struct ActionStarted {
     /// Present when this receipt also records the selection (one local non-human action).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inline_selection: Option<InlineSelection>,
+}
+
+/// `action.heartbeat` (an addition to the canonical set, see the module docs): the owner of a
+/// claim extends its lease while the invocation's remote call runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionHeartbeat {
+    /// The invocation.
+    pub invocation_id: String,
+    /// The action.
+    pub action_id: String,
+    /// The claim renewed; a heartbeat for any other claim than the invocation's latest is
+    /// ignored.
+    pub claim_id: String,
+    /// That claim's attempt.
+    pub attempt: u32,
+    /// The claim's new expiry (ms since the epoch, the runtime's clock).
+    pub lease_expires_at: i64,
 }
 
 /// `action.output.manifest`
@@ -460,6 +492,16 @@ impl ControlState {
                     });
                 }
             }
+            ACTION_HEARTBEAT => {
+                if let Some(h) = parse::<ActionHeartbeat>(r)
+                    && let Some(inv) = self.invocations.get_mut(&h.invocation_id)
+                    && let Some(claim) = inv.claim.as_mut()
+                    && claim.claim_id == h.claim_id
+                    && claim.attempt == h.attempt
+                {
+                    claim.lease_expires_at = claim.lease_expires_at.max(h.lease_expires_at);
+                }
+            }
             ACTION_OUTPUT_MANIFEST => {
                 if let Some(m) = parse::<OutputManifest>(r)
                     && let Some(inv) = self.invocations.get_mut(&m.invocation_id)
@@ -503,5 +545,69 @@ impl ControlState {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::receipt::Hints;
+    use crate::sim::{OsEntropy, SystemClock};
+    use serde_json::json;
+
+    fn receipt(body: Value) -> Receipt {
+        Receipt::build(
+            "s",
+            None,
+            body,
+            None,
+            Hints::default(),
+            &SystemClock,
+            &OsEntropy,
+        )
+        .unwrap()
+    }
+
+    fn started(attempt: u32, claim: &str, until: i64) -> Value {
+        json!({"type": ACTION_STARTED, "invocationId": "i", "selectionId": "sel",
+            "actionId": "a", "kind": "tool", "execution": "remote", "index": 0,
+            "claimId": claim, "claimOwnerId": "o", "attempt": attempt, "leaseExpiresAt": until})
+    }
+
+    fn heartbeat(attempt: u32, claim: &str, until: i64) -> Value {
+        json!({"type": ACTION_HEARTBEAT, "invocationId": "i", "actionId": "a",
+            "claimId": claim, "attempt": attempt, "leaseExpiresAt": until})
+    }
+
+    #[test]
+    fn a_heartbeat_extends_only_the_latest_claim() {
+        let mut state = ControlState::default();
+        let selected = json!({"type": ACTION_SELECTED, "selectionId": "sel",
+            "reason": "exclusive", "actionIds": ["a"], "policyVersion": "p",
+            "schedulerPolicyVersion": "scheduler-v2", "invocationIds": ["i"]});
+        let expiry = |state: &ControlState| {
+            state.invocations["i"]
+                .claim
+                .as_ref()
+                .unwrap()
+                .lease_expires_at
+        };
+        for (index, body) in [
+            selected,
+            started(1, "c1", 100),
+            heartbeat(1, "c1", 400),
+            heartbeat(1, "c1", 300), // late and out of order: never shortens it
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            state.apply(index as u64, &receipt(body));
+        }
+        assert_eq!(expiry(&state), 400);
+        state.apply(4, &receipt(started(2, "c2", 500)));
+        state.apply(5, &receipt(heartbeat(1, "c1", 900))); // the superseded claim's
+        assert_eq!(expiry(&state), 500);
+        state.apply(6, &receipt(heartbeat(2, "c2", 800)));
+        assert_eq!(expiry(&state), 800);
     }
 }

@@ -115,11 +115,21 @@ pub struct RemoteResult {
 
 /// Sends a remote call to a worker and returns its answer (at-least-once; the call id is the
 /// invocation id, so a durable implementation deduplicates re-dispatch). The controller enforces
-/// the call timeout itself; a refusal or a timeout becomes `action.failed`.
+/// the call timeout itself and then [cancels](RemoteDispatcher::cancel) the call; a refusal or
+/// a timeout becomes `action.failed`. While the call runs the controller renews its claim
+/// (`action.heartbeat`), so a call may outlive the claim's lease.
 #[async_trait]
 pub trait RemoteDispatcher: Send + Sync {
     /// Delivers `call` and waits for the worker's answer.
     async fn dispatch(&self, call: RemoteCall) -> Result<RemoteResult>;
+
+    /// Withdraws `call`, whose answer the controller stopped waiting for at its timeout: a
+    /// durable implementation makes sure it is not delivered (or run again) later. Best
+    /// effort; the default does nothing.
+    async fn cancel(&self, call: &RemoteCall) -> Result<()> {
+        let _ = call;
+        Ok(())
+    }
 }
 
 /// Serves [`REMOTE_FUNCTION`] version 2: reloads the spec from the registry by id and runs the

@@ -11,3 +11,8 @@
 mod dispatcher;
 mod gate;
 mod worker;
+
+pub use dispatcher::{
+    KernelDispatcher, MAX_GROUP_BYTES, WORKER_AGENT_PREFIX, invocation_call, worker_agent_id,
+};
+pub use worker::{KernelWorker, WorkerHandler};

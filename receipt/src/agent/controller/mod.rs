@@ -411,8 +411,9 @@ impl<A: AgentTypes> Controller<A> {
     }
 }
 
-/// Errors that end a run with `run.failed`; storage trouble and corrupt chains do not.
-fn fails_run(e: &Error) -> bool {
+/// Errors that end a run with `run.failed` (errors of the agent's own making); storage trouble
+/// and corrupt chains do not.
+pub(crate) fn fails_run(e: &Error) -> bool {
     !matches!(
         e,
         Error::Storage(_)

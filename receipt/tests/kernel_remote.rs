@@ -44,31 +44,8 @@ async fn one_file(dir: &Path, kernel_first: bool) -> (rebuno::Runtime, Arc<Runti
 async fn a_run_commits_through_an_embedded_kernel_on_the_receipt_file() {
     for kernel_first in [true, false] {
         let dir = tempfile::tempdir().unwrap();
-        let files = Payments::in_dir(dir.path());
-        files.release();
         let (rt, receipts) = one_file(dir.path(), kernel_first).await;
-        seed(&receipts, STREAM, "charge it").await;
-        let outcome = controller(
-            &receipts,
-            Payments::in_dir(dir.path()),
-            rt.client(),
-            "a",
-            Duration::from_secs(30),
-            Duration::from_secs(60),
-        )
-        .run(RUN_ID, STREAM)
-        .await
-        .unwrap();
-        assert_eq!(outcome, RunOutcome::Completed);
-        assert_committed_once(&receipts, &files, &rt.client()).await;
-        // The execution's output is the worker's answer, and the step that ran the effect is
-        // recorded in the kernel.
-        let exec = &worker_executions(&rt.client()).await[0];
-        let output = exec.output.as_ref().unwrap();
-        assert_eq!(output["outputs"][0]["type"], "note.added");
-        let steps = rt.client().steps(&exec.id).await.unwrap();
-        assert_eq!(steps.len(), 1, "{steps:?}");
-        assert_eq!(steps[0].target, "charge");
+        a_run_commits_once(&rt, &receipts, dir.path()).await;
         rt.shutdown().await;
     }
 }
@@ -76,64 +53,9 @@ async fn a_run_commits_through_an_embedded_kernel_on_the_receipt_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_controller_is_taken_over_and_the_same_execution_commits_once() {
     let dir = tempfile::tempdir().unwrap();
-    let files = Payments::in_dir(dir.path());
     let (rt, receipts) = one_file(dir.path(), true).await;
-    seed(&receipts, STREAM, "charge it").await;
-    let lease = Duration::from_millis(600);
-    let a = controller(
-        &receipts,
-        Payments::in_dir(dir.path()),
-        rt.client(),
-        "a",
-        lease,
-        Duration::from_secs(60),
-    );
-    let running = tokio::spawn(async move { a.run(RUN_ID, STREAM).await });
-    // The charge ran and the action is held: the controller waits on the kernel.
-    eventually("the charge ran", || files.charges() == 1).await;
-    running.abort(); // the controller dies while it waits
-    let _ = running.await;
-
-    let b = controller(
-        &receipts,
-        Payments::in_dir(dir.path()),
-        rt.client(),
-        "b",
-        lease,
-        Duration::from_secs(60),
-    );
-    let taking_over = tokio::spawn(async move { b.run(RUN_ID, STREAM).await });
-    // Only once `b` claimed (attempt 2) does the held action finish.
-    eventually_claimed(&receipts, 2).await;
-    files.release();
-    assert_eq!(taking_over.await.unwrap().unwrap(), RunOutcome::Completed);
-    assert_committed_once(&receipts, &files, &rt.client()).await;
-    let claims: Vec<_> = bodies(&receipts, STREAM, "action.started")
-        .await
-        .iter()
-        .map(|s| (s["claimOwnerId"].clone(), s["attempt"].clone()))
-        .collect();
-    assert_eq!(
-        claims,
-        [
-            (serde_json::json!("a"), serde_json::json!(1)),
-            (serde_json::json!("b"), serde_json::json!(2))
-        ]
-    );
+    a_dropped_controller_is_taken_over(&rt, &receipts, dir.path()).await;
     rt.shutdown().await;
-}
-
-/// Waits until the run holds the `attempt`th claim.
-async fn eventually_claimed(receipts: &Runtime, attempt: u64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let claims = bodies(receipts, STREAM, "action.started").await;
-        if claims.iter().any(|c| c["attempt"] == attempt) {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "no attempt {attempt}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

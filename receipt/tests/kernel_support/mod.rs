@@ -1,9 +1,11 @@
 //! Shared fixtures of the `kernel_remote*` tests: the `pay-agent` spec, whose remote action
 //! records its effect as a rebuno step (a line in a counter file) and can be held mid-action
-//! until a release file exists; the refusals scenario every shape runs; and helpers to read
-//! what a run and the kernel hold.
+//! until a release file exists; the refusals scenario every shape runs; helpers to read what a
+//! run and the kernel hold; and (`processes`) the kernel, worker and controller as processes.
 
 #![allow(dead_code)] // each test binary uses a subset
+
+pub mod processes;
 
 use super::agent_support::*;
 use receipt::agent::*;
@@ -239,5 +241,90 @@ pub async fn refusals_read_as_in_process(
         assert_eq!(exec.status, rebuno::protocol::ExecutionStatus::Completed);
         let answer: &Value = exec.output.as_ref().unwrap();
         assert!(answer["error"].is_string(), "{answer}");
+    }
+}
+
+/// Scenario: with the charge released up front, a run through `rt`'s kernel completes and
+/// commits once; the execution's output is the worker's answer and its one step the charge.
+pub async fn a_run_commits_once(rt: &rebuno::Runtime, receipts: &Arc<Runtime>, dir: &Path) {
+    let files = Payments::in_dir(dir);
+    files.release();
+    seed(receipts, STREAM, "charge it").await;
+    let outcome = controller(
+        receipts,
+        Payments::in_dir(dir),
+        rt.client(),
+        "a",
+        Duration::from_secs(30),
+        Duration::from_secs(60),
+    )
+    .run(RUN_ID, STREAM)
+    .await
+    .unwrap();
+    assert_eq!(outcome, RunOutcome::Completed);
+    assert_committed_once(receipts, &files, &rt.client()).await;
+    let exec = &worker_executions(&rt.client()).await[0];
+    let output = exec.output.as_ref().unwrap();
+    assert_eq!(output["outputs"][0]["type"], "note.added");
+    let steps = rt.client().steps(&exec.id).await.unwrap();
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert_eq!(steps[0].target, "charge");
+}
+
+/// Scenario: controller `a` dies while the charge is held; `b` waits its claim out, takes the
+/// invocation over (attempt 2), finds the same kernel execution and commits it once.
+pub async fn a_dropped_controller_is_taken_over(
+    rt: &rebuno::Runtime,
+    receipts: &Arc<Runtime>,
+    dir: &Path,
+) {
+    let files = Payments::in_dir(dir);
+    seed(receipts, STREAM, "charge it").await;
+    let lease = Duration::from_millis(600);
+    let owner = |name: &str| {
+        controller(
+            receipts,
+            Payments::in_dir(dir),
+            rt.client(),
+            name,
+            lease,
+            Duration::from_secs(60),
+        )
+    };
+    let a = owner("a");
+    let running = tokio::spawn(async move { a.run(RUN_ID, STREAM).await });
+    eventually("the charge ran", || files.charges() == 1).await;
+    running.abort(); // the controller dies while it waits on the kernel
+    let _ = running.await;
+    let b = owner("b");
+    let taking_over = tokio::spawn(async move { b.run(RUN_ID, STREAM).await });
+    // Only once `b` claimed attempt 2 does the held action finish.
+    eventually_claimed(receipts, 2).await;
+    files.release();
+    assert_eq!(taking_over.await.unwrap().unwrap(), RunOutcome::Completed);
+    assert_committed_once(receipts, &files, &rt.client()).await;
+    let owners: Vec<_> = bodies(receipts, STREAM, "action.started")
+        .await
+        .iter()
+        .map(|c| {
+            (
+                c["claimOwnerId"].as_str().unwrap().to_owned(),
+                c["attempt"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(owners, [("a".to_owned(), 1), ("b".to_owned(), 2)]);
+}
+
+/// Waits (at most 60 s) until the run holds the claim of attempt `attempt`.
+pub async fn eventually_claimed(receipts: &Runtime, attempt: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !bodies(receipts, STREAM, "action.started")
+        .await
+        .iter()
+        .any(|c| c["attempt"] == attempt)
+    {
+        assert!(Instant::now() < deadline, "attempt {attempt} never claimed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

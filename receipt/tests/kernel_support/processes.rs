@@ -33,18 +33,22 @@ pub struct Child {
 impl Child {
     /// Starts the test binary as child `role` with `env` and waits for its `ready` line.
     pub fn start(role: &str, env: &[(&str, &str)]) -> Child {
-        let mut command = Process::new(std::env::current_exe().unwrap());
-        command
-            .args([
-                "--ignored",
-                "--exact",
-                "child_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ROLE_ENV, role)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        Child::start_until(role, env, |line| {
+            // The harness prints `test child_process ... ` before it, on the same line.
+            line.split_once("ready ")
+                .map(|(_, rest)| rest.trim().to_owned())
+        })
+    }
+
+    /// Starts the test binary as child `role` with `env` and waits for the first line of its
+    /// output that `ready` makes something of.
+    pub fn start_until(
+        role: &str,
+        env: &[(&str, &str)],
+        ready: impl Fn(&str) -> Option<String>,
+    ) -> Child {
+        let mut command = child_command(role);
+        command.stdout(Stdio::piped()).stderr(Stdio::inherit());
         for (k, v) in env {
             command.env(k, v);
         }
@@ -55,9 +59,8 @@ impl Child {
                 .next()
                 .unwrap_or_else(|| panic!("child {role} ended before it was ready"))
                 .unwrap();
-            // The harness prints `test child_process ... ` before it, on the same line.
-            if let Some((_, rest)) = line.split_once("ready ") {
-                break rest.trim().to_owned();
+            if let Some(found) = ready(&line) {
+                break found;
             }
         };
         // Keep reading, so the child never blocks on a full pipe.
@@ -125,10 +128,31 @@ impl Files {
     }
 }
 
+/// The role this child process plays.
+pub fn role() -> String {
+    env(ROLE_ENV)
+}
+
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!("{name} is not set: this is the child process of another test, not a test")
     })
+}
+
+/// The command of the test binary run as child `role` (the ignored test `child_process`
+/// alone, its output not captured).
+pub fn child_command(role: &str) -> Process {
+    let mut command = Process::new(std::env::current_exe().unwrap());
+    command
+        .args([
+            "--ignored",
+            "--exact",
+            "child_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ROLE_ENV, role);
+    command
 }
 
 /// The body of the ignored `child_process` test: plays the role [`ROLE_ENV`] names, forever.

@@ -101,10 +101,19 @@ impl Tenant {
     /// How `conn`'s file holds this store, or why it cannot. Ask inside the transaction that
     /// installs or migrates the schema, so the answer cannot change before it commits.
     pub fn holding(&self, conn: &Connection) -> rusqlite::Result<Result<Holding, Foreign>> {
-        let app_id: i64 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+        // One statement, so one snapshot: read apart, the header and the table count could
+        // straddle another process's commit that creates the file's schema.
+        let (app_id, user_version, tables): (i64, i64, i64) = conn.query_row(
+            "SELECT (SELECT application_id FROM pragma_application_id),
+                    (SELECT user_version FROM pragma_user_version),
+                    (SELECT count(*) FROM sqlite_master)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
         if app_id == self.application_id {
-            let version = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-            return Ok(Ok(Holding::Owner { version }));
+            return Ok(Ok(Holding::Owner {
+                version: user_version,
+            }));
         }
         if app_id == self.other().application_id {
             return Ok(Ok(Holding::Guest {
@@ -114,7 +123,6 @@ impl Tenant {
         if app_id != 0 {
             return Ok(Err(Foreign::Application(app_id)));
         }
-        let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
         Ok(if tables == 0 {
             Ok(Holding::Empty)
         } else {
@@ -122,7 +130,9 @@ impl Tenant {
         })
     }
 
-    /// The version in this store's meta table (0 without one).
+    /// The version in this store's meta table (0 without one). The table, once there, only
+    /// ever holds this store's latest version, so a later snapshot than the header's does no
+    /// harm.
     fn guest_version(&self, conn: &Connection) -> rusqlite::Result<i64> {
         let exists: i64 = conn.query_row(
             "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",

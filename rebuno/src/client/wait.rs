@@ -46,7 +46,7 @@ impl Client {
     /// naming the last status seen. Any other error (unknown execution, network) ends the
     /// wait at once.
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Execution> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let mut pause = POLL_INITIAL;
         loop {
             let exec = self.get(id).await?;
@@ -150,7 +150,7 @@ impl Client {
     where
         F: FnMut(&Execution) -> bool,
     {
-        self.poll_until(id, done, Instant::now() + timeout, timeout)
+        self.poll_until(id, done, deadline_after(timeout), timeout)
             .await
     }
 
@@ -179,6 +179,13 @@ impl Client {
             pause = (pause * 2).min(POLL_MAX);
         }
     }
+}
+
+/// The deadline `timeout` from now; a timeout too long to add means no deadline (one far off).
+fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 /// The error of a wait that reached its deadline.

@@ -90,6 +90,10 @@ pub(super) enum Answer {
 }
 
 /// Dispatches remote calls through a rebuno kernel (see the module docs).
+///
+/// It remembers the execution of each call it is waiting on (for [`RemoteDispatcher::cancel`])
+/// until the call ends or is cancelled; a call whose wait is dropped without either (its
+/// controller died) leaves its entry behind for the life of the dispatcher.
 pub struct KernelDispatcher {
     client: rebuno::Client,
     /// The execution of each call being waited on, by call id, for [`RemoteDispatcher::cancel`].
@@ -186,7 +190,11 @@ impl KernelDispatcher {
 #[async_trait]
 impl RemoteDispatcher for KernelDispatcher {
     async fn dispatch(&self, call: RemoteCall) -> Result<RemoteResult> {
-        let deadline = Instant::now() + Duration::from_millis(call.timeout_ms);
+        let now = Instant::now();
+        // A timeout too long to add is no deadline (one far off).
+        let deadline = now
+            .checked_add(Duration::from_millis(call.timeout_ms))
+            .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)));
         let Some(exec) = self.start(&call, deadline).await? else {
             return Err(AgentError::RemoteTimeout.into());
         };

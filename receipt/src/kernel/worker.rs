@@ -14,6 +14,11 @@
 //! (the action ran), or `{"error": "<message>"}` for a refusal or the action's own error (an
 //! answer, final, never delivered again). Trouble of the worker's own (its receipt store
 //! unreachable, a corrupt chain) fails the execution instead, with the reason.
+//!
+//! The worker trusts no call: it runs only an action that the run stream shows selected at the
+//! call's head and runnable there. Still, whoever may create executions of the worker agent on
+//! the kernel can have such an action run again; give that right (`executions:write`) to the
+//! controllers only, and key external effects by the invocation id.
 
 use super::dispatcher::{Answer, worker_agent_id};
 use crate::agent::controller::fails_run;

@@ -385,3 +385,114 @@ async fn the_registry_runs_erased_specs() {
     assert_eq!(s.registry.ids(), ["remote-agent"]);
     assert!(s.registry.get("missing").is_none());
 }
+
+/// A spec whose remote action `slow` sleeps `ms`, then completes the task.
+fn slow_spec(ms: u64) -> Arc<AgentSpec<TestAgent>> {
+    Arc::new(
+        AgentSpec::builder("slow-agent", "1.0.0", TestAgent)
+            .action(
+                Action::<TestAgent>::tool("slow")
+                    .execution(ExecutionMode::Remote)
+                    .when(|v: &TaskView| v.prompt.is_some() && v.results.is_empty())
+                    .run(move |_agent, ctx| async move {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        let result = format!("attempt {}", ctx.attempt());
+                        ctx.emit(Task::Completed { result }).await
+                    }),
+            )
+            .goal(|v| !v.results.is_empty())
+            .build()
+            .unwrap(),
+    )
+}
+
+/// A controller `owner` of [`slow_spec`] with a 300 ms lease, served in process.
+fn slow_controller(runtime: &Arc<Runtime>, owner: &str, ms: u64) -> Controller<TestAgent> {
+    let registry = Arc::new(Registry::new());
+    registry.register(slow_spec(ms)).unwrap();
+    let worker = Arc::new(RemoteWorker::new(registry, Arc::clone(runtime)));
+    Controller::new(Arc::clone(runtime), slow_spec(ms))
+        .owner_id(owner)
+        .lease(Duration::from_millis(300))
+        .dispatcher(Arc::new(InProcessDispatcher::new(worker)))
+}
+
+#[tokio::test]
+async fn a_remote_call_keeps_its_claim_alive_while_it_runs() {
+    let runtime = memory_runtime();
+    seed(&runtime, STREAM, "slow").await;
+    let a = slow_controller(&runtime, "a", 1_000);
+    let running = tokio::spawn(async move { a.run(RUN_ID, STREAM).await });
+    // Two leases past the claim: only its heartbeats keep it live.
+    tokio::time::sleep(Duration::from_millis(650)).await;
+    let b = slow_controller(&runtime, "b", 1_000).live_claims(LiveClaims::Return);
+    let busy = b.run(RUN_ID, STREAM).await.unwrap();
+    assert!(
+        matches!(&busy, RunOutcome::Busy { reason } if reason.contains("claimed by 'a'")),
+        "{busy:?}"
+    );
+    assert_eq!(running.await.unwrap().unwrap(), RunOutcome::Completed);
+
+    let started = one(&runtime, STREAM, "action.started").await;
+    assert_eq!(
+        one(&runtime, STREAM, "task.completed").await["result"],
+        "attempt 1"
+    );
+    let chain = runtime.read(STREAM).await.unwrap();
+    let beats: Vec<_> = chain
+        .iter()
+        .filter(|r| r.event_type() == "action.heartbeat")
+        .collect();
+    assert!(beats.len() >= 2, "{} heartbeat(s)", beats.len());
+    let mut expiry = started["leaseExpiresAt"].as_i64().unwrap();
+    for (n, beat) in beats.iter().enumerate() {
+        let body = beat.body();
+        assert_eq!(body["claimId"], started["claimId"]);
+        assert_eq!(body["invocationId"], started["invocationId"]);
+        assert_eq!(body["actionId"], "slow");
+        assert_eq!(body["attempt"], 1);
+        let until = body["leaseExpiresAt"].as_i64().unwrap();
+        assert!(until > expiry, "each heartbeat extends the lease");
+        expiry = until;
+        assert_eq!(
+            beat.event_id(),
+            Some(format!("{}:heartbeat:1:{}", str_of(&started, "invocationId"), n + 1).as_str())
+        );
+    }
+    // The renewals stopped with the call: none after the output was bound.
+    let manifest = chain
+        .iter()
+        .position(|r| r.event_type() == "action.output.manifest")
+        .unwrap();
+    assert!(
+        chain[manifest..]
+            .iter()
+            .all(|r| r.event_type() != "action.heartbeat")
+    );
+}
+
+#[tokio::test]
+async fn a_dead_owner_stops_renewing_and_its_claim_is_taken_over() {
+    let runtime = memory_runtime();
+    seed(&runtime, STREAM, "slow").await;
+    let a = slow_controller(&runtime, "a", 60_000);
+    let running = tokio::spawn(async move { a.run(RUN_ID, STREAM).await });
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    running.abort(); // the owner dies mid-call
+    let _ = running.await;
+    let renewed = bodies(&runtime, STREAM, "action.heartbeat").await.len();
+    assert!(renewed >= 1, "it renewed while it lived");
+    // A waiting controller takes over once the last renewal lapses.
+    let b = slow_controller(&runtime, "b", 10);
+    assert_eq!(b.run(RUN_ID, STREAM).await.unwrap(), RunOutcome::Completed);
+    let attempts: Vec<_> = bodies(&runtime, STREAM, "action.started")
+        .await
+        .iter()
+        .map(|s| (s["claimOwnerId"].clone(), s["attempt"].clone()))
+        .collect();
+    assert_eq!(attempts, [(json!("a"), json!(1)), (json!("b"), json!(2))]);
+    assert_eq!(
+        one(&runtime, STREAM, "task.completed").await["result"],
+        "attempt 2"
+    );
+}

@@ -117,10 +117,14 @@ fn enums_parse_and_print_their_wire_names() {
         [0, 1, 2, 3]
     );
     assert!(control::CONTROL_TYPES.contains(&"goal.completed"));
-    // The spec's canonical 19, then the two governance additions.
-    assert_eq!(control::CONTROL_TYPES.len(), 21);
+    // The spec's canonical 19, then the claim heartbeat and the two governance additions.
+    assert_eq!(control::CONTROL_TYPES.len(), 22);
     assert_eq!(
         control::ADDED_CONTROL_TYPES,
-        ["policy.approval.requested", "policy.approval.decided"]
+        [
+            "action.heartbeat",
+            "policy.approval.requested",
+            "policy.approval.decided"
+        ]
     );
 }

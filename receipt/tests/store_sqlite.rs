@@ -89,12 +89,110 @@ fn sqlite_refuses_files_that_are_not_receipt_databases() {
         .execute_batch("CREATE TABLE t (x INTEGER)")
         .unwrap();
     let err = SqliteStore::open(&other).unwrap_err();
-    assert!(
-        err.to_string().contains("is not a receipt database"),
-        "{err}"
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{} is not a receipt database (it holds other tables)",
+            other.display()
+        )
+    );
+    // Another application's database, even one without tables yet.
+    let foreign = dir.path().join("foreign.db");
+    rusqlite::Connection::open(&foreign)
+        .unwrap()
+        .execute_batch("PRAGMA application_id = 42")
+        .unwrap();
+    assert_eq!(
+        SqliteStore::open(&foreign).unwrap_err().to_string(),
+        format!(
+            "{} is not a receipt database (application_id is 0x2a)",
+            foreign.display()
+        )
     );
     assert!(SqliteStore::open_existing(dir.path().join("missing.db")).is_err());
     assert!(!dir.path().join("missing.db").exists());
+}
+
+/// Appends one receipt through a fresh runtime and creates one execution of agent `a`.
+async fn write_both(store: Arc<SqliteStore>, kernel: &rebuno::Kernel, n: usize) {
+    Runtime::new(store)
+        .execute("shared/t", Command::new(bodies(1)))
+        .await
+        .unwrap();
+    kernel
+        .register_agent(rebuno::protocol::RegisterAgentRequest {
+            id: "a".into(),
+            webhook_url: "http://127.0.0.1:9/a".into(),
+            secret: "s".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    kernel.client().create("a", json!({"n": n})).await.unwrap();
+}
+
+#[test]
+fn sqlite_shares_a_file_with_a_rebuno_kernel_opened_in_either_order() {
+    rt().block_on(async {
+        for kernel_first in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("shared.db");
+            let url = format!("sqlite://{}", path.display());
+            for round in 0..2 {
+                // The first round creates the file in one order; the second reopens it in the
+                // other.
+                let (kernel, store) = if kernel_first == (round == 0) {
+                    let kernel = rebuno::Kernel::open(&url).await.unwrap();
+                    (kernel, SqliteStore::open(&path).unwrap())
+                } else {
+                    let store = SqliteStore::open(&path).unwrap();
+                    (rebuno::Kernel::open(&url).await.unwrap(), store)
+                };
+                write_both(Arc::new(store), &kernel, round).await;
+                let chain = SqliteStore::open_existing(&path)
+                    .unwrap()
+                    .read("shared/t")
+                    .await
+                    .unwrap();
+                assert_eq!(verify(&chain).unwrap().count, round + 1);
+                let executions = kernel.client().list_all(Default::default()).await.unwrap();
+                assert_eq!(executions.len(), round + 1);
+            }
+            // The store that created the file owns its header; the other keeps its version in
+            // its own table.
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            let app_id: i64 = conn
+                .query_row("PRAGMA application_id", [], |r| r.get(0))
+                .unwrap();
+            let (owner, guest_table) = if kernel_first {
+                (0x5242_4e4f, "receipt_meta")
+            } else {
+                (0x5243_5054, "rebuno_meta")
+            };
+            assert_eq!(app_id, owner, "kernel first: {kernel_first}");
+            let guest_version: i64 = conn
+                .query_row(
+                    &format!("SELECT value FROM {guest_table} WHERE key = 'schema_version'"),
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert!(guest_version >= 1);
+        }
+        // A kernel database without receipts yet is not one a read command may use.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kernel.db");
+        rebuno::Kernel::open(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        assert_eq!(
+            SqliteStore::open_existing(&path).unwrap_err().to_string(),
+            format!(
+                "{} is not a receipt database (it has no receipt schema)",
+                path.display()
+            )
+        );
+    });
 }
 
 #[test]

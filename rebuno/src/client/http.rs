@@ -74,6 +74,32 @@ impl Http {
         }
     }
 
+    /// Sends a request and returns the response of a 2xx answer without reading its body (a
+    /// stream), allowing it `timeout` in all instead of the client's request timeout.
+    pub(super) async fn open(
+        &self,
+        method: Method,
+        url: Url,
+        timeout: std::time::Duration,
+    ) -> Result<reqwest::Response> {
+        let what = format!("{method} {}", url.path());
+        let mut request = self
+            .http
+            .request(method, url)
+            .header(ACCEPT, "text/event-stream")
+            .timeout(timeout);
+        if let Some(auth) = &self.auth {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        let response = request.send().await.map_err(|e| network(&what, e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let bytes = response.bytes().await.map_err(|e| network(&what, e))?;
+        Err(error_answer(&what, status.as_u16(), &bytes))
+    }
+
     /// A request whose 2xx answer is a JSON `T`.
     pub(super) async fn json<T: DeserializeOwned, B: Serialize + ?Sized>(
         &self,

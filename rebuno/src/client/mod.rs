@@ -56,22 +56,24 @@
 //! # }
 //! ```
 //!
-//! Submodules: `builder` (HTTP configuration: [`ClientBuilder`], the base URL, the environment)
-//! and `http` (requests, paging and the mapping of HTTP answers to [`Error`]).
+//! Submodules: `builder` (HTTP configuration: [`ClientBuilder`], the base URL, the environment),
+//! `http` (requests, paging and the mapping of HTTP answers to [`Error`]) and `wait` (waiting on
+//! an execution: [`Client::wait`] follows its live stream, [`Client::wait_until`] polls).
 
 mod builder;
 mod http;
 #[cfg(test)]
 mod tests;
+mod wait;
 
 pub use builder::ClientBuilder;
+pub use wait::WAIT_RECHECK;
 
 use std::fmt;
 use std::time::Duration;
 
 use reqwest::Method;
 use serde::Serialize;
-use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 #[cfg(feature = "kernel")]
@@ -79,8 +81,8 @@ use crate::kernel::Kernel;
 use crate::protocol::{
     ApiKey, Approval, CreateApiKeyRequest, CreateExecutionRequest, CreatedApiKey,
     DecideApprovalRequest, ErrorEnvelope, Event, Execution, ExecutionList, ExecutionStatus,
-    ForkExecutionRequest, PolicyTestRequest, PolicyTestResponse, SetPolicyRequest, Step,
-    canonical_uuid,
+    ForkExecutionRequest, PolicyTestRequest, PolicyTestResponse, RegisterAgentRequest,
+    SetPolicyRequest, Step, canonical_uuid,
 };
 use http::Http;
 
@@ -93,7 +95,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default limit on establishing a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// First pause between two polls of [`Client::wait_until`]; it doubles up to [`POLL_MAX`].
+/// First pause between two polls of [`Client::wait_until`] (and between two subscriptions of
+/// [`Client::wait`] that the peer closed early); it doubles up to [`POLL_MAX`].
 const POLL_INITIAL: Duration = Duration::from_millis(25);
 /// Longest pause between two polls of [`Client::wait_until`].
 const POLL_MAX: Duration = Duration::from_millis(250);
@@ -210,7 +213,7 @@ impl ListOptions {
 /// server answers) otherwise.
 fn uuid_id(raw: &str, what: &str) -> Result<String> {
     canonical_uuid(raw)
-        .ok_or_else(|| ErrorEnvelope::validation(format!("invalid {what} {raw:?}")).into())
+        .ok_or_else(|| Error::from(ErrorEnvelope::validation(format!("invalid {what} {raw:?}"))))
 }
 
 /// A step id as a path segment. Any other string is merely unknown to the kernel (`404`), but
@@ -521,43 +524,6 @@ impl Client {
         }
     }
 
-    /// Waits until the execution is terminal (completed, failed or cancelled) and returns it.
-    /// `blocked` is not terminal: an execution waiting on an approval keeps this waiting.
-    /// See [`Client::wait_until`] for the polling and the timeout error.
-    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Execution> {
-        self.wait_until(id, |e| e.status.is_terminal(), timeout)
-            .await
-    }
-
-    /// Polls the execution until `done` accepts it and returns that state. The first poll is
-    /// immediate (so a zero `timeout` checks once); the next ones start 25 ms apart and slow
-    /// down to 250 ms, and the last one is made at the deadline. If `done` still refuses, the
-    /// wait fails with [`Error::Other`] naming the last status seen. The deadline is checked
-    /// between polls, so a wait may overrun it by one request (at most the request timeout).
-    /// Any error of a poll (unknown execution, network) ends the wait at once.
-    pub async fn wait_until<F>(&self, id: &str, mut done: F, timeout: Duration) -> Result<Execution>
-    where
-        F: FnMut(&Execution) -> bool,
-    {
-        let deadline = Instant::now() + timeout;
-        let mut pause = POLL_INITIAL;
-        loop {
-            let exec = self.get(id).await?;
-            if done(&exec) {
-                return Ok(exec);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(Error::Other(format!(
-                    "timed out after {timeout:?} waiting for execution {id} (status {})",
-                    exec.status
-                )));
-            }
-            tokio::time::sleep(pause.min(deadline - now)).await;
-            pause = (pause * 2).min(POLL_MAX);
-        }
-    }
-
     // -----------------------------------------------------------------------------------------
     // Steps.
     // -----------------------------------------------------------------------------------------
@@ -696,6 +662,28 @@ impl Client {
             }
             #[cfg(feature = "kernel")]
             Backend::Embedded(k) => Ok(k.test_policy(agent_id, request.clone()).await?),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Agents.
+    // -----------------------------------------------------------------------------------------
+
+    /// Registers (or updates) an agent (scope `agents:write`): where the kernel delivers its
+    /// dispatches, the secret that signs them and optionally its own lease. The answer never
+    /// carries the secret; re-registering keeps the agent's policy bundle and metadata.
+    /// `400 validation_error` for a missing id or secret or a bad lease.
+    pub async fn register_agent(
+        &self,
+        request: &RegisterAgentRequest,
+    ) -> Result<crate::protocol::Agent> {
+        match &self.backend {
+            Backend::Http(h) => {
+                h.json(Method::POST, h.url(&["agents"]), Some(request))
+                    .await
+            }
+            #[cfg(feature = "kernel")]
+            Backend::Embedded(k) => Ok(k.register_agent(request.clone()).await?),
         }
     }
 

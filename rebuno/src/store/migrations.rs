@@ -1,12 +1,11 @@
 //! The kernel database's schema: embedded, numbered migrations applied at open, and the checks
-//! that a file is a rebuno database of a version this build understands.
+//! that a file is a rebuno database of a version this build understands (or a receipt database
+//! the kernel shares).
 
 use super::{StoreError, StoreResult};
+use durable_support::sqlite_tenancy::REBUNO;
 use rusqlite::Connection;
 use std::path::Path;
-
-/// `PRAGMA application_id` of a rebuno kernel database ("RBNO").
-pub(super) const APPLICATION_ID: i64 = 0x5242_4e4f;
 
 /// Embedded migrations; `user_version` records how many have run.
 pub(super) const MIGRATIONS: &[&str] = &["
@@ -257,28 +256,19 @@ pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {
     StoreError::Database(format!("{}: {e}", path.display()))
 }
 
+/// Brings the file's kernel schema up to date, in one transaction. The file may be the kernel's
+/// own, new, or a receipt database the kernel shares as a guest (its schema version then lives
+/// in `rebuno_meta`; see [`durable_support::sqlite_tenancy`]); anything else is refused.
 pub(super) fn migrate(conn: &Connection, label: &Path) -> StoreResult<()> {
-    let app_id: i64 = conn
-        .query_row("PRAGMA application_id", [], |r| r.get(0))
-        .map_err(|e| db_err(label, format!("not a rebuno database ({e})")))?;
-    if app_id == 0 {
-        let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
-        if tables != 0 {
-            return Err(db_err(
-                label,
-                "not a rebuno database (it holds other tables)",
-            ));
-        }
-    } else if app_id != APPLICATION_ID {
-        return Err(db_err(
-            label,
-            format!("not a rebuno database (application_id {app_id:#x})"),
-        ));
-    }
-    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let not_ours = |why: String| db_err(label, format!("not a rebuno database ({why})"));
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(|e| not_ours(e.to_string()))?;
     let result = (|| {
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        let version = usize::try_from(version).unwrap_or(usize::MAX);
+        let holding = REBUNO
+            .holding(conn)
+            .map_err(|e| not_ours(e.to_string()))?
+            .map_err(|f| not_ours(f.to_string()))?;
+        let version = usize::try_from(holding.version()).unwrap_or(usize::MAX);
         if version > MIGRATIONS.len() {
             return Err(db_err(
                 label,
@@ -288,11 +278,13 @@ pub(super) fn migrate(conn: &Connection, label: &Path) -> StoreResult<()> {
                 ),
             ));
         }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+        for sql in MIGRATIONS.iter().skip(version) {
             conn.execute_batch(sql)?;
-            conn.execute_batch(&format!("PRAGMA user_version = {}", i + 1))?;
         }
-        conn.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}"))?;
+        if version < MIGRATIONS.len() {
+            let latest = i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX);
+            REBUNO.record_version(conn, holding, latest)?;
+        }
         Ok(())
     })();
     match result {
@@ -321,7 +313,8 @@ mod tests {
             let conn = Connection::open(&path).unwrap();
             conn.execute_batch(MIGRATIONS[0]).unwrap();
             conn.execute_batch(&format!(
-                "PRAGMA user_version = 1; PRAGMA application_id = {APPLICATION_ID};"
+                "PRAGMA user_version = 1; PRAGMA application_id = {};",
+                REBUNO.application_id
             ))
             .unwrap();
             for (exec, seq, ty) in [

@@ -7,7 +7,9 @@
 //! - `pg` (feature `postgres`): PostgreSQL connections, pool, migrations and LISTEN for both
 //!   crates' PostgreSQL stores;
 //! - `pg_floor` (feature `postgres`): the single-row insert + commit floor the PostgreSQL
-//!   benchmarks compare with.
+//!   benchmarks compare with;
+//! - `sqlite_tenancy` (feature `sqlite`): the kernel store and the receipt store sharing one
+//!   SQLite file (who owns its header, where the guest keeps its schema version).
 
 pub mod civil;
 #[cfg(feature = "sqlite")]
@@ -16,3 +18,5 @@ pub mod group_commit;
 pub mod pg;
 #[cfg(feature = "postgres")]
 pub mod pg_floor;
+#[cfg(feature = "sqlite")]
+pub mod sqlite_tenancy;

@@ -41,6 +41,10 @@ pub mod control {
     pub const ACTION_FAILED: &str = "action.failed";
     /// `action.superseded`
     pub const ACTION_SUPERSEDED: &str = "action.superseded";
+    /// `action.heartbeat`: the claim's owner extends its lease while a remote call runs. An
+    /// addition of this runtime to the canonical set (the spec leaves lease renewal open and
+    /// names this type as one way to record it).
+    pub const ACTION_HEARTBEAT: &str = "action.heartbeat";
     /// `human.requested`
     pub const HUMAN_REQUESTED: &str = "human.requested";
     /// `human.responded`
@@ -66,9 +70,13 @@ pub mod control {
     /// approval, appended by whoever decides it (not by the controller, which forwards it).
     pub const POLICY_APPROVAL_DECIDED: &str = "policy.approval.decided";
 
-    /// The control types this runtime adds to the canonical set (policy governance); they end
-    /// [`CONTROL_TYPES`].
-    pub const ADDED_CONTROL_TYPES: &[&str] = &[POLICY_APPROVAL_REQUESTED, POLICY_APPROVAL_DECIDED];
+    /// The control types this runtime adds to the canonical set: the claim heartbeat (a claim
+    /// renewed while its remote call runs) and policy governance; they end [`CONTROL_TYPES`].
+    pub const ADDED_CONTROL_TYPES: &[&str] = &[
+        ACTION_HEARTBEAT,
+        POLICY_APPROVAL_REQUESTED,
+        POLICY_APPROVAL_DECIDED,
+    ];
 
     /// Every control type: the canonical control-receipt set (the run's lifecycle, then an
     /// action's, a human wait's, the goal, and a merge's), then [`ADDED_CONTROL_TYPES`].
@@ -92,6 +100,7 @@ pub mod control {
         MERGE_APPLIED,
         MERGE_SKIPPED,
         MERGE_FAILED,
+        ACTION_HEARTBEAT,
         POLICY_APPROVAL_REQUESTED,
         POLICY_APPROVAL_DECIDED,
     ];

@@ -1,23 +1,25 @@
 //! Control receipts: the canonical type names (defined once in `receipt-vocab`, which
 //! `#[receipt::receipts]` reads too, and re-exported here), the bodies the controller writes
 //! (camelCase fields), their deterministic event ids, and the controller's fold over them (which
-//! selections are pending, who claims what, which manifests are bound).
+//! selections are pending, who claims what and until when, which manifests are bound).
 //!
-//! **Additions to the canonical set** ([`ADDED_CONTROL_TYPES`]), for policy governance (see
-//! [`super::governance`]); both sit beside `human.requested` / `human.responded`, whose wait
-//! they mirror, except that the answer is kept by the governance (a rebuno kernel) rather than
-//! folded from domain receipts:
+//! **Additions to the spec's canonical set**, each marked where it is defined: `attempt` in the
+//! remote payload, `determinismViolation` on `action.failed`, and three control types
+//! ([`ADDED_CONTROL_TYPES`]):
 //!
 //! | Type | When it is written | Body |
 //! |---|---|---|
-//! | `policy.approval.requested` | By the controller, once per invocation, when the governance answers that its action needs an approval; the pass then ends `run.blocked`. eventId `<invocationId>:policy.approval.requested`. | `invocationId`, `selectionId`, `actionId`, `approvalId`, `rule`, `reason` ([`ApprovalRequested`]) |
+//! | `action.heartbeat` | By a claim's owner, every lease/3 while the invocation's remote call runs. eventId `<invocationId>:heartbeat:<attempt>:<n>`. The spec names a heartbeat receipt as one way to renew a claim; this runtime takes it because the renewal then lives in the chain, where every controller folds it, with no side table: the fold treats a heartbeat's `leaseExpiresAt` as the claim's expiry, so no controller takes over a claim whose owner is still waiting on its worker. | `invocationId`, `actionId`, `claimId`, `attempt`, `leaseExpiresAt` ([`ActionHeartbeat`]) |
+//! | `policy.approval.requested` | By the controller, once per invocation, when the governance (see [`super::governance`]) answers that its action needs an approval; the pass then ends `run.blocked`. eventId `<invocationId>:policy.approval.requested`. | `invocationId`, `selectionId`, `actionId`, `approvalId`, `rule`, `reason` ([`ApprovalRequested`]) |
 //! | `policy.approval.decided` | By whoever decides the approval through the run stream (never by the controller, which forwards it to the governance on its next pass). Being a control type, no action can emit it: an agent cannot approve its own actions. | `approvalId`, `decision` (`grant` or `deny`), `decidedBy`, optional `rationale` ([`ApprovalDecided`]) |
 //!
-//! A denied invocation adds no type: it ends with `action.failed` (with no `action.started`
-//! before it, as it was never claimed) whose `error` names the action, rule and reason, and
-//! which also carries `rule`, `reason` and, when an approval decided it, `approvalId`. A governed
-//! run that waits for an approval or a rate limit ends its pass with the canonical
-//! `run.blocked`.
+//! The two policy types sit beside `human.requested` / `human.responded`, whose wait they
+//! mirror, except that the answer is kept by the governance (a rebuno kernel) rather than folded
+//! from domain receipts. A denied invocation adds no type: it ends with `action.failed` (with no
+//! `action.started` before it, as it was never claimed) whose `error` names the action, rule and
+//! reason, and which also carries `rule`, `reason` and, when an approval decided it,
+//! `approvalId`. A governed run that waits for an approval or a rate limit ends its pass with
+//! the canonical `run.blocked`.
 
 use crate::receipt::Receipt;
 use serde::de::DeserializeOwned;
@@ -27,11 +29,11 @@ use std::collections::{BTreeMap, HashMap};
 
 pub use receipt_vocab::control::ADDED_CONTROL_TYPES;
 pub use receipt_vocab::control::{
-    ACTION_COMPLETED, ACTION_FAILED, ACTION_OUTPUT_MANIFEST, ACTION_SELECTED, ACTION_STARTED,
-    ACTION_SUPERSEDED, CONTROL_TYPES, GOAL_COMPLETED, HUMAN_REQUESTED, HUMAN_RESPONDED,
-    MERGE_APPLIED, MERGE_FAILED, MERGE_OUTPUT_MANIFEST, MERGE_SELECTED, MERGE_SKIPPED,
-    MERGE_STARTED, POLICY_APPROVAL_DECIDED, POLICY_APPROVAL_REQUESTED, RUN_BLOCKED, RUN_COMPLETED,
-    RUN_FAILED, RUN_STARTED, is_control_type,
+    ACTION_COMPLETED, ACTION_FAILED, ACTION_HEARTBEAT, ACTION_OUTPUT_MANIFEST, ACTION_SELECTED,
+    ACTION_STARTED, ACTION_SUPERSEDED, CONTROL_TYPES, GOAL_COMPLETED, HUMAN_REQUESTED,
+    HUMAN_RESPONDED, MERGE_APPLIED, MERGE_FAILED, MERGE_OUTPUT_MANIFEST, MERGE_SELECTED,
+    MERGE_SKIPPED, MERGE_STARTED, POLICY_APPROVAL_DECIDED, POLICY_APPROVAL_REQUESTED, RUN_BLOCKED,
+    RUN_COMPLETED, RUN_FAILED, RUN_STARTED, is_control_type,
 };
 
 /// The `note` of `run.completed`.
@@ -80,6 +82,11 @@ pub mod event_id {
     /// `<invocationId>:started:<attempt>`
     pub fn started(invocation_id: &str, attempt: u32) -> String {
         format!("{invocation_id}:started:{attempt}")
+    }
+    /// `<invocationId>:heartbeat:<attempt>:<n>`, the `n`th renewal (from 1) of that attempt's
+    /// claim.
+    pub fn heartbeat(invocation_id: &str, attempt: u32, n: u64) -> String {
+        format!("{invocation_id}:heartbeat:{attempt}:{n}")
     }
     /// `<invocationId>:manifest`
     pub fn manifest(invocation_id: &str) -> String {
@@ -210,6 +217,24 @@ pub struct ActionStarted {
     /// Present when this receipt also records the selection (one local non-human action).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inline_selection: Option<InlineSelection>,
+}
+
+/// `action.heartbeat` (an addition to the canonical set, see the module docs): the owner of a
+/// claim extends its lease while the invocation's remote call runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionHeartbeat {
+    /// The invocation.
+    pub invocation_id: String,
+    /// The action.
+    pub action_id: String,
+    /// The claim renewed; a heartbeat for any other claim than the invocation's latest is
+    /// ignored.
+    pub claim_id: String,
+    /// That claim's attempt.
+    pub attempt: u32,
+    /// The claim's new expiry (ms since the epoch, the runtime's clock).
+    pub lease_expires_at: i64,
 }
 
 /// `action.output.manifest`
@@ -539,6 +564,16 @@ impl ControlState {
                     });
                 }
             }
+            ACTION_HEARTBEAT => {
+                if let Some(h) = parse::<ActionHeartbeat>(r)
+                    && let Some(inv) = self.invocations.get_mut(&h.invocation_id)
+                    && let Some(claim) = inv.claim.as_mut()
+                    && claim.claim_id == h.claim_id
+                    && claim.attempt == h.attempt
+                {
+                    claim.lease_expires_at = claim.lease_expires_at.max(h.lease_expires_at);
+                }
+            }
             ACTION_OUTPUT_MANIFEST => {
                 if let Some(m) = parse::<OutputManifest>(r)
                     && let Some(inv) = self.invocations.get_mut(&m.invocation_id)
@@ -594,5 +629,69 @@ impl ControlState {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::receipt::Hints;
+    use crate::sim::{OsEntropy, SystemClock};
+    use serde_json::json;
+
+    fn receipt(body: Value) -> Receipt {
+        Receipt::build(
+            "s",
+            None,
+            body,
+            None,
+            Hints::default(),
+            &SystemClock,
+            &OsEntropy,
+        )
+        .unwrap()
+    }
+
+    fn started(attempt: u32, claim: &str, until: i64) -> Value {
+        json!({"type": ACTION_STARTED, "invocationId": "i", "selectionId": "sel",
+            "actionId": "a", "kind": "tool", "execution": "remote", "index": 0,
+            "claimId": claim, "claimOwnerId": "o", "attempt": attempt, "leaseExpiresAt": until})
+    }
+
+    fn heartbeat(attempt: u32, claim: &str, until: i64) -> Value {
+        json!({"type": ACTION_HEARTBEAT, "invocationId": "i", "actionId": "a",
+            "claimId": claim, "attempt": attempt, "leaseExpiresAt": until})
+    }
+
+    #[test]
+    fn a_heartbeat_extends_only_the_latest_claim() {
+        let mut state = ControlState::default();
+        let selected = json!({"type": ACTION_SELECTED, "selectionId": "sel",
+            "reason": "exclusive", "actionIds": ["a"], "policyVersion": "p",
+            "schedulerPolicyVersion": "scheduler-v2", "invocationIds": ["i"]});
+        let expiry = |state: &ControlState| {
+            state.invocations["i"]
+                .claim
+                .as_ref()
+                .unwrap()
+                .lease_expires_at
+        };
+        for (index, body) in [
+            selected,
+            started(1, "c1", 100),
+            heartbeat(1, "c1", 400),
+            heartbeat(1, "c1", 300), // late and out of order: never shortens it
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            state.apply(index as u64, &receipt(body));
+        }
+        assert_eq!(expiry(&state), 400);
+        state.apply(4, &receipt(started(2, "c2", 500)));
+        state.apply(5, &receipt(heartbeat(1, "c1", 900))); // the superseded claim's
+        assert_eq!(expiry(&state), 500);
+        state.apply(6, &receipt(heartbeat(2, "c2", 800)));
+        assert_eq!(expiry(&state), 800);
     }
 }

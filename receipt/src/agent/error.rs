@@ -185,6 +185,11 @@ pub enum AgentError {
     /// No worker for the call's target group.
     #[error("no remote worker serves target group '{0}'")]
     NoWorkerForGroup(String),
+    /// A remote worker's refusal, or its action's error, as the worker reported it through a
+    /// durable dispatcher: the worker's message, verbatim (so `action.failed` reads the same as
+    /// for a call served in process).
+    #[error("{0}")]
+    RemoteError(String),
     /// A remote worker task that failed without an answer.
     #[error("remote worker for action '{action}' failed: {message}")]
     RemoteWorkerFailed {

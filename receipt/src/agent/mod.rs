@@ -62,11 +62,14 @@
 //! carries the run id (and the configured actor) in its context; an agent's view folds control
 //! receipts as well as domain ones. Beyond that:
 //!
-//! - Leases are not renewed (renewal would need a side table, which the store does not have, or
-//!   a heartbeat receipt type, which is not among the control types). A claim lives for its lease
-//!   (default 300 s); a local run is cut off at the execution timeout instead (lease − 1 s, at
-//!   least 5 s), and an owner whose lease lapsed may still commit as long as nobody has claimed
-//!   a later attempt (the manifest's expected-prev CAS fences a takeover that races it).
+//! - A claim lives for its lease (default 300 s). A local run is cut off at the execution timeout
+//!   instead (lease − 1 s, at least 5 s) and its claim is not renewed. A remote call's claim is
+//!   renewed while the call runs by `action.heartbeat` receipts, an addition to the spec's
+//!   control set (the spec leaves renewal open and names this receipt as one way; it keeps the
+//!   lease in the chain, where every controller folds it, with no side table): see
+//!   [`control::ActionHeartbeat`]. An owner whose lease lapsed may still commit as long as nobody
+//!   has claimed a later attempt (the manifest's expected-prev CAS fences a takeover that races
+//!   it).
 //! - A live claim of another owner is waited out by default (polling until the invocation
 //!   settles or the lease expires); [`LiveClaims::Return`] makes the pass return
 //!   [`RunOutcome::Busy`] instead (nothing is appended).
@@ -79,7 +82,8 @@
 //! - `run.blocked` carries the event id `<runId>:run.blocked:<head>` so that two controllers
 //!   blocking at the same head write it once; the other event ids are `<runId>:run.started`,
 //!   `<runId>:run.completed`, `<runId>:run.failed`, `<selectionId>:selected`,
-//!   `<invocationId>:started:<attempt>`, `<invocationId>:<step>` for `manifest`, `output`,
+//!   `<invocationId>:started:<attempt>`, `<invocationId>:heartbeat:<attempt>:<n>`,
+//!   `<invocationId>:<step>` for `manifest`, `output`,
 //!   `completed`, `failed`, `superseded`, `human.requested` and `human.responded`, and
 //!   `<mergeId>:<step>` ([`control::event_id`]).
 //! - A remote payload also carries `attempt`; the worker's check of the function name and

@@ -8,6 +8,7 @@
 //! keeps one writer.
 
 use super::action::{ActionContext, DurableActionContext, OutputBuffer};
+use super::control::{ACTION_STARTED, ActionStarted};
 use super::ids::{DEFAULT_RUNTIME_POLICY_VERSION, SCHEDULER_POLICY_VERSION};
 use super::{ActionKind, AgentError, AgentSpec, AgentTypes, AgentView, ExecutionMode, Registry};
 use crate::error::{Error, Result};
@@ -57,7 +58,9 @@ pub struct RemotePayload {
     pub execution: ExecutionMode,
     /// Its position in the selection.
     pub index: usize,
-    /// The claim.
+    /// The claim. Empty in a call made once for every attempt of the invocation (a durable
+    /// dispatcher's, such as the kernel's): the worker then serves it under the invocation's
+    /// latest claim in the run stream (claim, owner and attempt).
     pub claim_id: String,
     /// The claim owner.
     pub claim_owner_id: String,
@@ -115,11 +118,21 @@ pub struct RemoteResult {
 
 /// Sends a remote call to a worker and returns its answer (at-least-once; the call id is the
 /// invocation id, so a durable implementation deduplicates re-dispatch). The controller enforces
-/// the call timeout itself; a refusal or a timeout becomes `action.failed`.
+/// the call timeout itself and then [cancels](RemoteDispatcher::cancel) the call; a refusal or
+/// a timeout becomes `action.failed`. While the call runs the controller renews its claim
+/// (`action.heartbeat`), so a call may outlive the claim's lease.
 #[async_trait]
 pub trait RemoteDispatcher: Send + Sync {
     /// Delivers `call` and waits for the worker's answer.
     async fn dispatch(&self, call: RemoteCall) -> Result<RemoteResult>;
+
+    /// Withdraws `call`, whose answer the controller stopped waiting for at its timeout: a
+    /// durable implementation makes sure it is not delivered (or run again) later. Best
+    /// effort; the default does nothing.
+    async fn cancel(&self, call: &RemoteCall) -> Result<()> {
+        let _ = call;
+        Ok(())
+    }
 }
 
 /// Serves [`REMOTE_FUNCTION`] version 2: reloads the spec from the registry by id and runs the
@@ -269,21 +282,40 @@ pub(crate) async fn execute_remote<A: AgentTypes>(
         .clone()
         .ok_or_else(|| AgentError::MissingRun(p.action_id.clone()))?;
     let out = OutputBuffer::new(&p.action_id, spec.receipt_types());
+    let (claim_id, claim_owner_id, attempt) = if p.claim_id.is_empty() {
+        latest_claim(&chain[prefix_len..], &p.invocation_id)
+    } else {
+        (p.claim_id.clone(), p.claim_owner_id.clone(), p.attempt)
+    };
     let durable = Arc::new(DurableActionContext {
         run_id: p.run_id.clone(),
         action_id: p.action_id.clone(),
         invocation_id: p.invocation_id.clone(),
         selection_id: p.selection_id.clone(),
         selected_head: p.selected_head.clone(),
-        claim_id: p.claim_id.clone(),
-        claim_owner_id: p.claim_owner_id.clone(),
-        attempt: p.attempt,
+        claim_id,
+        claim_owner_id,
+        attempt,
     });
     let ctx = ActionContext::new(Arc::new(view), durable, out.clone());
     run(Arc::clone(spec.agent()), ctx).await?;
     Ok(RemoteResult {
         outputs: out.close(),
     })
+}
+
+/// The latest claim (`action.started`) of `invocation` among `receipts`: its id, owner and
+/// attempt (empty, empty and 0 when it has none).
+fn latest_claim(receipts: &[crate::Receipt], invocation: &str) -> (String, String, u32) {
+    receipts
+        .iter()
+        .filter(|r| r.event_type() == ACTION_STARTED)
+        .filter_map(|r| ActionStarted::deserialize(r.body()).ok())
+        .filter(|s| s.invocation_id == invocation)
+        .max_by_key(|s| s.attempt)
+        .map_or_else(Default::default, |s| {
+            (s.claim_id, s.claim_owner_id, s.attempt)
+        })
 }
 
 /// The payload the controller sends for one invocation (shared with tests and custom

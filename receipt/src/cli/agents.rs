@@ -1,7 +1,9 @@
 //! `receipt new` (scaffold an agent spec from a template) and `receipt run` (run or resume an
-//! agent registered in the binary).
+//! agent registered in the binary; its remote actions run in process, or through a rebuno
+//! kernel with `--kernel-url`).
 
 use super::db::Db;
+use super::kernel::KernelArgs;
 use super::report::{print_json, print_text};
 use super::{CliResult, Failure, fail};
 use crate::Command;
@@ -27,7 +29,8 @@ pub(super) struct NewArgs {
     dir: Option<PathBuf>,
 }
 
-/// `receipt run <agent-id> --problem <text> [--run-id] [--stream] [--run-stream]`.
+/// `receipt run <agent-id> --problem <text> [--run-id] [--stream] [--run-stream]
+/// [--kernel-url <url> [--kernel-api-key <key>]]`.
 #[derive(Debug, Args)]
 pub(super) struct RunArgs {
     /// The id of an agent registered in this binary
@@ -47,6 +50,10 @@ pub(super) struct RunArgs {
     /// Overrides the spec's max_iterations
     #[arg(long, value_name = "N")]
     max_iterations: Option<u32>,
+    /// Remote actions go through this rebuno kernel (--kernel-url) to the workers serving
+    /// their groups (`receipt worker`), instead of running in this process
+    #[command(flatten)]
+    kernel: KernelArgs,
 }
 
 /// `hello-agent` -> `HelloAgent`.
@@ -487,12 +494,15 @@ pub(super) async fn run(db: &Db, a: RunArgs, registry: Arc<Registry>) -> CliResu
             .event_id(format!("seed:{run_id}"));
         runtime.execute(&run_stream, command).await?;
     }
-    let worker = Arc::new(RemoteWorker::new(
-        Arc::clone(&registry),
-        Arc::clone(&runtime),
-    ));
+    let dispatcher = match a.kernel.dispatcher()? {
+        Some(through_kernel) => through_kernel,
+        None => Arc::new(InProcessDispatcher::new(Arc::new(RemoteWorker::new(
+            Arc::clone(&registry),
+            Arc::clone(&runtime),
+        )))),
+    };
     let options = ControllerOptions {
-        dispatcher: Some(Arc::new(InProcessDispatcher::new(worker))),
+        dispatcher: Some(dispatcher),
         max_iterations: a.max_iterations,
         ..ControllerOptions::default()
     };

@@ -2,6 +2,7 @@
 //! arguments as clap parses them (their doc comments are the `--help` text).
 
 use super::agents::{NewArgs, RunArgs};
+use super::kernel::WorkerArgs;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -50,6 +51,8 @@ pub(super) enum Cmd {
     New(NewArgs),
     /// Run (or resume) an agent registered in this binary on a new or existing run
     Run(RunArgs),
+    /// Serve this binary's remote actions of one target group as a rebuno kernel's worker agent
+    Worker(WorkerArgs),
     /// Anything else is an unknown command.
     #[command(external_subcommand)]
     External(Vec<OsString>),

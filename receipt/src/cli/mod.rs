@@ -3,7 +3,8 @@
 //! agents registered in the binary (`run`).
 //!
 //! The stock `receipt` binary knows no agents; a project's own binary registers its agents and
-//! hands over to [`main_with`]:
+//! hands over to [`main_with`] (`run` runs them; `worker` serves their remote actions for a
+//! rebuno kernel, which `run --kernel-url` dispatches them through):
 //!
 //! ```ignore
 //! fn main() -> std::process::ExitCode {
@@ -25,7 +26,8 @@
 //!
 //! The parts: `args` (the command line as clap parses it), `db` (which database, opening it),
 //! `commands` (the database commands),
-//! `agents` (`new` and `run`), `target` (stream arguments), `report` (what is printed) and
+//! `agents` (`new` and `run`), `kernel` (the kernel options, and `worker`, which serves remote
+//! actions behind a rebuno kernel), `target` (stream arguments), `report` (what is printed) and
 //! `time` (timestamps as ISO 8601). This module parses, dispatches and turns failures into
 //! exit codes.
 
@@ -33,6 +35,7 @@ mod agents;
 mod args;
 mod commands;
 mod db;
+mod kernel;
 mod report;
 mod target;
 mod time;
@@ -89,7 +92,17 @@ pub fn main() -> ExitCode {
 /// status: 0 on success, 1 on an error (one `error:` line on stderr), 2 when `run` ends without
 /// completing.
 pub fn main_with(registry: Arc<Registry>) -> ExitCode {
-    let cli = match Cli::try_parse() {
+    main_with_args(registry, std::env::args_os())
+}
+
+/// [`main_with`] on the command line `args` (the program name first) instead of the
+/// process's.
+pub fn main_with_args<I, T>(registry: Arc<Registry>, args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => return clap_exit(e),
     };
@@ -174,6 +187,7 @@ fn run(cli: Cli, registry: Arc<Registry>) -> CliResult {
             Cmd::Fork(a) => fork(&db, a).await,
             Cmd::Streams(a) => streams(&db, a).await,
             Cmd::Run(a) => agents::run(&db, a, registry).await,
+            Cmd::Worker(a) => kernel::worker(&db, a, registry).await,
             // Handled before the database is resolved.
             Cmd::New(_) => Ok(()),
             // Reported as an unknown command above.

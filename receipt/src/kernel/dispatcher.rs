@@ -1,1 +1,322 @@
-//! (being written)
+//! [`KernelDispatcher`]: a [`RemoteDispatcher`] that runs each remote call as an execution of a
+//! worker agent on a rebuno kernel, over HTTP or in process ([`rebuno::Client`]).
+//!
+//! - **One agent per target group**: the call for group `g` is an execution of rebuno agent
+//!   [`worker_agent_id`]`(g)`, `receipt-worker-<g>`, which a [`super::KernelWorker`] serves.
+//! - **Once per invocation**: the execution is created with the invocation id as its
+//!   idempotency key, and its input is the call as every attempt of the invocation makes it
+//!   (the claim fields and the timeout left out, [`invocation_call`]): a controller that takes
+//!   an invocation over (attempt + 1) after another died finds the execution the first one
+//!   started, still running or finished, instead of starting a second. The worker serves it
+//!   under the invocation's latest claim, which it reads from the run stream.
+//! - **Waiting** follows the execution's live stream ([`rebuno::Client::wait`]), within the
+//!   call's timeout. At the timeout the execution is cancelled, so that the kernel does not
+//!   deliver it again later, and the call fails with `remote action timed out`; the controller,
+//!   whose own timer may fire first, withdraws it through [`RemoteDispatcher::cancel`].
+//!   A kernel that cannot be reached (or answers `429`/`5xx`) is retried until the timeout.
+//! - **The answer** is the execution's output: `{"outputs": [...]}`, the worker's
+//!   [`RemoteResult`], or `{"error": "<message>"}` for a refusal or the action's own error,
+//!   which reaches `action.failed` verbatim (a completed execution: it is final, never
+//!   retried). An execution that failed (a worker that could not work: its store unreachable,
+//!   its deliveries exhausted) or was cancelled by someone else fails the call with
+//!   `remote worker for action '<id>' failed: <reason>`.
+
+use crate::agent::remote::{RemoteCall, RemoteDispatcher, RemoteResult};
+use crate::agent::{AgentError, async_trait};
+use crate::error::{Error, Result};
+use rebuno::protocol::{ErrorCode, Execution, ExecutionStatus};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// What every worker agent id starts with.
+pub const WORKER_AGENT_PREFIX: &str = "receipt-worker-";
+/// The longest target group a worker agent id is made from.
+pub const MAX_GROUP_BYTES: usize = 100;
+/// The longest worker message (an error answer or a failure reason) taken as it is; a longer
+/// one is cut there.
+const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+/// The first pause before asking an unreachable kernel again; it doubles up to
+/// [`RETRY_MAX`].
+const RETRY_INITIAL: Duration = Duration::from_millis(100);
+/// The longest pause between two attempts to reach the kernel.
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// The rebuno agent id of the worker serving target group `group`: `receipt-worker-<group>`.
+/// A group is 1 to [`MAX_GROUP_BYTES`] ASCII letters, digits, `.`, `_` or `-` (an agent id is
+/// also a URL path segment and a header value); anything else is refused.
+pub fn worker_agent_id(group: &str) -> Result<String> {
+    let fits = !group.is_empty()
+        && group.len() <= MAX_GROUP_BYTES
+        && group
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !fits {
+        return Err(Error::Invalid(format!(
+            "target group {group:?} cannot name a kernel worker: use 1 to {MAX_GROUP_BYTES} \
+             ASCII letters, digits, '.', '_' or '-'"
+        )));
+    }
+    Ok(format!("{WORKER_AGENT_PREFIX}{group}"))
+}
+
+/// The kernel execution's input for `call`: the call as every attempt of its invocation makes
+/// it, without the claim (`claimId`, `claimOwnerId`, `attempt`) or the caller's timeout, so that
+/// a takeover's call repeats the first one exactly (the kernel answers a repeated idempotency
+/// key only for the same input).
+pub fn invocation_call(call: &RemoteCall) -> RemoteCall {
+    let mut call = call.clone();
+    call.timeout_ms = 0;
+    call.payload.claim_id.clear();
+    call.payload.claim_owner_id.clear();
+    call.payload.attempt = 0;
+    call
+}
+
+/// What a worker answers, as its execution's output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(super) enum Answer {
+    /// The action ran: its buffered outputs.
+    Outputs(RemoteResult),
+    /// A refusal or the action's own error: the message the controller records.
+    Error {
+        /// The message, as the worker's error displays it.
+        error: String,
+    },
+}
+
+/// Dispatches remote calls through a rebuno kernel (see the module docs).
+///
+/// It remembers the execution of each call it is waiting on (for [`RemoteDispatcher::cancel`])
+/// until the call ends or is cancelled; a call whose wait is dropped without either (its
+/// controller died) leaves its entry behind for the life of the dispatcher.
+pub struct KernelDispatcher {
+    client: rebuno::Client,
+    /// The execution of each call being waited on, by call id, for [`RemoteDispatcher::cancel`].
+    live: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for KernelDispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelDispatcher")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KernelDispatcher {
+    /// A dispatcher over `client`: an HTTP client of a kernel (with a key that may create,
+    /// read and cancel executions) or an embedded kernel's.
+    pub fn new(client: rebuno::Client) -> Self {
+        KernelDispatcher {
+            client,
+            live: Mutex::default(),
+        }
+    }
+
+    /// The client.
+    pub fn client(&self) -> &rebuno::Client {
+        &self.client
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Cancels the execution of call `call_id`, if one is being waited on (an execution that
+    /// has ended meanwhile stays as it is).
+    async fn withdraw(&self, call_id: &str) {
+        let execution = self.live().remove(call_id);
+        if let Some(id) = execution {
+            let _ = self.client.cancel(&id).await;
+        }
+    }
+
+    /// The execution for `call`, created now or found by its invocation id; `None` when the
+    /// kernel could not be reached before `deadline`.
+    async fn start(&self, call: &RemoteCall, deadline: Instant) -> Result<Option<Execution>> {
+        let agent = worker_agent_id(&call.target_group)?;
+        let input = invocation_call(call);
+        let mut pause = RETRY_INITIAL;
+        loop {
+            match self
+                .client
+                .create_idempotent(&agent, &input, &call.call_id)
+                .await
+            {
+                Ok(exec) => return Ok(Some(exec)),
+                Err(e) if e.is_not_found() => {
+                    return Err(AgentError::NoWorkerForGroup(call.target_group.clone()).into());
+                }
+                Err(e) if transient(&e) => {
+                    if !pause_until(&mut pause, deadline).await {
+                        return Ok(None);
+                    }
+                }
+                Err(e) => return Err(failed(call, &e.to_string())),
+            }
+        }
+    }
+
+    /// The execution `id` once it has ended; `None` when `deadline` came first.
+    async fn ended(
+        &self,
+        call: &RemoteCall,
+        id: &str,
+        deadline: Instant,
+    ) -> Result<Option<Execution>> {
+        let mut pause = RETRY_INITIAL;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.client.wait(id, left).await {
+                Ok(exec) => return Ok(Some(exec)),
+                // The wait's own deadline: the call's.
+                Err(_) if Instant::now() >= deadline => return Ok(None),
+                Err(e) if transient(&e) => {
+                    if !pause_until(&mut pause, deadline).await {
+                        return Ok(None);
+                    }
+                }
+                Err(e) => return Err(failed(call, &e.to_string())),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl RemoteDispatcher for KernelDispatcher {
+    async fn dispatch(&self, call: RemoteCall) -> Result<RemoteResult> {
+        let now = Instant::now();
+        // A timeout too long to add is no deadline (one far off).
+        let deadline = now
+            .checked_add(Duration::from_millis(call.timeout_ms))
+            .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)));
+        let Some(exec) = self.start(&call, deadline).await? else {
+            return Err(AgentError::RemoteTimeout.into());
+        };
+        self.live().insert(call.call_id.clone(), exec.id.clone());
+        let ended = self.ended(&call, &exec.id, deadline).await;
+        match ended {
+            Ok(Some(exec)) => {
+                self.live().remove(&call.call_id);
+                answer(&call, exec)
+            }
+            Ok(None) => {
+                self.withdraw(&call.call_id).await;
+                Err(AgentError::RemoteTimeout.into())
+            }
+            Err(e) => {
+                self.live().remove(&call.call_id);
+                Err(e)
+            }
+        }
+    }
+
+    async fn cancel(&self, call: &RemoteCall) -> Result<()> {
+        self.withdraw(&call.call_id).await;
+        Ok(())
+    }
+}
+
+/// The call's answer from its ended execution.
+fn answer(call: &RemoteCall, exec: Execution) -> Result<RemoteResult> {
+    match exec.status {
+        ExecutionStatus::Completed => {
+            let output = exec.output.unwrap_or(Value::Null);
+            match serde_json::from_value::<Answer>(output) {
+                Ok(Answer::Outputs(result)) => Ok(result),
+                Ok(Answer::Error { error }) => Err(AgentError::RemoteError(bounded(error)).into()),
+                Err(e) => Err(failed(
+                    call,
+                    &format!(
+                        "kernel execution {} answered no remote result ({e})",
+                        exec.id
+                    ),
+                )),
+            }
+        }
+        ExecutionStatus::Failed => Err(failed(call, &bounded(exec.failure_reason))),
+        status => Err(failed(
+            call,
+            &format!("kernel execution {} ended {status}", exec.id),
+        )),
+    }
+}
+
+/// `remote worker for action '<id>' failed: <message>`.
+fn failed(call: &RemoteCall, message: &str) -> Error {
+    AgentError::RemoteWorkerFailed {
+        action: call.payload.action_id.clone(),
+        message: bounded(message.to_owned()),
+    }
+    .into()
+}
+
+/// `message`, cut at [`MAX_MESSAGE_BYTES`] (on a character boundary) with `…` when longer.
+fn bounded(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE_BYTES {
+        let mut cut = MAX_MESSAGE_BYTES;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    message
+}
+
+/// Whether asking the kernel again may help: it could not be reached, or answered `429` or a
+/// server error.
+fn transient(e: &rebuno::Error) -> bool {
+    match e {
+        rebuno::Error::Network(_) => true,
+        rebuno::Error::Api(api) => api.code == ErrorCode::TooManyRequests || api.status >= 500,
+        _ => false,
+    }
+}
+
+/// Sleeps `pause` (doubling it for next time, up to [`RETRY_MAX`]) unless that would pass
+/// `deadline`; `false` when there is no time left.
+async fn pause_until(pause: &mut Duration, deadline: Instant) -> bool {
+    let now = Instant::now();
+    if now >= deadline {
+        return false;
+    }
+    tokio::time::sleep((*pause).min(deadline - now)).await;
+    *pause = (*pause * 2).min(RETRY_MAX);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_agent_ids_are_made_only_from_plain_group_names() {
+        assert_eq!(
+            worker_agent_id("receipt-chat").unwrap(),
+            "receipt-worker-receipt-chat"
+        );
+        assert_eq!(
+            worker_agent_id("a.b_C-9").unwrap(),
+            "receipt-worker-a.b_C-9"
+        );
+        for bad in ["", "a b", "a/b", "é", &"x".repeat(MAX_GROUP_BYTES + 1)] {
+            assert!(worker_agent_id(bad).is_err(), "{bad:?}");
+        }
+        assert!(worker_agent_id(&"x".repeat(MAX_GROUP_BYTES)).is_ok());
+    }
+
+    #[test]
+    fn long_messages_are_cut_on_a_character_boundary() {
+        let long = "é".repeat(MAX_MESSAGE_BYTES);
+        let cut = bounded(long);
+        assert!(cut.len() <= MAX_MESSAGE_BYTES + '…'.len_utf8());
+        assert!(cut.ends_with('…'));
+        assert_eq!(bounded("short".into()), "short");
+    }
+}

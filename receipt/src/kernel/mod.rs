@@ -12,7 +12,11 @@ mod dispatcher;
 mod gate;
 mod worker;
 
+pub use dispatcher::{
+    KernelDispatcher, MAX_GROUP_BYTES, WORKER_AGENT_PREFIX, invocation_call, worker_agent_id,
+};
 pub use gate::{
     DEFAULT_MAX_RATE_WAIT, DEFAULT_RETRY_AFTER, DEFAULT_SETTLE_TIMEOUT, GATE_AGENT_PREFIX,
     GateHandler, KernelGovernance, gate_agent, gate_agent_id,
 };
+pub use worker::{KernelWorker, WorkerHandler};

@@ -1,1 +1,237 @@
-//! (being written)
+//! [`KernelWorker`]: the rebuno agent that serves one target group's remote calls, embedded
+//! (registered on a [`rebuno::Runtime`]) or over HTTP (the agent runtime's signed webhook).
+//!
+//! Each delivery is a [`RemoteCall`] (from a [`super::KernelDispatcher`]); the handler serves it
+//! with a [`RemoteWorker`], which reloads the spec from its [`Registry`], re-checks the call
+//! with its refusals and re-derives the view from the run stream. It runs *inside* the rebuno
+//! execution, so whatever the action body does with rebuno's primitives (`rebuno::step`,
+//! `#[rebuno::tool]` functions, `rebuno::llm`) is recorded as steps: a worker that dies
+//! mid-action is re-delivered the call once its dispatch lease lapses, and the finished effects
+//! are replayed, not run again. The invocation id ([`crate::agent::ActionContext::invocation_id`])
+//! stays the key for effects outside rebuno.
+//!
+//! What the execution ends with: a completed execution whose output is `{"outputs": [...]}`
+//! (the action ran), or `{"error": "<message>"}` for a refusal or the action's own error (an
+//! answer, final, never delivered again). Trouble of the worker's own (its receipt store
+//! unreachable, a corrupt chain) fails the execution instead, with the reason.
+//!
+//! The worker trusts no call: it runs only an action that the run stream shows selected at the
+//! call's head and runnable there. Still, whoever may create executions of the worker agent on
+//! the kernel can have such an action run again; give that right (`executions:write`) to the
+//! controllers only, and key external effects by the invocation id.
+
+use super::dispatcher::{Answer, worker_agent_id};
+use crate::agent::controller::fails_run;
+use crate::agent::remote::{RemoteCall, RemoteWorker};
+use crate::agent::{DEFAULT_TARGET_GROUP, Registry};
+use crate::error::{Error, Result};
+use crate::runtime::Runtime;
+use rebuno::agent::{Agent, AgentBuilder, AgentHandler};
+use rebuno::protocol::RegisterAgentRequest;
+use rebuno::tool::BoxFuture;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An action body may use `?` on rebuno's primitives: their error fails the invocation with its
+/// message (a control-flow signal, such as a step blocked on an approval, still unwinds the
+/// delivery: the agent runtime remembers it).
+impl From<rebuno::Error> for Error {
+    fn from(e: rebuno::Error) -> Self {
+        Error::other(e)
+    }
+}
+
+/// The rebuno agent serving one target group (see the module docs).
+///
+/// ```ignore
+/// // In process, beside an embedded kernel:
+/// let rt = rebuno::Runtime::open("sqlite://app.db").await?;
+/// rt.register_with(KernelWorker::new(registry, receipts).group("payments").builder()?).await?;
+/// rt.start();
+///
+/// // Or as its own process, behind the kernel's signed webhook:
+/// let worker = KernelWorker::new(registry, receipts).group("payments");
+/// worker.register(&admin_client, "http://worker:8787/webhook", &secret).await?;
+/// worker.serve(TcpListener::bind("0.0.0.0:8787").await?, kernel_url, &secret, shutdown).await?;
+/// ```
+#[derive(Clone)]
+pub struct KernelWorker {
+    worker: Arc<RemoteWorker>,
+    group: String,
+    lease: Option<Duration>,
+}
+
+impl std::fmt::Debug for KernelWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelWorker")
+            .field("group", &self.group)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KernelWorker {
+    /// A worker for the default group ([`DEFAULT_TARGET_GROUP`]) that loads specs from
+    /// `registry` and reads run streams through `runtime` (a [`Runtime`] or an
+    /// `Arc<Runtime>`, over the controller's receipt store).
+    pub fn new(registry: Arc<Registry>, runtime: impl Into<Arc<Runtime>>) -> Self {
+        KernelWorker {
+            worker: Arc::new(RemoteWorker::new(registry, runtime)),
+            group: DEFAULT_TARGET_GROUP.to_owned(),
+            lease: None,
+        }
+    }
+
+    /// Serves target group `group` instead.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = group.into();
+        self
+    }
+
+    /// The dispatch lease the agent registers (default: the kernel's): how long the kernel
+    /// waits for a silent worker before it delivers the call again. The worker renews it while
+    /// it works (every third of it, at most every 30 s).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The target group served.
+    pub fn target_group(&self) -> &str {
+        &self.group
+    }
+
+    /// The rebuno agent id, [`super::worker_agent_id`] of the group (an error for a group that
+    /// cannot name one).
+    pub fn agent_id(&self) -> Result<String> {
+        worker_agent_id(&self.group)
+    }
+
+    /// The rebuno handler that serves the group's calls.
+    pub fn handler(&self) -> Result<WorkerHandler> {
+        Ok(WorkerHandler {
+            id: self.agent_id()?,
+            group: self.group.clone(),
+            worker: Arc::clone(&self.worker),
+        })
+    }
+
+    /// A rebuno agent builder for the handler, with the lease set: register it on an embedded
+    /// kernel with `rebuno::Runtime::register_with`, or add a kernel URL and secret to serve it
+    /// over HTTP.
+    pub fn builder(&self) -> Result<AgentBuilder> {
+        let mut builder = Agent::builder(self.handler()?);
+        if let Some(lease) = self.lease {
+            builder = builder.lease_timeout(lease);
+        }
+        Ok(builder)
+    }
+
+    /// Registers (or updates) the worker agent with the kernel `client` talks to: deliveries go
+    /// to `webhook_url`, signed with `secret`, under the worker's lease. The client needs the
+    /// `agents:write` scope (an admin key; none for a dev-mode kernel). The agent's policy
+    /// bundle, if any, is kept.
+    pub async fn register(
+        &self,
+        client: &rebuno::Client,
+        webhook_url: &str,
+        secret: &str,
+    ) -> Result<()> {
+        client
+            .register_agent(&RegisterAgentRequest {
+                id: self.agent_id()?,
+                webhook_url: webhook_url.to_owned(),
+                secret: secret.to_owned(),
+                lease_timeout_seconds: self.lease.map(|l| l.as_secs_f64()),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Serves the worker's webhook (`POST /webhook`) on `listener` until `shutdown` resolves,
+    /// answering the kernel at `kernel_url` with requests signed by `secret` (the secret the
+    /// agent is registered with). Running calls are drained before it returns.
+    pub async fn serve(
+        &self,
+        listener: tokio::net::TcpListener,
+        kernel_url: &str,
+        secret: &str,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<()> {
+        let agent = self
+            .builder()?
+            .kernel_url(kernel_url)
+            .secret(secret)
+            .build()?;
+        agent
+            .serve(listener, shutdown)
+            .await
+            .map_err(|e| Error::Storage(format!("worker webhook: {e}")))
+    }
+}
+
+/// The rebuno handler of a [`KernelWorker`]: serves one delivery of a [`RemoteCall`].
+pub struct WorkerHandler {
+    id: String,
+    group: String,
+    worker: Arc<RemoteWorker>,
+}
+
+impl std::fmt::Debug for WorkerHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerHandler")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerHandler {
+    /// Serves one call: its answer, or the worker's own trouble (which fails the execution).
+    async fn serve(worker: Arc<RemoteWorker>, group: String, input: Value) -> Result<Answer> {
+        let call = match serde_json::from_value::<RemoteCall>(input) {
+            Ok(call) => call,
+            Err(e) => {
+                return Ok(Answer::Error {
+                    error: format!("not a remote call: {e}"),
+                });
+            }
+        };
+        if call.target_group != group {
+            return Ok(Answer::Error {
+                error: format!(
+                    "this worker serves target group '{group}', not '{}'",
+                    call.target_group
+                ),
+            });
+        }
+        match worker.handle(call).await {
+            Ok(result) => Ok(Answer::Outputs(result)),
+            Err(e) if fails_run(&e) => Ok(Answer::Error {
+                error: e.to_string(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AgentHandler for WorkerHandler {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn description(&self) -> &str {
+        "Serves the receipt remote actions of one target group."
+    }
+
+    fn call(&self, input: Value) -> BoxFuture<rebuno::Result<Value>> {
+        let worker = Arc::clone(&self.worker);
+        let group = self.group.clone();
+        Box::pin(async move {
+            let answer = Self::serve(worker, group, input)
+                .await
+                .map_err(|e| rebuno::Error::Other(e.to_string()))?;
+            serde_json::to_value(answer).map_err(|e| rebuno::Error::Serialization(e.to_string()))
+        })
+    }
+}

@@ -11,6 +11,11 @@
 //!
 //! The hashed envelope is stored as its canonical bytes (`envelope`), so a read hands
 //! [`crate::verify`] the exact bytes to hash and any change to a stored receipt is caught.
+//!
+//! The file may be a rebuno kernel database too: the receipt tables (all named `receipt_*`)
+//! live beside the kernel's, and whichever store created the file owns its header
+//! ([`durable_support::sqlite_tenancy`]), so an embedded kernel and its receipts can share one
+//! file in either opening order. Any other database is refused.
 
 use super::{
     AppendOutcome, AppendRequest, BRANCH_META_STREAM, BranchMeta, ReceiptStore, StreamInfo, Tail,
@@ -20,13 +25,14 @@ use crate::error::{Error, Result};
 use crate::receipt::{Hints, Receipt};
 use async_trait::async_trait;
 use durable_support::group_commit;
+use durable_support::sqlite_tenancy::{Holding, RECEIPT};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use tokio::sync::oneshot;
 
-/// `PRAGMA application_id` of a receipt database ("RCPT").
-const APPLICATION_ID: i64 = 0x5243_5054;
+/// The receipt schema's version: `user_version` of a file the receipt store created, the
+/// `receipt_meta` row of a kernel database it shares ([`durable_support::sqlite_tenancy`]).
 const SCHEMA_VERSION: i64 = 1;
 /// How long a statement waits for another process's lock on the file.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -149,45 +155,41 @@ fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result
     let conn = Connection::open_with_flags(path, flags)
         .map_err(|e| Error::Storage(format!("cannot open {}: {e}", path.display())))?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    let read_id = |conn: &Connection| -> Result<i64> {
-        conn.query_row("PRAGMA application_id", [], |r| r.get(0))
-            .map_err(|e| not_a_db(path, e.to_string()))
+    let look = |conn: &Connection| -> Result<Holding> {
+        RECEIPT
+            .holding(conn)
+            .map_err(|e| not_a_db(path, e.to_string()))?
+            .map_err(|f| not_a_db(path, f.to_string()))
     };
-    let count_tables = |conn: &Connection| -> Result<i64> {
-        conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-            .map_err(|e| not_a_db(path, e.to_string()))
-    };
-    let mut app_id = read_id(&conn)?;
-    if app_id == 0 && !create {
-        if count_tables(&conn)? != 0 {
-            return Err(not_a_db(path, "it holds other tables"));
+    let mut holding = look(&conn)?;
+    if holding.version() == 0 {
+        if !create {
+            return Err(not_a_db(path, "it has no receipt schema"));
         }
-        return Err(not_a_db(path, "it has no receipt schema"));
-    }
-    if app_id == 0 {
         ensure_wal(&conn)?;
         conn.execute_batch("BEGIN IMMEDIATE")?;
-        // Check again now that no other writer can: another process may have initialised
+        // Look again now that no other writer can: another process may have initialised
         // the file (or written other tables into it) since the look above.
-        let initialised = (|| -> Result<i64> {
-            let id = read_id(&conn)?;
-            if id != 0 {
-                return Ok(id);
+        let installed = (|| -> Result<Holding> {
+            let holding = look(&conn)?;
+            if holding.version() != 0 {
+                return Ok(holding);
             }
-            if count_tables(&conn)? != 0 {
-                return Err(not_a_db(path, "it holds other tables"));
-            }
-            conn.execute_batch(&format!(
-                "{SCHEMA}
-                 PRAGMA application_id = {APPLICATION_ID};
-                 PRAGMA user_version = {SCHEMA_VERSION};"
-            ))?;
-            Ok(APPLICATION_ID)
+            conn.execute_batch(SCHEMA)?;
+            RECEIPT.record_version(&conn, holding, SCHEMA_VERSION)?;
+            Ok(match holding {
+                Holding::Guest { .. } => Holding::Guest {
+                    version: SCHEMA_VERSION,
+                },
+                _ => Holding::Owner {
+                    version: SCHEMA_VERSION,
+                },
+            })
         })();
-        match initialised {
-            Ok(id) => {
+        match installed {
+            Ok(h) => {
                 conn.execute_batch("COMMIT")?;
-                app_id = id;
+                holding = h;
             }
             Err(e) => {
                 // A statement that fails leaves the transaction open: close it, so the
@@ -197,10 +199,7 @@ fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result
             }
         }
     }
-    if app_id != APPLICATION_ID {
-        return Err(not_a_db(path, format!("application_id is {app_id:#x}")));
-    }
-    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let version = holding.version();
     if version > SCHEMA_VERSION {
         return Err(not_a_db(
             path,
@@ -262,13 +261,9 @@ impl SqliteStore {
     /// tools). One connection serves the writer thread and the reads, each taking it in turn.
     pub fn memory() -> Result<SqliteStore> {
         let conn = Connection::open_in_memory()?;
-        conn.execute_batch(&format!(
-            "BEGIN;
-             {SCHEMA}
-             PRAGMA application_id = {APPLICATION_ID};
-             PRAGMA user_version = {SCHEMA_VERSION};
-             COMMIT;"
-        ))?;
+        conn.execute_batch(&format!("BEGIN; {SCHEMA}"))?;
+        RECEIPT.record_version(&conn, Holding::Empty, SCHEMA_VERSION)?;
+        conn.execute_batch("COMMIT")?;
         let conn = Arc::new(Mutex::new(conn));
         Self::start(
             PathBuf::from(":memory:"),

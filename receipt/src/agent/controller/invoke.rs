@@ -1,6 +1,7 @@
 //! Running claimed invocations: a local action under the execution timeout, a remote one through
-//! the dispatcher under the call timeout; one invocation runs in place, several run concurrently
-//! in their own tasks, and a panic becomes an error of its invocation.
+//! the dispatcher under the call timeout (its claim renewed while it runs, the call withdrawn
+//! when it times out); one invocation runs in place, several run concurrently in their own
+//! tasks, and a panic becomes an error of its invocation.
 
 use super::super::action::{ActionContext, BoxFuture, OutputBuffer, validate_output};
 use super::super::remote::{RemoteCall, payload};
@@ -103,10 +104,24 @@ impl<A: AgentTypes> Pass<'_, A> {
                     u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                 );
                 let declared = self.spec().receipt_types();
+                let renewal = self.renewal(claim, &claim.action);
                 Box::pin(async move {
-                    let result = tokio::time::timeout(timeout, dispatcher.dispatch(call))
-                        .await
-                        .map_err(|_| Error::from(AgentError::RemoteTimeout))??;
+                    let withdraw = call.clone();
+                    let dispatched = tokio::time::timeout(timeout, dispatcher.dispatch(call));
+                    // The claim is renewed for as long as the call runs, and no longer.
+                    let result = tokio::select! {
+                        result = dispatched => result,
+                        never = renewal.run() => match never {},
+                    };
+                    let result = match result {
+                        Ok(answer) => answer?,
+                        Err(_) => {
+                            // Best effort: a durable dispatcher withdraws the call, so that it
+                            // is not delivered later; the timeout is the answer either way.
+                            let _ = dispatcher.cancel(&withdraw).await;
+                            return Err(AgentError::RemoteTimeout.into());
+                        }
+                    };
                     for body in &result.outputs {
                         validate_output(&action_id, declared, body)?;
                     }

@@ -11,6 +11,7 @@
 //! - `invoke`: running claimed invocations, locally or through the remote dispatcher;
 //! - `govern`: asking the governance about an invocation before its claim, and recording a
 //!   denial or an approval wait (see [`super::governance`]);
+//! - `renew`: renewing a claim (`action.heartbeat`) while its remote call runs;
 //! - `commit`: binding and appending an invocation's output, or recording its failure;
 //! - `merge_step`: the durable merge after a pass in which an invocation committed.
 //!
@@ -32,10 +33,15 @@
 //! **Claims.** A claim is an `action.started` for `(invocationId, attempt)`, appended with the
 //! observed head as `expectedPrev` and the event id `<invocationId>:started:<attempt>`, so
 //! exactly one claimant per attempt wins: the append is the fence. It carries the owner and
-//! `leaseExpiresAt` (the runtime clock plus the lease). Leases are not renewed: a claim is live
-//! until it expires, and an owner's local run is bounded by the execution timeout (lease − 1 s,
-//! at least 5 s). Once a claim has expired, another controller claims `attempt + 1` and re-runs
-//! the action. Before the manifest, a committer checks that its claim is still the latest one;
+//! `leaseExpiresAt` (the runtime clock plus the lease). A local run is bounded by the execution
+//! timeout (lease − 1 s, at least 5 s) and its claim is not renewed. A remote call is bounded by
+//! the call timeout, which may be longer than the lease: while it runs, the owner appends
+//! `action.heartbeat` every heartbeat interval (lease / 3 unless
+//! [`ControllerOptions::heartbeat`] says otherwise), each moving the claim's expiry a lease past
+//! its own time; the control fold takes the latest such expiry as the claim's. A claim is live
+//! until it expires. Once a claim has expired (its owner died, or stopped renewing), another
+//! controller claims `attempt + 1` and re-runs the action (a remote one through a durable
+//! dispatcher finds the same call still running). Before the manifest, a committer checks that its claim is still the latest one;
 //! the manifest's `expectedPrev` fences a takeover that lands in between. A live claim by
 //! another owner is never taken: by default the controller polls until the invocation settles
 //! or the lease expires ([`LiveClaims::Wait`]); with [`LiveClaims::Return`] it returns
@@ -55,6 +61,7 @@ mod govern;
 mod invoke;
 mod merge_step;
 mod pass;
+mod renew;
 
 use super::control::Terminal;
 use super::governance::{DEFAULT_GOVERNANCE_WAIT, Governance};
@@ -149,6 +156,9 @@ pub struct ControllerOptions {
     pub owner_id: Option<String>,
     /// The claim lease (default 300 s).
     pub lease: Duration,
+    /// How often a claim is renewed while its remote call runs (default: lease / 3, at least
+    /// 10 ms).
+    pub heartbeat: Option<Duration>,
     /// The bound on one local run (default: lease − 1 s, at least 5 s).
     pub execution_timeout: Option<Duration>,
     /// Where remote actions are sent.
@@ -179,6 +189,7 @@ impl Default for ControllerOptions {
         ControllerOptions {
             owner_id: None,
             lease: DEFAULT_LEASE,
+            heartbeat: None,
             execution_timeout: None,
             dispatcher: None,
             default_group: super::remote::DEFAULT_TARGET_GROUP.to_owned(),
@@ -199,6 +210,7 @@ impl fmt::Debug for ControllerOptions {
         f.debug_struct("ControllerOptions")
             .field("owner_id", &self.owner_id)
             .field("lease", &self.lease)
+            .field("heartbeat", &self.heartbeat)
             .field("execution_timeout", &self.execution_timeout)
             .field("dispatcher", &self.dispatcher.is_some())
             .field("default_group", &self.default_group)
@@ -306,6 +318,11 @@ impl<A: AgentTypes> Controller<A> {
     /// Sets the claim lease.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.opts.lease = lease;
+        self
+    }
+    /// Sets how often a claim is renewed while its remote call runs.
+    pub fn heartbeat(mut self, every: Duration) -> Self {
+        self.opts.heartbeat = Some(every);
         self
     }
     /// Sets the bound on one local run.
@@ -417,8 +434,9 @@ impl<A: AgentTypes> Controller<A> {
     }
 }
 
-/// Errors that end a run with `run.failed`; storage trouble and corrupt chains do not.
-fn fails_run(e: &Error) -> bool {
+/// Errors that end a run with `run.failed` (errors of the agent's own making); storage trouble
+/// and corrupt chains do not.
+pub(crate) fn fails_run(e: &Error) -> bool {
     !matches!(
         e,
         Error::Storage(_)

@@ -1,0 +1,186 @@
+//! The command line through a rebuno kernel: `receipt worker` serves a binary's remote actions
+//! of one group behind the kernel's signed webhook (registering itself), and `receipt run
+//! --kernel-url` dispatches them there. Each is a process of its own (this test binary running
+//! `receipt::cli::main_with_args` with the `pay-agent` registered), beside a kernel process.
+
+mod agent_support;
+mod kernel_support;
+
+use agent_support::*;
+use kernel_support::processes::{Child, Files, child_command, child_main, role};
+use kernel_support::*;
+use serde_json::Value;
+use std::process::Stdio;
+
+/// The command line of a `cli` child, as JSON.
+const ARGS_ENV: &str = "RECEIPT_CLI_ARGS";
+
+#[test]
+#[ignore = "child process of the tests of this file (kernel, or the receipt CLI), run by them"]
+fn child_process() {
+    if role() != "cli" {
+        return child_main();
+    }
+    let args: Vec<String> = serde_json::from_str(&std::env::var(ARGS_ENV).unwrap()).unwrap();
+    let db = args.iter().position(|a| a == "--db").map(|i| &args[i + 1]);
+    let dir = std::path::Path::new(db.unwrap()).parent().unwrap();
+    let code = receipt::cli::main_with_args(registry("1.0.0", Payments::in_dir(dir)), args);
+    use std::process::ExitCode;
+    std::process::exit(if code == ExitCode::SUCCESS {
+        0
+    } else if code == ExitCode::from(2) {
+        2
+    } else {
+        1
+    })
+}
+
+/// `receipt <args>` with the `pay-agent` registered, as a child process.
+fn receipt(args: &[&str]) -> std::process::Command {
+    let mut command = child_command("cli");
+    let mut all = vec!["receipt"];
+    all.extend(args);
+    command.env(ARGS_ENV, serde_json::to_string(&all).unwrap());
+    command
+}
+
+/// The JSON object a command printed (after the test harness's own lines).
+fn printed(stdout: &[u8]) -> Value {
+    let text = String::from_utf8_lossy(stdout);
+    let start = text
+        .find('{')
+        .unwrap_or_else(|| panic!("no JSON in {text:?}"));
+    let end = text.rfind('}').unwrap();
+    serde_json::from_str(&text[start..=end]).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_command_serves_what_run_dispatches_through_the_kernel() {
+    let files = Files::new();
+    let kernel = files.kernel();
+    let url = kernel.ready.clone();
+    let db = files.receipt_db();
+    let worker = Child::start_until(
+        "cli",
+        &[(
+            ARGS_ENV,
+            &serde_json::to_string(&[
+                "receipt",
+                "--db",
+                &db,
+                "worker",
+                "--kernel-url",
+                &url,
+                "--secret",
+                SECRET,
+                "--group",
+                GROUP,
+                "--listen",
+                "127.0.0.1:0",
+                "--register",
+                "--lease",
+                "2",
+            ])
+            .unwrap(),
+        )],
+        |line| {
+            let (_, rest) = line.split_once("\"webhookUrl\": \"")?;
+            Some(rest.split('"').next()?.to_owned())
+        },
+    );
+    assert!(worker.ready.ends_with("/webhook"), "{}", worker.ready);
+    let payments = files.payments();
+    payments.release();
+    let run = tokio::task::spawn_blocking({
+        let (db, url) = (db.clone(), url.clone());
+        move || {
+            receipt(&[
+                "--db",
+                &db,
+                "run",
+                "pay-agent",
+                "--problem",
+                "charge it",
+                "--run-id",
+                RUN_ID,
+                "--run-stream",
+                STREAM,
+                "--kernel-url",
+                &url,
+            ])
+            .stdout(Stdio::piped())
+            .output()
+            .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let report = printed(&run.stdout);
+    assert_eq!(report["status"], "completed", "{report}");
+    assert!(run.status.success());
+    // The kernel delivered to the webhook the worker registered, and the run committed once.
+    let client = rebuno::Client::new(&url, None).unwrap();
+    assert_committed_once(&files.receipts(), &payments, &client).await;
+    drop(worker);
+    drop(kernel);
+}
+
+#[test]
+fn a_worker_command_refuses_what_it_cannot_serve() {
+    let files = Files::new();
+    let db = files.receipt_db();
+    let err = |args: &[&str]| {
+        let out = receipt(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        stderr
+            .lines()
+            .find(|l| l.starts_with("error: "))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let base = ["--db", db.as_str(), "worker"];
+    let with = |more: &[&'static str]| {
+        let mut all: Vec<&str> = base.to_vec();
+        all.extend(more);
+        all
+    };
+    assert_eq!(
+        err(&with(&[])),
+        "error: --kernel-url is required (or $REBUNO_URL)"
+    );
+    assert_eq!(
+        err(&with(&["--kernel-url", "http://127.0.0.1:9"])),
+        "error: --secret is required (or $REBUNO_AGENT_SECRET)"
+    );
+    assert_eq!(
+        err(&with(&[
+            "--kernel-url",
+            "http://127.0.0.1:9",
+            "--secret",
+            "s",
+            "--group",
+            "a b"
+        ])),
+        "error: target group \"a b\" cannot name a kernel worker: use 1 to 100 ASCII letters, digits, '.', '_' or '-'"
+    );
+    assert_eq!(
+        err(&with(&[
+            "--kernel-url",
+            "http://127.0.0.1:9",
+            "--secret",
+            "s",
+            "--lease",
+            "0"
+        ])),
+        "error: --lease must be a number of seconds greater than 0 and at most 86400, got 0"
+    );
+    assert!(
+        !std::path::Path::new(&db).exists(),
+        "refused before the database was opened"
+    );
+}

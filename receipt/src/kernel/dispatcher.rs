@@ -12,7 +12,8 @@
 //! - **Waiting** follows the execution's live stream ([`rebuno::Client::wait`]), within the
 //!   call's timeout. At the timeout the execution is cancelled, so that the kernel does not
 //!   deliver it again later, and the call fails with `remote action timed out`; the controller,
-//!   whose own timer may fire first, withdraws it through [`RemoteDispatcher::cancel`].
+//!   whose own timer may fire first, withdraws it through [`RemoteDispatcher::cancel`], which
+//!   finds the execution again by its idempotency key (the dispatcher keeps no table of calls).
 //!   A kernel that cannot be reached (or answers `429`/`5xx`) is retried until the timeout.
 //! - **The answer** is the execution's output: `{"outputs": [...]}`, the worker's
 //!   [`RemoteResult`], or `{"error": "<message>"}` for a refusal or the action's own error,
@@ -27,8 +28,6 @@ use crate::error::{Error, Result};
 use rebuno::protocol::{ErrorCode, Execution, ExecutionStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -44,6 +43,8 @@ const MAX_MESSAGE_BYTES: usize = 16 * 1024;
 const RETRY_INITIAL: Duration = Duration::from_millis(100);
 /// The longest pause between two attempts to reach the kernel.
 const RETRY_MAX: Duration = Duration::from_secs(2);
+/// How long [`RemoteDispatcher::cancel`] tries to find the call's execution.
+const CANCEL_LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The rebuno agent id of the worker serving target group `group`: `receipt-worker-<group>`.
 /// A group is 1 to [`MAX_GROUP_BYTES`] ASCII letters, digits, `.`, `_` or `-` (an agent id is
@@ -89,22 +90,17 @@ pub(super) enum Answer {
     },
 }
 
-/// Dispatches remote calls through a rebuno kernel (see the module docs).
-///
-/// It remembers the execution of each call it is waiting on (for [`RemoteDispatcher::cancel`])
-/// until the call ends or is cancelled; a call whose wait is dropped without either (its
-/// controller died) leaves its entry behind for the life of the dispatcher.
+/// Dispatches remote calls through a rebuno kernel (see the module docs). It keeps no state of
+/// its own: the kernel finds a call's execution again by its idempotency key.
 pub struct KernelDispatcher {
     client: rebuno::Client,
-    /// The execution of each call being waited on, by call id, for [`RemoteDispatcher::cancel`].
-    live: Mutex<HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for KernelDispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelDispatcher")
             .field("client", &self.client)
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
@@ -112,28 +108,12 @@ impl KernelDispatcher {
     /// A dispatcher over `client`: an HTTP client of a kernel (with a key that may create,
     /// read and cancel executions) or an embedded kernel's.
     pub fn new(client: rebuno::Client) -> Self {
-        KernelDispatcher {
-            client,
-            live: Mutex::default(),
-        }
+        KernelDispatcher { client }
     }
 
     /// The client.
     pub fn client(&self) -> &rebuno::Client {
         &self.client
-    }
-
-    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.live.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Cancels the execution of call `call_id`, if one is being waited on (an execution that
-    /// has ended meanwhile stays as it is).
-    async fn withdraw(&self, call_id: &str) {
-        let execution = self.live().remove(call_id);
-        if let Some(id) = execution {
-            let _ = self.client.cancel(&id).await;
-        }
     }
 
     /// The execution for `call`, created now or found by its invocation id; `None` when the
@@ -198,26 +178,26 @@ impl RemoteDispatcher for KernelDispatcher {
         let Some(exec) = self.start(&call, deadline).await? else {
             return Err(AgentError::RemoteTimeout.into());
         };
-        self.live().insert(call.call_id.clone(), exec.id.clone());
-        let ended = self.ended(&call, &exec.id, deadline).await;
-        match ended {
-            Ok(Some(exec)) => {
-                self.live().remove(&call.call_id);
-                answer(&call, exec)
-            }
-            Ok(None) => {
-                self.withdraw(&call.call_id).await;
+        match self.ended(&call, &exec.id, deadline).await? {
+            Some(exec) => answer(&call, exec),
+            None => {
+                // Not to be delivered again after the controller gave up on it (an execution
+                // that has ended meanwhile stays as it is).
+                let _ = self.client.cancel(&exec.id).await;
                 Err(AgentError::RemoteTimeout.into())
-            }
-            Err(e) => {
-                self.live().remove(&call.call_id);
-                Err(e)
             }
         }
     }
 
+    /// Finds the call's execution by its idempotency key (a create that repeats the call's
+    /// answers the existing execution) and cancels it. Called when the controller's own
+    /// timeout dropped the wait; a kernel that cannot be reached within
+    /// [`CANCEL_LOOKUP_TIMEOUT`] leaves the execution as it is.
     async fn cancel(&self, call: &RemoteCall) -> Result<()> {
-        self.withdraw(&call.call_id).await;
+        let deadline = Instant::now() + CANCEL_LOOKUP_TIMEOUT;
+        if let Ok(Some(exec)) = self.start(call, deadline).await {
+            let _ = self.client.cancel(&exec.id).await;
+        }
         Ok(())
     }
 }

@@ -17,7 +17,7 @@ const ARGS_ENV: &str = "RECEIPT_CLI_ARGS";
 
 #[test]
 #[ignore = "child process of the tests of this file (kernel, or the receipt CLI), run by them"]
-fn child_process() {
+fn child_process_role() {
     if role() != "cli" {
         return child_main();
     }

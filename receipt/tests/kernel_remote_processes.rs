@@ -22,7 +22,7 @@ use std::time::Duration;
 
 #[test]
 #[ignore = "child process of the tests of this file (kernel, worker or controller), run by them"]
-fn child_process() {
+fn child_process_role() {
     child_main();
 }
 

@@ -1,5 +1,5 @@
 //! Real processes for the multi-process shapes: the test binary re-run as a child, its role
-//! named by [`ROLE_ENV`], running the ignored test `child_process` alone. A child prints
+//! named by [`ROLE_ENV`], running the ignored test `child_process_role` alone. A child prints
 //! `ready <address>` once it serves (or runs), and is killed with SIGKILL when dropped.
 //!
 //! Roles: `kernel` (a rebuno kernel on the SQLite file [`KERNEL_DB_ENV`], its `/v0` API served
@@ -34,7 +34,7 @@ impl Child {
     /// Starts the test binary as child `role` with `env` and waits for its `ready` line.
     pub fn start(role: &str, env: &[(&str, &str)]) -> Child {
         Child::start_until(role, env, |line| {
-            // The harness prints `test child_process ... ` before it, on the same line.
+            // The harness prints `test child_process_role ... ` before it, on the same line.
             line.split_once("ready ")
                 .map(|(_, rest)| rest.trim().to_owned())
         })
@@ -139,7 +139,7 @@ fn env(name: &str) -> String {
     })
 }
 
-/// The command of the test binary run as child `role` (the ignored test `child_process`
+/// The command of the test binary run as child `role` (the ignored test `child_process_role`
 /// alone, its output not captured).
 pub fn child_command(role: &str) -> Process {
     let mut command = Process::new(std::env::current_exe().unwrap());
@@ -147,7 +147,7 @@ pub fn child_command(role: &str) -> Process {
         .args([
             "--ignored",
             "--exact",
-            "child_process",
+            "child_process_role",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -155,7 +155,7 @@ pub fn child_command(role: &str) -> Process {
     command
 }
 
-/// The body of the ignored `child_process` test: plays the role [`ROLE_ENV`] names, forever.
+/// The body of the ignored `child_process_role` test: plays the role [`ROLE_ENV`] names, forever.
 pub fn child_main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

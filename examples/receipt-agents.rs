@@ -1,6 +1,12 @@
-//! `cargo run --example receipt-agents -- <command>`: the `receipt` CLI with the four example
-//! agents registered (`hello-agent`, `human-loop`, `merge`, `assistant-tool`), so that
-//! `receipt run <agent-id> --problem <text>` can run them.
+//! `cargo run --example receipt-agents -- <command>`: the `receipt` CLI with the five example
+//! agents registered (`hello-agent`, `human-loop`, `merge`, `assistant-tool`,
+//! `remote-notify`), so that `receipt run <agent-id> --problem <text>` can run them.
+//!
+//! `remote-notify`'s action runs remotely: start a kernel (`cargo run -p rebuno -- dev`), serve
+//! its group with `receipt-agents -- --db /tmp/r.db worker --kernel-url http://127.0.0.1:8080
+//! --secret s --group notify --register`, and run it with `run remote-notify --problem x
+//! --kernel-url http://127.0.0.1:8080`. `cargo run --example remote-actions` does all of that
+//! in three processes, with a crash in the middle.
 //!
 //! `assistant-tool` talks to the OpenAI-compatible base URL in `$RECEIPT_AGENTS_LLM_URL` when it
 //! is set; otherwise this binary first starts the loopback fake provider

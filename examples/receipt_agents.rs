@@ -7,9 +7,11 @@
 //! - [`merge`]: `merge`, an action generates candidates, a merge policy scores them and applies
 //!   one (`draft.finalized`, emitted by the policy's `on_result`);
 //! - [`assistant_tool`]: `assistant-tool`, an `assistant` action (`query` side effects) that
-//!   asks an OpenAI-compatible chat-completions endpoint for a draft.
+//!   asks an OpenAI-compatible chat-completions endpoint for a draft;
+//! - [`remote_notify`]: `remote-notify`, an `external` action (`notify`) that runs remotely,
+//!   on a worker behind a rebuno kernel, its send recorded as a rebuno step.
 //!
-//! [`registry`] registers all four; the `receipt-agents` example is the `receipt` CLI with that
+//! [`registry`] registers all five; the `receipt-agents` example is the `receipt` CLI with that
 //! registry. Every agent is seeded the way `receipt run` seeds it: a `task.requested` receipt
 //! `{ "type": "task.requested", "prompt": <problem> }` with event id `seed:<runId>` ([`seed`]).
 
@@ -41,7 +43,7 @@ pub async fn seed(
     runtime.execute(run_stream, command).await.map(|_| ())
 }
 
-/// Registers the four example agents. `llm_base_url` is the OpenAI-compatible base URL
+/// Registers the five example agents. `llm_base_url` is the OpenAI-compatible base URL
 /// `assistant-tool` calls (for example `http://127.0.0.1:PORT/v1`); without one its action
 /// fails with `assistant-tool has no model endpoint configured`.
 pub fn registry(llm_base_url: Option<String>) -> Arc<Registry> {
@@ -51,6 +53,7 @@ pub fn registry(llm_base_url: Option<String>) -> Arc<Registry> {
         human_loop::HumanLoop.register(&registry)?;
         merge::MergeAgent.register(&registry)?;
         assistant_tool::AssistantTool::new(llm_base_url).register(&registry)?;
+        remote_notify::RemoteNotify.register(&registry)?;
         Ok(())
     })();
     // The specs are fixed: a refusal is a bug in this file, not a runtime condition.
@@ -160,6 +163,9 @@ impl Drop for ExampleDb {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+#[path = "remote_notify.rs"]
+pub mod remote_notify;
 
 pub mod hello {
     //! `hello-agent`: one action, `complete`, answers the task; the answer is the goal.

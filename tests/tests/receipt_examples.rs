@@ -549,11 +549,17 @@ async fn assistant_tool_trace() {
 }
 
 #[tokio::test]
-async fn the_registry_holds_the_four_agents() {
+async fn the_registry_holds_the_five_agents() {
     let registry = receipt_agents::registry(None);
     assert_eq!(
         registry.ids(),
-        ["assistant-tool", "hello-agent", "human-loop", "merge"]
+        [
+            "assistant-tool",
+            "hello-agent",
+            "human-loop",
+            "merge",
+            "remote-notify"
+        ]
     );
     for id in registry.ids() {
         assert_eq!(
@@ -586,4 +592,74 @@ async fn the_registry_holds_the_four_agents() {
         types(&chain)[chain.len() - 2..],
         ["action.failed", "run.failed"]
     );
+}
+
+/// `remote-notify` through an embedded rebuno kernel: its `external` action runs on the
+/// worker of group `notify` (registered on the kernel's runtime), dispatched through the
+/// kernel; the send is one recorded step and the notification lands once. Without a dispatcher
+/// the action cannot run.
+#[tokio::test]
+async fn remote_notify_runs_its_action_through_a_kernel() {
+    use examples::receipt_agents::remote_notify::{self, RemoteNotify};
+    use receipt::kernel::{KernelDispatcher, KernelWorker};
+    let stream = stream("remote-notify");
+    let alone = pinned_runtime();
+    receipt_agents::seed(&alone, RUN_ID, &stream, "x")
+        .await
+        .unwrap();
+    let err = controller(&alone, RemoteNotify.spec().unwrap())
+        .run(RUN_ID, &stream)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("needs a RemoteDispatcher"),
+        "{err}"
+    );
+
+    let kernel = rebuno::Runtime::open("sqlite::memory:").await.unwrap();
+    let receipts = pinned_runtime();
+    let worker = KernelWorker::new(receipt_agents::registry(None), Arc::clone(&receipts))
+        .group(remote_notify::GROUP);
+    kernel
+        .register_with(worker.builder().unwrap())
+        .await
+        .unwrap();
+    kernel.start();
+    receipt_agents::seed(&receipts, RUN_ID, &stream, "the deploy finished")
+        .await
+        .unwrap();
+    let outcome = controller(&receipts, RemoteNotify.spec().unwrap())
+        .dispatcher(Arc::new(KernelDispatcher::new(kernel.client())))
+        .run(RUN_ID, &stream)
+        .await
+        .unwrap();
+    assert_eq!(outcome, RunOutcome::Completed);
+    let chain = receipts.read(&stream).await.unwrap();
+    let sent: Vec<&Receipt> = chain
+        .iter()
+        .filter(|r| r.event_type() == "notification.sent")
+        .collect();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].body()["message"], "notice: the deploy finished");
+    // The outbox (shared by every run on this machine): one line with this invocation's key.
+    let started = chain
+        .iter()
+        .find(|r| r.event_type() == "action.started")
+        .unwrap();
+    let key = s(started, "invocationId");
+    let outbox = std::fs::read_to_string(remote_notify::outbox()).unwrap();
+    let lines = outbox
+        .lines()
+        .filter(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["key"] == key))
+        .count();
+    assert_eq!(lines, 1);
+    let executions = kernel
+        .client()
+        .list_all(rebuno::client::ListOptions::new().agent_id("receipt-worker-notify"))
+        .await
+        .unwrap();
+    assert_eq!(executions.len(), 1);
+    let steps = kernel.client().steps(&executions[0].id).await.unwrap();
+    assert_eq!(steps.len(), 1);
+    assert_eq!(steps[0].target, "send_notification");
 }

@@ -41,21 +41,28 @@ impl Client {
     /// The wait follows the execution's live stream (see the module docs): it returns as soon
     /// as the kernel ends the stream, re-reading the execution only then and once every
     /// [`WAIT_RECHECK`], and polls like [`Client::wait_until`] when the kernel refuses another
-    /// subscriber. The first read is immediate (a zero `timeout` checks once); when the
-    /// execution is still not terminal at the deadline, the wait fails with [`Error::Other`]
-    /// naming the last status seen. Any other error (unknown execution, network) ends the
+    /// subscriber. It subscribes before it reads anything (the stream of an execution that
+    /// has ended ends at once; a zero `timeout` reads once); when the execution is still not
+    /// terminal at the deadline, the wait fails with [`Error::Other`] naming the last status
+    /// seen. Any other error (unknown execution, network) ends the
     /// wait at once.
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Execution> {
         let deadline = deadline_after(timeout);
         let mut pause = POLL_INITIAL;
+        // The first subscription needs no read before it: the stream of an execution that has
+        // ended already ends at once, and the read after it tells.
+        let mut subscribed_before = false;
         loop {
-            let exec = self.get(id).await?;
-            if exec.status.is_terminal() {
-                return Ok(exec);
+            if subscribed_before {
+                let exec = self.get(id).await?;
+                if exec.status.is_terminal() {
+                    return Ok(exec);
+                }
+                if Instant::now() >= deadline {
+                    return Err(timed_out(id, timeout, &exec));
+                }
             }
-            if Instant::now() >= deadline {
-                return Err(timed_out(id, timeout, &exec));
-            }
+            subscribed_before = true;
             match self.follow(id, deadline).await? {
                 Follow::Ended(exec) => return Ok(exec),
                 Follow::Deadline(exec) => return Err(timed_out(id, timeout, &exec)),

@@ -184,3 +184,97 @@ fn a_worker_command_refuses_what_it_cannot_serve() {
         "refused before the database was opened"
     );
 }
+
+/// `receipt <args>` as a child serving process; ready once it printed its webhook URL.
+fn serving(args: &[&str]) -> Child {
+    let mut all = vec!["receipt"];
+    all.extend(args);
+    Child::start_until(
+        "cli",
+        &[(ARGS_ENV, &serde_json::to_string(&all).unwrap())],
+        |line| {
+            let (_, rest) = line.split_once("\"webhookUrl\": \"")?;
+            Some(rest.split('"').next()?.to_owned())
+        },
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_governed_run_is_decided_by_the_gate_the_worker_command_serves() {
+    let files = Files::new();
+    let kernel = files.kernel();
+    let url = kernel.ready.clone();
+    let db = files.receipt_db();
+    let common = [
+        "--kernel-url",
+        &url,
+        "--secret",
+        SECRET,
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let mut gate_args = vec!["--db", &db, "worker", "--gate", "pay-agent", "--register"];
+    gate_args.extend(common);
+    let gate = serving(&gate_args);
+    let mut worker_args = vec!["--db", &db, "worker", "--group", GROUP, "--register"];
+    worker_args.extend(common);
+    let worker = serving(&worker_args);
+    let payments = files.payments();
+    payments.release();
+    let policy = files.dir.path().join("policy.yaml");
+    let run = |run_id: &'static str, decision: &'static str| {
+        std::fs::write(
+            &policy,
+            format!(
+                "default_action: allow\nrules:\n  - id: charges\n    priority: 1\n    \
+                 when: {{target: charge}}\n    then: {{decision: {decision}, reason: \"by the book\"}}\n"
+            ),
+        )
+        .unwrap();
+        let (db, url, policy) = (db.clone(), url.clone(), policy.display().to_string());
+        tokio::task::spawn_blocking(move || {
+            receipt(&[
+                "--db",
+                &db,
+                "run",
+                "pay-agent",
+                "--problem",
+                "charge it",
+                "--run-id",
+                run_id,
+                "--kernel-url",
+                &url,
+                "--policy",
+                &policy,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+        })
+    };
+    // Denied: the action fails unclaimed, with the rule, and the run fails.
+    let denied = run("run_denied", "deny").await.unwrap();
+    assert_eq!(denied.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&denied.stderr);
+    assert!(
+        stderr.contains("action 'charge' denied by policy rule 'charges': by the book"),
+        "{stderr}"
+    );
+    let chain = files
+        .receipts()
+        .read("agents/pay-agent/runs/run_denied")
+        .await
+        .unwrap();
+    let failed = chain
+        .iter()
+        .find(|r| r.event_type() == "action.failed")
+        .unwrap();
+    assert_eq!(failed.body()["rule"], "charges");
+    assert!(!chain.iter().any(|r| r.event_type() == "action.started"));
+    // Allowed: the same command completes through the gate and the group's worker.
+    let allowed = run("run_allowed", "allow").await.unwrap();
+    let report = printed(&allowed.stdout);
+    assert_eq!(report["status"], "completed", "{report}");
+    drop((gate, worker, kernel));
+}

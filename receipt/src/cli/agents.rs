@@ -3,7 +3,7 @@
 //! kernel with `--kernel-url`).
 
 use super::db::Db;
-use super::kernel::KernelArgs;
+use super::kernel::{GovernArgs, KernelArgs};
 use super::report::{print_json, print_text};
 use super::{CliResult, Failure, fail};
 use crate::Command;
@@ -54,6 +54,9 @@ pub(super) struct RunArgs {
     /// their groups (`receipt worker`), instead of running in this process
     #[command(flatten)]
     kernel: KernelArgs,
+    /// Every selected action decided first by the kernel, under the agent's policy bundle
+    #[command(flatten)]
+    govern: GovernArgs,
 }
 
 /// `hello-agent` -> `HelloAgent`.
@@ -483,6 +486,8 @@ pub(super) async fn run(db: &Db, a: RunArgs, registry: Arc<Registry>) -> CliResu
             )
         });
     };
+    // Refused before anything is written: a policy file that cannot be read.
+    let governance = a.govern.governance(&a.kernel, &a.agent_id)?;
     let run_id = a.run_id.unwrap_or_else(default_run_id);
     let stream = a.stream.unwrap_or_else(|| format!("agents/{}", a.agent_id));
     let run_stream = a
@@ -503,6 +508,7 @@ pub(super) async fn run(db: &Db, a: RunArgs, registry: Arc<Registry>) -> CliResu
     };
     let options = ControllerOptions {
         dispatcher: Some(dispatcher),
+        governance,
         max_iterations: a.max_iterations,
         ..ControllerOptions::default()
     };

@@ -1,13 +1,18 @@
 //! The rebuno kernel on the command line: the options that name it (`--kernel-url`,
-//! `--kernel-api-key`), the dispatcher `run --kernel-url` sends remote actions through, and
-//! `receipt worker`, which serves one target group's remote actions as a rebuno agent behind
-//! the kernel's signed webhook.
+//! `--kernel-api-key`), the dispatcher `run --kernel-url` sends remote actions through, the
+//! governance of `run --governed` / `--policy` (the kernel decides every action under the
+//! agent's bundle), and `receipt worker`, which serves one target group's remote actions (or,
+//! with `--gate`, one agent's policy gate) as a rebuno agent behind the kernel's signed
+//! webhook.
 
 use super::db::Db;
 use super::report::print_json;
 use super::{CliResult, Failure, fail};
+use crate::agent::Governance;
 use crate::agent::{DEFAULT_TARGET_GROUP, Registry, RemoteDispatcher};
-use crate::kernel::{KernelDispatcher, KernelWorker, worker_agent_id};
+use crate::kernel::{
+    KernelDispatcher, KernelGovernance, KernelWorker, gate_agent, gate_agent_id, worker_agent_id,
+};
 use clap::Args;
 use serde::Serialize;
 use std::sync::Arc;
@@ -35,6 +40,45 @@ pub(super) struct KernelArgs {
     /// The API key sent to the kernel (default: $REBUNO_API_KEY; none for a dev-mode kernel)
     #[arg(long, value_name = "KEY")]
     kernel_api_key: Option<String>,
+}
+
+/// The governance options of `run`.
+#[derive(Debug, Args)]
+pub(super) struct GovernArgs {
+    /// Have the kernel (--kernel-url) decide every selected action before it is claimed, under
+    /// the policy of the agent's gate, receipt-gate-<agent-id> (served by `receipt worker
+    /// --gate <agent-id>`)
+    #[arg(long, requires = "kernel_url")]
+    governed: bool,
+    /// Set this rebuno policy bundle (a YAML file) as the gate's policy first; implies
+    /// --governed (needs an API key with policies:write, or a dev-mode kernel)
+    #[arg(long, value_name = "FILE", requires = "kernel_url")]
+    policy: Option<std::path::PathBuf>,
+}
+
+impl GovernArgs {
+    /// The governance of `run` for agent `agent_id`, if asked for: through the kernel of
+    /// `kernel`, with the bundle read from `--policy`.
+    pub(super) fn governance(
+        &self,
+        kernel: &KernelArgs,
+        agent_id: &str,
+    ) -> CliResult<Option<Arc<dyn Governance>>> {
+        if !self.governed && self.policy.is_none() {
+            return Ok(None);
+        }
+        let Some(url) = &kernel.kernel_url else {
+            return fail("--governed and --policy need --kernel-url");
+        };
+        let mut governance = KernelGovernance::new(kernel.client(url)?, agent_id);
+        if let Some(path) = &self.policy {
+            let bundle = std::fs::read_to_string(path).map_err(|e| {
+                Failure::Message(format!("cannot read the policy {}: {e}", path.display()))
+            })?;
+            governance = governance.policy(bundle);
+        }
+        Ok(Some(Arc::new(governance)))
+    }
 }
 
 impl KernelArgs {
@@ -65,6 +109,10 @@ pub(super) struct WorkerArgs {
     /// The target group served; the agent id is receipt-worker-<group> [default: receipt-chat]
     #[arg(long, value_name = "GROUP")]
     group: Option<String>,
+    /// Serve the policy gate of receipt agent AGENT_ID instead (rebuno agent
+    /// receipt-gate-<agent-id>, which `run --governed` asks about every action)
+    #[arg(long, value_name = "AGENT_ID", conflicts_with = "group")]
+    gate: Option<String>,
     /// Where the webhook listens
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
     listen: String,
@@ -88,6 +136,7 @@ struct WorkerReport<'a> {
     ok: bool,
     status: &'a str,
     agent_id: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
     group: &'a str,
     listen: String,
     webhook_url: &'a str,
@@ -112,20 +161,43 @@ pub(super) async fn worker(db: &Db, a: WorkerArgs, registry: Arc<Registry>) -> C
     else {
         return fail(format!("--secret is required (or ${SECRET_ENV})"));
     };
-    let group = a
-        .group
-        .clone()
-        .unwrap_or_else(|| DEFAULT_TARGET_GROUP.to_owned());
     // Everything the command line can get wrong is refused before the database is opened.
-    let agent_id = worker_agent_id(&group)?;
     if let Some(seconds) = a.lease {
         rebuno::protocol::check_lease_seconds(seconds)
             .map_err(|e| Failure::Message(e.replace("lease_timeout_seconds", "--lease")))?;
     }
-    let mut worker = KernelWorker::new(registry, db.runtime(true).await?).group(&group);
-    if let Some(seconds) = a.lease {
-        worker = worker.lease(Duration::from_secs_f64(seconds));
-    }
+    let lease = a.lease.map(Duration::from_secs_f64);
+    let (group, agent_id, served) = match &a.gate {
+        Some(receipt_agent) => {
+            if registry.get(receipt_agent).is_none() {
+                return fail(format!(
+                    "unknown agent '{receipt_agent}' (registered: {})",
+                    registry.ids().join(", ")
+                ));
+            }
+            let mut gate = gate_agent(receipt_agent);
+            if let Some(lease) = lease {
+                gate = gate.lease_timeout(lease);
+            }
+            (
+                String::new(),
+                gate_agent_id(receipt_agent),
+                Served::Gate(gate),
+            )
+        }
+        None => {
+            let group = a
+                .group
+                .clone()
+                .unwrap_or_else(|| DEFAULT_TARGET_GROUP.to_owned());
+            let agent_id = worker_agent_id(&group)?;
+            let mut worker = KernelWorker::new(registry, db.runtime(true).await?).group(&group);
+            if let Some(lease) = lease {
+                worker = worker.lease(lease);
+            }
+            (group, agent_id, Served::Worker(worker))
+        }
+    };
     let listener = tokio::net::TcpListener::bind(&a.listen)
         .await
         .map_err(|e| Failure::Message(format!("cannot listen on {}: {e}", a.listen)))?;
@@ -137,8 +209,14 @@ pub(super) async fn worker(db: &Db, a: WorkerArgs, registry: Arc<Registry>) -> C
         .clone()
         .unwrap_or_else(|| format!("http://{listen}/webhook"));
     if a.register {
-        worker
-            .register(&a.kernel.client(&url)?, &webhook_url, &secret)
+        a.kernel
+            .client(&url)?
+            .register_agent(&rebuno::protocol::RegisterAgentRequest {
+                id: agent_id.clone(),
+                webhook_url: webhook_url.clone(),
+                secret: secret.clone(),
+                lease_timeout_seconds: a.lease,
+            })
             .await
             .map_err(|e| Failure::Message(format!("cannot register {agent_id}: {e}")))?;
     }
@@ -151,8 +229,29 @@ pub(super) async fn worker(db: &Db, a: WorkerArgs, registry: Arc<Registry>) -> C
         webhook_url: &webhook_url,
         registered: a.register,
     })?;
-    worker
-        .serve(listener, &url, &secret, std::future::pending())
-        .await?;
+    match served {
+        Served::Worker(worker) => {
+            worker
+                .serve(listener, &url, &secret, std::future::pending())
+                .await?;
+        }
+        Served::Gate(gate) => {
+            gate.kernel_url(&url)
+                .secret(&secret)
+                .build()
+                .map_err(crate::Error::from)?
+                .serve(listener, std::future::pending())
+                .await
+                .map_err(|e| Failure::Message(format!("gate webhook: {e}")))?;
+        }
+    }
     Ok(())
+}
+
+/// What `receipt worker` serves.
+enum Served {
+    /// A target group's remote actions.
+    Worker(KernelWorker),
+    /// A receipt agent's policy gate.
+    Gate(rebuno::AgentBuilder),
 }

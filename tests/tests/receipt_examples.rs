@@ -616,6 +616,16 @@ async fn remote_notify_runs_its_action_through_a_kernel() {
         "{err}"
     );
 
+    // The outbox is shared by every run on this machine (and the pinned ids repeat from run
+    // to run): look at the lines this run adds.
+    let outbox = || {
+        std::fs::read_to_string(remote_notify::outbox())
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap_or_default())
+            .collect::<Vec<Value>>()
+    };
+    let before = outbox().len();
     let kernel = rebuno::Runtime::open("sqlite::memory:").await.unwrap();
     let receipts = pinned_runtime();
     let worker = KernelWorker::new(receipt_agents::registry(None), Arc::clone(&receipts))
@@ -641,18 +651,16 @@ async fn remote_notify_runs_its_action_through_a_kernel() {
         .collect();
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].body()["message"], "notice: the deploy finished");
-    // The outbox (shared by every run on this machine): one line with this invocation's key.
+    // The outbox (shared by every run on this machine, and the pinned ids repeat from run to
+    // run): this run added one line with its invocation's key.
     let started = chain
         .iter()
         .find(|r| r.event_type() == "action.started")
         .unwrap();
     let key = s(started, "invocationId");
-    let outbox = std::fs::read_to_string(remote_notify::outbox()).unwrap();
-    let lines = outbox
-        .lines()
-        .filter(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["key"] == key))
-        .count();
-    assert_eq!(lines, 1);
+    let added = outbox().split_off(before);
+    assert_eq!(added.len(), 1, "{added:?}");
+    assert_eq!(added[0]["key"], key);
     let executions = kernel
         .client()
         .list_all(rebuno::client::ListOptions::new().agent_id("receipt-worker-notify"))

@@ -2,6 +2,7 @@
 //! that a file is a rebuno database of a version this build understands.
 
 use super::{StoreError, StoreResult};
+use crate::telemetry::MIGRATIONS_TARGET;
 use rusqlite::Connection;
 use std::path::Path;
 
@@ -251,6 +252,11 @@ CREATE TABLE resource_checkpoints (
     recorded_at TEXT NOT NULL
 );
 CREATE INDEX resource_checkpoints_resource ON resource_checkpoints (execution_id, key, seq);
+",
+// 12: the W3C `traceparent` of the trace an execution belongs to (empty: none), so that every
+// delivery of it continues the trace of its create.
+"
+ALTER TABLE executions ADD COLUMN trace_parent TEXT NOT NULL DEFAULT '';
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {
@@ -288,9 +294,28 @@ pub(super) fn migrate(conn: &Connection, label: &Path) -> StoreResult<()> {
                 ),
             ));
         }
+        let pending = MIGRATIONS.len() - version;
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
             conn.execute_batch(sql)?;
             conn.execute_batch(&format!("PRAGMA user_version = {}", i + 1))?;
+            tracing::debug!(
+                target: MIGRATIONS_TARGET,
+                backend = "sqlite",
+                version = i + 1,
+                applied = i + 1 - version,
+                pending,
+                "schema migration applied"
+            );
+        }
+        if pending > 0 {
+            tracing::info!(
+                target: MIGRATIONS_TARGET,
+                backend = "sqlite",
+                database = %label.display(),
+                from = version,
+                to = MIGRATIONS.len(),
+                "schema migrated"
+            );
         }
         conn.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}"))?;
         Ok(())

@@ -1,5 +1,6 @@
-//! `/metrics`: the kernel's counters ([`crate::kernel::Metrics`]) and two store figures
-//! (executions by status, queue depth) in the Prometheus text exposition format, namespace
+//! `/metrics`: the kernel's counters ([`crate::kernel::Metrics`]), two store figures
+//! (executions by status, queue depth) and the kernel's latency histograms
+//! ([`crate::kernel::Histograms`]) in the Prometheus text exposition format, namespace
 //! `rebuno_`, each family with its `# HELP` and `# TYPE` lines. The store figures come from
 //! [`Kernel::store_figures`]: a scrape never scans a table, they are at most a few seconds old.
 
@@ -153,5 +154,6 @@ pub(crate) async fn render(kernel: &Kernel) -> String {
         &[],
         load(&m.approvals_resolved),
     );
+    t.0.push_str(&kernel.histograms().render());
     t.0
 }

@@ -72,9 +72,13 @@ where
     E: fmt::Display + 'static,
     Fut: Future<Output = std::result::Result<T, E>>,
 {
+    use tracing::Instrument as _;
     let ctx = execution()?;
     let raw = crate::agent::context::raw_args(&args?)?;
-    ctx.invoke(kind, target, idempotency, raw, body).await
+    let span = crate::agent::observe::effect_span(&kind, target, ctx.execution_id());
+    ctx.invoke(kind, target, idempotency, raw, body)
+        .instrument(span)
+        .await
 }
 
 /// Binds an input object's fields to parameters by name, collecting every problem.

@@ -154,6 +154,12 @@ pub(crate) async fn render(kernel: &Kernel) -> String {
         &[],
         load(&m.approvals_resolved),
     );
-    t.0.push_str(&kernel.histograms().render());
+    // The recorder separates families with blank lines; this exposition has none.
+    for line in kernel.histograms().render().lines() {
+        if !line.is_empty() {
+            t.0.push_str(line);
+            t.0.push('\n');
+        }
+    }
     t.0
 }

@@ -1,12 +1,10 @@
 //! Traces (feature `otel`): one execution is one trace across the kernel and a Rust agent
 //! talking over real HTTP. The spans are exported over OTLP/HTTP to a receiver in this test,
-//! which decodes the protobuf export requests. Run with
-//! `cargo test -p rebuno --features otel --test observability_trace`.
+//! which decodes the protobuf export requests (the few fields it reads, by hand: no protobuf
+//! crate for one test). Run with `cargo test -p rebuno --features otel --test
+//! observability_trace`.
 #![cfg(feature = "otel")]
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
-use prost::Message as _;
 use rebuno::agent::handler_fn;
 use rebuno::protocol::{ExecutionStatus, RegisterAgentRequest};
 use rebuno::server::{ServeOptions, ServerOptions, router, serve};
@@ -37,6 +35,108 @@ impl Exported {
     }
 }
 
+/// The fields of a protobuf message: (field number, value), a length-delimited value as its
+/// bytes and any other as its integer.
+fn fields(mut buf: &[u8]) -> Vec<(u64, Field<'_>)> {
+    fn varint(buf: &mut &[u8]) -> u64 {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (byte, rest) = buf.split_first().expect("a complete varint");
+            *buf = rest;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+        value
+    }
+    let mut out = Vec::new();
+    while !buf.is_empty() {
+        let key = varint(&mut buf);
+        let field = match key & 7 {
+            0 => Field::Int(varint(&mut buf)),
+            1 => {
+                let (v, rest) = buf.split_at(8);
+                buf = rest;
+                Field::Int(u64::from_le_bytes(v.try_into().unwrap()))
+            }
+            2 => {
+                let len = varint(&mut buf) as usize;
+                let (v, rest) = buf.split_at(len);
+                buf = rest;
+                Field::Bytes(v)
+            }
+            5 => {
+                let (v, rest) = buf.split_at(4);
+                buf = rest;
+                Field::Int(u64::from(u32::from_le_bytes(v.try_into().unwrap())))
+            }
+            other => panic!("wire type {other}"),
+        };
+        out.push((key >> 3, field));
+    }
+    out
+}
+
+#[derive(Clone, Copy)]
+enum Field<'a> {
+    Int(u64),
+    Bytes(&'a [u8]),
+}
+
+/// The sub-messages (or bytes) of field `number`.
+fn all(buf: &[u8], number: u64) -> Vec<&[u8]> {
+    fields(buf)
+        .into_iter()
+        .filter_map(|(n, f)| match f {
+            Field::Bytes(b) if n == number => Some(b),
+            _ => None,
+        })
+        .collect()
+}
+
+fn one(buf: &[u8], number: u64) -> Vec<u8> {
+    all(buf, number)
+        .first()
+        .map(|b| b.to_vec())
+        .unwrap_or_default()
+}
+
+/// The spans of an `ExportTraceServiceRequest` (resource_spans = 1 > scope_spans = 2 >
+/// spans = 2; a span's trace_id = 1, span_id = 2, parent_span_id = 4, name = 5, attributes = 9
+/// as KeyValue {key = 1, value = 2: AnyValue {string_value = 1, int_value = 3}}).
+fn decode(request: &[u8]) -> Vec<Exported> {
+    let mut out = Vec::new();
+    for resource in all(request, 1) {
+        for scope in all(resource, 2) {
+            for span in all(scope, 2) {
+                let attributes = all(span, 9)
+                    .into_iter()
+                    .filter_map(|kv| {
+                        let key = String::from_utf8(one(kv, 1)).ok()?;
+                        let value = fields(&one(kv, 2)).into_iter().find_map(|(n, f)| match f {
+                            Field::Bytes(s) if n == 1 => {
+                                Some(String::from_utf8_lossy(s).into_owned())
+                            }
+                            Field::Int(i) if n == 3 => Some((i as i64).to_string()),
+                            _ => None,
+                        })?;
+                        Some((key, value))
+                    })
+                    .collect();
+                out.push(Exported {
+                    name: String::from_utf8(one(span, 5)).unwrap(),
+                    trace_id: one(span, 1),
+                    span_id: one(span, 2),
+                    parent: one(span, 4),
+                    attributes,
+                });
+            }
+        }
+    }
+    out
+}
+
 /// An OTLP/HTTP traces receiver on loopback; answers its base URL and what it received.
 async fn receiver() -> (String, Arc<Mutex<Vec<Exported>>>) {
     let spans = Arc::new(Mutex::new(Vec::new()));
@@ -46,30 +146,7 @@ async fn receiver() -> (String, Arc<Mutex<Vec<Exported>>>) {
         axum::routing::post(move |body: axum::body::Bytes| {
             let store = Arc::clone(&store);
             async move {
-                let request = ExportTraceServiceRequest::decode(body).expect("an OTLP export");
-                let mut store = store.lock().unwrap();
-                for resource in request.resource_spans {
-                    for scope in resource.scope_spans {
-                        for span in scope.spans {
-                            let attributes = span
-                                .attributes
-                                .iter()
-                                .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
-                                    AnyValue::StringValue(s) => Some((kv.key.clone(), s.clone())),
-                                    AnyValue::IntValue(i) => Some((kv.key.clone(), i.to_string())),
-                                    _ => None,
-                                })
-                                .collect();
-                            store.push(Exported {
-                                name: span.name,
-                                trace_id: span.trace_id,
-                                span_id: span.span_id,
-                                parent: span.parent_span_id,
-                                attributes,
-                            });
-                        }
-                    }
-                }
+                store.lock().unwrap().extend(decode(&body));
                 (
                     [("content-type", "application/x-protobuf")],
                     Vec::<u8>::new(),

@@ -18,7 +18,8 @@ pub struct Telemetry {
 /// Installs a subscriber when `REBUNO_BENCH_LOG` is set (a `RUST_LOG`-style filter such as
 /// `info`): log lines formatted as the binary formats them and discarded (so the figures
 /// include formatting but no terminal), and, with the `otel` feature and `REBUNO_BENCH_OTLP`
-/// set (an OTLP/HTTP base URL), spans exported there. Nothing otherwise: the figures of a
+/// set (an OTLP/HTTP base URL), spans exported there as the binary exports them (its filter
+/// reads `RUST_LOG`). Nothing otherwise: the figures of a
 /// process without a subscriber.
 pub fn telemetry() -> Telemetry {
     use tracing_subscriber::layer::SubscriberExt as _;
@@ -40,10 +41,7 @@ pub fn telemetry() -> Telemetry {
             let (layer, guard) = rebuno::telemetry::OtelConfig::new(&base, "rebuno-bench")
                 .layer()
                 .unwrap();
-            (
-                registry.with(Some(layer.with_filter(EnvFilter::new(&filter)))),
-                Some(guard),
-            )
+            (registry.with(Some(layer)), Some(guard))
         }
         Err(_) => (registry.with(None), None),
     };

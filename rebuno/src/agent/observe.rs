@@ -6,7 +6,8 @@
 //! whether it ran or replayed); `rebuno.llm` for each intercepted LLM call, with the GenAI
 //! semantic-convention attributes (`gen_ai.operation.name`, `gen_ai.system`,
 //! `gen_ai.request.model`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`; the
-//! usage of a streamed answer is recorded on its step, not on the span).
+//! usage of a streamed answer is recorded on its step, not on the span). The effect spans are
+//! at `debug` (one per step); the span exporter takes rebuno's spans at `debug`.
 //!
 //! Metrics, through the `metrics` facade (recorded by whatever recorder the agent's process
 //! installs; none by default): `rebuno_sdk_handler_duration_seconds{agent, outcome}` (a
@@ -37,7 +38,7 @@ fn kind_label(kind: &StepKind) -> &'static str {
 /// The span of one tool call (`tool_call`) or recorded step (any other kind) of `execution_id`.
 pub(crate) fn effect_span(kind: &StepKind, target: &str, execution_id: &str) -> tracing::Span {
     match kind {
-        StepKind::ToolCall => tracing::info_span!(
+        StepKind::ToolCall => tracing::debug_span!(
             "rebuno.tool",
             otel.name = %format_args!("tool {target}"),
             tool.name = target,
@@ -45,7 +46,7 @@ pub(crate) fn effect_span(kind: &StepKind, target: &str, execution_id: &str) -> 
             step_id = Empty,
             outcome = Empty,
         ),
-        _ => tracing::info_span!(
+        _ => tracing::debug_span!(
             "rebuno.step",
             otel.name = %format_args!("step {target}"),
             step.kind = kind_label(kind),
@@ -59,7 +60,7 @@ pub(crate) fn effect_span(kind: &StepKind, target: &str, execution_id: &str) -> 
 
 /// The span of one intercepted LLM call of `execution_id` to `model` at `url`.
 pub(crate) fn llm_span(model: &str, url: &reqwest::Url, execution_id: &str) -> tracing::Span {
-    tracing::info_span!(
+    tracing::debug_span!(
         "rebuno.llm",
         otel.name = %format_args!("chat {model}"),
         otel.kind = "client",

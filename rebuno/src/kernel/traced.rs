@@ -1,8 +1,9 @@
 //! Spans, timings and logs around the kernel's step entry points: each decision is a
 //! `rebuno.step.decide` span (execution, dispatch, step ids, kind, target, decision) timed into
-//! `rebuno_step_decision_duration_seconds`, each outcome a `rebuno.step.record` span. The
-//! decision itself is logged at `debug` (one per step); what an operator acts on at `info`
-//! (a policy denial, a step waiting for approval, a rate limit) or `warn` (a superseded lease).
+//! `rebuno_step_decision_duration_seconds`, each outcome a `rebuno.step.record` span. Both
+//! spans, and the decision's own event, are at `debug` (one per step: logging at `info` formats
+//! nothing per step); what an operator acts on is logged at `info` (a policy denial, a step
+//! waiting for approval, a rate limit) or `warn` (a superseded lease), with its ids.
 
 use super::histograms::STEP_DECISION_DURATION;
 use super::{Kernel, KernelError, KernelResult, Lease};
@@ -78,7 +79,7 @@ impl Kernel {
     ) -> KernelResult<StepDecision> {
         let started = Instant::now();
         let kind = kind_label(&req.kind);
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             "rebuno.step.decide",
             execution_id,
             dispatch_id = %lease.dispatch_id,
@@ -105,21 +106,36 @@ impl Kernel {
             span.record("step_id", step_id.as_str());
         }
         let _entered = span.enter();
+        // The span is at `debug`: what is logged at `info` names its ids itself.
+        let step_id = out
+            .as_ref()
+            .ok()
+            .and_then(|d| d.step_id.as_deref())
+            .unwrap_or("");
+        let dispatch_id = lease.dispatch_id.as_str();
         match &out {
-            Ok(d) if d.decision == Decision::Denied => {
-                tracing::info!(reason = d.reason.as_deref().unwrap_or(""), "step denied");
-            }
+            Ok(d) if d.decision == Decision::Denied => tracing::info!(
+                execution_id,
+                dispatch_id,
+                step_id,
+                reason = d.reason.as_deref().unwrap_or(""),
+                "step denied"
+            ),
             Ok(d) if d.decision == Decision::Blocked => tracing::info!(
+                execution_id,
+                dispatch_id,
+                step_id,
                 approval_id = d.approval_id.as_deref().unwrap_or(""),
                 reason = d.reason.as_deref().unwrap_or(""),
                 "step blocked"
             ),
-            Ok(d) if d.decision == Decision::RateLimited => {
-                tracing::info!(
-                    reason = d.reason.as_deref().unwrap_or(""),
-                    "step rate limited"
-                );
-            }
+            Ok(d) if d.decision == Decision::RateLimited => tracing::info!(
+                execution_id,
+                dispatch_id,
+                step_id,
+                reason = d.reason.as_deref().unwrap_or(""),
+                "step rate limited"
+            ),
             Ok(_) => tracing::debug!("step decided"),
             Err(e) => tracing::debug!(error = %e, "step refused"),
         }
@@ -137,7 +153,7 @@ impl Kernel {
         outcome: Result<Value, Value>,
         checkpoints: Checkpoints,
     ) -> KernelResult<StepDecision> {
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             "rebuno.step.record",
             execution_id,
             step_id,

@@ -1,7 +1,9 @@
 //! The span and the timing of every request: a `rebuno.http.request` span (method, the matched
 //! route template, the answered status) that continues the trace of the request's
 //! `traceparent`, and a sample of `rebuno_http_request_duration_seconds` in the kernel's
-//! histograms. Headers and bodies are never recorded (they carry tokens and signatures).
+//! histograms. Headers and bodies are never recorded (they carry tokens and signatures). The
+//! span is at `debug`, as every request of an agent is a step: logs at `info` pay nothing for
+//! it, and the span exporter takes rebuno's spans at `debug` (see `crate::telemetry`).
 
 use super::AppState;
 use crate::kernel::HTTP_REQUEST_DURATION;
@@ -43,7 +45,7 @@ pub(super) async fn request(State(state): State<AppState>, req: Request, next: N
         .get(TRACEPARENT)
         .and_then(|v| v.to_str().ok())
         .and_then(TraceParent::parse);
-    let span = tracing::info_span!(
+    let span = tracing::debug_span!(
         "rebuno.http.request",
         otel.kind = "server",
         otel.name = %format_args!("{method} {route}"),

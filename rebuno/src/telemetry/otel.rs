@@ -16,7 +16,10 @@ use opentelemetry::trace::{
 use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing::Level;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::{FilterExt as _, filter_fn};
 use tracing_subscriber::registry::LookupSpan;
 
 /// The context of the current span when it is exported (an OpenTelemetry layer is installed and
@@ -98,7 +101,10 @@ impl OtelConfig {
     }
 
     /// Starts the exporter and answers the `tracing` layer that feeds it, and the guard that
-    /// flushes it.
+    /// flushes it. The layer exports the spans `RUST_LOG` enables (else `REBUNO_LOG_LEVEL`, else
+    /// `info`), and rebuno's own spans at `debug` whatever it says: the per-step spans (HTTP
+    /// requests, decisions, tool and LLM calls) are at `debug`, so that logging at `info`
+    /// formats nothing per step, yet they are exported.
     pub fn layer<S>(&self) -> Result<(impl tracing_subscriber::Layer<S>, OtelGuard), String>
     where
         S: tracing::Subscriber + for<'span> LookupSpan<'span>,
@@ -119,9 +125,13 @@ impl OtelConfig {
             .with_resource(resource.build())
             .build();
         let tracer = provider.tracer("rebuno");
+        let rebuno_spans = filter_fn(|meta| {
+            meta.is_span() && meta.target().starts_with("rebuno") && *meta.level() <= Level::DEBUG
+        });
         let layer = tracing_opentelemetry::layer()
             .with_tracer(tracer)
-            .with_tracked_inactivity(false);
+            .with_tracked_inactivity(false)
+            .with_filter(super::subscriber::env_filter().or(rebuno_spans));
         Ok((layer, OtelGuard { provider }))
     }
 }

@@ -54,7 +54,7 @@ impl Telemetry {
 
 /// The filter of log lines (and exported spans): `RUST_LOG`, else `REBUNO_LOG_LEVEL` (the Go
 /// kernel's variable, a level or the same directives), else `info`.
-fn env_filter() -> EnvFilter {
+pub(super) fn env_filter() -> EnvFilter {
     EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_from_env("REBUNO_LOG_LEVEL"))
         .unwrap_or_else(|_| EnvFilter::new("info"))
@@ -83,7 +83,7 @@ pub fn init(service: &str, format: LogFormat) -> Result<Telemetry, String> {
             Some(config) => {
                 let (layer, guard) = config.layer()?;
                 telemetry.otel = Some(guard);
-                Some(layer.with_filter(env_filter()))
+                Some(layer)
             }
             None => None,
         };

@@ -6,6 +6,7 @@
 #![cfg(feature = "otel")]
 
 use rebuno::agent::handler_fn;
+use rebuno::llm::LlmHttp;
 use rebuno::protocol::{ExecutionStatus, RegisterAgentRequest};
 use rebuno::server::{ServeOptions, ServerOptions, router, serve};
 use rebuno::telemetry::OtelConfig;
@@ -168,7 +169,25 @@ async fn an_execution_is_one_trace_across_kernel_and_agent() {
         .expect("the exporter starts");
     tracing::subscriber::set_global_default(tracing_subscriber::registry().with(otel)).unwrap();
 
-    // The kernel over HTTP, and a Rust agent over HTTP whose handler calls a tool.
+    // A model answering with its token usage.
+    let model = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(|| async {
+            let answer = json!({
+                "choices": [{"message": {"role": "assistant", "content": "hi"}}],
+                "usage": {"prompt_tokens": 11, "completion_tokens": 7},
+            });
+            ([("content-type", "application/json")], answer.to_string())
+        }),
+    );
+    let model_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let model_url = format!(
+        "http://{}/v1/chat/completions",
+        model_listener.local_addr().unwrap()
+    );
+    tokio::spawn(async move { axum::serve(model_listener, model).await });
+
+    // The kernel over HTTP, and a Rust agent over HTTP whose handler calls a tool and the model.
     let kernel = Kernel::memory().await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -179,8 +198,18 @@ async fn an_execution_is_one_trace_across_kernel_and_agent() {
         Ok::<_, Error>(json!({"found": args}))
     });
     let handler = handler_fn("tracer", move |input: Value| {
-        let lookup = lookup.clone();
-        async move { lookup.call(input).await }
+        let (lookup, model_url) = (lookup.clone(), model_url.clone());
+        async move {
+            let found = lookup.call(input).await?;
+            let llm = LlmHttp::wrap(reqwest::Client::new());
+            let request = llm
+                .client()
+                .post(&model_url)
+                .header("content-type", "application/json")
+                .body(json!({"model": "fake-model", "messages": []}).to_string());
+            let answered = llm.send(request).await?.status().as_u16();
+            Ok::<_, Error>(json!({"found": found, "model": answered}))
+        }
     });
     let agent = Agent::builder(handler)
         .kernel_url(&base)
@@ -227,6 +256,7 @@ async fn an_execution_is_one_trace_across_kernel_and_agent() {
         "rebuno.dispatch.deliver",
         "rebuno.agent.handle",
         "tool lookup",
+        "chat fake-model",
     ];
     let deadline = Instant::now() + Duration::from_secs(20);
     let spans = loop {
@@ -298,4 +328,19 @@ async fn an_execution_is_one_trace_across_kernel_and_agent() {
         })
         .expect("the kernel's decision under a request made in the tool's span");
     assert_eq!(decide.attribute("decision"), Some("proceed"), "{decide:#?}");
+    // The LLM call: a GenAI span under the handler, with the model and its token usage.
+    let chat = spans
+        .iter()
+        .find(|s| s.name == "chat fake-model" && s.parent == handle.span_id)
+        .expect("the LLM call's span under the handler");
+    for (key, value) in [
+        ("gen_ai.operation.name", "chat"),
+        ("gen_ai.system", "openai"),
+        ("gen_ai.request.model", "fake-model"),
+        ("gen_ai.usage.input_tokens", "11"),
+        ("gen_ai.usage.output_tokens", "7"),
+        ("outcome", "executed"),
+    ] {
+        assert_eq!(chat.attribute(key), Some(value), "{key}: {chat:#?}");
+    }
 }

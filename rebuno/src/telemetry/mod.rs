@@ -4,8 +4,8 @@
 //!
 //! The library only emits: `tracing` events and spans carrying `execution_id`, `dispatch_id`,
 //! `step_id` and `agent_id` fields, and metrics through the `metrics` facade. Nothing is printed
-//! or exported until a binary installs a subscriber ([`init`](crate::telemetry::init) with the
-//! `cli` or `otel` feature, or one of its own).
+//! or exported until a binary installs a subscriber (`init`, with the `cli` or `otel` feature,
+//! or one of its own).
 //!
 //! **Trace context.** An execution belongs to the trace of its create: the kernel records the
 //! create's context with the execution ([`TraceParent`], the W3C `traceparent` header), every

@@ -7,6 +7,8 @@
 //! cargo bench -p rebuno --bench http
 //! ```
 //!
+//! `REBUNO_BENCH_LOG=info` measures with logging on (see `support`).
+//!
 //! Targets: p50 of submit + complete <= 2 round trips + 2 syncs + 200 us; dispatch latency
 //! (from `POST /v0/executions` to the webhook arriving at a local agent) p50 <= 5 ms.
 
@@ -55,6 +57,7 @@ fn signed(
 }
 
 fn main() {
+    let _telemetry = support::telemetry();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

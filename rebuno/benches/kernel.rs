@@ -8,6 +8,10 @@
 //! ```text
 //! cargo bench -p rebuno --bench kernel
 //! ```
+//!
+//! `REBUNO_BENCH_LOG=info` measures the proceed path with logging on (see `support`).
+
+mod support;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use rebuno::protocol::{CreateExecutionRequest, Decision, RegisterAgentRequest, SubmitStepRequest};
@@ -134,6 +138,7 @@ fn bench_replay(c: &mut Criterion) {
 
 /// The proceed path on SQLite: one execution, and 64 executions concurrently.
 fn bench_proceed(c: &mut Criterion) {
+    let _telemetry = support::telemetry();
     let rt = rt();
     let mut g = c.benchmark_group("kernel_proceed_sqlite");
     g.sample_size(10).measurement_time(Duration::from_secs(6));

@@ -13,7 +13,8 @@
 //! - `sqlite` (implies `kernel`): the SQLite store, a file or an in-memory database
 //!   (`Kernel::open`, `Kernel::memory`, `Runtime::open`);
 //! - `server` (implies `kernel`): the `/v0` HTTP server over a kernel;
-//! - `cli` (implies `server` and `sqlite`; the default): the `rebuno` binary and its console.
+//! - `cli` (implies `server` and `sqlite`; the default): the `rebuno` binary and its console;
+//! - `otel`: span export over OTLP (see [`telemetry`]).
 //!
 //! An SDK-only dependency is `rebuno = { version = "0.1", default-features = false }`.
 //!
@@ -33,6 +34,8 @@
 //! - [`identity`]: Go-compatible canonical JSON, args hash and step ids (kernel and SDK share it);
 //! - [`signing`]: the request signatures both directions use;
 //! - [`time`]: the injectable clock and RFC 3339 timestamps;
+//! - [`telemetry`]: the W3C trace context that makes an execution one trace across kernel and
+//!   agents, and (features `cli` / `otel`) the subscriber binaries install;
 //! - [`error`]: the SDK's [`Error`].
 //!
 //! With `kernel`:
@@ -64,6 +67,7 @@ pub mod signing;
 pub mod step;
 #[cfg(feature = "kernel")]
 pub mod store;
+pub mod telemetry;
 pub mod time;
 pub mod tool;
 

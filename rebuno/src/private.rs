@@ -75,10 +75,13 @@ where
     E: fmt::Display + 'static,
     Fut: Future<Output = std::result::Result<T, E>>,
 {
+    use tracing::Instrument as _;
     let ctx = execution()?;
     let raw = crate::agent::context::raw_args(&args?)?;
     let resources: Vec<String> = resources.iter().map(|&key| key.to_owned()).collect();
+    let span = crate::agent::observe::effect_span(&kind, target, ctx.execution_id());
     ctx.invoke_changing(kind, target, idempotency, raw, &resources, body)
+        .instrument(span)
         .await
 }
 

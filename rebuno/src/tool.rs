@@ -152,9 +152,15 @@ impl DynTool {
 
     /// Calls the tool durably with `args` (normally a JSON object).
     pub async fn call(&self, args: Value) -> Result<Value> {
+        use tracing::Instrument as _;
         let ctx = execution()?;
         let raw = raw_args(&args)?;
         let invoke = Arc::clone(&self.invoke);
+        let span = crate::agent::observe::effect_span(
+            &StepKind::ToolCall,
+            &self.def.name,
+            ctx.execution_id(),
+        );
         ctx.invoke_changing(
             StepKind::ToolCall,
             &self.def.name,
@@ -163,6 +169,7 @@ impl DynTool {
             &self.def.resources,
             async move { invoke(args).await },
         )
+        .instrument(span)
         .await
     }
 }

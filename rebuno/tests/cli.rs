@@ -261,12 +261,18 @@ impl Running {
         Running { child, lines }
     }
 
-    /// The base URL from the startup line (`... listening on http://ADDR (...)`).
+    /// The base URL from the startup line (`... listening on http://ADDR (...)`); the log
+    /// lines before it (migrations, configuration) are skipped.
     fn base_url(&self) -> String {
-        let line = self
-            .lines
-            .recv_timeout(DEADLINE)
-            .expect("no startup line on stderr");
+        let line = loop {
+            let line = self
+                .lines
+                .recv_timeout(DEADLINE)
+                .expect("no startup line on stderr");
+            if line.contains("listening on http://") {
+                break line;
+            }
+        };
         let start = line
             .find("http://")
             .unwrap_or_else(|| panic!("unexpected line {line:?}"));

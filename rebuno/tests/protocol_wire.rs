@@ -90,6 +90,7 @@ fn execution() -> Execution {
         spawned_by: None,
         state: None,
         policy_bundle: String::new(),
+        trace_parent: String::new(),
     }
 }
 

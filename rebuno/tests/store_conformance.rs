@@ -232,6 +232,7 @@ pub fn execution(id: &str, agent_id: &str, status: ExecutionStatus) -> Execution
         spawned_by: None,
         state: None,
         policy_bundle: String::new(),
+        trace_parent: String::new(),
     }
 }
 

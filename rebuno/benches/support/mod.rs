@@ -1,5 +1,6 @@
-//! What the HTTP benchmarks share: serving a router with the kernel's own serve loop, and
-//! signing an agent's POST v1 as the SDKs do.
+//! What the benchmarks share: serving a router with the kernel's own serve loop, signing an
+//! agent's POST v1 as the SDKs do, and the logging (and span export) the observability
+//! figures are measured with.
 
 #![allow(dead_code)] // each benchmark uses a different subset
 
@@ -7,6 +8,50 @@ use rebuno::protocol::{
     HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, HEADER_SIGNATURE,
     HEADER_TIMESTAMP,
 };
+
+/// What [`telemetry`] installed; dropping it flushes the span exporter.
+pub struct Telemetry {
+    #[cfg(feature = "otel")]
+    _otel: Option<rebuno::telemetry::OtelGuard>,
+}
+
+/// Installs a subscriber when `REBUNO_BENCH_LOG` is set (a `RUST_LOG`-style filter such as
+/// `info`): log lines formatted as the binary formats them and discarded (so the figures
+/// include formatting but no terminal), and, with the `otel` feature and `REBUNO_BENCH_OTLP`
+/// set (an OTLP/HTTP base URL), spans exported there as the binary exports them (its filter
+/// reads `RUST_LOG`). Nothing otherwise: the figures of a
+/// process without a subscriber.
+pub fn telemetry() -> Telemetry {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::{EnvFilter, Layer as _};
+    let Ok(filter) = std::env::var("REBUNO_BENCH_LOG") else {
+        return Telemetry {
+            #[cfg(feature = "otel")]
+            _otel: None,
+        };
+    };
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(std::io::sink)
+        .with_filter(EnvFilter::new(&filter));
+    let registry = tracing_subscriber::registry().with(fmt);
+    #[cfg(feature = "otel")]
+    let (registry, otel) = match std::env::var("REBUNO_BENCH_OTLP") {
+        Ok(base) => {
+            let (layer, guard) = rebuno::telemetry::OtelConfig::new(&base, "rebuno-bench")
+                .layer()
+                .unwrap();
+            (registry.with(Some(layer)), Some(guard))
+        }
+        Err(_) => (registry.with(None), None),
+    };
+    tracing::subscriber::set_global_default(registry).unwrap();
+    eprintln!("logging at {filter:?} to a sink");
+    Telemetry {
+        #[cfg(feature = "otel")]
+        _otel: otel,
+    }
+}
 
 /// Serves `app` on a loopback port through `rebuno::server::serve`; answers the base URL.
 pub async fn serve(app: axum::Router) -> String {

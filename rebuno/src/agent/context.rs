@@ -152,15 +152,16 @@ pub fn execution() -> Result<ExecutionContext> {
 }
 
 /// Spawns `future` on the runtime carrying the current execution context (if any), so tools,
-/// steps and LLM calls inside it record into the same execution.
+/// steps and LLM calls inside it record into the same execution, and the current span and trace
+/// context, so its spans join the same trace.
 pub fn spawn<F>(future: F) -> tokio::task::JoinHandle<F::Output>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
     match execution() {
-        Ok(ctx) => tokio::spawn(ctx.scope(future)),
-        Err(_) => tokio::spawn(future),
+        Ok(ctx) => tokio::spawn(crate::telemetry::carried(ctx.scope(future))),
+        Err(_) => tokio::spawn(crate::telemetry::carried(future)),
     }
 }
 
@@ -332,6 +333,7 @@ impl ExecutionContext {
     }
 
     fn observe(&self, kind: &StepKind, target: &str, dec: &StepDecision, outcome: EffectOutcome) {
+        super::observe::effect(kind, target, dec, outcome);
         if let Some(observer) = &self.inner.observer {
             observer(&Effect {
                 execution_id: self.inner.execution_id.clone(),

@@ -28,6 +28,7 @@ pub mod context;
 #[cfg(feature = "kernel")]
 mod embedded;
 mod metadata;
+pub(crate) mod observe;
 pub mod resources;
 mod subagent;
 pub mod transport;
@@ -519,7 +520,19 @@ impl Agent {
 
     /// Handles one delivery: starts the handler in the background (see [`DispatchAck`]).
     /// The payload must carry a dispatch attempt; a webhook without one is refused earlier.
+    /// The handler's span is a child of the current span (an embedded kernel's delivery), and
+    /// its work is done on behalf of the current trace context ([`crate::telemetry`]).
     pub fn dispatch(&self, payload: WebhookPayload) -> DispatchAck {
+        self.dispatch_traced(payload, None)
+    }
+
+    /// [`Agent::dispatch`] of a delivery that carried the trace context `context` (its
+    /// `traceparent`): the handler's span continues that trace.
+    pub fn dispatch_traced(
+        &self,
+        payload: WebhookPayload,
+        context: Option<crate::telemetry::TraceParent>,
+    ) -> DispatchAck {
         if self.inner.closed.load(Ordering::SeqCst) {
             return DispatchAck::ShuttingDown;
         }
@@ -545,8 +558,24 @@ impl Agent {
         let this = self.clone();
         let exec_id = payload.execution_id.clone();
         let run_lease = lease.clone();
+        let span = tracing::info_span!(
+            "rebuno.agent.handle",
+            otel.kind = "consumer",
+            execution_id = %exec_id,
+            dispatch_id = %lease.dispatch_id,
+            attempt = lease.attempt,
+            agent_id = %self.inner.id,
+            outcome = tracing::field::Empty,
+        );
+        crate::telemetry::continue_trace(&span, context);
+        let received = context.or_else(crate::telemetry::current);
+        let run = tracing::Instrument::instrument(
+            this.clone()
+                .run_timed(exec_id.clone(), run_lease, lease_len),
+            span,
+        );
         let handle = self.inner.tracker.spawn(async move {
-            this.run(&exec_id, run_lease, lease_len).await;
+            crate::telemetry::received(received, run).await;
             let mut running = this.running();
             if running.get(&exec_id).is_some_and(|r| r.task == task) {
                 running.remove(&exec_id);
@@ -563,17 +592,28 @@ impl Agent {
         DispatchAck::Started
     }
 
+    /// [`Agent::run`], timed and logged (see `observe`).
+    async fn run_timed(self, execution_id: String, lease: Lease, lease_len: Duration) {
+        let started = std::time::Instant::now();
+        let outcome = self.run(&execution_id, lease, lease_len).await;
+        observe::handler_ended(&self.inner.id, outcome, started.elapsed());
+    }
+
     /// Runs one delivery to its end: skip a terminal execution, run the handler with the
     /// lease renewed, then complete or fail the execution (or unwind on a control-flow
-    /// refusal).
-    async fn run(&self, execution_id: &str, lease: Lease, lease_len: Duration) {
+    /// refusal). Answers how it ended: `completed`, `failed`, `suspended` or `skipped`.
+    async fn run(&self, execution_id: &str, lease: Lease, lease_len: Duration) -> &'static str {
         let transport = &self.inner.transport;
         // A failure to read the execution leaves the dispatch to be re-delivered.
-        let Ok(exec) = transport.execution(execution_id).await else {
-            return;
+        let exec = match transport.execution(execution_id).await {
+            Ok(exec) => exec,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the execution failed; the kernel re-delivers");
+                return "skipped";
+            }
         };
         if exec.status.is_terminal() {
-            return;
+            return "skipped";
         }
         let ctx = ExecutionContext::new(
             Arc::clone(transport),
@@ -592,32 +632,39 @@ impl Agent {
             out = handler => out,
             superseded = heartbeat(&ctx, interval) => Err(superseded),
         };
-        if ctx.suspension().is_some() {
-            return; // blocked, terminal or superseded: the kernel re-dispatches as needed
+        if let Some(why) = ctx.suspension() {
+            // Blocked, terminal or superseded: the kernel re-dispatches as needed.
+            tracing::debug!(reason = %why, "handler suspended");
+            return "suspended";
         }
-        let done = match outcome {
+        let (done, ended) = match outcome {
             Ok(output) => {
                 // A failed capture is only logged: the execution's outcome stands.
                 if let Err(e) = ctx.checkpoint_on_completion().await {
                     tracing::warn!(execution_id, error = %e, "checkpoint on completion failed");
                 }
                 if ctx.suspension().is_some() {
-                    return;
+                    return "suspended";
                 }
-                transport
-                    .complete_execution(execution_id, &lease, output, ctx.take_state())
-                    .await
+                let state = ctx.take_state();
+                let done = transport
+                    .complete_execution(execution_id, &lease, output, state)
+                    .await;
+                (done, "completed")
             }
-            Err(e) if e.is_control_flow() => return,
+            Err(e) if e.is_control_flow() => return "suspended",
             Err(e) => {
-                transport
-                    .fail_execution(execution_id, &lease, e.failure_reason())
-                    .await
+                let reason = e.failure_reason();
+                let done = transport.fail_execution(execution_id, &lease, reason).await;
+                (done, "failed")
             }
         };
         // A refused completion (superseded, already terminal) means another attempt or a
         // cancel decided the execution; a network failure leaves the dispatch to the reaper.
-        drop(done);
+        if let Err(e) = done {
+            tracing::warn!(error = %e, "the kernel did not take the execution's end");
+        }
+        ended
     }
 }
 
@@ -661,8 +708,12 @@ async fn webhook(State(agent): State<Agent>, headers: HeaderMap, body: Bytes) ->
     let Some(payload) = parse_payload(&body) else {
         return StatusCode::BAD_REQUEST;
     };
+    let context = headers
+        .get(crate::telemetry::TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::telemetry::TraceParent::parse);
     agent.announce_in_background();
-    match agent.dispatch(payload) {
+    match agent.dispatch_traced(payload, context) {
         DispatchAck::Started | DispatchAck::Duplicate | DispatchAck::Stale => StatusCode::OK,
         DispatchAck::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
     }

@@ -271,6 +271,7 @@ impl HttpTransport {
         if !body.is_empty() {
             req = req.header(reqwest::header::CONTENT_TYPE, "application/json");
         }
+        let req = crate::telemetry::with_traceparent(req);
         read_answer(req.body(body).send().await?).await
     }
 
@@ -565,6 +566,7 @@ impl Transport for HttpTransport {
         if let Some(key) = &self.api_key {
             post = post.bearer_auth(key);
         }
+        let post = crate::telemetry::with_traceparent(post);
         read_answer(post.send().await?).await?.json()
     }
 

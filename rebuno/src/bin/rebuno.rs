@@ -11,6 +11,7 @@ use rebuno::repl::{Interrupt, Outcome, Repl, history_entry, history_path, termin
 use rebuno::server::manifest::Manifest;
 use rebuno::server::{ServeOptions, ServerOptions, router, serve_with_shutdown};
 use rebuno::store::SqliteStore;
+use rebuno::telemetry::{LogFormat, Telemetry};
 use std::future::Future;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -55,18 +56,35 @@ Environment (flags override the environment, which overrides the defaults):
   REBUNO_STREAM_SUBSCRIBERS      live-stream (SSE) subscribers in total [default: 1024]
   REBUNO_STREAM_SUBSCRIBERS_PER_EXECUTION
                                  live-stream subscribers of one execution [default: 16]
+  RUST_LOG                       which events are logged (and spans exported): a level or
+                                 directives such as info,rebuno::kernel=debug [default: info]
+  REBUNO_LOG_LEVEL               the same, read when RUST_LOG is unset
+  REBUNO_LOG_FORMAT              pretty or json (--log-format) [default: pretty]
+  OTEL_EXPORTER_OTLP_ENDPOINT    OTLP/HTTP collector to export spans to, e.g.
+                                 http://127.0.0.1:4318 (builds with the `otel` feature only;
+                                 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_SERVICE_NAME
+                                 [default: rebuno], OTEL_RESOURCE_ATTRIBUTES, OTEL_SDK_DISABLED
+                                 and the exporter's other OTEL_EXPORTER_OTLP_* apply)
 Durations use Go's syntax (500ms, 90s, 2m, 1h30m); unparsable numbers, durations and booleans
 are ignored. Not used by this build: REBUNO_DB_MIN_CONNS,
-REBUNO_DEADLINE_CHECK_INTERVAL, REBUNO_LEADER_LOCK_KEY, REBUNO_LOG_LEVEL, REBUNO_LOG_FORMAT,
-REBUNO_OTEL_ENDPOINT, REBUNO_OTEL_SAMPLE_RATE, REBUNO_OTEL_INSECURE and REBUNO_DEV.
-Logs go to stderr, filtered by RUST_LOG (default info).";
+REBUNO_DEADLINE_CHECK_INTERVAL, REBUNO_LEADER_LOCK_KEY, REBUNO_OTEL_ENDPOINT (use
+OTEL_EXPORTER_OTLP_ENDPOINT), REBUNO_OTEL_SAMPLE_RATE, REBUNO_OTEL_INSECURE and REBUNO_DEV.
+Logs go to stderr; metrics are served on /metrics.";
 
 /// Durable AI agents: the step-replay kernel.
 #[derive(Parser)]
 #[command(name = "rebuno", version, after_help = ENVIRONMENT_HELP)]
 struct Cli {
+    /// Log line format: pretty (human-readable) or json (one object per line)
+    /// [env: REBUNO_LOG_FORMAT] [default: pretty]
+    #[arg(long, global = true, value_name = "FORMAT", value_parser = parse_log_format)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
+}
+
+fn parse_log_format(raw: &str) -> Result<LogFormat, String> {
+    raw.parse()
 }
 
 #[derive(Subcommand)]
@@ -248,7 +266,7 @@ fn load_manifest(path: Option<PathBuf>) -> Result<Option<Manifest>, String> {
         .transpose()
 }
 
-async fn dev(args: DevArgs) -> Result<(), String> {
+async fn dev(args: DevArgs, exporting: bool) -> Result<(), String> {
     let manifest = load_manifest(args.config)?;
     let db_url = args
         .db_url
@@ -274,17 +292,20 @@ async fn dev(args: DevArgs) -> Result<(), String> {
     let listen = listen_addr(args.listen_addr, DEV_LISTEN);
     let (options, serve) = args.edge.options(true);
     run(
-        "dev",
+        Mode {
+            name: "dev",
+            store: &format!("{store}; bearer auth off"),
+            exporting,
+        },
         kernel,
         (options, serve),
         &listen,
         manifest,
-        &format!("{store}; bearer auth off"),
     )
     .await
 }
 
-async fn server(args: ServerArgs) -> Result<(), String> {
+async fn server(args: ServerArgs, exporting: bool) -> Result<(), String> {
     let token = args
         .bearer_token
         .filter(|t| !t.is_empty())
@@ -309,25 +330,69 @@ async fn server(args: ServerArgs) -> Result<(), String> {
         ..options
     };
     run(
-        "server",
+        Mode {
+            name: "server",
+            store: &db_url,
+            exporting,
+        },
         kernel,
         (options, serve),
         &listen,
         manifest,
-        &db_url,
     )
     .await
 }
 
+/// What `run` says about the process it starts.
+struct Mode<'a> {
+    /// `dev` or `server`.
+    name: &'a str,
+    /// The store, as it may be shown (no password).
+    store: &'a str,
+    /// Whether spans are exported.
+    exporting: bool,
+}
+
+/// Logs the configuration the kernel starts with. No secret: the bearer token, agent secrets
+/// and database passwords are never fields (only whether a token is set).
+fn log_start(mode: &Mode<'_>, kernel: &Kernel, options: &ServerOptions, serve: &ServeOptions) {
+    let config = kernel.config();
+    tracing::info!(
+        mode = mode.name,
+        store = mode.store,
+        backend = kernel.store().backend(),
+        bearer_auth = options.bearer_token.as_deref().is_some_and(|t| !t.is_empty()),
+        legacy_signatures = options.legacy_signatures,
+        body_timeout = ?options.body_timeout,
+        header_timeout = ?serve.header_timeout,
+        max_connections = serve.max_connections,
+        replica_id = %config.replica_id,
+        dispatch_max_attempts = config.dispatch_max_attempts,
+        dispatch_timeout = ?config.dispatch_timeout,
+        dispatch_concurrency = config.dispatch_concurrency,
+        dispatch_agent_concurrency = config.agent_delivery_cap(),
+        lease_timeout = ?config.lease_timeout,
+        approval_timeout = ?config.approval_timeout,
+        deadline_timeout = ?config.deadline_timeout,
+        retention = ?config.retention,
+        cleanup_interval = ?config.cleanup_interval,
+        span_export = mode.exporting,
+        "kernel configuration"
+    );
+}
+
 /// Provisions, listens, starts the kernel's loops and serves until a shutdown signal.
 async fn run(
-    mode: &str,
+    mode: Mode<'_>,
     kernel: Kernel,
     (options, serve): (ServerOptions, ServeOptions),
     listen: &str,
     manifest: Option<Manifest>,
-    store: &str,
 ) -> Result<(), String> {
+    log_start(&mode, &kernel, &options, &serve);
+    let Mode {
+        name: mode, store, ..
+    } = mode;
     if let Some(manifest) = &manifest {
         manifest
             .provision(&kernel)
@@ -488,21 +553,31 @@ fn repl_loop(mut repl: Repl, handle: &tokio::runtime::Handle) -> bool {
     }
 }
 
-/// Sends the library's `tracing` events to stderr, filtered by `RUST_LOG` (default `info`).
-/// Internal details the HTTP answers leave out (store errors, background loop failures) are
-/// logged here.
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+/// Sends the library's `tracing` events to stderr in the chosen format (the flag, else
+/// `REBUNO_LOG_FORMAT`, else pretty), filtered by `RUST_LOG`, and exports spans when built with
+/// `otel` and configured by `OTEL_*` (see [`rebuno::telemetry::init`]). Internal details the
+/// HTTP answers leave out (store errors, background loop failures) are logged here.
+fn init_logging(flag: Option<LogFormat>) -> Result<Telemetry, String> {
+    let format = match flag {
+        Some(format) => format,
+        None => match env_nonempty("REBUNO_LOG_FORMAT") {
+            Some(raw) => raw.parse().map_err(|e| format!("REBUNO_LOG_FORMAT: {e}"))?,
+            None => LogFormat::default(),
+        },
+    };
+    rebuno::telemetry::init("rebuno", format)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    // Held to the end: dropping it exports the spans still buffered.
+    let telemetry = match init_logging(cli.log_format) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("rebuno: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let command = match cli.command {
         Command::Version => {
             println!("rebuno {}", env!("CARGO_PKG_VERSION"));
@@ -520,13 +595,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let exporting = telemetry.exporting();
     let result = runtime.block_on(async move {
         match command {
-            Command::Dev(args) => dev(args).await,
-            Command::Server(args) => server(args).await,
+            Command::Dev(args) => dev(args, exporting).await,
+            Command::Server(args) => server(args, exporting).await,
             Command::Version => Ok(()),
         }
     });
+    drop(runtime);
+    telemetry.finish();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

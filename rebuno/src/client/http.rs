@@ -63,6 +63,7 @@ impl Http {
                 .header(CONTENT_TYPE, "application/json")
                 .body(serde_json::to_vec(body)?);
         }
+        let request = crate::telemetry::with_traceparent(request);
         let response = request.send().await.map_err(|e| network(&what, e))?;
         let status = response.status();
         let next = crate::paging::next_cursor(response.headers());

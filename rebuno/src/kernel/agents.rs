@@ -56,6 +56,12 @@ impl Kernel {
                 Ok(agent)
             })
             .await?;
+        tracing::info!(
+            agent_id = %agent.id,
+            webhook_url = %crate::telemetry::redact_url(&agent.webhook_url),
+            lease_timeout_seconds = agent.lease_timeout_seconds,
+            "agent registered"
+        );
         Ok(public(agent))
     }
 

@@ -206,10 +206,12 @@ impl Kernel {
     ) -> KernelResult<()> {
         let approval = self.approval(id).await?;
         let created = parse_rfc3339(&approval.created_at);
+        let (execution_id, step_id) = (approval.execution_id.clone(), approval.step_id.clone());
         let _guard = self.lock_execution(&approval.execution_id).await?;
         let now = self.now_text();
         let max_attempts = self.inner.config.dispatch_max_attempts;
         let (id, rationale) = (id.to_owned(), rationale.to_owned());
+        let approval_id = id.clone();
         self.inner
             .store
             .write(move |tx| {
@@ -234,6 +236,13 @@ impl Kernel {
                 Ok(Ok(()))
             })
             .await??;
+        tracing::info!(
+            approval_id = %approval_id,
+            execution_id,
+            step_id,
+            resolution = if how == Resolution::Grant { "granted" } else { "denied" },
+            "approval decided"
+        );
         self.note_resolution(created);
         self.inner.queued.notify_one();
         self.announce_dispatch();
@@ -276,7 +285,16 @@ impl Kernel {
                     )?;
                     Ok(Some(()))
                 },
-                |approval, ()| self.note_resolution(parse_rfc3339(&approval.created_at)),
+                |approval, ()| {
+                    tracing::info!(
+                        approval_id = %approval.id,
+                        execution_id = %approval.execution_id,
+                        step_id = %approval.step_id,
+                        resolution = "expired",
+                        "approval decided"
+                    );
+                    self.note_resolution(parse_rfc3339(&approval.created_at));
+                },
             )
             .await?;
         if n > 0 {

@@ -12,6 +12,11 @@
 //! `next_attempt_at` and `locked_at` serve only a process that has no measurement of its own).
 //! Claims and the delivery loop are in `dispatcher`.
 //!
+//! Each delivery is a `rebuno.dispatch.deliver` span continuing the trace recorded with its
+//! execution (see [`crate::telemetry`]); the webhook carries that context as `traceparent`.
+//! Deliveries are logged at `info`, failures with their reason and the retry at `warn`,
+//! exhaustion at `error` and reclaims by the reaper at `warn`.
+//!
 //! # Lock order
 //!
 //! On a shared store (PostgreSQL, where reads in a write transaction lock their rows) a
@@ -25,6 +30,7 @@
 //! retry, which holds the dispatch row, reads the execution's agent without locking its row.
 
 use super::executions::{Ending, ended_in_tx};
+use super::histograms::DISPATCH_DELIVERY_DURATION;
 use super::subagents::lock_parent;
 use super::sweep::FirstRound;
 use super::volatile::Ended;
@@ -36,11 +42,13 @@ use crate::protocol::{
     WebhookPayload,
 };
 use crate::store::{StoreExt, StoreResult, Tx};
+use crate::telemetry::{self, TraceParent};
 use crate::time::{parse_rfc3339, rfc3339};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tracing::Instrument as _;
 
 /// Queues a new dispatch for `execution_id` due at `due`; returns its `dispatch.queued` event.
 pub(crate) fn enqueue_dispatch(
@@ -154,7 +162,9 @@ pub trait Deliverer: Send + Sync {
 }
 
 /// POSTs the webhook: `Content-Type: application/json`, `Rebuno-Signature`,
-/// `Rebuno-Execution-Id`. Redirects are not followed; the response body is discarded.
+/// `Rebuno-Execution-Id`, and `traceparent` when the delivery has a trace context
+/// ([`telemetry::current`]). Redirects are not followed; the response body is
+/// discarded. A failure names the URL without credentials or query.
 #[derive(Debug, Clone)]
 pub struct HttpDeliverer {
     client: reqwest::Client,
@@ -181,23 +191,26 @@ impl Deliverer for HttpDeliverer {
         body: &[u8],
         signature: &str,
     ) -> Result<(), DeliveryError> {
-        let response = self
+        let request = self
             .client
             .post(&agent.webhook_url)
             .header("Content-Type", "application/json")
             .header(HEADER_SIGNATURE, signature)
-            .header(HEADER_EXECUTION_ID, &payload.execution_id)
+            .header(HEADER_EXECUTION_ID, &payload.execution_id);
+        let request = telemetry::with_traceparent(request);
+        let url = || crate::telemetry::redact_url(&agent.webhook_url);
+        let response = request
             .body(body.to_vec())
             .send()
             .await
-            .map_err(|e| DeliveryError(format!("webhook {}: {e}", agent.webhook_url)))?;
+            .map_err(|e| DeliveryError(format!("webhook {}: {}", url(), e.without_url())))?;
         let status = response.status();
         if status.is_success() {
             Ok(())
         } else {
             Err(DeliveryError(format!(
                 "webhook {} answered {status}",
-                agent.webhook_url
+                url()
             )))
         }
     }
@@ -266,16 +279,47 @@ impl Kernel {
             lease_timeout_seconds: Some(self.lease_seconds(&agent)),
         };
         let (body, signature) = sign(&agent.secret, &payload);
-        match deliverer.deliver(&agent, &payload, &body, &signature).await {
-            Ok(()) => {
-                Metrics::inc(&self.inner.metrics.dispatch_success);
-                self.record_ack(d).await
-            }
-            Err(e) => {
-                Metrics::inc(&self.inner.metrics.dispatch_failures);
-                self.record_failure(d, e.0).await
+        let span = tracing::info_span!(
+            "rebuno.dispatch.deliver",
+            otel.kind = "client",
+            execution_id = %payload.execution_id,
+            dispatch_id = %d.id,
+            attempt = d.attempt,
+            agent_id = %agent.id,
+        );
+        // The execution's trace continues here, and reaches the agent with the webhook.
+        let trace = exec
+            .as_ref()
+            .and_then(|e| TraceParent::parse(&e.trace_parent));
+        telemetry::continue_trace(&span, trace);
+        let started = Instant::now();
+        let delivery = deliverer.deliver(&agent, &payload, &body, &signature);
+        let result = telemetry::received(trace, delivery)
+            .instrument(span.clone())
+            .await;
+        let elapsed = started.elapsed();
+        let outcome = if result.is_ok() { "success" } else { "failure" };
+        self.inner.histograms.record(
+            DISPATCH_DELIVERY_DURATION,
+            vec![metrics::Label::new("outcome", outcome)],
+            elapsed,
+        );
+        async move {
+            match result {
+                Ok(()) => {
+                    let elapsed_ms = elapsed.as_millis() as u64;
+                    tracing::info!(elapsed_ms, "webhook delivered");
+                    Metrics::inc(&self.inner.metrics.dispatch_success);
+                    self.record_ack(d).await
+                }
+                Err(e) => {
+                    Metrics::inc(&self.inner.metrics.dispatch_failures);
+                    self.record_failure(d, e.0).await
+                }
             }
         }
+        .instrument(span)
+        .await
     }
 
     /// The lease length the webhook announces for `agent`: its own when it registered one
@@ -391,6 +435,15 @@ impl Kernel {
             d.attempt,
             crate::time::micros(now) as u64 ^ u64::from(d.attempt),
         );
+        tracing::warn!(
+            execution_id = %d.execution_id,
+            dispatch_id = %d.id,
+            attempt = d.attempt,
+            max_attempts = d.max_attempts,
+            retry_in_ms = wait.as_millis() as u64,
+            reason = %error,
+            "webhook delivery failed; retrying"
+        );
         let retry_at = rfc3339(now + wait);
         let due = self.inner.clock.monotonic().saturating_add(wait);
         let now = rfc3339(now);
@@ -430,6 +483,14 @@ impl Kernel {
     /// claim finds the budget spent).
     async fn exhaust(&self, d: Dispatch, error: Option<String>) -> KernelResult<()> {
         let _guard = self.lock_execution(&d.execution_id).await?;
+        tracing::error!(
+            execution_id = %d.execution_id,
+            dispatch_id = %d.id,
+            attempt = d.attempt,
+            max_attempts = d.max_attempts,
+            reason = error.as_deref().unwrap_or("no attempt left"),
+            "dispatch exhausted: the execution fails with dispatch_exhausted"
+        );
         let now = self.now_text();
         let max_attempts = self.inner.config.dispatch_max_attempts;
         let ending = self
@@ -563,7 +624,7 @@ impl Kernel {
         }
         let now = self.now_text();
         let kernel = self.clone();
-        let ended: Ended = self
+        let ended: Vec<(String, u32, String)> = self
             .inner
             .store
             .write(move |tx| {
@@ -589,11 +650,20 @@ impl Kernel {
                     cur.locked_at = None;
                     cur.updated_at = now.clone();
                     tx.put_dispatch(&cur)?;
-                    ended.push((cur.id, cur.attempt));
+                    ended.push((cur.id, cur.attempt, cur.execution_id));
                 }
                 Ok(ended)
             })
             .await?;
+        for (dispatch_id, attempt, execution_id) in &ended {
+            tracing::warn!(
+                execution_id,
+                dispatch_id,
+                attempt,
+                "lease expired: the dispatch returns to the queue"
+            );
+        }
+        let ended: Ended = ended.into_iter().map(|(id, a, _)| (id, a)).collect();
         self.forget_attempts(&ended);
         let n = ended.len();
         for _ in 0..n {

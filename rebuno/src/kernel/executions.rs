@@ -380,6 +380,10 @@ impl Kernel {
             spawned_by: None,
             state: None,
             policy_bundle: String::new(),
+            // The trace of the request (or the work) creating it; see `crate::telemetry`.
+            trace_parent: crate::telemetry::current()
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
         }
     }
 
@@ -388,6 +392,13 @@ impl Kernel {
     /// replicas').
     pub(super) fn announce_started(&self, exec: &Execution) {
         Metrics::inc(&self.inner.metrics.executions_created);
+        tracing::info!(
+            execution_id = %exec.id,
+            agent_id = %exec.agent_id,
+            status = exec.status.as_str(),
+            forked_from = %exec.forked_from,
+            "execution created"
+        );
         if exec.status == ExecutionStatus::Running {
             self.inner.queued.notify_one();
             self.announce_dispatch();
@@ -459,6 +470,11 @@ impl Kernel {
                 Ok(Ok(cancel_in_tx(tx, exec, &now, max_attempts)?))
             })
             .await??;
+        tracing::info!(
+            execution_id,
+            cancelled = ending.executions.len(),
+            "execution cancelled"
+        );
         self.after_ending(ending);
         Ok(())
     }
@@ -494,6 +510,28 @@ impl Kernel {
     }
 
     async fn finish(&self, id: &str, lease: &Lease, outcome: Outcome) -> KernelResult<()> {
+        let out = self.finish_inner(id, lease, outcome).await;
+        match &out {
+            Ok(status) => tracing::info!(
+                execution_id = id,
+                dispatch_id = %lease.dispatch_id,
+                status = status.as_str(),
+                "execution ended"
+            ),
+            Err(e) => {
+                super::traced::note_superseded(&out, "finish_execution", id, lease);
+                tracing::debug!(execution_id = id, error = %e, "ending the execution refused");
+            }
+        }
+        out.map(drop)
+    }
+
+    async fn finish_inner(
+        &self,
+        id: &str,
+        lease: &Lease,
+        outcome: Outcome,
+    ) -> KernelResult<ExecutionStatus> {
         let _guard = self.lock_execution(id).await?;
         let (id, lease) = (id.to_owned(), lease.clone());
         let now = self.now_text();
@@ -549,7 +587,7 @@ impl Kernel {
             })
             .await??;
         self.after_ending(ending);
-        Ok(())
+        Ok(status)
     }
 
     /// After a transaction that ended executions committed: drops the retired attempts'
@@ -572,6 +610,12 @@ impl Kernel {
     /// decided to reclaim before the renewal sees it in its transaction and keeps the lease;
     /// one that committed first has ended the attempt, and the renewal then changes nothing.
     pub async fn heartbeat(&self, id: &str, lease: &Lease) -> KernelResult<()> {
+        let out = self.renew_lease(id, lease).await;
+        super::traced::note_superseded(&out, "heartbeat", id, lease);
+        out
+    }
+
+    async fn renew_lease(&self, id: &str, lease: &Lease) -> KernelResult<()> {
         let (exec_id, l) = (id.to_owned(), lease.clone());
         if self.shared() {
             // The renewal is in the database, where every replica's reaper reads it.

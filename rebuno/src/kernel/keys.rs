@@ -139,6 +139,8 @@ impl Kernel {
                 Ok(Ok(()))
             })
             .await??;
+        // Never the secret.
+        tracing::info!(key_id = %key.id, name = %key.name, subject = %key.subject, "API key created");
         Ok(CreatedApiKey {
             api_key: key,
             secret,
@@ -187,6 +189,9 @@ impl Kernel {
                 }
             })
             .await?;
+        if found.is_some() {
+            tracing::info!(key_id = id, "API key revoked");
+        }
         found.ok_or_else(KernelError::not_found)
     }
 

@@ -15,9 +15,15 @@
 //! (paged reads of every list), `agents` (registration and policy bundles), `keys` (API keys
 //! and the principal a bearer token authenticates as), `sessions` (turns of a conversation:
 //! one open at a time, the state handed to the next), `metrics` (the
-//! store figures of `/metrics`), `stream` (live output deltas, best effort, never persisted),
+//! store figures of `/metrics`), `histograms` (this kernel's latency histograms), `stream` (live output deltas, best effort, never persisted),
 //! `volatile` (the in-process maps and their bounds), `supervise` (restarting a background
 //! loop that panicked) and `sweep` (the periodic loops and the sweeps over due rows).
+//!
+//! Logs and spans (see [`crate::telemetry`]): each step decision is a `rebuno.step.decide` span
+//! and each webhook delivery a `rebuno.dispatch.deliver` span, with the execution, dispatch and
+//! step ids as fields. Per-step events are `debug`; lifecycle events (deliveries, approvals,
+//! policy denials, reclaims) `info`; retries, exhaustion, lease supersession and store errors
+//! `warn` or `error`. No secret (an agent's, a token) is ever a field.
 
 mod agents;
 mod approvals;
@@ -26,6 +32,7 @@ mod dispatcher;
 mod embedded;
 mod executions;
 mod forks;
+mod histograms;
 mod keys;
 mod listing;
 mod metrics;
@@ -37,11 +44,16 @@ mod stream;
 mod subagents;
 mod supervise;
 mod sweep;
+mod traced;
 mod volatile;
 
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};
 pub use embedded::{EMBEDDED_SCHEME, EmbeddedDeliverer, EmbeddedHandler};
 pub use executions::Started;
+pub use histograms::{
+    DISPATCH_DELIVERY_DURATION, HTTP_REQUEST_DURATION, Histograms, STEP_DECISION_DURATION,
+    STORE_COMMIT_DURATION, STORE_SYNC_DURATION,
+};
 pub use keys::KEYS_PAGE_LIMIT;
 pub use listing::{
     ARRAY_DEFAULT_LIMIT, ARRAY_MAX_LIMIT, EVENTS_DEFAULT_LIMIT, EVENTS_MAX_LIMIT,
@@ -131,6 +143,7 @@ impl KernelError {
 
 impl From<StoreError> for KernelError {
     fn from(e: StoreError) -> Self {
+        tracing::warn!(error = %e, "a store operation failed");
         KernelError::internal(e)
     }
 }
@@ -333,6 +346,8 @@ pub(crate) struct Inner {
     pub(crate) limiter: Arc<dyn RateLimiter>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) metrics: Metrics,
+    /// Latency histograms (this kernel's own recorder).
+    pub(crate) histograms: Histograms,
     volatile: volatile::Volatile,
     /// Deliveries in progress, by agent (the dispatcher's fairness).
     pub(crate) deliveries: dispatcher::Deliveries,
@@ -413,8 +428,17 @@ impl KernelBuilder {
             .limiter
             .or_else(|| self.store.rate_limiter())
             .unwrap_or_else(|| Arc::new(MemoryRateLimiter::new(Arc::clone(&self.clock))));
+        let histograms = Histograms::default();
+        if let Some(timings) = self.store.timings() {
+            let backend = ::metrics::Label::new("backend", self.store.backend());
+            timings.connect(
+                histograms.handle(STORE_COMMIT_DURATION, vec![backend.clone()]),
+                histograms.handle(STORE_SYNC_DURATION, vec![backend]),
+            );
+        }
         let kernel = Kernel {
             inner: Arc::new(Inner {
+                histograms,
                 store: self.store,
                 policy: PolicyEngine::new(self.config.missing_bundle),
                 config: self.config,
@@ -517,6 +541,11 @@ impl Kernel {
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// The latency histograms (see `histograms`), which `/metrics` renders after the counters.
+    pub fn histograms(&self) -> &Histograms {
+        &self.inner.histograms
     }
 
     pub(crate) fn now(&self) -> SystemTime {

@@ -127,10 +127,8 @@ fn answer_from_record(
 }
 
 impl Kernel {
-    /// Submits a step for the leased dispatch of execution `execution_id` and answers the
-    /// decision (`proceed`, `replay`, `denied`, `blocked`, `execution_blocked`,
-    /// `rate_limited`, `execution_terminal`).
-    pub async fn submit_step(
+    /// [`Kernel::submit_step`] without its span, timing and logs (see `traced`).
+    pub(super) async fn decide_step(
         &self,
         execution_id: &str,
         lease: &Lease,
@@ -700,7 +698,8 @@ impl Kernel {
             .await
     }
 
-    async fn finish_step(
+    /// The outcome of a step (see `traced`, which wraps it in its span).
+    pub(super) async fn record_step_outcome(
         &self,
         execution_id: &str,
         step_id: &str,

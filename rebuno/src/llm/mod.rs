@@ -291,6 +291,18 @@ impl LlmHttp {
         let Some((model, args)) = llm_call(&req) else {
             return self.pass_through(req).await;
         };
+        let span = crate::agent::observe::llm_span(&model, req.url(), ctx.execution_id());
+        tracing::Instrument::instrument(self.exchange_step(ctx, model, args, req), span).await
+    }
+
+    /// [`LlmHttp::exchange`] of a request that is an `llm_call` step of `ctx`'s execution.
+    async fn exchange_step(
+        &self,
+        ctx: ExecutionContext,
+        model: String,
+        args: Value,
+        req: Request,
+    ) -> Result<Exchange> {
         let submitted = ctx
             .submit(
                 StepKind::LlmCall,
@@ -304,7 +316,10 @@ impl LlmHttp {
             Ok(Submitted::Replay {
                 outcome: Ok(record),
                 ..
-            }) => Ok(Exchange::Response(response_from_record(&record, &url))),
+            }) => {
+                crate::agent::observe::llm_usage(&record);
+                Ok(Exchange::Response(response_from_record(&record, &url)))
+            }
             Ok(Submitted::Replay {
                 outcome: Err(error),
                 ..
@@ -355,6 +370,7 @@ impl LlmHttp {
             String::from_utf8_lossy(&bytes).into_owned(),
         );
         let recorded = ctx.complete(&step_id, record).await?;
+        crate::agent::observe::llm_usage(&recorded);
         Ok(response_from_record(&recorded, &url))
     }
 }

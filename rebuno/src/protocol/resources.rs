@@ -82,6 +82,11 @@ pub struct Execution {
     /// (given to a fork); omitted when empty (the agent's bundle decides).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub policy_bundle: String,
+    /// The W3C `traceparent` of the trace the execution belongs to (see
+    /// [`crate::telemetry`]), recorded when it was created; empty when none. Every delivery of
+    /// the execution continues that trace. Kept by the kernel, never on the wire.
+    #[serde(skip)]
+    pub trace_parent: String,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -286,6 +286,12 @@ impl Manifest {
                     path: self.path.clone(),
                     reason: format!("agent {:?}: {e}", agent.id),
                 })?;
+            tracing::info!(
+                agent_id = %agent.id,
+                webhook_url = %crate::telemetry::redact_url(&agent.webhook_url),
+                policy = !agent.policy.is_empty(),
+                "agent provisioned from the manifest"
+            );
             out.push(provisioned);
         }
         Ok(out)

@@ -1,5 +1,6 @@
-//! `/metrics`: the kernel's counters ([`crate::kernel::Metrics`]) and two store figures
-//! (executions by status, queue depth) in the Prometheus text exposition format, namespace
+//! `/metrics`: the kernel's counters ([`crate::kernel::Metrics`]), two store figures
+//! (executions by status, queue depth) and the kernel's latency histograms
+//! ([`crate::kernel::Histograms`]) in the Prometheus text exposition format, namespace
 //! `rebuno_`, each family with its `# HELP` and `# TYPE` lines. The store figures come from
 //! [`Kernel::store_figures`]: a scrape never scans a table, they are at most a few seconds old.
 
@@ -153,5 +154,12 @@ pub(crate) async fn render(kernel: &Kernel) -> String {
         &[],
         load(&m.approvals_resolved),
     );
+    // The recorder separates families with blank lines; this exposition has none.
+    for line in kernel.histograms().render().lines() {
+        if !line.is_empty() {
+            t.0.push_str(line);
+            t.0.push('\n');
+        }
+    }
     t.0
 }

@@ -18,6 +18,7 @@
 //!   bodies (`extract`);
 //! * answers: JSON bodies and the `{code, message, details?}` error envelope with the HTTP
 //!   status of its code (`error`), and the metrics text (`metrics`);
+//! * the span and the latency of every request (`observe`);
 //! * the provisioning manifest the binary loads at boot ([`manifest`]).
 //!
 //! The live-stream routes fan deltas out in process: an agent's `POST …/stream` reaches
@@ -43,6 +44,7 @@ mod handlers;
 mod keys;
 pub mod manifest;
 mod metrics;
+mod observe;
 mod resources;
 mod serve;
 
@@ -203,5 +205,9 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
         .route("/v0/health", get(h::health))
         .route("/v0/ready", get(h::ready))
         .route("/metrics", get(h::metrics))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            observe::request,
+        ))
         .with_state(state)
 }

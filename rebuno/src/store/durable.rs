@@ -22,6 +22,8 @@ pub(super) struct Durable {
     pub(super) synced: watch::Sender<u64>,
     /// A sync failed: nothing answered since is known durable, so the store refuses to go on.
     pub(super) failed: AtomicBool,
+    /// Where each sync's latency goes.
+    pub(super) timings: super::StoreTimings,
 }
 
 impl Durable {
@@ -132,8 +134,11 @@ fn sync_then_answer(
     before_answers: impl FnOnce(),
 ) {
     let upto = batch.iter().map(|(seq, _)| *seq).max().unwrap_or(0);
+    let started = std::time::Instant::now();
     let synced = wal.sync_data();
-    if synced.is_err() {
+    durable.timings.sync(started.elapsed());
+    if let Err(e) = &synced {
+        tracing::error!(error = %e, "syncing the kernel database's write-ahead log failed; the store refuses every request from now on");
         durable.failed.store(true, Ordering::SeqCst);
     }
     durable.synced.send_modify(|s| *s = (*s).max(upto));

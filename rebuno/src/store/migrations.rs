@@ -4,6 +4,7 @@
 
 use super::{StoreError, StoreResult};
 use durable_support::sqlite_tenancy::REBUNO;
+use crate::telemetry::MIGRATIONS_TARGET;
 use rusqlite::Connection;
 use std::path::Path;
 
@@ -250,6 +251,11 @@ CREATE TABLE resource_checkpoints (
     recorded_at TEXT NOT NULL
 );
 CREATE INDEX resource_checkpoints_resource ON resource_checkpoints (execution_id, key, seq);
+",
+// 12: the W3C `traceparent` of the trace an execution belongs to (empty: none), so that every
+// delivery of it continues the trace of its create.
+"
+ALTER TABLE executions ADD COLUMN trace_parent TEXT NOT NULL DEFAULT '';
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {
@@ -278,8 +284,27 @@ pub(super) fn migrate(conn: &Connection, label: &Path) -> StoreResult<()> {
                 ),
             ));
         }
-        for sql in MIGRATIONS.iter().skip(version) {
+        let pending = MIGRATIONS.len() - version;
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
             conn.execute_batch(sql)?;
+            tracing::debug!(
+                target: MIGRATIONS_TARGET,
+                backend = "sqlite",
+                version = i + 1,
+                applied = i + 1 - version,
+                pending,
+                "schema migration applied"
+            );
+        }
+        if pending > 0 {
+            tracing::info!(
+                target: MIGRATIONS_TARGET,
+                backend = "sqlite",
+                database = %label.display(),
+                from = version,
+                to = MIGRATIONS.len(),
+                "schema migrated"
+            );
         }
         if version < MIGRATIONS.len() {
             let latest = i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX);

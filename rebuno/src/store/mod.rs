@@ -19,6 +19,9 @@
 //! Listings are paged ([`Page`]): at most a page size of rows and about [`PAGE_MAX_BYTES`] of
 //! data per call, with a cursor to continue; a stored row that does not decode is skipped (and
 //! logged) rather than failing the whole listing.
+//!
+//! Stores that measure their commits (and syncs) report them through [`StoreTimings`] into the
+//! histograms of the kernel built over them (`timing`).
 
 #[cfg(feature = "sqlite")]
 mod durable;
@@ -35,6 +38,7 @@ mod resources;
 mod rows;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod timing;
 #[cfg(feature = "sqlite")]
 mod writer;
 
@@ -43,6 +47,7 @@ pub use postgres::{PgRateLimiter, PgStore};
 pub use resources::{CheckpointRecord, ResourceRecord, ResourceTx};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
+pub use timing::{SLOW_SYNC, StoreTimings};
 
 use crate::protocol::{
     Agent, ApiKey, Approval, Dispatch, DispatchStatus, Event, EventType, Execution,
@@ -467,6 +472,12 @@ pub trait Store: Send + Sync {
     /// A rate limiter whose buckets live in this database, shared by every replica; `None`
     /// keeps the kernel's in-memory limiter.
     fn rate_limiter(&self) -> Option<std::sync::Arc<dyn crate::policy::ratelimit::RateLimiter>> {
+        None
+    }
+
+    /// Where the store records its commit and sync latencies, if it measures them; the
+    /// kernel built over it connects its histograms there.
+    fn timings(&self) -> Option<&StoreTimings> {
         None
     }
 

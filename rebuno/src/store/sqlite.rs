@@ -39,6 +39,8 @@ pub struct SqliteStore {
     readers: Readers,
     /// Commit and sync progress of a file store (`None` in memory).
     durable: Option<Arc<Durable>>,
+    /// Where commit and sync latencies go.
+    timings: super::StoreTimings,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -90,6 +92,10 @@ impl Store for SqliteStore {
         } else {
             "memory"
         }
+    }
+
+    fn timings(&self) -> Option<&super::StoreTimings> {
+        Some(&self.timings)
     }
 }
 
@@ -212,10 +218,10 @@ impl Tx for SqliteTx<'_> {
         // `ended_at` is set once, by the update that makes the execution terminal, and never
         // moves afterwards: retention counts from it.
         self.exec(
-            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key, on_behalf_of, subject_groups, session, parent_execution_id, forked_from, fork_seq, restoration, spawned_by_execution, spawned_by_step, state, policy_bundle)
+            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key, on_behalf_of, subject_groups, session, parent_execution_id, forked_from, fork_seq, restoration, spawned_by_execution, spawned_by_step, state, policy_bundle, trace_parent)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
                CASE WHEN ?5 IN ('completed', 'failed', 'cancelled') THEN ?9 END, ?11, NULLIF(?12, ''), ?13, ?14,
-               ?15, NULLIF(?16, ''), NULLIF(?17, ''), ?18, ?19, ?20, ?21, ?22, ?23)
+               ?15, NULLIF(?16, ''), NULLIF(?17, ''), ?18, ?19, ?20, ?21, ?22, ?23, ?24)
              ON CONFLICT (id) DO UPDATE SET agent_version = excluded.agent_version, input = excluded.input,
                status = excluded.status, output = excluded.output, failure_reason = excluded.failure_reason,
                updated_at = excluded.updated_at, deadline_at = excluded.deadline_at,
@@ -245,7 +251,8 @@ impl Tx for SqliteTx<'_> {
                 e.spawned_by.as_ref().map(|s| s.execution_id.as_str()),
                 e.spawned_by.as_ref().map(|s| s.step_id.as_str()),
                 json_in(&e.state),
-                e.policy_bundle
+                e.policy_bundle,
+                e.trace_parent
             ],
         )?;
         Ok(())

@@ -14,7 +14,7 @@ use super::durable::{Answers, Durable, Reply, Syncer};
 use super::handoff::{InFlight, next_job};
 use super::readers::{Conn, ConnFn, ReadReply, lock};
 use super::sqlite::SqliteTx;
-use super::{StoreError, StoreResult, TxFn};
+use super::{StoreError, StoreResult, StoreTimings, TxFn};
 use durable_support::group_commit;
 use rusqlite::Connection;
 use std::any::Any;
@@ -74,13 +74,18 @@ impl IdleWriter {
 
 impl Writer {
     /// Starts the writer thread on `conn`, syncing through `sync` (a file store) or not.
-    pub(super) fn start(conn: Conn, sync: Option<Syncer>) -> StoreResult<Writer> {
+    /// Each group commit's latency goes to `timings`.
+    pub(super) fn start(
+        conn: Conn,
+        sync: Option<Syncer>,
+        timings: StoreTimings,
+    ) -> StoreResult<Writer> {
         let (jobs, rx) = mpsc::channel::<Job>();
         let idle = Arc::new(AtomicBool::new(false));
         let waiting = Arc::clone(&idle);
         std::thread::Builder::new()
             .name("rebuno-store-writer".into())
-            .spawn(move || writer_loop(conn, rx, sync, &waiting))
+            .spawn(move || writer_loop(conn, rx, sync, &waiting, &timings))
             .map_err(|e| StoreError::Database(format!("cannot start writer thread: {e}")))?;
         Ok(Writer {
             jobs,
@@ -120,7 +125,13 @@ fn next_write(rx: &mpsc::Receiver<Job>, conn: &Conn) -> Option<(TxFn, Reply)> {
     }
 }
 
-fn writer_loop(conn: Conn, rx: mpsc::Receiver<Job>, sync: Option<Syncer>, idle: &AtomicBool) {
+fn writer_loop(
+    conn: Conn,
+    rx: mpsc::Receiver<Job>,
+    sync: Option<Syncer>,
+    idle: &AtomicBool,
+    timings: &StoreTimings,
+) {
     let mut carried = None;
     // Spin only after a lone job: under load the writes come in groups, and the cores are
     // better spent producing them.
@@ -166,10 +177,12 @@ fn writer_loop(conn: Conn, rx: mpsc::Receiver<Job>, sync: Option<Syncer>, idle: 
             }
             continue;
         }
+        let started = std::time::Instant::now();
         let answers = match &conn {
             Conn::Own(c) => run_group(c, jobs, sync.as_ref().map(|s| &*s.durable)),
             Conn::Shared(m) => run_group(&lock(m), jobs, None),
         };
+        timings.commit(started.elapsed());
         match (&sync, answers) {
             (Some(sync), (Some(seq), answers)) => {
                 carried = next_write(&rx, &conn);

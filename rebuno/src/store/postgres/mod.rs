@@ -56,7 +56,9 @@ mod tx;
 
 pub use limiter::PgRateLimiter;
 
-use super::{Store, StoreError, StoreLock, StoreMessage, StoreResult, TxFn, channels};
+use super::{
+    Store, StoreError, StoreLock, StoreMessage, StoreResult, StoreTimings, TxFn, channels,
+};
 use async_trait::async_trait;
 use durable_support::pg::postgres::types::Type;
 use durable_support::pg::{Heard, Listener, PgError, PgOptions, PgPool, Pooled, advisory_key};
@@ -90,6 +92,8 @@ pub struct PgStore {
     messages: broadcast::Sender<StoreMessage>,
     /// The LISTEN thread; dropping it stops the thread.
     _listener: Listener,
+    /// Where write transaction latencies go.
+    timings: StoreTimings,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -115,11 +119,32 @@ impl PgStore {
 
     fn connect_blocking(options: &PgOptions) -> StoreResult<PgStore> {
         let pool = PgPool::connect(options)?;
-        pool.migrate(
+        use crate::telemetry::MIGRATIONS_TARGET;
+        let mut ran = 0;
+        pool.migrate_with(
             schema::MIGRATE_LOCK,
             schema::MIGRATIONS_TABLE,
             schema::MIGRATIONS,
+            |version, applied, pending| {
+                ran = pending;
+                tracing::debug!(
+                    target: MIGRATIONS_TARGET,
+                    backend = "postgres",
+                    version,
+                    applied,
+                    pending,
+                    "schema migration applied"
+                );
+            },
         )?;
+        if ran > 0 {
+            tracing::info!(
+                target: MIGRATIONS_TARGET,
+                backend = "postgres",
+                applied = ran,
+                "schema migrated"
+            );
+        }
         let locks = PgPool::connect(options)?;
         let (messages, _) = broadcast::channel(MESSAGE_BUFFER);
         let feed = messages.clone();
@@ -148,6 +173,7 @@ impl PgStore {
             lock_prefix,
             messages,
             _listener: listener,
+            timings: StoreTimings::default(),
         })
     }
 
@@ -178,10 +204,13 @@ fn run(
 #[async_trait]
 impl Store for PgStore {
     async fn write_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
-        let pool = self.pool.clone();
+        let (pool, timings) = (self.pool.clone(), self.timings.clone());
         joined(
             tokio::task::spawn_blocking(move || {
-                pool.transaction_with(|tx, st| run(tx, st, true, f))
+                let started = std::time::Instant::now();
+                let out = pool.transaction_with(|tx, st| run(tx, st, true, f));
+                timings.commit(started.elapsed());
+                out
             })
             .await,
         )
@@ -207,6 +236,10 @@ impl Store for PgStore {
 
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    fn timings(&self) -> Option<&StoreTimings> {
+        Some(&self.timings)
     }
 
     fn shared(&self) -> bool {

@@ -261,4 +261,12 @@ CREATE TABLE resource_checkpoints (
 CREATE INDEX resource_checkpoints_resource ON resource_checkpoints (execution_id, key, seq);
 "#,
     ),
+    (
+        9,
+        r#"
+-- The W3C traceparent of the trace an execution belongs to (empty: none), so that every
+-- delivery of it continues the trace of its create.
+ALTER TABLE executions ADD COLUMN trace_parent text NOT NULL DEFAULT '';
+"#,
+    ),
 ];

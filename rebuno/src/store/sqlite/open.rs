@@ -6,7 +6,7 @@ use super::super::migrations::{db_err, migrate};
 use super::super::readers::{Conn, ConnFn, Readers};
 use super::super::writer::Writer;
 use super::{SqliteStore, SqliteTx};
-use crate::store::{StoreError, StoreResult, TxFn};
+use crate::store::{StoreError, StoreResult, StoreTimings, TxFn};
 use rusqlite::Connection;
 use std::any::Any;
 use std::path::Path;
@@ -46,10 +46,15 @@ impl SqliteStore {
             .write(true)
             .open(wal_path(path))
             .ok();
+        let timings = StoreTimings::default();
         let sync = match wal {
             Some(wal) => {
                 writer.pragma_update(None, "synchronous", "NORMAL")?;
-                Some(Syncer::start(wal, Arc::new(Durable::default()))?)
+                let durable = Durable {
+                    timings: timings.clone(),
+                    ..Durable::default()
+                };
+                Some(Syncer::start(wal, Arc::new(durable))?)
             }
             None => None,
         };
@@ -61,12 +66,13 @@ impl SqliteStore {
             conns.push(Conn::Own(reader));
         }
         let durable = sync.as_ref().map(|s| Arc::clone(&s.durable));
-        let writer = Writer::start(Conn::Own(writer), sync)?;
+        let writer = Writer::start(Conn::Own(writer), sync, timings.clone())?;
         Ok(SqliteStore {
             path: Some(path.to_owned()),
             readers: Readers::start(writer.idle_handle(), conns)?,
             writer,
             durable,
+            timings,
         })
     }
 
@@ -77,12 +83,14 @@ impl SqliteStore {
         migrate(&conn, Path::new(":memory:"))?;
         // One connection serves both threads: each locks it for a group or a read.
         let shared = Arc::new(Mutex::new(conn));
-        let writer = Writer::start(Conn::Shared(Arc::clone(&shared)), None)?;
+        let timings = StoreTimings::default();
+        let writer = Writer::start(Conn::Shared(Arc::clone(&shared)), None, timings.clone())?;
         Ok(SqliteStore {
             path: None,
             readers: Readers::start(writer.idle_handle(), vec![Conn::Shared(shared)])?,
             writer,
             durable: None,
+            timings,
         })
     }
 

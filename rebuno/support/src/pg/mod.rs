@@ -518,10 +518,22 @@ impl PgPool {
         table: &str,
         migrations: &[(i32, &str)],
     ) -> Result<(), PgError> {
+        self.migrate_with(lock_name, table, migrations, |_, _, _| {})
+    }
+
+    /// [`PgPool::migrate`], calling `applied(version, n, pending)` after each migration it
+    /// applies: the `n`th of the `pending` ones this run applies (progress reports).
+    pub fn migrate_with(
+        &self,
+        lock_name: &str,
+        table: &str,
+        migrations: &[(i32, &str)],
+        mut applied: impl FnMut(i32, usize, usize),
+    ) -> Result<(), PgError> {
         let mut client = self.open()?;
         let key = advisory_key(lock_name);
         client.execute("SELECT pg_advisory_lock($1)", &[&key])?;
-        let applied = (|| -> Result<(), PgError> {
+        let outcome = (|| -> Result<(), PgError> {
             client.batch_execute(&format!(
                 "CREATE TABLE IF NOT EXISTS {table} (version integer PRIMARY KEY, \
                  applied_at timestamptz NOT NULL DEFAULT now())"
@@ -531,10 +543,16 @@ impl PgPool {
                 .iter()
                 .map(|r| r.get(0))
                 .collect();
+            let pending = migrations
+                .iter()
+                .filter(|(version, _)| !done.contains(version))
+                .count();
+            let mut n = 0;
             for (version, sql) in migrations {
                 if done.contains(version) {
                     continue;
                 }
+                n += 1;
                 let mut tx = client.transaction()?;
                 tx.batch_execute(sql)?;
                 tx.execute(
@@ -542,12 +560,13 @@ impl PgPool {
                     &[version],
                 )?;
                 tx.commit()?;
+                applied(*version, n, pending);
             }
             Ok(())
         })();
         // Closing the session releases the lock even if the unlock is never answered.
         let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&key]);
-        applied
+        outcome
     }
 }
 

@@ -1,0 +1,136 @@
+//! The agent SDK's spans, logs and metrics.
+//!
+//! Spans: `rebuno.agent.handle` for each handler run (one delivery: execution, dispatch,
+//! attempt, agent, outcome), continuing the trace of the delivery's `traceparent`;
+//! `rebuno.tool` / `rebuno.step` for each tool call and recorded local step (target, step id,
+//! whether it ran or replayed); `rebuno.llm` for each intercepted LLM call, with the GenAI
+//! semantic-convention attributes (`gen_ai.operation.name`, `gen_ai.system`,
+//! `gen_ai.request.model`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`; the
+//! usage of a streamed answer is recorded on its step, not on the span). The effect spans are
+//! at `debug` (one per step); the span exporter takes rebuno's spans at `debug`.
+//!
+//! Metrics, through the `metrics` facade (recorded by whatever recorder the agent's process
+//! installs; none by default): `rebuno_sdk_handler_duration_seconds{agent, outcome}` (a
+//! histogram: each handler run, `outcome` = `completed`, `failed`, `suspended` or `skipped`)
+//! and `rebuno_sdk_effects_total{kind, outcome}` (a counter: each effect decision,
+//! `executed`, `replayed` or `refused`).
+
+use super::context::EffectOutcome;
+use crate::protocol::{StepDecision, StepKind};
+use std::time::Duration;
+use tracing::field::Empty;
+
+/// Handler runs, by agent and outcome.
+pub const SDK_HANDLER_DURATION: &str = "rebuno_sdk_handler_duration_seconds";
+/// Effect decisions, by step kind and outcome.
+pub const SDK_EFFECTS: &str = "rebuno_sdk_effects_total";
+
+/// A step kind as a label (the three the SDK submits, else `other`).
+fn kind_label(kind: &StepKind) -> &'static str {
+    match kind {
+        StepKind::ToolCall => "tool_call",
+        StepKind::LlmCall => "llm_call",
+        StepKind::Local => "local",
+        StepKind::Other(_) => "other",
+    }
+}
+
+/// The span of one tool call (`tool_call`) or recorded step (any other kind) of `execution_id`.
+pub(crate) fn effect_span(kind: &StepKind, target: &str, execution_id: &str) -> tracing::Span {
+    match kind {
+        StepKind::ToolCall => tracing::debug_span!(
+            "rebuno.tool",
+            otel.name = %format_args!("tool {target}"),
+            tool.name = target,
+            execution_id,
+            step_id = Empty,
+            outcome = Empty,
+        ),
+        _ => tracing::debug_span!(
+            "rebuno.step",
+            otel.name = %format_args!("step {target}"),
+            step.kind = kind_label(kind),
+            step.target = target,
+            execution_id,
+            step_id = Empty,
+            outcome = Empty,
+        ),
+    }
+}
+
+/// The span of one intercepted LLM call of `execution_id` to `model` at `url`.
+pub(crate) fn llm_span(model: &str, url: &reqwest::Url, execution_id: &str) -> tracing::Span {
+    tracing::debug_span!(
+        "rebuno.llm",
+        otel.name = %format_args!("chat {model}"),
+        otel.kind = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.system = gen_ai_system(url),
+        gen_ai.request.model = model,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        execution_id,
+        step_id = Empty,
+        outcome = Empty,
+    )
+}
+
+/// The GenAI `gen_ai.system` of a provider URL: `anthropic` for its Messages API, else
+/// `openai` for the OpenAI-compatible APIs this SDK records.
+fn gen_ai_system(url: &reqwest::Url) -> &'static str {
+    let host = url.host_str().unwrap_or("");
+    if host.contains("anthropic") || url.path().ends_with("/messages") {
+        "anthropic"
+    } else {
+        "openai"
+    }
+}
+
+/// Records the token usage of a recorded LLM response on the current span.
+pub(crate) fn llm_usage(record: &serde_json::Value) {
+    if let Some((input, output)) = crate::llm::token_usage(record) {
+        let span = tracing::Span::current();
+        span.record("gen_ai.usage.input_tokens", input);
+        span.record("gen_ai.usage.output_tokens", output);
+    }
+}
+
+/// One effect decision: counted, noted on the current effect span, logged at `debug`.
+pub(crate) fn effect(kind: &StepKind, target: &str, dec: &StepDecision, outcome: EffectOutcome) {
+    let outcome = match outcome {
+        EffectOutcome::Ran => "executed",
+        EffectOutcome::Replayed => "replayed",
+        EffectOutcome::Refused => "refused",
+    };
+    metrics::counter!(SDK_EFFECTS, "kind" => kind_label(kind), "outcome" => outcome).increment(1);
+    let span = tracing::Span::current();
+    span.record("outcome", outcome);
+    let step_id = dec.step_id.as_deref().unwrap_or("");
+    if !step_id.is_empty() {
+        span.record("step_id", step_id);
+    }
+    tracing::debug!(
+        step.kind = kind.as_str(),
+        step.target = target,
+        step_id,
+        decision = dec.decision.as_str(),
+        outcome,
+        "effect decided"
+    );
+}
+
+/// One handler run ended with `outcome` after `elapsed`.
+pub(crate) fn handler_ended(agent_id: &str, outcome: &'static str, elapsed: Duration) {
+    tracing::Span::current().record("outcome", outcome);
+    metrics::histogram!(
+        SDK_HANDLER_DURATION,
+        "agent" => agent_id.to_owned(),
+        "outcome" => outcome
+    )
+    .record(elapsed.as_secs_f64());
+    tracing::info!(
+        outcome,
+        elapsed_ms = elapsed.as_millis() as u64,
+        "handler finished"
+    );
+}

@@ -3,8 +3,8 @@
 //! the kernel shares).
 
 use super::{StoreError, StoreResult};
-use durable_support::sqlite_tenancy::REBUNO;
 use crate::telemetry::MIGRATIONS_TARGET;
+use durable_support::sqlite_tenancy::REBUNO;
 use rusqlite::Connection;
 use std::path::Path;
 

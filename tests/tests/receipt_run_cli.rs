@@ -255,7 +255,7 @@ fn run_refuses_a_missing_problem_and_an_unknown_agent() {
     );
     assert_eq!(
         error(&cli.run(&["run", "nope", "--problem", "x"])),
-        "unknown agent 'nope' (registered: assistant-tool, hello-agent, human-loop, merge)"
+        "unknown agent 'nope' (registered: assistant-tool, hello-agent, human-loop, merge, remote-notify)"
     );
     assert!(!cli.db.exists(), "a refused run writes nothing");
 }

@@ -192,7 +192,7 @@ impl RemoteDispatcher for KernelDispatcher {
     /// Finds the call's execution by its idempotency key (a create that repeats the call's
     /// answers the existing execution) and cancels it. Called when the controller's own
     /// timeout dropped the wait; a kernel that cannot be reached within
-    /// [`CANCEL_LOOKUP_TIMEOUT`] leaves the execution as it is.
+    /// 5 s leaves the execution as it is.
     async fn cancel(&self, call: &RemoteCall) -> Result<()> {
         let deadline = Instant::now() + CANCEL_LOOKUP_TIMEOUT;
         if let Ok(Some(exec)) = self.start(call, deadline).await {

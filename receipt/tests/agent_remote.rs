@@ -318,20 +318,49 @@ async fn a_refusal_fails_the_action_and_the_run() {
 async fn target_groups_route_calls_and_unknown_groups_are_refused() {
     let s = setup("1.0.0");
     seed(&s.runtime, STREAM, "charge it").await;
-    // Only the `payments` group is served: `summarize` (default group) has nowhere to go.
+    // Only the `payments` group is served: `summarize` (default group) has nowhere to go, and
+    // the run is refused before anything is written.
     let dispatcher = InProcessDispatcher::empty().serve("payments", Arc::clone(&s.worker));
     let controller = Controller::new(Arc::clone(&s.runtime), Arc::new(remote_spec("1.0.0")))
         .dispatcher(Arc::new(dispatcher));
     let err = controller.run(RUN_ID, STREAM).await.unwrap_err();
     assert_eq!(
         err.to_string(),
+        "remote action 'summarize' runs in target group 'receipt-chat', which the controller's dispatcher does not serve"
+    );
+    assert_eq!(types(&s.runtime, STREAM).await, ["task.requested"]);
+    // A dispatcher that cannot tell answers yes, and the call itself is refused.
+    let err = InProcessDispatcher::empty()
+        .dispatch(a_call_for("receipt-chat"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
         "no remote worker serves target group 'receipt-chat'"
     );
-    assert_eq!(bodies(&s.runtime, STREAM, "note.added").await.len(), 1);
+    // Both groups served: `charge` in `payments`, `summarize` in the default group.
+    let dispatcher = InProcessDispatcher::empty()
+        .serve("payments", Arc::clone(&s.worker))
+        .serve("receipt-chat", Arc::clone(&s.worker));
+    let controller = Controller::new(Arc::clone(&s.runtime), Arc::new(remote_spec("1.0.0")))
+        .dispatcher(Arc::new(dispatcher));
     assert_eq!(
-        bodies(&s.runtime, STREAM, "action.completed").await.len(),
-        1
+        controller.run(RUN_ID, STREAM).await.unwrap(),
+        RunOutcome::Completed
     );
+}
+
+/// A call for target group `group` (its payload names nothing that exists).
+fn a_call_for(group: &str) -> RemoteCall {
+    let payload: RemotePayload = serde_json::from_value(json!({
+        "agentId": "remote-agent", "agentVersion": "1.0.0", "runId": RUN_ID,
+        "runStream": STREAM, "selectionId": "s", "invocationId": "i", "actionId": "summarize",
+        "kind": "action", "execution": "remote", "index": 0, "claimId": "c",
+        "claimOwnerId": "o", "policyVersion": "runtime-policy-v2",
+        "schedulerPolicyVersion": "scheduler-v2"
+    }))
+    .unwrap();
+    RemoteCall::new(payload, group, 1_000)
 }
 
 #[tokio::test]
@@ -365,6 +394,7 @@ async fn remote_output_is_checked_like_emitted_output() {
         err.to_string(),
         "remote action 'charge' needs a RemoteDispatcher, and the controller has none"
     );
+    assert_eq!(types(&runtime, STREAM).await, ["task.requested"]);
 }
 
 #[tokio::test]

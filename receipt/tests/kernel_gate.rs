@@ -32,3 +32,25 @@ async fn a_rate_limit_delays_the_action() {
 async fn the_same_bundle_decides_a_rebuno_tool() {
     same_bundle_decides_a_rebuno_tool(&embedded().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_governance_for_another_agent_is_refused_before_the_run_starts() {
+    use agent_support::*;
+    use receipt::agent::Controller;
+    use receipt::kernel::KernelGovernance;
+    use std::sync::Arc;
+    let k = embedded().await;
+    let runtime = memory_runtime();
+    seed(&runtime, STREAM, "hi").await;
+    let elsewhere = KernelGovernance::new(k.client.clone(), "billing").policy(DENY_BUNDLE);
+    let err = Controller::new(Arc::clone(&runtime), basic_spec())
+        .governance(Arc::new(elsewhere))
+        .run(RUN_ID, STREAM)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the governance decides through gate agent 'receipt-gate-billing', but agent 'test-agent' is governed by 'receipt-gate-test-agent': make it with KernelGovernance::new(client, \"test-agent\")"
+    );
+    assert_eq!(types(&runtime, STREAM).await, ["task.requested"]);
+}

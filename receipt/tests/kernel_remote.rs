@@ -140,3 +140,47 @@ async fn a_call_past_its_timeout_fails_and_is_cancelled_in_the_kernel() {
     assert!(bodies(&receipts, STREAM, "note.added").await.is_empty());
     rt.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_without_a_worker_on_the_kernel_is_refused_before_the_run_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let rt = rebuno::Runtime::open(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    rt.start();
+    let receipts = Arc::new(Runtime::new(Arc::new(SqliteStore::open(&path).unwrap())));
+    seed(&receipts, STREAM, "charge it").await;
+    let controller = || {
+        controller(
+            &receipts,
+            Payments::in_dir(dir.path()),
+            rt.client(),
+            "a",
+            Duration::from_secs(30),
+            Duration::from_secs(60),
+        )
+    };
+    // No `receipt-worker-<GROUP>` on the kernel yet: refused, nothing written.
+    let err = controller().run(RUN_ID, STREAM).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "remote action 'charge' runs in target group '{GROUP}', which the controller's dispatcher does not serve"
+        )
+    );
+    assert_eq!(types(&receipts, STREAM).await, ["task.requested"]);
+    // Once the worker is registered, the same run commits.
+    let worker = KernelWorker::new(
+        registry("1.0.0", Payments::in_dir(dir.path())),
+        Arc::clone(&receipts),
+    )
+    .group(GROUP);
+    rt.register_with(worker.builder().unwrap()).await.unwrap();
+    Payments::in_dir(dir.path()).release();
+    assert_eq!(
+        controller().run(RUN_ID, STREAM).await.unwrap(),
+        RunOutcome::Completed
+    );
+    rt.shutdown().await;
+}

@@ -1,6 +1,7 @@
 //! `receipt run` end to end, through the `receipt-agents` example binary (the `receipt`
-//! CLI with the four example agents registered): seeding, defaults, the JSON report, exit 2
-//! when a run does not complete, a human action answered with `receipt append`, and errors.
+//! CLI with the five example agents registered): seeding, defaults, the JSON report, exit 2
+//! when a run does not complete, a human action answered with `receipt append`, and errors
+//! (a remote action without `--kernel-url` among them).
 
 mod cargo_build;
 
@@ -258,6 +259,19 @@ fn run_refuses_a_missing_problem_and_an_unknown_agent() {
         "unknown agent 'nope' (registered: assistant-tool, hello-agent, human-loop, merge, remote-notify)"
     );
     assert!(!cli.db.exists(), "a refused run writes nothing");
+}
+
+#[test]
+fn a_remote_action_without_a_kernel_is_refused_before_the_run_is_seeded() {
+    let cli = Cli::new();
+    let args = ["run", "remote-notify", "--problem", "x", "--run-id", "r1"];
+    assert_eq!(
+        error(&cli.run(&args)),
+        "agent 'remote-notify' has a remote action ('notify'), which runs on a worker behind a rebuno kernel: pass --kernel-url <URL> (and serve the action's target group with this binary's `worker` command)"
+    );
+    // Nothing of the run was written: not even its seed.
+    let streams: Value = serde_json::from_str(&cli.ok(&["streams", "--json"])).unwrap();
+    assert_eq!(streams, json!([]), "{streams}");
 }
 
 #[test]

@@ -687,6 +687,16 @@ impl Client {
         }
     }
 
+    /// A registered agent (scope `agents:read`; `404 not_found` if unknown). The answer never
+    /// carries the secret.
+    pub async fn agent(&self, id: &str) -> Result<crate::protocol::Agent> {
+        match &self.backend {
+            Backend::Http(h) => h.get(h.url(&["agents", id])).await,
+            #[cfg(feature = "kernel")]
+            Backend::Embedded(k) => Ok(k.agent(id).await?),
+        }
+    }
+
     // -----------------------------------------------------------------------------------------
     // API keys (scope `admin`: the server's bearer token, or a key holding `admin`).
     // -----------------------------------------------------------------------------------------

@@ -169,9 +169,36 @@ pub enum AgentError {
     /// The remote call did not answer within its timeout.
     #[error("remote action timed out")]
     RemoteTimeout,
-    /// A remote action and no dispatcher to send it through.
+    /// A remote action and no dispatcher to send it through (refused before the pass writes
+    /// anything; see [`AgentError::is_configuration`]).
     #[error("remote action '{0}' needs a RemoteDispatcher, and the controller has none")]
     NoDispatcher(String),
+    /// A remote action whose target group the controller's dispatcher does not serve (refused
+    /// before the pass writes anything).
+    #[error(
+        "remote action '{action}' runs in target group '{group}', which the controller's dispatcher does not serve"
+    )]
+    UnservedGroup {
+        /// The (first) action of the group.
+        action: String,
+        /// The target group.
+        group: String,
+    },
+    /// A run waiting on a policy approval, resumed by a controller without governance (which
+    /// would claim the action without the approval); refused before the pass writes anything.
+    #[error(
+        "action '{action}' of this run waits for policy approval '{approval}', and this controller has no governance: resume the run with the governance that asked for it"
+    )]
+    UngovernedRun {
+        /// The action waiting.
+        action: String,
+        /// The approval it waits for.
+        approval: String,
+    },
+    /// A controller configuration that cannot run the agent (an option out of range, a
+    /// governance for another agent), found before the pass wrote anything.
+    #[error("{0}")]
+    Misconfigured(String),
     /// A call for a function or version this worker does not serve.
     #[error(
         "remote function '{function}' version {version} is not served here (this worker serves receipt.agent.action.execute version 2)"
@@ -222,4 +249,19 @@ pub enum AgentError {
     /// A merge policy with an empty id or version.
     #[error("merge policies need a non-empty id and version")]
     InvalidMergePolicy,
+}
+
+impl AgentError {
+    /// A deployment mistake the controller refuses before a pass writes anything (no
+    /// dispatcher, a target group nobody serves, a governed run without governance, a bad
+    /// option): the run is left as it was, and starts once the configuration is fixed.
+    pub fn is_configuration(&self) -> bool {
+        matches!(
+            self,
+            AgentError::NoDispatcher(_)
+                | AgentError::UnservedGroup { .. }
+                | AgentError::UngovernedRun { .. }
+                | AgentError::Misconfigured(_)
+        )
+    }
 }

@@ -155,4 +155,14 @@ pub trait Governance: Send + Sync {
             decision.approval_id
         )))
     }
+
+    /// Checked before a pass of agent `agent_id`'s controller writes anything: an error (for a
+    /// governance that cannot decide for this agent, [`AgentError::Misconfigured`]) refuses
+    /// the pass, leaving the run as it was. The default accepts every agent.
+    ///
+    /// [`AgentError::Misconfigured`]: super::AgentError::Misconfigured
+    async fn check(&self, agent_id: &str) -> Result<()> {
+        let _ = agent_id;
+        Ok(())
+    }
 }

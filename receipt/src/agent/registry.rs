@@ -37,6 +37,12 @@ pub trait DynAgent: Send + Sync + 'static {
         run_id: &str,
         run_stream: &str,
     ) -> Result<RunOutcome>;
+    /// The checks a controller configured by `options` makes before a pass touches a run
+    /// ([`Controller::check`]): `Ok` when a run may start. The default accepts everything.
+    async fn check(&self, runtime: Arc<Runtime>, options: ControllerOptions) -> Result<()> {
+        let _ = (runtime, options);
+        Ok(())
+    }
     /// Serves one remote call (the re-checks after the registry lookup, then the action).
     async fn execute_remote(
         &self,
@@ -70,6 +76,11 @@ impl<A: AgentTypes> DynAgent for Erased<A> {
     ) -> Result<RunOutcome> {
         Controller::with_options(runtime, Arc::clone(&self.0), options)
             .run(run_id, run_stream)
+            .await
+    }
+    async fn check(&self, runtime: Arc<Runtime>, options: ControllerOptions) -> Result<()> {
+        Controller::with_options(runtime, Arc::clone(&self.0), options)
+            .check()
             .await
     }
     async fn execute_remote(

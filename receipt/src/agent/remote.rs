@@ -133,6 +133,17 @@ pub trait RemoteDispatcher: Send + Sync {
         let _ = call;
         Ok(())
     }
+
+    /// Whether calls for target group `group` can be delivered at all. A controller asks
+    /// before a pass writes anything, once per group its spec's remote actions run in (and
+    /// not again after a `true`): `false` refuses the pass with
+    /// [`AgentError::UnservedGroup`], leaving the run as it was, and an error is returned as
+    /// it is (no receipt is written either way). Answer `true` when it cannot be told (the
+    /// default): the dispatch finds out.
+    async fn serves(&self, group: &str) -> Result<bool> {
+        let _ = group;
+        Ok(true)
+    }
 }
 
 /// Serves [`REMOTE_FUNCTION`] version 2: reloads the spec from the registry by id and runs the
@@ -202,6 +213,10 @@ impl InProcessDispatcher {
 
 #[async_trait]
 impl RemoteDispatcher for InProcessDispatcher {
+    async fn serves(&self, group: &str) -> Result<bool> {
+        Ok(self.any.is_some() || self.groups.contains_key(group))
+    }
+
     async fn dispatch(&self, call: RemoteCall) -> Result<RemoteResult> {
         let worker = self
             .groups

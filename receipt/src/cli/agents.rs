@@ -1,13 +1,14 @@
 //! `receipt new` (scaffold an agent spec from a template) and `receipt run` (run or resume an
-//! agent registered in the binary; its remote actions run in process, or through a rebuno
-//! kernel with `--kernel-url`).
+//! agent registered in the binary; its remote actions run through a rebuno kernel, named by
+//! `--kernel-url`, on the workers of their groups).
 
 use super::db::Db;
 use super::kernel::{GovernArgs, KernelArgs};
 use super::report::{print_json, print_text};
 use super::{CliResult, Failure, fail};
 use crate::Command;
-use crate::agent::{ControllerOptions, InProcessDispatcher, Registry, RemoteWorker, RunOutcome};
+use crate::Error;
+use crate::agent::{AgentError, ControllerOptions, Registry, RunOutcome};
 use crate::receipt::base36;
 use crate::sim::{Clock, EntropySource, OsEntropy, SystemClock};
 use clap::Args;
@@ -51,7 +52,7 @@ pub(super) struct RunArgs {
     #[arg(long, value_name = "N")]
     max_iterations: Option<u32>,
     /// Remote actions go through this rebuno kernel (--kernel-url) to the workers serving
-    /// their groups (`receipt worker`), instead of running in this process
+    /// their groups (`receipt worker`); an agent with remote actions needs it
     #[command(flatten)]
     kernel: KernelArgs,
     /// Every selected action decided first by the kernel, under the agent's policy bundle
@@ -494,24 +495,28 @@ pub(super) async fn run(db: &Db, a: RunArgs, registry: Arc<Registry>) -> CliResu
         .run_stream
         .unwrap_or_else(|| format!("{stream}/runs/{run_id}"));
     let runtime = Arc::new(db.runtime(true).await?);
+    let options = ControllerOptions {
+        dispatcher: a.kernel.dispatcher()?,
+        governance,
+        max_iterations: a.max_iterations,
+        ..ControllerOptions::default()
+    };
+    // Refused before the seed is written: a deployment mistake (a remote action and no
+    // kernel, a group no worker serves) leaves no trace in the run.
+    match agent.check(Arc::clone(&runtime), options.clone()).await {
+        Err(Error::Agent(AgentError::NoDispatcher(action))) => {
+            return fail(format!(
+                "agent '{}' has a remote action ('{action}'), which runs on a worker behind a rebuno kernel: pass --kernel-url <URL> (and serve the action's target group with this binary's `worker` command)",
+                a.agent_id
+            ));
+        }
+        other => other?,
+    }
     if let Some(seed) = agent.seed_type() {
         let command = Command::new(vec![json!({"type": seed, "prompt": problem})])
             .event_id(format!("seed:{run_id}"));
         runtime.execute(&run_stream, command).await?;
     }
-    let dispatcher = match a.kernel.dispatcher()? {
-        Some(through_kernel) => through_kernel,
-        None => Arc::new(InProcessDispatcher::new(Arc::new(RemoteWorker::new(
-            Arc::clone(&registry),
-            Arc::clone(&runtime),
-        )))),
-    };
-    let options = ControllerOptions {
-        dispatcher: Some(dispatcher),
-        governance,
-        max_iterations: a.max_iterations,
-        ..ControllerOptions::default()
-    };
     let outcome = agent
         .run(Arc::clone(&runtime), options, &run_id, &run_stream)
         .await?;

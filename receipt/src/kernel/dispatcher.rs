@@ -169,6 +169,18 @@ impl KernelDispatcher {
 
 #[async_trait]
 impl RemoteDispatcher for KernelDispatcher {
+    /// Whether the kernel knows the group's worker agent ([`worker_agent_id`]): `false` only
+    /// when it answers `404` (no worker registered); a group that cannot name a worker is an
+    /// error; anything else (a key without `agents:read`, a kernel out of reach) is `true`,
+    /// left for the dispatch to find out.
+    async fn serves(&self, group: &str) -> Result<bool> {
+        let agent = worker_agent_id(group).map_err(|e| AgentError::Misconfigured(e.to_string()))?;
+        match self.client.agent(&agent).await {
+            Err(e) if e.is_not_found() => Ok(false),
+            _ => Ok(true),
+        }
+    }
+
     async fn dispatch(&self, call: RemoteCall) -> Result<RemoteResult> {
         let now = Instant::now();
         // A timeout too long to add is no deadline (one far off).

@@ -448,6 +448,20 @@ impl Governance for KernelGovernance {
         }
     }
 
+    /// Refuses an agent whose gate is not this governance's: its bundle would decide
+    /// another agent's actions.
+    async fn check(&self, agent_id: &str) -> Result<()> {
+        let gate = gate_agent_id(agent_id);
+        if gate != self.gate_id {
+            return Err(crate::agent::AgentError::Misconfigured(format!(
+                "the governance decides through gate agent '{}', but agent '{agent_id}' is governed by '{gate}': make it with KernelGovernance::new(client, \"{agent_id}\")",
+                self.gate_id
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
     async fn decide(&self, decision: &ApprovalDecided) -> Result<Option<String>> {
         let rationale = decision.rationale.as_deref().unwrap_or_default();
         let (id, by) = (&decision.approval_id, &decision.decided_by);

@@ -5,6 +5,9 @@
 //! returns and what it would do); one call of [`Controller::run`] is a pass, whose work is split
 //! by concern:
 //!
+//! - `preflight`: the checks made before a pass writes anything (options, dispatcher and
+//!   target groups, governance; a governed run resumed without governance), which refuse
+//!   deployment mistakes without touching the run;
 //! - `pass`: the pass's state and its driving loop (start, select, execute a selection, end);
 //! - `cache`: keeping the pass's run cache in step with the store (reads, verification, appends);
 //! - `claims`: claiming a selection's invocations and requesting human responses;
@@ -61,6 +64,7 @@ mod govern;
 mod invoke;
 mod merge_step;
 mod pass;
+mod preflight;
 mod renew;
 
 use super::control::Terminal;
@@ -73,8 +77,9 @@ use crate::error::{Error, Result};
 use crate::receipt::hex;
 use crate::runtime::Runtime;
 use pass::Pass;
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The default claim lease: 300 000 ms, the lease of the kernel's job system.
@@ -264,6 +269,8 @@ pub struct Controller<A: AgentTypes> {
     opts: ControllerOptions,
     owner_id: String,
     caches: RunCaches<A>,
+    /// Target groups the dispatcher said it serves (not asked again).
+    served: Mutex<HashSet<String>>,
 }
 
 fn default_owner_id(runtime: &Runtime) -> String {
@@ -306,6 +313,7 @@ impl<A: AgentTypes> Controller<A> {
             spec,
             opts,
             owner_id,
+            served: Mutex::new(HashSet::new()),
         }
     }
 
@@ -333,6 +341,7 @@ impl<A: AgentTypes> Controller<A> {
     /// Sets the remote dispatcher.
     pub fn dispatcher(mut self, dispatcher: Arc<dyn RemoteDispatcher>) -> Self {
         self.opts.dispatcher = Some(dispatcher);
+        self.served = Mutex::new(HashSet::new());
         self
     }
     /// Sets the default worker group.
@@ -411,7 +420,15 @@ impl<A: AgentTypes> Controller<A> {
     /// agent's side (an action, a refusal, `max iterations reached (<n>)`) appends `run.failed`
     /// and is returned; a storage error or a corrupt chain is returned without `run.failed`, so
     /// the run can be resumed.
+    ///
+    /// **Deployment mistakes are refused first**, before the pass reads or writes the run: an
+    /// option out of range, a remote action without a dispatcher or in a target group the
+    /// dispatcher does not serve, a governance for another agent, and (once the run is read) a
+    /// run waiting on a policy approval resumed without governance. The error
+    /// ([`AgentError::is_configuration`](super::AgentError::is_configuration)) is returned
+    /// with nothing appended, so the same run starts once the configuration is fixed.
     pub async fn run(&self, run_id: &str, run_stream: &str) -> Result<RunOutcome> {
+        self.check().await?;
         let mut pass = Pass::new(self, run_id, run_stream);
         let result = match pass.drive().await {
             Err(e) if fails_run(&e) => pass.fail(e).await,
@@ -421,6 +438,13 @@ impl<A: AgentTypes> Controller<A> {
             self.caches.keep(&self.runtime, run_stream, pass.cache);
         }
         result
+    }
+
+    /// The checks [`Controller::run`] makes before it touches a run (options, dispatcher and
+    /// target groups, governance), without a run: `Ok` when a pass may start. What a caller
+    /// that writes something of its own first (a seed receipt) asks beforehand.
+    pub async fn check(&self) -> Result<()> {
+        preflight::check_configuration(&self.spec, &self.opts, &self.served).await
     }
 
     /// What the next pass on `run_stream` would do, from the cached fold plus whatever was
@@ -437,6 +461,11 @@ impl<A: AgentTypes> Controller<A> {
 /// Errors that end a run with `run.failed` (errors of the agent's own making); storage trouble
 /// and corrupt chains do not.
 pub(crate) fn fails_run(e: &Error) -> bool {
+    if let Error::Agent(agent) = e
+        && agent.is_configuration()
+    {
+        return false;
+    }
     !matches!(
         e,
         Error::Storage(_)

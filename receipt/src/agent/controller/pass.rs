@@ -175,6 +175,7 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
         if let Some(t) = &self.cache.control.terminal {
             return Ok(terminal_outcome(t));
         }
+        super::preflight::check_run(self)?;
         if !self.cache.control.started {
             let spec = self.spec();
             let body = control::body(

@@ -58,7 +58,7 @@ impl Reducer for OrderFold {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> receipt::Result<()> {
     let runtime = Runtime::new(Arc::new(MemoryStore::new()));
     let stream = "orders/o-1";
 
@@ -141,7 +141,7 @@ async fn main() -> anyhow::Result<()> {
     let mut forged = chain.clone();
     forged[1].set_body(serde_json::to_value(Order::Paid { cents: 1 })?);
     match verify(&forged) {
-        Ok(_) => anyhow::bail!("tampering went unnoticed"),
+        Ok(_) => return Err(receipt::Error::msg("tampering went unnoticed")),
         Err(failure) => println!(
             "tampered copy: verify failed with '{}' at index {}",
             failure.reason, failure.at

@@ -30,7 +30,7 @@ impl Reducer for Progress {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> receipt::Result<()> {
     let path = std::env::var("RECEIPT_DB").unwrap_or_else(|_| ".receipt/quickstart.db".into());
     let runtime = Runtime::new(Arc::new(SqliteStore::open(&path)?));
     let stream = "quickstart/tasks";
@@ -64,7 +64,7 @@ async fn main() -> anyhow::Result<()> {
 
     let (runs, steps) = runtime.fold(stream, &Progress).await?;
     let chain = runtime.read(stream).await?;
-    let verified = verify(&chain).map_err(|f| anyhow::anyhow!("chain invalid: {f}"))?;
+    let verified = verify(&chain).map_err(|f| format!("chain invalid: {f}"))?;
     println!("run #{runs} of {path}: steps {steps:?}");
     println!(
         "{} receipts, head {}",

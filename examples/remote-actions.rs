@@ -44,7 +44,8 @@ const SECRET: &str = "remote-actions-example-secret";
 /// How long the action pauses after its send: the window the worker is killed in.
 const PAUSE_MS: &str = "1500";
 
-type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+/// `?` takes any error into `receipt::Error` (rebuno's, I/O, text).
+type AnyResult<T> = receipt::Result<T>;
 
 fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()

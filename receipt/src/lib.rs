@@ -11,6 +11,8 @@
 //! - [`runtime`]: per-stream command execution (dedup, expected prev) and incremental folds;
 //! - [`fold`]: reducers and the `on(type)` / `chain()` view helpers;
 //! - [`sim`]: the injected clock and entropy that make runs reproducible;
+//! - [`error`]: [`Error`], which `?` in an action body converts any error into (why it is not
+//!   itself a `std::error::Error`, and [`Compat`] for where one is needed);
 //! - [`agent`](mod@agent): receipt-native agents (specs, selection, the controller, remote actions);
 //!   its public submodules are `agent::control` (control receipt types and their fold),
 //!   `agent::controller`, `agent::merge` (merge policies) and `agent::remote`;
@@ -40,7 +42,7 @@ mod cache;
 pub mod canonical;
 #[cfg(feature = "cli")]
 pub mod cli;
-mod error;
+pub mod error;
 pub mod fold;
 #[cfg(feature = "kernel")]
 pub mod kernel;
@@ -50,7 +52,7 @@ pub mod runtime;
 pub mod sim;
 pub mod store;
 
-pub use error::{Error, Result};
+pub use error::{Compat, Error, Result};
 pub use fold::{ReceiptType, Reducer, View, fold_chain};
 pub use receipt::{
     Hints, Receipt, ReceiptContext, Verified, VerifyFailure, VerifyReason, verify, verify_from,

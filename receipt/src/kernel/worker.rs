@@ -33,15 +33,6 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// An action body may use `?` on rebuno's primitives: their error fails the invocation with its
-/// message (a control-flow signal, such as a step blocked on an approval, still unwinds the
-/// delivery: the agent runtime remembers it).
-impl From<rebuno::Error> for Error {
-    fn from(e: rebuno::Error) -> Self {
-        Error::other(e)
-    }
-}
-
 /// The rebuno agent serving one target group (see the module docs).
 ///
 /// ```ignore

@@ -4,8 +4,8 @@
 //! cargo run --example quickstart
 //! ```
 //!
-//! The agent looks an order up (a tool), takes a ticket number (a `#[step]`, so it replays
-//! identically), asks a model for a reply (an LLM call to an OpenAI-compatible server the
+//! The agent looks an order up (a tool), takes a ticket number (the SDK's `uuid_v7` step,
+//! recorded once so it replays identically), asks a model for a reply (an LLM call to an OpenAI-compatible server the
 //! example starts on loopback) and sends the reply (a tool gated by policy on a human approval).
 //!
 //! 1. A first process runs the agent and crashes (`exit(3)`) right after the model answered.
@@ -56,14 +56,6 @@ async fn lookup_order(order_id: String) -> Result<Order, std::io::Error> {
     })
 }
 
-/// A fresh ticket number: random, so it must be recorded to replay identically.
-#[rebuno::step]
-async fn ticket_number() -> Result<String, std::convert::Infallible> {
-    let t = format!("T-{}", &uuid_like()[..8]);
-    println!("    [body] ticket_number() drew {t}");
-    Ok(t)
-}
-
 /// Send the reply to the customer. Never twice.
 #[rebuno::tool(idempotency = "at_most_once")]
 async fn send_reply(ticket: String, text: String) -> Result<String, std::io::Error> {
@@ -75,7 +67,10 @@ async fn send_reply(ticket: String, text: String) -> Result<String, std::io::Err
 #[rebuno::agent(id = "support")]
 async fn support(order_id: String, question: String) -> Result<serde_json::Value, rebuno::Error> {
     let order = lookup_order(order_id).await?;
-    let ticket = ticket_number().await?;
+    // A fresh id is non-determinism: the SDK's step records it once, and a re-run reads it
+    // back (`now_ms` and `random_u64` do the same for the clock and randomness).
+    let uuid = rebuno::step::uuid_v7("ticket").await?;
+    let ticket = format!("T-{}", &uuid[uuid.len() - 8..]);
     let model = OpenAi::new("not-needed-for-the-fake").base_url(llm_url());
     let reply = model
         .chat(json!({
@@ -99,18 +94,13 @@ async fn support(order_id: String, question: String) -> Result<serde_json::Value
     Ok(json!({"ticket": ticket, "reply": reply, "sent": sent}))
 }
 
-fn uuid_like() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!("{:08x}{:08x}", nanos, std::process::id())
-}
-
 fn print_effect(e: &Effect) {
     let what = match e.outcome {
         EffectOutcome::Ran => "ran     ",
         EffectOutcome::Replayed => "replayed",
-        EffectOutcome::Refused => "refused ",
+        EffectOutcome::Blocked => "blocked ",
+        EffectOutcome::Failed => "failed  ",
+        _ => "refused ",
     };
     println!("  {what} {:<9} {:<14} ({})", e.kind, e.target, e.decision);
 }

@@ -126,6 +126,7 @@ pub(crate) fn expand_fn(effect: &Effect) -> TokenStream {
             #[allow(unused_imports)]
             use ::rebuno::__private::{
                 InvokeFallback as _, InvokeVia as _, SerializeFallback as _, SerializeVia as _,
+                TypedErrorFallback as _, TypedErrorPlain as _, TypedErrorVia as _,
             };
             #(#lints)*
             async fn #body(#inputs) #output #block
@@ -137,14 +138,19 @@ pub(crate) fn expand_fn(effect: &Effect) -> TokenStream {
                 )*
                 #args.finish()
             };
-            (&::rebuno::__private::Probe::<#ret>::new())
+            (&::rebuno::__private::Probe::<
+                ::core::result::Result<#ok, ::rebuno::__private::Error>,
+            >::new())
                 .rebuno_invoke(
                     ::rebuno::__private::StepKind::#step_kind,
                     #target,
                     ::rebuno::__private::Idempotency::#idempotency,
                     &[#(#resources),*],
                     #args,
-                    #body(#(#params),*),
+                    async {
+                        (&&::rebuno::__private::Probe::<#ret>::new())
+                            .rebuno_typed(#body(#(#params),*).await)
+                    },
                 )
                 .await
         }

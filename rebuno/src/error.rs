@@ -2,14 +2,19 @@
 //! [`Client`](crate::client::Client) call can fail with.
 //!
 //! It mirrors the Python SDK's exceptions: network failures, kernel API errors typed by their
-//! wire code, policy denials (with the rule id), tool errors (with tool id, step id and whether
-//! a retry may help), rate limits, and the three control-flow signals that unwind a dispatch
+//! wire code, policy denials (with the rule id), tool errors (with tool id, step id, whether
+//! a retry may help and, for a body whose error type is `Serialize`, that error as JSON,
+//! which [`Error::tool_error`] reads back typed), rate limits, and the three control-flow signals that unwind a dispatch
 //! (`Blocked`, `Terminated`, `LeaseSuperseded`). Control-flow errors are also remembered by the
 //! execution context, so a handler that swallows one still unwinds.
 
 #[cfg(feature = "kernel")]
 use crate::kernel::KernelError;
 use crate::protocol::{ErrorCode, ErrorEnvelope};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::fmt;
 
 /// Result alias of the SDK.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -57,6 +62,10 @@ pub enum Error {
         /// Whether running it again might succeed (false for a recorded or indeterminate
         /// failure).
         retryable: bool,
+        /// The body's error itself, as JSON, when its type is `Serialize` (recorded in the
+        /// step's error as `data`, so a replay answers it too): read it back typed with
+        /// [`Error::tool_error`].
+        data: Option<Value>,
     },
     /// A policy rate limit refused the effect (`rate_limit_exceeded` or
     /// `rate_limiter_unavailable`).
@@ -109,6 +118,45 @@ impl Error {
             step_id: step_id.into(),
             message: message.into(),
             retryable: false,
+            data: None,
+        }
+    }
+
+    /// A body's typed error, for the step to record as JSON beside its message: what a
+    /// `#[rebuno::tool]` or `#[rebuno::step]` function does by itself when its error type is
+    /// `Serialize`, and what the body of a [`wrap_tool`](crate::wrap_tool) tool or of a
+    /// [`step`](crate::step()) closure returns for the same effect
+    /// (`.map_err(rebuno::Error::typed)`). The caller reads it back with
+    /// [`Error::tool_error`], on the first run and on every replay. An error that does not
+    /// serialize is recorded with its message only.
+    pub fn typed<E: Serialize + fmt::Display>(error: E) -> Self {
+        Error::Tool {
+            tool_id: String::new(),
+            step_id: String::new(),
+            message: error.to_string(),
+            retryable: false,
+            data: serde_json::to_value(&error).ok(),
+        }
+    }
+
+    /// The failed tool's (or step's) own error, typed: `Some` for an [`Error::Tool`] whose
+    /// body's error type is `Serialize` and whose recorded JSON reads as an `E`; `None` for
+    /// any other error (a denial, a body error recorded as a message only, another type).
+    /// The same on the first run, on a replay, embedded and over HTTP: it is read from what
+    /// the step recorded.
+    ///
+    /// ```ignore
+    /// match refund(order.id, 500).await {
+    ///     Err(e) if e.tool_error::<PaymentError>() == Some(PaymentError::Declined) => ...,
+    ///     other => ...,
+    /// }
+    /// ```
+    pub fn tool_error<E: DeserializeOwned>(&self) -> Option<E> {
+        match self {
+            Error::Tool {
+                data: Some(data), ..
+            } => serde_json::from_value(data.clone()).ok(),
+            _ => None,
         }
     }
 

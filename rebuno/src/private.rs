@@ -471,6 +471,53 @@ impl<T, E> InvokeFallback<T, E> for &Probe<std::result::Result<T, E>> {
     }
 }
 
+/// Turns a body's `Result<T, E>` into the `Result<T, Error>` a step records, keeping `E` as
+/// JSON when it is `Serialize` ([`Error::typed`]). Three levels, one reference each, called as
+/// `(&&Probe::<Result<T, E>>::new()).rebuno_typed(r)`: this one (`E: Serialize + Display`)
+/// is found on the expression's own type, [`TypedErrorPlain`] (`E: Display`: the message
+/// only) one autoref later, [`TypedErrorFallback`] (no bounds; never in a compiled program,
+/// whose `AssertError` check fails) after a deref.
+pub trait TypedErrorVia<T, E> {
+    /// `Err(e)` as [`Error::typed`]`(e)`.
+    fn rebuno_typed(&self, r: std::result::Result<T, E>) -> Result<T>;
+}
+
+impl<T, E: Serialize + fmt::Display + 'static> TypedErrorVia<T, E>
+    for &Probe<std::result::Result<T, E>>
+{
+    fn rebuno_typed(&self, r: std::result::Result<T, E>) -> Result<T> {
+        r.map_err(|e| match (&e as &dyn std::any::Any).downcast_ref::<Error>() {
+            // Not `Serialize` today; should it ever be, it stays itself.
+            Some(err) => err.clone(),
+            None => Error::typed(e),
+        })
+    }
+}
+
+/// [`TypedErrorVia`] for an error type that is not `Serialize`: its message only.
+pub trait TypedErrorPlain<T, E> {
+    /// `Err(e)` as [`into_error`]`(e)`.
+    fn rebuno_typed(&self, r: std::result::Result<T, E>) -> Result<T>;
+}
+
+impl<T, E: fmt::Display + 'static> TypedErrorPlain<T, E> for &&Probe<std::result::Result<T, E>> {
+    fn rebuno_typed(&self, r: std::result::Result<T, E>) -> Result<T> {
+        r.map_err(into_error)
+    }
+}
+
+/// [`TypedErrorVia`] for an error type without `Display`.
+pub trait TypedErrorFallback<T, E> {
+    /// An error.
+    fn rebuno_typed(&self, r: std::result::Result<T, E>) -> Result<T>;
+}
+
+impl<T, E> TypedErrorFallback<T, E> for Probe<std::result::Result<T, E>> {
+    fn rebuno_typed(&self, r: std::result::Result<T, E>) -> Result<T> {
+        r.map_err(|_| Error::Other(unchecked("the error has no message")))
+    }
+}
+
 /// Converts a handler's or tool's result to JSON (`Probe<Result<T, E>>` with `T: Serialize`,
 /// `E: Display + 'static`).
 pub trait OutputVia<T, E> {

@@ -26,15 +26,25 @@ tokio::task_local! {
     static CURRENT: ExecutionContext;
 }
 
-/// What happened to one effect, as reported to an [`EffectObserver`].
+/// What happened to one effect, as reported to an [`EffectObserver`]: its decision (`Ran`,
+/// `Replayed`, `Blocked`, `Refused`), and then, for a body that ran and failed, `Failed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EffectOutcome {
     /// The kernel said `proceed` and the body ran now.
     Ran,
-    /// The kernel said `replay`: the recorded outcome was returned and the body did not run.
+    /// The kernel said `replay`: the recorded outcome (a result or an error) was returned and
+    /// the body did not run.
     Replayed,
-    /// The kernel refused it (denied, rate limited, blocked, terminal).
+    /// The kernel holds it (`blocked`: an approval, or a rate-limit park): the dispatch
+    /// unwinds, and the execution resumes with a new dispatch once that is resolved.
+    Blocked,
+    /// The kernel refused it (denied, rate limited, or the execution is terminal): the effect
+    /// fails with that refusal.
     Refused,
+    /// Reported after `Ran` for the same step: the body failed, and its error is recorded as
+    /// the step's (a replay of it reports `Replayed`).
+    Failed,
 }
 
 /// One effect of an execution, as reported to an [`EffectObserver`].
@@ -102,6 +112,9 @@ struct Inner {
     state: Mutex<Option<Value>>,
     /// The resources this dispatch declared (see [`super::resources`]).
     resources: super::resources::Managed,
+    /// The steps whose bodies run now, for an observer's `Failed` report (kept only with an
+    /// observer).
+    running: Mutex<HashMap<String, (StepKind, String)>>,
 }
 
 impl Inner {
@@ -119,6 +132,7 @@ impl Inner {
             background: Background::default(),
             state: Mutex::new(None),
             resources: super::resources::Managed::default(),
+            running: Mutex::default(),
             local: self.local.as_ref().map(|_| LocalReplay {
                 record: tokio::sync::OnceCell::new(),
                 counts: Mutex::default(),
@@ -188,6 +202,7 @@ impl ExecutionContext {
                 background: Background::default(),
                 state: Mutex::new(None),
                 resources: super::resources::Managed::default(),
+                running: Mutex::default(),
             }),
         }
     }
@@ -314,6 +329,14 @@ impl ExecutionContext {
         &self.inner.resources
     }
 
+    /// The steps whose bodies run now (see `Inner::running`).
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, (StepKind, String)>> {
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Converts a transport error, remembering control-flow ones.
     pub(crate) fn check(&self, e: Error) -> Error {
         if super::transport::is_terminal_refusal(&e) {
@@ -334,6 +357,11 @@ impl ExecutionContext {
 
     fn observe(&self, kind: &StepKind, target: &str, dec: &StepDecision, outcome: EffectOutcome) {
         super::observe::effect(kind, target, dec, outcome);
+        self.report(kind, target, dec, outcome);
+    }
+
+    /// Reports to the observer only (no log line, no metric).
+    fn report(&self, kind: &StepKind, target: &str, dec: &StepDecision, outcome: EffectOutcome) {
         if let Some(observer) = &self.inner.observer {
             observer(&Effect {
                 execution_id: self.inner.execution_id.clone(),
@@ -419,6 +447,10 @@ impl ExecutionContext {
                         "kernel answered proceed without a step id".into(),
                     ));
                 }
+                if self.inner.observer.is_some() {
+                    self.running()
+                        .insert(step_id.clone(), (kind.clone(), target.to_owned()));
+                }
                 Ok((Submitted::Proceed { step_id }, dec.resources))
             }
             Decision::Replay => {
@@ -430,7 +462,11 @@ impl ExecutionContext {
                 Ok((Submitted::Replay { step_id, outcome }, Vec::new()))
             }
             other => {
-                self.observe(&kind, target, &dec, EffectOutcome::Refused);
+                let outcome = match other {
+                    Decision::Blocked => EffectOutcome::Blocked,
+                    _ => EffectOutcome::Refused,
+                };
+                self.observe(&kind, target, &dec, outcome);
                 Err(self.refusal(other, dec).await)
             }
         }
@@ -554,6 +590,7 @@ impl ExecutionContext {
             )
             .await
             .map_err(|e| self.check(e))?;
+        self.running().remove(step_id);
         match dec.decision {
             Decision::Recorded => Ok(result),
             Decision::Replay => Ok(dec.result.unwrap_or(Value::Null)),
@@ -588,6 +625,9 @@ impl ExecutionContext {
             )
             .await
             .map_err(|e| self.check(e))?;
+        if let Some((kind, target)) = self.running().remove(step_id) {
+            self.report(&kind, &target, &dec, EffectOutcome::Failed);
+        }
         match dec.decision {
             Decision::Recorded | Decision::Replay => Ok(()),
             Decision::ExecutionTerminal => Err(self.suspend(Error::Terminated)),
@@ -663,6 +703,7 @@ impl ExecutionContext {
                     step_id,
                     message: error_message(&err),
                     retryable: false,
+                    data: error_data(&err),
                 }),
             },
             Submitted::Proceed { step_id } => {
@@ -675,7 +716,7 @@ impl ExecutionContext {
                                 let cps = self.capture(&due).await;
                                 self.fail_with(
                                     &step_id,
-                                    serde_json::json!({ "message": message }),
+                                    recorded_error(&message, None),
                                     cps,
                                 )
                                 .await?;
@@ -700,14 +741,20 @@ impl ExecutionContext {
                             // stays open and a later dispatch decides it again.
                             return Err(err);
                         }
-                        let message = match &err {
-                            Error::Tool { message, .. } => message.clone(),
-                            other => other.to_string(),
+                        let (message, data) = match err {
+                            Error::Tool { message, data, .. } => (message, data),
+                            other => (other.to_string(), None),
                         };
                         let cps = self.capture(&due).await;
-                        self.fail_with(&step_id, serde_json::json!({ "message": message }), cps)
+                        self.fail_with(&step_id, recorded_error(&message, data.as_ref()), cps)
                             .await?;
-                        Err(Error::tool(target, step_id, message))
+                        Err(Error::Tool {
+                            tool_id: target.to_owned(),
+                            step_id,
+                            message,
+                            retryable: false,
+                            data,
+                        })
                     }
                 }
             }
@@ -741,6 +788,26 @@ fn decode<T: DeserializeOwned>(target: &str, step_id: &str, v: Value) -> Result<
             "the recorded result of {target} (step {step_id}) does not fit its type: {e}"
         ))
     })
+}
+
+/// The key of a recorded step error that holds the body's own error as JSON (see
+/// [`Error::tool_error`]).
+pub const ERROR_DATA_KEY: &str = "data";
+
+/// What a failed body's step records: `{"message": ..}`, with `"data"` when the body's error
+/// was recorded typed. Any JSON is a valid step error on the wire; the SDKs read `message`.
+pub fn recorded_error(message: &str, data: Option<&Value>) -> Value {
+    let mut error = serde_json::Map::new();
+    error.insert("message".to_owned(), Value::String(message.to_owned()));
+    if let Some(data) = data {
+        error.insert(ERROR_DATA_KEY.to_owned(), data.clone());
+    }
+    Value::Object(error)
+}
+
+/// The typed error a recorded step error carries (its `"data"`), if any.
+pub fn error_data(error: &Value) -> Option<Value> {
+    error.get(ERROR_DATA_KEY).cloned()
 }
 
 /// The message of a recorded step error (`{"message": ..}`, `{"reason": ..}` or any JSON).

@@ -97,10 +97,12 @@ pub(crate) fn llm_usage(record: &serde_json::Value) {
 
 /// One effect decision: counted, noted on the current effect span, logged at `debug`.
 pub(crate) fn effect(kind: &StepKind, target: &str, dec: &StepDecision, outcome: EffectOutcome) {
+    // The metric's labels are unchanged: a blocked effect counts as refused, and a failure
+    // (reported to observers after the body) is not a second decision.
     let outcome = match outcome {
-        EffectOutcome::Ran => "executed",
+        EffectOutcome::Ran | EffectOutcome::Failed => "executed",
         EffectOutcome::Replayed => "replayed",
-        EffectOutcome::Refused => "refused",
+        EffectOutcome::Blocked | EffectOutcome::Refused => "refused",
     };
     metrics::counter!(SDK_EFFECTS, "kind" => kind_label(kind), "outcome" => outcome).increment(1);
     let span = tracing::Span::current();

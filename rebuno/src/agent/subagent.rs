@@ -26,7 +26,7 @@
 //! does), so it reads the state the session's previous turn completed with and hands its own on
 //! to the next.
 
-use super::context::{ExecutionContext, error_message, execution};
+use super::context::{ExecutionContext, error_data, error_message, execution};
 use crate::error::{Error, Result};
 use crate::protocol::{CreateExecutionRequest, Execution, SpawnedBy, StepStatus};
 use serde::Serialize;
@@ -178,6 +178,7 @@ pub async fn subagent_with(
         StepStatus::Succeeded => Ok(step.result.unwrap_or(Value::Null)),
         StepStatus::Failed => Err(Error::Tool {
             message: error_message(step.error.as_ref().unwrap_or(&Value::Null)),
+            data: step.error.as_ref().and_then(error_data),
             tool_id: step.target,
             step_id,
             retryable: false,

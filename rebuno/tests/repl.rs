@@ -110,6 +110,7 @@ async fn help_quit_blank_and_unknown_commands() {
         "exec create",
         "exec get",
         "exec events",
+        "exec event <id> <seq>",
         "exec watch",
         "exec cancel",
         "exec children",
@@ -272,6 +273,28 @@ async fn executions_create_list_get_events_cancel() {
         "{events}"
     );
     assert!(events.contains("dispatch.queued"), "{events}");
+    // One event whole: the payload as indented JSON, however wide it is.
+    let one = run(&mut r, &format!("exec event {first} 1")).await;
+    assert!(
+        one.starts_with(&format!("event 1 of execution {first}: execution.created at ")),
+        "{one}"
+    );
+    let payload: serde_json::Value =
+        serde_json::from_str(one.split_once('\n').unwrap().1).unwrap();
+    assert_eq!(payload["execution_id"], first.as_str(), "{one}");
+    assert!(one.lines().count() > 2, "indented: {one}");
+    assert_eq!(
+        run(&mut r, &format!("exec event {first} 99")).await,
+        format!("error: execution {first} has no event 99")
+    );
+    assert_eq!(
+        run(&mut r, &format!("exec event {first} x")).await,
+        "error: 'x' is not an event sequence number"
+    );
+    assert_eq!(
+        run(&mut r, &format!("exec event {first}")).await,
+        "error: usage: exec event <id> <seq>"
+    );
 
     assert_eq!(
         run(&mut r, &format!("exec cancel {first}")).await,

@@ -2,8 +2,8 @@
 //! help table (`key …` lives in `keys`), each answering the text to print or an error message.
 
 use super::render::{
-    approval_row, clean, describe_agent, describe_execution, event_row, fit, natural_width,
-    render_table, short_len, short_step,
+    approval_row, clean, describe_agent, describe_event, describe_execution, event_row, fit,
+    natural_width, render_table, short_len, short_step,
 };
 use super::{Answer, LIST_LIMIT, Repl, Sink, WATCH_POLL};
 use crate::protocol::{
@@ -35,7 +35,14 @@ pub(super) const HELP: &[(&str, &str)] = &[
         "create an execution (input defaults to {})",
     ),
     ("exec get <id>", "show an execution: status, input, output"),
-    ("exec events <id>", "list an execution's events"),
+    (
+        "exec events <id>",
+        "list an execution's events (payloads cut to the width)",
+    ),
+    (
+        "exec event <id> <seq>",
+        "show one event whole: its type, time and payload as indented JSON",
+    ),
     (
         "exec watch <id>",
         "follow an execution's events and live output until it ends (Ctrl-C stops)",
@@ -229,6 +236,25 @@ impl Repl {
                     self.width,
                 ))
             }
+            ("event", [prefix, seq]) => {
+                let id = self.resolve_execution(prefix).await?;
+                let seq: u64 = seq
+                    .parse()
+                    .ok()
+                    .filter(|s| *s > 0)
+                    .ok_or_else(|| format!("'{seq}' is not an event sequence number"))?;
+                let page = self
+                    .kernel
+                    .events(&id, seq - 1, 1)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                match page.first() {
+                    Some(event) if event.event_seq == seq => {
+                        Ok(describe_event(event))
+                    }
+                    _ => Err(format!("execution {id} has no event {seq}")),
+                }
+            }
             ("watch" | "follow", [prefix]) => {
                 let id = self.resolve_execution(prefix).await?;
                 self.watch(&id).await
@@ -290,12 +316,14 @@ impl Repl {
             ("create" | "new", _) => Err(usage("exec create")),
             ("get" | "show", _) => Err(usage("exec get")),
             ("events", _) => Err(usage("exec events")),
+            ("event", _) => Err(usage("exec event")),
             ("watch" | "follow", _) => Err(usage("exec watch")),
             ("cancel", _) => Err(usage("exec cancel")),
             ("children", _) => Err(usage("exec children")),
             ("fork", _) => Err(usage("exec fork")),
             ("", _) => Err(
-                "exec needs a subcommand: ls, create, get, events, watch, cancel, fork".to_owned(),
+                "exec needs a subcommand: ls, create, get, events, event, watch, cancel, fork"
+                    .to_owned(),
             ),
             (other, _) => Err(format!("unknown command 'exec {other}'; type help")),
         }

@@ -1,5 +1,6 @@
-//! The `rebuno` binary: `server` refuses to start without its settings, a bad provisioning
-//! manifest aborts the boot with the file and the reason, and `dev` / `server` serve the API
+//! The `rebuno` binary: `server` refuses to start without its settings, a `REBUNO_*` value
+//! that does not parse refuses the start naming the variable, a bad provisioning manifest
+//! aborts the boot with the file and the reason, and `dev` / `server` serve the API
 //! until SIGTERM; without a terminal on stdin there is no REPL, only HTTP.
 
 use std::io::{BufRead, BufReader};
@@ -93,6 +94,69 @@ fn server_refuses_to_start_without_token_and_database() {
         "{err}"
     );
     assert!(!err.contains("hunter2"), "{err}");
+}
+
+#[test]
+fn unparsable_environment_values_refuse_the_start_naming_each() {
+    // An address that cannot be bound: should the values be taken, the start still fails (on
+    // the address), instead of serving.
+    let dev = || {
+        let mut cmd = rebuno();
+        cmd.args(["dev", "--memory", "--listen-addr", "256.0.0.1:1"])
+            .env_remove("RUST_LOG")
+            .env_remove("REBUNO_LOG_LEVEL");
+        cmd
+    };
+    let out = run(dev()
+        .env("REBUNO_DISPATCH_CONCURRENCY", "abc")
+        .env("REBUNO_RETENTION", "forever")
+        .env("REBUNO_BODY_TIMEOUT", "0s")
+        .env("REBUNO_LEGACY_SIGNATURES", "maybe"));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.starts_with("rebuno: invalid environment: "), "{err}");
+    for problem in [
+        r#"REBUNO_DISPATCH_CONCURRENCY: "abc" is not a whole number above zero"#,
+        r#"REBUNO_RETENTION: "forever" is not a duration such as 500ms, 30s or 2m"#,
+        r#"REBUNO_BODY_TIMEOUT: "0s" is not a positive duration such as 500ms, 30s or 2m"#,
+        r#"REBUNO_LEGACY_SIGNATURES: "maybe" is not true or false"#,
+    ] {
+        assert!(err.contains(problem), "{problem} missing from {err}");
+    }
+    assert!(!err.contains("cannot listen"), "refused before serving: {err}");
+
+    // A flag makes its variable unread; a blank variable is unset; the rest still counts.
+    let out = run(dev()
+        .args(["--body-timeout", "5s"])
+        .env("REBUNO_BODY_TIMEOUT", "0s")
+        .env("REBUNO_RETENTION", " ")
+        .env("REBUNO_DB_MAX_CONNS", "-3"));
+    let err = stderr(&out);
+    assert!(
+        err.contains(r#"REBUNO_DB_MAX_CONNS: "-3" is not a whole number above zero"#)
+            && !err.contains("REBUNO_BODY_TIMEOUT")
+            && !err.contains("REBUNO_RETENTION"),
+        "{err}"
+    );
+
+    // The log filter, read when RUST_LOG is not set.
+    let out = run(dev().env("REBUNO_LOG_LEVEL", "info,rebuno=loud"));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(r#"rebuno: invalid environment: REBUNO_LOG_LEVEL: "info,rebuno=loud""#),
+        "{err}"
+    );
+
+    // Good values start (and then fail only on the address).
+    let out = run(dev()
+        .env("REBUNO_RETENTION", "0")
+        .env("REBUNO_DISPATCH_CONCURRENCY", " 4 ")
+        .env("REBUNO_LOG_LEVEL", "warn"));
+    let err = stderr(&out);
+    assert!(
+        err.contains("cannot listen on 256.0.0.1:1") && !err.contains("invalid environment"),
+        "{err}"
+    );
 }
 
 #[test]

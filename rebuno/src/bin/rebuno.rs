@@ -65,8 +65,8 @@ Environment (flags override the environment, which overrides the defaults):
                                  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_SERVICE_NAME
                                  [default: rebuno], OTEL_RESOURCE_ATTRIBUTES, OTEL_SDK_DISABLED
                                  and the exporter's other OTEL_EXPORTER_OTLP_* apply)
-Durations use Go's syntax (500ms, 90s, 2m, 1h30m); unparsable numbers, durations and booleans
-are ignored. Not used by this build: REBUNO_DB_MIN_CONNS,
+Durations use Go's syntax (500ms, 90s, 2m, 1h30m); a variable set to a number, duration or
+boolean that does not parse is refused at start-up, naming it. Not used by this build: REBUNO_DB_MIN_CONNS,
 REBUNO_DEADLINE_CHECK_INTERVAL, REBUNO_LEADER_LOCK_KEY, REBUNO_OTEL_ENDPOINT (use
 OTEL_EXPORTER_OTLP_ENDPOINT), REBUNO_OTEL_SAMPLE_RATE, REBUNO_OTEL_INSECURE and REBUNO_DEV.
 Logs go to stderr; metrics are served on /metrics.";
@@ -174,37 +174,62 @@ struct EdgeArgs {
     legacy_signatures: Option<bool>,
 }
 
+/// Reads the binary's own `REBUNO_*` variables, noting each that is set and does not parse.
+struct EnvProblems(Vec<String>);
+
+impl EnvProblems {
+    /// Variable `name` parsed by `parse`; `None` when unset, blank, or noted as a problem.
+    fn read<T>(&mut self, name: &str, parse: fn(&str) -> Result<T, String>) -> Option<T> {
+        let raw = env_nonempty(name)?;
+        let raw = raw.trim();
+        match parse(raw) {
+            Ok(value) => Some(value),
+            Err(e) => {
+                self.0.push(format!("{name}: {e}"));
+                None
+            }
+        }
+    }
+}
+
 impl EdgeArgs {
     /// The flags, else the environment, else the defaults (`legacy_default` is the mode's).
-    fn options(&self, legacy_default: bool) -> (ServerOptions, ServeOptions) {
-        let env_duration =
-            |name: &str| env_nonempty(name).and_then(|raw| positive_duration(raw.trim()).ok());
-        let mut server = ServerOptions::default().legacy_signatures(
-            self.legacy_signatures
-                .or_else(|| {
-                    env_nonempty("REBUNO_LEGACY_SIGNATURES").and_then(|v| parse_bool(v.trim()))
-                })
-                .unwrap_or(legacy_default),
-        );
-        if let Some(d) = self
+    /// Every `REBUNO_*` variable the kernel and the edge read is checked first: any that is set
+    /// and does not parse refuses the start, each named (a flag that is given makes its
+    /// variable unread).
+    fn options(&self, legacy_default: bool) -> Result<(ServerOptions, ServeOptions), String> {
+        let mut env = EnvProblems(match rebuno::kernel::check_env() {
+            Ok(()) => Vec::new(),
+            Err(e) => e.problems,
+        });
+        let legacy = self
+            .legacy_signatures
+            .or_else(|| env.read("REBUNO_LEGACY_SIGNATURES", parse_bool_flag));
+        let body_timeout = self
             .body_timeout
-            .or_else(|| env_duration("REBUNO_BODY_TIMEOUT"))
-        {
+            .or_else(|| env.read("REBUNO_BODY_TIMEOUT", positive_duration));
+        let header_timeout = self
+            .header_timeout
+            .or_else(|| env.read("REBUNO_HEADER_TIMEOUT", positive_duration));
+        let max_connections = self
+            .max_connections
+            .or_else(|| env.read("REBUNO_MAX_CONNECTIONS", positive_count));
+        if !env.0.is_empty() {
+            return Err(format!("invalid environment: {}", env.0.join("; ")));
+        }
+        let mut server =
+            ServerOptions::default().legacy_signatures(legacy.unwrap_or(legacy_default));
+        if let Some(d) = body_timeout {
             server.body_timeout = d;
         }
         let mut serve = ServeOptions::default();
-        if let Some(d) = self
-            .header_timeout
-            .or_else(|| env_duration("REBUNO_HEADER_TIMEOUT"))
-        {
+        if let Some(d) = header_timeout {
             serve.header_timeout = d;
         }
-        if let Some(n) = self.max_connections.or_else(|| {
-            env_nonempty("REBUNO_MAX_CONNECTIONS").and_then(|v| positive_count(v.trim()).ok())
-        }) {
+        if let Some(n) = max_connections {
             serve.max_connections = n;
         }
-        (server, serve)
+        Ok((server, serve))
     }
 }
 
@@ -267,6 +292,8 @@ fn load_manifest(path: Option<PathBuf>) -> Result<Option<Manifest>, String> {
 }
 
 async fn dev(args: DevArgs, exporting: bool) -> Result<(), String> {
+    // Refused before anything is opened: a `REBUNO_*` value that does not parse.
+    let (options, serve) = args.edge.options(true)?;
     let manifest = load_manifest(args.config)?;
     let db_url = args
         .db_url
@@ -290,7 +317,6 @@ async fn dev(args: DevArgs, exporting: bool) -> Result<(), String> {
         (kernel, format!("sqlite {}", path.display()))
     };
     let listen = listen_addr(args.listen_addr, DEV_LISTEN);
-    let (options, serve) = args.edge.options(true);
     run(
         Mode {
             name: "dev",
@@ -318,13 +344,13 @@ async fn server(args: ServerArgs, exporting: bool) -> Result<(), String> {
         .ok_or(
             "server needs a database: set --db-url or REBUNO_DB_URL (sqlite://<path> or postgres://…)",
         )?;
+    let (options, serve) = args.edge.options(false)?;
     let manifest = load_manifest(args.config)?;
     let kernel = Kernel::open(&db_url)
         .await
         .map_err(|e| format!("cannot open {}: {e}", redact_url(&db_url)))?;
     let db_url = redact_url(&db_url);
     let listen = listen_addr(args.listen_addr, SERVER_LISTEN);
-    let (options, serve) = args.edge.options(false);
     let options = ServerOptions {
         bearer_token: Some(token),
         ..options
@@ -558,6 +584,14 @@ fn repl_loop(mut repl: Repl, handle: &tokio::runtime::Handle) -> bool {
 /// `otel` and configured by `OTEL_*` (see [`rebuno::telemetry::init`]). Internal details the
 /// HTTP answers leave out (store errors, background loop failures) are logged here.
 fn init_logging(flag: Option<LogFormat>) -> Result<Telemetry, String> {
+    // `REBUNO_LOG_LEVEL` is read when `RUST_LOG` is not set: refused if it does not parse.
+    if env_nonempty("RUST_LOG").is_none()
+        && let Some(raw) = env_nonempty("REBUNO_LOG_LEVEL")
+    {
+        tracing_subscriber::EnvFilter::try_new(raw.trim()).map_err(|e| {
+            format!("invalid environment: REBUNO_LOG_LEVEL: {raw:?} is not a level or filter directives such as info,rebuno::kernel=debug ({e})")
+        })?;
+    }
     let format = match flag {
         Some(format) => format,
         None => match env_nonempty("REBUNO_LOG_FORMAT") {

@@ -235,14 +235,104 @@ fn default_replica_id() -> String {
     )
 }
 
-fn env_duration(name: &str) -> Option<Duration> {
-    let raw = std::env::var(name).ok()?;
-    let d = crate::policy::GoDuration::parse(raw.trim()).ok()?;
-    d.to_std()
+/// Reads `REBUNO_*` variables: an unset or blank one is absent, and one that does not parse
+/// is absent too, with the problem noted (what [`check_env`] reports).
+#[derive(Debug, Default)]
+struct EnvReader {
+    problems: Vec<String>,
 }
 
-fn env_int<T: std::str::FromStr>(name: &str) -> Option<T> {
-    std::env::var(name).ok()?.trim().parse().ok()
+impl EnvReader {
+    /// The trimmed value of `name`, unless unset or blank.
+    fn raw(name: &str) -> Option<String> {
+        let raw = std::env::var(name).ok()?;
+        let raw = raw.trim();
+        (!raw.is_empty()).then(|| raw.to_owned())
+    }
+
+    /// A duration in Go's syntax (`500ms`, `2m`, `1h30m`); zero only when `zero` allows it.
+    fn duration(&mut self, name: &str, zero: bool) -> Option<Duration> {
+        let raw = Self::raw(name)?;
+        let parsed = crate::policy::GoDuration::parse(&raw)
+            .ok()
+            .and_then(|d| d.to_std())
+            .filter(|d| zero || !d.is_zero());
+        if parsed.is_none() {
+            let what = if zero {
+                "a duration such as 500ms, 30s or 2m"
+            } else {
+                "a duration above zero such as 500ms, 30s or 2m"
+            };
+            self.problems.push(format!("{name}: {raw:?} is not {what}"));
+        }
+        parsed
+    }
+
+    /// A whole number above zero.
+    fn count<T: std::str::FromStr + Default + PartialOrd>(&mut self, name: &str) -> Option<T> {
+        let raw = Self::raw(name)?;
+        let parsed = raw.parse::<T>().ok().filter(|n| *n > T::default());
+        if parsed.is_none() {
+            self.problems
+                .push(format!("{name}: {raw:?} is not a whole number above zero"));
+        }
+        parsed
+    }
+
+    /// The problems noted, as one error.
+    fn finish(self) -> Result<(), EnvError> {
+        if self.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(EnvError {
+                problems: self.problems,
+            })
+        }
+    }
+}
+
+/// `REBUNO_*` variables that are set but do not parse ([`check_env`],
+/// [`KernelConfig::try_from_env`]); each problem names its variable and value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvError {
+    /// One line per variable.
+    pub problems: Vec<String>,
+}
+
+impl std::fmt::Display for EnvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid environment: {}", self.problems.join("; "))
+    }
+}
+
+impl std::error::Error for EnvError {}
+
+/// Checks every `REBUNO_*` variable the kernel reads (its [`KernelConfig`] and, for
+/// PostgreSQL, `REBUNO_DB_MAX_CONNS` and `REBUNO_DB_RECONNECT`): the `rebuno` binary refuses
+/// to start on any that is set and does not parse, instead of running on the default. The
+/// library's own readers ([`KernelConfig::from_env`], [`Kernel::open`]) still skip such a
+/// value.
+pub fn check_env() -> Result<(), EnvError> {
+    let mut env = EnvReader::default();
+    KernelConfig::read_env(&mut env);
+    PgEnv::read(&mut env);
+    env.finish()
+}
+
+/// The PostgreSQL pool's variables.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+struct PgEnv {
+    max_connections: Option<usize>,
+    reconnect: Option<Duration>,
+}
+
+impl PgEnv {
+    fn read(env: &mut EnvReader) -> PgEnv {
+        PgEnv {
+            max_connections: env.count("REBUNO_DB_MAX_CONNS"),
+            reconnect: env.duration("REBUNO_DB_RECONNECT", true),
+        }
+    }
 }
 
 impl KernelConfig {
@@ -255,50 +345,57 @@ impl KernelConfig {
             .clamp(1, slots)
     }
 
-    /// Defaults overridden by the `REBUNO_*` environment; unparsable values are ignored.
+    /// Defaults overridden by the `REBUNO_*` environment; a value that does not parse is
+    /// skipped ([`KernelConfig::try_from_env`] refuses it instead).
     pub fn from_env() -> Self {
+        Self::read_env(&mut EnvReader::default())
+    }
+
+    /// [`KernelConfig::from_env`], refusing every variable that is set and does not parse
+    /// (each named, with its value).
+    pub fn try_from_env() -> Result<Self, EnvError> {
+        let mut env = EnvReader::default();
+        let config = Self::read_env(&mut env);
+        env.finish().map(|()| config)
+    }
+
+    fn read_env(env: &mut EnvReader) -> Self {
         let mut c = KernelConfig::default();
-        if let Some(n) = env_int::<u32>("REBUNO_DISPATCH_MAX_ATTEMPTS").filter(|n| *n > 0) {
+        if let Some(n) = env.count::<u32>("REBUNO_DISPATCH_MAX_ATTEMPTS") {
             c.dispatch_max_attempts = n;
         }
-        if let Some(d) = env_duration("REBUNO_DISPATCH_TIMEOUT").filter(|d| !d.is_zero()) {
+        if let Some(d) = env.duration("REBUNO_DISPATCH_TIMEOUT", false) {
             c.dispatch_timeout = d;
         }
-        if let Some(n) = env_int::<usize>("REBUNO_DISPATCH_CONCURRENCY").filter(|n| *n > 0) {
+        if let Some(n) = env.count::<usize>("REBUNO_DISPATCH_CONCURRENCY") {
             c.dispatch_concurrency = n;
         }
-        if let Some(n) = env_int::<usize>("REBUNO_DISPATCH_AGENT_CONCURRENCY").filter(|n| *n > 0) {
+        if let Some(n) = env.count::<usize>("REBUNO_DISPATCH_AGENT_CONCURRENCY") {
             c.dispatch_agent_concurrency = Some(n);
         }
-        if let Some(n) =
-            env_int::<usize>("REBUNO_STREAM_SUBSCRIBERS_PER_EXECUTION").filter(|n| *n > 0)
-        {
+        if let Some(n) = env.count::<usize>("REBUNO_STREAM_SUBSCRIBERS_PER_EXECUTION") {
             c.stream_subscribers_per_execution = n;
         }
-        if let Some(n) = env_int::<usize>("REBUNO_STREAM_SUBSCRIBERS").filter(|n| *n > 0) {
+        if let Some(n) = env.count::<usize>("REBUNO_STREAM_SUBSCRIBERS") {
             c.stream_subscribers = n;
         }
-        if let Some(d) = env_duration("REBUNO_DISPATCH_LEASE_TIMEOUT").filter(|d| !d.is_zero()) {
+        if let Some(d) = env.duration("REBUNO_DISPATCH_LEASE_TIMEOUT", false) {
             c.lease_timeout = d;
         }
-        if let Some(d) = env_duration("REBUNO_APPROVAL_TIMEOUT").filter(|d| !d.is_zero()) {
+        if let Some(d) = env.duration("REBUNO_APPROVAL_TIMEOUT", false) {
             c.approval_timeout = d;
         }
-        if let Some(d) = env_duration("REBUNO_DEADLINE_TIMEOUT") {
+        if let Some(d) = env.duration("REBUNO_DEADLINE_TIMEOUT", true) {
             c.deadline_timeout = (!d.is_zero()).then_some(d);
         }
-        if let Ok(raw) = std::env::var("REBUNO_RETENTION")
-            && let Ok(d) = crate::policy::GoDuration::parse(raw.trim())
-        {
-            c.retention = d.to_std().filter(|d| !d.is_zero());
+        if let Some(d) = env.duration("REBUNO_RETENTION", true) {
+            c.retention = (!d.is_zero()).then_some(d);
         }
-        if let Some(d) = env_duration("REBUNO_CLEANUP_INTERVAL").filter(|d| !d.is_zero()) {
+        if let Some(d) = env.duration("REBUNO_CLEANUP_INTERVAL", false) {
             c.cleanup_interval = d;
         }
-        if let Ok(id) = std::env::var("REBUNO_REPLICA_ID")
-            && !id.trim().is_empty()
-        {
-            c.replica_id = id.trim().to_owned();
+        if let Some(id) = EnvReader::raw("REBUNO_REPLICA_ID") {
+            c.replica_id = id;
         }
         c
     }
@@ -507,10 +604,11 @@ impl Kernel {
         options.schema = std::env::var("REBUNO_DB_SCHEMA")
             .ok()
             .filter(|s| !s.trim().is_empty());
-        options.max_connections = env_int::<usize>("REBUNO_DB_MAX_CONNS")
-            .filter(|n| *n > 0)
+        let pg = PgEnv::read(&mut EnvReader::default());
+        options.max_connections = pg
+            .max_connections
             .unwrap_or(2 * config.dispatch_concurrency + 10);
-        if let Some(d) = env_duration("REBUNO_DB_RECONNECT") {
+        if let Some(d) = pg.reconnect {
             options.reconnect_for = d;
         }
         let store = crate::store::PgStore::connect(options)

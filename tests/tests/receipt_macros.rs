@@ -356,7 +356,14 @@ async fn a_human_action_blocks_until_its_response_arrives() {
     let stream = "approval/runs/r1";
     let seed = json!({"type": "charge.requested", "customer": "c9", "cents": 700});
     rt.execute(stream, Command::new(vec![seed])).await.unwrap();
-    let controller = Controller::new(Arc::clone(&rt), Arc::new(ApprovalAgent.spec().unwrap()));
+    let spec = Arc::new(ApprovalAgent.spec().unwrap());
+    // `charge` never runs here, but a controller of an agent with a remote action is refused
+    // without a dispatcher serving its group.
+    let registry = Arc::new(Registry::new());
+    registry.register(Arc::clone(&spec)).unwrap();
+    let worker = Arc::new(RemoteWorker::new(registry, Arc::clone(&rt)));
+    let controller = Controller::new(Arc::clone(&rt), spec)
+        .dispatcher(Arc::new(InProcessDispatcher::empty().serve("payments", worker)));
 
     let outcome = controller.run("r1", stream).await.unwrap();
     assert_eq!(

@@ -486,11 +486,13 @@ impl<T, E: Serialize + fmt::Display + 'static> TypedErrorVia<T, E>
     for &Probe<std::result::Result<T, E>>
 {
     fn rebuno_typed(&self, r: std::result::Result<T, E>) -> Result<T> {
-        r.map_err(|e| match (&e as &dyn std::any::Any).downcast_ref::<Error>() {
-            // Not `Serialize` today; should it ever be, it stays itself.
-            Some(err) => err.clone(),
-            None => Error::typed(e),
-        })
+        r.map_err(
+            |e| match (&e as &dyn std::any::Any).downcast_ref::<Error>() {
+                // Not `Serialize` today; should it ever be, it stays itself.
+                Some(err) => err.clone(),
+                None => Error::typed(e),
+            },
+        )
     }
 }
 

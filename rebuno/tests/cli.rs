@@ -123,7 +123,10 @@ fn unparsable_environment_values_refuse_the_start_naming_each() {
     ] {
         assert!(err.contains(problem), "{problem} missing from {err}");
     }
-    assert!(!err.contains("cannot listen"), "refused before serving: {err}");
+    assert!(
+        !err.contains("cannot listen"),
+        "refused before serving: {err}"
+    );
 
     // A flag makes its variable unread; a blank variable is unset; the rest still counts.
     let out = run(dev()

@@ -276,11 +276,12 @@ async fn executions_create_list_get_events_cancel() {
     // One event whole: the payload as indented JSON, however wide it is.
     let one = run(&mut r, &format!("exec event {first} 1")).await;
     assert!(
-        one.starts_with(&format!("event 1 of execution {first}: execution.created at ")),
+        one.starts_with(&format!(
+            "event 1 of execution {first}: execution.created at "
+        )),
         "{one}"
     );
-    let payload: serde_json::Value =
-        serde_json::from_str(one.split_once('\n').unwrap().1).unwrap();
+    let payload: serde_json::Value = serde_json::from_str(one.split_once('\n').unwrap().1).unwrap();
     assert_eq!(payload["execution_id"], first.as_str(), "{one}");
     assert!(one.lines().count() > 2, "indented: {one}");
     assert_eq!(

@@ -91,7 +91,11 @@ async fn first_run_then_replay(
     h.kernel.grant(&approval.id, "alice", "").await.unwrap();
     let done = h.wait_status(&id, ExecutionStatus::Completed).await;
     let replayed = observed.lock().unwrap().last().cloned().unwrap();
-    assert_eq!(observed.lock().unwrap().len(), 2, "{mode:?}: two dispatches");
+    assert_eq!(
+        observed.lock().unwrap().len(),
+        2,
+        "{mode:?}: two dispatches"
+    );
     assert_eq!(done.output.as_ref(), Some(&replayed), "{mode:?}");
     (first, replayed, h)
 }
@@ -211,7 +215,8 @@ async fn a_wrapped_tool_opts_in_with_error_typed() {
         let observed = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&observed);
         let pay = wrap_tool(ToolDef::new("pay", "pays"), |_args| async {
-            Err::<Value, _>(PaymentError::Unavailable).map_err(Error::typed)
+            let provider: Result<Value, PaymentError> = Err(PaymentError::Unavailable);
+            provider.map_err(Error::typed)
         });
         let handler = handler_fn("payer", move |_input: Value| {
             let (log, pay) = (Arc::clone(&log), pay.clone());

@@ -132,7 +132,6 @@ pub enum Error {
     Other(Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
-
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -347,9 +346,15 @@ mod tests {
         assert_eq!(e.to_string(), "no such file");
         let e = question_mark(serde_json::from_str::<u8>("x").unwrap_err()).unwrap_err();
         assert!(e.to_string().starts_with("expected value"), "{e}");
-        assert_eq!(question_mark("plain text").unwrap_err().to_string(), "plain text");
+        assert_eq!(
+            question_mark("plain text").unwrap_err().to_string(),
+            "plain text"
+        );
         let boxed: Box<dyn StdError + Send + Sync> = Box::new(io());
-        assert_eq!(question_mark(boxed).unwrap_err().to_string(), "no such file");
+        assert_eq!(
+            question_mark(boxed).unwrap_err().to_string(),
+            "no such file"
+        );
     }
 
     #[test]
@@ -367,7 +372,10 @@ mod tests {
         let compat = Error::Storage("disk full".into()).compat();
         assert_eq!(compat.to_string(), "receipt store: disk full");
         let back = question_mark(compat).unwrap_err();
-        assert!(matches!(back, Error::Storage(ref m) if m == "disk full"), "{back:?}");
+        assert!(
+            matches!(back, Error::Storage(ref m) if m == "disk full"),
+            "{back:?}"
+        );
     }
 
     #[test]

@@ -84,7 +84,10 @@ async fn a_remote_action_without_a_dispatcher_is_refused_before_the_run_starts()
     let all = types(&runtime, STREAM).await;
     assert_eq!(all.first().map(String::as_str), Some("task.requested"));
     assert_eq!(all.last().map(String::as_str), Some("run.completed"));
-    assert!(!all.iter().any(|t| t == "action.failed" || t == "run.failed"));
+    assert!(
+        !all.iter()
+            .any(|t| t == "action.failed" || t == "run.failed")
+    );
 }
 
 #[tokio::test]
@@ -161,7 +164,10 @@ impl Governance for Approvals {
         if agent_id == "test-agent" {
             return Ok(());
         }
-        Err(AgentError::Misconfigured(format!("this governance does not decide for '{agent_id}'")).into())
+        Err(
+            AgentError::Misconfigured(format!("this governance does not decide for '{agent_id}'"))
+                .into(),
+        )
     }
 }
 

@@ -362,8 +362,9 @@ async fn a_human_action_blocks_until_its_response_arrives() {
     let registry = Arc::new(Registry::new());
     registry.register(Arc::clone(&spec)).unwrap();
     let worker = Arc::new(RemoteWorker::new(registry, Arc::clone(&rt)));
-    let controller = Controller::new(Arc::clone(&rt), spec)
-        .dispatcher(Arc::new(InProcessDispatcher::empty().serve("payments", worker)));
+    let controller = Controller::new(Arc::clone(&rt), spec).dispatcher(Arc::new(
+        InProcessDispatcher::empty().serve("payments", worker),
+    ));
 
     let outcome = controller.run("r1", stream).await.unwrap();
     assert_eq!(

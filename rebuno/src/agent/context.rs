@@ -714,12 +714,8 @@ impl ExecutionContext {
                             Err(e) => {
                                 let message = format!("result is not JSON: {e}");
                                 let cps = self.capture(&due).await;
-                                self.fail_with(
-                                    &step_id,
-                                    recorded_error(&message, None),
-                                    cps,
-                                )
-                                .await?;
+                                self.fail_with(&step_id, recorded_error(&message, None), cps)
+                                    .await?;
                                 return Err(Error::tool(target, step_id, message));
                             }
                         };

@@ -249,9 +249,7 @@ impl Repl {
                     .await
                     .map_err(|e| e.to_string())?;
                 match page.first() {
-                    Some(event) if event.event_seq == seq => {
-                        Ok(describe_event(event))
-                    }
+                    Some(event) if event.event_seq == seq => Ok(describe_event(event)),
                     _ => Err(format!("execution {id} has no event {seq}")),
                 }
             }

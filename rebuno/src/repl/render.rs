@@ -130,8 +130,8 @@ pub(super) fn event_row(event: &Event) -> Vec<String> {
 /// One event whole (`exec event`): a heading line, then the payload as indented JSON, cut
 /// nowhere (control characters inside strings stay escaped, as JSON writes them).
 pub(super) fn describe_event(event: &Event) -> String {
-    let payload = serde_json::to_string_pretty(&event.payload)
-        .unwrap_or_else(|_| event.payload.to_string());
+    let payload =
+        serde_json::to_string_pretty(&event.payload).unwrap_or_else(|_| event.payload.to_string());
     format!(
         "event {} of execution {}: {} at {}\n{payload}",
         event.event_seq,

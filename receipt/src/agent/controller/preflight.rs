@@ -83,7 +83,9 @@ fn remote_groups<A: AgentTypes>(
     for action in spec.actions() {
         if action.mode() == ExecutionMode::Remote {
             let group = action.group().unwrap_or(&opts.default_group).to_owned();
-            groups.entry(group).or_insert_with(|| action.id().to_owned());
+            groups
+                .entry(group)
+                .or_insert_with(|| action.id().to_owned());
         }
     }
     groups

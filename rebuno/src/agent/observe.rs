@@ -5,9 +5,10 @@
 //! `rebuno.tool` / `rebuno.step` for each tool call and recorded local step (target, step id,
 //! whether it ran or replayed); `rebuno.llm` for each intercepted LLM call, with the GenAI
 //! semantic-convention attributes (`gen_ai.operation.name`, `gen_ai.system`,
-//! `gen_ai.request.model`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`; the
-//! usage of a streamed answer is recorded on its step, not on the span). The effect spans are
-//! at `debug` (one per step); the span exporter takes rebuno's spans at `debug`.
+//! `gen_ai.request.model`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`; a
+//! streamed answer's span stays open until the stream is recorded and then carries the usage
+//! its events reported). The effect spans are at `debug` (one per step); the span exporter takes
+//! rebuno's spans at `debug`.
 //!
 //! Metrics, through the `metrics` facade (recorded by whatever recorder the agent's process
 //! installs; none by default): `rebuno_sdk_handler_duration_seconds{agent, outcome}` (a
@@ -86,7 +87,8 @@ fn gen_ai_system(url: &reqwest::Url) -> &'static str {
     }
 }
 
-/// Records the token usage of a recorded LLM response on the current span.
+/// Records the token usage of a recorded LLM response (a whole answer, or an event stream's
+/// text) on the current span.
 pub(crate) fn llm_usage(record: &serde_json::Value) {
     if let Some((input, output)) = crate::llm::token_usage(record) {
         let span = tracing::Span::current();

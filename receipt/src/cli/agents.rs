@@ -512,9 +512,12 @@ pub(super) async fn run(db: &Db, a: RunArgs, registry: Arc<Registry>) -> CliResu
         max_iterations: a.max_iterations,
         ..ControllerOptions::default()
     };
+    let progress = super::progress::RunProgress::start(&runtime, &run_id, &run_stream);
     let outcome = agent
         .run(Arc::clone(&runtime), options, &run_id, &run_stream)
-        .await?;
+        .await;
+    progress.finish();
+    let outcome = outcome?;
     let (status, reason, error) = match &outcome {
         RunOutcome::Failed { error } => ("failed", None, Some(error.as_str())),
         other => (other.status(), other.reason(), None),

@@ -255,3 +255,50 @@ fn the_binary_writes_json_log_lines_to_stderr_and_keeps_stdout_parseable() {
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
 }
+
+#[test]
+fn long_commands_on_a_large_stream_draw_no_progress_off_a_terminal() {
+    // More receipts than the progress threshold (10,000) and than two read pages (4,096).
+    const N: usize = 10_500;
+    let cli = cli_support::Cli::new();
+    let events: Vec<(i64, Value)> = (0..N)
+        .map(|i| {
+            (
+                1_700_000_000_000 + i as i64,
+                serde_json::json!({"type": "tick", "i": i}),
+            )
+        })
+        .collect();
+    cli_support::seed(&cli.db, "big", &events);
+    let head = {
+        let chain = cli_support::block_on(async {
+            let store = SqliteStore::open(&cli.db).unwrap();
+            receipt::ReceiptStore::read(&store, "big").await.unwrap()
+        });
+        assert_eq!(chain.len(), N);
+        receipt::verify(&chain).unwrap().head.unwrap()
+    };
+    // Each command succeeds with nothing on stderr (`ok` checks it), whatever the default filter.
+    let verified = cli.ok(&["verify", "big"]);
+    assert_eq!(verified, format!("ok: {N} receipts, head {head}\n"));
+    let trace = cli.json(&["trace", "big", "--json"]);
+    let entries = trace["receipts"].as_array().unwrap();
+    assert_eq!(entries.len(), N);
+    assert!(entries.iter().enumerate().all(|(i, e)| e["index"] == i));
+    let replay = cli.json(&["replay", "big"]);
+    let receipts = replay["receipts"].as_array().unwrap();
+    assert_eq!(receipts.len(), N);
+    assert_eq!(receipts[N - 1]["hash"], head.as_str());
+    assert_eq!(receipts[4096]["body"]["i"], 4096, "the pages join in order");
+    // A stream damaged past the first page is reported at its index, as before.
+    cli_support::sql(
+        &cli.db,
+        "UPDATE receipt_receipts SET hash = (CASE WHEN substr(hash, 1, 1) = '0' THEN '1' ELSE '0' END) \
+         || substr(hash, 2) WHERE stream = 'big' AND stream_seq = 9000",
+    );
+    let message = cli.err(&["verify", "big"]);
+    assert!(
+        message.ends_with("hash mismatch at index 9000"),
+        "{message}"
+    );
+}

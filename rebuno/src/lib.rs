@@ -14,6 +14,8 @@
 //!   (`Kernel::open`, `Kernel::memory`, `Runtime::open`);
 //! - `server` (implies `kernel`): the `/v0` HTTP server over a kernel;
 //! - `cli` (implies `server` and `sqlite`; the default): the `rebuno` binary and its console;
+//! - `telemetry`: what a binary installs, the log subscriber and progress bars on a terminal
+//!   (see [`telemetry`]); `cli` includes it;
 //! - `otel`: span export over OTLP (see [`telemetry`]).
 //!
 //! An SDK-only dependency is `rebuno = { version = "0.1", default-features = false }`.
@@ -35,7 +37,7 @@
 //! - [`signing`]: the request signatures both directions use;
 //! - [`time`]: the injectable clock and RFC 3339 timestamps;
 //! - [`telemetry`]: the W3C trace context that makes an execution one trace across kernel and
-//!   agents, and (features `cli` / `otel`) the subscriber binaries install;
+//!   agents, and (features `telemetry` / `otel`) the subscriber binaries install;
 //! - [`error`]: the SDK's [`Error`].
 //!
 //! With `kernel`:

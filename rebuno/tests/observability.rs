@@ -1,6 +1,6 @@
 //! Observability: what the kernel, server and SDK log (failing deliveries with their ids and
 //! reason; never a secret, at any level) and the latency histograms `/metrics` shows. Every log
-//! line of this test binary goes to one buffer, at TRACE, for every target.
+//! line of this test binary goes to one buffer, at TRACE, for every target (`support/logs.rs`).
 
 use rebuno::agent::handler_fn;
 use rebuno::protocol::{CreateApiKeyRequest, ExecutionStatus, Scope};
@@ -8,51 +8,15 @@ use rebuno::server::{ServeOptions, ServerOptions, router, serve};
 use rebuno::store::{SqliteStore, StoreExt};
 use rebuno::{Agent, Client, DynTool, Error, Kernel, KernelConfig, ToolDef, wrap_tool};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[path = "support/logs.rs"]
+mod logs;
+use logs::{log_line, logs};
 
 const TOKEN: &str = "obs-bearer-token-2d9f7c";
 const AGENT_SECRET: &str = "obs-agent-secret-81b3e5";
-
-/// Every log line of the test binary so far.
-fn logs() -> String {
-    static BUFFER: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    let buffer = BUFFER.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&buffer);
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Sink(Arc::clone(&sink)))
-            .init();
-        buffer
-    });
-    String::from_utf8_lossy(&buffer.lock().unwrap()).into_owned()
-}
-
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Waits until the logs have a line for which `found` holds; answers it.
-async fn log_line(what: &str, found: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(line) = logs().lines().find(|l| found(l)) {
-            return line.to_owned();
-        }
-        assert!(Instant::now() < deadline, "no log line {what}:\n{}", logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 async fn serve_kernel(kernel: &Kernel, options: ServerOptions) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

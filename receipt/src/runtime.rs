@@ -13,6 +13,10 @@
 //! least recently used stream; [`Runtime::forget`] drops a stream whose work is over (the
 //! controller calls it when a run ends). A stream without a cache entry simply takes the full
 //! path. The per-stream locks exist only while a command holds or waits for them.
+//!
+//! **Logs** (`tracing`, emitted only): a chain refused as invalid (`warn`, with the stream, index
+//! and reason), a command that gave up re-linking under contention (`warn`), each re-link onto a
+//! tail another writer moved and each expected-prev refusal (`debug`).
 
 use crate::branch;
 use crate::cache::LruMap;
@@ -283,10 +287,13 @@ impl Runtime {
         stream: &str,
         mark: Option<Verified>,
     ) -> Result<(Verified, bool, Vec<Receipt>)> {
-        let refuse = |f: crate::receipt::VerifyFailure| Error::InvalidChain {
-            stream: stream.to_owned(),
-            reason: f.reason,
-            at: f.at,
+        let refuse = |f: crate::receipt::VerifyFailure| {
+            tracing::warn!(%stream, at = f.at, reason = %f.reason, "refusing an invalid chain");
+            Error::InvalidChain {
+                stream: stream.to_owned(),
+                reason: f.reason,
+                at: f.at,
+            }
         };
         let tail = self.store.tail(stream).await?;
         if let Some(m) = mark.as_ref().filter(|m| !m.branch) {
@@ -379,6 +386,11 @@ impl Runtime {
                 Attempt::Done(executed) => return Ok(executed),
                 Attempt::Moved(_) if command.expected_prev.is_none() => {
                     if attempt >= self.relink_attempts {
+                        tracing::warn!(
+                            %stream,
+                            attempts = attempt,
+                            "gave up re-linking a command: other writers kept appending first"
+                        );
                         return Err(Error::Contended {
                             stream: stream.to_owned(),
                             attempts: attempt,
@@ -386,6 +398,11 @@ impl Runtime {
                     }
                     // Somebody else's append landed: give the other tasks of this thread a
                     // turn before reading the new tail.
+                    tracing::debug!(
+                        %stream,
+                        attempt,
+                        "another writer moved the tail: re-linking the command onto it"
+                    );
                     tokio::task::yield_now().await;
                 }
                 Attempt::Moved(store_error) => {
@@ -438,6 +455,12 @@ impl Runtime {
         if let Some(expected) = &command.expected_prev
             && *expected != mark.head
         {
+            tracing::debug!(
+                %stream,
+                expected = expected.as_deref().unwrap_or("none"),
+                head = mark.head.as_deref().unwrap_or("none"),
+                "command refused: the head is not the expected prev"
+            );
             self.remember(stream, &mark);
             return Err(Error::ExpectedPrev {
                 expected: expected.clone(),

@@ -1,6 +1,7 @@
 //! The command line through a rebuno kernel: `receipt worker` serves a binary's remote actions
 //! of one group behind the kernel's signed webhook (registering itself), and `receipt run
-//! --kernel-url` dispatches them there. Each is a process of its own (this test binary running
+//! --kernel-url` dispatches them there; at `trace` their log lines hold neither the worker's
+//! secret nor the API key. Each is a process of its own (this test binary running
 //! `receipt::cli::main_with_args` with the `pay-agent` registered), beside a kernel process.
 
 mod agent_support;
@@ -277,4 +278,97 @@ async fn a_governed_run_is_decided_by_the_gate_the_worker_command_serves() {
     let report = printed(&allowed.stdout);
     assert_eq!(report["status"], "completed", "{report}");
     drop((gate, worker, kernel));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_log_line_of_the_worker_and_run_commands_holds_the_secret_or_the_api_key() {
+    const API_KEY: &str = "receipt-cli-api-key-3f9a61";
+    const WORKER_SECRET: &str = "receipt-cli-worker-secret-b82c05";
+    let files = Files::new();
+    let kernel = files.kernel();
+    let url = kernel.ready.clone();
+    let db = files.receipt_db();
+    let worker_log = files.dir.path().join("worker.log");
+    let args = [
+        "receipt",
+        "--db",
+        &db,
+        "worker",
+        "--kernel-url",
+        &url,
+        "--kernel-api-key",
+        API_KEY,
+        "--secret",
+        WORKER_SECRET,
+        "--group",
+        GROUP,
+        "--listen",
+        "127.0.0.1:0",
+        "--register",
+    ];
+    let worker = Child::start_with(
+        "cli",
+        &[
+            (ARGS_ENV, &serde_json::to_string(&args).unwrap()),
+            ("RECEIPT_LOG_LEVEL", "trace"),
+        ],
+        std::fs::File::create(&worker_log).unwrap().into(),
+        |line| {
+            let (_, rest) = line.split_once("\"webhookUrl\": \"")?;
+            Some(rest.split('"').next()?.to_owned())
+        },
+    );
+    let payments = files.payments();
+    payments.release();
+    let run = tokio::task::spawn_blocking({
+        let (db, url) = (db.clone(), url.clone());
+        move || {
+            receipt(&[
+                "--db",
+                &db,
+                "--log-format",
+                "json",
+                "run",
+                "pay-agent",
+                "--problem",
+                "charge it",
+                "--run-id",
+                RUN_ID,
+                "--run-stream",
+                STREAM,
+                "--kernel-url",
+                &url,
+                "--kernel-api-key",
+                API_KEY,
+            ])
+            .env("RECEIPT_LOG_LEVEL", "trace")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    // The report is on stdout as ever; the log lines are on stderr.
+    let report = printed(&run.stdout);
+    assert_eq!(report["status"], "completed", "{report}");
+    let run_log = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run_log.contains("run completed"), "{run_log}");
+    // The worker served the call (its log is complete once the run is).
+    let client = rebuno::Client::new(&url, None).unwrap();
+    assert_committed_once(&files.receipts(), &payments, &client).await;
+    let worker_log = std::fs::read_to_string(&worker_log).unwrap();
+    assert!(worker_log.contains("remote action served"), "{worker_log}");
+    assert!(
+        worker_log.contains("receipt worker serving"),
+        "{worker_log}"
+    );
+    for log in [&run_log, &worker_log] {
+        for secret in [API_KEY, WORKER_SECRET, "v1=", "sha256="] {
+            assert!(!log.contains(secret), "a log line holds {secret:?}:\n{log}");
+        }
+    }
+    drop((worker, kernel));
 }

@@ -5,9 +5,10 @@
 //! `rebuno.tool` / `rebuno.step` for each tool call and recorded local step (target, step id,
 //! whether it ran or replayed); `rebuno.llm` for each intercepted LLM call, with the GenAI
 //! semantic-convention attributes (`gen_ai.operation.name`, `gen_ai.system`,
-//! `gen_ai.request.model`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`; the
-//! usage of a streamed answer is recorded on its step, not on the span). The effect spans are
-//! at `debug` (one per step); the span exporter takes rebuno's spans at `debug`.
+//! `gen_ai.request.model`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`; a
+//! streamed answer's span stays open until the stream is recorded and then carries the usage
+//! its events reported). The effect spans are at `debug` (one per step); the span exporter takes
+//! rebuno's spans at `debug`.
 //!
 //! Metrics, through the `metrics` facade (recorded by whatever recorder the agent's process
 //! installs; none by default): `rebuno_sdk_handler_duration_seconds{agent, outcome}` (a
@@ -86,10 +87,24 @@ fn gen_ai_system(url: &reqwest::Url) -> &'static str {
     }
 }
 
-/// Records the token usage of a recorded LLM response on the current span.
+/// The names of the effect spans ([`effect_span`], [`llm_span`]).
+const EFFECT_SPANS: [&str; 3] = ["rebuno.tool", "rebuno.step", "rebuno.llm"];
+
+/// The current span when it is an effect's: an effect span that no subscriber enabled is not
+/// current, and the enclosing span (the handler's) must not get the effect's fields.
+fn current_effect_span() -> Option<tracing::Span> {
+    let span = tracing::Span::current();
+    span.metadata()
+        .is_some_and(|m| EFFECT_SPANS.contains(&m.name()))
+        .then_some(span)
+}
+
+/// Records the token usage of a recorded LLM response (a whole answer, or an event stream's
+/// text) on the current LLM span.
 pub(crate) fn llm_usage(record: &serde_json::Value) {
-    if let Some((input, output)) = crate::llm::token_usage(record) {
-        let span = tracing::Span::current();
+    if let Some((input, output)) = crate::llm::token_usage(record)
+        && let Some(span) = current_effect_span()
+    {
         span.record("gen_ai.usage.input_tokens", input);
         span.record("gen_ai.usage.output_tokens", output);
     }
@@ -105,11 +120,12 @@ pub(crate) fn effect(kind: &StepKind, target: &str, dec: &StepDecision, outcome:
         EffectOutcome::Blocked | EffectOutcome::Refused => "refused",
     };
     metrics::counter!(SDK_EFFECTS, "kind" => kind_label(kind), "outcome" => outcome).increment(1);
-    let span = tracing::Span::current();
-    span.record("outcome", outcome);
     let step_id = dec.step_id.as_deref().unwrap_or("");
-    if !step_id.is_empty() {
-        span.record("step_id", step_id);
+    if let Some(span) = current_effect_span() {
+        span.record("outcome", outcome);
+        if !step_id.is_empty() {
+            span.record("step_id", step_id);
+        }
     }
     tracing::debug!(
         step.kind = kind.as_str(),
@@ -135,4 +151,51 @@ pub(crate) fn handler_ended(agent_id: &str, outcome: &'static str, elapsed: Dura
         elapsed_ms = elapsed.as_millis() as u64,
         "handler finished"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::fmt::format::FmtSpan;
+
+    #[test]
+    fn an_effect_whose_span_is_not_enabled_leaves_the_handler_span_alone() {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&buffer);
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_span_events(FmtSpan::CLOSE)
+            .with_writer(move || Sink(Arc::clone(&sink)))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let handler = tracing::info_span!("rebuno.agent.handle", outcome = Empty);
+            let _handler = handler.enter();
+            // At info the effect spans (debug) are not enabled: the handler's is current.
+            let effect_span = effect_span(&StepKind::ToolCall, "lookup", "exec-1");
+            let _effect = effect_span.enter();
+            let dec = StepDecision::proceed().with_step_id("step-1");
+            effect(&StepKind::ToolCall, "lookup", &dec, EffectOutcome::Ran);
+            llm_usage(&serde_json::json!({"usage": {"prompt_tokens": 3, "completion_tokens": 4}}));
+            handler.record("outcome", "completed");
+        });
+        let logs = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+        assert!(logs.contains("outcome=\"completed\""), "{logs}");
+        for stray in ["executed", "step-1", "gen_ai"] {
+            assert!(!logs.contains(stray), "{stray} in {logs}");
+        }
+    }
+
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! The streaming tee: a provider's event stream goes to the caller live, to the kernel's
-//! stream endpoint as deltas, and into the step's record once it ends.
+//! stream endpoint as deltas, and into the step's record once it ends (and its token usage onto
+//! the LLM call's span).
 
 use super::{build_response, record};
 use crate::agent::context::ExecutionContext;
@@ -47,7 +48,16 @@ pub(super) fn tee(
         rx: ReceiverStream::new(rx),
         tracked: Arc::clone(&tracked),
     };
-    tokio::spawn(pump(ctx, step_id, resp, content_type.clone(), tx, tracked));
+    // The pump runs in the LLM call's span, which it keeps open until the stream is recorded:
+    // its usage is known only then.
+    tokio::spawn(crate::telemetry::carried(pump(
+        ctx,
+        step_id,
+        resp,
+        content_type.clone(),
+        tx,
+        tracked,
+    )));
     build_response(
         status,
         &content_type,
@@ -192,13 +202,18 @@ async fn pump(
     deltas.finish();
     deltas.flush().await;
     let text = std::mem::take(&mut deltas.text);
-    if let Err(e) = ctx
+    match ctx
         .complete(&step_id, record(status, &content_type, text))
         .await
-        && let Some(tx) = caller
     {
-        let message = format!("recording the llm call failed: {e}");
-        let _ = tx.send(Err(std::io::Error::other(message))).await;
+        // The usage the provider reported in the stream's events, on the LLM call's span.
+        Ok(recorded) => crate::agent::observe::llm_usage(&recorded),
+        Err(e) => {
+            if let Some(tx) = caller {
+                let message = format!("recording the llm call failed: {e}");
+                let _ = tx.send(Err(std::io::Error::other(message))).await;
+            }
+        }
     }
 }
 

@@ -1,11 +1,11 @@
 //! Observability shared by the kernel, the server and the agent SDK: the W3C trace context that
 //! makes one execution one trace across processes, and (for binaries) the subscriber that
-//! prints logs and exports spans.
+//! prints logs and exports spans, and progress bars on a terminal.
 //!
 //! The library only emits: `tracing` events and spans carrying `execution_id`, `dispatch_id`,
 //! `step_id` and `agent_id` fields, and metrics through the `metrics` facade. Nothing is printed
-//! or exported until a binary installs a subscriber (`init`, with the `cli` or `otel` feature,
-//! or one of its own).
+//! or exported until a binary installs a subscriber (`init`, with the `telemetry` feature, which
+//! `cli` includes, or `otel`; or one of its own).
 //!
 //! **Trace context.** An execution belongs to the trace of its create: the kernel records the
 //! create's context with the execution ([`TraceParent`], the W3C `traceparent` header), every
@@ -19,15 +19,17 @@
 
 #[cfg(feature = "otel")]
 mod otel;
-#[cfg(feature = "cli")]
+#[cfg(feature = "telemetry")]
 mod progress;
-#[cfg(any(feature = "cli", feature = "otel"))]
+#[cfg(any(feature = "telemetry", feature = "otel"))]
 mod subscriber;
 
 #[cfg(feature = "otel")]
 pub use otel::{OtelConfig, OtelGuard};
-#[cfg(any(feature = "cli", feature = "otel"))]
-pub use subscriber::{LogFormat, Telemetry, init};
+#[cfg(feature = "telemetry")]
+pub use progress::Progress;
+#[cfg(any(feature = "telemetry", feature = "otel"))]
+pub use subscriber::{LogFilter, LogFormat, Telemetry, init, init_with};
 
 use std::fmt;
 use std::future::Future;
@@ -197,8 +199,7 @@ pub(crate) fn carried<F: Future>(future: F) -> impl Future<Output = F::Output> {
 
 /// A URL as logs may show it: without user information and without a query string (either
 /// may hold a credential).
-#[cfg_attr(not(feature = "kernel"), allow(dead_code))]
-pub(crate) fn redact_url(url: &str) -> String {
+pub fn redact_url(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (Some(scheme), rest),
         None => (None, url),

@@ -8,7 +8,7 @@
 //! reads its own `OTEL_EXPORTER_OTLP_*` settings (headers, timeout). Spans are batched and sent
 //! from a thread of the exporter's own, off the kernel's async workers.
 
-use super::TraceParent;
+use super::{LogFilter, TraceParent};
 use opentelemetry::Context;
 use opentelemetry::trace::{
     SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState, TracerProvider as _,
@@ -109,6 +109,18 @@ impl OtelConfig {
     where
         S: tracing::Subscriber + for<'span> LookupSpan<'span>,
     {
+        self.layer_with(LogFilter::REBUNO)
+    }
+
+    /// [`OtelConfig::layer`] exporting the spans `filter` enables, and the spans of its
+    /// [`LogFilter::exported_spans`] targets at `debug` whatever it says.
+    pub fn layer_with<S>(
+        &self,
+        filter: LogFilter,
+    ) -> Result<(impl tracing_subscriber::Layer<S>, OtelGuard), String>
+    where
+        S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+    {
         let mut exporter = opentelemetry_otlp::SpanExporter::builder().with_http();
         if let Some(endpoint) = &self.traces_endpoint {
             exporter = exporter.with_endpoint(endpoint.clone());
@@ -125,13 +137,16 @@ impl OtelConfig {
             .with_resource(resource.build())
             .build();
         let tracer = provider.tracer("rebuno");
-        let rebuno_spans = filter_fn(|meta| {
-            meta.is_span() && meta.target().starts_with("rebuno") && *meta.level() <= Level::DEBUG
+        let targets = filter.exported_spans;
+        let own_spans = filter_fn(move |meta| {
+            meta.is_span()
+                && *meta.level() <= Level::DEBUG
+                && targets.iter().any(|t| meta.target().starts_with(t))
         });
         let layer = tracing_opentelemetry::layer()
             .with_tracer(tracer)
             .with_tracked_inactivity(false)
-            .with_filter(super::subscriber::env_filter().or(rebuno_spans));
+            .with_filter(filter.env_filter().or(own_spans));
         Ok((layer, OtelGuard { provider }))
     }
 }

@@ -1,6 +1,7 @@
-//! The subscriber a binary installs: log lines on stderr filtered by `RUST_LOG` (default
-//! `info`), human-readable or JSON; with the `otel` feature, span export when the `OTEL_*`
-//! variables configure it; with `cli`, a progress bar for schema migrations on a terminal.
+//! The subscriber a binary installs: log lines on stderr filtered by `RUST_LOG` (else a variable
+//! of the binary's, else its default), human-readable or JSON; with the `otel` feature, span
+//! export when the `OTEL_*` variables configure it; with `telemetry`, log lines printed above
+//! any progress bar and a progress bar for schema migrations on a terminal.
 
 use std::str::FromStr;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -52,28 +53,61 @@ impl Telemetry {
     }
 }
 
-/// The filter of log lines (and exported spans): `RUST_LOG`, else `REBUNO_LOG_LEVEL` (the Go
-/// kernel's variable, a level or the same directives), else `info`.
-pub(super) fn env_filter() -> EnvFilter {
-    EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_from_env("REBUNO_LOG_LEVEL"))
-        .unwrap_or_else(|_| EnvFilter::new("info"))
+/// Where [`init_with`] reads the filter of log lines (and of exported spans) and which spans
+/// it exports whatever that filter says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogFilter {
+    /// The variable read when `RUST_LOG` is unset or invalid: a level or directives (such as
+    /// `info,rebuno::kernel=debug`).
+    pub variable: &'static str,
+    /// The filter when neither variable gives one.
+    pub default: &'static str,
+    /// Targets (crate names, or module paths) whose spans at `debug` and above are exported
+    /// whatever the filter says, when spans are exported at all (feature `otel`).
+    pub exported_spans: &'static [&'static str],
+}
+
+impl LogFilter {
+    /// The `rebuno` binary's: `RUST_LOG`, else `REBUNO_LOG_LEVEL`, else `info`; rebuno's own
+    /// spans always exported.
+    pub const REBUNO: LogFilter = LogFilter {
+        variable: "REBUNO_LOG_LEVEL",
+        default: "info",
+        exported_spans: &["rebuno"],
+    };
+
+    /// The filter of log lines (and exported spans): `RUST_LOG`, else [`LogFilter::variable`],
+    /// else [`LogFilter::default`].
+    pub(super) fn env_filter(&self) -> EnvFilter {
+        EnvFilter::try_from_default_env()
+            .or_else(|_| EnvFilter::try_from_env(self.variable))
+            .unwrap_or_else(|_| EnvFilter::new(self.default))
+    }
 }
 
 /// Installs the process's subscriber: log lines to stderr in `format`, filtered by `RUST_LOG`
 /// (else `REBUNO_LOG_LEVEL`, else `info`); with the `otel` feature, spans exported over OTLP as service `service`
-/// when the `OTEL_*` variables configure an endpoint (see `OtelConfig::from_env`); with `cli`, a
-/// progress bar while schema migrations run when stderr is a terminal. Fails when a subscriber
-/// is already installed or the exporter cannot start.
+/// when the `OTEL_*` variables configure an endpoint (see `OtelConfig::from_env`); with
+/// `telemetry`, a progress bar while schema migrations run when stderr is a terminal. Fails
+/// when a subscriber is already installed or the exporter cannot start.
 pub fn init(service: &str, format: LogFormat) -> Result<Telemetry, String> {
+    init_with(service, format, LogFilter::REBUNO)
+}
+
+/// [`init`] with the log filter read as `filter` says (another binary's variable and
+/// default, the spans it always exports).
+pub fn init_with(service: &str, format: LogFormat, filter: LogFilter) -> Result<Telemetry, String> {
     let _ = service;
+    #[cfg(feature = "telemetry")]
+    let fmt = tracing_subscriber::fmt::layer().with_writer(super::progress::Stderr);
+    #[cfg(not(feature = "telemetry"))]
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = match format {
         LogFormat::Pretty => fmt.with_ansi(false).boxed(),
         LogFormat::Json => fmt.json().boxed(),
     };
-    let registry = tracing_subscriber::registry().with(fmt.with_filter(env_filter()));
-    #[cfg(feature = "cli")]
+    let registry = tracing_subscriber::registry().with(fmt.with_filter(filter.env_filter()));
+    #[cfg(feature = "telemetry")]
     let registry = registry.with(super::progress::layer());
     #[allow(unused_mut)]
     let mut telemetry = Telemetry::default();
@@ -81,7 +115,7 @@ pub fn init(service: &str, format: LogFormat) -> Result<Telemetry, String> {
     let registry = {
         let otel = match super::OtelConfig::from_env(service) {
             Some(config) => {
-                let (layer, guard) = config.layer()?;
+                let (layer, guard) = config.layer_with(filter)?;
                 telemetry.otel = Some(guard);
                 Some(layer)
             }

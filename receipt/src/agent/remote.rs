@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 /// The durable function a remote action is dispatched through.
 pub const REMOTE_FUNCTION: &str = "receipt.agent.action.execute";
@@ -164,8 +165,35 @@ impl RemoteWorker {
         }
     }
 
-    /// Serves one call.
+    /// Serves one call, in a `receipt.remote_action` span (`run_id`, `agent_id`, `action_id`,
+    /// `invocation_id`, `outcome`: `ran` or `refused`).
     pub async fn handle(&self, call: RemoteCall) -> Result<RemoteResult> {
+        let p = &call.payload;
+        let span = tracing::info_span!(
+            "receipt.remote_action",
+            run_id = %p.run_id,
+            agent_id = %p.agent_id,
+            action_id = %p.action_id,
+            invocation_id = %p.invocation_id,
+            outcome = tracing::field::Empty,
+        );
+        let result = self.serve(call).instrument(span.clone()).await;
+        let _entered = span.enter();
+        match &result {
+            Ok(r) => {
+                span.record("outcome", "ran");
+                tracing::debug!(outputs = r.outputs.len(), "remote action ran");
+            }
+            Err(e) => {
+                span.record("outcome", "refused");
+                tracing::debug!(error = %e, "remote action refused or failed");
+            }
+        }
+        result
+    }
+
+    /// [`RemoteWorker::handle`] without its span.
+    async fn serve(&self, call: RemoteCall) -> Result<RemoteResult> {
         if call.function != REMOTE_FUNCTION || call.version != REMOTE_FUNCTION_VERSION {
             return Err(AgentError::RemoteFunction {
                 function: call.function,
@@ -225,7 +253,8 @@ impl RemoteDispatcher for InProcessDispatcher {
             .cloned()
             .ok_or_else(|| AgentError::NoWorkerForGroup(call.target_group.clone()))?;
         let action = call.payload.action_id.clone();
-        match tokio::spawn(async move { worker.handle(call).await }).await {
+        let work = async move { worker.handle(call).await };
+        match tokio::spawn(work.instrument(tracing::Span::current())).await {
             Ok(result) => result,
             Err(e) => Err(AgentError::RemoteWorkerFailed {
                 action,

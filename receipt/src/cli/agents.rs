@@ -517,9 +517,12 @@ pub(super) async fn run(db: &Db, a: RunArgs, registry: Arc<Registry>) -> CliResu
             .event_id(format!("seed:{run_id}"));
         runtime.execute(&run_stream, command).await?;
     }
+    let progress = super::progress::RunProgress::start(&runtime, &run_id, &run_stream);
     let outcome = agent
         .run(Arc::clone(&runtime), options, &run_id, &run_stream)
-        .await?;
+        .await;
+    progress.finish();
+    let outcome = outcome?;
     let (status, reason, error) = match &outcome {
         RunOutcome::Failed { error } => ("failed", None, Some(error.as_str())),
         other => (other.status(), other.reason(), None),

@@ -4,6 +4,7 @@
 use super::agents::{NewArgs, RunArgs};
 use super::kernel::WorkerArgs;
 use clap::{Args, Parser, Subcommand};
+use rebuno::telemetry::LogFormat;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -16,7 +17,12 @@ names it; its tables live in the schema $RECEIPT_POSTGRES_SCHEMA (default: recei
 Stream arguments <t>: a value containing '/' is used as the stream name; otherwise an exact
 stream name, otherwise the stream ending in '/runs/<value>' (a run id).
 
-Errors print one line `error: <message>` on stderr and exit with status 1.";
+Errors print one line `error: <message>` on stderr and exit with status 1.
+
+Logs go to stderr (stdout keeps the command's output): --log-format pretty|json, else
+$RECEIPT_LOG_FORMAT; filtered by $RUST_LOG, else $RECEIPT_LOG_LEVEL (a level or directives such as
+warn,receipt::agent=debug), else `info` for `worker` and `error` for the other commands. A
+stream of 10,000 receipts or more, and a `run`, show progress when stderr is a terminal.";
 
 /// Append to, read, verify and fork receipt streams.
 #[derive(Debug, Parser)]
@@ -26,6 +32,11 @@ pub(super) struct Cli {
     /// .receipt/receipts.db)
     #[arg(long, global = true, value_name = "PATH|URL")]
     pub(super) db: Option<PathBuf>,
+
+    /// Log line format on stderr: pretty or json (one object per line) [env:
+    /// RECEIPT_LOG_FORMAT] [default: pretty]
+    #[arg(long, global = true, value_name = "FORMAT", value_parser = super::logs::parse_format)]
+    pub(super) log_format: Option<LogFormat>,
 
     #[command(subcommand)]
     pub(super) command: Option<Cmd>,

@@ -12,7 +12,7 @@ use super::time::iso_ts;
 use super::{CliResult, Failure, fail};
 use crate::receipt::base36;
 use crate::sim::{Clock, SystemClock};
-use crate::{BranchMeta, Command, ReceiptStore, Verified, VerifyFailure, verify};
+use crate::{BranchMeta, Command, ReceiptStore, Verified, VerifyFailure};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io;
@@ -218,15 +218,16 @@ pub(super) async fn verify_cmd(db: &Db, a: VerifyArgs) -> CliResult {
 }
 
 /// Verifies `stream` as readers see it (the materialized chain: a branch is its parent's
-/// prefix re-linked with its own receipts). Materialization
-/// checks each branch level's stored chain before re-linking, so a receipt altered in storage
-/// is reported at its materialized index instead of coming out with a fresh hash.
+/// prefix re-linked with its own receipts), with progress on a terminal when it is large.
+/// Materialization checks each branch level's stored chain before re-linking, so a receipt
+/// altered in storage is reported at its materialized index instead of coming out with a fresh
+/// hash.
 async fn verify_stream(
     store: &dyn ReceiptStore,
     stream: &str,
 ) -> CliResult<Result<Verified, VerifyFailure>> {
-    let chain = crate::branch::materialize(store, stream).await?;
-    Ok(verify(&chain))
+    let chain = super::progress::read_chain(store, stream).await?;
+    Ok(super::progress::verify_chain(&chain))
 }
 
 /// `fork`: a branch of a stream at an index (metadata only).

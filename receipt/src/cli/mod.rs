@@ -27,15 +27,18 @@
 //! The parts: `args` (the command line as clap parses it), `db` (which database, opening it),
 //! `commands` (the database commands),
 //! `agents` (`new` and `run`), `kernel` (the kernel options, and `worker`, which serves remote
-//! actions behind a rebuno kernel), `target` (stream arguments), `report` (what is printed) and
-//! `time` (timestamps as ISO 8601). This module parses, dispatches and turns failures into
-//! exit codes.
+//! actions behind a rebuno kernel), `target` (stream arguments), `report` (what is printed),
+//! `time` (timestamps as ISO 8601), `logs` (log lines on stderr: `--log-format`,
+//! `RECEIPT_LOG_FORMAT`, `RECEIPT_LOG_LEVEL`) and `progress` (bars on a terminal). This module
+//! parses, installs the log subscriber, dispatches and turns failures into exit codes.
 
 mod agents;
 mod args;
 mod commands;
 mod db;
 mod kernel;
+mod logs;
+mod progress;
 mod report;
 mod target;
 mod time;
@@ -106,6 +109,12 @@ where
         Ok(cli) => cli,
         Err(e) => return clap_exit(e),
     };
+    // Held to the end: dropping it exports the spans still buffered.
+    let serves = matches!(cli.command, Some(Cmd::Worker(_)));
+    let telemetry = match logs::init(cli.log_format, serves) {
+        Ok(telemetry) => telemetry,
+        Err(failure) => return exit(Err(failure)),
+    };
     // A bug must still end as one `error:` line with status 1: the hook stays quiet and the
     // payload is reported below.
     std::panic::set_hook(Box::new(|_| {}));
@@ -117,6 +126,14 @@ where
             .unwrap_or_else(|| "unknown panic".to_owned());
         fail(format!("internal error: {}", one_line(&what)))
     });
+    if let Some(telemetry) = telemetry {
+        telemetry.finish();
+    }
+    exit(outcome)
+}
+
+/// The exit status of `outcome`, with its `error:` line.
+fn exit(outcome: CliResult) -> ExitCode {
     match outcome {
         Ok(()) | Err(Failure::BrokenPipe) => ExitCode::SUCCESS,
         Err(Failure::NotCompleted) => ExitCode::from(2),

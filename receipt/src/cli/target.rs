@@ -47,10 +47,11 @@ pub(super) async fn resolve_existing(store: &dyn ReceiptStore, value: &str) -> C
     Ok(stream)
 }
 
-/// Opens the database, resolves `<t>` and reads its materialized chain.
+/// Opens the database, resolves `<t>` and reads its materialized chain (with progress on a
+/// terminal when it is large).
 pub(super) async fn read_target(db: &Db, target: &str) -> CliResult<(String, Vec<Receipt>)> {
-    let rt = db.runtime(false).await?;
-    let stream = resolve_existing(&**rt.store(), target).await?;
-    let chain = rt.read(&stream).await?;
+    let store = db.open(false).await?;
+    let stream = resolve_existing(&*store, target).await?;
+    let chain = super::progress::read_chain(&*store, &stream).await?;
     Ok((stream, chain))
 }

@@ -21,6 +21,12 @@
 //!   retried). An execution that failed (a worker that could not work: its store unreachable,
 //!   its deliveries exhausted) or was cancelled by someone else fails the call with
 //!   `remote worker for action '<id>' failed: <reason>`.
+//!
+//! **Logs** (`tracing`, emitted only; ids as fields: `invocation_id`, `action_id`, `group`,
+//! `execution_id`): each call's kernel execution (`debug`) and how it ended (`debug` for an
+//! answer, `warn` for a worker's execution that failed or was cancelled), a kernel that could not
+//! be reached and is asked again (`warn`, with the reason), a group without a worker agent and a
+//! call that timed out and is withdrawn (`warn`). The API key is never logged.
 
 use crate::agent::remote::{RemoteCall, RemoteDispatcher, RemoteResult};
 use crate::agent::{AgentError, async_trait};
@@ -130,9 +136,17 @@ impl KernelDispatcher {
             {
                 Ok(exec) => return Ok(Some(exec)),
                 Err(e) if e.is_not_found() => {
+                    tracing::warn!(
+                        invocation_id = %call.payload.invocation_id,
+                        action_id = %call.payload.action_id,
+                        group = %call.target_group,
+                        worker_agent = %agent,
+                        "no worker agent is registered with the kernel for the target group"
+                    );
                     return Err(AgentError::NoWorkerForGroup(call.target_group.clone()).into());
                 }
                 Err(e) if transient(&e) => {
+                    unreachable_kernel(call, &e, pause);
                     if !pause_until(&mut pause, deadline).await {
                         return Ok(None);
                     }
@@ -157,6 +171,7 @@ impl KernelDispatcher {
                 // The wait's own deadline: the call's.
                 Err(_) if Instant::now() >= deadline => return Ok(None),
                 Err(e) if transient(&e) => {
+                    unreachable_kernel(call, &e, pause);
                     if !pause_until(&mut pause, deadline).await {
                         return Ok(None);
                     }
@@ -188,11 +203,21 @@ impl RemoteDispatcher for KernelDispatcher {
             .checked_add(Duration::from_millis(call.timeout_ms))
             .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)));
         let Some(exec) = self.start(&call, deadline).await? else {
+            timed_out(&call, None);
             return Err(AgentError::RemoteTimeout.into());
         };
+        tracing::debug!(
+            invocation_id = %call.payload.invocation_id,
+            action_id = %call.payload.action_id,
+            group = %call.target_group,
+            execution_id = %exec.id,
+            attempt = call.payload.attempt,
+            "remote action dispatched through the kernel"
+        );
         match self.ended(&call, &exec.id, deadline).await? {
             Some(exec) => answer(&call, exec),
             None => {
+                timed_out(&call, Some(&exec.id));
                 // Not to be delivered again after the controller gave up on it (an execution
                 // that has ended meanwhile stays as it is).
                 let _ = self.client.cancel(&exec.id).await;
@@ -208,14 +233,70 @@ impl RemoteDispatcher for KernelDispatcher {
     async fn cancel(&self, call: &RemoteCall) -> Result<()> {
         let deadline = Instant::now() + CANCEL_LOOKUP_TIMEOUT;
         if let Ok(Some(exec)) = self.start(call, deadline).await {
+            tracing::debug!(
+                invocation_id = %call.payload.invocation_id,
+                execution_id = %exec.id,
+                "withdrawing a remote action: cancelling its kernel execution"
+            );
             let _ = self.client.cancel(&exec.id).await;
         }
         Ok(())
     }
 }
 
-/// The call's answer from its ended execution.
+/// Logs that the kernel could not be reached for `call` (asked again after `pause`).
+fn unreachable_kernel(call: &RemoteCall, e: &rebuno::Error, pause: Duration) {
+    tracing::warn!(
+        invocation_id = %call.payload.invocation_id,
+        action_id = %call.payload.action_id,
+        retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+        error = %e,
+        "the kernel could not be reached for a remote action: asking again"
+    );
+}
+
+/// Logs that `call` timed out (its execution, when there is one, is cancelled).
+fn timed_out(call: &RemoteCall, execution_id: Option<&str>) {
+    tracing::warn!(
+        invocation_id = %call.payload.invocation_id,
+        action_id = %call.payload.action_id,
+        execution_id = %execution_id.unwrap_or(""),
+        timeout_ms = call.timeout_ms,
+        "remote action timed out: withdrawing it"
+    );
+}
+
+/// The call's answer from its ended execution, logged.
 fn answer(call: &RemoteCall, exec: Execution) -> Result<RemoteResult> {
+    let (status, execution_id) = (exec.status, exec.id.clone());
+    let result = answer_of(call, exec);
+    let invocation_id = &call.payload.invocation_id;
+    match &result {
+        Ok(r) => tracing::debug!(
+            %invocation_id,
+            %execution_id,
+            outputs = r.outputs.len(),
+            "remote action answered"
+        ),
+        Err(e) if status == ExecutionStatus::Completed => tracing::debug!(
+            %invocation_id,
+            %execution_id,
+            error = %e,
+            "remote action answered with an error"
+        ),
+        Err(e) => tracing::warn!(
+            %invocation_id,
+            %execution_id,
+            %status,
+            error = %e,
+            "remote worker's execution did not complete"
+        ),
+    }
+    result
+}
+
+/// The call's answer from its ended execution.
+fn answer_of(call: &RemoteCall, exec: Execution) -> Result<RemoteResult> {
     match exec.status {
         ExecutionStatus::Completed => {
             let output = exec.output.unwrap_or(Value::Null);

@@ -33,6 +33,12 @@
 //! receipt action itself: one evaluator, one audit log (the gate executions), one approval
 //! queue.
 //!
+//! **Logs** (`tracing`, emitted only): each evaluation's gate execution and verdict (`debug`,
+//! with the invocation and execution ids), the bundle set as the gate's policy and each
+//! decision forwarded to the kernel (`info`), a forwarded decision the kernel refused (`warn`);
+//! in the gate's handler, each decision and rate-limited retry (`debug`). The controller logs
+//! what it does with a verdict.
+//!
 //! **Serving the gate.** Embedded, register the handler on the kernel's runtime
 //! (`runtime.register(GateHandler::new("<id>"))`); over HTTP, serve [`gate_agent`] on its
 //! webhook (`gate_agent("<id>").kernel_url(..).secret(..).build()?.serve(..)`) and register it
@@ -156,6 +162,7 @@ async fn gate(input: Value, max_rate_wait: Duration) -> rebuno::Result<Value> {
     );
     let started = Instant::now();
     let mut pause = RATE_PAUSE_INITIAL;
+    let (action_id, invocation_id) = (&check.action_id, &check.invocation_id);
     let output = loop {
         match action.call(input.clone()).await {
             Ok(_) => break GateOutput::Allow,
@@ -173,6 +180,13 @@ async fn gate(input: Value, max_rate_wait: Duration) -> rebuno::Result<Value> {
                         reason,
                     };
                 }
+                tracing::debug!(
+                    %action_id,
+                    %invocation_id,
+                    reason,
+                    retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                    "gate step rate limited: trying again"
+                );
                 tokio::time::sleep(pause.min(max_rate_wait - waited)).await;
                 pause = (pause * 2).min(RATE_PAUSE_MAX);
             }
@@ -180,6 +194,7 @@ async fn gate(input: Value, max_rate_wait: Duration) -> rebuno::Result<Value> {
             Err(e) => return Err(e),
         }
     };
+    tracing::debug!(%action_id, %invocation_id, decision = ?output, "gate decided");
     Ok(serde_json::to_value(output)?)
 }
 
@@ -297,7 +312,12 @@ impl KernelGovernance {
                                     self.gate_id
                                 )),
                                 _ => kernel_error(e),
-                            })
+                            })?;
+                        tracing::info!(
+                            gate_agent = %self.gate_id,
+                            "policy bundle set as the gate agent's policy"
+                        );
+                        Ok::<(), Error>(())
                     }
                     None => Ok(()),
                 }
@@ -430,22 +450,17 @@ impl Governance for KernelGovernance {
     async fn evaluate(&self, action: &GovernedAction) -> Result<Verdict> {
         self.install().await?;
         let exec = self.gate_execution(action).await?;
-        match exec.status {
-            ExecutionStatus::Completed => self.completed(&exec).await,
-            ExecutionStatus::Blocked => self.blocked(&exec).await,
-            ExecutionStatus::Failed | ExecutionStatus::Cancelled => Ok(Verdict::Deny {
-                rule: String::new(),
-                reason: format!(
-                    "gate execution {} {}: {}",
-                    exec.id, exec.status, exec.failure_reason
-                ),
-                approval_id: None,
-            }),
-            _ => {
-                let events = self.events(&exec.id).await?;
-                Ok(self.delay(&exec.id, &events))
-            }
+        let verdict = self.verdict(&exec).await;
+        if let Ok(verdict) = &verdict {
+            tracing::debug!(
+                invocation_id = %action.invocation_id,
+                action_id = %action.action_id,
+                gate_execution_id = %exec.id,
+                verdict = ?verdict,
+                "governance verdict from the kernel"
+            );
         }
+        verdict
     }
 
     /// Refuses an agent whose gate is not this governance's: its bundle would decide
@@ -463,6 +478,48 @@ impl Governance for KernelGovernance {
     }
 
     async fn decide(&self, decision: &ApprovalDecided) -> Result<Option<String>> {
+        let forwarded = self.forward(decision).await;
+        match &forwarded {
+            Ok(None) => tracing::info!(
+                approval_id = %decision.approval_id,
+                decision = ?decision.decision,
+                decided_by = %decision.decided_by,
+                "approval decision forwarded to the kernel"
+            ),
+            Ok(Some(refusal)) => tracing::warn!(
+                approval_id = %decision.approval_id,
+                refusal,
+                "the kernel refused an approval decision appended to the run"
+            ),
+            Err(_) => {}
+        }
+        forwarded
+    }
+}
+
+impl KernelGovernance {
+    /// The verdict of gate execution `exec`, as it stands.
+    async fn verdict(&self, exec: &Execution) -> Result<Verdict> {
+        match exec.status {
+            ExecutionStatus::Completed => self.completed(exec).await,
+            ExecutionStatus::Blocked => self.blocked(exec).await,
+            ExecutionStatus::Failed | ExecutionStatus::Cancelled => Ok(Verdict::Deny {
+                rule: String::new(),
+                reason: format!(
+                    "gate execution {} {}: {}",
+                    exec.id, exec.status, exec.failure_reason
+                ),
+                approval_id: None,
+            }),
+            _ => {
+                let events = self.events(&exec.id).await?;
+                Ok(self.delay(&exec.id, &events))
+            }
+        }
+    }
+
+    /// Forwards a decision appended to the run to the kernel: `Some` with the kernel's refusal.
+    async fn forward(&self, decision: &ApprovalDecided) -> Result<Option<String>> {
         let rationale = decision.rationale.as_deref().unwrap_or_default();
         let (id, by) = (&decision.approval_id, &decision.decided_by);
         let answer = match decision.decision {

@@ -15,6 +15,12 @@
 //! answer, final, never delivered again). Trouble of the worker's own (its receipt store
 //! unreachable, a corrupt chain) fails the execution instead, with the reason.
 //!
+//! **Logs** (`tracing`, emitted only): each call served (`info`, with the run, action and
+//! invocation ids and the number of outputs), a call refused or whose action failed (`warn`,
+//! with the reason), the worker's own trouble that fails the execution (`error`), and the
+//! webhook served and the agent registered (`info`, URLs without credentials). The agent secret
+//! is never logged.
+//!
 //! The worker trusts no call: it runs only an action that the run stream shows selected at the
 //! call's head and runnable there. Still, whoever may create executions of the worker agent on
 //! the kernel can have such an action run again; give that right (`executions:write`) to the
@@ -137,6 +143,12 @@ impl KernelWorker {
                 lease_timeout_seconds: self.lease.map(|l| l.as_secs_f64()),
             })
             .await?;
+        tracing::info!(
+            agent_id = %self.agent_id()?,
+            group = %self.group,
+            webhook_url = %rebuno::telemetry::redact_url(webhook_url),
+            "receipt worker agent registered with the kernel"
+        );
         Ok(())
     }
 
@@ -155,6 +167,13 @@ impl KernelWorker {
             .kernel_url(kernel_url)
             .secret(secret)
             .build()?;
+        tracing::info!(
+            agent_id = %self.agent_id()?,
+            group = %self.group,
+            listen = %listener.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+            kernel_url = %rebuno::telemetry::redact_url(kernel_url),
+            "receipt worker serving remote actions"
+        );
         agent
             .serve(listener, shutdown)
             .await
@@ -178,16 +197,56 @@ impl std::fmt::Debug for WorkerHandler {
 }
 
 impl WorkerHandler {
-    /// Serves one call: its answer, or the worker's own trouble (which fails the execution).
+    /// Serves one call: its answer, or the worker's own trouble (which fails the execution);
+    /// logged with the call's ids.
     async fn serve(worker: Arc<RemoteWorker>, group: String, input: Value) -> Result<Answer> {
         let call = match serde_json::from_value::<RemoteCall>(input) {
             Ok(call) => call,
             Err(e) => {
-                return Ok(Answer::Error {
-                    error: format!("not a remote call: {e}"),
-                });
+                let error = format!("not a remote call: {e}");
+                tracing::warn!(%group, error, "remote action refused");
+                return Ok(Answer::Error { error });
             }
         };
+        let p = &call.payload;
+        let ids = (
+            p.run_id.clone(),
+            p.action_id.clone(),
+            p.invocation_id.clone(),
+        );
+        let answer = Self::answer(worker, &group, call).await;
+        let (run_id, action_id, invocation_id) = ids;
+        match &answer {
+            Ok(Answer::Outputs(result)) => tracing::info!(
+                %run_id,
+                %action_id,
+                %invocation_id,
+                %group,
+                outputs = result.outputs.len(),
+                "remote action served"
+            ),
+            Ok(Answer::Error { error }) => tracing::warn!(
+                %run_id,
+                %action_id,
+                %invocation_id,
+                %group,
+                error,
+                "remote action refused or failed"
+            ),
+            Err(e) => tracing::error!(
+                %run_id,
+                %action_id,
+                %invocation_id,
+                %group,
+                error = %e,
+                "the worker could not serve a remote action: its execution fails"
+            ),
+        }
+        answer
+    }
+
+    /// The answer to one call.
+    async fn answer(worker: Arc<RemoteWorker>, group: &str, call: RemoteCall) -> Result<Answer> {
         if call.target_group != group {
             return Ok(Answer::Error {
                 error: format!(

@@ -7,6 +7,12 @@
 //! `eventId` hints, and nothing depends on process-local state, so several writers on one
 //! database stay correct. Branch metadata is written in the same unit as its
 //! `branch.meta.upsert` receipt on [`BRANCH_META_STREAM`].
+//!
+//! **Logs** (`tracing`, emitted only): the SQLite and PostgreSQL stores log an append that
+//! failed in storage (`warn`, with the error, and on SQLite the stream; a refusal such as a lost
+//! compare-and-swap is the caller's to report), a commit that took [`SLOW_COMMIT`] or longer
+//! (`warn`), and PostgreSQL transactions run again on a new connection (`warn`, with the
+//! attempt and the error).
 
 mod memory;
 #[cfg(feature = "postgres")]
@@ -24,6 +30,35 @@ use crate::error::{Error, Result};
 use crate::receipt::Receipt;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+
+/// A commit (SQLite: one group commit, its sync included; PostgreSQL: one write transaction)
+/// at least this slow is logged as a warning.
+pub const SLOW_COMMIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Logs an append that failed in storage (not one the store refused by its checks, which the
+/// caller reports).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) fn log_append_failure(backend: &'static str, stream: &str, error: &Error) {
+    if matches!(error, Error::Storage(_)) {
+        tracing::warn!(backend, %stream, error = %error, "a receipt append failed in storage");
+    }
+}
+
+/// Logs a commit that took `elapsed`, as a warning when it took [`SLOW_COMMIT`] or longer.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn log_commit(backend: &'static str, changes: usize, elapsed: std::time::Duration) {
+    let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+    if elapsed >= SLOW_COMMIT {
+        tracing::warn!(
+            backend,
+            changes,
+            elapsed_ms,
+            "a receipt store commit was slow"
+        );
+    } else {
+        tracing::trace!(backend, changes, elapsed_ms, "receipt store commit");
+    }
+}
 
 /// The stream holding one `branch.meta.upsert` receipt per fork.
 pub const BRANCH_META_STREAM: &str = "__meta/branches";

@@ -410,7 +410,10 @@ fn run_group(conn: &Connection, jobs: Vec<Job>) {
             }
         }
     }
+    // Timed (and logged) before anyone hears back, so the line is out before its caller goes on.
+    let (started, count) = (std::time::Instant::now(), changes.len());
     let ((), answers) = group_commit::run_group(conn, changes, || ());
+    super::log_commit("sqlite", count, started.elapsed());
     for (result, (j, i)) in answers {
         slots[j][i] = Some(result);
     }
@@ -632,6 +635,12 @@ impl ReceiptStore for SqliteStore {
             out[i] = Some(Err(Error::ReservedStream(r.stream)));
         }
         let (indices, valid): (Vec<usize>, Vec<AppendRequest>) = valid.into_iter().unzip();
+        // The stream names, for the log line of a failed append (only when it would be shown).
+        let streams: Vec<String> = if tracing::enabled!(tracing::Level::WARN) {
+            valid.iter().map(|r| r.stream.clone()).collect()
+        } else {
+            Vec::new()
+        };
         if !valid.is_empty() {
             let (tx, rx) = oneshot::channel();
             let results = match self.send(Job::Append(valid, tx)) {
@@ -646,7 +655,11 @@ impl ReceiptStore for SqliteStore {
                     .map(|_| Err(Error::Storage(e.to_string())))
                     .collect(),
             };
-            for (i, r) in indices.into_iter().zip(results) {
+            for (n, (i, r)) in indices.into_iter().zip(results).enumerate() {
+                if let Err(e) = &r {
+                    let stream = streams.get(n).map_or("", String::as_str);
+                    super::log_append_failure("sqlite", stream, e);
+                }
                 out[i] = Some(r);
             }
         }

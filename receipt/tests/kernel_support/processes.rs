@@ -47,8 +47,18 @@ impl Child {
         env: &[(&str, &str)],
         ready: impl Fn(&str) -> Option<String>,
     ) -> Child {
+        Child::start_with(role, env, Stdio::inherit(), ready)
+    }
+
+    /// [`Child::start_until`] with the child's stderr going to `stderr`.
+    pub fn start_with(
+        role: &str,
+        env: &[(&str, &str)],
+        stderr: Stdio,
+        ready: impl Fn(&str) -> Option<String>,
+    ) -> Child {
         let mut command = child_command(role);
-        command.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        command.stdout(Stdio::piped()).stderr(stderr);
         for (k, v) in env {
             command.env(k, v);
         }

@@ -27,6 +27,8 @@ pub(super) struct ClaimedInvocation<A: AgentTypes> {
     pub(super) durable: Arc<DurableActionContext>,
     /// The view it runs against.
     pub(super) view: Arc<A::View>,
+    /// Its `receipt.action_pass` span, from the claim to the commit.
+    pub(super) span: tracing::Span,
 }
 
 /// What claiming a pending selection's invocations came to.
@@ -107,6 +109,7 @@ impl<A: AgentTypes> Pass<'_, A> {
                         if !invocation.human_requested {
                             self.append(human, event_id::human_requested(inv_id), None)
                                 .await?;
+                            super::observe::human_requested(self.run_id, action.id(), inv_id);
                         }
                         human_wait.get_or_insert_with(|| action.id().to_owned());
                         break;
@@ -129,6 +132,8 @@ impl<A: AgentTypes> Pass<'_, A> {
                         break;
                     }
                     if latest.lease_expires_at > now {
+                        let (owner, until) = (&latest.owner, latest.lease_expires_at);
+                        super::observe::live_claim(self.run_id, action.id(), inv_id, owner, until);
                         let reason = format!(
                             "invocation '{inv_id}' of action '{}' is claimed by '{}' until {}",
                             action.id(),
@@ -190,6 +195,11 @@ impl<A: AgentTypes> Pass<'_, A> {
                 {
                     Ok(executed) if !executed.duplicate => {
                         self.own_claims.insert(new_claim_id);
+                        let expired = invocation
+                            .claim
+                            .as_ref()
+                            .map(|c| (c.owner.as_str(), c.lease_expires_at));
+                        super::observe::claimed(self.run_id, action.id(), inv_id, attempt, expired);
                         claimed.push(
                             self.claimed_invocation(pending, index, inv_id, action, view, attempt),
                         );
@@ -264,11 +274,20 @@ impl<A: AgentTypes> Pass<'_, A> {
             claim_owner_id: self.controller.owner_id.clone(),
             attempt,
         });
+        let span = super::observe::action_span(
+            self.spec().id(),
+            self.run_id,
+            &action,
+            inv_id,
+            &pending.selection_id,
+            attempt,
+        );
         ClaimedInvocation {
             index,
             action,
             durable,
             view,
+            span,
         }
     }
 

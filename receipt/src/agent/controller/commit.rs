@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::runtime::Command;
 use serde_json::Value;
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 /// What happened to one invocation's commit.
 pub(super) enum CommitOutcome {
@@ -28,6 +29,18 @@ pub(super) enum CommitOutcome {
     LeaseLost,
     /// The invocation had already ended.
     Settled,
+}
+
+impl CommitOutcome {
+    /// The outcome as the `receipt.action_pass` span shows it.
+    fn as_str(&self) -> &'static str {
+        match self {
+            CommitOutcome::Committed => "committed",
+            CommitOutcome::Superseded => "superseded",
+            CommitOutcome::LeaseLost => "lease_lost",
+            CommitOutcome::Settled => "settled",
+        }
+    }
 }
 
 impl<A: AgentTypes> Pass<'_, A> {
@@ -45,14 +58,20 @@ impl<A: AgentTypes> Pass<'_, A> {
         let mut first_error: Option<Error> = None;
         let mut committed = false;
         for (claim, result) in claimed.iter().zip(results) {
+            let span = claim.span.clone();
             let outcome = match result {
                 Ok(outputs) => {
                     self.commit(claim, selected_view, selection_id, outputs)
+                        .instrument(span.clone())
                         .await
                 }
-                Err(e) if fails_run(&e) => self.record_failure(claim, e).await,
+                Err(e) if fails_run(&e) => {
+                    self.record_failure(claim, e).instrument(span.clone()).await
+                }
                 Err(e) => Err(e),
             };
+            let ended = outcome.as_ref().map(CommitOutcome::as_str);
+            super::observe::action_ended(&span, self.run_id, claim.action.id(), ended);
             match outcome {
                 Ok(CommitOutcome::Committed) => committed = true,
                 Ok(CommitOutcome::Superseded | CommitOutcome::Settled) => {}
@@ -108,6 +127,8 @@ impl<A: AgentTypes> Pass<'_, A> {
         )?;
         self.append(body, event_id::failed(invocation), None)
             .await?;
+        let (action, attempt) = (claim.action.id(), claim.durable.attempt);
+        super::observe::action_failed(self.run_id, action, invocation, attempt, e, determinism);
         Ok(())
     }
 

@@ -95,13 +95,19 @@ impl<A: AgentTypes> Pass<'_, A> {
                 Some(refusal) => refused = Some(refusal),
             }
         }
+        let (run_id, action_id, invocation_id) =
+            (self.run_id, &check.action_id, &check.invocation_id);
         match verdict {
-            Verdict::Allow => Ok(Governed::Allow),
+            Verdict::Allow => {
+                super::observe::policy_allowed(run_id, action_id, invocation_id);
+                Ok(Governed::Allow)
+            }
             Verdict::Deny {
                 rule,
                 reason,
                 approval_id,
             } => {
+                super::observe::policy_denied(run_id, action_id, invocation_id, &rule, &reason);
                 let e: Error = AgentError::PolicyDenied {
                     action: check.action_id.clone(),
                     rule: rule.clone(),
@@ -154,6 +160,14 @@ impl<A: AgentTypes> Pass<'_, A> {
                     )
                     .await?;
                 }
+                let refusal = refused.as_deref();
+                super::observe::policy_pending(
+                    run_id,
+                    action_id,
+                    invocation_id,
+                    &approval_id,
+                    refusal,
+                );
                 let mut why = control::approval_wait_reason(&check.action_id, &approval_id);
                 if let Some(refusal) = refused {
                     why = format!("{why} (a decision appended to the run was refused: {refusal})");
@@ -163,10 +177,19 @@ impl<A: AgentTypes> Pass<'_, A> {
             Verdict::Delay {
                 retry_after,
                 reason,
-            } => Ok(Governed::Delay {
-                retry_after,
-                reason: format!("action '{}' delayed by policy: {reason}", check.action_id),
-            }),
+            } => {
+                super::observe::policy_delayed(
+                    run_id,
+                    action_id,
+                    invocation_id,
+                    retry_after,
+                    &reason,
+                );
+                Ok(Governed::Delay {
+                    retry_after,
+                    reason: format!("action '{}' delayed by policy: {reason}", check.action_id),
+                })
+            }
         }
     }
 }

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
+use tracing::Instrument as _;
 
 /// The text of a panic payload (empty when it is not text).
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
@@ -139,6 +140,7 @@ impl<A: AgentTypes> Pass<'_, A> {
         claimed: &[ClaimedInvocation<A>],
     ) -> Vec<Result<Vec<Value>>> {
         let panicked = |claim: &ClaimedInvocation<A>, message: String| -> Error {
+            super::observe::action_panicked(claim.action.id(), &message);
             AgentError::Panicked {
                 action: claim.action.id().to_owned(),
                 message,
@@ -147,7 +149,8 @@ impl<A: AgentTypes> Pass<'_, A> {
         };
         if let [claim] = claimed {
             // No task hop for the common single invocation.
-            let result = CatchUnwind(self.invocation_work(claim))
+            let work = self.invocation_work(claim).instrument(claim.span.clone());
+            let result = CatchUnwind(Box::pin(work))
                 .await
                 .unwrap_or_else(|p| Err(panicked(claim, panic_message(p.as_ref()))));
             return vec![result];
@@ -155,7 +158,8 @@ impl<A: AgentTypes> Pass<'_, A> {
         let mut set = JoinSet::new();
         let mut slots: HashMap<tokio::task::Id, usize> = HashMap::new();
         for (slot, claim) in claimed.iter().enumerate() {
-            slots.insert(set.spawn(self.invocation_work(claim)).id(), slot);
+            let work = self.invocation_work(claim).instrument(claim.span.clone());
+            slots.insert(set.spawn(work).id(), slot);
         }
         let mut results: Vec<Option<Result<Vec<Value>>>> = claimed.iter().map(|_| None).collect();
         while let Some(joined) = set.join_next_with_id().await {

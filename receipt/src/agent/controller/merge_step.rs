@@ -60,6 +60,7 @@ impl<A: AgentTypes> Pass<'_, A> {
         }
         match self.merge_body(&spec, policy, &merge_id, ctx).await {
             Err(e) if fails_run(&e) => {
+                super::observe::merge_failed(self.run_id, &merge_id, &e);
                 let body = control::body(
                     MERGE_FAILED,
                     &MergeEvent {

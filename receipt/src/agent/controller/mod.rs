@@ -16,7 +16,8 @@
 //!   denial or an approval wait (see [`super::governance`]);
 //! - `renew`: renewing a claim (`action.heartbeat`) while its remote call runs;
 //! - `commit`: binding and appending an invocation's output, or recording its failure;
-//! - `merge_step`: the durable merge after a pass in which an invocation committed.
+//! - `merge_step`: the durable merge after a pass in which an invocation committed;
+//! - `observe`: the spans (`receipt.run`, `receipt.action_pass`) and log events.
 //!
 //! **View cache.** The controller keeps, per run stream, the folded view, the fold of the
 //! control receipts (pending selections, claims, manifests; bounded by pending work) and the
@@ -63,6 +64,7 @@ mod commit;
 mod govern;
 mod invoke;
 mod merge_step;
+mod observe;
 mod pass;
 mod preflight;
 mod renew;
@@ -81,6 +83,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tracing::Instrument as _;
 
 /// The default claim lease: 300 000 ms, the lease of the kernel's job system.
 pub const DEFAULT_LEASE: Duration = Duration::from_millis(300_000);
@@ -429,14 +432,16 @@ impl<A: AgentTypes> Controller<A> {
     /// with nothing appended, so the same run starts once the configuration is fixed.
     pub async fn run(&self, run_id: &str, run_stream: &str) -> Result<RunOutcome> {
         self.check().await?;
+        let span = observe::run_span(self.spec.id(), run_id, run_stream);
         let mut pass = Pass::new(self, run_id, run_stream);
-        let result = match pass.drive().await {
-            Err(e) if fails_run(&e) => pass.fail(e).await,
+        let result = match pass.drive().instrument(span.clone()).await {
+            Err(e) if fails_run(&e) => pass.fail(e).instrument(span.clone()).await,
             other => other,
         };
         if result.as_ref().is_ok() || result.as_ref().is_err_and(fails_run) {
             self.caches.keep(&self.runtime, run_stream, pass.cache);
         }
+        observe::run_ended(&span, run_id, &result);
         result
     }
 

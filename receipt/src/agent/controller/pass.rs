@@ -103,6 +103,7 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
     /// resumable) when the same pass loses too many, rather than spin.
     pub(super) fn conflict(&mut self) -> Result<()> {
         self.conflicts += 1;
+        super::observe::conflict(self.run_id, self.conflicts);
         if self.conflicts > MAX_CONFLICTS {
             return Err(Error::Storage(format!(
                 "gave up on run stream '{}' after {MAX_CONFLICTS} appends lost to other writers",
@@ -190,6 +191,7 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
             )?;
             self.append(body, event_id::run_started(self.run_id), None)
                 .await?;
+            super::observe::run_started(self.run_id, self.spec().version());
         }
         loop {
             if !self.synced {
@@ -333,6 +335,7 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
             );
             inline = self.verdict(&check).await? == Verdict::Allow;
         }
+        let inline_invocation = inline.then(|| new_invocation_ids[0].clone());
         let result = if inline {
             let (body, new_claim_id) = self.claim_body(
                 first,
@@ -360,7 +363,15 @@ impl<'c, A: AgentTypes> Pass<'c, A> {
                 .await
         };
         match result {
-            Ok(executed) if !executed.duplicate => Ok(None),
+            Ok(executed) if !executed.duplicate => {
+                let reason = selection.reason.as_str();
+                let ids = &selection.action_ids;
+                super::observe::selected(self.run_id, &new_selection_id, ids, reason, inline);
+                if let Some(invocation) = &inline_invocation {
+                    super::observe::claimed(self.run_id, first.id(), invocation, 1, None);
+                }
+                Ok(None)
+            }
             // Another writer recorded it, or moved the head: select again from the new one.
             Ok(_) | Err(Error::ExpectedPrev { .. }) => self.conflict().map(|()| None),
             Err(e) => Err(e),

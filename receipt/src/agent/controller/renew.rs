@@ -52,7 +52,9 @@ impl Renewal {
                 .event_id(event_id::heartbeat(&self.invocation_id, self.attempt, n))
                 .context(self.context.clone());
             // A failure is retried at the next beat; the claim holds until its expiry anyway.
-            let _ = self.runtime.execute(&self.stream, command).await;
+            if let Err(e) = self.runtime.execute(&self.stream, command).await {
+                super::observe::renewal_failed(&self.invocation_id, self.attempt, &e);
+            }
         }
     }
 }

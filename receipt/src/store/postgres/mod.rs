@@ -230,10 +230,12 @@ impl PgStore {
         self.schema.as_deref()
     }
 
-    /// Runs `body` in a transaction, again (with `retry` set) while the connection fails or the
-    /// server breaks a deadlock, within the reconnect window (see the module docs).
+    /// Runs `body` (`changes` appends or branches) in a transaction, again (with `retry` set)
+    /// while the connection fails or the server breaks a deadlock, within the reconnect window
+    /// (see the module docs). A slow commit, a retry and a failure are logged.
     async fn write<R: Send + 'static>(
         &self,
+        changes: usize,
         mut body: impl FnMut(&mut Cached<'_, Transaction<'_>>, bool) -> Result<R, TxError>
         + Send
         + 'static,
@@ -244,11 +246,17 @@ impl PgStore {
             let deadline = Instant::now() + window;
             let mut pause = Duration::from_millis(50);
             let mut retry = false;
+            let mut attempt: u32 = 0;
             loop {
+                attempt += 1;
+                let started = Instant::now();
                 let failed = match pool.transaction_with(|tx, statements| {
                     body(&mut Cached::new(tx, statements), retry)
                 }) {
-                    Ok(out) => return Ok(out),
+                    Ok(out) => {
+                        super::log_commit("postgres", changes, started.elapsed());
+                        return Ok(out);
+                    }
                     Err(TxError::Refused(e)) => return Err(e),
                     Err(TxError::Db(e)) => e,
                 };
@@ -257,8 +265,21 @@ impl PgStore {
                     PgError::Config(_) | PgError::Connect(_) => false,
                 };
                 if !again || Instant::now() >= deadline {
+                    tracing::warn!(
+                        backend = "postgres",
+                        attempt,
+                        error = %failed,
+                        "a receipt store transaction failed"
+                    );
                     return Err(storage(failed));
                 }
+                tracing::warn!(
+                    backend = "postgres",
+                    attempt,
+                    retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                    error = %failed,
+                    "a receipt store transaction failed: running it again on a new connection"
+                );
                 retry = true;
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_secs(1));
@@ -304,7 +325,7 @@ impl ReceiptStore for PgStore {
         }
         let prefix = self.prefix.clone();
         let now = Self::now();
-        self.write(move |t, retry| {
+        self.write(1, move |t, retry| {
             tx::lock_streams(t, &prefix, [request.stream.as_str()])?;
             tx::append(t, &request, now, retry)
         })
@@ -330,7 +351,7 @@ impl ReceiptStore for PgStore {
             let now = Self::now();
             let (indices, valid): (Vec<usize>, Vec<AppendRequest>) = valid.into_iter().unzip();
             let results = self
-                .write(move |t, retry| {
+                .write(valid.len(), move |t, retry| {
                     tx::lock_streams(t, &prefix, valid.iter().map(|r| r.stream.as_str()))?;
                     // Every refusal comes before its request writes anything: a refused
                     // request needs no savepoint to fail alone.
@@ -400,7 +421,7 @@ impl ReceiptStore for PgStore {
             receipts: vec![meta_receipt],
             expected_tail: meta_tail,
         };
-        self.write(move |t, retry| {
+        self.write(1, move |t, retry| {
             tx::lock_streams(t, &prefix, [BRANCH_META_STREAM, meta.name.as_str()])?;
             tx::create_branch(t, &meta, &request, now, retry)
         })
@@ -464,7 +485,7 @@ mod server_tests {
         let (prefix, now) = (store.prefix.clone(), 0);
         let run = |retry: bool| {
             let (request, prefix) = (request.clone(), prefix.clone());
-            store.write(move |t, _| {
+            store.write(1, move |t, _| {
                 tx::lock_streams(t, &prefix, ["s"])?;
                 tx::append(t, &request, now, retry)
             })
@@ -484,7 +505,7 @@ mod server_tests {
         };
         let prefix2 = prefix.clone();
         let out = store
-            .write(move |t, _| {
+            .write(1, move |t, _| {
                 tx::lock_streams(t, &prefix2, ["s"])?;
                 tx::append(t, &next, now, true)
             })

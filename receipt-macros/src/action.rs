@@ -1,21 +1,24 @@
 //! One `#[action(...)]` method: its options parsed ([`parse`]), then checked against the action
-//! contract and its signature checked ([`check`]: `async fn name(&self, ctx:
-//! ActionContext<Self>) -> receipt::Result<()>`), then generated as a builder chain
-//! ([`ActionDef::builder`]).
+//! contract (a kebab-case id, by default the method's name with `-` for `_`) and its signature
+//! checked ([`check`]: `async fn name(&self, ctx: ActionContext<Self>) -> receipt::Result<()>`),
+//! then generated as a builder chain ([`ActionDef::builder`]). A broken rule that has a Rust
+//! fix says it on a `help:` line.
 //!
 //! The accepted kinds, side-effect classes and execution modes, and the contract's messages,
 //! come from `receipt-vocab`, which the runtime's parser and builder read too.
 
+use crate::common::kebab_case;
 use crate::common::{Args, Errors};
+use macro_support::syntax::strip;
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use receipt_vocab::{
     ACTION_KINDS, Choice, Choices, EXECUTION_MODES, EXTERNAL_SIDE_EFFECTS, HUMAN_KIND,
-    REMOTE_EXECUTION, SIDE_EFFECTS, message,
+    REMOTE_EXECUTION, SIDE_EFFECTS, is_kebab_case, message,
 };
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
-use syn::{Expr, FnArg, Ident, ImplItemFn, LitInt, LitStr, ReturnType};
+use syn::{Expr, FnArg, Ident, ImplItemFn, LitInt, LitStr, ReturnType, Type};
 
 /// The options of `#[action]`.
 const KEYS: &[&str] = &[
@@ -57,11 +60,13 @@ pub(crate) struct ActionDecl {
     response_when: Option<Expr>,
     /// Where `response_when` is written, even with an unreadable value.
     response_when_key: Option<Span>,
+    /// Whether an unknown option was written (reported): it may be a misspelt `response_when`.
+    has_unknown: bool,
 }
 
 /// A checked action, ready to become an `Action::new(...)...` builder chain.
 pub(crate) struct ActionDef {
-    /// The action id (the `id` option, or the method name).
+    /// The action id (the `id` option, or the method name with `-` for `_`).
     pub(crate) id: String,
     /// Where the id is written: the `id` literal, or the method name.
     pub(crate) id_span: Span,
@@ -103,6 +108,7 @@ pub(crate) fn parse(tokens: TokenStream, method: &ImplItemFn, errors: &mut Error
         commit_when: args.get("commit_when").and_then(|a| a.expr(errors)),
         response_when: args.get("response_when").and_then(|a| a.expr(errors)),
         response_when_key: args.get("response_when").map(|a| a.key_span()),
+        has_unknown: args.has_unknown(),
     }
 }
 
@@ -127,11 +133,25 @@ fn choose(args: &Args, key: &str, table: Choices, errors: &mut Errors) -> Option
 /// builder, with the same message) and its method's signature.
 pub(crate) fn check(decl: ActionDecl, errors: &mut Errors) -> ActionDef {
     let ident = decl.method.sig.ident.clone();
-    let (id, id_span, id_known) = match &decl.id {
+    let derived = ident.unraw().to_string().replace('_', "-");
+    let (id, id_span, mut id_known) = match &decl.id {
         Some(Some(lit)) => (lit.value(), lit.span(), true),
-        Some(None) => (ident.unraw().to_string(), ident.span(), false),
-        None => (ident.unraw().to_string(), ident.span(), true),
+        Some(None) => (derived, ident.span(), false),
+        None => (derived, ident.span(), true),
     };
+    if id_known && !is_kebab_case(&id) {
+        let help = match (&decl.id, kebab_case(&id)) {
+            (Some(_), Some(kebab)) => format!("write `id = \"{kebab}\"`"),
+            (Some(_), None) => "write a kebab-case id, e.g. `id = \"search-kb\"`".to_owned(),
+            (None, kebab) => format!(
+                "the id is the method's name with `-` for `_`: name the method in snake_case, or give the action an id: `#[action(id = \"{}\")]`",
+                kebab.as_deref().unwrap_or("search-kb")
+            ),
+        };
+        errors.at_with_help(id_span, message::invalid_action_id(&id), help);
+        // Not compared with the other ids: a second error about the same id would not help.
+        id_known = false;
+    }
     if let Some((0, lit)) = &decl.max_concurrency {
         errors.at(lit.span(), message::zero_action_concurrency(&id));
     }
@@ -145,16 +165,32 @@ pub(crate) fn check(decl: ActionDecl, errors: &mut Errors) -> ActionDef {
             .as_ref()
             .or(side_effects.lit.as_ref())
             .map_or(ident.span(), LitStr::span);
-        errors.at(span, message::external_not_remote(&id));
+        let help = match &execution.lit {
+            Some(_) => {
+                "write `execution = \"remote\"`: the action runs on a worker of its `target_group`"
+            }
+            None => {
+                "add `execution = \"remote\"` to `#[action(...)]`: the action runs on a worker of its `target_group`"
+            }
+        };
+        errors.at_with_help(span, message::external_not_remote(&id), help);
     }
     if let Some(kind) = &decl.kind {
         let is_human = kind.choice.name == HUMAN_KIND;
-        if is_human && decl.response_when_key.is_none() {
+        if is_human && decl.response_when_key.is_none() && !decl.has_unknown {
             let span = kind.lit.as_ref().map_or(ident.span(), LitStr::span);
-            errors.at(span, message::human_without_response_when(&id));
+            errors.at_with_help(
+                span,
+                message::human_without_response_when(&id),
+                "add `response_when = Self::responded` to `#[action(...)]`, with `fn responded(ctx: &ResponseContext<Self>) -> bool` in this impl block (true once the human's answer is in the view)",
+            );
         }
         if !is_human && let Some(key) = decl.response_when_key {
-            errors.at(key, message::response_when_not_human(&id, kind.choice.name));
+            errors.at_with_help(
+                key,
+                message::response_when_not_human(&id, kind.choice.name),
+                "remove `response_when`, or make the action `kind = \"human\"`",
+            );
         }
     }
     check_signature(&decl.method, errors);
@@ -217,6 +253,20 @@ fn check_signature(method: &ImplItemFn, errors: &mut Errors) {
         }
     }
     let rest: Vec<_> = inputs.collect();
+    if let [FnArg::Typed(ctx)] = rest.as_slice()
+        && let Type::Reference(reference) = strip(&ctx.ty)
+    {
+        let (pat, by_value) = (&ctx.pat, &reference.elem);
+        errors.at_with_help(
+            reference.and_token.span,
+            format!("action `{name}` takes its context by reference; take the context by value"),
+            format!(
+                "write `{}: {}` (each invocation owns its context)",
+                quote!(#pat),
+                quote!(#by_value).to_string().replace(' ', "")
+            ),
+        );
+    }
     if ok && rest.len() != 1 {
         let span = rest
             .get(1)

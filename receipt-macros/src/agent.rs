@@ -12,7 +12,7 @@
 //! from a checked agent).
 
 use crate::action::{self, ActionDecl, ActionDef};
-use crate::common::{Args, Errors, attr_name, helper_tokens, is_helper, take_helpers};
+use crate::common::{Args, Errors, attr_name, helper_tokens, is_helper, kebab_case, take_helpers};
 use macro_support::syntax::wrong_item;
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
@@ -126,12 +126,18 @@ fn parse(attr: TokenStream, item: TokenStream, errors: &mut Errors) -> Option<Ag
                 errors.spanned(attr, "duplicate `#[goal]`");
             }
         }
-        if action.is_some() || !goals.is_empty() {
+        let is_action = action.is_some();
+        if is_action || !goals.is_empty() {
             methods.push(MethodDecl {
                 method: method.clone(),
                 action,
                 goals,
             });
+        }
+        // An action that is not `async` is reported by the check; the method is emitted as an
+        // `async fn` so that its `.await`s do not add errors of their own.
+        if is_action && method.sig.asyncness.is_none() {
+            method.sig.asyncness = Some(syn::Token![async](method.sig.fn_token.span));
         }
     }
     Some(AgentDecl {
@@ -145,11 +151,19 @@ fn parse(attr: TokenStream, item: TokenStream, errors: &mut Errors) -> Option<Ag
 fn agent_options(attr: TokenStream, errors: &mut Errors) -> AgentOptions {
     let args = Args::parse(attr, &attr_name("agent"), KEYS, errors);
     args.require(REQUIRED, errors);
+    // A misspelt `receipts` or `view` (reported as unknown) still names the type, so that the
+    // actions' `ctx.emit(...)` and `ctx.view()` do not fail against a stand-in type.
+    let ty = |key: &str, errors: &mut Errors| match args.get(key) {
+        Some(arg) => arg.ty(errors),
+        None => args
+            .stand_in(key, REQUIRED)
+            .and_then(|arg| arg.ty(&mut Errors::default())),
+    };
     AgentOptions {
         id: args.get("id").and_then(|a| a.lit_str(errors)),
         version: args.get("version").and_then(|a| a.non_empty_str(errors)),
-        receipts: args.get("receipts").and_then(|a| a.ty(errors)),
-        view: args.get("view").and_then(|a| a.ty(errors)),
+        receipts: ty("receipts", errors),
+        view: ty("view", errors),
         max_iterations: args.get("max_iterations").and_then(|a| a.u32(errors)),
         max_concurrency: args.get("max_concurrency").and_then(|a| a.u32(errors)),
         runtime_policy_version: args
@@ -180,7 +194,11 @@ fn check(agent: &AgentDecl, errors: &mut Errors) -> Option<Checked> {
     let id = o.id.clone().filter(|lit| {
         let kebab = is_kebab_case(&lit.value());
         if !kebab {
-            errors.at(lit.span(), message::invalid_agent_id(&lit.value()));
+            let help = match kebab_case(&lit.value()) {
+                Some(kebab) => format!("write `id = \"{kebab}\"`"),
+                None => "write a kebab-case id, e.g. `id = \"billing-agent\"`".to_owned(),
+            };
+            errors.at_with_help(lit.span(), message::invalid_agent_id(&lit.value()), help);
         }
         kebab
     });
@@ -207,13 +225,14 @@ fn check(agent: &AgentDecl, errors: &mut Errors) -> Option<Checked> {
             if def.id_known
                 && let Some(first) = actions.iter().find(|a| a.id_known && a.id == def.id)
             {
-                errors.at(
+                errors.at_with_help(
                     def.id_span,
                     format!(
                         "{} (already used by method `{}`)",
                         message::duplicate_action(&def.id),
                         first.method
                     ),
+                    "give one of the actions another id: `#[action(id = \"...\")]`",
                 );
             }
             actions.push(def);
@@ -260,20 +279,14 @@ fn generate(agent: &AgentDecl, checked: Option<&Checked>) -> TokenStream {
     }
     let o = &agent.options;
     let self_ty = &item.self_ty;
-    let receipts = o.receipts.as_ref().map_or_else(
-        || quote!(::receipt::__private::MissingReceipts),
-        |t| quote!(#t),
-    );
-    let view = o
-        .view
-        .as_ref()
-        .map_or_else(|| quote!(::receipt::__private::MissingView), |t| quote!(#t));
-    let types = quote! {
-        impl ::receipt::__private::AgentTypes for #self_ty {
-            type Receipts = #receipts;
-            type View = #view;
-        }
+    let stubbed;
+    let item = if o.receipts.is_none() || o.view.is_none() {
+        stubbed = without_action_bodies(agent);
+        &stubbed
+    } else {
+        item
     };
+    let types = agent_types(self_ty, o);
     let body = match checked {
         Some(checked) => build(o, checked),
         None => quote!(::core::panic!("invalid #[receipt::agent]")),
@@ -314,6 +327,74 @@ fn generate(agent: &AgentDecl, checked: Option<&Checked>) -> TokenStream {
             }
         }
     }
+}
+
+/// `impl AgentTypes` (the receipt set and the view, or stand-ins for those not named), and the
+/// check of every receipt type the view's typed folds read against the receipt set (the view's
+/// `ViewReads` check; nothing for a view written by hand, nor against a stand-in set, which
+/// would make every read an error).
+///
+/// Each type is named once, by an alias the impl and the check share, so that a type that does
+/// not resolve (or an agent that is not `Send`) is reported once.
+fn agent_types(self_ty: &Type, o: &AgentOptions) -> TokenStream {
+    let receipts_alias = alias("__Receipts", o.receipts.as_ref());
+    let view_alias = alias("__View", o.view.as_ref());
+    let receipts = o.receipts.as_ref().map_or_else(
+        || quote!(::receipt::__private::MissingReceipts),
+        |t| quote!(#t),
+    );
+    let view = o
+        .view
+        .as_ref()
+        .map_or_else(|| quote!(::receipt::__private::MissingView), |t| quote!(#t));
+    let check = o.receipts.as_ref().and(o.view.as_ref()).map(|view| {
+        quote_spanned! {view.span()=>
+            #[allow(unused_imports)]
+            use ::receipt::__private::NotChecked as _;
+            ::receipt::__private::ViewCheck::<#view_alias, #receipts_alias>::CHECKED
+        }
+    });
+    quote! {
+        const _: () = {
+            type #receipts_alias = #receipts;
+            type #view_alias = #view;
+            impl ::receipt::__private::AgentTypes for #self_ty {
+                type Receipts = #receipts_alias;
+                type View = #view_alias;
+            }
+            #check
+        };
+    }
+}
+
+/// The alias `name`, spanned at the type it stands for (so that an unmet bound on it is
+/// reported at the user's option).
+fn alias(name: &str, ty: Option<&Type>) -> Ident {
+    Ident::new(
+        name,
+        ty.map_or_else(proc_macro2::Span::call_site, Spanned::span),
+    )
+}
+
+/// The impl block with the body of every action replaced by `unreachable!()`: for an agent
+/// whose receipt set or view is missing (reported), the bodies would be checked against the
+/// stand-in types, and `ctx.emit(...)` or `ctx.view()` fail there for the same mistake.
+fn without_action_bodies(agent: &AgentDecl) -> ItemImpl {
+    let mut item = agent.item.clone();
+    for impl_item in &mut item.items {
+        if let ImplItem::Fn(method) = impl_item
+            && agent
+                .methods
+                .iter()
+                .any(|m| m.action.is_some() && m.method.sig.ident == method.sig.ident)
+        {
+            method
+                .attrs
+                .push(syn::parse_quote!(#[allow(unused_variables)]));
+            method.block = syn::parse_quote!({ ::core::unreachable!() });
+        }
+    }
+    item
 }
 
 /// `#[action]` / `#[goal]` on something other than a function: an error, and removed.

@@ -71,6 +71,29 @@ pub(crate) fn skip_none_fields(fields: &mut syn::Fields) {
     }
 }
 
+/// `text` rewritten in kebab-case for a `help:` line ("Search KB" and "searchKb" give
+/// "search-kb"), or `None` when nothing kebab-case is left of it.
+pub(crate) fn kebab_case(text: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut after_lower = false;
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            if c.is_ascii_uppercase() && after_lower {
+                out.push('-');
+            }
+            after_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+            out.push(c.to_ascii_lowercase());
+        } else {
+            if !out.is_empty() && !out.ends_with('-') {
+                out.push('-');
+            }
+            after_lower = false;
+        }
+    }
+    let out = out.trim_matches('-');
+    receipt_vocab::is_kebab_case(out).then(|| out.to_owned())
+}
+
 /// How an attribute of this crate is named in messages: "`#[receipt::agent]`".
 pub(crate) fn attr_name(name: &str) -> String {
     format!("`#[receipt::{name}]`")
@@ -89,6 +112,26 @@ pub(crate) fn helper_tokens(
         syn::Meta::NameValue(nv) => {
             errors.spanned(nv, format!("write the options in parentheses: `{example}`"));
             proc_macro2::TokenStream::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kebab_case;
+
+    #[test]
+    fn kebab_case_suggestions() {
+        for (text, kebab) in [
+            ("Search KB", Some("search-kb")),
+            ("searchKb", Some("search-kb")),
+            ("Billing_Agent", Some("billing-agent")),
+            ("-search--kb-", Some("search-kb")),
+            ("2fa", None),
+            ("", None),
+            ("__", None),
+        ] {
+            assert_eq!(kebab_case(text).as_deref(), kebab, "{text}");
         }
     }
 }

@@ -6,14 +6,17 @@
 //! module, as in `rebuno-macros`: the attribute and the item are parsed into a model (helper
 //! attributes such as `#[receipt]` and `#[view]` are taken out of the item there), the model is
 //! checked, and code is generated only from what the check accepted. Every independent error is
-//! reported at once, spanned on the offending token, and the user's item is still emitted so
-//! one mistake does not cascade. Generated code reaches the runtime only through
-//! `::receipt::__private`.
+//! reported at once, spanned on the offending token, and the user's item is still emitted, with
+//! stand-ins where needed (a receipt set whose serde derive was refused still implements
+//! `ReceiptSet`, a non-`async` action is emitted `async`, a misspelt required option's value is
+//! used), so one mistake does not cascade into errors elsewhere. Generated code reaches the
+//! runtime only through `::receipt::__private`.
 //!
 //! Option parsing and the diagnostics' wording come from `macro-support`, shared with
 //! `rebuno-macros`. The tables this crate shares with the runtime (control receipt types,
-//! action kinds, side-effect classes, execution modes, the agent id rule, the contract's
-//! messages) come from `receipt-vocab`, which `receipt` reads too.
+//! action kinds, side-effect classes, execution modes, the id rule, the contract's messages,
+//! the edit distance that names the closest type) come from `receipt-vocab`, which `receipt`
+//! reads too.
 
 mod action;
 mod agent;
@@ -87,9 +90,11 @@ pub fn body(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// for every receipt, control receipts included. Generates `impl AgentView`, `Default` and
 /// `Clone` (unless already derived).
 ///
-/// `#[receipt::view(receipts = Billing)]` also checks at compile time that every receipt type a
-/// typed fold reads is declared by `Billing` (or is a control type such as `human.requested`),
-/// so a misspelt name is an error instead of a fold that never matches.
+/// Every receipt type a typed fold reads is checked at compile time against the receipt set of
+/// the `#[receipt::agent]` that uses the view: it must be declared there or be a control type
+/// (`human.requested`, ...), so a misspelt name is an error at the name, naming the closest
+/// declared type, instead of a fold that never matches. `#[receipt::view(receipts = Billing)]`
+/// makes the same check where the view is declared (for a view no agent uses yet).
 #[proc_macro_attribute]
 pub fn view(attr: TokenStream, item: TokenStream) -> TokenStream {
     view::expand(attr.into(), item.into()).into()
@@ -115,7 +120,8 @@ pub fn view(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// returning the `MergePolicy`).
 ///
 /// Action options (`#[action(...)]` on `async fn name(&self, ctx: ActionContext<Self>) ->
-/// receipt::Result<()>`): `id` (default: the method name), `kind = "action" | "assistant" |
+/// receipt::Result<()>`): `id` (kebab-case; default: the method name with `-` for `_`, so
+/// `search_kb` is `search-kb`), `kind = "action" | "assistant" |
 /// "tool" | "human"` (default `action`), `side_effects = "receipt_only" | "query" | "external"`
 /// (default `receipt_only`), `execution = "local" | "remote"` (default `local`), `exclusive`,
 /// `max_concurrency`, `target_group`, and the predicates `when` (`&View`), `commit_when`
@@ -123,8 +129,9 @@ pub fn view(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// Exactly one `#[goal] fn done(view: &View) -> bool`.
 ///
 /// Generates `impl AgentTypes` and `pub fn spec(self) -> receipt::Result<AgentSpec<Self>>`
-/// (actions in declaration order). The action contract is checked at compile time and again by
-/// the builder at run time.
+/// (actions in declaration order). The action contract and the ids are checked at compile time
+/// (a rule with a Rust fix says it on a `help:` line) and again by the builder at run time; the
+/// receipt types the view reads are checked against `receipts` at compile time.
 #[proc_macro_attribute]
 pub fn agent(attr: TokenStream, item: TokenStream) -> TokenStream {
     agent::expand(attr.into(), item.into()).into()

@@ -34,7 +34,10 @@ struct Checked {
     names: Vec<String>,
     /// `Serialize` / `Deserialize` the user derived (reported; not derived again).
     user_derived: Vec<&'static str>,
-    /// Whether serde can derive for the enum at all (not generic, variants of supported shapes).
+    /// Whether the enum is generic (refused; it gets no impls, which would only add errors
+    /// about its parameters).
+    generic: bool,
+    /// Whether serde can derive for the enum (variants of supported shapes).
     serde_ok: bool,
 }
 
@@ -123,8 +126,7 @@ fn check(set: &ReceiptSet, errors: &mut Errors) -> Checked {
     }
     let mut names: Vec<String> = Vec::new();
     let mut declared_by: Vec<(&Ident, String)> = Vec::new();
-    // A generic set gets no impls (they would only add errors about its parameters).
-    let mut serde_ok = !generic;
+    let mut serde_ok = true;
     for (variant, lit) in item.variants.iter().zip(&set.names) {
         let usable = lit
             .as_ref()
@@ -143,6 +145,7 @@ fn check(set: &ReceiptSet, errors: &mut Errors) -> Checked {
     Checked {
         names,
         user_derived,
+        generic,
         serde_ok,
     }
 }
@@ -205,23 +208,36 @@ fn check_shape(variant: &syn::Variant, errors: &mut Errors) -> bool {
     }
 }
 
-/// The enum with its serde attributes and derives, and `impl ReceiptSet`; when serde cannot
-/// derive for it (already reported), the plain enum only.
+/// The enum with its serde attributes and derives, and `impl ReceiptSet`. A generic enum
+/// (refused) is emitted plain. When serde cannot derive for the enum (a variant's shape was
+/// refused), it gets stand-in serde impls instead, which never run (the build has failed): the
+/// agent that names the set then type-checks, and reports nothing about the same mistake.
 fn generate(set: ReceiptSet, checked: &Checked) -> TokenStream {
     let mut item = set.item;
-    if !checked.serde_ok {
-        // The enum is emitted without serde's derive, so no `#[serde]` may remain on variants.
+    if checked.generic || !checked.serde_ok {
+        // No serde derive of ours, so no `#[serde]` may remain on variants (nor on fields,
+        // unless the user's own derive, reported, still reads them).
+        let fields_too = checked.user_derived.is_empty();
         for variant in &mut item.variants {
             variant.attrs.retain(|a| !a.path().is_ident("serde"));
+            if fields_too {
+                for field in variant.fields.iter_mut() {
+                    field.attrs.retain(|a| !a.path().is_ident("serde"));
+                }
+            }
         }
+    }
+    if checked.generic {
         return quote!(#item);
     }
-    for (variant, name) in item.variants.iter_mut().zip(&checked.names) {
-        skip_none_fields(&mut variant.fields);
-        let lit = LitStr::new(name, Span::call_site());
-        variant
-            .attrs
-            .insert(0, syn::parse_quote!(#[serde(rename = #lit)]));
+    if checked.serde_ok {
+        for (variant, name) in item.variants.iter_mut().zip(&checked.names) {
+            skip_none_fields(&mut variant.fields);
+            let lit = LitStr::new(name, Span::call_site());
+            variant
+                .attrs
+                .insert(0, syn::parse_quote!(#[serde(rename = #lit)]));
+        }
     }
     let ident = &item.ident;
     let clone = (!derives(&item.attrs, "Clone")).then(|| quote!(#[derive(::core::clone::Clone)]));
@@ -235,22 +251,31 @@ fn generate(set: ReceiptSet, checked: &Checked) -> TokenStream {
         };
         quote!(#pat => #n)
     });
-    let span = ident.span();
     // A derive the user also wrote is an error already reported; not deriving it twice keeps
     // "conflicting implementations" out of the output.
-    let serde_derives = ["Serialize", "Deserialize"]
+    let own: Vec<&str> = ["Serialize", "Deserialize"]
         .into_iter()
         .filter(|d| !checked.user_derived.contains(d))
-        .map(|d| {
+        .collect();
+    let (serde_attrs, stand_ins) = if checked.serde_ok {
+        let span = ident.span();
+        let derives = own.iter().map(|d| {
             let d = Ident::new(d, span);
             quote_spanned!(span=> ::receipt::__private::serde::#d)
         });
-    let derive = quote!(#[derive(#(#serde_derives),*)]);
+        let attrs = quote! {
+            #[derive(#(#derives),*)]
+            #[serde(crate = "::receipt::__private::serde", tag = "type")]
+        };
+        (attrs, TokenStream::new())
+    } else {
+        (TokenStream::new(), serde_stand_ins(ident, &own))
+    };
     quote! {
-        #derive
-        #[serde(crate = "::receipt::__private::serde", tag = "type")]
+        #serde_attrs
         #clone
         #item
+        #stand_ins
 
         impl ::receipt::__private::ReceiptSet for #ident {
             const TYPES: &'static [&'static str] = &[#(#types),*];
@@ -261,4 +286,33 @@ fn generate(set: ReceiptSet, checked: &Checked) -> TokenStream {
             }
         }
     }
+}
+
+/// `Serialize` / `Deserialize` impls (those in `which`) that are never called, for a set whose
+/// serde derive was refused.
+fn serde_stand_ins(ident: &Ident, which: &[&str]) -> TokenStream {
+    let serialize = which.contains(&"Serialize").then(|| {
+        quote! {
+            impl ::receipt::__private::serde::Serialize for #ident {
+                fn serialize<__S: ::receipt::__private::serde::Serializer>(
+                    &self,
+                    _: __S,
+                ) -> ::core::result::Result<__S::Ok, __S::Error> {
+                    ::core::unreachable!("the receipt set did not compile")
+                }
+            }
+        }
+    });
+    let deserialize = which.contains(&"Deserialize").then(|| {
+        quote! {
+            impl<'de> ::receipt::__private::serde::Deserialize<'de> for #ident {
+                fn deserialize<__D: ::receipt::__private::serde::Deserializer<'de>>(
+                    _: __D,
+                ) -> ::core::result::Result<Self, __D::Error> {
+                    ::core::unreachable!("the receipt set did not compile")
+                }
+            }
+        }
+    });
+    quote!(#serialize #deserialize)
 }

@@ -14,8 +14,10 @@
 //! "what is on the chain", the typed folds answer "what could be read". The struct gets
 //! `Default` and `Clone` (unless derived by the user) and `impl AgentView`.
 //!
-//! `#[view(receipts = Set)]` (optional) checks at compile time that every type name a typed fold
-//! reads is declared by `Set` or is a control type.
+//! Every type name a typed fold reads is checked at compile time against the receipt set of the
+//! agent that uses the view (`impl ViewReads<R>`, which `#[receipt::agent]` evaluates): it must
+//! be declared by the set or be a control type. `#[view(receipts = Set)]` (optional) makes the
+//! same check against `Set` where the view is declared, for a view no agent uses yet.
 //!
 //! Parse (the options, the struct, each field's `#[view]`), check (one fold per named field),
 //! generate (from the checked fields only).
@@ -58,7 +60,7 @@ struct Declared {
     ty: Type,
     /// Whether the field has a `#[view]` attribute at all.
     annotated: bool,
-    /// Whether one of them is not written `#[view(...)]` (already reported).
+    /// Whether one of them is not written `#[view(...)]`, or has an unknown key (reported).
     malformed: bool,
     /// Every fold key written, where, and its fold when the value is readable.
     folds: Vec<FoldDecl>,
@@ -135,6 +137,8 @@ fn field_folds(attrs: &[syn::Attribute], errors: &mut Errors) -> (Vec<FoldDecl>,
             }
         };
         let args = Args::parse(tokens, "`#[view]`", KEYS, errors);
+        // A misspelt fold key is reported as unknown; "no fold" would be the same mistake again.
+        malformed |= args.has_unknown();
         for key in KEYS {
             if let Some(arg) = args.get(key) {
                 folds.push((*key, arg.span(), fold_of(key, arg, errors)));
@@ -210,8 +214,9 @@ fn check(view: &View, errors: &mut Errors) -> Vec<Field> {
     fields
 }
 
-/// The struct with `Default` and `Clone` (unless derived), `impl AgentView` and the optional
-/// `receipts` checks. With errors, `apply` folds nothing, so uses of the view do not cascade.
+/// The struct with `Default` and `Clone` (unless derived), `impl AgentView` and the check of
+/// the receipt types it reads. With errors, `apply` folds nothing, so uses of the view do not
+/// cascade.
 fn generate(view: View, fields: &[Field], errors: Errors) -> TokenStream {
     let item = &view.item;
     if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
@@ -232,11 +237,11 @@ fn generate(view: View, fields: &[Field], errors: Errors) -> TokenStream {
     } else {
         quote!(let _ = receipt;)
     };
-    let checks = view
-        .receipts
-        .as_ref()
-        .filter(|_| errors.is_empty())
-        .map(|set| declared_checks(ident, set, fields));
+    // With errors there is no check (the view's agent then checks nothing), so a broken view
+    // reports its own mistakes only.
+    let checks = errors
+        .is_empty()
+        .then(|| reads_check(ident, view.receipts.as_ref(), fields));
     errors.emit_with(quote! {
         #derive
         #item
@@ -250,24 +255,45 @@ fn generate(view: View, fields: &[Field], errors: Errors) -> TokenStream {
     })
 }
 
-/// `#[view(receipts = Set)]`: a compile-time check, spanned at each typed fold's type name,
-/// that the set declares it (or that it is a control type): a misspelt name would otherwise
-/// fold nothing, silently.
-fn declared_checks(view: &Ident, set: &Type, fields: &[Field]) -> TokenStream {
-    let set_text = quote!(#set).to_string().replace(' ', "");
-    let checks = fields.iter().filter_map(|f| match &f.fold {
-        Fold::Typed { on, .. } => {
-            let message = format!(
-                "view `{view}` reads receipt type '{}', which `{set_text}` does not declare",
-                on.value()
-            );
-            Some(quote_spanned! {on.span()=>
-                const _: () = ::receipt::__private::check_read::<#set>(#on, #message);
-            })
+/// `impl ViewReads<R>` for every receipt set `R`: a compile-time check, spanned at each typed
+/// fold's type name, that `R` declares the type (or that it is a control type). The view's
+/// `#[receipt::agent]` evaluates it for the agent's receipt set; `#[view(receipts = Set)]`
+/// evaluates it here for `Set`.
+fn reads_check(view: &Ident, set: Option<&Type>, fields: &[Field]) -> TokenStream {
+    let view_name = view.to_string();
+    let typed: Vec<(String, &LitStr)> = fields
+        .iter()
+        .filter_map(|f| match &f.fold {
+            Fold::Typed { on, .. } => Some((f.ident.to_string(), on)),
+            Fold::Custom(_) => None,
+        })
+        .collect();
+    let reads = typed.iter().map(|(field, on)| quote!((#field, #on)));
+    // One call per fold, spanned at its type name: the first that fails is where the error is.
+    let checks = typed.iter().enumerate().map(|(i, (_, on))| {
+        quote_spanned! {on.span()=>
+            ::receipt::__private::check_read::<__ReceiptSet>(#view_name, READS, #i);
         }
-        Fold::Custom(_) => None,
     });
-    quote!(#(#checks)*)
+    let body = (!typed.is_empty()).then(|| {
+        quote! {
+            const READS: &[(&str, &str)] = &[#(#reads),*];
+            #(#checks)*
+        }
+    });
+    let opted_in = set.map(|set| {
+        quote_spanned! {set.span()=>
+            const _: () = <#view as ::receipt::__private::ViewReads<#set>>::CHECKED;
+        }
+    });
+    quote! {
+        impl<__ReceiptSet: ::receipt::__private::ReceiptSet> ::receipt::__private::ViewReads<__ReceiptSet> for #view {
+            const CHECKED: () = {
+                #body
+            };
+        }
+        #opted_in
+    }
 }
 
 /// The body of `AgentView::apply`: one `match` arm per receipt type read by a typed fold, then

@@ -71,3 +71,11 @@ pub use receipt_macros::{action, agent, body, goal, receipts, view};
 #[doc(hidden)]
 #[path = "macros_support.rs"]
 pub mod __private;
+
+/// The workspace README, whose `rust` code blocks (the receipt agent and its run, governance)
+/// are doctests of this crate: the README's snippets compile as written. Only for `rustdoc
+/// --test`; the governance snippet needs the `kernel` feature and an embedded rebuno kernel
+/// (a dev-dependency).
+#[cfg(all(doctest, feature = "kernel"))]
+#[doc = include_str!("../../README.md")]
+mod readme {}

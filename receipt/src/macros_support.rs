@@ -20,7 +20,10 @@ pub use serde;
 pub use serde_json;
 pub use std::sync::Arc;
 
+use crate::agent::control::CONTROL_TYPES;
+use receipt_vocab::closest;
 use serde::de::DeserializeOwned;
+use std::marker::PhantomData;
 
 /// `#[view(last = "type")]`: the newest body of the type that deserializes.
 #[diagnostic::on_unimplemented(
@@ -128,11 +131,100 @@ impl AgentView for MissingView {
     fn apply(&mut self, _: &Receipt) {}
 }
 
-/// `#[view(receipts = Set)]`: fails compilation (with `message`) unless `ty` is one of `R`'s
-/// declared types or a control type.
-pub const fn check_read<R: ReceiptSet>(ty: &str, message: &str) {
-    if !contains(R::TYPES, ty) && !contains(crate::agent::control::CONTROL_TYPES, ty) {
-        panic!("{}", message);
+/// Implemented by `#[receipt::view]` for every receipt set `R`: evaluating `CHECKED` fails
+/// compilation when one of the view's typed folds reads a type that `R` does not declare and
+/// that is not a control type (the error is spanned at the fold's type name). A misspelt name
+/// would otherwise fold nothing, silently.
+pub trait ViewReads<R: ReceiptSet> {
+    /// `()`, or a compile error.
+    const CHECKED: ();
+}
+
+/// What `#[receipt::agent]` (and `#[receipt::view(receipts = Set)]`) evaluate:
+/// `ViewCheck::<View, Receipts>::CHECKED` is the view's [`ViewReads`] check when it has one, and
+/// nothing (through [`NotChecked`]) for a view written by hand.
+pub struct ViewCheck<V, R>(PhantomData<(V, R)>);
+
+impl<V: ViewReads<R>, R: ReceiptSet> ViewCheck<V, R> {
+    /// The view's check against `R`.
+    pub const CHECKED: () = <V as ViewReads<R>>::CHECKED;
+}
+
+/// The fallback of [`ViewCheck`]: an inherent associated constant is preferred to a trait's, so
+/// this one is used only when the view does not implement [`ViewReads`] (generated code brings
+/// the trait into scope).
+pub trait NotChecked {
+    /// Nothing to check.
+    const CHECKED: () = ();
+}
+
+impl<V, R> NotChecked for ViewCheck<V, R> {}
+
+/// The check of the typed fold `reads[index]` of `view`, each entry a field and the receipt type
+/// it reads. Fails compilation when that type is neither declared by `R` nor a control type and
+/// no earlier fold failed; the message names the closest type and lists every later fold that
+/// fails too (compilation stops at the first failure, so one error reports them all).
+pub const fn check_read<R: ReceiptSet>(view: &str, reads: &[(&str, &str)], index: usize) {
+    if readable::<R>(reads[index].1) {
+        return;
+    }
+    let mut i = 0;
+    while i < index {
+        if !readable::<R>(reads[i].1) {
+            return;
+        }
+        i += 1;
+    }
+    let (field, ty) = reads[index];
+    let mut m = Message::new();
+    m.push("view `");
+    m.push(view);
+    m.push("` reads receipt type '");
+    m.push(ty);
+    m.push("' in field `");
+    m.push(field);
+    m.push("`, which the agent's receipt set does not declare\nhelp: ");
+    push_closest::<R>(&mut m, ty);
+    m.push("; fix the name in `#[view(...)]`, or declare the type: `#[receipt(\"");
+    m.push(ty);
+    m.push("\")]`");
+    let mut i = index + 1;
+    while i < reads.len() {
+        let (field, ty) = reads[i];
+        if !readable::<R>(ty) {
+            m.push("\nalso: field `");
+            m.push(field);
+            m.push("` reads '");
+            m.push(ty);
+            m.push("', not declared either; ");
+            push_closest::<R>(&mut m, ty);
+        }
+        i += 1;
+    }
+    panic!("{}", m.text())
+}
+
+/// Whether a view of an agent with the receipt set `R` may read `ty`.
+const fn readable<R: ReceiptSet>(ty: &str) -> bool {
+    contains(R::TYPES, ty) || contains(CONTROL_TYPES, ty)
+}
+
+/// Names the type closest to `ty`: a declared one, or a control type when that is a nearer
+/// near miss.
+const fn push_closest<R: ReceiptSet>(m: &mut Message, ty: &str) {
+    let declared = closest(ty, R::TYPES);
+    match (declared, closest(ty, CONTROL_TYPES)) {
+        (d, Some((c, cd))) if cd <= 2 && (d.is_none() || cd < d.unwrap().1) => {
+            m.push("the closest control receipt type is '");
+            m.push(c);
+            m.push("'");
+        }
+        (Some((d, _)), _) => {
+            m.push("the closest declared type is '");
+            m.push(d);
+            m.push("'");
+        }
+        (None, _) => m.push("the agent's receipt set declares no types"),
     }
 }
 
@@ -160,6 +252,43 @@ const fn str_eq(a: &str, b: &str) -> bool {
         i += 1;
     }
     true
+}
+
+/// A compile-time error message, built in a fixed buffer (a `const fn` cannot allocate).
+struct Message {
+    buf: [u8; 1024],
+    len: usize,
+}
+
+impl Message {
+    const fn new() -> Self {
+        Message {
+            buf: [0; 1024],
+            len: 0,
+        }
+    }
+
+    /// Appends `text` whole, or nothing when it does not fit (so the buffer stays UTF-8).
+    const fn push(&mut self, text: &str) {
+        let bytes = text.as_bytes();
+        if self.len + bytes.len() > self.buf.len() {
+            return;
+        }
+        let mut i = 0;
+        while i < bytes.len() {
+            self.buf[self.len + i] = bytes[i];
+            i += 1;
+        }
+        self.len += bytes.len();
+    }
+
+    /// The message so far.
+    const fn text(&self) -> &str {
+        match std::str::from_utf8(self.buf.split_at(self.len).0) {
+            Ok(text) => text,
+            Err(_) => "a view reads a receipt type its agent does not declare",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -280,6 +409,10 @@ mod tests {
             (
                 AgentError::InvalidAgentId("Bad".into()),
                 message::invalid_agent_id("Bad"),
+            ),
+            (
+                AgentError::InvalidActionId("Search KB".into()),
+                message::invalid_action_id("Search KB"),
             ),
             (
                 AgentError::ExternalNotRemote("a".into()),

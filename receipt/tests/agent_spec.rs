@@ -48,6 +48,13 @@ fn build_refuses_what_the_macros_refuse() {
         check(spec("x").action(ok()).action(ok())),
         "duplicate action id 'a'"
     );
+    for bad in ["Search KB", "search_kb", "9lives"] {
+        let action = Action::<TestAgent>::action(bad).run(|_a, _c| async { Ok(()) });
+        assert_eq!(
+            check(spec("x").action(action)),
+            format!("Invalid action id '{bad}'. Use kebab-case.")
+        );
+    }
     assert_eq!(
         check(spec("x").action(ok().max_concurrency(0))),
         "action 'a' maxConcurrency must be at least 1"

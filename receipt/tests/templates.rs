@@ -2,7 +2,7 @@
 //! refusals and output are the spec's.
 //!
 //! Each template's source (`receipt::cli::template(name, "demo-agent")`, exactly what
-//! `receipt new` writes) gets a `fn main()` that registers the agent in a `Registry` and runs it
+//! `receipt new` writes, naming nothing of `receipt::__private`) gets a `fn main()` that registers the agent in a `Registry` and runs it
 //! with a `Controller` on a `MemoryStore`, seeded as `receipt run` seeds it; trybuild compiles
 //! and runs each one. `basic`, `assistant-tool` and `merge` complete; `human-loop` blocks on
 //! its human action, then completes once `approval.received` is appended.
@@ -99,6 +99,8 @@ fn every_template_compiles_as_generated_and_runs() {
     for name in receipt::cli::TEMPLATES {
         let source = receipt::cli::template(name, "demo-agent");
         assert!(source.contains("pub struct DemoAgent;"), "{name}");
+        // Generated code uses the public API only (`#[receipt::body]`, not `__private` paths).
+        assert!(!source.contains("__private"), "{name}");
         assert!(source.contains(r#"id = "demo-agent""#), "{name}");
         assert!(
             source.contains(&format!("receipt new demo-agent --template {name}")),

@@ -604,6 +604,10 @@ fn the_builder_refuses_at_run_time_what_the_macro_refuses_at_compile_time() {
             "agent_invalid_id",
         ),
         (
+            refusal(builder().action(noop(Action::new("Search KB", ActionKind::Action)))),
+            "agent_invalid_action_id",
+        ),
+        (
             refusal(builder().action(noop(
                 Action::new("settle", ActionKind::Action).max_concurrency(0),
             ))),
@@ -640,6 +644,41 @@ fn the_builder_refuses_at_run_time_what_the_macro_refuses_at_compile_time() {
         missing.unwrap_err().to_string(),
         "agent 'billing' has no goal"
     );
+}
+
+/// A view written by hand: the agent's compile-time check of the folds a view reads has
+/// nothing to check in it, and lets it through.
+#[derive(Clone, Default)]
+struct SeenView {
+    seen: usize,
+}
+
+impl AgentView for SeenView {
+    fn apply(&mut self, _: &Receipt) {
+        self.seen += 1;
+    }
+}
+
+struct ReminderAgent;
+
+#[receipt::agent(id = "reminders", version = "1.0.0", receipts = Billing, view = SeenView)]
+impl ReminderAgent {
+    #[action]
+    async fn send_reminder(&self, _ctx: ActionContext<Self>) -> receipt::Result<()> {
+        Ok(())
+    }
+
+    #[goal]
+    fn done(view: &SeenView) -> bool {
+        view.seen > 0
+    }
+}
+
+#[test]
+fn an_action_id_is_the_method_name_in_kebab_case_and_hand_written_views_are_accepted() {
+    let spec = ReminderAgent.spec().unwrap();
+    let ids: Vec<&str> = spec.actions().iter().map(|a| a.id()).collect();
+    assert_eq!(ids, ["send-reminder"]);
 }
 
 /// A receipt set built by hand with a control type, which `#[receipts]` refuses to compile.

@@ -9,7 +9,8 @@
 //!   reading a type's last path segment).
 //!
 //! Messages name an attribute the way the user wrote it ("`#[rebuno::tool]`", "`#[action]`"),
-//! quote code in backticks, and list accepted values as "expected one of: `a`, `b`".
+//! quote code in backticks, and list accepted values as "expected one of: `a`, `b`". A fix that
+//! can be written in Rust follows on a `help:` line ([`with_help`]).
 
 pub mod options;
 pub mod syntax;
@@ -45,6 +46,13 @@ impl Errors {
         self.push(syn::Error::new(span, message));
     }
 
+    /// Records an error at `span` followed by a `help:` line saying how to fix it in Rust
+    /// (a proc macro on stable Rust cannot attach a separate help note, so it is the message's
+    /// second line; the first line stays the message alone).
+    pub fn at_with_help(&mut self, span: Span, message: impl Display, help: impl Display) {
+        self.at(span, with_help(message, help));
+    }
+
     /// How many errors were recorded.
     pub fn len(&self) -> usize {
         self.len
@@ -63,6 +71,11 @@ impl Errors {
         out.extend(tokens);
         out
     }
+}
+
+/// `message`, then `help` on a line of its own: "...\nhelp: ...".
+pub fn with_help(message: impl Display, help: impl Display) -> String {
+    format!("{message}\nhelp: {help}")
 }
 
 /// "`a`, `b`, `c`": accepted values as messages list them.

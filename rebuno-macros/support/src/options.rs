@@ -14,7 +14,10 @@
 //! - a value outside a closed set: "unknown `<what>` `v`; expected one of: ...", at the value.
 //!
 //! An option whose value is invalid still counts as written, so it is not also reported as
-//! missing.
+//! missing; nor is a missing option reported when an unknown one was written (it is most
+//! likely the same option, misspelt, and already reported). One misspelt required option can
+//! stand in for the missing one ([`Args::stand_in`]), so that code generated from its value
+//! does not fail in its own way.
 
 use crate::{Errors, list};
 use proc_macro2::{Group, Span, TokenStream};
@@ -73,6 +76,8 @@ impl Parse for Arg {
 pub struct Args {
     attr: String,
     args: Vec<Arg>,
+    /// The options with a key the attribute does not accept (reported), in the order written.
+    unknown: Vec<Arg>,
 }
 
 impl Args {
@@ -83,6 +88,7 @@ impl Args {
         let mut args = Args {
             attr: attr.to_owned(),
             args: Vec::new(),
+            unknown: Vec::new(),
         };
         let parsed = match Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens) {
             Ok(parsed) => parsed,
@@ -110,6 +116,7 @@ impl Args {
                     )
                 };
                 errors.spanned(tokens, message);
+                args.unknown.push(arg);
             } else if args.get(&key).is_some() {
                 errors.at(arg.key.span(), format!("duplicate option `{key}`"));
             } else {
@@ -124,19 +131,39 @@ impl Args {
         self.args.iter().find(|a| a.key.unraw() == key)
     }
 
+    /// Whether an option with a key the attribute does not accept was written (and reported).
+    pub fn has_unknown(&self) -> bool {
+        !self.unknown.is_empty()
+    }
+
     /// Reports, in one error at the attribute, every key of `required` (with an example
-    /// value) that was not written.
+    /// value) that was not written; nothing when an unknown option was written (see the module
+    /// docs).
     pub fn require(&self, required: &[(&str, &str)], errors: &mut Errors) {
         let missing: Vec<String> = required
             .iter()
             .filter(|(key, _)| self.get(key).is_none())
             .map(|(key, example)| format!("`{key} = {example}`"))
             .collect();
-        if !missing.is_empty() {
+        if !missing.is_empty() && !self.has_unknown() {
             errors.at(
                 Span::call_site(),
                 format!("{} is missing {}", self.attr, missing.join(", ")),
             );
+        }
+    }
+}
+
+impl Args {
+    /// The option written in place of the required `key` when `key` is missing: the only
+    /// unknown option, when `key` is the only option of `required` that is missing (most likely
+    /// `key` misspelt; it was reported as unknown). Its value stands in for `key`'s so that the
+    /// generated code does not fail in its own way.
+    pub fn stand_in(&self, key: &str, required: &[(&str, &str)]) -> Option<&Arg> {
+        let mut missing = required.iter().filter(|(k, _)| self.get(k).is_none());
+        match (missing.next(), missing.next(), self.unknown.as_slice()) {
+            (Some((k, _)), None, [only]) if *k == key => Some(only),
+            _ => None,
         }
     }
 }
@@ -387,6 +414,26 @@ mod tests {
             out.contains("option `n` must be an integer literal"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn an_unknown_key_stands_in_for_the_one_missing_key() {
+        let required = [("name", "\"x\""), ("n", "1")];
+        let (args, _) = messages(quote!(nme = "a", n = 1));
+        let mut errors = Errors::default();
+        args.require(&required, &mut errors);
+        assert!(
+            errors.is_empty(),
+            "the misspelt key is reported once, as unknown"
+        );
+        let stand_in = args.stand_in("name", &required).expect("a stand-in");
+        assert_eq!(stand_in.lit_str(&mut errors).unwrap().value(), "a");
+        assert!(args.stand_in("n", &required).is_none());
+        // Two unknown keys, or two missing ones: no guess.
+        let (args, _) = messages(quote!(nme = "a", m = 1));
+        assert!(args.stand_in("name", &required).is_none());
+        let (args, _) = messages(quote!(colour = "a"));
+        assert!(args.stand_in("name", &required).is_none());
     }
 
     #[test]

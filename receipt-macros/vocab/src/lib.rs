@@ -2,11 +2,15 @@
 //!
 //! `#[receipt::receipts]` refuses the control receipt types at compile time and the runtime
 //! refuses them at run time; `#[receipt::agent]` accepts the action kinds, side-effect classes
-//! and execution modes the runtime parses, checks agent ids with the runtime's kebab-case rule,
-//! and reports a broken action contract with the runtime's own words. Both crates read those
-//! tables and messages from here, so they cannot drift apart. `receipt` re-exports what is
-//! public (`receipt::agent::control`, `receipt::agent::is_kebab_case`), and its tests check
-//! that its enums and errors agree with the tables below.
+//! and execution modes the runtime parses, checks agent and action ids with the runtime's
+//! kebab-case rule, and reports a broken action contract with the runtime's own words. Both
+//! crates read those tables and messages from here, so they cannot drift apart. `receipt`
+//! re-exports what is public (`receipt::agent::control`, `receipt::agent::is_kebab_case`), and
+//! its tests check that its enums and errors agree with the tables below.
+//!
+//! [`edit_distance`] and [`closest`] are `const fn`s: the compile-time check of the receipt
+//! types a view reads (evaluated in a constant, in `receipt`) names the closest declared type
+//! with them.
 //!
 //! The crate has no dependencies, so the proc-macro crate can use it without pulling in the
 //! runtime.
@@ -215,11 +219,72 @@ pub const EXTERNAL_SIDE_EFFECTS: &str = "external";
 /// The execution mode an `external` action must use.
 pub const REMOTE_EXECUTION: &str = "remote";
 
-/// Whether `id` is a valid agent id: kebab-case, `^[a-z][a-z0-9-]*$`.
+/// Whether `id` is a valid agent or action id: kebab-case, `^[a-z][a-z0-9-]*$`.
 pub fn is_kebab_case(id: &str) -> bool {
     let mut chars = id.chars();
     chars.next().is_some_and(|c| c.is_ascii_lowercase())
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// The longest name, in bytes, [`edit_distance`] compares; longer names are never "close".
+pub const MAX_COMPARED_LEN: usize = 96;
+
+/// The Levenshtein distance between `a` and `b`, counted in bytes (names here are ASCII), or
+/// `usize::MAX` when either is longer than [`MAX_COMPARED_LEN`]. A `const fn`, so a compile-time
+/// check can name the closest of a set of names.
+pub const fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() > MAX_COMPARED_LEN || b.len() > MAX_COMPARED_LEN {
+        return usize::MAX;
+    }
+    let mut prev = [0usize; MAX_COMPARED_LEN + 1];
+    let mut row = [0usize; MAX_COMPARED_LEN + 1];
+    let mut j = 0;
+    while j <= b.len() {
+        prev[j] = j;
+        j += 1;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        row[0] = i + 1;
+        let mut j = 0;
+        while j < b.len() {
+            let substitute = prev[j] + if a[i] == b[j] { 0 } else { 1 };
+            let delete = prev[j + 1] + 1;
+            let insert = row[j] + 1;
+            let mut best = substitute;
+            if delete < best {
+                best = delete;
+            }
+            if insert < best {
+                best = insert;
+            }
+            row[j + 1] = best;
+            j += 1;
+        }
+        prev = row;
+        i += 1;
+    }
+    prev[b.len()]
+}
+
+/// The entry of `names` closest to `name` by [`edit_distance`] (the first one on a tie), and
+/// its distance; `None` when `names` is empty or every entry is too long to compare.
+pub const fn closest<'a>(name: &str, names: &[&'a str]) -> Option<(&'a str, usize)> {
+    let mut best: Option<(&'a str, usize)> = None;
+    let mut i = 0;
+    while i < names.len() {
+        let d = edit_distance(name, names[i]);
+        let better = match best {
+            Some((_, b)) => d < b,
+            None => d != usize::MAX,
+        };
+        if better {
+            best = Some((names[i], d));
+        }
+        i += 1;
+    }
+    best
 }
 
 /// The messages of the spec checks that the macros make at compile time and the runtime's
@@ -230,6 +295,11 @@ pub mod message {
     /// An agent id that is not kebab-case.
     pub fn invalid_agent_id(id: &str) -> String {
         format!("Invalid agent id '{id}'. Use kebab-case.")
+    }
+
+    /// An action id that is not kebab-case.
+    pub fn invalid_action_id(id: &str) -> String {
+        format!("Invalid action id '{id}'. Use kebab-case.")
     }
 
     /// An `external` action that does not run remotely.
@@ -292,6 +362,24 @@ mod tests {
         for bad in ["", "Billing", "2fa", "-a", "billing_agent", "bill ing", "é"] {
             assert!(!is_kebab_case(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn edit_distances() {
+        assert_eq!(edit_distance("kb.fund", "kb.found"), 1);
+        assert_eq!(edit_distance("charge.setled", "charge.settled"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("abc", ""), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("same", "same"), 0);
+        let long = "x".repeat(MAX_COMPARED_LEN + 1);
+        assert_eq!(edit_distance(&long, "x"), usize::MAX);
+        assert_eq!(
+            closest("kb.fund", &["kb.query", "kb.found", "kb.fun"]),
+            Some(("kb.found", 1))
+        );
+        assert_eq!(closest("a", &[]), None);
+        assert_eq!(closest("a", &[&long]), None);
     }
 
     #[test]

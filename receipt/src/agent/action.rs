@@ -473,6 +473,9 @@ impl<A: AgentTypes> Action<A> {
         if self.id.is_empty() {
             return Err(Error::Agent(AgentError::EmptyActionId));
         }
+        if !receipt_vocab::is_kebab_case(&self.id) {
+            return Err(AgentError::InvalidActionId(self.id.clone()).into());
+        }
         self.check()?;
         if self.kind != ActionKind::Human && self.response_when.is_some() {
             return Err(AgentError::ResponseWhenNotHuman {

@@ -36,6 +36,9 @@ pub enum AgentError {
     /// An action with an empty id.
     #[error("action ids must not be empty")]
     EmptyActionId,
+    /// An action id that is not kebab-case (`^[a-z][a-z0-9-]*$`).
+    #[error("Invalid action id '{0}'. Use kebab-case.")]
+    InvalidActionId(String),
     /// An action without a `run` function.
     #[error("action '{0}' has no run function")]
     MissingRun(String),

@@ -152,8 +152,8 @@ impl<A: AgentTypes> SpecBuilder<A> {
         self
     }
 
-    /// Validates and builds: kebab-case id, non-empty version, a goal, unique action ids, every
-    /// action's checks (`external` needs `remote`, `human` needs `response_when`, no
+    /// Validates and builds: kebab-case id, non-empty version, a goal, unique kebab-case action
+    /// ids, every action's checks (`external` needs `remote`, `human` needs `response_when`, no
     /// `response_when` elsewhere, `max_concurrency >= 1`, a `run`), limits of at least 1, and a
     /// receipt set without duplicates or control types.
     pub fn build(self) -> Result<AgentSpec<A>> {

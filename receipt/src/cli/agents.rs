@@ -180,19 +180,18 @@ const PRELUDE: &str = "\
 //! ```
 
 use receipt::agent::ActionContext;
-use receipt::__private::serde::{Deserialize, Serialize};
 
 /// The problem a run is seeded with (`receipt run --problem`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(crate = \"receipt::__private::serde\")]
+#[receipt::body]
+#[derive(Debug, Clone)]
 pub struct TaskRequested {
     /// The problem text.
     pub prompt: String,
 }
 
 /// The agent's answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(crate = \"receipt::__private::serde\")]
+#[receipt::body]
+#[derive(Debug, Clone)]
 pub struct TaskCompleted {
     /// The result text.
     pub result: String,
@@ -252,8 +251,8 @@ __ACTION_DOC__
 
 const HUMAN_LOOP: &str = "
 /// A human's answer (append it with `receipt append <run> approval.received '{...}'`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(crate = \"receipt::__private::serde\")]
+#[receipt::body]
+#[derive(Debug, Clone)]
 pub struct ApprovalReceived {
     /// Whether the human approved.
     pub approved: bool,
@@ -320,8 +319,8 @@ impl __NAME__ {
 
 const MERGE: &str = "
 /// One candidate answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(crate = \"receipt::__private::serde\")]
+#[receipt::body]
+#[derive(Debug, Clone)]
 pub struct CandidateGenerated {
     /// The candidate's id.
     pub id: String,
@@ -330,8 +329,8 @@ pub struct CandidateGenerated {
 }
 
 /// The answer the merge chose.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(crate = \"receipt::__private::serde\")]
+#[receipt::body]
+#[derive(Debug, Clone)]
 pub struct DraftFinalized {
     /// The chosen candidate.
     pub candidate: String,

@@ -1,4 +1,5 @@
-// Action ids are unique: an explicit id colliding with a method name is a duplicate.
+// Action ids are unique: an explicit id colliding with a method's id is a duplicate (a method's
+// id is its name with `-` for `_`).
 use receipt::agent::ActionContext;
 
 #[receipt::receipts]
@@ -24,6 +25,16 @@ impl BillingAgent {
 
     #[action(kind = "tool", id = "settle")]
     async fn settle_again(&self, _ctx: ActionContext<Self>) -> receipt::Result<()> {
+        Ok(())
+    }
+
+    #[action(kind = "tool")]
+    async fn refund_all(&self, _ctx: ActionContext<Self>) -> receipt::Result<()> {
+        Ok(())
+    }
+
+    #[action(kind = "tool", id = "refund-all")]
+    async fn refund_everything(&self, _ctx: ActionContext<Self>) -> receipt::Result<()> {
         Ok(())
     }
 

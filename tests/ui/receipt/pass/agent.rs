@@ -54,7 +54,7 @@ impl BillingAgent {
     }
 
     #[action(
-        id = "charge.settle",
+        id = "charge-settle",
         kind = "tool",
         side_effects = "external",
         execution = "remote",
@@ -127,8 +127,8 @@ fn main() {
     assert_eq!(spec.runtime_policy_version(), "billing-policy-v1");
     assert_eq!(spec.merge_policy().map(|m| m.id()), Some("first"));
     let ids: Vec<&str> = spec.actions().iter().map(|a| a.id()).collect();
-    assert_eq!(ids, ["approve", "charge.settle", "ask"]);
-    let settle = spec.action("charge.settle").unwrap();
+    assert_eq!(ids, ["approve", "charge-settle", "ask"]);
+    let settle = spec.action("charge-settle").unwrap();
     assert_eq!(settle.kind(), ActionKind::Tool);
     assert_eq!(settle.effects(), SideEffects::External);
     assert_eq!(settle.mode(), ExecutionMode::Remote);

@@ -3,8 +3,18 @@
 //! Submission follows one fixed order: lease, execution lock, terminal check, lease
 //! renewal, args hash, occurrence, step id; an existing step answers from its record, a new one
 //! goes through policy and is recorded. Answers from the record need one snapshot read and no
-//! durable write; anything recorded is committed before it is answered (`step.executing` is
-//! durable before `proceed`).
+//! durable write; anything recorded is committed before it is answered.
+//!
+//! Durability of a new step's record follows what its loss would cost (see [`defers`]): a
+//! `proceed` for a `safe_to_retry` step that takes no rate-limit token and counts for no
+//! resource is committed and answered before it is durable, and becomes durable with the next
+//! sync (at the latest, the one of its own outcome). A crash before that sync takes it back with
+//! everything committed after it, and the re-run submits the step afresh and runs its body
+//! again, which is what `safe_to_retry` allows and what a crash during the body does anyway.
+//! Every other decision is durable before it is answered: `at_most_once` steps (an effect that
+//! runs only once it is recorded `executing`, so a crash during it leaves the step to be failed
+//! `indeterminate`), denials, approvals, rate-limit refusals and parks, and proceeds that took a
+//! token. An outcome (complete / fail) is durable before it is answered.
 
 use super::dispatch::{lease_holds, retire_dispatches};
 use super::resources::{apply_checkpoints, plan_checkpoints};
@@ -88,6 +98,19 @@ pub(super) fn deny_step(
     Ok((EventType::StepDenied, payload(&event)))
 }
 
+/// Whether a new step's record may be answered before it is durable: it is allowed, declared
+/// `safe_to_retry`, and neither takes a rate-limit token (a bucket outside the step record, which
+/// a re-run would draw from again) nor counts for a resource's checkpoints. Its loss in a crash
+/// then costs only a second run of a body that may run again, which a crash during the body
+/// costs anyway; every other decision blocks, denies, spends something or guards an
+/// `at_most_once` effect, and is durable before it is answered.
+fn defers(step: &Step, pol: &policy::Decision, no_resources: bool) -> bool {
+    pol.action == Action::Allow
+        && pol.rate_limit.is_none()
+        && step.idempotency == Idempotency::SafeToRetry
+        && no_resources
+}
+
 /// The answer an existing step gives when it needs no write, or `None`.
 fn answer_from_record(
     step: &Step,
@@ -140,7 +163,7 @@ impl Kernel {
         let keys = std::mem::take(&mut req.resources);
         let mut wrote = false;
         let mut out = self
-            .submit_inner(execution_id, lease, req, &mut wrote)
+            .submit_inner(execution_id, lease, req, keys.is_empty(), &mut wrote)
             .await;
         if !wrote {
             self.inner.store.settle().await?;
@@ -156,11 +179,13 @@ impl Kernel {
         out
     }
 
+    /// `no_resources`: the submission names no resource (a `proceed` then counts for none).
     async fn submit_inner(
         &self,
         execution_id: &str,
         lease: &Lease,
         req: SubmitStepRequest,
+        no_resources: bool,
         wrote: &mut bool,
     ) -> KernelResult<StepDecision> {
         // Parsed once: the hash in the step id, the value policy evaluates and the value
@@ -355,7 +380,8 @@ impl Kernel {
                     completed_at: None,
                 };
                 recorded = true;
-                self.record_new(step, pol, lease.clone()).await?
+                let defer = defers(&step, &pol, no_resources);
+                self.record_new(step, pol, lease.clone(), defer).await?
             }
         };
         self.advance_occurrence(lease, key, occurrence, recorded)
@@ -417,12 +443,14 @@ impl Kernel {
             .await?
     }
 
-    /// Records a new step with its policy result (allow, deny or require approval).
+    /// Records a new step with its policy result (allow, deny or require approval), durably
+    /// unless `defer` (see [`defers`]).
     async fn record_new(
         &self,
         mut step: Step,
         pol: policy::Decision,
         lease: Lease,
+        defer: bool,
     ) -> KernelResult<StepDecision> {
         let now_t = self.now();
         let now = rfc3339(now_t);
@@ -436,10 +464,7 @@ impl Kernel {
         let timeout_at = rfc3339(now_t + timeout);
         let approval_id = uuid::Uuid::now_v7().to_string();
         let shared = self.shared();
-        let (decision, ended) = self
-            .inner
-            .store
-            .write(move |tx| {
+        let record = move |tx: &mut dyn Tx| {
                 let Some((_, status)) = tx.execution_state(&step.execution_id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
@@ -543,8 +568,13 @@ impl Kernel {
                 };
                 tx.append_events(&step.execution_id, &now, &events)?;
                 Ok(Ok((decision, ended)))
-            })
-            .await??;
+            };
+        let store = &self.inner.store;
+        let (decision, ended) = if defer {
+            store.write_deferred(record).await??
+        } else {
+            store.write(record).await??
+        };
         self.forget_attempts(&ended);
         if decision.approval_id.is_some() {
             self.inner.approvals_changed.notify_one();

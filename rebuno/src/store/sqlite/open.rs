@@ -1,7 +1,7 @@
 //! Opening the SQLite store: a file (WAL, a writer and reader threads, migrations) or an
 //! in-memory database, and reads on a reader thread.
 
-use super::super::durable::{Durable, Syncer, wal_path};
+use super::super::durable::{Durable, SyncObserver, Syncer, wal_path};
 use super::super::migrations::{db_err, migrate};
 use super::super::readers::{Conn, ConnFn, Readers};
 use super::super::writer::Writer;
@@ -50,10 +50,7 @@ impl SqliteStore {
         let sync = match wal {
             Some(wal) => {
                 writer.pragma_update(None, "synchronous", "NORMAL")?;
-                let durable = Durable {
-                    timings: timings.clone(),
-                    ..Durable::default()
-                };
+                let durable = Durable::new(timings.clone());
                 Some(Syncer::start(wal, Arc::new(durable))?)
             }
             None => None,
@@ -113,6 +110,22 @@ impl SqliteStore {
     /// The database file (`None` in memory).
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
+    }
+
+    /// How many times the store synced its write-ahead log (`fdatasync` on its own thread;
+    /// syncs SQLite makes by itself, in a checkpoint, are not counted). 0 in memory.
+    pub fn wal_syncs(&self) -> u64 {
+        self.durable.as_ref().map_or(0, |d| d.syncs())
+    }
+
+    /// Tells `observer` about every sync of the write-ahead log from now on (a test facility;
+    /// see [`SyncPoint`]). Only the first observer is kept; `false` if there is none to observe
+    /// (in memory, or an observer is already set).
+    #[doc(hidden)]
+    pub fn observe_syncs(&self, observer: SyncObserver) -> bool {
+        self.durable
+            .as_ref()
+            .is_some_and(|d| d.observer.set(observer).is_ok())
     }
 
     /// Runs `f` in a read transaction on a reader thread.

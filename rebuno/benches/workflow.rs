@@ -129,7 +129,9 @@ fn main() {
             quantile(&mut workflows, 0.99),
         );
         let steps = (runs as u64 * STEPS) as f64;
-        println!("workflow of {STEPS} safe_to_retry steps, {runs} sequential runs ({warmup} warm-up)");
+        println!(
+            "workflow of {STEPS} safe_to_retry steps, {runs} sequential runs ({warmup} warm-up)"
+        );
         println!(
             "  workflow p50 {:.0} us, p99 {:.0} us, p99/p50 {:.2}",
             us(p50),

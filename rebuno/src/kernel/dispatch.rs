@@ -428,29 +428,29 @@ impl Kernel {
     async fn record_ack(&self, d: Dispatch) -> KernelResult<()> {
         let now = self.now_text();
         let ack = move |tx: &mut dyn Tx| {
-                // A fast agent may have finished (or a reclaim superseded this attempt) while
-                // the webhook answered: an ack after that would only confuse the log.
-                let finished = tx
-                    .execution_state(&d.execution_id)?
-                    .is_none_or(|(_, s)| s.is_terminal());
-                let Some(cur) = tx.dispatch(&d.id)? else {
-                    return Ok(());
-                };
-                if cur.attempt != d.attempt || finished {
-                    return Ok(());
-                }
-                let p = DispatchEventPayload {
-                    status: DispatchStatus::Acked,
-                    attempt: d.attempt,
-                    ..queued_payload(&cur)
-                };
-                tx.append_events(
-                    &cur.execution_id,
-                    &now,
-                    &[(EventType::DispatchAcked, payload(&p))],
-                )?;
-                Ok(())
+            // A fast agent may have finished (or a reclaim superseded this attempt) while
+            // the webhook answered: an ack after that would only confuse the log.
+            let finished = tx
+                .execution_state(&d.execution_id)?
+                .is_none_or(|(_, s)| s.is_terminal());
+            let Some(cur) = tx.dispatch(&d.id)? else {
+                return Ok(());
             };
+            if cur.attempt != d.attempt || finished {
+                return Ok(());
+            }
+            let p = DispatchEventPayload {
+                status: DispatchStatus::Acked,
+                attempt: d.attempt,
+                ..queued_payload(&cur)
+            };
+            tx.append_events(
+                &cur.execution_id,
+                &now,
+                &[(EventType::DispatchAcked, payload(&p))],
+            )?;
+            Ok(())
+        };
         self.inner.store.write_deferred(ack).await?;
         Ok(())
     }

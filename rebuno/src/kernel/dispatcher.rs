@@ -115,55 +115,55 @@ impl Kernel {
             .collect();
         let kernel = self.clone();
         let claim = move |tx: &mut dyn Tx| {
-                let mut candidates: Vec<(Dispatch, String)> = Vec::new();
-                let mut stale = Vec::new();
-                // Retries due by the monotonic clock come first, whatever the wall clock says.
-                for (id, attempt) in due_retries {
-                    match tx.dispatch(&id)? {
-                        Some(d) if d.status == DispatchStatus::Failed && d.attempt == attempt => {
-                            // Not `execution_state`: that would lock the execution's row after
-                            // the dispatch's, against the lock order (see `kernel::dispatch`).
-                            let agent = tx.agent_of(&d.execution_id)?.unwrap_or_default();
-                            candidates.push((d, agent));
-                        }
-                        _ => stale.push((id, attempt)),
+            let mut candidates: Vec<(Dispatch, String)> = Vec::new();
+            let mut stale = Vec::new();
+            // Retries due by the monotonic clock come first, whatever the wall clock says.
+            for (id, attempt) in due_retries {
+                match tx.dispatch(&id)? {
+                    Some(d) if d.status == DispatchStatus::Failed && d.attempt == attempt => {
+                        // Not `execution_state`: that would lock the execution's row after
+                        // the dispatch's, against the lock order (see `kernel::dispatch`).
+                        let agent = tx.agent_of(&d.execution_id)?.unwrap_or_default();
+                        candidates.push((d, agent));
                     }
+                    _ => stale.push((id, attempt)),
                 }
-                // Rows skipped below must not use up the page.
-                let page = limit
-                    .saturating_add(waiting.len())
-                    .saturating_add(candidates.len());
-                candidates.extend(tx.claimable_dispatches_except(&now, page, &full)?);
-                let mut taken: HashMap<String, usize> = HashMap::new();
-                let mut seen = HashSet::new();
-                let mut out = Vec::new();
-                for (mut d, agent_id) in candidates {
-                    if out.len() >= limit {
-                        break;
-                    }
-                    if waiting.contains(&d.id) || !seen.insert(d.id.clone()) {
-                        continue;
-                    }
-                    let used = running.get(&agent_id).copied().unwrap_or(0)
-                        + taken.get(&agent_id).copied().unwrap_or(0);
-                    if used >= cap {
-                        continue;
-                    }
-                    *taken.entry(agent_id.clone()).or_default() += 1;
-                    d.status = DispatchStatus::InFlight;
-                    d.attempt = d.attempt.saturating_add(1);
-                    d.locked_by = replica.clone();
-                    d.locked_at = Some(now.clone());
-                    d.updated_at = now.clone();
-                    tx.put_dispatch(&d)?;
-                    kernel.begin_attempt(&d.id, d.attempt);
-                    out.push(Claimed {
-                        dispatch: d,
-                        agent_id,
-                    });
+            }
+            // Rows skipped below must not use up the page.
+            let page = limit
+                .saturating_add(waiting.len())
+                .saturating_add(candidates.len());
+            candidates.extend(tx.claimable_dispatches_except(&now, page, &full)?);
+            let mut taken: HashMap<String, usize> = HashMap::new();
+            let mut seen = HashSet::new();
+            let mut out = Vec::new();
+            for (mut d, agent_id) in candidates {
+                if out.len() >= limit {
+                    break;
                 }
-                Ok((out, stale))
-            };
+                if waiting.contains(&d.id) || !seen.insert(d.id.clone()) {
+                    continue;
+                }
+                let used = running.get(&agent_id).copied().unwrap_or(0)
+                    + taken.get(&agent_id).copied().unwrap_or(0);
+                if used >= cap {
+                    continue;
+                }
+                *taken.entry(agent_id.clone()).or_default() += 1;
+                d.status = DispatchStatus::InFlight;
+                d.attempt = d.attempt.saturating_add(1);
+                d.locked_by = replica.clone();
+                d.locked_at = Some(now.clone());
+                d.updated_at = now.clone();
+                tx.put_dispatch(&d)?;
+                kernel.begin_attempt(&d.id, d.attempt);
+                out.push(Claimed {
+                    dispatch: d,
+                    agent_id,
+                });
+            }
+            Ok((out, stale))
+        };
         let store = &self.inner.store;
         let (claimed, stale) = if durable {
             store.write(claim).await?
@@ -199,10 +199,12 @@ impl Kernel {
         loop {
             let free = slots.available_permits();
             let claimed = if free > 0 {
-                self.claim(free, Some(cap), false).await.unwrap_or_else(|e| {
-                    tracing::warn!(error = %e, "claiming dispatches failed");
-                    Vec::new()
-                })
+                self.claim(free, Some(cap), false)
+                    .await
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "claiming dispatches failed");
+                        Vec::new()
+                    })
             } else {
                 Vec::new()
             };

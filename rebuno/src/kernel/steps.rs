@@ -465,110 +465,109 @@ impl Kernel {
         let approval_id = uuid::Uuid::now_v7().to_string();
         let shared = self.shared();
         let record = move |tx: &mut dyn Tx| {
-                let Some((_, status)) = tx.execution_state(&step.execution_id)? else {
-                    return Ok(Err(KernelError::not_found()));
-                };
-                if status.is_terminal() {
-                    return Ok(Ok((StepDecision::execution_terminal(), Vec::new())));
+            let Some((_, status)) = tx.execution_state(&step.execution_id)? else {
+                return Ok(Err(KernelError::not_found()));
+            };
+            if status.is_terminal() {
+                return Ok(Ok((StepDecision::execution_terminal(), Vec::new())));
+            }
+            if !lease_holds(tx, &step.execution_id, &lease, true)? {
+                return Ok(Err(KernelError::lease_superseded()));
+            }
+            if shared {
+                let key = (
+                    step.kind.as_str().to_owned(),
+                    step.target.clone(),
+                    step.args_hash.clone(),
+                );
+                record_progress(tx, &lease, &key, step.occurrence, &now)?;
+            }
+            if tx.step_exists(&step.execution_id, &step.step_id)? {
+                return Ok(Err(KernelError::conflict("step already recorded")));
+            }
+            let mut events: Events = vec![(EventType::StepProposed, payload(&step_event(&step)))];
+            let mut ended = Vec::new();
+            let decision = match pol.action {
+                Action::Allow => {
+                    step.status = StepStatus::Executing;
+                    step.started_at = Some(now.clone());
+                    tx.put_step(&step)?;
+                    events.push((
+                        EventType::StepAllowed,
+                        payload(&step_event(&step).with_rule_id(&pol.rule_id)),
+                    ));
+                    events.push((EventType::StepExecuting, payload(&step_event(&step))));
+                    StepDecision::proceed()
                 }
-                if !lease_holds(tx, &step.execution_id, &lease, true)? {
-                    return Ok(Err(KernelError::lease_superseded()));
+                Action::Deny => {
+                    let error = denial_error(&pol.reason, &pol.rule_id);
+                    events.push(deny_step(tx, &mut step, error, &pol.rule_id, &now)?);
+                    let reason = if pol.reason.is_empty() {
+                        crate::protocol::REASON_POLICY_DENIED
+                    } else {
+                        pol.reason.as_str()
+                    };
+                    StepDecision::denied(reason)
                 }
-                if shared {
-                    let key = (
-                        step.kind.as_str().to_owned(),
-                        step.target.clone(),
-                        step.args_hash.clone(),
-                    );
-                    record_progress(tx, &lease, &key, step.occurrence, &now)?;
-                }
-                if tx.step_exists(&step.execution_id, &step.step_id)? {
-                    return Ok(Err(KernelError::conflict("step already recorded")));
-                }
-                let mut events: Events =
-                    vec![(EventType::StepProposed, payload(&step_event(&step)))];
-                let mut ended = Vec::new();
-                let decision = match pol.action {
-                    Action::Allow => {
-                        step.status = StepStatus::Executing;
-                        step.started_at = Some(now.clone());
-                        tx.put_step(&step)?;
-                        events.push((
-                            EventType::StepAllowed,
-                            payload(&step_event(&step).with_rule_id(&pol.rule_id)),
-                        ));
-                        events.push((EventType::StepExecuting, payload(&step_event(&step))));
-                        StepDecision::proceed()
-                    }
-                    Action::Deny => {
-                        let error = denial_error(&pol.reason, &pol.rule_id);
-                        events.push(deny_step(tx, &mut step, error, &pol.rule_id, &now)?);
-                        let reason = if pol.reason.is_empty() {
-                            crate::protocol::REASON_POLICY_DENIED
+                Action::RequireApproval => {
+                    let config = pol.approval_config.clone().unwrap_or_default();
+                    let approval = Approval {
+                        id: approval_id.clone(),
+                        step_id: step.step_id.clone(),
+                        execution_id: step.execution_id.clone(),
+                        status: ApprovalStatus::Pending,
+                        approvers: Some(if config.approvers.is_empty() {
+                            Value::Null
                         } else {
-                            pol.reason.as_str()
-                        };
-                        StepDecision::denied(reason)
-                    }
-                    Action::RequireApproval => {
-                        let config = pol.approval_config.clone().unwrap_or_default();
-                        let approval = Approval {
-                            id: approval_id.clone(),
+                            Value::from(config.approvers.clone())
+                        }),
+                        message: config.message.clone(),
+                        timeout_at: timeout_at.clone(),
+                        decided_by: String::new(),
+                        asserted_by: String::new(),
+                        decided_at: None,
+                        rationale: String::new(),
+                        created_at: now.clone(),
+                    };
+                    tx.put_approval(&approval)?;
+                    step.status = StepStatus::AwaitingApproval;
+                    tx.put_step(&step)?;
+                    events.push((
+                        EventType::StepAwaitingApproval,
+                        payload(&step_event(&step).with_rule_id(&pol.rule_id)),
+                    ));
+                    events.push((
+                        EventType::ApprovalRequested,
+                        payload(&ApprovalEventPayload {
+                            approval_id: approval.id.clone(),
                             step_id: step.step_id.clone(),
                             execution_id: step.execution_id.clone(),
                             status: ApprovalStatus::Pending,
-                            approvers: Some(if config.approvers.is_empty() {
-                                Value::Null
-                            } else {
-                                Value::from(config.approvers.clone())
-                            }),
-                            message: config.message.clone(),
-                            timeout_at: timeout_at.clone(),
-                            decided_by: String::new(),
-                            asserted_by: String::new(),
-                            decided_at: None,
-                            rationale: String::new(),
-                            created_at: now.clone(),
-                        };
-                        tx.put_approval(&approval)?;
-                        step.status = StepStatus::AwaitingApproval;
-                        tx.put_step(&step)?;
-                        events.push((
-                            EventType::StepAwaitingApproval,
-                            payload(&step_event(&step).with_rule_id(&pol.rule_id)),
-                        ));
-                        events.push((
-                            EventType::ApprovalRequested,
-                            payload(&ApprovalEventPayload {
-                                approval_id: approval.id.clone(),
-                                step_id: step.step_id.clone(),
-                                execution_id: step.execution_id.clone(),
-                                status: ApprovalStatus::Pending,
-                                decided_by: None,
-                                asserted_by: None,
-                                rationale: None,
-                            }),
-                        ));
-                        events.push((
-                            EventType::ExecutionBlocked,
-                            payload(&ExecutionEventPayload::new(
-                                &step.execution_id,
-                                ExecutionStatus::Blocked,
-                            )),
-                        ));
-                        let Some(mut exec) = tx.execution(&step.execution_id)? else {
-                            return Ok(Err(KernelError::not_found()));
-                        };
-                        exec.status = ExecutionStatus::Blocked;
-                        exec.updated_at = now.clone();
-                        tx.put_execution(&exec)?;
-                        ended = retire_dispatches(tx, &exec.id, &now)?;
-                        StepDecision::blocked(approval.id)
-                    }
-                };
-                tx.append_events(&step.execution_id, &now, &events)?;
-                Ok(Ok((decision, ended)))
+                            decided_by: None,
+                            asserted_by: None,
+                            rationale: None,
+                        }),
+                    ));
+                    events.push((
+                        EventType::ExecutionBlocked,
+                        payload(&ExecutionEventPayload::new(
+                            &step.execution_id,
+                            ExecutionStatus::Blocked,
+                        )),
+                    ));
+                    let Some(mut exec) = tx.execution(&step.execution_id)? else {
+                        return Ok(Err(KernelError::not_found()));
+                    };
+                    exec.status = ExecutionStatus::Blocked;
+                    exec.updated_at = now.clone();
+                    tx.put_execution(&exec)?;
+                    ended = retire_dispatches(tx, &exec.id, &now)?;
+                    StepDecision::blocked(approval.id)
+                }
             };
+            tx.append_events(&step.execution_id, &now, &events)?;
+            Ok(Ok((decision, ended)))
+        };
         let store = &self.inner.store;
         let (decision, ended) = if defer {
             store.write_deferred(record).await??

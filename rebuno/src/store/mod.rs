@@ -42,12 +42,12 @@ mod timing;
 #[cfg(feature = "sqlite")]
 mod writer;
 
-#[cfg(feature = "postgres")]
-pub use postgres::{PgRateLimiter, PgStore};
-pub use resources::{CheckpointRecord, ResourceRecord, ResourceTx};
 #[cfg(feature = "sqlite")]
 #[doc(hidden)]
 pub use durable::{SyncObserver, SyncPoint};
+#[cfg(feature = "postgres")]
+pub use postgres::{PgRateLimiter, PgStore};
+pub use resources::{CheckpointRecord, ResourceRecord, ResourceTx};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use timing::{SLOW_SYNC, StoreTimings};

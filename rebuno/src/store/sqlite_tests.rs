@@ -76,9 +76,19 @@ async fn a_deferred_write_is_answered_unsynced_and_the_next_sync_covers_it() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("k.db")).unwrap();
     let a = agent("deferred");
-    store.write_deferred(move |tx| tx.put_agent(&a)).await.unwrap();
-    assert_eq!(store.wal_syncs(), 0, "a deferred write is answered without a sync");
-    assert!(stored_unsettled(&store, "deferred").await, "committed: visible");
+    store
+        .write_deferred(move |tx| tx.put_agent(&a))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.wal_syncs(),
+        0,
+        "a deferred write is answered without a sync"
+    );
+    assert!(
+        stored_unsettled(&store, "deferred").await,
+        "committed: visible"
+    );
     // A reader that dies with the process waits only for durable writes.
     store.settle_durable_writes().await.unwrap();
     assert_eq!(store.wal_syncs(), 0);
@@ -95,19 +105,29 @@ async fn a_settled_read_that_may_see_a_deferred_write_syncs_it() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("k.db")).unwrap();
     let a = agent("deferred");
-    store.write_deferred(move |tx| tx.put_agent(&a)).await.unwrap();
+    store
+        .write_deferred(move |tx| tx.put_agent(&a))
+        .await
+        .unwrap();
     let found = store
         .read(|tx| tx.agent("deferred"))
         .await
         .unwrap()
         .is_some();
     assert!(found);
-    assert_eq!(store.wal_syncs(), 1, "the read asked for the sync it needed");
+    assert_eq!(
+        store.wal_syncs(),
+        1,
+        "the read asked for the sync it needed"
+    );
     let durable = store.durable.clone().unwrap();
     assert!(*durable.synced.borrow() >= durable.begun.load(Ordering::SeqCst));
     // Several readers at once share syncs: never more than one each.
     let b = agent("deferred-2");
-    store.write_deferred(move |tx| tx.put_agent(&b)).await.unwrap();
+    store
+        .write_deferred(move |tx| tx.put_agent(&b))
+        .await
+        .unwrap();
     let store = Arc::new(store);
     let readers: Vec<_> = (0..8)
         .map(|_| {
@@ -118,7 +138,11 @@ async fn a_settled_read_that_may_see_a_deferred_write_syncs_it() {
     for r in readers {
         r.await.unwrap();
     }
-    assert!((2..=9).contains(&store.wal_syncs()), "{}", store.wal_syncs());
+    assert!(
+        (2..=9).contains(&store.wal_syncs()),
+        "{}",
+        store.wal_syncs()
+    );
 }
 
 #[tokio::test]
@@ -131,13 +155,19 @@ async fn a_group_that_writes_nothing_after_a_durable_prefix_needs_no_sync() {
     // A write transaction that only reads (a claim that found nothing, an ack that was late).
     for _ in 0..3 {
         store.write(|tx| tx.agent("a").map(drop)).await.unwrap();
-        store.write_deferred(|tx| tx.agent("a").map(drop)).await.unwrap();
+        store
+            .write_deferred(|tx| tx.agent("a").map(drop))
+            .await
+            .unwrap();
     }
     store.settle().await.unwrap();
     assert_eq!(store.wal_syncs(), 1);
     // After a deferred write, an empty durable one is answered only once that is durable.
     let b = agent("b");
-    store.write_deferred(move |tx| tx.put_agent(&b)).await.unwrap();
+    store
+        .write_deferred(move |tx| tx.put_agent(&b))
+        .await
+        .unwrap();
     store.write(|tx| tx.agent("b").map(drop)).await.unwrap();
     assert_eq!(store.wal_syncs(), 2);
 }

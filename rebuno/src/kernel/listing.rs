@@ -121,8 +121,9 @@ impl Kernel {
 
     /// [`Kernel::steps`] (every one) as an agent running in this process reads them (for local
     /// replay): it waits for the durable writes it may have seen, not for deferred ones (see
-    /// [`Kernel::execution_in_process`]). A deferred write records no outcome, so nothing
-    /// replayed from this list can be taken back by a crash the agent survives.
+    /// [`Kernel::execution_in_process`]). A deferred write records no outcome (only a step
+    /// `executing`, which the agent asks the kernel about), so every outcome the agent replays
+    /// from this list is durable.
     pub(crate) async fn steps_in_process(&self, id: &str) -> KernelResult<Vec<Step>> {
         let steps = every(|after| async move {
             self.steps_page_of(id, false, after.as_deref(), 0, false)

@@ -6,9 +6,9 @@
 //! durable write; anything recorded is committed before it is answered.
 //!
 //! Durability of a new step's record follows what its loss would cost (see [`defers`]): a
-//! `proceed` for a `safe_to_retry` step that takes no rate-limit token and counts for no
-//! resource is committed and answered before it is durable, and becomes durable with the next
-//! sync (at the latest, the one of its own outcome). A crash before that sync takes it back with
+//! `proceed` for a `safe_to_retry` step that takes no rate-limit token is committed and
+//! answered before it is durable, and becomes durable with the next sync (at the latest, the
+//! one of its own outcome). A crash before that sync takes it back with
 //! everything committed after it, and the re-run submits the step afresh and runs its body
 //! again, which is what `safe_to_retry` allows and what a crash during the body does anyway.
 //! Every other decision is durable before it is answered: `at_most_once` steps (an effect that
@@ -99,16 +99,16 @@ pub(super) fn deny_step(
 }
 
 /// Whether a new step's record may be answered before it is durable: it is allowed, declared
-/// `safe_to_retry`, and neither takes a rate-limit token (a bucket outside the step record, which
-/// a re-run would draw from again) nor counts for a resource's checkpoints. Its loss in a crash
-/// then costs only a second run of a body that may run again, which a crash during the body
-/// costs anyway; every other decision blocks, denies, spends something or guards an
-/// `at_most_once` effect, and is durable before it is answered.
-fn defers(step: &Step, pol: &policy::Decision, no_resources: bool) -> bool {
+/// `safe_to_retry`, and takes no rate-limit token (a bucket outside the step record, which a
+/// re-run would draw from again). Its loss in a crash then costs only a second run of a body
+/// that may run again, which a crash during the body costs anyway. Every other decision blocks,
+/// denies, spends something or guards an `at_most_once` effect, and is durable before it is
+/// answered. (A `proceed` that names resources is answered after their count is written, a
+/// durable write that covers it.)
+fn defers(step: &Step, pol: &policy::Decision) -> bool {
     pol.action == Action::Allow
         && pol.rate_limit.is_none()
         && step.idempotency == Idempotency::SafeToRetry
-        && no_resources
 }
 
 /// The answer an existing step gives when it needs no write, or `None`.
@@ -163,7 +163,7 @@ impl Kernel {
         let keys = std::mem::take(&mut req.resources);
         let mut wrote = false;
         let mut out = self
-            .submit_inner(execution_id, lease, req, keys.is_empty(), &mut wrote)
+            .submit_inner(execution_id, lease, req, &mut wrote)
             .await;
         if !wrote {
             self.inner.store.settle().await?;
@@ -179,13 +179,11 @@ impl Kernel {
         out
     }
 
-    /// `no_resources`: the submission names no resource (a `proceed` then counts for none).
     async fn submit_inner(
         &self,
         execution_id: &str,
         lease: &Lease,
         req: SubmitStepRequest,
-        no_resources: bool,
         wrote: &mut bool,
     ) -> KernelResult<StepDecision> {
         // Parsed once: the hash in the step id, the value policy evaluates and the value
@@ -380,7 +378,7 @@ impl Kernel {
                     completed_at: None,
                 };
                 recorded = true;
-                let defer = defers(&step, &pol, no_resources);
+                let defer = defers(&step, &pol);
                 self.record_new(step, pol, lease.clone(), defer).await?
             }
         };

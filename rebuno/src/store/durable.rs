@@ -21,7 +21,7 @@ use super::{StoreError, StoreResult};
 use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, mpsc};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
 use tokio::sync::{oneshot, watch};
 
 /// Where a write's answer goes.
@@ -39,8 +39,9 @@ pub(super) struct Durable {
     pub(super) failed: AtomicBool,
     /// Where each sync's latency goes.
     pub(super) timings: super::StoreTimings,
-    /// Asks the sync thread for a sync (set when it starts).
-    kick: OnceLock<mpsc::Sender<Synced>>,
+    /// Asks the sync thread for a sync: set while the [`Syncer`] lives (its drop takes it
+    /// back, so that the thread, which holds this, still ends with the store).
+    kick: Mutex<Option<mpsc::Sender<Synced>>>,
     /// Requests handed to the sync thread and not done yet.
     in_flight: AtomicUsize,
     /// Each WAL sync, counted.
@@ -167,7 +168,8 @@ impl Durable {
 
     /// Asks the sync thread for a sync of everything committed so far.
     fn request_sync(&self) {
-        if let Some(kick) = self.kick.get() {
+        let kick = self.kick.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(kick) = &*kick {
             self.in_flight.fetch_add(1, Ordering::SeqCst);
             if kick.send((0, Vec::new())).is_err() {
                 self.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -223,7 +225,7 @@ impl Syncer {
                 }
             })
             .map_err(|e| StoreError::Database(format!("cannot start sync thread: {e}")))?;
-        let _ = durable.kick.set(to_thread.clone());
+        *durable.kick.lock().unwrap_or_else(PoisonError::into_inner) = Some(to_thread.clone());
         Ok(Syncer {
             wal,
             durable,
@@ -247,6 +249,16 @@ impl Syncer {
             self.durable.in_flight.fetch_sub(1, Ordering::SeqCst);
             sync_and_answer(&self.wal, &self.durable, vec![group]);
         }
+    }
+}
+
+impl Drop for Syncer {
+    fn drop(&mut self) {
+        self.durable
+            .kick
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
     }
 }
 

@@ -232,3 +232,26 @@ async fn a_power_loss_takes_back_deferred_writes_only_as_a_suffix() {
         assert!(stored_unsettled(&after, id).await, "{id}");
     }
 }
+
+#[tokio::test]
+async fn the_sync_thread_ends_with_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("k.db")).unwrap();
+    let a = agent("deferred");
+    store
+        .write_deferred(move |tx| tx.put_agent(&a))
+        .await
+        .unwrap();
+    store.settle().await.unwrap();
+    // The writer, the sync thread and the store hold the progress counters; once the store is
+    // dropped, both threads end and let go of them.
+    let progress = Arc::downgrade(store.durable.as_ref().unwrap());
+    drop(store);
+    for _ in 0..500 {
+        if progress.upgrade().is_none() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("a store thread outlived the store");
+}

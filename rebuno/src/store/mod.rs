@@ -24,6 +24,8 @@
 //! histograms of the kernel built over them (`timing`).
 
 #[cfg(feature = "sqlite")]
+mod checkpoint;
+#[cfg(feature = "sqlite")]
 mod durable;
 #[cfg(feature = "sqlite")]
 mod handoff;

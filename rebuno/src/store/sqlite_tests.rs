@@ -255,3 +255,34 @@ async fn the_sync_thread_ends_with_the_store() {
     }
     panic!("a store thread outlived the store");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_is_checkpointed_beside_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let size = || std::fs::metadata(&path).unwrap().len();
+    let initial = size();
+    // More rows than a checkpoint waits for, in groups of a hundred.
+    let rows = crate::store::checkpoint::CHECKPOINT_ROWS + 100;
+    for batch in 0..rows.div_ceil(100) {
+        store
+            .write(move |tx| {
+                for i in 0..100 {
+                    tx.put_agent(&agent(&format!("a{batch}-{i}")))?;
+                }
+                Ok(())
+            })
+            .await
+            .unwrap();
+    }
+    // The database file grows only when a checkpoint copies the log into it (the writer's
+    // own threshold is far above these rows).
+    for _ in 0..1000 {
+        if size() > initial {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("no checkpoint ran after {rows} rows");
+}

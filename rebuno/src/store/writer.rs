@@ -14,6 +14,7 @@
 //! connection (see [`super::readers`]); one found waiting behind a write runs before that
 //! write's group opens.
 
+use super::checkpoint::Checkpointer;
 use super::durable::{Answers, Durable, Reply, Syncer};
 use super::handoff::{InFlight, next_job};
 use super::readers::{Conn, ConnFn, ReadReply, lock};
@@ -89,11 +90,12 @@ impl IdleWriter {
 }
 
 impl Writer {
-    /// Starts the writer thread on `conn`, syncing through `sync` (a file store) or not.
-    /// Each group commit's latency goes to `timings`.
+    /// Starts the writer thread on `conn`, syncing through `sync` and checkpointing through
+    /// `checkpoints` (a file store) or not. Each group commit's latency goes to `timings`.
     pub(super) fn start(
         conn: Conn,
         sync: Option<Syncer>,
+        checkpoints: Option<Checkpointer>,
         timings: StoreTimings,
     ) -> StoreResult<Writer> {
         let (jobs, rx) = mpsc::channel::<Job>();
@@ -101,7 +103,7 @@ impl Writer {
         let waiting = Arc::clone(&idle);
         std::thread::Builder::new()
             .name("rebuno-store-writer".into())
-            .spawn(move || writer_loop(conn, rx, sync, &waiting, &timings))
+            .spawn(move || writer_loop(conn, rx, (sync, checkpoints), &waiting, &timings))
             .map_err(|e| StoreError::Database(format!("cannot start writer thread: {e}")))?;
         Ok(Writer {
             jobs,
@@ -156,7 +158,7 @@ fn next_write(rx: &mpsc::Receiver<Job>, conn: &Conn) -> Option<WriteJob> {
 fn writer_loop(
     conn: Conn,
     rx: mpsc::Receiver<Job>,
-    sync: Option<Syncer>,
+    (sync, checkpoints): (Option<Syncer>, Option<Checkpointer>),
     idle: &AtomicBool,
     timings: &StoreTimings,
 ) {
@@ -211,8 +213,11 @@ fn writer_loop(
             Conn::Shared(m) => run_group(&lock(m), jobs, None),
         };
         timings.commit(started.elapsed());
+        if let (Some(checkpoints), (Some((_, rows)), _)) = (&checkpoints, &answers) {
+            checkpoints.changed(*rows);
+        }
         match (&sync, answers) {
-            (Some(sync), (Some((seq, false)), answers)) if sync.durable.empty(seq) => {
+            (Some(sync), (Some((seq, 0)), answers)) if sync.durable.empty(seq) => {
                 // Nothing written, after a durable prefix: durable already.
                 ready();
                 answer_all(answers);
@@ -260,14 +265,14 @@ impl group_commit::WriterError for StoreError {
 }
 
 /// Runs a group of writes and commits them. Returns the answers, each with when it is due, and
-/// (with a syncer) the commit's sequence number, with whether the group changed any row: the
+/// (with a syncer) the commit's sequence number, with how many rows the group changed: the
 /// durable answers wait until it is durable.
 fn run_group(
     conn: &Connection,
     jobs: Vec<WriteJob>,
     durable: Option<&Durable>,
 ) -> (
-    Option<(u64, bool)>,
+    Option<(u64, u64)>,
     Vec<(StoreResult<Box<dyn Any + Send>>, (Reply, Due))>,
 ) {
     let before = conn.total_changes();
@@ -279,7 +284,7 @@ fn run_group(
     // nothing is left to commit, so the answers still go through the syncer in order. A
     // change rolled back to its savepoint still counts as a change here (never the reverse).
     group_commit::run_group(conn, changes, || {
-        durable.map(|d| (d.begin(waits), conn.total_changes() != before))
+        durable.map(|d| (d.begin(waits), conn.total_changes() - before))
     })
 }
 

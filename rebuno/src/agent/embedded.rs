@@ -34,7 +34,7 @@ impl EmbeddedTransport {
 #[async_trait]
 impl Transport for EmbeddedTransport {
     async fn execution(&self, execution_id: &str) -> Result<Execution> {
-        Ok(self.kernel.execution(execution_id).await?)
+        Ok(self.kernel.execution_in_process(execution_id).await?)
     }
 
     async fn submit_step(
@@ -159,7 +159,7 @@ impl Transport for EmbeddedTransport {
     }
 
     async fn steps(&self, execution_id: &str) -> Result<Vec<Step>> {
-        Ok(self.kernel.steps(execution_id, false).await?)
+        Ok(self.kernel.steps_in_process(execution_id).await?)
     }
 
     async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step> {

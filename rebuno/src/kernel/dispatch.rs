@@ -12,6 +12,18 @@
 //! `next_attempt_at` and `locked_at` serve only a process that has no measurement of its own).
 //! Claims and the delivery loop are in `dispatcher`.
 //!
+//! # Durability of a delivery
+//!
+//! The dispatcher's claim and the ack are deferred writes (answered before they are durable;
+//! losing them in a crash loses only an attempt nobody holds any more, with everything
+//! committed after them). A lease must not outlive its claim in another process, so a webhook
+//! is sent only once the store settled (one sync for the claim, none for the ack, which is
+//! recorded after the agent answered). An agent in this process ([`Deliverer::in_process`])
+//! dies with the kernel and acts only through it: its claim and ack (recorded before the call,
+//! which cannot be refused once its handler is found) become durable with the first durable
+//! write of its attempt, which precedes anything it does that must not be lost or repeated
+//! (see `kernel::steps`).
+//!
 //! Each delivery is a `rebuno.dispatch.deliver` span continuing the trace recorded with its
 //! execution (see [`crate::telemetry`]); the webhook carries that context as `traceparent`.
 //! Deliveries are logged at `info`, failures with their reason and the retry at `warn`,
@@ -159,6 +171,14 @@ pub trait Deliverer: Send + Sync {
         body: &[u8],
         signature: &str,
     ) -> Result<(), DeliveryError>;
+
+    /// Whether `agent` is called in this process (it then dies with the kernel, and a call
+    /// cannot fail once this answers `true`, short of a handler removed in between): the kernel
+    /// then records the ack before it delivers and does not wait for the claim to be durable
+    /// (see the module docs). `false` by default.
+    fn in_process(&self, _agent: &Agent) -> bool {
+        false
+    }
 }
 
 /// POSTs the webhook: `Content-Type: application/json`, `Rebuno-Signature`,
@@ -242,15 +262,18 @@ impl Kernel {
     /// Delivers one claimed dispatch and records the outcome: `dispatch.discarded` if the
     /// execution is already terminal, the execution failed with `dispatch_exhausted` past the
     /// attempt budget, otherwise the webhook and `dispatch.acked` or `dispatch.failed` (with a
-    /// retry or exhaustion).
+    /// retry or exhaustion); for an in-process agent, `dispatch.acked` and then the call. A
+    /// webhook leaves only once the claim is durable (see the module docs).
     pub async fn deliver(&self, claimed: Claimed, deliverer: &dyn Deliverer) -> KernelResult<()> {
         let d = claimed.dispatch;
         let exec_id = d.execution_id.clone();
+        // Unsettled: every answer below writes durably (a discard, an exhaustion, a failure),
+        // settles (a webhook) or stays in this process (an in-process call).
         let (exec, agent) = {
             let exec_id = exec_id.clone();
             self.inner
                 .store
-                .read(move |tx| {
+                .read_unsettled(move |tx| {
                     let exec = tx.execution(&exec_id)?;
                     let agent = match &exec {
                         Some(e) => tx.agent(&e.agent_id)?,
@@ -279,6 +302,12 @@ impl Kernel {
             lease_timeout_seconds: Some(self.lease_seconds(&agent)),
         };
         let (body, signature) = sign(&agent.secret, &payload);
+        let in_process = deliverer.in_process(&agent);
+        if in_process {
+            self.record_ack(d.clone()).await?;
+        } else {
+            self.inner.store.settle().await?;
+        }
         let span = tracing::info_span!(
             "rebuno.dispatch.deliver",
             otel.kind = "client",
@@ -310,6 +339,9 @@ impl Kernel {
                     let elapsed_ms = elapsed.as_millis() as u64;
                     tracing::info!(elapsed_ms, "webhook delivered");
                     Metrics::inc(&self.inner.metrics.dispatch_success);
+                    if in_process {
+                        return Ok(());
+                    }
                     self.record_ack(d).await
                 }
                 Err(e) => {
@@ -392,35 +424,34 @@ impl Kernel {
         Ok(())
     }
 
+    /// Records `dispatch.acked` for attempt `d`, deferred (see the module docs).
     async fn record_ack(&self, d: Dispatch) -> KernelResult<()> {
         let now = self.now_text();
-        self.inner
-            .store
-            .write(move |tx| {
-                // A fast agent may have finished (or a reclaim superseded this attempt) while
-                // the webhook answered: an ack after that would only confuse the log.
-                let finished = tx
-                    .execution_state(&d.execution_id)?
-                    .is_none_or(|(_, s)| s.is_terminal());
-                let Some(cur) = tx.dispatch(&d.id)? else {
-                    return Ok(());
-                };
-                if cur.attempt != d.attempt || finished {
-                    return Ok(());
-                }
-                let p = DispatchEventPayload {
-                    status: DispatchStatus::Acked,
-                    attempt: d.attempt,
-                    ..queued_payload(&cur)
-                };
-                tx.append_events(
-                    &cur.execution_id,
-                    &now,
-                    &[(EventType::DispatchAcked, payload(&p))],
-                )?;
-                Ok(())
-            })
-            .await?;
+        let ack = move |tx: &mut dyn Tx| {
+            // A fast agent may have finished (or a reclaim superseded this attempt) while
+            // the webhook answered: an ack after that would only confuse the log.
+            let finished = tx
+                .execution_state(&d.execution_id)?
+                .is_none_or(|(_, s)| s.is_terminal());
+            let Some(cur) = tx.dispatch(&d.id)? else {
+                return Ok(());
+            };
+            if cur.attempt != d.attempt || finished {
+                return Ok(());
+            }
+            let p = DispatchEventPayload {
+                status: DispatchStatus::Acked,
+                attempt: d.attempt,
+                ..queued_payload(&cur)
+            };
+            tx.append_events(
+                &cur.execution_id,
+                &now,
+                &[(EventType::DispatchAcked, payload(&p))],
+            )?;
+            Ok(())
+        };
+        self.inner.store.write_deferred(ack).await?;
         Ok(())
     }
 

@@ -8,11 +8,16 @@
 //! A claim also honours retry backoff by the monotonic clock: a retry this process scheduled is
 //! claimed when its monotonic due time comes, whatever the wall clock says; the stored
 //! `next_attempt_at` decides only for retries the process does not know (after a restart).
+//!
+//! The dispatcher's claims are deferred writes (answered before they are durable): no lease
+//! leaves the process before its claim is durable (see [`Kernel::deliver`]), so a claim lost
+//! in a crash gave its attempt to nobody alive, and the dispatch is claimed again.
+//! [`Kernel::claim_dispatches`], whose caller gets the leases, is durable.
 
 use super::supervise::{catch_panic, supervise};
 use super::{Claimed, Deliverer, Kernel, KernelResult, Metrics};
 use crate::protocol::{Dispatch, DispatchStatus};
-use crate::store::StoreExt;
+use crate::store::{StoreExt, Tx};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -76,14 +81,21 @@ impl Drop for AgentSlot {
 
 impl Kernel {
     /// Claims up to `limit` due dispatches: each becomes `in_flight` with its attempt
-    /// incremented, and its occurrence counters start again from zero.
+    /// incremented, and its occurrence counters start again from zero. Durable before it
+    /// answers.
     pub async fn claim_dispatches(&self, limit: usize) -> KernelResult<Vec<Claimed>> {
-        self.claim(limit, None).await
+        self.claim(limit, None, true).await
     }
 
     /// [`Kernel::claim_dispatches`], taking no dispatch of an agent that already has
-    /// `agent_cap` deliveries in progress (counting the ones this claim takes).
-    async fn claim(&self, limit: usize, agent_cap: Option<usize>) -> KernelResult<Vec<Claimed>> {
+    /// `agent_cap` deliveries in progress (counting the ones this claim takes). Unless
+    /// `durable`, answered before the claim is durable (see the module docs).
+    async fn claim(
+        &self,
+        limit: usize,
+        agent_cap: Option<usize>,
+        durable: bool,
+    ) -> KernelResult<Vec<Claimed>> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -102,60 +114,62 @@ impl Kernel {
             .map(|(agent, _)| agent.clone())
             .collect();
         let kernel = self.clone();
-        let (claimed, stale) = self
-            .inner
-            .store
-            .write(move |tx| {
-                let mut candidates: Vec<(Dispatch, String)> = Vec::new();
-                let mut stale = Vec::new();
-                // Retries due by the monotonic clock come first, whatever the wall clock says.
-                for (id, attempt) in due_retries {
-                    match tx.dispatch(&id)? {
-                        Some(d) if d.status == DispatchStatus::Failed && d.attempt == attempt => {
-                            // Not `execution_state`: that would lock the execution's row after
-                            // the dispatch's, against the lock order (see `kernel::dispatch`).
-                            let agent = tx.agent_of(&d.execution_id)?.unwrap_or_default();
-                            candidates.push((d, agent));
-                        }
-                        _ => stale.push((id, attempt)),
+        let claim = move |tx: &mut dyn Tx| {
+            let mut candidates: Vec<(Dispatch, String)> = Vec::new();
+            let mut stale = Vec::new();
+            // Retries due by the monotonic clock come first, whatever the wall clock says.
+            for (id, attempt) in due_retries {
+                match tx.dispatch(&id)? {
+                    Some(d) if d.status == DispatchStatus::Failed && d.attempt == attempt => {
+                        // Not `execution_state`: that would lock the execution's row after
+                        // the dispatch's, against the lock order (see `kernel::dispatch`).
+                        let agent = tx.agent_of(&d.execution_id)?.unwrap_or_default();
+                        candidates.push((d, agent));
                     }
+                    _ => stale.push((id, attempt)),
                 }
-                // Rows skipped below must not use up the page.
-                let page = limit
-                    .saturating_add(waiting.len())
-                    .saturating_add(candidates.len());
-                candidates.extend(tx.claimable_dispatches_except(&now, page, &full)?);
-                let mut taken: HashMap<String, usize> = HashMap::new();
-                let mut seen = HashSet::new();
-                let mut out = Vec::new();
-                for (mut d, agent_id) in candidates {
-                    if out.len() >= limit {
-                        break;
-                    }
-                    if waiting.contains(&d.id) || !seen.insert(d.id.clone()) {
-                        continue;
-                    }
-                    let used = running.get(&agent_id).copied().unwrap_or(0)
-                        + taken.get(&agent_id).copied().unwrap_or(0);
-                    if used >= cap {
-                        continue;
-                    }
-                    *taken.entry(agent_id.clone()).or_default() += 1;
-                    d.status = DispatchStatus::InFlight;
-                    d.attempt = d.attempt.saturating_add(1);
-                    d.locked_by = replica.clone();
-                    d.locked_at = Some(now.clone());
-                    d.updated_at = now.clone();
-                    tx.put_dispatch(&d)?;
-                    kernel.begin_attempt(&d.id, d.attempt);
-                    out.push(Claimed {
-                        dispatch: d,
-                        agent_id,
-                    });
+            }
+            // Rows skipped below must not use up the page.
+            let page = limit
+                .saturating_add(waiting.len())
+                .saturating_add(candidates.len());
+            candidates.extend(tx.claimable_dispatches_except(&now, page, &full)?);
+            let mut taken: HashMap<String, usize> = HashMap::new();
+            let mut seen = HashSet::new();
+            let mut out = Vec::new();
+            for (mut d, agent_id) in candidates {
+                if out.len() >= limit {
+                    break;
                 }
-                Ok((out, stale))
-            })
-            .await?;
+                if waiting.contains(&d.id) || !seen.insert(d.id.clone()) {
+                    continue;
+                }
+                let used = running.get(&agent_id).copied().unwrap_or(0)
+                    + taken.get(&agent_id).copied().unwrap_or(0);
+                if used >= cap {
+                    continue;
+                }
+                *taken.entry(agent_id.clone()).or_default() += 1;
+                d.status = DispatchStatus::InFlight;
+                d.attempt = d.attempt.saturating_add(1);
+                d.locked_by = replica.clone();
+                d.locked_at = Some(now.clone());
+                d.updated_at = now.clone();
+                tx.put_dispatch(&d)?;
+                kernel.begin_attempt(&d.id, d.attempt);
+                out.push(Claimed {
+                    dispatch: d,
+                    agent_id,
+                });
+            }
+            Ok((out, stale))
+        };
+        let store = &self.inner.store;
+        let (claimed, stale) = if durable {
+            store.write(claim).await?
+        } else {
+            store.write_deferred(claim).await?
+        };
         self.forget_attempts(&stale);
         Ok(claimed)
     }
@@ -185,10 +199,12 @@ impl Kernel {
         loop {
             let free = slots.available_permits();
             let claimed = if free > 0 {
-                self.claim(free, Some(cap)).await.unwrap_or_else(|e| {
-                    tracing::warn!(error = %e, "claiming dispatches failed");
-                    Vec::new()
-                })
+                self.claim(free, Some(cap), false)
+                    .await
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "claiming dispatches failed");
+                        Vec::new()
+                    })
             } else {
                 Vec::new()
             };

@@ -1,7 +1,8 @@
 //! Embedded dispatch: agents registered in-process with an embedded kernel receive their
 //! dispatches as a direct call instead of a webhook, with the same claim, lease, retry and
 //! heartbeat semantics (the handler gets the same [`WebhookPayload`], and acts through the
-//! kernel with the lease it carries).
+//! kernel with the lease it carries). Such a delivery is acked before the call (see
+//! [`Deliverer::in_process`]).
 //!
 //! [`EmbeddedDeliverer`] sends a dispatch to the in-process handler of its agent when there is
 //! one (the call "acks" at once and the handler runs in the background, as an HTTP agent answers
@@ -98,6 +99,15 @@ impl Deliverer for EmbeddedDeliverer {
                 agent.id
             ))),
         }
+    }
+
+    fn in_process(&self, agent: &Agent) -> bool {
+        agent.webhook_url.starts_with(EMBEDDED_SCHEME)
+            && self
+                .handlers
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .contains_key(&agent.id)
     }
 }
 

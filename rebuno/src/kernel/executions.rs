@@ -415,6 +415,23 @@ impl Kernel {
             .ok_or_else(KernelError::not_found)
     }
 
+    /// [`Kernel::execution`] as an agent running in this process reads it, at the start of a
+    /// delivery: it waits for the durable writes it may have seen, not for deferred ones (a
+    /// claim, an ack, a `proceed`; see `kernel::steps`), which record nothing of an execution's
+    /// row and become durable with the agent's first durable write. Such an agent dies with
+    /// the kernel, so a crash that takes them back takes it too.
+    pub(crate) async fn execution_in_process(&self, id: &str) -> KernelResult<Execution> {
+        let id = id.to_owned();
+        let exec = self
+            .inner
+            .store
+            .read_unsettled(move |tx| tx.execution(&id))
+            .await?
+            .ok_or_else(KernelError::not_found)?;
+        self.inner.store.settle_durable_writes().await?;
+        Ok(exec)
+    }
+
     /// The agent that owns an execution (`404` if unknown); cheaper than [`Kernel::execution`].
     ///
     /// Read without waiting for the sync of concurrent writes ([`crate::store::Store::settle`]):

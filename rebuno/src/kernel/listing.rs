@@ -119,6 +119,21 @@ impl Kernel {
         .await
     }
 
+    /// [`Kernel::steps`] (every one) as an agent running in this process reads them (for local
+    /// replay): it waits for the durable writes it may have seen, not for deferred ones (see
+    /// [`Kernel::execution_in_process`]). A deferred write records no outcome (only a step
+    /// `executing`, which the agent asks the kernel about), so every outcome the agent replays
+    /// from this list is durable.
+    pub(crate) async fn steps_in_process(&self, id: &str) -> KernelResult<Vec<Step>> {
+        let steps = every(|after| async move {
+            self.steps_page_of(id, false, after.as_deref(), 0, false)
+                .await
+        })
+        .await?;
+        self.inner.store.settle_durable_writes().await?;
+        Ok(steps)
+    }
+
     /// A page of an execution's steps by step id, after step id `after`; `limit` 0 means
     /// [`ARRAY_DEFAULT_LIMIT`], capped at [`ARRAY_MAX_LIMIT`]. An unknown execution has none.
     pub async fn steps_page(
@@ -128,13 +143,30 @@ impl Kernel {
         after: Option<&str>,
         limit: usize,
     ) -> KernelResult<Page<Step>> {
+        self.steps_page_of(id, terminal_only, after, limit, true)
+            .await
+    }
+
+    /// [`Kernel::steps_page`], settled or not (the caller then settles).
+    async fn steps_page_of(
+        &self,
+        id: &str,
+        terminal_only: bool,
+        after: Option<&str>,
+        limit: usize,
+        settled: bool,
+    ) -> KernelResult<Page<Step>> {
         let limit = page_size(limit, ARRAY_DEFAULT_LIMIT, ARRAY_MAX_LIMIT);
         let (id, after) = (id.to_owned(), after.map(str::to_owned));
-        Ok(self
-            .inner
-            .store
-            .read(move |tx| tx.steps_page(&id, after.as_deref(), terminal_only, limit))
-            .await?)
+        let read = move |tx: &mut dyn crate::store::Tx| {
+            tx.steps_page(&id, after.as_deref(), terminal_only, limit)
+        };
+        let store = &self.inner.store;
+        Ok(if settled {
+            store.read(read).await?
+        } else {
+            store.read_unsettled(read).await?
+        })
     }
 
     /// Every agent by id, without secrets.

@@ -3,8 +3,18 @@
 //! Submission follows one fixed order: lease, execution lock, terminal check, lease
 //! renewal, args hash, occurrence, step id; an existing step answers from its record, a new one
 //! goes through policy and is recorded. Answers from the record need one snapshot read and no
-//! durable write; anything recorded is committed before it is answered (`step.executing` is
-//! durable before `proceed`).
+//! durable write; anything recorded is committed before it is answered.
+//!
+//! Durability of a new step's record follows what its loss would cost (see [`defers`]): a
+//! `proceed` for a `safe_to_retry` step that takes no rate-limit token is committed and
+//! answered before it is durable, and becomes durable with the next sync (at the latest, the
+//! one of its own outcome). A crash before that sync takes it back with
+//! everything committed after it, and the re-run submits the step afresh and runs its body
+//! again, which is what `safe_to_retry` allows and what a crash during the body does anyway.
+//! Every other decision is durable before it is answered: `at_most_once` steps (an effect that
+//! runs only once it is recorded `executing`, so a crash during it leaves the step to be failed
+//! `indeterminate`), denials, approvals, rate-limit refusals and parks, and proceeds that took a
+//! token. An outcome (complete / fail) is durable before it is answered.
 
 use super::dispatch::{lease_holds, retire_dispatches};
 use super::resources::{apply_checkpoints, plan_checkpoints};
@@ -86,6 +96,19 @@ pub(super) fn deny_step(
         Some(error),
     );
     Ok((EventType::StepDenied, payload(&event)))
+}
+
+/// Whether a new step's record may be answered before it is durable: it is allowed, declared
+/// `safe_to_retry`, and takes no rate-limit token (a bucket outside the step record, which a
+/// re-run would draw from again). Its loss in a crash then costs only a second run of a body
+/// that may run again, which a crash during the body costs anyway. Every other decision blocks,
+/// denies, spends something or guards an `at_most_once` effect, and is durable before it is
+/// answered. (A `proceed` that names resources is answered after their count is written, a
+/// durable write that covers it.)
+fn defers(step: &Step, pol: &policy::Decision) -> bool {
+    pol.action == Action::Allow
+        && pol.rate_limit.is_none()
+        && step.idempotency == Idempotency::SafeToRetry
 }
 
 /// The answer an existing step gives when it needs no write, or `None`.
@@ -355,7 +378,8 @@ impl Kernel {
                     completed_at: None,
                 };
                 recorded = true;
-                self.record_new(step, pol, lease.clone()).await?
+                let defer = defers(&step, &pol);
+                self.record_new(step, pol, lease.clone(), defer).await?
             }
         };
         self.advance_occurrence(lease, key, occurrence, recorded)
@@ -417,12 +441,14 @@ impl Kernel {
             .await?
     }
 
-    /// Records a new step with its policy result (allow, deny or require approval).
+    /// Records a new step with its policy result (allow, deny or require approval), durably
+    /// unless `defer` (see [`defers`]).
     async fn record_new(
         &self,
         mut step: Step,
         pol: policy::Decision,
         lease: Lease,
+        defer: bool,
     ) -> KernelResult<StepDecision> {
         let now_t = self.now();
         let now = rfc3339(now_t);
@@ -436,115 +462,116 @@ impl Kernel {
         let timeout_at = rfc3339(now_t + timeout);
         let approval_id = uuid::Uuid::now_v7().to_string();
         let shared = self.shared();
-        let (decision, ended) = self
-            .inner
-            .store
-            .write(move |tx| {
-                let Some((_, status)) = tx.execution_state(&step.execution_id)? else {
-                    return Ok(Err(KernelError::not_found()));
-                };
-                if status.is_terminal() {
-                    return Ok(Ok((StepDecision::execution_terminal(), Vec::new())));
+        let record = move |tx: &mut dyn Tx| {
+            let Some((_, status)) = tx.execution_state(&step.execution_id)? else {
+                return Ok(Err(KernelError::not_found()));
+            };
+            if status.is_terminal() {
+                return Ok(Ok((StepDecision::execution_terminal(), Vec::new())));
+            }
+            if !lease_holds(tx, &step.execution_id, &lease, true)? {
+                return Ok(Err(KernelError::lease_superseded()));
+            }
+            if shared {
+                let key = (
+                    step.kind.as_str().to_owned(),
+                    step.target.clone(),
+                    step.args_hash.clone(),
+                );
+                record_progress(tx, &lease, &key, step.occurrence, &now)?;
+            }
+            if tx.step_exists(&step.execution_id, &step.step_id)? {
+                return Ok(Err(KernelError::conflict("step already recorded")));
+            }
+            let mut events: Events = vec![(EventType::StepProposed, payload(&step_event(&step)))];
+            let mut ended = Vec::new();
+            let decision = match pol.action {
+                Action::Allow => {
+                    step.status = StepStatus::Executing;
+                    step.started_at = Some(now.clone());
+                    tx.put_step(&step)?;
+                    events.push((
+                        EventType::StepAllowed,
+                        payload(&step_event(&step).with_rule_id(&pol.rule_id)),
+                    ));
+                    events.push((EventType::StepExecuting, payload(&step_event(&step))));
+                    StepDecision::proceed()
                 }
-                if !lease_holds(tx, &step.execution_id, &lease, true)? {
-                    return Ok(Err(KernelError::lease_superseded()));
+                Action::Deny => {
+                    let error = denial_error(&pol.reason, &pol.rule_id);
+                    events.push(deny_step(tx, &mut step, error, &pol.rule_id, &now)?);
+                    let reason = if pol.reason.is_empty() {
+                        crate::protocol::REASON_POLICY_DENIED
+                    } else {
+                        pol.reason.as_str()
+                    };
+                    StepDecision::denied(reason)
                 }
-                if shared {
-                    let key = (
-                        step.kind.as_str().to_owned(),
-                        step.target.clone(),
-                        step.args_hash.clone(),
-                    );
-                    record_progress(tx, &lease, &key, step.occurrence, &now)?;
-                }
-                if tx.step_exists(&step.execution_id, &step.step_id)? {
-                    return Ok(Err(KernelError::conflict("step already recorded")));
-                }
-                let mut events: Events =
-                    vec![(EventType::StepProposed, payload(&step_event(&step)))];
-                let mut ended = Vec::new();
-                let decision = match pol.action {
-                    Action::Allow => {
-                        step.status = StepStatus::Executing;
-                        step.started_at = Some(now.clone());
-                        tx.put_step(&step)?;
-                        events.push((
-                            EventType::StepAllowed,
-                            payload(&step_event(&step).with_rule_id(&pol.rule_id)),
-                        ));
-                        events.push((EventType::StepExecuting, payload(&step_event(&step))));
-                        StepDecision::proceed()
-                    }
-                    Action::Deny => {
-                        let error = denial_error(&pol.reason, &pol.rule_id);
-                        events.push(deny_step(tx, &mut step, error, &pol.rule_id, &now)?);
-                        let reason = if pol.reason.is_empty() {
-                            crate::protocol::REASON_POLICY_DENIED
+                Action::RequireApproval => {
+                    let config = pol.approval_config.clone().unwrap_or_default();
+                    let approval = Approval {
+                        id: approval_id.clone(),
+                        step_id: step.step_id.clone(),
+                        execution_id: step.execution_id.clone(),
+                        status: ApprovalStatus::Pending,
+                        approvers: Some(if config.approvers.is_empty() {
+                            Value::Null
                         } else {
-                            pol.reason.as_str()
-                        };
-                        StepDecision::denied(reason)
-                    }
-                    Action::RequireApproval => {
-                        let config = pol.approval_config.clone().unwrap_or_default();
-                        let approval = Approval {
-                            id: approval_id.clone(),
+                            Value::from(config.approvers.clone())
+                        }),
+                        message: config.message.clone(),
+                        timeout_at: timeout_at.clone(),
+                        decided_by: String::new(),
+                        asserted_by: String::new(),
+                        decided_at: None,
+                        rationale: String::new(),
+                        created_at: now.clone(),
+                    };
+                    tx.put_approval(&approval)?;
+                    step.status = StepStatus::AwaitingApproval;
+                    tx.put_step(&step)?;
+                    events.push((
+                        EventType::StepAwaitingApproval,
+                        payload(&step_event(&step).with_rule_id(&pol.rule_id)),
+                    ));
+                    events.push((
+                        EventType::ApprovalRequested,
+                        payload(&ApprovalEventPayload {
+                            approval_id: approval.id.clone(),
                             step_id: step.step_id.clone(),
                             execution_id: step.execution_id.clone(),
                             status: ApprovalStatus::Pending,
-                            approvers: Some(if config.approvers.is_empty() {
-                                Value::Null
-                            } else {
-                                Value::from(config.approvers.clone())
-                            }),
-                            message: config.message.clone(),
-                            timeout_at: timeout_at.clone(),
-                            decided_by: String::new(),
-                            asserted_by: String::new(),
-                            decided_at: None,
-                            rationale: String::new(),
-                            created_at: now.clone(),
-                        };
-                        tx.put_approval(&approval)?;
-                        step.status = StepStatus::AwaitingApproval;
-                        tx.put_step(&step)?;
-                        events.push((
-                            EventType::StepAwaitingApproval,
-                            payload(&step_event(&step).with_rule_id(&pol.rule_id)),
-                        ));
-                        events.push((
-                            EventType::ApprovalRequested,
-                            payload(&ApprovalEventPayload {
-                                approval_id: approval.id.clone(),
-                                step_id: step.step_id.clone(),
-                                execution_id: step.execution_id.clone(),
-                                status: ApprovalStatus::Pending,
-                                decided_by: None,
-                                asserted_by: None,
-                                rationale: None,
-                            }),
-                        ));
-                        events.push((
-                            EventType::ExecutionBlocked,
-                            payload(&ExecutionEventPayload::new(
-                                &step.execution_id,
-                                ExecutionStatus::Blocked,
-                            )),
-                        ));
-                        let Some(mut exec) = tx.execution(&step.execution_id)? else {
-                            return Ok(Err(KernelError::not_found()));
-                        };
-                        exec.status = ExecutionStatus::Blocked;
-                        exec.updated_at = now.clone();
-                        tx.put_execution(&exec)?;
-                        ended = retire_dispatches(tx, &exec.id, &now)?;
-                        StepDecision::blocked(approval.id)
-                    }
-                };
-                tx.append_events(&step.execution_id, &now, &events)?;
-                Ok(Ok((decision, ended)))
-            })
-            .await??;
+                            decided_by: None,
+                            asserted_by: None,
+                            rationale: None,
+                        }),
+                    ));
+                    events.push((
+                        EventType::ExecutionBlocked,
+                        payload(&ExecutionEventPayload::new(
+                            &step.execution_id,
+                            ExecutionStatus::Blocked,
+                        )),
+                    ));
+                    let Some(mut exec) = tx.execution(&step.execution_id)? else {
+                        return Ok(Err(KernelError::not_found()));
+                    };
+                    exec.status = ExecutionStatus::Blocked;
+                    exec.updated_at = now.clone();
+                    tx.put_execution(&exec)?;
+                    ended = retire_dispatches(tx, &exec.id, &now)?;
+                    StepDecision::blocked(approval.id)
+                }
+            };
+            tx.append_events(&step.execution_id, &now, &events)?;
+            Ok(Ok((decision, ended)))
+        };
+        let store = &self.inner.store;
+        let (decision, ended) = if defer {
+            store.write_deferred(record).await??
+        } else {
+            store.write(record).await??
+        };
         self.forget_attempts(&ended);
         if decision.approval_id.is_some() {
             self.inner.approvals_changed.notify_one();

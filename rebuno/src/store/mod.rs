@@ -24,6 +24,8 @@
 //! histograms of the kernel built over them (`timing`).
 
 #[cfg(feature = "sqlite")]
+mod checkpoint;
+#[cfg(feature = "sqlite")]
 mod durable;
 #[cfg(feature = "sqlite")]
 mod handoff;
@@ -42,6 +44,9 @@ mod timing;
 #[cfg(feature = "sqlite")]
 mod writer;
 
+#[cfg(feature = "sqlite")]
+#[doc(hidden)]
+pub use durable::{SyncObserver, SyncPoint};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgRateLimiter, PgStore};
 pub use resources::{CheckpointRecord, ResourceRecord, ResourceTx};
@@ -434,6 +439,19 @@ pub trait Store: Send + Sync {
     /// Runs `f` in one write transaction and commits it before returning. If `f` fails,
     /// nothing it wrote is kept.
     async fn write_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>>;
+    /// Like [`Store::write_boxed`], but may answer once the transaction is committed (visible
+    /// to every later read and write) and before it is durable: a later durable write, or a
+    /// [`Store::settle`], makes it durable. Commits become durable in commit order, so a crash
+    /// may take back a deferred commit only together with every commit after it, and a read
+    /// that could have seen it still waits for its sync ([`Store::read_boxed`] settles).
+    ///
+    /// For a change whose loss the caller can stand: one that a crash would make it redo
+    /// anyway, answered to nobody outside the process that would act on it before a durable
+    /// write follows. The answer may also rest on commits not yet durable. A store that cannot
+    /// defer (the default) commits durably.
+    async fn write_deferred_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+        self.write_boxed(f).await
+    }
     /// Runs `f` against a consistent read snapshot of durable state.
     async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>>;
     /// Like [`Store::read_boxed`], but the snapshot may include writes committed and not yet
@@ -442,9 +460,18 @@ pub trait Store: Send + Sync {
     async fn read_unsettled_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
         self.read_boxed(f).await
     }
-    /// Waits until everything a read so far could have seen is durable.
+    /// Waits until everything a read so far could have seen is durable (deferred writes
+    /// included: the store syncs them if nothing else does).
     async fn settle(&self) -> StoreResult<()> {
         Ok(())
+    }
+    /// Like [`Store::settle`], but leaves out deferred commits nothing has asked to be durable
+    /// yet (made only of [`Store::write_deferred_boxed`] writes, with no durable write or settle
+    /// after them): those may stay unsynced, and a crash may take them back. Never adds a sync.
+    /// For a reader that dies with this process and acts on nothing a deferred write records
+    /// (the kernel's own agents in process).
+    async fn settle_durable_writes(&self) -> StoreResult<()> {
+        self.settle().await
     }
     /// Checks the database answers (for `/v0/ready`).
     async fn ping(&self) -> StoreResult<()>;
@@ -504,6 +531,16 @@ pub trait StoreExt: Store {
         F: FnOnce(&mut dyn Tx) -> StoreResult<R> + Send + 'static,
     {
         let fut = self.write_boxed(boxed(f));
+        async move { downcast(fut.await?) }
+    }
+
+    /// [`Store::write_deferred_boxed`] with a typed result.
+    fn write_deferred<R, F>(&self, f: F) -> impl Future<Output = StoreResult<R>> + Send
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> StoreResult<R> + Send + 'static,
+    {
+        let fut = self.write_deferred_boxed(boxed(f));
         async move { downcast(fut.await?) }
     }
 

@@ -6,8 +6,9 @@
 //! and a sync thread makes it durable before anyone hears of it. Readers may see a group
 //! before its sync ends, so a read is answered only once every group it could have seen is
 //! durable ([`Store::settle`]); the kernel's own reads that are followed by a write skip that
-//! wait, since the write is answered after a later sync. If the WAL file cannot be opened,
-//! SQLite syncs each commit itself (`synchronous=FULL`).
+//! wait, since the write is answered after a later sync. A deferred write is answered at its
+//! commit and made durable by the next sync (see [`super::durable`]). If the WAL file cannot
+//! be opened, SQLite syncs each commit itself (`synchronous=FULL`).
 //!
 //! Submodules: `open` (opening a file or memory store, reads on reader threads), and the
 //! operations of a transaction beyond [`Tx`]'s own: `keys`, `sessions`, `resources`.
@@ -57,6 +58,10 @@ impl Store for SqliteStore {
         self.writer.write(f).await
     }
 
+    async fn write_deferred_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+        self.writer.write_deferred(f).await
+    }
+
     async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
         let out = self.read_on_reader(f).await;
         // The snapshot may include groups committed but not yet synced: answer only once they
@@ -72,6 +77,13 @@ impl Store for SqliteStore {
     async fn settle(&self) -> StoreResult<()> {
         match &self.durable {
             Some(durable) => durable.settle().await,
+            None => Ok(()),
+        }
+    }
+
+    async fn settle_durable_writes(&self) -> StoreResult<()> {
+        match &self.durable {
+            Some(durable) => durable.settle_durable_writes().await,
             None => Ok(()),
         }
     }

@@ -6,10 +6,15 @@
 //! it is answered as failed, a panicking change is caught). This module feeds it: it gathers the
 //! group, counts the commit for the syncer (see [`super::durable`]) and hands the answers on.
 //!
+//! A deferred write ([`Writer::write_deferred`]) is answered as soon as its group commits; the
+//! group goes to the syncer only for the writes in it that wait for durability, or when a
+//! reader waits for the group (see [`super::durable`]).
+//!
 //! Between groups, while it has nothing else to do, the writer also runs reads on its
 //! connection (see [`super::readers`]); one found waiting behind a write runs before that
 //! write's group opens.
 
+use super::checkpoint::Checkpointer;
 use super::durable::{Answers, Durable, Reply, Syncer};
 use super::handoff::{InFlight, next_job};
 use super::readers::{Conn, ConnFn, ReadReply, lock};
@@ -33,10 +38,22 @@ const WRITER_SPIN: Duration = Duration::from_micros(200);
 /// How long a lone caller spins for its answer (about a commit plus a sync) before it sleeps.
 const REPLY_SPIN: Duration = Duration::from_micros(500);
 
+/// When a write is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// Once its commit is durable.
+    Durable,
+    /// Once it is committed (it becomes durable with a later sync).
+    Committed,
+}
+
+/// A write for the group commit: the change, where its answer goes and when.
+type WriteJob = (TxFn, (Reply, Due));
+
 /// A job for the writer thread.
 enum Job {
     /// A change, for the next group commit.
-    Write(TxFn, Reply),
+    Write(WriteJob),
     /// A read, run between groups.
     Read(ConnFn, ReadReply),
 }
@@ -73,11 +90,12 @@ impl IdleWriter {
 }
 
 impl Writer {
-    /// Starts the writer thread on `conn`, syncing through `sync` (a file store) or not.
-    /// Each group commit's latency goes to `timings`.
+    /// Starts the writer thread on `conn`, syncing through `sync` and checkpointing through
+    /// `checkpoints` (a file store) or not. Each group commit's latency goes to `timings`.
     pub(super) fn start(
         conn: Conn,
         sync: Option<Syncer>,
+        checkpoints: Option<Checkpointer>,
         timings: StoreTimings,
     ) -> StoreResult<Writer> {
         let (jobs, rx) = mpsc::channel::<Job>();
@@ -85,7 +103,7 @@ impl Writer {
         let waiting = Arc::clone(&idle);
         std::thread::Builder::new()
             .name("rebuno-store-writer".into())
-            .spawn(move || writer_loop(conn, rx, sync, &waiting, &timings))
+            .spawn(move || writer_loop(conn, rx, (sync, checkpoints), &waiting, &timings))
             .map_err(|e| StoreError::Database(format!("cannot start writer thread: {e}")))?;
         Ok(Writer {
             jobs,
@@ -105,19 +123,31 @@ impl Writer {
 
     /// Runs `f` in the next group commit and answers once it is committed (and durable).
     pub(super) async fn write(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+        self.send(f, Due::Durable).await
+    }
+
+    /// Runs `f` in the next group commit and answers once it is committed, before it is
+    /// durable (a later sync makes it so).
+    pub(super) async fn write_deferred(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+        self.send(f, Due::Committed).await
+    }
+
+    async fn send(&self, f: TxFn, when: Due) -> StoreResult<Box<dyn Any + Send>> {
         let stopped = || StoreError::Database("the store writer has stopped".into());
         let (tx, rx) = oneshot::channel();
         let in_flight = InFlight::enter(&self.in_flight);
-        self.jobs.send(Job::Write(f, tx)).map_err(|_| stopped())?;
+        self.jobs
+            .send(Job::Write((f, (tx, when))))
+            .map_err(|_| stopped())?;
         in_flight.answer(rx, REPLY_SPIN).await.ok_or_else(stopped)?
     }
 }
 
 /// The next write waiting in `rx`, running every read found before it.
-fn next_write(rx: &mpsc::Receiver<Job>, conn: &Conn) -> Option<(TxFn, Reply)> {
+fn next_write(rx: &mpsc::Receiver<Job>, conn: &Conn) -> Option<WriteJob> {
     loop {
         match rx.try_recv().ok()? {
-            Job::Write(f, reply) => return Some((f, reply)),
+            Job::Write(job) => return Some(job),
             Job::Read(f, reply) => {
                 let _ = reply.send(conn.run(f));
             }
@@ -128,7 +158,7 @@ fn next_write(rx: &mpsc::Receiver<Job>, conn: &Conn) -> Option<(TxFn, Reply)> {
 fn writer_loop(
     conn: Conn,
     rx: mpsc::Receiver<Job>,
-    sync: Option<Syncer>,
+    (sync, checkpoints): (Option<Syncer>, Option<Checkpointer>),
     idle: &AtomicBool,
     timings: &StoreTimings,
 ) {
@@ -157,7 +187,7 @@ fn writer_loop(
                         lone = true;
                         continue;
                     }
-                    Some(Job::Write(f, reply)) => (f, reply),
+                    Some(Job::Write(job)) => job,
                 }
             }
         };
@@ -172,7 +202,7 @@ fn writer_loop(
         if let Some(sync) = &sync
             && let Err(e) = sync.durable.check()
         {
-            for (_, reply) in jobs {
+            for (_, (reply, _)) in jobs {
                 let _ = reply.send(Err(e.clone()));
             }
             continue;
@@ -183,19 +213,48 @@ fn writer_loop(
             Conn::Shared(m) => run_group(&lock(m), jobs, None),
         };
         timings.commit(started.elapsed());
+        if let (Some(checkpoints), (Some((_, rows)), _)) = (&checkpoints, &answers) {
+            checkpoints.changed(*rows);
+        }
         match (&sync, answers) {
-            (Some(sync), (Some(seq), answers)) => {
+            (Some(sync), (Some((seq, 0)), answers)) if sync.durable.empty(seq) => {
+                // Nothing written, after a durable prefix: durable already.
+                ready();
+                answer_all(answers);
+            }
+            (Some(sync), (Some((seq, _)), answers)) => {
+                let wanted = sync.durable.committed(seq);
+                let (durable, committed): (Vec<_>, Vec<_>) = answers
+                    .into_iter()
+                    .partition(|(_, (_, when))| *when == Due::Durable);
+                // Deferred writes hear now; a group a reader waits for is synced even when
+                // none of its writes asked for it.
+                let durable: Answers = durable
+                    .into_iter()
+                    .map(|(result, (reply, _))| (result, reply))
+                    .collect();
+                if durable.is_empty() && !wanted {
+                    ready();
+                    answer_all(committed);
+                    continue;
+                }
+                answer_all(committed);
                 carried = next_write(&rx, &conn);
-                let lone = answers.len() == 1 && carried.is_none();
-                sync.finish((seq, answers), lone, ready);
+                let lone = durable.len() <= 1 && carried.is_none();
+                sync.finish((seq, durable), lone, ready);
             }
             (_, (_, answers)) => {
                 ready();
-                for (result, reply) in answers {
-                    let _ = reply.send(result);
-                }
+                answer_all(answers);
             }
         }
+    }
+}
+
+/// Sends each answer to its caller, now.
+fn answer_all(answers: Vec<(StoreResult<Box<dyn Any + Send>>, (Reply, Due))>) {
+    for (result, (reply, _)) in answers {
+        let _ = reply.send(result);
     }
 }
 
@@ -205,20 +264,27 @@ impl group_commit::WriterError for StoreError {
     }
 }
 
-/// Runs a group of writes and commits them. Returns the answers, and (with a syncer) the
-/// commit's sequence number: those answers wait until it is durable.
-pub(super) fn run_group(
+/// Runs a group of writes and commits them. Returns the answers, each with when it is due, and
+/// (with a syncer) the commit's sequence number, with how many rows the group changed: the
+/// durable answers wait until it is durable.
+fn run_group(
     conn: &Connection,
-    jobs: Vec<(TxFn, Reply)>,
+    jobs: Vec<WriteJob>,
     durable: Option<&Durable>,
-) -> (Option<u64>, Answers) {
+) -> (
+    Option<(u64, u64)>,
+    Vec<(StoreResult<Box<dyn Any + Send>>, (Reply, Due))>,
+) {
+    let before = conn.total_changes();
+    let waits = jobs.iter().any(|(_, (_, due))| *due == Due::Durable);
     let changes = jobs
         .into_iter()
         .map(|(f, reply)| (move |c: &Connection| f(&mut SqliteTx::new(c)), reply));
     // Counted before COMMIT: from inside it, readers may see the group. Counted even when
-    // nothing is left to commit, so the answers still go through the syncer in order.
+    // nothing is left to commit, so the answers still go through the syncer in order. A
+    // change rolled back to its savepoint still counts as a change here (never the reverse).
     group_commit::run_group(conn, changes, || {
-        durable.map(|d| d.begun.fetch_add(1, Ordering::SeqCst) + 1)
+        durable.map(|d| (d.begin(waits), conn.total_changes() - before))
     })
 }
 
@@ -261,11 +327,11 @@ mod tests {
             .into_iter()
             .map(|f| {
                 let (tx, rx) = oneshot::channel();
-                ((f, tx), rx)
+                ((f, (tx, Due::Durable)), rx)
             })
             .unzip();
         let (_, replies) = run_group(conn, jobs, None);
-        for (result, reply) in replies {
+        for (result, (reply, _)) in replies {
             let _ = reply.send(result);
         }
         answers

@@ -1,7 +1,8 @@
 //! Opening the SQLite store: a file (WAL, a writer and reader threads, migrations) or an
 //! in-memory database, and reads on a reader thread.
 
-use super::super::durable::{Durable, Syncer, wal_path};
+use super::super::checkpoint::Checkpointer;
+use super::super::durable::{Durable, SyncObserver, Syncer, wal_path};
 use super::super::migrations::{db_err, migrate};
 use super::super::readers::{Conn, ConnFn, Readers};
 use super::super::writer::Writer;
@@ -19,8 +20,10 @@ const READERS: usize = 3;
 /// runs reads), so none is prepared again (rusqlite keeps 16 by default).
 const STATEMENT_CACHE: usize = 128;
 
-/// WAL size (pages) that triggers a checkpoint (SQLite's default is 1,000).
-const WAL_CHECKPOINT_PAGES: i64 = 10_000;
+/// WAL size (pages) at which the writer checkpoints by itself (SQLite's default is 1,000): a
+/// backstop, which the checkpoint thread normally keeps the WAL far below (see
+/// [`super::super::checkpoint`]).
+const WAL_CHECKPOINT_PAGES: i64 = 100_000;
 
 impl SqliteStore {
     /// Opens (creating and migrating if needed) the kernel database at `path`.
@@ -36,8 +39,8 @@ impl SqliteStore {
             .pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| db_err(path, format!("not a rebuno database ({e})")))?;
         writer.pragma_update(None, "synchronous", "FULL")?;
-        // Checkpoint less often than SQLite's default 1,000 pages: under load every commit
-        // dirties many pages, and each checkpoint stalls the writer.
+        // Checkpoints run on a thread of their own; the writer's are only a backstop, since
+        // each one stalls every write waiting behind it.
         writer.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)?;
         migrate(&writer, path)?;
         // The migration committed, so the WAL file exists: open it for the syncer. Without it
@@ -50,10 +53,7 @@ impl SqliteStore {
         let sync = match wal {
             Some(wal) => {
                 writer.pragma_update(None, "synchronous", "NORMAL")?;
-                let durable = Durable {
-                    timings: timings.clone(),
-                    ..Durable::default()
-                };
+                let durable = Durable::new(timings.clone());
                 Some(Syncer::start(wal, Arc::new(durable))?)
             }
             None => None,
@@ -66,7 +66,8 @@ impl SqliteStore {
             conns.push(Conn::Own(reader));
         }
         let durable = sync.as_ref().map(|s| Arc::clone(&s.durable));
-        let writer = Writer::start(Conn::Own(writer), sync, timings.clone())?;
+        let checkpoints = Checkpointer::start(path)?;
+        let writer = Writer::start(Conn::Own(writer), sync, Some(checkpoints), timings.clone())?;
         Ok(SqliteStore {
             path: Some(path.to_owned()),
             readers: Readers::start(writer.idle_handle(), conns)?,
@@ -84,7 +85,12 @@ impl SqliteStore {
         // One connection serves both threads: each locks it for a group or a read.
         let shared = Arc::new(Mutex::new(conn));
         let timings = StoreTimings::default();
-        let writer = Writer::start(Conn::Shared(Arc::clone(&shared)), None, timings.clone())?;
+        let writer = Writer::start(
+            Conn::Shared(Arc::clone(&shared)),
+            None,
+            None,
+            timings.clone(),
+        )?;
         Ok(SqliteStore {
             path: None,
             readers: Readers::start(writer.idle_handle(), vec![Conn::Shared(shared)])?,
@@ -113,6 +119,22 @@ impl SqliteStore {
     /// The database file (`None` in memory).
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
+    }
+
+    /// How many times the store synced its write-ahead log (`fdatasync` on its own thread;
+    /// syncs SQLite makes by itself, in a checkpoint, are not counted). 0 in memory.
+    pub fn wal_syncs(&self) -> u64 {
+        self.durable.as_ref().map_or(0, |d| d.syncs())
+    }
+
+    /// Tells `observer` about every sync of the write-ahead log from now on (a test facility;
+    /// see [`SyncPoint`]). Only the first observer is kept; `false` if there is none to observe
+    /// (in memory, or an observer is already set).
+    #[doc(hidden)]
+    pub fn observe_syncs(&self, observer: SyncObserver) -> bool {
+        self.durable
+            .as_ref()
+            .is_some_and(|d| d.observer.set(observer).is_ok())
     }
 
     /// Runs `f` in a read transaction on a reader thread.

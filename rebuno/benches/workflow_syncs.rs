@@ -14,8 +14,8 @@
 //! `strace -f -c`, running this benchmark at two sizes and taking the difference per workflow.
 //!
 //! ```text
-//! cargo bench -p rebuno --bench workflow
-//! REBUNO_BENCH_RUNS=300 REBUNO_BENCH_WARMUP=30 cargo bench -p rebuno --bench workflow
+//! cargo bench -p rebuno --bench workflow_syncs
+//! REBUNO_BENCH_RUNS=300 REBUNO_BENCH_WARMUP=30 cargo bench -p rebuno --bench workflow_syncs
 //! ```
 
 use rebuno::protocol::CreateExecutionRequest;

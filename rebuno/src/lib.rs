@@ -70,6 +70,7 @@ pub mod store;
 pub mod telemetry;
 pub mod time;
 pub mod tool;
+mod waiters;
 
 #[cfg(feature = "kernel")]
 pub use agent::Runtime;

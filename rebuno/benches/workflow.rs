@@ -77,8 +77,29 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// CPU time (user + system) process `pid` has used so far, from `/proc/<pid>/stat` (`None`
+/// where there is no such file).
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Linux reports in USER_HZ, 100 on every architecture it runs on.
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// The CPU time of this process and of `others` so far.
+fn cpu_now(others: &[u32]) -> Duration {
+    std::iter::once(std::process::id())
+        .chain(others.iter().copied())
+        .filter_map(cpu_time)
+        .sum()
+}
+
 /// The sequential runs, then the concurrent ones; prints the figures and the `RESULT` line.
-async fn measure(system: &str, client: &Client) {
+/// `others`: the other processes of the system (the kernel's), whose CPU time counts too.
+async fn measure(system: &str, client: &Client, others: &[u32]) {
     let runs = env_usize("REBUNO_BENCH_RUNS", 300);
     let clients = env_usize("REBUNO_BENCH_CLIENTS", 64);
     let per_client = env_usize("REBUNO_BENCH_PER_CLIENT", 25);
@@ -92,7 +113,7 @@ async fn measure(system: &str, client: &Client) {
         total.push(t);
         own.push(o);
     }
-    let started = Instant::now();
+    let (started, cpu_before) = (Instant::now(), cpu_now(others));
     let tasks: Vec<_> = (0..clients)
         .map(|c| {
             let client = client.clone();
@@ -107,12 +128,16 @@ async fn measure(system: &str, client: &Client) {
         t.await.unwrap();
     }
     let elapsed = started.elapsed();
-    let steps_per_s = (clients * per_client * STEPS) as f64 / elapsed.as_secs_f64();
+    let cpu = cpu_now(others).saturating_sub(cpu_before);
+    let steps = clients * per_client * STEPS;
+    let steps_per_s = steps as f64 / elapsed.as_secs_f64();
+    let cpu_per_step_us = cpu.as_secs_f64() * 1e6 / steps as f64;
     let (p50, p99) = (percentile(&mut total, 0.5), percentile(&mut total, 0.99));
     let (own50, own99) = (percentile(&mut own, 0.5), percentile(&mut own, 0.99));
     println!(
         "{system}: create+wait p50 {:.2} ms, p99 {:.2} ms; the workflow's own p50 {:.2} ms, \
-         p99 {:.2} ms; per step {:.3} ms; {clients} clients x {per_client}: {steps_per_s:.0} steps/s",
+         p99 {:.2} ms; per step {:.3} ms; {clients} clients x {per_client}: {steps_per_s:.0} steps/s, \
+         CPU {cpu_per_step_us:.0} us per step (all processes)",
         ms(p50),
         ms(p99),
         ms(own50),
@@ -127,6 +152,7 @@ async fn measure(system: &str, client: &Client) {
         "own_p99_ms": ms(own99),
         "step_p50_ms": ms(p50) / STEPS as f64,
         "steps_per_s_at_64": steps_per_s,
+        "cpu_us_per_step_at_64": cpu_per_step_us,
         "runs": runs,
         "clients": clients,
         "per_client": per_client,
@@ -139,15 +165,26 @@ async fn embedded(dir: &std::path::Path) {
     let rt = Runtime::open(&url).await.unwrap();
     rt.register(workflow()).await.unwrap();
     rt.start();
-    measure("rebuno embedded (SQLite)", &rt.client()).await;
+    measure("rebuno embedded (SQLite)", &rt.client(), &[]).await;
     rt.shutdown().await;
 }
 
-/// Kills and reaps the kernel process when dropped.
+/// Stops (SIGTERM, so that a profiler wrapping it writes its output; SIGKILL after 60 s) and
+/// reaps the kernel process when dropped.
 struct Kill(Child);
 
 impl Drop for Kill {
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -163,8 +200,13 @@ fn free_port() -> u16 {
 
 async fn http(dir: &std::path::Path) {
     let port = free_port();
+    // `REBUNO_BENCH_KERNEL_WRAP="valgrind --tool=callgrind"` runs the kernel under a profiler.
+    let wrap = std::env::var("REBUNO_BENCH_KERNEL_WRAP").unwrap_or_default();
+    let mut argv: Vec<String> = wrap.split_whitespace().map(str::to_owned).collect();
+    argv.push(env!("CARGO_BIN_EXE_rebuno").to_owned());
     let kernel = Kill(
-        Command::new(env!("CARGO_BIN_EXE_rebuno"))
+        Command::new(&argv[0])
+            .args(&argv[1..])
             .args(["dev", "--db"])
             .arg(dir.join("http.db"))
             .args(["--listen-addr", &format!("127.0.0.1:{port}")])
@@ -176,7 +218,7 @@ async fn http(dir: &std::path::Path) {
     );
     let base = format!("http://127.0.0.1:{port}");
     let client = Client::new(&base, None).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while client.approvals().await.is_err() {
         assert!(Instant::now() < deadline, "rebuno dev did not start");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -208,7 +250,7 @@ async fn http(dir: &std::path::Path) {
         })
         .await
         .unwrap();
-    measure("rebuno dev + HTTP (SQLite)", &client).await;
+    measure("rebuno dev + HTTP (SQLite)", &client, &[kernel.0.id()]).await;
     let _ = stop.send(());
     let _ = serving.await;
     drop(kernel);

@@ -81,6 +81,7 @@ impl ClientBuilder {
         let http = reqwest::Client::builder()
             .timeout(self.timeout)
             .connect_timeout(self.connect_timeout)
+            .pool_idle_timeout(super::POOL_IDLE_TIMEOUT)
             // The kernel never redirects; do not carry the bearer key anywhere else.
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("rebuno-rust/", env!("CARGO_PKG_VERSION")))

@@ -98,6 +98,11 @@ pub const ENV_API_KEY: &str = "REBUNO_API_KEY";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default limit on establishing a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the SDK's HTTP clients (this client and the agent transport) keep an idle
+/// connection for reuse: less than the kernel's default idle limit
+/// (`--header-timeout`, 10 s), so that a request is not sent on a connection the server is
+/// closing at that moment (which fails the request).
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// First pause between two polls of a wait whose change feed is closed; it doubles up to
 /// [`POLL_MAX`].

@@ -62,7 +62,10 @@ fn own_latency(exec: &Execution) -> Duration {
 async fn run_one(client: &Client, n: usize) -> (Duration, Duration) {
     let started = Instant::now();
     let exec = client.create(AGENT, json!({"n": n})).await.unwrap();
-    let done = client.wait(&exec.id, Duration::from_secs(120)).await.unwrap();
+    let done = client
+        .wait(&exec.id, Duration::from_secs(120))
+        .await
+        .unwrap();
     let took = started.elapsed();
     assert_eq!(done.status, ExecutionStatus::Completed, "{done:?}");
     (took, own_latency(&done))

@@ -248,7 +248,11 @@ async fn http_waits_are_woken_through_the_change_feed() {
     let kernel = kernel(KernelConfig::default()).await;
     let (client, reads) = over_http(&kernel, true).await;
     notified_waits(&kernel, client.clone()).await;
-    assert_eq!(kernel.memory_footprint().change_feeds, 1, "one feed for all");
+    assert_eq!(
+        kernel.memory_footprint().change_feeds,
+        1,
+        "one feed for all"
+    );
     // One wait more, counting its reads over HTTP: the first, and the one after the end.
     let id = create(&kernel).await;
     let before = reads.load(Ordering::SeqCst);
@@ -279,10 +283,7 @@ async fn an_http_clients_waits_share_one_feed() {
         kernel.cancel(id).await.unwrap();
     }
     for w in waiters {
-        assert_eq!(
-            w.await.unwrap().unwrap().status,
-            ExecutionStatus::Cancelled
-        );
+        assert_eq!(w.await.unwrap().unwrap().status, ExecutionStatus::Cancelled);
     }
     assert_eq!(kernel.memory_footprint().change_feeds, 1, "still one");
 }
@@ -310,10 +311,7 @@ async fn a_thousand_embedded_waits_complete_and_leave_nothing_behind() {
         kernel.cancel(id).await.unwrap();
     }
     for w in waiters {
-        assert_eq!(
-            w.await.unwrap().unwrap().status,
-            ExecutionStatus::Cancelled
-        );
+        assert_eq!(w.await.unwrap().unwrap().status, ExecutionStatus::Cancelled);
     }
     assert_eq!(kernel.memory_footprint(), MemoryFootprint::default());
 }

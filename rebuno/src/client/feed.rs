@@ -49,8 +49,9 @@ struct Notification {
 #[derive(Debug, Default)]
 pub(super) struct Feed {
     waiters: Arc<Waiters>,
-    /// Whether a task follows the feed (or tries to open it).
-    running: Mutex<bool>,
+    /// Whether a task follows the feed (or tries to open it), and which one (each task started
+    /// gets the next number).
+    running: Mutex<(bool, u64)>,
     /// Whether the feed is open now.
     live: AtomicBool,
 }
@@ -60,9 +61,9 @@ impl Feed {
     pub(super) fn watch(self: &Arc<Self>, execution_id: &str, http: &Http) -> Waiter {
         let waiter = self.waiters.register(execution_id);
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        if !*running {
-            *running = true;
-            tokio::spawn(drive(Arc::clone(self), http.clone()));
+        if !running.0 {
+            *running = (true, running.1.wrapping_add(1));
+            tokio::spawn(drive(Arc::clone(self), running.1, http.clone()));
         }
         waiter
     }
@@ -76,7 +77,11 @@ impl Feed {
     #[cfg(test)]
     pub(super) fn sizes(&self) -> (usize, usize, bool) {
         let (executions, waiters) = self.waiters.sizes();
-        let running = *self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
         (executions, waiters, running)
     }
 
@@ -97,7 +102,7 @@ impl Feed {
             .idle_for()
             .is_some_and(|idle| idle >= FEED_LINGER)
         {
-            *running = false;
+            running.0 = false;
             self.live.store(false, Ordering::Release);
             return true;
         }
@@ -138,16 +143,40 @@ impl Feed {
     }
 }
 
+/// Marks the feed unfollowed and closed when the following task ends in any way (its runtime
+/// shutting down drops it mid-await), so that the next wait starts another and no wait relies
+/// on a feed nobody reads.
+struct Following(Arc<Feed>, u64);
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        let mut running = self
+            .0
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Retired already, or another task follows now: nothing of this one's to undo.
+        if *running == (true, self.1) {
+            running.0 = false;
+            self.0.set_live(false);
+        }
+    }
+}
+
 /// Follows the feed for as long as it has waiters (and [`FEED_LINGER`] after), opening it
 /// again when it closes.
-async fn drive(feed: Arc<Feed>, http: Http) {
+async fn drive(feed: Arc<Feed>, task: u64, http: Http) {
+    let _following = Following(Arc::clone(&feed), task);
     let url = http.url(&["changes"]);
     let mut pause = RECONNECT_INITIAL;
     loop {
         if feed.retire() {
             return;
         }
-        match http.open(Method::GET, url.clone(), FEED_REQUEST_LIMIT).await {
+        match http
+            .open(Method::GET, url.clone(), FEED_REQUEST_LIMIT)
+            .await
+        {
             Ok(response) => {
                 pause = RECONNECT_INITIAL;
                 feed.set_live(true);
@@ -219,5 +248,51 @@ mod tests {
         a.changed().await;
         b.changed().await;
         assert!(!feed.take(&mut line, &vec![b'x'; MAX_LINE + 1]));
+    }
+
+    /// Many waits of one HTTP client hold one feed, and its table is empty once they ended.
+    #[cfg(feature = "server")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waits_share_the_feed_and_leave_the_table_empty() {
+        use crate::protocol::RegisterAgentRequest;
+        let kernel = crate::Kernel::memory().await.unwrap();
+        kernel
+            .register_agent(RegisterAgentRequest {
+                id: "a".into(),
+                webhook_url: "http://127.0.0.1:9/a".into(),
+                secret: "s".into(),
+                ..RegisterAgentRequest::default()
+            })
+            .await
+            .unwrap();
+        let app = crate::server::router(kernel.clone(), Default::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let client = crate::client::Client::new(base, None)
+            .unwrap()
+            .with_wait_recheck(Duration::from_secs(3600));
+        let mut ids = Vec::new();
+        for _ in 0..200 {
+            ids.push(kernel.client().create("a", ()).await.unwrap().id);
+        }
+        let waits: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                let (c, id) = (client.clone(), id.clone());
+                tokio::spawn(async move { c.wait(&id, Duration::from_secs(60)).await })
+            })
+            .collect();
+        let super::super::Backend::Http(h) = &client.backend else {
+            unreachable!()
+        };
+        for id in &ids {
+            kernel.cancel(id).await.unwrap();
+        }
+        for w in waits {
+            assert!(w.await.unwrap().unwrap().status.is_terminal());
+        }
+        assert_eq!(h.feed.sizes(), (0, 0, true), "empty, the feed lingering");
+        assert!(kernel.memory_footprint().change_feeds <= 1);
     }
 }

@@ -224,7 +224,11 @@ mod tests {
         for _ in 0..=CHANGE_FEED_BUFFER {
             k.note_changed("y");
         }
-        assert_eq!(a.recv().await, Some(Change::Resync), "a feed behind resyncs");
+        assert_eq!(
+            a.recv().await,
+            Some(Change::Resync),
+            "a feed behind resyncs"
+        );
         k.end_change_feeds();
         let mut ended = 0;
         while a.recv().await.is_some() {

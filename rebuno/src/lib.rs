@@ -72,6 +72,7 @@ pub mod store;
 pub mod telemetry;
 pub mod time;
 pub mod tool;
+mod waiters;
 
 #[cfg(feature = "kernel")]
 pub use agent::Runtime;

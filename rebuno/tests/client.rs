@@ -219,8 +219,8 @@ async fn waiting(kernel: Kernel, client: Client) {
         matches!(&err, Error::Other(m) if m.contains("timed out after 150ms") && m.contains("running")),
         "{err:?}"
     );
-    // It polls until its deadline, not once: the predicate sees every read, the last one
-    // at or after the deadline. (The outer timeout only stops a wait that would never end.)
+    // It reads again at its deadline, not only once: the predicate sees every read, the last
+    // one at or after the deadline. (The outer timeout only stops a wait that would never end.)
     let mut polls = 0;
     let polled = tokio::time::timeout(
         Duration::from_secs(30),

@@ -46,6 +46,7 @@ async fn a_worker_killed_mid_action_is_redelivered_and_its_recorded_effect_repla
     let running = tokio::spawn(async move { a.run(RUN_ID, STREAM).await });
     let payments = files.payments();
     eventually("the charge ran", || payments.charges() == 1).await;
+    charge_recorded(&client).await;
     worker.kill(); // SIGKILL mid-action, after the charge was recorded
     payments.release();
     // A new worker process (its own port, registered anew); the kernel re-delivers once the

@@ -486,6 +486,11 @@ impl Agent {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         self.announce_in_background();
+        use axum::serve::ListenerExt as _;
+        // Small answers on kept-alive connections: no Nagle delay (as the kernel's own loop).
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         axum::serve(listener, self.router())
             .with_graceful_shutdown(shutdown)
             .await?;

@@ -154,6 +154,9 @@ pub trait Transport: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct HttpTransport {
     base: String,
+    /// `base` parsed once (every request's URL is a clone of it with segments added), or why
+    /// it does not parse, reported by each request.
+    base_url: std::result::Result<reqwest::Url, String>,
     agent_id: String,
     secret: String,
     /// The bearer token of client routes (the subagent create), if any.
@@ -186,10 +189,13 @@ impl HttpTransport {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(35))
             .redirect(reqwest::redirect::Policy::none())
+            .pool_idle_timeout(crate::client::POOL_IDLE_TIMEOUT)
             .build()
             .map_err(|e| Error::Config(e.to_string()))?;
+        let base_url = reqwest::Url::parse(&base).map_err(|e| e.to_string());
         Ok(HttpTransport {
             base,
+            base_url,
             agent_id: agent_id.to_owned(),
             secret: secret.to_owned(),
             api_key: None,
@@ -206,7 +212,9 @@ impl HttpTransport {
     }
 
     fn url(&self, segments: &[&str]) -> Result<reqwest::Url> {
-        let mut url = reqwest::Url::parse(&self.base)
+        let mut url = self
+            .base_url
+            .clone()
             .map_err(|e| Error::Config(format!("kernel URL {:?}: {e}", self.base)))?;
         url.path_segments_mut()
             .map_err(|()| Error::Config(format!("kernel URL {:?} cannot have a path", self.base)))?

@@ -8,7 +8,9 @@ use reqwest::Url;
 use reqwest::header::HeaderValue;
 
 use super::http::Http;
-use super::{Backend, Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, ENV_API_KEY, ENV_URL};
+use super::{
+    Backend, Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, ENV_API_KEY, ENV_URL, WAIT_RECHECK,
+};
 use crate::error::{Error, Result};
 
 /// Builds an HTTP [`Client`]: [`Client::builder`], then [`ClientBuilder::build`].
@@ -79,13 +81,20 @@ impl ClientBuilder {
         let http = reqwest::Client::builder()
             .timeout(self.timeout)
             .connect_timeout(self.connect_timeout)
+            .pool_idle_timeout(super::POOL_IDLE_TIMEOUT)
             // The kernel never redirects; do not carry the bearer key anywhere else.
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("rebuno-rust/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| Error::Config(format!("cannot set up the HTTP client: {e}")))?;
         Ok(Client {
-            backend: Backend::Http(Http { http, base, auth }),
+            backend: Backend::Http(Http {
+                http,
+                base,
+                auth,
+                feed: Default::default(),
+            }),
+            wait_recheck: WAIT_RECHECK,
         })
     }
 }

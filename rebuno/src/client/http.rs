@@ -19,6 +19,8 @@ pub(super) struct Http {
     pub(super) base: Url,
     /// `Bearer <key>`, marked sensitive; `None` without a key.
     pub(super) auth: Option<HeaderValue>,
+    /// The change feed the client's waits share.
+    pub(super) feed: std::sync::Arc<super::feed::Feed>,
 }
 
 impl Http {

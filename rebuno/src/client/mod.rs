@@ -57,16 +57,20 @@
 //! ```
 //!
 //! Submodules: `builder` (HTTP configuration: [`ClientBuilder`], the base URL, the environment),
-//! `http` (requests, paging and the mapping of HTTP answers to [`Error`]) and `wait` (waiting on
-//! an execution: [`Client::wait`] follows its live stream, [`Client::wait_until`] polls).
+//! `http` (requests, paging and the mapping of HTTP answers to [`Error`]), `wait` (waiting on
+//! an execution or an approval: [`Client::wait`], [`Client::wait_until`],
+//! [`Client::wait_approval`], woken by the kernel's change notifications) and `feed` (the one
+//! subscription to the kernel's change feed that an HTTP client's waits share).
 
 mod builder;
+mod feed;
 mod http;
 #[cfg(test)]
 mod tests;
 mod wait;
 
 pub use builder::ClientBuilder;
+pub use feed::FEED_LINGER;
 pub use wait::WAIT_RECHECK;
 
 use std::fmt;
@@ -94,11 +98,16 @@ pub const ENV_API_KEY: &str = "REBUNO_API_KEY";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default limit on establishing a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the SDK's HTTP clients (this client and the agent transport) keep an idle
+/// connection for reuse: less than the kernel's default idle limit
+/// (`--header-timeout`, 10 s), so that a request is not sent on a connection the server is
+/// closing at that moment (which fails the request).
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// First pause between two polls of [`Client::wait_until`] (and between two subscriptions of
-/// [`Client::wait`] that the peer closed early); it doubles up to [`POLL_MAX`].
+/// First pause between two polls of a wait whose change feed is closed; it doubles up to
+/// [`POLL_MAX`].
 const POLL_INITIAL: Duration = Duration::from_millis(25);
-/// Longest pause between two polls of [`Client::wait_until`].
+/// Longest pause between two polls of a wait whose change feed is closed.
 const POLL_MAX: Duration = Duration::from_millis(250);
 /// Page size [`Client::all_events`] asks for (the kernel's cap).
 const EVENTS_PAGE: usize = 1000;
@@ -121,6 +130,8 @@ pub struct ForkOptions {
 #[derive(Clone)]
 pub struct Client {
     backend: Backend,
+    /// How often a wait reads again while it relies on notifications ([`WAIT_RECHECK`]).
+    wait_recheck: Duration,
 }
 
 #[derive(Clone)]
@@ -262,6 +273,7 @@ impl Client {
     pub fn embedded(kernel: Kernel) -> Client {
         Client {
             backend: Backend::Embedded(kernel),
+            wait_recheck: WAIT_RECHECK,
         }
     }
 

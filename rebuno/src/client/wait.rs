@@ -1,191 +1,171 @@
-//! Waiting on an execution: [`Client::wait`] until it ends, driven by the execution's live
-//! stream, and [`Client::wait_until`] for any predicate, by polling.
+//! Waiting: [`Client::wait`] until an execution ends, [`Client::wait_until`] until it satisfies
+//! a predicate, [`Client::wait_approval`] until an approval is decided; all driven by the
+//! kernel's change notifications rather than a polling interval.
 //!
-//! The kernel ends an execution's live stream (`GET /v0/executions/{id}/stream`, or
-//! `Kernel::subscribe` in process) when the execution ends, so a waiter holds one subscription
-//! and re-reads the execution when it ends: no request is made while nothing happens, and the
-//! end is seen at once. A stream can also end for other reasons (a server shutting its streams
-//! down, a proxy closing an idle response): the re-read tells, and the waiter subscribes again
-//! after a pause that grows like a poll's. While subscribed it still re-reads once every
-//! [`WAIT_RECHECK`], in case an end was missed. When the kernel refuses another subscriber
-//! (`429 too_many_requests`, its caps), the wait polls instead.
+//! A wait registers as a waiter on the execution before it reads anything, then reads the
+//! execution once, and again only when the kernel says the execution changed (it blocked,
+//! resumed or ended): in process through the kernel's table of waiters, over HTTP through the
+//! client's one change feed (`feed`), which all its waits share. It still reads once every
+//! [`WAIT_RECHECK`] (see [`Client::with_wait_recheck`]) in case a notification was lost. When
+//! an HTTP client's feed is closed (the kernel refused it, is unreachable, or predates it) the
+//! wait polls instead, 25 ms apart at first and slowing to 250 ms, until the feed is back.
 
+use std::future::Future;
 use std::time::Duration;
 
-use reqwest::Method;
 use tokio::time::Instant;
 
 use super::{Backend, Client, POLL_INITIAL, POLL_MAX, uuid_id};
 use crate::error::{Error, Result};
-use crate::protocol::{ErrorCode, Execution};
+use crate::protocol::{Approval, ApprovalStatus, Execution};
+use crate::waiters::Waiter;
 
-/// How often [`Client::wait`] re-reads an execution while its live stream is open.
-pub const WAIT_RECHECK: Duration = Duration::from_secs(1);
+/// How often, by default, a wait reads again while it relies on notifications: a safety net
+/// for a lost notification, not how changes are seen.
+pub const WAIT_RECHECK: Duration = Duration::from_secs(10);
 
-/// What following an execution's live stream came to.
-enum Follow {
-    /// The execution is terminal.
-    Ended(Execution),
-    /// The deadline came first; the execution as last read.
-    Deadline(Execution),
-    /// The stream closed without the execution ending.
-    Closed,
-    /// The kernel refused another subscriber: poll instead.
-    Refused,
+/// A registered wait on one execution.
+struct Watch<'c> {
+    waiter: Waiter,
+    /// The HTTP client's feed (`None` in process, where notifications never stop).
+    feed: Option<&'c super::feed::Feed>,
+}
+
+impl Watch<'_> {
+    /// Whether notifications are coming (otherwise the wait polls).
+    fn live(&self) -> bool {
+        self.feed.is_none_or(|f| f.is_live())
+    }
 }
 
 impl Client {
+    /// This client with another recheck interval for its waits (default [`WAIT_RECHECK`]):
+    /// how long a wait goes without reading while it relies on the kernel's notifications.
+    /// Changes are seen through the notifications whatever it is; it only bounds how late a
+    /// lost notification is noticed. (Clones share connections and the change feed.)
+    pub fn with_wait_recheck(mut self, every: Duration) -> Client {
+        self.wait_recheck = every;
+        self
+    }
+
     /// Waits until the execution is terminal (completed, failed or cancelled) and returns it.
     /// `blocked` is not terminal: an execution waiting on an approval keeps this waiting.
     ///
-    /// The wait follows the execution's live stream (see the module docs): it returns as soon
-    /// as the kernel ends the stream, re-reading the execution only then and once every
-    /// [`WAIT_RECHECK`], and polls like [`Client::wait_until`] when the kernel refuses another
-    /// subscriber. It subscribes before it reads anything (the stream of an execution that
-    /// has ended ends at once; a zero `timeout` reads once); when the execution is still not
-    /// terminal at the deadline, the wait fails with [`Error::Other`] naming the last status
-    /// seen. Any other error (unknown execution, network) ends the
+    /// The wait is woken by the kernel's notification that the execution changed (see the
+    /// module docs), so it returns as soon as the end is durable, without a polling interval.
+    /// It reads the execution at once (a zero `timeout` reads once) and again at the deadline;
+    /// when the execution is still not terminal then, the wait fails with [`Error::Other`]
+    /// naming the last status seen. Any other error (unknown execution, network) ends the
     /// wait at once.
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Execution> {
-        let deadline = deadline_after(timeout);
-        let mut pause = POLL_INITIAL;
-        // The first subscription needs no read before it: the stream of an execution that has
-        // ended already ends at once, and the read after it tells.
-        let mut subscribed_before = false;
-        loop {
-            if subscribed_before {
-                let exec = self.get(id).await?;
-                if exec.status.is_terminal() {
-                    return Ok(exec);
-                }
-                if Instant::now() >= deadline {
-                    return Err(timed_out(id, timeout, &exec));
-                }
-            }
-            subscribed_before = true;
-            match self.follow(id, deadline).await? {
-                Follow::Ended(exec) => return Ok(exec),
-                Follow::Deadline(exec) => return Err(timed_out(id, timeout, &exec)),
-                Follow::Refused => {
-                    return self
-                        .poll_until(id, |e| e.status.is_terminal(), deadline, timeout)
-                        .await;
-                }
-                Follow::Closed => {
-                    // Do not subscribe again at once, in case the peer keeps closing streams.
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    tokio::time::sleep(pause.min(left)).await;
-                    pause = (pause * 2).min(POLL_MAX);
-                }
-            }
-        }
+        self.wait_until(id, |e| e.status.is_terminal(), timeout)
+            .await
     }
 
-    /// Holds one live subscription to the execution, re-reading it when the stream ends and
-    /// every [`WAIT_RECHECK`] while it lasts, until it is terminal or `deadline` comes.
-    async fn follow(&self, id: &str, deadline: Instant) -> Result<Follow> {
-        let stream = self.stream_end(id, deadline);
-        tokio::pin!(stream);
-        loop {
-            let tick = deadline.min(Instant::now() + WAIT_RECHECK);
-            tokio::select! {
-                end = &mut stream => {
-                    if !end? {
-                        return Ok(Follow::Refused);
-                    }
-                    let exec = self.get(id).await?;
-                    return Ok(if exec.status.is_terminal() {
-                        Follow::Ended(exec)
-                    } else {
-                        Follow::Closed
-                    });
-                }
-                () = tokio::time::sleep_until(tick) => {
-                    let exec = self.get(id).await?;
-                    if exec.status.is_terminal() {
-                        return Ok(Follow::Ended(exec));
-                    }
-                    if Instant::now() >= deadline {
-                        return Ok(Follow::Deadline(exec));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Subscribes to the execution's live stream and resolves when it ends (`true`), or at
-    /// once with `false` when the kernel refuses another subscriber. Deltas are dropped as
-    /// they come: only the end counts. Over HTTP the request may last until `deadline`.
-    async fn stream_end(&self, id: &str, deadline: Instant) -> Result<bool> {
+    /// Waits until `done` accepts the execution and returns that state: `done` sees the
+    /// execution as first read, then as read after each change the kernel announces (and at
+    /// each recheck). The last read is made at the deadline; if `done` still refuses, the wait
+    /// fails with [`Error::Other`] naming the last status seen. A read may overrun the deadline
+    /// by one request (at most the request timeout). Any error of a read (unknown execution,
+    /// network) ends the wait at once.
+    pub async fn wait_until<F>(&self, id: &str, mut done: F, timeout: Duration) -> Result<Execution>
+    where
+        F: FnMut(&Execution) -> bool,
+    {
         let id = uuid_id(id, "execution id")?;
-        let refused = |e: &Error| e.code() == Some(ErrorCode::TooManyRequests);
+        let watch = self.watch(&id);
+        let deadline = deadline_after(timeout);
+        self.await_change(&watch, deadline, || self.get(&id), |e| done(e))
+            .await
+            .map_err(|last| match last {
+                Waited::Failed(e) => e,
+                Waited::Timeout(exec) => timed_out("execution", &id, timeout, &exec.status),
+            })
+    }
+
+    /// Waits until the approval is decided (granted, denied or expired) and returns it. Like
+    /// [`Client::wait`] it is woken by the kernel's notification that the approval's execution
+    /// changed (a decision resumes it), reads the approval at once and at the deadline, and
+    /// fails with [`Error::Other`] when it is still pending then. `404 not_found` for an
+    /// unknown approval.
+    pub async fn wait_approval(&self, id: &str, timeout: Duration) -> Result<Approval> {
+        let id = uuid_id(id, "approval id")?;
+        let first = self.approval(&id).await?;
+        if first.status != ApprovalStatus::Pending {
+            return Ok(first);
+        }
+        let watch = self.watch(&first.execution_id);
+        let deadline = deadline_after(timeout);
+        let pending = |a: &Approval| a.status == ApprovalStatus::Pending;
+        self.await_change(&watch, deadline, || self.approval(&id), |a| !pending(a))
+            .await
+            .map_err(|last| match last {
+                Waited::Failed(e) => e,
+                Waited::Timeout(a) => timed_out("approval", &id, timeout, &a.status),
+            })
+    }
+
+    /// Registers a wait on execution `id` (a canonical id): in the kernel's table in process,
+    /// in this client's (with its feed) over HTTP.
+    fn watch(&self, id: &str) -> Watch<'_> {
         match &self.backend {
-            Backend::Http(h) => {
-                let url = h.url(&["executions", &id, "stream"]);
-                let limit = deadline.saturating_duration_since(Instant::now()) + WAIT_RECHECK;
-                let mut response = match h.open(Method::GET, url, limit).await {
-                    Ok(r) => r,
-                    Err(e) if refused(&e) => return Ok(false),
-                    Err(e) => return Err(e),
-                };
-                // A body that fails mid-way ended all the same: the re-read tells.
-                while let Ok(Some(_)) = response.chunk().await {}
-                Ok(true)
-            }
+            Backend::Http(h) => Watch {
+                waiter: h.feed.watch(id, h),
+                feed: Some(&h.feed),
+            },
             #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => match k.subscribe(&id).await {
-                Ok(mut subscription) => {
-                    while subscription.recv().await.is_some() {}
-                    Ok(true)
-                }
-                Err(e) => {
-                    let e = Error::from(e);
-                    if refused(&e) { Ok(false) } else { Err(e) }
-                }
+            Backend::Embedded(k) => Watch {
+                waiter: k.watch(id),
+                feed: None,
             },
         }
     }
 
-    /// Polls the execution until `done` accepts it and returns that state. The first poll is
-    /// immediate (so a zero `timeout` checks once); the next ones start 25 ms apart and slow
-    /// down to 250 ms, and the last one is made at the deadline. If `done` still refuses, the
-    /// wait fails with [`Error::Other`] naming the last status seen. The deadline is checked
-    /// between polls, so a wait may overrun it by one request (at most the request timeout).
-    /// Any error of a poll (unknown execution, network) ends the wait at once. To wait for the
-    /// end of an execution, [`Client::wait`] needs no polling.
-    pub async fn wait_until<F>(&self, id: &str, done: F, timeout: Duration) -> Result<Execution>
-    where
-        F: FnMut(&Execution) -> bool,
-    {
-        self.poll_until(id, done, deadline_after(timeout), timeout)
-            .await
-    }
-
-    /// [`Client::wait_until`] with its deadline (`timeout` is what the error names).
-    async fn poll_until<F>(
+    /// Reads with `read` until `done` accepts what it answers: at once, after each wake-up of
+    /// `watch`, every recheck (or poll, while the feed is closed) and at `deadline`.
+    async fn await_change<T, R, Fut>(
         &self,
-        id: &str,
-        mut done: F,
+        watch: &Watch<'_>,
         deadline: Instant,
-        timeout: Duration,
-    ) -> Result<Execution>
+        mut read: R,
+        mut done: impl FnMut(&T) -> bool,
+    ) -> std::result::Result<T, Waited<T>>
     where
-        F: FnMut(&Execution) -> bool,
+        R: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
     {
         let mut pause = POLL_INITIAL;
         loop {
-            let exec = self.get(id).await?;
-            if done(&exec) {
-                return Ok(exec);
+            let value = read().await.map_err(Waited::Failed)?;
+            if done(&value) {
+                return Ok(value);
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(timed_out(id, timeout, &exec));
+                return Err(Waited::Timeout(value));
             }
-            tokio::time::sleep(pause.min(deadline - now)).await;
-            pause = (pause * 2).min(POLL_MAX);
+            let nap = if watch.live() {
+                pause = POLL_INITIAL;
+                self.wait_recheck
+            } else {
+                let nap = pause;
+                pause = (pause * 2).min(POLL_MAX);
+                nap
+            };
+            tokio::select! {
+                () = watch.waiter.changed() => {}
+                () = tokio::time::sleep(nap.min(deadline - now)) => {}
+            }
         }
     }
+}
+
+/// How a wait that did not succeed ended.
+enum Waited<T> {
+    /// A read failed.
+    Failed(Error),
+    /// The deadline came; the value as last read.
+    Timeout(T),
 }
 
 /// The deadline `timeout` from now; a timeout too long to add means no deadline (one far off).
@@ -196,9 +176,8 @@ fn deadline_after(timeout: Duration) -> Instant {
 }
 
 /// The error of a wait that reached its deadline.
-fn timed_out(id: &str, timeout: Duration, last: &Execution) -> Error {
+fn timed_out(what: &str, id: &str, timeout: Duration, status: &dyn std::fmt::Display) -> Error {
     Error::Other(format!(
-        "timed out after {timeout:?} waiting for execution {id} (status {})",
-        last.status
+        "timed out after {timeout:?} waiting for {what} {id} (status {status})"
     ))
 }

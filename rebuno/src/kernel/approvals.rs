@@ -244,6 +244,7 @@ impl Kernel {
             "approval decided"
         );
         self.note_resolution(created);
+        self.note_changed(&execution_id);
         self.inner.queued.notify_one();
         self.announce_dispatch();
         Ok(())
@@ -294,6 +295,7 @@ impl Kernel {
                         "approval decided"
                     );
                     self.note_resolution(parse_rfc3339(&approval.created_at));
+                    self.note_changed(&approval.execution_id);
                 },
             )
             .await?;

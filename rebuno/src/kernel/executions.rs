@@ -608,12 +608,16 @@ impl Kernel {
     }
 
     /// After a transaction that ended executions committed: drops the retired attempts'
-    /// volatile state, ends the ended executions' live streams and wakes the dispatcher (and,
-    /// on a shared store, the other replicas') for the new dispatches.
+    /// volatile state, ends the ended executions' live streams (which wakes their waiters),
+    /// wakes the waiters of the executions it started or resumed, and wakes the dispatcher
+    /// (and, on a shared store, the other replicas') for the new dispatches.
     pub(crate) fn after_ending(&self, ending: Ending) {
         self.forget_attempts(&ending.attempts);
         for id in &ending.executions {
             self.end_streams(id);
+        }
+        for id in &ending.dispatched {
+            self.note_changed(id);
         }
         if !ending.dispatched.is_empty() {
             self.inner.queued.notify_one();

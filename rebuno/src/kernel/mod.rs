@@ -10,7 +10,8 @@
 //! is what lets a replay answer from one indexed read with no durable write.
 //!
 //! Submodules: `steps` (submit, complete, fail), `approvals` (grant, deny, expiry),
-//! `dispatch` (queue, delivery, retries, the reaper), `dispatcher` (claims and the delivery
+//! `dispatch` (queue, delivery, retries, the reaper), `changes` (notifications that an
+//! execution changed, for waiters in process and the change feed), `dispatcher` (claims and the delivery
 //! loop, fair between agents), `executions` (create, read, cancel, complete, fail), `listing`
 //! (paged reads of every list), `agents` (registration and policy bundles), `keys` (API keys
 //! and the principal a bearer token authenticates as), `sessions` (turns of a conversation:
@@ -27,6 +28,7 @@
 
 mod agents;
 mod approvals;
+mod changes;
 mod dispatch;
 mod dispatcher;
 mod embedded;
@@ -47,6 +49,7 @@ mod sweep;
 mod traced;
 mod volatile;
 
+pub use changes::{CHANGE_FEED_BUFFER, Change, ChangeFeed};
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};
 pub use embedded::{EMBEDDED_SCHEME, EmbeddedDeliverer, EmbeddedHandler};
 pub use executions::Started;
@@ -454,6 +457,8 @@ pub(crate) struct Inner {
     pub(crate) approvals_changed: tokio::sync::Notify,
     /// Live output deltas (never persisted).
     pub(crate) streams: stream::Bus,
+    /// Change notifications: in-process waiters and change feeds (never persisted).
+    pub(crate) changes: changes::Changes,
     /// Sees every policy evaluation ([`KernelBuilder::policy_observer`]).
     pub(crate) policy_observer: Option<PolicyObserver>,
     /// The store figures of `/metrics`, recomputed at most every few seconds.
@@ -547,6 +552,7 @@ impl KernelBuilder {
                 queued: tokio::sync::Notify::new(),
                 approvals_changed: tokio::sync::Notify::new(),
                 streams: stream::Bus::default(),
+                changes: changes::Changes::default(),
                 policy_observer: self.policy_observer,
                 figures: metrics::FiguresCache::default(),
                 outbox: replicas::Outbox::default(),

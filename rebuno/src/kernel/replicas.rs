@@ -9,9 +9,10 @@
 //!   (`channels::STREAM`): in shared mode a delta is delivered to local subscribers only when
 //!   it comes back from the store, so each subscriber gets it exactly once, in the order the
 //!   replica that received it sent it (one outbox task per kernel). The end of an execution's
-//!   streams travels the same way.
+//!   streams travels the same way, and so does a change of an execution's status (its waiters
+//!   and the change feeds of every replica hear it).
 //! - A (re)connected channel may have missed messages: the dispatcher is woken to look at the
-//!   database again. Deltas missed meanwhile are lost, as deltas may be (the event log is the
+//!   database again, and every waiter and change feed resyncs. Deltas missed meanwhile are lost, as deltas may be (the event log is the
 //!   truth).
 //!
 //! [`Store::shared`]: crate::store::Store::shared
@@ -39,6 +40,9 @@ struct StreamMessage {
     /// The execution ended: its streams end.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     end: bool,
+    /// The execution changed (blocked, resumed): its waiters look again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    changed: bool,
 }
 
 /// The publishing side: messages queued in order for one task to send.
@@ -85,6 +89,7 @@ impl Kernel {
                 exec_id: execution_id.to_owned(),
                 delta: Some(piece),
                 end: false,
+                changed: false,
             };
             if let Ok(text) = serde_json::to_string(&msg) {
                 self.post(channels::STREAM, text);
@@ -98,6 +103,20 @@ impl Kernel {
             exec_id: execution_id.to_owned(),
             delta: None,
             end: true,
+            changed: false,
+        };
+        if let Ok(text) = serde_json::to_string(&msg) {
+            self.post(channels::STREAM, text);
+        }
+    }
+
+    /// Tells every replica's waiters that the execution changed.
+    pub(crate) fn broadcast_changed(&self, execution_id: &str) {
+        let msg = StreamMessage {
+            exec_id: execution_id.to_owned(),
+            delta: None,
+            end: false,
+            changed: true,
         };
         if let Ok(text) = serde_json::to_string(&msg) {
             self.post(channels::STREAM, text);
@@ -138,6 +157,7 @@ impl Kernel {
                     Ok(StoreMessage::Reconnected) | Err(broadcast::error::RecvError::Lagged(_)) => {
                         kernel.inner.queued.notify_one();
                         kernel.inner.approvals_changed.notify_one();
+                        kernel.note_resync();
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
                 }
@@ -158,6 +178,11 @@ impl Kernel {
                 Ok(StreamMessage {
                     exec_id, end: true, ..
                 }) => self.end_local_streams(&exec_id),
+                Ok(StreamMessage {
+                    exec_id,
+                    changed: true,
+                    ..
+                }) => self.note_changed_locally(&exec_id),
                 Ok(_) => {}
                 Err(e) => tracing::debug!(error = %e, "an unreadable stream message was ignored"),
             },
@@ -225,6 +250,7 @@ mod tests {
                 exec_id: "0190e5b2-0000-7000-8000-000000000000".into(),
                 delta: Some(p.clone()),
                 end: false,
+                changed: false,
             };
             assert!(serde_json::to_string(&msg).unwrap().len() <= MAX_PAYLOAD);
             assert_eq!(p.seq, 7);

@@ -157,20 +157,26 @@ impl Kernel {
         self.end_local_streams(execution_id);
     }
 
-    /// Ends this process's subscriptions to the execution.
+    /// Ends this process's subscriptions to the execution, and wakes its waiters (an ended
+    /// execution's streams end here, whichever replica ended it).
     pub(crate) fn end_local_streams(&self, execution_id: &str) {
         self.inner
             .streams
             .lock()
             .remove_where(execution_id, |_| true);
+        self.note_changed_locally(execution_id);
     }
 
-    /// Ends every live stream (a server shutting down: an open SSE response would otherwise
-    /// hold a graceful shutdown open forever). New subscriptions are still taken.
+    /// Ends every live stream and change feed (a server shutting down: an open SSE response
+    /// would otherwise hold a graceful shutdown open forever). New subscriptions are still
+    /// taken.
     pub fn end_all_streams(&self) {
-        let mut subs = self.inner.streams.lock();
-        subs.by_execution.clear();
-        subs.total = 0;
+        {
+            let mut subs = self.inner.streams.lock();
+            subs.by_execution.clear();
+            subs.total = 0;
+        }
+        self.end_change_feeds();
     }
 
     fn add_subscriber(&self, execution_id: &str) -> KernelResult<Subscription> {

@@ -249,6 +249,7 @@ impl Kernel {
         Ok(match ended {
             Some(ended) => {
                 self.forget_attempts(&ended);
+                self.note_changed(id);
                 true
             }
             None => false,

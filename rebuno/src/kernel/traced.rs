@@ -140,6 +140,10 @@ impl Kernel {
             Err(e) => tracing::debug!(error = %e, "step refused"),
         }
         note_superseded(&out, "submit_step", execution_id, lease);
+        if matches!(&out, Ok(d) if d.decision == Decision::Blocked) {
+            // Blocked on an approval (or parked): waiters of the execution look again.
+            self.note_changed(execution_id);
+        }
         out
     }
 

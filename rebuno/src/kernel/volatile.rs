@@ -134,6 +134,12 @@ pub struct MemoryFootprint {
     pub streamed_executions: usize,
     /// Live-stream subscribers.
     pub stream_subscribers: usize,
+    /// Executions with in-process waiters (`Client::wait` and the like, embedded).
+    pub watched_executions: usize,
+    /// In-process waiters.
+    pub waiters: usize,
+    /// Change feeds ([`Kernel::change_feed`]).
+    pub change_feeds: usize,
     /// Agents with webhook deliveries in progress.
     pub agents_delivering: usize,
 }
@@ -152,6 +158,7 @@ impl Kernel {
             )
         };
         let (streamed_executions, stream_subscribers) = self.inner.streams.sizes();
+        let (watched_executions, waiters, change_feeds) = self.inner.changes.sizes();
         MemoryFootprint {
             dispatch_attempts,
             occurrence_counters,
@@ -160,6 +167,9 @@ impl Kernel {
             execution_locks: lock(&self.inner.volatile.locks).len(),
             streamed_executions,
             stream_subscribers,
+            watched_executions,
+            waiters,
+            change_feeds,
             agents_delivering: self.inner.deliveries.agents(),
         }
     }

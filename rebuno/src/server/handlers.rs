@@ -224,6 +224,34 @@ pub(super) async fn stream_subscribe(
     Ok(response)
 }
 
+/// `GET /v0/changes` (bearer, `executions:read`): Server-Sent Events, one
+/// `data: {"execution_id": "<id>"}` frame after each commit that changes an execution's status
+/// (it started, blocked, resumed or ended), `data: {"resync": true}` when this subscriber fell
+/// more than [`crate::kernel::CHANGE_FEED_BUFFER`] notifications behind (some were dropped:
+/// read again whatever you wait on), and a `: keep-alive` comment every 15 s. The subscription
+/// is taken before the answer's head is sent, so a client that reads after the head misses
+/// nothing. Feeds over the kernel's cap (`REBUNO_STREAM_SUBSCRIBERS`) are `429`. Not part of
+/// the Go kernel's protocol: the Rust [`crate::client::Client`] holds one feed for all its waits.
+pub(super) async fn changes(State(s): State<AppState>, _: Client<ExecutionsRead>) -> ApiResult {
+    use crate::kernel::Change;
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use tokio_stream::StreamExt;
+    let events = s.kernel.change_feed()?.map(|change| {
+        let data = match change {
+            Change::Changed(id) => serde_json::json!({ "execution_id": &*id }),
+            Change::Resync => serde_json::json!({ "resync": true }),
+        };
+        Ok::<Event, std::convert::Infallible>(Event::default().data(data.to_string()))
+    });
+    let sse =
+        Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text(" keep-alive"));
+    let mut response = sse.into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(response)
+}
+
 /// Row 6: `POST /v0/executions/{id}/cancel` (204; `409 execution_terminal`).
 pub(super) async fn cancel(
     State(s): State<AppState>,

@@ -23,6 +23,8 @@
 //!
 //! The live-stream routes fan deltas out in process: an agent's `POST …/stream` reaches
 //! every current `GET …/stream` subscriber as a Server-Sent Event (best effort, never stored).
+//! `GET /v0/changes` is the change feed the Rust client's waits share: one event per change
+//! of any execution's status (see `Kernel::change_feed`).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -153,6 +155,7 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
         .route("/v0/executions/{id}/events", get(h::events))
         .route("/v0/executions/{id}/previous", get(h::previous))
         .route("/v0/executions/{id}/stream", get(h::stream_subscribe))
+        .route("/v0/changes", get(h::changes))
         .route("/v0/executions/{id}/cancel", post(h::cancel))
         .route("/v0/executions/{id}/fork", post(h::fork))
         .route(

@@ -9,8 +9,10 @@
 //!   an invocation over (attempt + 1) after another died finds the execution the first one
 //!   started, still running or finished, instead of starting a second. The worker serves it
 //!   under the invocation's latest claim, which it reads from the run stream.
-//! - **Waiting** follows the execution's live stream ([`rebuno::Client::wait`]), within the
-//!   call's timeout. At the timeout the execution is cancelled, so that the kernel does not
+//! - **Waiting** is woken by the kernel's notification that the execution ended
+//!   ([`rebuno::Client::wait`]: in process the kernel's table of waiters, over HTTP the one
+//!   change feed that all the calls of the dispatcher's client share), within the call's
+//!   timeout; nothing polls while a call runs. At the timeout the execution is cancelled, so that the kernel does not
 //!   deliver it again later, and the call fails with `remote action timed out`; the controller,
 //!   whose own timer may fire first, withdraws it through [`RemoteDispatcher::cancel`], which
 //!   finds the execution again by its idempotency key (the dispatcher keeps no table of calls).

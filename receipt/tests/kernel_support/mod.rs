@@ -129,6 +129,26 @@ pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Waits (at most 60 s) until the kernel has recorded the outcome of the worker's `charge`
+/// step: from then on a re-delivery replays it. (The counter file is written inside the step,
+/// before its completion reaches the kernel.)
+pub async fn charge_recorded(client: &rebuno::Client) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for exec in worker_executions(client).await {
+            let steps = client.terminal_steps(&exec.id).await.unwrap();
+            if steps.iter().any(|s| s.target == "charge") {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting until the charge step was recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The executions of the `payments` worker agent on the kernel.
 pub async fn worker_executions(client: &rebuno::Client) -> Vec<rebuno::protocol::Execution> {
     client

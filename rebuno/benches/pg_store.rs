@@ -19,7 +19,7 @@
 //!
 //! `PG_BENCH_ROUNDS` (3) sets the rounds. Everything runs in a fresh schema, dropped at the end.
 
-use durable_support::pg::{PgOptions, PgPool};
+use durable_support::pg::{PgOptions, PgPool, Queries};
 use durable_support::pg_floor::{Figures, commit_floor};
 use rebuno::protocol::{CreateExecutionRequest, Decision, RegisterAgentRequest, SubmitStepRequest};
 use rebuno::store::PgStore;

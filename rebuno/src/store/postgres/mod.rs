@@ -61,7 +61,10 @@ use super::{
 };
 use async_trait::async_trait;
 use durable_support::pg::postgres::types::Type;
-use durable_support::pg::{Heard, Listener, PgError, PgOptions, PgPool, Pooled, advisory_key};
+use durable_support::pg::{
+    Heard, Listener, PgError, PgOptions, PgPool, PgTransaction, Pooled, Queries, advisory_key,
+    describe, is_connection_error,
+};
 use std::any::Any;
 use std::sync::Arc;
 use tokio::sync::broadcast;
@@ -183,14 +186,50 @@ impl PgStore {
     }
 }
 
+/// Why a transaction failed: its body (a failed statement included), or the pool (no
+/// connection, or the commit).
+enum Failed {
+    Body(StoreError),
+    Pool(PgError),
+}
+
+impl From<PgError> for Failed {
+    fn from(e: PgError) -> Self {
+        Failed::Pool(e)
+    }
+}
+
+impl From<Failed> for StoreError {
+    fn from(failed: Failed) -> Self {
+        match failed {
+            Failed::Body(e) => e,
+            // A write held back until the commit failed there: the server rolled back.
+            Failed::Pool(PgError::Db(e)) if !is_connection_error(&e) => {
+                StoreError::Database(format!(
+                    "the transaction was rolled back after a failed statement: {}",
+                    describe(&e)
+                ))
+            }
+            Failed::Pool(e) => e.into(),
+        }
+    }
+}
+
+/// Runs `f` on `tx` in a transaction of `pool` and commits it; refuses to let a transaction
+/// whose statement failed be committed.
+fn transaction(pool: &PgPool, write: bool, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+    let body = |tx: &mut PgTransaction| run(tx, write, f).map_err(Failed::Body);
+    let out = if write {
+        pool.transaction(body)
+    } else {
+        pool.snapshot(body)
+    };
+    out.map_err(StoreError::from)
+}
+
 /// Runs `f` on `tx`, and refuses to let a transaction whose statement failed be committed.
-fn run(
-    tx: &mut durable_support::pg::postgres::Transaction<'_>,
-    statements: &mut durable_support::pg::Statements,
-    write: bool,
-    f: TxFn,
-) -> StoreResult<Box<dyn Any + Send>> {
-    let mut ops = PgTx::new(tx, statements, write);
+fn run(tx: &mut PgTransaction, write: bool, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+    let mut ops = PgTx::new(tx, write);
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut ops)))
         .unwrap_or_else(|_| Err(StoreError::Database("a store transaction panicked".into())));
     match (out, ops.failure()) {
@@ -208,7 +247,7 @@ impl Store for PgStore {
         joined(
             tokio::task::spawn_blocking(move || {
                 let started = std::time::Instant::now();
-                let out = pool.transaction_with(|tx, st| run(tx, st, true, f));
+                let out = transaction(&pool, true, f);
                 timings.commit(started.elapsed());
                 out
             })
@@ -218,19 +257,14 @@ impl Store for PgStore {
 
     async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
         let pool = self.pool.clone();
-        joined(
-            tokio::task::spawn_blocking(move || pool.snapshot_with(|tx, st| run(tx, st, false, f)))
-                .await,
-        )
+        joined(tokio::task::spawn_blocking(move || transaction(&pool, false, f)).await)
     }
 
     async fn ping(&self) -> StoreResult<()> {
         let pool = self.pool.clone();
         joined(
-            tokio::task::spawn_blocking(move || {
-                Ok(pool.run(|c| c.simple_query("SELECT 1").map(drop))?)
-            })
-            .await,
+            tokio::task::spawn_blocking(move || Ok(pool.run(|c| c.batch_execute("SELECT 1"))?))
+                .await,
         )
     }
 

@@ -6,6 +6,9 @@ use std::future::Future;
 use std::pin::Pin;
 use tokio_postgres::{Client, Error, Row, RowStream, Statement};
 
+/// A step on its way: sends its request when first polled, then waits for the answer.
+pub(super) type Sending<'a> = Pin<Box<dyn Future<Output = Result<Answer, Error>> + 'a>>;
+
 /// The text of a commit.
 pub(super) const COMMIT: &str = "COMMIT";
 
@@ -44,7 +47,7 @@ impl Step {
         &'a self,
         client: &'a Client,
         statement: Option<&'a Statement>,
-    ) -> Pin<Box<dyn Future<Output = Result<Answer, Error>> + 'a>> {
+    ) -> Sending<'a> {
         let prepared = || statement.expect("a prepared step has its statement");
         match self {
             Step::Simple(sql) => {

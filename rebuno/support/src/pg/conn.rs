@@ -4,7 +4,7 @@
 //! can be sent before any answer is awaited ([`PgConn::run`], in `batch.rs`).
 
 use super::PgError;
-use super::batch::{Answer, Step};
+use super::batch::{Answer, Sending, Step};
 use super::statements::{Param, Queries, Request, Statements};
 use std::future::Future;
 use std::pin::{Pin, pin};
@@ -47,13 +47,13 @@ fn drive<T>(
 ) -> T {
     let mut future = pin!(future);
     runtime.block_on(std::future::poll_fn(|cx| {
-        if let Some(d) = driver {
-            if let Poll::Ready(ended) = d.as_mut().poll(cx) {
-                if let Err(e) = ended {
-                    tracing::debug!(error = %super::describe(&e), "a postgres connection ended");
-                }
-                *driver = None;
+        if let Some(d) = driver
+            && let Poll::Ready(ended) = d.as_mut().poll(cx)
+        {
+            if let Err(e) = ended {
+                tracing::debug!(error = %super::describe(&e), "a postgres connection ended");
             }
+            *driver = None;
         }
         future.as_mut().poll(cx)
     }))
@@ -152,7 +152,7 @@ impl PgConn {
             }
         }
         let client = self.client.as_ref().expect("a connection keeps its client");
-        let futures: Vec<Pin<Box<dyn Future<Output = Result<Answer, Error>> + '_>>> = steps
+        let futures: Vec<Sending<'_>> = steps
             .iter()
             .zip(&statements)
             .map(|(step, statement)| step.send(client, statement.as_ref()))

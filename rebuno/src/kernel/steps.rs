@@ -468,6 +468,7 @@ impl Kernel {
                 tx.prefetch(&[
                     Lookup::ExecutionState(&step.execution_id),
                     Lookup::DispatchLease(&lease.dispatch_id),
+                    Lookup::StepExists(&step.execution_id, &step.step_id),
                 ])?;
                 let Some((_, status)) = tx.execution_state(&step.execution_id)? else {
                     return Ok(Err(KernelError::not_found()));

@@ -339,7 +339,8 @@ pub trait Tx {
     /// Announces reads the transaction is about to make, so a backend that pays a round trip
     /// per statement can send them at once and answer the calls from what came back (a
     /// hint: the default does nothing). An answer is used only if no write of the transaction
-    /// came between this call and the read it answers (else the read runs again). In a write
+    /// that could change it came between this call and the read it answers (else the read runs
+    /// again). In a write
     /// transaction the reads lock what they lock when made, in the order given: list them in
     /// the kernel's lock order (see `kernel::dispatch`), as the reads themselves would come.
     fn prefetch(&mut self, _lookups: &[Lookup<'_>]) -> StoreResult<()> {

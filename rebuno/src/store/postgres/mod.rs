@@ -21,8 +21,9 @@
 //! [`Tx::record_renewal`] and every `put_*` are such writes); the reads the kernel announces
 //! with [`Tx::prefetch`] leave together; a read-only transaction does not wait for its
 //! `COMMIT`. The submit's snapshot read is then two round trips (its occurrence count, then
-//! everything else), the submit's write three and the complete's write two, down from 6, 9 and
-//! 7; see the README's performance notes for what a step costs.
+//! everything else), the submit's write two (the rows it checks, then its writes with the
+//! commit) and the complete's write two, down from 8, 9 and 7; see the README's performance
+//! notes for what a step costs.
 //!
 //! Why not a server-side function per operation, which would make each one round trip: the
 //! kernel's decision between the submit's read and its write (policy, rate limits) and its

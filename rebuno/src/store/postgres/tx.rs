@@ -637,7 +637,8 @@ impl Tx for PgTx<'_> {
         Ok(n > 0)
     }
     fn record_renewal(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<()> {
-        self.defer(
+        // A renewal moves `locked_at` and `updated_at`, which no lookup reads.
+        self.defer_unlooked(
             RENEW_DISPATCH,
             params![id => TEXT, i64::from(attempt) => INT8, now => TEXT],
         )
@@ -720,7 +721,7 @@ impl Tx for PgTx<'_> {
         let occurrence = i64::try_from(occurrence)
             .map_err(|_| StoreError::Database("occurrence out of range".into()))?;
         // The dispatch row is locked: a concurrent change of its attempt or status commits
-        // first and is seen here, or waits for this transaction.
+        // first and is seen here, or waits for this transaction. No lookup reads the counters.
         let sql = format!(
             "INSERT INTO dispatch_step_counters AS c (dispatch_id, attempt, kind, target, args_hash, consumed)
              SELECT $1, $2, $3, $4, $5, $6 FROM dispatches
@@ -731,7 +732,7 @@ impl Tx for PgTx<'_> {
                  attempt = excluded.attempt",
             self.lock()
         );
-        self.defer(
+        self.defer_unlooked(
             &sql,
             params![dispatch_id => TEXT, i64::from(attempt) => INT8, kind => TEXT,
                     target => TEXT, args_hash => TEXT, occurrence => INT8],

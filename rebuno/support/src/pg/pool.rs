@@ -11,6 +11,7 @@ use postgres::types::Type;
 use postgres::{Client, NoTls};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,8 @@ struct Shared {
     /// Idle connections, and how many are out (idle ones not counted).
     state: Mutex<PoolState>,
     freed: Condvar,
+    /// Round trips the pool's connections waited for, counted when each is given back.
+    round_trips: AtomicU64,
 }
 
 #[derive(Default)]
@@ -118,6 +121,7 @@ impl PgPool {
                 reconnect_for: options.reconnect_for,
                 state: Mutex::new(PoolState::default()),
                 freed: Condvar::new(),
+                round_trips: AtomicU64::new(0),
             }),
         };
         let mut conn = pool.get()?;
@@ -137,6 +141,13 @@ impl PgPool {
     /// Connections open at most at once.
     pub fn max_connections(&self) -> usize {
         self.shared.max
+    }
+
+    /// The round trips the pool's connections have waited for (a statement prepared, a batch
+    /// sent and answered), counted as each connection is given back: for tests and
+    /// diagnostics.
+    pub fn round_trips(&self) -> u64 {
+        self.shared.round_trips.load(Ordering::Relaxed)
     }
 
     /// How long a connection found gone is replaced before the error is returned.
@@ -202,16 +213,17 @@ impl PgPool {
         let mut slot = Pooled {
             conn: None,
             pool: self.clone(),
+            counted: 0,
         };
         loop {
             let idle = lock(&self.shared.state).idle.pop();
             let Some(mut conn) = idle else { break };
             if conn.check() {
-                slot.conn = Some(conn);
+                slot.hold(conn);
                 return Ok(slot);
             }
         }
-        slot.conn = Some(self.open_conn()?);
+        slot.hold(self.open_conn()?);
         Ok(slot)
     }
 
@@ -397,12 +409,34 @@ impl Backoff {
 pub struct Pooled {
     conn: Option<PgConn>,
     pool: PgPool,
+    /// The connection's round trips when it was handed out (or last counted).
+    counted: u64,
 }
 
 impl Pooled {
+    /// Takes `conn` into the slot.
+    fn hold(&mut self, conn: PgConn) {
+        self.count();
+        self.counted = conn.round_trips();
+        self.conn = Some(conn);
+    }
+
+    /// Adds the round trips of the connection since it was last counted to the pool's.
+    fn count(&mut self) {
+        if let Some(conn) = &self.conn {
+            let waited = conn.round_trips().saturating_sub(self.counted);
+            self.pool
+                .shared
+                .round_trips
+                .fetch_add(waited, Ordering::Relaxed);
+            self.counted = conn.round_trips();
+        }
+    }
+
     /// Closes the connection instead of returning it to the pool (after an error that may
     /// have left it unusable, or a session lock that could not be released).
     pub fn discard(&mut self) {
+        self.count();
         self.conn = None;
     }
 
@@ -410,7 +444,8 @@ impl Pooled {
     /// the pool's idle connections, as old, are closed too.
     pub(super) fn reopen(&mut self) -> Result<(), PgError> {
         self.pool.drop_idle();
-        self.conn = Some(self.pool.open_once()?);
+        let conn = self.pool.open_once()?;
+        self.hold(conn);
         Ok(())
     }
 }
@@ -434,6 +469,7 @@ impl std::ops::DerefMut for Pooled {
 
 impl Drop for Pooled {
     fn drop(&mut self) {
+        self.count();
         let conn = self.conn.take();
         let mut state = lock(&self.pool.shared.state);
         state.out = state.out.saturating_sub(1);

@@ -80,6 +80,13 @@ impl<'a> PgTx<'a> {
         Ok(())
     }
 
+    /// [`PgTx::defer`] for a write of what no [`Lookup`] reads (the occurrence counters, a
+    /// lease's renewal times): the announced answers stay good.
+    pub(super) fn defer_unlooked(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<()> {
+        self.tx.defer(sql, p);
+        Ok(())
+    }
+
     /// A write makes every announced read's answer stale.
     fn written(&mut self) {
         self.prefetched.clear();

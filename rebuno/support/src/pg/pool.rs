@@ -60,6 +60,24 @@ struct Shared {
     round_trips: AtomicU64,
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let idle = std::mem::take(&mut state.idle);
+        if idle.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        // Closing a connection politely blocks a moment, which an async worker (where the last
+        // handle of a pool is often dropped) must not: a thread of its own closes them.
+        let closing = std::thread::Builder::new()
+            .name("pg-close".into())
+            .spawn(move || drop(idle));
+        if let Err(e) = closing {
+            tracing::warn!(error = %e, "cannot start a thread to close idle postgres connections");
+        }
+    }
+}
+
 #[derive(Default)]
 struct PoolState {
     idle: Vec<PgConn>,

@@ -1,7 +1,8 @@
 //! The kernel on PostgreSQL, each figure beside the floor measured in the same run:
 //!
-//! - the floor: single-row `INSERT` + `COMMIT` transactions through the same driver and pool,
-//!   on 1 connection and on 64 at once (`durable_support::pg_floor`);
+//! - the floor: single-row `INSERT` + `COMMIT` transactions through the same driver and pool
+//!   (pipelined: `BEGIN`, the insert and `COMMIT` in one round trip), on 1 connection and on 64
+//!   at once (`durable_support::pg_floor`);
 //! - the proceed path (submit, then complete; both durable before they answer) for one
 //!   execution, against 2 floor commits + 300 us per step;
 //! - the same for 64 executions at once, against half the 64-connection floor divided by two
@@ -19,7 +20,7 @@
 //!
 //! `PG_BENCH_ROUNDS` (3) sets the rounds. Everything runs in a fresh schema, dropped at the end.
 
-use durable_support::pg::{PgOptions, PgPool};
+use durable_support::pg::{PgOptions, PgPool, Queries};
 use durable_support::pg_floor::{Figures, commit_floor};
 use rebuno::protocol::{CreateExecutionRequest, Decision, RegisterAgentRequest, SubmitStepRequest};
 use rebuno::store::PgStore;

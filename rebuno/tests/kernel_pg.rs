@@ -20,19 +20,24 @@ fn pg_options(schema: &str) -> durable_support::pg::PgOptions {
     options
 }
 
-/// Two kernels on one fresh schema (replicas `a` and `b`), sharing one manual clock.
-async fn replicas(config: KernelConfig) -> (Env, Env) {
+/// A schema name no other test uses.
+fn fresh_schema() -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    let schema = format!(
+    format!(
         "kernel_pg_{}_{}_{}",
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst),
         nanos % 1_000_000
-    );
+    )
+}
+
+/// Two kernels on one fresh schema (replicas `a` and `b`), sharing one manual clock.
+async fn replicas(config: KernelConfig) -> (Env, Env) {
+    let schema = fresh_schema();
     let clock = Arc::new(ManualClock::new(t0()));
     let mut envs = Vec::new();
     for name in ["a", "b"] {
@@ -60,6 +65,42 @@ fn call_of(target: &str, args: &str) -> SubmitStepRequest {
         "args": serde_json::from_str::<Value>(args).unwrap(),
     }))
     .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn a_proceed_step_waits_for_six_round_trips() {
+    let store = Arc::new(PgStore::connect(pg_options(&fresh_schema())).await.unwrap());
+    let clock = Arc::new(ManualClock::new(t0()));
+    let env = Env {
+        k: build(store.clone(), &clock, &config()).await,
+        clock,
+        config: config(),
+        backend: Backend::Postgres,
+        db: None,
+    };
+    env.agent("agent", "").await;
+    let (exec, lease) = env.start("agent").await;
+    let step = |i: u64| {
+        let (env, exec, lease) = (&env, &exec, &lease);
+        async move {
+            let call = call_of("tool", &format!(r#"{{"i":{i}}}"#));
+            let id = env.proceed(exec, lease, call).await;
+            env.complete(exec, &id, lease, json!(i)).await;
+        }
+    };
+    // The first steps prepare every statement on the connections they use.
+    for i in 0..3 {
+        step(i).await;
+    }
+    let before = store.pool().round_trips();
+    for i in 3..8 {
+        step(i).await;
+    }
+    // The submit's read: its occurrence count, then everything else at once (its commit not
+    // waited for); its write: the rows it checks, then its writes with the commit; the
+    // complete's write likewise. The execution locks have a pool of their own.
+    assert_eq!(store.pool().round_trips() - before, 5 * 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

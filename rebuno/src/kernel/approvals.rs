@@ -142,7 +142,7 @@ fn resolve_in_tx(
     if let Some(mut exec) = tx.execution(&approval.execution_id)? {
         resume_if_idle(tx, &mut exec, now, max_attempts, &mut events)?;
     }
-    tx.append_events(&approval.execution_id, now, &events)?;
+    tx.record_events(&approval.execution_id, now, &events)?;
     Ok(())
 }
 

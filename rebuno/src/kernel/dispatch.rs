@@ -410,7 +410,7 @@ impl Kernel {
                     ..queued_payload(&cur)
                 };
                 if exists {
-                    tx.append_events(
+                    tx.record_events(
                         &cur.execution_id,
                         &now,
                         &[(EventType::DispatchDiscarded, payload(&p))],
@@ -444,7 +444,7 @@ impl Kernel {
                 attempt: d.attempt,
                 ..queued_payload(&cur)
             };
-            tx.append_events(
+            tx.record_events(
                 &cur.execution_id,
                 &now,
                 &[(EventType::DispatchAcked, payload(&p))],
@@ -501,7 +501,7 @@ impl Kernel {
                     ..queued_payload(&cur)
                 });
                 p["error"] = Value::String(error);
-                tx.append_events(&cur.execution_id, &now, &[(EventType::DispatchFailed, p)])?;
+                tx.record_events(&cur.execution_id, &now, &[(EventType::DispatchFailed, p)])?;
                 // In the transaction, so that it precedes any later one that ends the dispatch.
                 kernel.schedule_retry(&cur.id, cur.attempt, due);
                 Ok(())
@@ -572,7 +572,7 @@ impl Kernel {
                     failed = Some(exec);
                 }
                 if !events.is_empty() {
-                    tx.append_events(&cur.execution_id, &now, &events)?;
+                    tx.record_events(&cur.execution_id, &now, &events)?;
                 }
                 match failed {
                     Some(exec) => ended_in_tx(tx, &exec, &now, max_attempts, &mut ending)?,

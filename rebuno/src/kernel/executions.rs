@@ -130,7 +130,7 @@ fn cancel_tree(
             ),
         ));
     }
-    tx.append_events(&exec.id, now, &events)?;
+    tx.record_events(&exec.id, now, &events)?;
     for child in children_to_cancel(tx, &exec.id, depth)? {
         cancel_tree(tx, child, now, max_attempts, depth + 1, ending)?;
     }
@@ -180,7 +180,7 @@ pub(super) fn insert_and_enqueue(
         ));
         events.push(enqueue_dispatch(tx, id, now, now, max_attempts)?);
     }
-    tx.append_events(id, now, &events)?;
+    tx.record_events(id, now, &events)?;
     Ok(())
 }
 
@@ -598,7 +598,7 @@ impl Kernel {
                 } else {
                     EventType::ExecutionFailed
                 };
-                tx.append_events(&id, &now, &[(ty, payload(&event))])?;
+                tx.record_events(&id, &now, &[(ty, payload(&event))])?;
                 ended_in_tx(tx, &exec, &now, max_attempts, &mut ending)?;
                 Ok(Ok(ending))
             })

@@ -222,7 +222,7 @@ pub(super) fn apply_checkpoints(
         .iter()
         .map(|(kind, p)| (*kind, payload(p)))
         .collect();
-    tx.append_events(execution_id, now, &events)?;
+    tx.record_events(execution_id, now, &events)?;
     Ok(())
 }
 
@@ -322,7 +322,7 @@ impl Kernel {
                     let (kind, mut p) = event(EventType::ResourceDeclared, &r.key, r.generation);
                     p.driver_id = r.driver_id.clone();
                     p.checkpoint_ref = r.checkpoint_ref.clone();
-                    tx.append_events(&exec, &now, &[(kind, payload(&p))])?;
+                    tx.record_events(&exec, &now, &[(kind, payload(&p))])?;
                 }
                 Ok(Ok(view(&r)))
             })

@@ -143,7 +143,7 @@ pub(crate) fn start_next_turn(
         ),
         enqueue_dispatch(tx, &next.id, now, now, max_attempts)?,
     ];
-    tx.append_events(&next.id, now, &events)?;
+    tx.record_events(&next.id, now, &events)?;
     Ok(Some(next.id))
 }
 

@@ -28,7 +28,7 @@ use crate::protocol::{
     StepDecision, StepEventPayload, StepKind, StepStatus, SubmitStepRequest, denial_error,
     indeterminate_error,
 };
-use crate::store::{StoreExt, StoreResult, Tx};
+use crate::store::{Lookup, StoreExt, StoreResult, Tx};
 use crate::time::rfc3339;
 use serde_json::Value;
 use std::time::Instant;
@@ -224,6 +224,33 @@ impl Kernel {
                     let occurrence = counted.max(asked);
                     let step_id =
                         identity::step_id(&exec_id, kind.as_str(), &target, &args_hash, occurrence);
+                    let previous = (occurrence > counted).then(|| {
+                        identity::step_id(
+                            &exec_id,
+                            kind.as_str(),
+                            &target,
+                            &args_hash,
+                            occurrence - 1,
+                        )
+                    });
+                    // Everything below may be needed: asked for at once (a shared store sends
+                    // the reads together).
+                    let mut lookups = vec![
+                        Lookup::ExecutionState(&exec_id),
+                        Lookup::DispatchLease(&lease.dispatch_id),
+                        Lookup::Step(&exec_id, &step_id),
+                        Lookup::ExecutionPolicyBundle(&exec_id),
+                        Lookup::AgentOfExecution(&exec_id),
+                    ];
+                    if at_most_once {
+                        lookups.push(Lookup::IndeterminateFailure(
+                            &exec_id, &kind, &target, &args_hash,
+                        ));
+                    }
+                    if let Some(previous) = &previous {
+                        lookups.push(Lookup::StepExists(&exec_id, previous));
+                    }
+                    tx.prefetch(&lookups)?;
                     let mut snap = Snapshot {
                         counted,
                         occurrence,
@@ -261,17 +288,9 @@ impl Kernel {
                             && tx
                                 .has_indeterminate_failure(&exec_id, &kind, &target, &args_hash)?;
                     }
-                    snap.skip_recorded = if occurrence > counted {
-                        let previous = identity::step_id(
-                            &exec_id,
-                            kind.as_str(),
-                            &target,
-                            &args_hash,
-                            occurrence - 1,
-                        );
-                        tx.step_exists(&exec_id, &previous)?
-                    } else {
-                        true
+                    snap.skip_recorded = match &previous {
+                        Some(previous) => tx.step_exists(&exec_id, previous)?,
+                        None => true,
                     };
                     Ok(snap)
                 })
@@ -401,6 +420,11 @@ impl Kernel {
             .write(move |tx| {
                 // The execution's row before the dispatch's (the lock order, see
                 // `kernel::dispatch`); the event append below reuses the lock.
+                tx.prefetch(&[
+                    Lookup::ExecutionState(&step.execution_id),
+                    Lookup::DispatchLease(&lease.dispatch_id),
+                    Lookup::Step(&step.execution_id, &step.step_id),
+                ])?;
                 tx.execution_state(&step.execution_id)?;
                 if !lease_holds(tx, &step.execution_id, &lease, true)? {
                     return Ok(Err(KernelError::lease_superseded()));
@@ -415,7 +439,7 @@ impl Kernel {
                         cur.completed_at = Some(now.clone());
                         tx.put_step(&cur)?;
                         let p = step_event(&cur).with_error(indeterminate_error());
-                        tx.append_events(
+                        tx.record_events(
                             &cur.execution_id,
                             &now,
                             &[(EventType::StepFailed, payload(&p))],
@@ -426,7 +450,7 @@ impl Kernel {
                         cur.status = StepStatus::Executing;
                         cur.started_at = Some(now.clone());
                         tx.put_step(&cur)?;
-                        tx.append_events(
+                        tx.record_events(
                             &cur.execution_id,
                             &now,
                             &[(EventType::StepExecuting, payload(&step_event(&cur)))],
@@ -463,6 +487,12 @@ impl Kernel {
         let approval_id = uuid::Uuid::now_v7().to_string();
         let shared = self.shared();
         let record = move |tx: &mut dyn Tx| {
+            // The execution's row before the dispatch's (the lock order).
+            tx.prefetch(&[
+                Lookup::ExecutionState(&step.execution_id),
+                Lookup::DispatchLease(&lease.dispatch_id),
+                Lookup::StepExists(&step.execution_id, &step.step_id),
+            ])?;
             let Some((_, status)) = tx.execution_state(&step.execution_id)? else {
                 return Ok(Err(KernelError::not_found()));
             };
@@ -563,7 +593,7 @@ impl Kernel {
                     StepDecision::blocked(approval.id)
                 }
             };
-            tx.append_events(&step.execution_id, &now, &events)?;
+            tx.record_events(&step.execution_id, &now, &events)?;
             Ok(Ok((decision, ended)))
         };
         let store = &self.inner.store;
@@ -646,7 +676,7 @@ impl Kernel {
                     }
                     _ => StepDecision::rate_limited(reason),
                 };
-                tx.append_events(&exec_id, &now, &events)?;
+                tx.record_events(&exec_id, &now, &events)?;
                 Ok(Ok((decision, ended)))
             })
             .await??;
@@ -759,6 +789,12 @@ fn finish_step_tx(
     checkpoints: &Checkpoints,
     now: &str,
 ) -> StoreResult<KernelResult<StepDecision>> {
+    // The step, then the execution's row before the dispatch's (the lock order).
+    tx.prefetch(&[
+        Lookup::Step(execution_id, step_id),
+        Lookup::ExecutionState(execution_id),
+        Lookup::DispatchLease(&lease.dispatch_id),
+    ])?;
     let Some(mut step) = tx.step(execution_id, step_id)? else {
         return Ok(Err(KernelError::not_found()));
     };
@@ -821,7 +857,7 @@ fn finish_step_tx(
     };
     step.completed_at = Some(now.to_owned());
     tx.put_step(&step)?;
-    tx.append_events(&step.execution_id, now, &[event])?;
+    tx.record_events(&step.execution_id, now, &[event])?;
     apply_checkpoints(tx, execution_id, plan, now)?;
     Ok(Ok(StepDecision::recorded()))
 }

@@ -185,7 +185,7 @@ pub(crate) fn child_settled(
     settled["step_id"] = Value::String(spawned.step_id.clone());
     events.push((EventType::SubagentSettled, settled));
     let resumed = resume_if_idle(tx, &mut parent, now, max_attempts, &mut events)?;
-    tx.append_events(&parent.id, now, &events)?;
+    tx.record_events(&parent.id, now, &events)?;
     Ok(resumed.then(|| parent.id.clone()))
 }
 
@@ -232,7 +232,7 @@ impl Kernel {
                 exec.updated_at = now.clone();
                 tx.put_execution(&exec)?;
                 let ended = retire_dispatches(tx, &exec_id, &now)?;
-                tx.append_events(
+                tx.record_events(
                     &exec_id,
                     &now,
                     &[(

@@ -362,8 +362,7 @@ impl Kernel {
 /// the reaper of every replica reads, becomes `now`. Nothing unless the dispatch is in flight
 /// with exactly that attempt.
 pub(crate) fn renew_in(tx: &mut dyn Tx, lease: &Lease, now: &str) -> StoreResult<()> {
-    tx.renew_dispatch(&lease.dispatch_id, lease.attempt, now)
-        .map(drop)
+    tx.record_renewal(&lease.dispatch_id, lease.attempt, now)
 }
 
 /// What a submit leaves behind on a shared store, inside a write: occurrence `occ` of `key` is

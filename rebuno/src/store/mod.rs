@@ -190,6 +190,18 @@ pub trait Tx {
         occurred_at: &str,
         events: &[(EventType, Value)],
     ) -> StoreResult<u64>;
+    /// [`Tx::append_events`] for a caller that needs no sequence number: a backend may hold
+    /// the write back and send it with the transaction's next statement or its commit (a
+    /// failure is then returned there, and the transaction does not commit).
+    fn record_events(
+        &mut self,
+        execution_id: &str,
+        occurred_at: &str,
+        events: &[(EventType, Value)],
+    ) -> StoreResult<()> {
+        self.append_events(execution_id, occurred_at, events)
+            .map(drop)
+    }
     /// Whether the execution's log holds an event of this type.
     fn has_event(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool>;
     /// A page of events with `event_seq > after_seq`, ascending (the cursor is the last
@@ -269,6 +281,11 @@ pub trait Tx {
             _ => Ok(false),
         }
     }
+    /// [`Tx::renew_dispatch`] for a caller that needs no answer (held back like
+    /// [`Tx::record_events`]).
+    fn record_renewal(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<()> {
+        self.renew_dispatch(id, attempt, now).map(drop)
+    }
     /// An execution's dispatches.
     fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>>;
     /// Pending or failed dispatches due at `now`, earliest first, leaving out the dispatches
@@ -323,6 +340,17 @@ pub trait Tx {
         key: &OccurrenceKey,
         occurrence: u64,
     ) -> StoreResult<()>;
+
+    /// Announces reads the transaction is about to make, so a backend that pays a round trip
+    /// per statement can send them at once and answer the calls from what came back (a
+    /// hint: the default does nothing). An answer is used only if no write of the transaction
+    /// that could change it came between this call and the read it answers (else the read runs
+    /// again). In a write
+    /// transaction the reads lock what they lock when made, in the order given: list them in
+    /// the kernel's lock order (see `kernel::dispatch`), as the reads themselves would come.
+    fn prefetch(&mut self, _lookups: &[Lookup<'_>]) -> StoreResult<()> {
+        Ok(())
+    }
 
     /// The API key operations of this transaction.
     fn api_keys(&mut self) -> &mut dyn ApiKeyTx;
@@ -386,6 +414,25 @@ pub trait ApiKeyTx {
     fn revoke(&mut self, id: &str, now: &str) -> StoreResult<bool>;
     /// How many keys are neither revoked nor expired at `now`.
     fn active_count(&mut self, now: &str) -> StoreResult<u64>;
+}
+
+/// A read [`Tx::prefetch`] can announce: each names the [`Tx`] call it answers.
+#[derive(Debug, Clone, Copy)]
+pub enum Lookup<'a> {
+    /// [`Tx::execution_state`] of an execution.
+    ExecutionState(&'a str),
+    /// [`Tx::execution_policy_bundle`] of an execution.
+    ExecutionPolicyBundle(&'a str),
+    /// [`Tx::agent`] of the agent an execution belongs to.
+    AgentOfExecution(&'a str),
+    /// [`Tx::dispatch_lease`] of a dispatch.
+    DispatchLease(&'a str),
+    /// [`Tx::step`]: execution and step id.
+    Step(&'a str, &'a str),
+    /// [`Tx::step_exists`]: execution and step id.
+    StepExists(&'a str, &'a str),
+    /// [`Tx::has_indeterminate_failure`]: execution, kind, target and args hash.
+    IndeterminateFailure(&'a str, &'a StepKind, &'a str, &'a str),
 }
 
 /// An occurrence counter's key: `(kind, target, args_hash)`.

@@ -4,8 +4,8 @@
 //! - [`civil`]: proleptic Gregorian dates from day counts and back, for timestamp text;
 //! - `group_commit` (feature `sqlite`): the SQLite group commit both stores' writer threads
 //!   run, with truthful per-change answers;
-//! - `pg` (feature `postgres`): PostgreSQL connections, pool, migrations and LISTEN for both
-//!   crates' PostgreSQL stores;
+//! - `pg` (feature `postgres`): PostgreSQL connections, pool, pipelined transactions,
+//!   migrations and LISTEN for both crates' PostgreSQL stores;
 //! - `pg_floor` (feature `postgres`): the single-row insert + commit floor the PostgreSQL
 //!   benchmarks compare with;
 //! - `sqlite_tenancy` (feature `sqlite`): the kernel store and the receipt store sharing one

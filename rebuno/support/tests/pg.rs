@@ -2,7 +2,7 @@
 //! starts one): schema pinning, transactions, migrations raced by several threads, LISTEN.
 #![cfg(feature = "postgres")]
 
-use durable_support::pg::{Heard, PgError, PgOptions, PgPool};
+use durable_support::pg::{Heard, PgError, PgOptions, PgPool, Queries};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -35,17 +35,20 @@ fn transactions_commit_or_roll_back_in_the_pinned_schema() {
     let pool = PgPool::connect(&options()).unwrap();
     pool.transaction(|tx| {
         tx.batch_execute("CREATE TABLE t (v int)")?;
-        tx.execute("INSERT INTO t VALUES (1)", &[])?;
+        tx.execute_typed("INSERT INTO t VALUES (1)", &[])?;
         Ok::<_, PgError>(())
     })
     .unwrap();
     let failed: Result<(), PgError> = pool.transaction(|tx| {
-        tx.execute("INSERT INTO t VALUES (2)", &[])?;
+        tx.execute_typed("INSERT INTO t VALUES (2)", &[])?;
         Err(PgError::Config("refused by the body".into()))
     });
     assert!(failed.is_err());
     let n: i64 = pool
-        .run(|c| c.query_one("SELECT count(*) FROM t", &[]).map(|r| r.get(0)))
+        .run(|c| {
+            c.query_typed_one("SELECT count(*) FROM t", &[])
+                .map(|r| r.get(0))
+        })
         .unwrap();
     assert_eq!(n, 1, "the failed body's insert was rolled back");
 }
@@ -70,7 +73,7 @@ fn racing_migrations_apply_each_version_once() {
     });
     let n: i64 = pool
         .run(|c| {
-            c.query_one("SELECT count(*) FROM schema_versions", &[])
+            c.query_typed_one("SELECT count(*) FROM schema_versions", &[])
                 .map(|r| r.get(0))
         })
         .unwrap();

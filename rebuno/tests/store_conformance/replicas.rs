@@ -196,6 +196,36 @@ async fn execution_locks_exclude_across_replicas() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn a_lock_released_and_taken_again_at_once_stays_exclusive() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let schema = Schema::new("lock_handover");
+    let (a, b) = two(&schema).await;
+    // Each replica takes the lock again the moment it lets it go (in one process the release
+    // may be handed straight to the next holder); never are two holders in at once, and each
+    // replica's last release lets the other finish.
+    let inside = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = [a, b]
+        .into_iter()
+        .map(|store| {
+            let inside = Arc::clone(&inside);
+            tokio::spawn(async move {
+                for _ in 0..30 {
+                    let guard = store.lock_execution("e").await.unwrap();
+                    assert_eq!(inside.fetch_add(1, SeqCst), 0, "two holders at once");
+                    tokio::task::yield_now().await;
+                    inside.fetch_sub(1, SeqCst);
+                    drop(guard);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        tokio::time::timeout(DEADLINE, t).await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
 async fn the_rate_limiter_allows_exactly_n_across_replicas() {
     let schema = Schema::new("ratelimit");
     let (a, b) = two(&schema).await;

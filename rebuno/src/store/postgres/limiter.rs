@@ -16,7 +16,7 @@
 
 use crate::policy::ratelimit::{LimiterError, LimiterFuture, RateLimiter};
 use durable_support::pg::postgres::types::Type;
-use durable_support::pg::{PgError, PgPool};
+use durable_support::pg::{PgError, PgPool, Queries};
 use std::time::{Duration, SystemTime};
 
 /// A [`RateLimiter`] over the `rate_buckets` table of a PostgreSQL kernel database.
@@ -76,7 +76,7 @@ impl RateLimiter for PgRateLimiter {
              RETURNING 1"
         );
         self.blocking("rate limiter", move |pool| {
-            pool.run_with(|c| {
+            pool.run(|c| {
                 c.query_typed(
                     &sql,
                     &[
@@ -98,7 +98,7 @@ impl RateLimiter for PgRateLimiter {
             .duration_since(cutoff)
             .map_or(-1.0, |d| d.as_secs_f64());
         self.blocking("rate limiter sweep", move |pool| {
-            pool.run_with(|c| {
+            pool.run(|c| {
                 c.execute_typed(
                     "DELETE FROM rate_buckets
                      WHERE $1 < 0 OR updated_at < clock_timestamp() - make_interval(secs => $1)",
@@ -111,7 +111,7 @@ impl RateLimiter for PgRateLimiter {
 
     fn sweep_refilled(&self) -> LimiterFuture<'_, usize> {
         self.blocking("rate limiter sweep", |pool| {
-            pool.run_with(|c| {
+            pool.run(|c| {
                 c.execute_typed(
                     "DELETE FROM rate_buckets b WHERE b.tokens + greatest(extract(epoch FROM
                        clock_timestamp() - b.updated_at)::float8, 0) * b.max_tokens

@@ -2,14 +2,34 @@
 //!
 //! # Driver
 //!
-//! The connections are the `postgres` crate's blocking clients (the synchronous face of
-//! `tokio-postgres`), pooled by [`durable_support::pg`]. The [`Tx`] contract is a synchronous
-//! closure, so the kernel's logic is written once and runs unchanged on SQLite and here: each
+//! The connections are pooled by [`durable_support::pg`]: `tokio-postgres` connections, each
+//! driven by the blocking thread that uses it. The [`Tx`] contract is a synchronous closure, so
+//! the kernel's logic is written once and runs unchanged on SQLite and here: each
 //! [`Store::write_boxed`] / [`Store::read_boxed`] runs its closure on
 //! [`tokio::task::spawn_blocking`], inside one database transaction on one pooled connection,
-//! and never blocks an async worker. An async driver (sqlx, or `tokio-postgres` used directly)
-//! would force an async [`Tx`], so every kernel operation written twice, or a runtime entered
-//! from inside a closure.
+//! and never blocks an async worker. An async driver used from the async workers would force
+//! an async [`Tx`], so every kernel operation written twice, or a runtime entered from inside a
+//! closure.
+//!
+//! # Round trips
+//!
+//! A statement costs the server little once prepared (each is, once per connection); what a
+//! kernel request pays for is the round trips, each of which wakes the server process and the
+//! blocking thread, so the store waits for as few as the closure allows ([`PgTransaction`]):
+//! `BEGIN` leaves with the first statement; a write whose answer the kernel does not use is held
+//! back and leaves with the next read, or with `COMMIT` ([`Tx::record_events`],
+//! [`Tx::record_renewal`] and every `put_*` are such writes); the reads the kernel announces
+//! with [`Tx::prefetch`] leave together; a read-only transaction does not wait for its
+//! `COMMIT`. The submit's snapshot read is then two round trips (its occurrence count, then
+//! everything else), the submit's write two (the rows it checks, then its writes with the
+//! commit) and the complete's write two, down from 8, 9 and 7; see the README's performance
+//! notes for what a step costs.
+//!
+//! Why not a server-side function per operation, which would make each one round trip: the
+//! kernel's decision between the submit's read and its write (policy, rate limits) and its
+//! logic run once against [`Tx`] for both backends; a PL/pgSQL copy of them would be a second
+//! implementation to keep in step with the first, and no faster than the pipelined batches
+//! at the commits.
 //!
 //! # Transactions and locks
 //!
@@ -19,37 +39,37 @@
 //! takes `FOR UPDATE SKIP LOCKED`, and event appends lock the execution's row before numbering.
 //! The kernel's transactions that end executions or record deliveries lock rows in one order (a
 //! subagent's parent, the execution, then its dispatches; see `kernel::dispatch`), so replicas
-//! running them at once wait for each other rather than deadlock.
+//! running them at once wait for each other rather than deadlock; a pipelined batch runs its
+//! statements in the order the closure made the calls, so it takes its locks in that order too.
 //! Reads run in a `REPEATABLE READ READ ONLY` transaction: one snapshot for the whole closure.
 //! A statement that fails aborts the transaction; if the closure goes on and returns `Ok`
 //! anyway, the store answers with that statement's error instead of committing (PostgreSQL
-//! would turn the commit into a rollback without saying so).
+//! would turn the commit into a rollback without saying so), and a held-back write that fails
+//! at the commit makes the commit's answer that error.
 //!
-//! [`Store::lock_execution`] takes a session advisory lock, `pg_advisory_lock` of
-//! [`advisory_key`]`("execution:" + id)` (the name is prefixed with the schema when one is
-//! pinned, so deployments in different schemas of one database do not block each other), on a
-//! connection held for as long as the returned guard lives. Dropping the guard unlocks on a
-//! blocking thread and returns the connection to its pool; if the unlock fails, the connection
-//! is closed instead, which releases the lock with the session. Waiting for a lock holds a
-//! connection, so session locks come from a pool of their own (of
-//! [`PgOptions::max_connections`] connections, like the transaction pool): lock waiters can
-//! never take the connections the transactions of the lock holders need. A store opens at
-//! most twice `max_connections` plus one (the `LISTEN` connection) connections.
+//! [`Store::lock_execution`] takes a session advisory lock on a connection of a pool of its own,
+//! held for as long as the returned guard lives, and handed over within the process when the
+//! same execution is locked again before the release's unlock ran (see [`locks`]). A store opens
+//! at most twice [`PgOptions::max_connections`] plus one (the `LISTEN` connection)
+//! connections.
 //!
 //! # What is retried
 //!
-//! A transaction is started again on a new connection only if its `BEGIN` fails because the
-//! connection is gone (nothing of it reached the server), within
-//! [`PgOptions::reconnect_for`]; a failure after that is returned, and the client retries its
-//! idempotent request. Operations that may run twice are retried on connection loss: `ping`,
-//! `publish`, taking an execution lock (a lost session holds no lock), the rate limiter's
-//! sweeps and its acquisitions (a retried acquisition may take a second token for one call,
-//! never grant an extra one). The `LISTEN` connection reconnects after a second and reports
-//! [`StoreMessage::Reconnected`].
+//! A transaction is sent again on a new connection only if its connection turns out to be gone
+//! before any answer reached the closure and before its `COMMIT` could have reached the server
+//! (nothing of it committed, and the closure saw nothing), within [`PgOptions::reconnect_for`];
+//! an idle connection is also checked before it is used. A failure after that is returned, and
+//! the client retries its idempotent request: in particular a batch that loses its connection
+//! after sending `COMMIT` is an error, never a success. Operations that may run twice are
+//! retried on connection loss: `ping`, `publish`, taking an execution lock (a lost session
+//! holds no lock), the rate limiter's sweeps and its acquisitions (a retried acquisition may
+//! take a second token for one call, never grant an extra one). The `LISTEN` connection
+//! reconnects after a second and reports [`StoreMessage::Reconnected`].
 //!
 //! The schema is in [`schema`]; the rate limiter in [`limiter`].
 
 mod limiter;
+mod locks;
 mod rows;
 mod schema;
 mod tx;
@@ -60,8 +80,11 @@ use super::{
     Store, StoreError, StoreLock, StoreMessage, StoreResult, StoreTimings, TxFn, channels,
 };
 use async_trait::async_trait;
-use durable_support::pg::postgres::types::Type;
-use durable_support::pg::{Heard, Listener, PgError, PgOptions, PgPool, Pooled, advisory_key};
+use durable_support::pg::{
+    Heard, Listener, PgError, PgOptions, PgPool, PgTransaction, Queries, describe,
+    is_connection_error,
+};
+use locks::ExecutionLocks;
 use std::any::Any;
 use std::sync::Arc;
 use tokio::sync::broadcast;
@@ -84,10 +107,8 @@ pub const NOTIFY_MAX_BYTES: usize = 8000;
 pub struct PgStore {
     /// Connections for transactions.
     pool: PgPool,
-    /// Connections holding session advisory locks ([`Store::lock_execution`]).
-    locks: PgPool,
-    /// What an execution lock's name starts with.
-    lock_prefix: String,
+    /// Session advisory locks on connections of their own ([`Store::lock_execution`]).
+    locks: ExecutionLocks,
     limiter: Arc<PgRateLimiter>,
     messages: broadcast::Sender<StoreMessage>,
     /// The LISTEN thread; dropping it stops the thread.
@@ -163,14 +184,13 @@ impl PgStore {
             },
         );
         let lock_prefix = match &options.schema {
-            Some(schema) => format!("{schema}.execution:"),
-            None => "execution:".to_owned(),
+            Some(schema) => format!("{schema}."),
+            None => String::new(),
         };
         Ok(PgStore {
             limiter: Arc::new(PgRateLimiter::new(pool.clone())),
             pool,
-            locks,
-            lock_prefix,
+            locks: ExecutionLocks::new(locks, lock_prefix),
             messages,
             _listener: listener,
             timings: StoreTimings::default(),
@@ -183,14 +203,50 @@ impl PgStore {
     }
 }
 
+/// Why a transaction failed: its body (a failed statement included), or the pool (no
+/// connection, or the commit).
+enum Failed {
+    Body(StoreError),
+    Pool(PgError),
+}
+
+impl From<PgError> for Failed {
+    fn from(e: PgError) -> Self {
+        Failed::Pool(e)
+    }
+}
+
+impl From<Failed> for StoreError {
+    fn from(failed: Failed) -> Self {
+        match failed {
+            Failed::Body(e) => e,
+            // A write held back until the commit failed there: the server rolled back.
+            Failed::Pool(PgError::Db(e)) if !is_connection_error(&e) => {
+                StoreError::Database(format!(
+                    "the transaction was rolled back after a failed statement: {}",
+                    describe(&e)
+                ))
+            }
+            Failed::Pool(e) => e.into(),
+        }
+    }
+}
+
+/// Runs `f` on `tx` in a transaction of `pool` and commits it; refuses to let a transaction
+/// whose statement failed be committed.
+fn transaction(pool: &PgPool, write: bool, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+    let body = |tx: &mut PgTransaction| run(tx, write, f).map_err(Failed::Body);
+    let out = if write {
+        pool.transaction(body)
+    } else {
+        pool.snapshot(body)
+    };
+    out.map_err(StoreError::from)
+}
+
 /// Runs `f` on `tx`, and refuses to let a transaction whose statement failed be committed.
-fn run(
-    tx: &mut durable_support::pg::postgres::Transaction<'_>,
-    statements: &mut durable_support::pg::Statements,
-    write: bool,
-    f: TxFn,
-) -> StoreResult<Box<dyn Any + Send>> {
-    let mut ops = PgTx::new(tx, statements, write);
+fn run(tx: &mut PgTransaction, write: bool, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
+    let mut ops = PgTx::new(tx, write);
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut ops)))
         .unwrap_or_else(|_| Err(StoreError::Database("a store transaction panicked".into())));
     match (out, ops.failure()) {
@@ -208,7 +264,7 @@ impl Store for PgStore {
         joined(
             tokio::task::spawn_blocking(move || {
                 let started = std::time::Instant::now();
-                let out = pool.transaction_with(|tx, st| run(tx, st, true, f));
+                let out = transaction(&pool, true, f);
                 timings.commit(started.elapsed());
                 out
             })
@@ -218,19 +274,14 @@ impl Store for PgStore {
 
     async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
         let pool = self.pool.clone();
-        joined(
-            tokio::task::spawn_blocking(move || pool.snapshot_with(|tx, st| run(tx, st, false, f)))
-                .await,
-        )
+        joined(tokio::task::spawn_blocking(move || transaction(&pool, false, f)).await)
     }
 
     async fn ping(&self) -> StoreResult<()> {
         let pool = self.pool.clone();
         joined(
-            tokio::task::spawn_blocking(move || {
-                Ok(pool.run(|c| c.simple_query("SELECT 1").map(drop))?)
-            })
-            .await,
+            tokio::task::spawn_blocking(move || Ok(pool.run(|c| c.batch_execute("SELECT 1"))?))
+                .await,
         )
     }
 
@@ -247,24 +298,7 @@ impl Store for PgStore {
     }
 
     async fn lock_execution(&self, execution_id: &str) -> StoreResult<Option<StoreLock>> {
-        let key = advisory_key(&format!("{}{execution_id}", self.lock_prefix));
-        let locks = self.locks.clone();
-        let held = joined(
-            tokio::task::spawn_blocking(move || {
-                let (conn, ()) = locks.run_keep(|c| {
-                    c.execute_typed("SELECT pg_advisory_lock($1)", &[(&key, Type::INT8)])
-                        .map(drop)
-                })?;
-                // From here the lock is released by `Held`'s drop, even if the caller stopped
-                // waiting and nobody takes the guard.
-                Ok(Held {
-                    conn: Some(conn),
-                    key,
-                })
-            })
-            .await,
-        )?;
-        Ok(Some(StoreLock::new(Release(Some(held)))))
+        self.locks.lock(execution_id).await.map(Some)
     }
 
     fn rate_limiter(&self) -> Option<Arc<dyn crate::policy::ratelimit::RateLimiter>> {
@@ -284,51 +318,5 @@ impl Store for PgStore {
 
     fn subscribe(&self) -> Option<broadcast::Receiver<StoreMessage>> {
         Some(self.messages.subscribe())
-    }
-}
-
-/// A session advisory lock held on a connection. Dropping it unlocks, blocking: the
-/// connection goes back to its pool, or is closed if the unlock fails (which ends the session
-/// and its lock).
-struct Held {
-    conn: Option<Pooled>,
-    key: i64,
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        let Some(mut conn) = self.conn.take() else {
-            return;
-        };
-        let released = conn
-            .query_typed("SELECT pg_advisory_unlock($1)", &[(&self.key, Type::INT8)])
-            .ok()
-            .and_then(|rows| rows.first().and_then(|r| r.try_get::<_, bool>(0).ok()))
-            .unwrap_or(false);
-        if !released {
-            tracing::warn!(
-                key = self.key,
-                "an execution lock was not released by unlock; closing its connection"
-            );
-            conn.discard();
-        }
-    }
-}
-
-/// The guard [`Store::lock_execution`] returns: its drop hands the unlock to a blocking
-/// thread (or unlocks in place outside a runtime).
-struct Release(Option<Held>);
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        let Some(held) = self.0.take() else {
-            return;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn_blocking(move || drop(held));
-            }
-            Err(_) => drop(held),
-        }
     }
 }

@@ -1,4 +1,4 @@
-//! The [`Tx`] of the PostgreSQL store, over one `postgres::Transaction`: the SQLite backend's
+//! The [`Tx`] of the PostgreSQL store, over one [`PgTransaction`]: the SQLite backend's
 //! statements, method by method, with the row locks that make a read-modify-write safe when
 //! several replicas write at once under `READ COMMITTED`.
 //!
@@ -10,13 +10,19 @@
 //! advisory lock on its id), then numbers from the latest committed sequence, so the log stays
 //! gapless and unique however many replicas append at once.
 //!
-//! Statements are prepared once per connection, with their parameter types, and kept
-//! ([`Statements`]): after the first use each is one round trip that PostgreSQL neither parses
-//! nor (after its first executions) plans again.
+//! Statements are prepared once per connection, with their parameter types, and kept: PostgreSQL
+//! neither parses nor (after their first executions) plans them again. What costs is the round
+//! trip, so a transaction waits for as few as it can: a write whose answer the kernel does not
+//! use (every `put_*`, [`Tx::record_events`], [`Tx::record_renewal`], the occurrence counters,
+//! the advisory locks) is held back and sent with the next read, or with `COMMIT`; `BEGIN` goes
+//! with the first statement; and the reads the kernel announces ([`Tx::prefetch`]) go in one
+//! batch. The server still runs every statement in the order the kernel made the calls, so the
+//! locks are taken in the same order, and the first statement that fails is the error (see
+//! [`PgTransaction`]).
 //!
-//! Submodules: `base` (the statement, decoding, paging and locking helpers every operation
-//! runs through), and the operations of a transaction beyond [`Tx`]'s own: `keys`,
-//! `sessions`, `resources`.
+//! Submodules: `base` (the statement, decoding, paging, prefetching and locking helpers every
+//! operation runs through), and the operations of a transaction beyond [`Tx`]'s own: `keys`,
+//! `sessions`, `resources`, `subagents`.
 
 use super::rows::{
     AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, EVENT_COLS, EXEC_COLS, STEP_COLS, agent_row,
@@ -27,10 +33,10 @@ use crate::protocol::{
     StepKind,
 };
 use crate::store::AGENT_LEASE;
-use crate::store::{ExecutionQuery, OccurrenceKey, Page, StoreError, StoreResult, Tx};
-use durable_support::pg::postgres;
-use durable_support::pg::{Cached, Param, advisory_key};
-use postgres::types::{ToSql, Type};
+use crate::store::{ExecutionQuery, Lookup, OccurrenceKey, Page, StoreError, StoreResult, Tx};
+use durable_support::pg::postgres::Row;
+use durable_support::pg::postgres::types::{ToSql, Type};
+use durable_support::pg::{Param, PgTransaction, Request, advisory_key};
 use serde_json::Value;
 
 /// Typed parameters: `params![value => TEXT, n => INT8]`.
@@ -44,18 +50,35 @@ macro_rules! params {
 const TERMINAL_STEP: &str = "('succeeded', 'failed', 'denied', 'cancelled')";
 
 /// The operations of one PostgreSQL transaction.
-pub(super) struct PgTx<'a, 'c> {
-    /// The transaction, with its connection's prepared statements.
-    tx: Cached<'a, postgres::Transaction<'c>>,
+pub(super) struct PgTx<'a> {
+    /// The transaction (its statements prepared once per connection, and pipelined).
+    tx: &'a mut PgTransaction,
     /// A write transaction locks what it reads of executions and dispatches.
     write: bool,
     /// The first statement that failed: PostgreSQL has aborted the transaction, and a commit
     /// would roll it back without an error, so the store refuses to report it committed.
     failed: Option<String>,
     /// Executions whose row this write transaction already holds `FOR UPDATE` (appending
-    /// events need not lock it again: one round trip fewer).
+    /// events need not lock it again: one statement fewer).
     locked: Vec<String>,
+    /// The answers of announced reads ([`Tx::prefetch`]), by the statement each answers; none
+    /// is kept past a write.
+    prefetched: Vec<(Request, Vec<Row>)>,
+    /// While reads are announced: the statements they send.
+    recording: Option<Vec<Request>>,
 }
+
+/// Numbers and inserts events after the execution's latest (its appenders serialised first).
+const INSERT_EVENTS: &str =
+    "INSERT INTO events (execution_id, event_seq, type, payload, occurred_at)
+     SELECT $1, (SELECT coalesce(max(event_seq), 0) FROM events WHERE execution_id = $1) + n,
+            t, p, $2
+     FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS batch(t, p, n)
+     RETURNING event_seq";
+
+/// Renews a lease: the row is the attempt's own and stays in flight, so its counters stay.
+const RENEW_DISPATCH: &str = "UPDATE dispatches SET locked_at = $3, updated_at = $3
+     WHERE id = $1 AND attempt = $2 AND status = 'in_flight'";
 
 /// How many rows a page of `limit` reads: one more, to learn whether another page follows.
 fn fetch(limit: usize) -> i64 {
@@ -69,13 +92,9 @@ fn big(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-impl Tx for PgTx<'_, '_> {
+impl Tx for PgTx<'_> {
     fn agent(&mut self, id: &str) -> StoreResult<Option<Agent>> {
-        self.one(
-            &format!("SELECT {AGENT_COLS} FROM agents WHERE id = $1"),
-            params![id => TEXT],
-            agent_row,
-        )
+        self.one(&base::agent_sql_by_id(), params![id => TEXT], agent_row)
     }
     fn agent_secret(&mut self, id: &str) -> StoreResult<Option<String>> {
         self.one(
@@ -85,7 +104,7 @@ impl Tx for PgTx<'_, '_> {
         )
     }
     fn put_agent(&mut self, a: &Agent) -> StoreResult<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO agents (id, webhook_url, secret, policy_bundle, registered_at, metadata,
                lease_timeout_seconds)
              VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -97,8 +116,7 @@ impl Tx for PgTx<'_, '_> {
                     a.policy_bundle => TEXT, a.registered_at => TEXT,
                     crate::store::metadata_text(a) => TEXT,
                     a.lease_timeout_seconds => FLOAT8],
-        )?;
-        Ok(())
+        )
     }
     fn delete_agent(&mut self, id: &str) -> StoreResult<bool> {
         Ok(self.exec("DELETE FROM agents WHERE id = $1", params![id => TEXT])? > 0)
@@ -173,7 +191,7 @@ impl Tx for PgTx<'_, '_> {
     fn put_execution(&mut self, e: &Execution) -> StoreResult<()> {
         // `ended_at` is set once, by the update that makes the execution terminal, and never
         // moves afterwards: retention counts from it.
-        self.exec(
+        self.defer(
             "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key, on_behalf_of, subject_groups, session, parent_execution_id, forked_from, fork_seq, restoration, spawned_by_execution, spawned_by_step, state, policy_bundle, trace_parent)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
                CASE WHEN $5 IN ('completed', 'failed', 'cancelled') THEN $9 END, $11, NULLIF($12, ''), $13, $14,
@@ -210,8 +228,7 @@ impl Tx for PgTx<'_, '_> {
                 e.policy_bundle => TEXT,
                 e.trace_parent => TEXT,
             ],
-        )?;
-        Ok(())
+        )
     }
     fn list_executions(&mut self, q: &ExecutionQuery) -> StoreResult<Page<Execution>> {
         let sql = format!(
@@ -293,32 +310,16 @@ impl Tx for PgTx<'_, '_> {
         occurred_at: &str,
         events: &[(EventType, Value)],
     ) -> StoreResult<u64> {
-        // Serialise appenders of this execution first: the numbering below then starts from
-        // the latest committed event (a new statement, so a new snapshot, under READ COMMITTED).
-        // A row this transaction already read `FOR UPDATE` is locked already.
-        let locked = self.locked.iter().any(|l| l == execution_id)
-            || self.exists(
-                "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE",
-                params![execution_id => TEXT],
-            )?;
-        if !locked {
-            let key = advisory_key(&format!("events:{execution_id}"));
-            self.exec("SELECT pg_advisory_xact_lock($1)", params![key => INT8])?;
-        }
+        self.lock_events(execution_id)?;
         if events.is_empty() {
             return self.count(
                 "SELECT coalesce(max(event_seq), 0) FROM events WHERE execution_id = $1",
                 params![execution_id => TEXT],
             );
         }
-        let types: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
-        let payloads: Vec<String> = events.iter().map(|(_, p)| p.to_string()).collect();
+        let (types, payloads) = event_columns(events);
         let rows = self.rows(
-            "INSERT INTO events (execution_id, event_seq, type, payload, occurred_at)
-             SELECT $1, (SELECT coalesce(max(event_seq), 0) FROM events WHERE execution_id = $1) + n,
-                    t, p, $2
-             FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS batch(t, p, n)
-             RETURNING event_seq",
+            INSERT_EVENTS,
             params![execution_id => TEXT, occurred_at => TEXT, types => TEXT_ARRAY,
                     payloads => TEXT_ARRAY],
         )?;
@@ -328,6 +329,23 @@ impl Tx for PgTx<'_, '_> {
             .max()
             .unwrap_or(0);
         Ok(last.max(0) as u64)
+    }
+    fn record_events(
+        &mut self,
+        execution_id: &str,
+        occurred_at: &str,
+        events: &[(EventType, Value)],
+    ) -> StoreResult<()> {
+        self.lock_events(execution_id)?;
+        if events.is_empty() {
+            return Ok(());
+        }
+        let (types, payloads) = event_columns(events);
+        self.defer(
+            INSERT_EVENTS,
+            params![execution_id => TEXT, occurred_at => TEXT, types => TEXT_ARRAY,
+                    payloads => TEXT_ARRAY],
+        )
     }
     fn has_event(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool> {
         self.exists(
@@ -386,7 +404,7 @@ impl Tx for PgTx<'_, '_> {
         );
         let occurrence = i64::try_from(s.occurrence)
             .map_err(|_| StoreError::Database("occurrence out of range".into()))?;
-        self.exec(
+        self.defer(
             &sql,
             params![
                 s.step_id => TEXT,
@@ -403,8 +421,7 @@ impl Tx for PgTx<'_, '_> {
                 s.started_at => TEXT,
                 s.completed_at => TEXT,
             ],
-        )?;
-        Ok(())
+        )
     }
     fn steps_page(
         &mut self,
@@ -467,7 +484,7 @@ impl Tx for PgTx<'_, '_> {
         )
     }
     fn put_approval(&mut self, a: &Approval) -> StoreResult<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO approvals (id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at, asserted_by)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
              ON CONFLICT (id) DO UPDATE SET step_id = excluded.step_id,
@@ -490,8 +507,7 @@ impl Tx for PgTx<'_, '_> {
                 a.created_at => TEXT,
                 a.asserted_by => TEXT,
             ],
-        )?;
-        Ok(())
+        )
     }
     fn pending_approvals(&mut self, execution_id: Option<&str>) -> StoreResult<Vec<Approval>> {
         self.all(
@@ -586,7 +602,7 @@ impl Tx for PgTx<'_, '_> {
         // One statement: the row, and the counters that belong to the attempt in flight only
         // (gone once it ends or is superseded).
         let ended = d.status != DispatchStatus::InFlight;
-        self.exec(
+        self.defer(
             "WITH up AS (
                INSERT INTO dispatches (id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at)
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
@@ -611,17 +627,21 @@ impl Tx for PgTx<'_, '_> {
                 d.updated_at => TEXT,
                 ended => BOOL,
             ],
-        )?;
-        Ok(())
+        )
     }
     fn renew_dispatch(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<bool> {
-        // The row is the attempt's own and stays in flight: its counters stay.
         let n = self.exec(
-            "UPDATE dispatches SET locked_at = $3, updated_at = $3
-             WHERE id = $1 AND attempt = $2 AND status = 'in_flight'",
+            RENEW_DISPATCH,
             params![id => TEXT, i64::from(attempt) => INT8, now => TEXT],
         )?;
         Ok(n > 0)
+    }
+    fn record_renewal(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<()> {
+        // A renewal moves `locked_at` and `updated_at`, which no lookup reads.
+        self.defer_unlooked(
+            RENEW_DISPATCH,
+            params![id => TEXT, i64::from(attempt) => INT8, now => TEXT],
+        )
     }
     fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>> {
         let sql = format!(
@@ -701,7 +721,7 @@ impl Tx for PgTx<'_, '_> {
         let occurrence = i64::try_from(occurrence)
             .map_err(|_| StoreError::Database("occurrence out of range".into()))?;
         // The dispatch row is locked: a concurrent change of its attempt or status commits
-        // first and is seen here, or waits for this transaction.
+        // first and is seen here, or waits for this transaction. No lookup reads the counters.
         let sql = format!(
             "INSERT INTO dispatch_step_counters AS c (dispatch_id, attempt, kind, target, args_hash, consumed)
              SELECT $1, $2, $3, $4, $5, $6 FROM dispatches
@@ -712,12 +732,14 @@ impl Tx for PgTx<'_, '_> {
                  attempt = excluded.attempt",
             self.lock()
         );
-        self.exec(
+        self.defer_unlooked(
             &sql,
             params![dispatch_id => TEXT, i64::from(attempt) => INT8, kind => TEXT,
                     target => TEXT, args_hash => TEXT, occurrence => INT8],
-        )?;
-        Ok(())
+        )
+    }
+    fn prefetch(&mut self, lookups: &[Lookup<'_>]) -> StoreResult<()> {
+        self.announce(lookups)
     }
     fn api_keys(&mut self) -> &mut dyn crate::store::ApiKeyTx {
         self
@@ -731,6 +753,33 @@ impl Tx for PgTx<'_, '_> {
     fn subagents(&mut self) -> &mut dyn crate::store::SubagentTx {
         self
     }
+}
+
+impl PgTx<'_> {
+    /// Serialises the appenders of `execution_id` before events are numbered: the numbering
+    /// then starts from the latest committed event (a new statement, so a new snapshot, under
+    /// READ COMMITTED). A row this transaction already read `FOR UPDATE` is locked already;
+    /// an execution without a row takes a transaction advisory lock on its id.
+    fn lock_events(&mut self, execution_id: &str) -> StoreResult<()> {
+        let locked = self.locked.iter().any(|l| l == execution_id)
+            || self.exists(
+                "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE",
+                params![execution_id => TEXT],
+            )?;
+        if !locked {
+            let key = advisory_key(&format!("events:{execution_id}"));
+            self.defer("SELECT pg_advisory_xact_lock($1)", params![key => INT8])?;
+        }
+        Ok(())
+    }
+}
+
+/// The types and payloads of `events`, as the columns [`INSERT_EVENTS`] unnests.
+fn event_columns(events: &[(EventType, Value)]) -> (Vec<&str>, Vec<String>) {
+    (
+        events.iter().map(|(t, _)| t.as_str()).collect(),
+        events.iter().map(|(_, p)| p.to_string()).collect(),
+    )
 }
 
 mod base;

@@ -1,36 +1,55 @@
 //! PostgreSQL connections for the kernel store and the receipt store: the URL and its TLS
-//! (rustls, never OpenSSL), a bounded pool of blocking clients, transactions that survive a
-//! dropped connection where retrying is safe, a pinned schema, migrations under an advisory
-//! lock, advisory-lock keys, statements prepared once per connection ([`Statements`],
-//! [`Cached`]; in `statements.rs`), and a LISTEN connection that reconnects ([`Listener`]; in
-//! `listen.rs`).
+//! (rustls, never OpenSSL), a bounded pool of connections used from blocking threads
+//! ([`PgPool`], in `pool.rs`), transactions whose statements are pipelined ([`PgTransaction`],
+//! in `transaction.rs`), statements prepared once per connection ([`Queries`]; in
+//! `statements.rs`), a pinned schema, migrations under an advisory lock, advisory-lock keys,
+//! and a LISTEN connection that reconnects ([`Listener`]; in `listen.rs`).
 //!
-//! The clients are the blocking face of `tokio-postgres` (the `postgres` crate): both stores
-//! run their transactions as synchronous closures on blocking threads, one pooled connection per
-//! transaction, so the logic written once against their `Tx` traits runs unchanged on SQLite and
-//! on PostgreSQL.
+//! # Driver
 //!
-//! Only the start of a transaction is retried: `BEGIN` is the first thing sent on a connection
-//! taken from the pool, so if it fails because the connection is gone (the server restarted, a
-//! proxy dropped it), nothing of the transaction reached the server and it runs again on a new
-//! connection, until [`PgOptions::reconnect_for`] has passed. A failure after that (a statement,
-//! the commit) is returned: the caller's work was not acknowledged, and whoever asked for it
-//! retries with the same idempotent request.
+//! Both stores run their transactions as synchronous closures on blocking threads, one pooled
+//! connection per transaction, so the logic written once against their `Tx` traits runs
+//! unchanged on SQLite and on PostgreSQL. A pooled connection ([`PgConn`], in `conn.rs`) is a
+//! `tokio-postgres` client with the task that drives its socket, run by the blocking thread on
+//! a small runtime of the connection's own, as the blocking `postgres` crate does inside. Owning
+//! the connection is what lets one thread send several statements before it waits for any: the
+//! blocking crate waits for each answer before it sends the next statement, so every statement
+//! of a transaction, and its `BEGIN` and `COMMIT`, cost a round trip, which on a busy machine
+//! costs far more than the statement itself. [`PgTransaction`] sends `BEGIN` with the first
+//! statement, holds back the writes whose answer the caller does not need until the next
+//! statement it waits for or the commit, and can send several reads at once
+//! ([`PgTransaction::query_all`]). The `LISTEN` connection and migrations use the blocking
+//! `postgres` client ([`PgPool::open`]): nothing there is worth pipelining.
+//!
+//! # What is retried
+//!
+//! A transaction whose connection turns out to be gone before any answer reached its caller,
+//! and before its `COMMIT` could have reached the server, is sent again on a new connection,
+//! until [`PgOptions::reconnect_for`] has passed: nothing of it can have committed, and its
+//! caller has seen nothing of it. An idle connection is checked before it is handed out (what
+//! the server sent while it was idle is read without waiting: a server that restarted has closed
+//! it). A failure after that (a statement, the commit) is returned: the caller's work was not
+//! acknowledged, and whoever asked for it retries with the same idempotent request; a commit
+//! whose answer was lost is such a failure, never a success.
 
 use postgres::error::SqlState;
-use postgres::{Client, Config, NoTls};
 use std::fmt;
-use std::str::FromStr;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use postgres;
 
+mod batch;
+mod conn;
 mod listen;
+mod pool;
 mod statements;
+mod transaction;
 
+pub use conn::{PgConn, RowIter};
 pub use listen::{Heard, Listener};
-pub use statements::{Cached, Param, Statements};
+pub use pool::{PgPool, Pooled};
+pub use statements::{Param, Queries, Request, Statements};
+pub use transaction::PgTransaction;
 
 /// A PostgreSQL failure: a bad URL, a connection that could not be made, or an error of the
 /// database.
@@ -42,6 +61,9 @@ pub enum PgError {
     Connect(String),
     /// The database refused or failed an operation.
     Db(postgres::Error),
+    /// A transaction was asked to commit after one of its statements failed (the server had
+    /// aborted it): it was rolled back.
+    Aborted,
 }
 
 impl fmt::Display for PgError {
@@ -50,6 +72,9 @@ impl fmt::Display for PgError {
             PgError::Config(m) => write!(f, "postgres: {m}"),
             PgError::Connect(m) => write!(f, "postgres: cannot connect: {m}"),
             PgError::Db(e) => write!(f, "postgres: {}", describe(e)),
+            PgError::Aborted => {
+                f.write_str("postgres: the transaction was rolled back after a failed statement")
+            }
         }
     }
 }
@@ -153,496 +178,6 @@ pub fn valid_schema_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
-/// The TLS side of a connection.
-#[derive(Clone)]
-enum Tls {
-    Plain,
-    Rustls(tokio_postgres_rustls::MakeRustlsConnect),
-}
-
-fn rustls_config() -> Result<rustls::ClientConfig, PgError> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    if let Some(path) = std::env::var_os("PGSSLROOTCERT") {
-        use rustls::pki_types::CertificateDer;
-        use rustls::pki_types::pem::PemObject;
-        let certs = CertificateDer::pem_file_iter(&path).map_err(|e| {
-            PgError::Config(format!("PGSSLROOTCERT {}: {e}", path.to_string_lossy()))
-        })?;
-        for cert in certs {
-            let cert = cert.map_err(|e| {
-                PgError::Config(format!("PGSSLROOTCERT {}: {e}", path.to_string_lossy()))
-            })?;
-            roots
-                .add(cert)
-                .map_err(|e| PgError::Config(format!("PGSSLROOTCERT: {e}")))?;
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| PgError::Config(format!("tls: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
-}
-
-struct Shared {
-    config: Config,
-    tls: Tls,
-    max: usize,
-    reconnect_for: Duration,
-    /// Idle connections, and how many are out (idle ones not counted).
-    state: Mutex<PoolState>,
-    freed: Condvar,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-        let idle = std::mem::take(&mut state.idle);
-        if idle.is_empty() {
-            return;
-        }
-        // Closing a blocking client runs a small runtime of its own, which panics on a thread
-        // that drives an async runtime: the last handle of a pool is often dropped on one.
-        let closing = std::thread::Builder::new()
-            .name("pg-close".into())
-            .spawn(move || drop(idle));
-        if let Err(e) = closing {
-            tracing::warn!(error = %e, "cannot start a thread to close idle postgres connections");
-        }
-    }
-}
-
-#[derive(Default)]
-struct PoolState {
-    idle: Vec<(Client, Statements)>,
-    out: usize,
-}
-
-fn lock(m: &Mutex<PoolState>) -> MutexGuard<'_, PoolState> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// A bounded pool of blocking PostgreSQL clients. Cloning shares the pool.
-#[derive(Clone)]
-pub struct PgPool {
-    shared: Arc<Shared>,
-}
-
-impl fmt::Debug for PgPool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PgPool")
-            .field("max", &self.shared.max)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PgPool {
-    /// Parses the options and opens one connection to check them (creating the schema if
-    /// one is named). Blocking: call it from a blocking thread, or before a runtime starts.
-    pub fn connect(options: &PgOptions) -> Result<PgPool, PgError> {
-        let mut config = Config::from_str(&options.url)
-            .map_err(|e| PgError::Config(format!("invalid database URL: {e}")))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(5));
-        }
-        if let Some(schema) = &options.schema {
-            if !valid_schema_name(schema) {
-                return Err(PgError::Config(format!(
-                    "invalid schema name {schema:?} (lowercase letters, digits and _, at most 63)"
-                )));
-            }
-            let pinned = format!("-c search_path={schema}");
-            let options = match config.get_options() {
-                Some(existing) if !existing.is_empty() => format!("{existing} {pinned}"),
-                _ => pinned,
-            };
-            config.options(&options);
-        }
-        let tls = match config.get_ssl_mode() {
-            postgres::config::SslMode::Disable => Tls::Plain,
-            _ => Tls::Rustls(tokio_postgres_rustls::MakeRustlsConnect::new(
-                rustls_config()?,
-            )),
-        };
-        let pool = PgPool {
-            shared: Arc::new(Shared {
-                config,
-                tls,
-                max: options.max_connections.max(1),
-                reconnect_for: options.reconnect_for,
-                state: Mutex::new(PoolState::default()),
-                freed: Condvar::new(),
-            }),
-        };
-        let mut client = pool.get()?;
-        if let Some(schema) = &options.schema {
-            // Two processes creating the schema at once can both pass `IF NOT EXISTS` and one
-            // then trips over the other's catalog row: the schema exists, which is the point.
-            match client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"")) {
-                Err(e)
-                    if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
-                        || e.code() == Some(&SqlState::DUPLICATE_SCHEMA) => {}
-                other => other?,
-            }
-        }
-        Ok(pool)
-    }
-
-    /// Connections open at most at once.
-    pub fn max_connections(&self) -> usize {
-        self.shared.max
-    }
-
-    /// A new connection outside the pool (a LISTEN connection, a session lock), retried
-    /// until the reconnect window has passed.
-    pub fn open(&self) -> Result<Client, PgError> {
-        let mut retry = Backoff::new(self.shared.reconnect_for);
-        loop {
-            let attempt = match &self.shared.tls {
-                Tls::Plain => self.shared.config.connect(NoTls),
-                Tls::Rustls(tls) => self.shared.config.connect(tls.clone()),
-            };
-            match attempt {
-                Ok(client) => return Ok(client),
-                Err(e) if is_connection_error(&e) && retry.again() => {}
-                Err(e) => return Err(PgError::Connect(describe(&e))),
-            }
-        }
-    }
-
-    /// A connection from the pool, waiting while all are out. Blocking.
-    pub fn get(&self) -> Result<Pooled, PgError> {
-        {
-            let mut state = lock(&self.shared.state);
-            while state.out >= self.shared.max {
-                state = self
-                    .shared
-                    .freed
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner);
-            }
-            state.out += 1;
-            if let Some((client, statements)) = state.idle.pop() {
-                return Ok(Pooled {
-                    client: Some(client),
-                    statements,
-                    pool: self.clone(),
-                });
-            }
-        }
-        // The slot is ours; connecting happens outside the lock. Give it back on failure.
-        let mut slot = Pooled {
-            client: None,
-            statements: Statements::default(),
-            pool: self.clone(),
-        };
-        slot.client = Some(self.open()?);
-        Ok(slot)
-    }
-
-    /// Runs `f` in one transaction on a pooled connection and commits it. A connection found
-    /// dead at `BEGIN` is replaced and the transaction started again (nothing of it reached
-    /// the server); if `f` fails, the transaction is rolled back and its error returned.
-    pub fn transaction<R, E>(
-        &self,
-        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<R, E>,
-    ) -> Result<R, E>
-    where
-        E: From<PgError>,
-    {
-        self.transaction_as(false, |tx, _| f(tx))
-    }
-
-    /// Like [`PgPool::transaction`], with the connection's prepared [`Statements`].
-    pub fn transaction_with<R, E>(
-        &self,
-        f: impl FnOnce(&mut postgres::Transaction<'_>, &mut Statements) -> Result<R, E>,
-    ) -> Result<R, E>
-    where
-        E: From<PgError>,
-    {
-        self.transaction_as(false, f)
-    }
-
-    /// Like [`PgPool::snapshot`], with the connection's prepared [`Statements`].
-    pub fn snapshot_with<R, E>(
-        &self,
-        f: impl FnOnce(&mut postgres::Transaction<'_>, &mut Statements) -> Result<R, E>,
-    ) -> Result<R, E>
-    where
-        E: From<PgError>,
-    {
-        self.transaction_as(true, f)
-    }
-
-    /// Like [`PgPool::transaction`], in a `REPEATABLE READ READ ONLY` transaction: every
-    /// statement of `f` reads the same snapshot, and nothing can be written.
-    pub fn snapshot<R, E>(
-        &self,
-        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<R, E>,
-    ) -> Result<R, E>
-    where
-        E: From<PgError>,
-    {
-        self.transaction_as(true, |tx, _| f(tx))
-    }
-
-    fn transaction_as<R, E>(
-        &self,
-        snapshot: bool,
-        f: impl FnOnce(&mut postgres::Transaction<'_>, &mut Statements) -> Result<R, E>,
-    ) -> Result<R, E>
-    where
-        E: From<PgError>,
-    {
-        let mut f = Some(f);
-        let mut retry = Backoff::new(self.shared.reconnect_for);
-        loop {
-            let mut conn = self.get()?;
-            let failed = {
-                let Pooled {
-                    client, statements, ..
-                } = &mut conn;
-                let client = client
-                    .as_mut()
-                    .expect("a pooled connection is present until dropped");
-                let begun = if snapshot {
-                    client
-                        .build_transaction()
-                        .isolation_level(postgres::IsolationLevel::RepeatableRead)
-                        .read_only(true)
-                        .start()
-                } else {
-                    client.transaction()
-                };
-                match begun {
-                    Ok(mut tx) => {
-                        let f = f.take().expect("the transaction body runs once");
-                        let out = f(&mut tx, statements)?;
-                        tx.commit().map_err(PgError::Db)?;
-                        return Ok(out);
-                    }
-                    Err(e) => e,
-                }
-            };
-            if !(is_connection_error(&failed) && retry.again()) {
-                return Err(PgError::Db(failed).into());
-            }
-            conn.discard();
-            self.drop_idle();
-        }
-    }
-
-    /// Runs an operation that may safely run twice (a read, a notification) on a pooled
-    /// connection, again on a new connection while the connection fails within the
-    /// reconnect window.
-    pub fn run<R>(
-        &self,
-        f: impl FnMut(&mut Client) -> Result<R, postgres::Error>,
-    ) -> Result<R, PgError> {
-        self.run_keep(f).map(|(_, out)| out)
-    }
-
-    /// Like [`PgPool::run`], with the connection's prepared [`Statements`].
-    pub fn run_with<R>(
-        &self,
-        mut f: impl FnMut(&mut Cached<'_, Client>) -> Result<R, postgres::Error>,
-    ) -> Result<R, PgError> {
-        let mut retry = Backoff::new(self.shared.reconnect_for);
-        loop {
-            let mut conn = self.get()?;
-            let out = {
-                let Pooled {
-                    client, statements, ..
-                } = &mut conn;
-                let client = client
-                    .as_mut()
-                    .expect("a pooled connection is present until dropped");
-                f(&mut Cached::new(client, statements))
-            };
-            match out {
-                Ok(out) => return Ok(out),
-                Err(e) if is_connection_error(&e) && retry.again() => {
-                    conn.discard();
-                    self.drop_idle();
-                }
-                Err(e) => return Err(PgError::Db(e)),
-            }
-        }
-    }
-
-    /// Like [`PgPool::run`], handing back the connection with the result: for session state
-    /// that lives with the connection (a session advisory lock), released by the caller
-    /// before it drops the connection (or by [`Pooled::discard`]).
-    pub fn run_keep<R>(
-        &self,
-        mut f: impl FnMut(&mut Client) -> Result<R, postgres::Error>,
-    ) -> Result<(Pooled, R), PgError> {
-        let mut retry = Backoff::new(self.shared.reconnect_for);
-        loop {
-            let mut conn = self.get()?;
-            match f(&mut conn) {
-                Ok(out) => return Ok((conn, out)),
-                Err(e) if is_connection_error(&e) && retry.again() => {
-                    conn.discard();
-                    self.drop_idle();
-                }
-                Err(e) => return Err(PgError::Db(e)),
-            }
-        }
-    }
-
-    /// Closes the idle connections (after one was found dead: the others are as old).
-    fn drop_idle(&self) {
-        let idle = std::mem::take(&mut lock(&self.shared.state).idle);
-        drop(idle);
-    }
-
-    /// Sends a notification on `channel` (every `LISTEN`ing session of the database gets it,
-    /// this process's included). The payload must stay under 8000 bytes.
-    pub fn notify(&self, channel: &str, payload: &str) -> Result<(), PgError> {
-        self.run(|c| {
-            c.execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
-                .map(drop)
-        })
-    }
-
-    /// Applies the migrations not applied yet, in order, each in its own transaction, under
-    /// a session advisory lock named `lock_name` (so replicas that start together apply each
-    /// once). Applied versions are recorded in `table`.
-    pub fn migrate(
-        &self,
-        lock_name: &str,
-        table: &str,
-        migrations: &[(i32, &str)],
-    ) -> Result<(), PgError> {
-        self.migrate_with(lock_name, table, migrations, |_, _, _| {})
-    }
-
-    /// [`PgPool::migrate`], calling `applied(version, n, pending)` after each migration it
-    /// applies: the `n`th of the `pending` ones this run applies (progress reports).
-    pub fn migrate_with(
-        &self,
-        lock_name: &str,
-        table: &str,
-        migrations: &[(i32, &str)],
-        mut applied: impl FnMut(i32, usize, usize),
-    ) -> Result<(), PgError> {
-        let mut client = self.open()?;
-        let key = advisory_key(lock_name);
-        client.execute("SELECT pg_advisory_lock($1)", &[&key])?;
-        let outcome = (|| -> Result<(), PgError> {
-            client.batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {table} (version integer PRIMARY KEY, \
-                 applied_at timestamptz NOT NULL DEFAULT now())"
-            ))?;
-            let done: Vec<i32> = client
-                .query(&format!("SELECT version FROM {table}"), &[])?
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
-            let pending = migrations
-                .iter()
-                .filter(|(version, _)| !done.contains(version))
-                .count();
-            let mut n = 0;
-            for (version, sql) in migrations {
-                if done.contains(version) {
-                    continue;
-                }
-                n += 1;
-                let mut tx = client.transaction()?;
-                tx.batch_execute(sql)?;
-                tx.execute(
-                    &format!("INSERT INTO {table} (version) VALUES ($1)"),
-                    &[version],
-                )?;
-                tx.commit()?;
-                applied(*version, n, pending);
-            }
-            Ok(())
-        })();
-        // Closing the session releases the lock even if the unlock is never answered.
-        let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&key]);
-        outcome
-    }
-}
-
-/// Waits between reconnection attempts: 50 ms doubling to 1 s, until a deadline.
-struct Backoff {
-    deadline: Instant,
-    pause: Duration,
-}
-
-impl Backoff {
-    fn new(window: Duration) -> Self {
-        Backoff {
-            deadline: Instant::now() + window,
-            pause: Duration::from_millis(50),
-        }
-    }
-
-    /// Sleeps and answers `true` if there is time for another attempt.
-    fn again(&mut self) -> bool {
-        if Instant::now() >= self.deadline {
-            return false;
-        }
-        std::thread::sleep(self.pause);
-        self.pause = (self.pause * 2).min(Duration::from_secs(1));
-        true
-    }
-}
-
-/// A pooled connection; dropping it returns it to the pool (or closes it if it broke).
-pub struct Pooled {
-    client: Option<Client>,
-    statements: Statements,
-    pool: PgPool,
-}
-
-impl Pooled {
-    /// Closes the connection instead of returning it to the pool (after an error that may
-    /// have left it unusable, or a session lock that could not be released).
-    pub fn discard(&mut self) {
-        self.client = None;
-    }
-}
-
-impl std::ops::Deref for Pooled {
-    type Target = Client;
-    fn deref(&self) -> &Client {
-        self.client
-            .as_ref()
-            .expect("a pooled connection is present until dropped")
-    }
-}
-
-impl std::ops::DerefMut for Pooled {
-    fn deref_mut(&mut self) -> &mut Client {
-        self.client
-            .as_mut()
-            .expect("a pooled connection is present until dropped")
-    }
-}
-
-impl Drop for Pooled {
-    fn drop(&mut self) {
-        let mut state = lock(&self.pool.shared.state);
-        state.out = state.out.saturating_sub(1);
-        if let Some(client) = self.client.take()
-            && !client.is_closed()
-        {
-            state
-                .idle
-                .push((client, std::mem::take(&mut self.statements)));
-        }
-        drop(state);
-        self.pool.shared.freed.notify_one();
-    }
-}
-
 /// The advisory-lock key for a name: FNV-1a 64 of its bytes, as a signed 64-bit integer.
 pub fn advisory_key(name: &str) -> i64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -706,7 +241,7 @@ mod server_tests {
 
     /// The server-side prepared statements of the pool's one connection.
     fn prepared_on_server(pool: &PgPool) -> i64 {
-        pool.run_with(|c| {
+        pool.run(|c| {
             c.query_typed_one("SELECT count(*) FROM pg_prepared_statements", &[])
                 .map(|r| r.get(0))
         })
@@ -722,7 +257,7 @@ mod server_tests {
         let pool = PgPool::connect(&options).unwrap();
         for i in 0..5i64 {
             let got: i64 = pool
-                .run_with(|c| {
+                .run(|c| {
                     c.query_typed_one("SELECT $1::int8 + 1", &[(&i, Type::INT8)])
                         .map(|r| r.get(0))
                 })
@@ -730,9 +265,8 @@ mod server_tests {
             assert_eq!(got, i + 1);
         }
         // The sum and the count itself, each prepared once, in transactions as well.
-        pool.transaction_with(|tx, statements| {
-            Cached::new(tx, statements)
-                .query_typed("SELECT $1::int8 + 1", &[(&7i64, Type::INT8)])
+        pool.transaction(|tx| {
+            tx.query_typed("SELECT $1::int8 + 1", &[(&7i64, Type::INT8)])
                 .map_err(PgError::Db)
         })
         .unwrap();
@@ -740,7 +274,7 @@ mod server_tests {
         assert_eq!(prepared_on_server(&pool), 2);
         // Many distinct texts never keep more than the capacity (the count's own included).
         for i in 0..(Statements::CAPACITY + 40) {
-            pool.run_with(|c| c.query_typed(&format!("SELECT {i}::int8"), &[]))
+            pool.run(|c| c.query_typed(&format!("SELECT {i}::int8"), &[]))
                 .unwrap();
         }
         let kept = prepared_on_server(&pool);

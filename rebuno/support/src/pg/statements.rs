@@ -1,13 +1,18 @@
-//! Prepared statements per connection: [`Statements`] keeps what a connection has prepared,
-//! [`Cached`] runs typed statements through it.
+//! Statements and their parameters: [`Statements`] keeps what a connection has prepared,
+//! [`Request`] is one statement with its parameters encoded (owned, so it can wait in a batch
+//! or be sent again on another connection), and [`Queries`] is the typed, prepared statement
+//! interface of a connection and of a transaction.
 
-use postgres::types::{ToSql, Type};
+use bytes::BytesMut;
+use postgres::types::{Format, IsNull, ToSql, Type};
+use postgres::{Error, Row};
 
-/// The statements a connection has prepared, by SQL text: a statement sent through
-/// [`Statements::prepared`] is parsed and planned once per connection, then only bound and
-/// executed (a statement sent as text is parsed and planned anew every time, which costs more
-/// than the round trip for anything that reads a table). At most [`Statements::CAPACITY`]
-/// are kept; past that the cache starts again.
+use super::conn::RowIter;
+
+/// The statements a connection has prepared, by SQL text: a statement is parsed and planned
+/// once per connection, then only bound and executed (a statement sent as text is parsed and
+/// planned anew every time, which costs more than the round trip for anything that reads a
+/// table). At most [`Statements::CAPACITY`] are kept; past that the cache starts again.
 #[derive(Default)]
 pub struct Statements {
     by_sql: std::collections::HashMap<String, postgres::Statement>,
@@ -17,24 +22,17 @@ impl Statements {
     /// Statements kept per connection.
     pub const CAPACITY: usize = 256;
 
-    /// The prepared statement for `sql` with parameter `types`, preparing it on `client` the
-    /// first time (one round trip). A statement's text names its parameter types for good:
-    /// call sites pass the same `types` for the same `sql`.
-    pub fn prepared(
-        &mut self,
-        client: &mut impl postgres::GenericClient,
-        sql: &str,
-        types: &[Type],
-    ) -> Result<postgres::Statement, postgres::Error> {
-        if let Some(statement) = self.by_sql.get(sql) {
-            return Ok(statement.clone());
-        }
-        let statement = client.prepare_typed(sql, types)?;
+    /// The statement prepared for `sql`, if it is.
+    pub(super) fn get(&self, sql: &str) -> Option<postgres::Statement> {
+        self.by_sql.get(sql).cloned()
+    }
+
+    /// Keeps `statement`, prepared for `sql`.
+    pub(super) fn insert(&mut self, sql: &str, statement: postgres::Statement) {
         if self.by_sql.len() >= Self::CAPACITY {
             self.by_sql.clear();
         }
-        self.by_sql.insert(sql.to_owned(), statement.clone());
-        Ok(statement)
+        self.by_sql.insert(sql.to_owned(), statement);
     }
 
     /// How many statements are kept.
@@ -51,66 +49,158 @@ impl Statements {
 /// A statement parameter with its type.
 pub type Param<'p> = (&'p (dyn ToSql + Sync), Type);
 
-/// A client or transaction with its connection's prepared [`Statements`]: the `*_typed`
-/// calls of the `postgres` crate, each statement prepared once per connection.
-pub struct Cached<'a, C> {
-    client: &'a mut C,
-    statements: &'a mut Statements,
+/// One parameter, encoded when the statement was asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Encoded {
+    /// Its bytes (`None`: SQL `NULL`), in binary format or as text.
+    Value(Option<Vec<u8>>, Binary),
+    /// It could not be encoded: sending the statement fails with this message.
+    Invalid(String),
 }
 
-impl<'a, C: postgres::GenericClient> Cached<'a, C> {
-    /// `client` with `statements`, the prepared statements of its connection.
-    pub fn new(client: &'a mut C, statements: &'a mut Statements) -> Self {
-        Cached { client, statements }
+/// Whether a parameter is sent in binary format (else as text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Binary(bool);
+
+impl Binary {
+    fn of(format: Format) -> Binary {
+        Binary(matches!(format, Format::Binary))
+    }
+}
+
+impl ToSql for Encoded {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Encoded::Value(Some(bytes), _) => {
+                out.extend_from_slice(bytes);
+                Ok(IsNull::No)
+            }
+            Encoded::Value(None, _) => Ok(IsNull::Yes),
+            Encoded::Invalid(message) => Err(message.clone().into()),
+        }
     }
 
-    fn prepare<'p>(
-        &mut self,
-        sql: &str,
-        params: &[Param<'p>],
-    ) -> Result<(postgres::Statement, Vec<&'p (dyn ToSql + Sync)>), postgres::Error> {
-        let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
-        let statement = self.statements.prepared(self.client, sql, &types)?;
-        Ok((statement, params.iter().map(|(v, _)| *v).collect()))
+    fn accepts(_: &Type) -> bool {
+        // The value was checked against its type when it was encoded.
+        true
     }
 
+    fn encode_format(&self, _: &Type) -> Format {
+        match self {
+            Encoded::Value(_, Binary(false)) => Format::Text,
+            Encoded::Value(_, Binary(true)) | Encoded::Invalid(_) => Format::Binary,
+        }
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+/// One statement with its parameter types and its parameters, encoded: what a batch sends. Two
+/// requests are equal when they send the same text with the same parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    sql: String,
+    types: Vec<Type>,
+    values: Vec<Encoded>,
+}
+
+impl Request {
+    /// `sql` with `params`, each encoded now as its type says. A parameter that cannot be
+    /// encoded makes the statement fail when it is sent (with that parameter's error).
+    pub fn new(sql: &str, params: &[Param<'_>]) -> Request {
+        let mut buf = BytesMut::new();
+        let values = params
+            .iter()
+            .map(|(value, ty)| {
+                buf.clear();
+                match value.to_sql_checked(ty, &mut buf) {
+                    Ok(IsNull::Yes) => Encoded::Value(None, Binary::of(value.encode_format(ty))),
+                    Ok(IsNull::No) => {
+                        Encoded::Value(Some(buf.to_vec()), Binary::of(value.encode_format(ty)))
+                    }
+                    Err(e) => Encoded::Invalid(e.to_string()),
+                }
+            })
+            .collect();
+        Request {
+            sql: sql.to_owned(),
+            types: params.iter().map(|(_, t)| t.clone()).collect(),
+            values,
+        }
+    }
+
+    /// The statement's text.
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+
+    pub(super) fn types(&self) -> &[Type] {
+        &self.types
+    }
+
+    /// The parameters as `tokio-postgres` binds them.
+    pub(super) fn values(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.values
+            .iter()
+            .map(|v| v as &(dyn ToSql + Sync))
+            .collect()
+    }
+}
+
+/// Typed statements, each prepared once per connection and kept ([`Statements`]): what a
+/// pooled connection ([`PgConn`](super::PgConn), each statement its own transaction) and a
+/// transaction ([`PgTransaction`](super::PgTransaction)) run.
+pub trait Queries {
     /// The rows `sql` returns.
-    pub fn query_typed(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<Vec<postgres::Row>, postgres::Error> {
-        let (statement, values) = self.prepare(sql, params)?;
-        self.client.query(&statement, &values)
-    }
+    fn query_typed(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, Error>;
 
     /// The one row `sql` returns (an error if it returns none or several).
-    pub fn query_typed_one(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<postgres::Row, postgres::Error> {
-        let (statement, values) = self.prepare(sql, params)?;
-        self.client.query_one(&statement, &values)
-    }
+    fn query_typed_one(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Row, Error>;
 
     /// The rows `sql` returns, as they arrive from the server (a caller may stop early).
-    pub fn query_typed_raw(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<postgres::RowIter<'_>, postgres::Error> {
-        let (statement, values) = self.prepare(sql, params)?;
-        self.client.query_raw(&statement, values)
-    }
+    fn query_typed_raw(&mut self, sql: &str, params: &[Param<'_>]) -> Result<RowIter<'_>, Error>;
 
     /// Runs `sql`; answers the rows it changed.
-    pub fn execute_typed(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<u64, postgres::Error> {
-        let (statement, values) = self.prepare(sql, params)?;
-        self.client.execute(&statement, &values)
+    fn execute_typed(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64, Error>;
+
+    /// Runs `sql`, which may hold several statements and no parameters, as text (not
+    /// prepared: schema changes, `LISTEN`, `SELECT 1`).
+    fn batch_execute(&mut self, sql: &str) -> Result<(), Error>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_encode_their_parameters_once_and_compare_by_value() {
+        let (a, b): (i64, Option<&str>) = (7, None);
+        let one = Request::new("SELECT $1, $2", &[(&a, Type::INT8), (&b, Type::TEXT)]);
+        let same = Request::new("SELECT $1, $2", &[(&7i64, Type::INT8), (&b, Type::TEXT)]);
+        let other = Request::new("SELECT $1, $2", &[(&8i64, Type::INT8), (&b, Type::TEXT)]);
+        assert_eq!(one, same);
+        assert_ne!(one, other);
+        assert_eq!(one.types(), &[Type::INT8, Type::TEXT]);
+        let mut out = BytesMut::new();
+        let values = one.values();
+        let first = values[0].to_sql_checked(&Type::INT8, &mut out);
+        assert!(matches!(first, Ok(IsNull::No)));
+        assert_eq!(&out[..], &7i64.to_be_bytes());
+        let second = values[1].to_sql_checked(&Type::TEXT, &mut out);
+        assert!(matches!(second, Ok(IsNull::Yes)));
+    }
+
+    #[test]
+    fn a_parameter_of_the_wrong_type_fails_when_sent() {
+        let request = Request::new("SELECT $1", &[(&"text", Type::INT8)]);
+        let mut out = BytesMut::new();
+        match request.values()[0].to_sql_checked(&Type::INT8, &mut out) {
+            Err(e) => assert!(e.to_string().contains("cannot convert"), "{e}"),
+            Ok(_) => panic!("a text parameter was encoded as int8"),
+        }
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! # Driver
 //!
-//! Connections are the `postgres` crate's blocking clients, pooled by [`durable_support::pg`]
-//! (the kernel's PostgreSQL store uses the same pool). Every operation runs on
+//! Connections are pooled by [`durable_support::pg`] (the kernel's PostgreSQL store uses the
+//! same pool), their statements prepared once per connection and a transaction's `BEGIN` sent
+//! with its first statement. Every operation runs on
 //! [`tokio::task::spawn_blocking`], never on an async worker.
 //!
 //! # The append transaction
@@ -59,10 +60,9 @@ use super::{
 use crate::error::{Error, Result};
 use crate::receipt::Receipt;
 use async_trait::async_trait;
-use durable_support::pg::postgres::Transaction;
 use durable_support::pg::{
-    Cached, PgError, PgOptions, PgPool, is_connection_error, is_retryable_conflict, postgres,
-    valid_schema_name,
+    PgConn, PgError, PgOptions, PgPool, PgTransaction, is_connection_error, is_retryable_conflict,
+    postgres, valid_schema_name,
 };
 use std::time::{Duration, Instant};
 
@@ -236,9 +236,7 @@ impl PgStore {
     async fn write<R: Send + 'static>(
         &self,
         changes: usize,
-        mut body: impl FnMut(&mut Cached<'_, Transaction<'_>>, bool) -> Result<R, TxError>
-        + Send
-        + 'static,
+        mut body: impl FnMut(&mut PgTransaction, bool) -> Result<R, TxError> + Send + 'static,
     ) -> Result<R> {
         let pool = self.pool.clone();
         let window = self.reconnect_for;
@@ -250,9 +248,7 @@ impl PgStore {
             loop {
                 attempt += 1;
                 let started = Instant::now();
-                let failed = match pool.transaction_with(|tx, statements| {
-                    body(&mut Cached::new(tx, statements), retry)
-                }) {
+                let failed = match pool.transaction(|tx| body(tx, retry)) {
                     Ok(out) => {
                         super::log_commit("postgres", changes, started.elapsed());
                         return Ok(out);
@@ -262,7 +258,7 @@ impl PgStore {
                 };
                 let again = match &failed {
                     PgError::Db(e) => is_connection_error(e) || is_retryable_conflict(e),
-                    PgError::Config(_) | PgError::Connect(_) => false,
+                    PgError::Config(_) | PgError::Connect(_) | PgError::Aborted => false,
                 };
                 if !again || Instant::now() >= deadline {
                     tracing::warn!(
@@ -291,10 +287,10 @@ impl PgStore {
     /// Runs a read, again on a new connection while the connection fails.
     async fn reading<R: Send + 'static>(
         &self,
-        f: impl FnMut(&mut Cached<'_, postgres::Client>) -> Result<R, postgres::Error> + Send + 'static,
+        f: impl FnMut(&mut PgConn) -> Result<R, postgres::Error> + Send + 'static,
     ) -> Result<R> {
         let pool = self.pool.clone();
-        blocking(move || pool.run_with(f).map_err(storage)).await
+        blocking(move || pool.run(f).map_err(storage)).await
     }
 
     fn now() -> i64 {

@@ -3,10 +3,12 @@
 //! and compared, the next `stream_seq` from the receipts table, receipts and stream head written
 //! together) and the reads.
 //!
-//! Statements are prepared once per connection with their parameter types (`Cached`): after
-//! the first use, one round trip each, neither parsed nor (after the first runs) planned again. An append is four statements inside its transaction: the lock, one read of the
-//! event ids already present and the physical tail, one insert of every receipt (from arrays)
-//! that also upserts the stream head, and the commit.
+//! Statements are prepared once per connection with their parameter types ([`Queries`]): after
+//! the first use neither parsed nor (after the first runs) planned again. An append is four
+//! statements inside its transaction: the lock, one read of the event ids already present and
+//! the physical tail, one insert of every receipt (from arrays) that also upserts the stream
+//! head, and the commit; they leave in two round trips ([`PgTransaction`]): `BEGIN` and the lock
+//! with the read, the insert with the commit.
 
 use super::TxError;
 use crate::error::Error;
@@ -16,8 +18,8 @@ use crate::store::{
     batch_event_ids, check_batch, dedup_decision,
 };
 use durable_support::pg::postgres::types::{ToSql, Type};
-use durable_support::pg::postgres::{Error as PgDbError, GenericClient, Row};
-use durable_support::pg::{Cached, Param, advisory_key};
+use durable_support::pg::postgres::{Error as PgDbError, Row};
+use durable_support::pg::{Param, PgTransaction, Queries, advisory_key};
 
 /// Typed parameters: `params![value => TEXT, n => INT8]`.
 macro_rules! params {
@@ -34,9 +36,10 @@ pub(super) fn stream_key(prefix: &str, stream: &str) -> i64 {
 
 /// Takes the transaction-scoped advisory locks of `streams`, in key order (so two transactions
 /// locking overlapping sets never wait for each other in a cycle). Held until the transaction
-/// ends.
+/// ends. The locks leave with the transaction's next statement (the server takes them before
+/// it runs that statement).
 pub(super) fn lock_streams<'s>(
-    tx: &mut Cached<'_, impl GenericClient>,
+    tx: &mut PgTransaction,
     prefix: &str,
     streams: impl IntoIterator<Item = &'s str>,
 ) -> Result<(), TxError> {
@@ -44,17 +47,14 @@ pub(super) fn lock_streams<'s>(
     keys.sort_unstable();
     keys.dedup();
     for key in keys {
-        tx.query_typed("SELECT pg_advisory_xact_lock($1)", params![key => INT8])?;
+        tx.defer("SELECT pg_advisory_xact_lock($1)", params![key => INT8]);
     }
     Ok(())
 }
 
 /// When the receipts of `request` are stored already (found by hash, so only by an earlier
 /// run of this very request, whose commit went unanswered), the tail they left.
-fn stored_already(
-    tx: &mut Cached<'_, impl GenericClient>,
-    request: &AppendRequest,
-) -> Result<Option<Tail>, TxError> {
+fn stored_already(tx: &mut impl Queries, request: &AppendRequest) -> Result<Option<Tail>, TxError> {
     let hashes: Vec<&str> = request.receipts.iter().map(Receipt::hash).collect();
     let rows = tx.query_typed(
         "SELECT stream_seq, hash FROM receipt_receipts WHERE stream = $1 AND hash = ANY($2)
@@ -90,7 +90,7 @@ fn tail_row(row: &Row) -> Tail {
 /// `retry` is set when an earlier run of this request may have committed unanswered: its
 /// receipts, if found, are its outcome.
 pub(super) fn append(
-    tx: &mut Cached<'_, impl GenericClient>,
+    tx: &mut PgTransaction,
     request: &AppendRequest,
     now: i64,
     retry: bool,
@@ -152,7 +152,7 @@ pub(super) fn append(
     let last = request.receipts.last().expect("not empty");
     let last_seq = first + n as i64 - 1;
     let (head, last_ts, count) = (last.hash(), last.ts(), last_seq + 1);
-    tx.query_typed(
+    tx.defer(
         "WITH ins AS (
             INSERT INTO receipt_receipts
               (stream, stream_seq, receipt_id, ts, prev_hash, hash, event_type, event_id,
@@ -167,7 +167,7 @@ pub(super) fn append(
            receipt_count = excluded.receipt_count, updated_at = excluded.updated_at,
            last_ts = excluded.last_ts",
         params![request.stream => TEXT, seqs => INT8_ARRAY, ids => TEXT_ARRAY, tss => INT8_ARRAY, prevs => TEXT_ARRAY, hashes => TEXT_ARRAY, types => TEXT_ARRAY, event_ids => TEXT_ARRAY, envelopes => BYTEA_ARRAY, hints => TEXT_ARRAY, head => TEXT, count => INT8, now => INT8, last_ts => INT8],
-    )?;
+    );
     Ok(AppendOutcome::Appended {
         tail: Tail {
             seq: last_seq as u64,
@@ -180,7 +180,7 @@ pub(super) fn append(
 /// refusals, the metadata receipt appended (compare-and-swap on `meta_tail`) and the
 /// `receipt_branches` row, all in the caller's transaction.
 pub(super) fn create_branch(
-    tx: &mut Cached<'_, impl GenericClient>,
+    tx: &mut PgTransaction,
     meta: &BranchMeta,
     meta_request: &AppendRequest,
     now: i64,
@@ -213,10 +213,7 @@ pub(super) fn create_branch(
 }
 
 /// The physical tail of `stream`.
-pub(super) fn physical_tail(
-    c: &mut Cached<'_, impl GenericClient>,
-    stream: &str,
-) -> Result<Option<Tail>, PgDbError> {
+pub(super) fn physical_tail(c: &mut impl Queries, stream: &str) -> Result<Option<Tail>, PgDbError> {
     let rows = c.query_typed(
         "SELECT stream_seq, hash FROM receipt_receipts WHERE stream = $1
          ORDER BY stream_seq DESC LIMIT 1",
@@ -227,7 +224,7 @@ pub(super) fn physical_tail(
 
 /// Stored receipts of `stream` with `from <= stream_seq < to`.
 pub(super) fn read_range(
-    c: &mut Cached<'_, impl GenericClient>,
+    c: &mut impl Queries,
     stream: &str,
     from: u64,
     to: Option<u64>,
@@ -267,7 +264,7 @@ fn receipt_row(row: &Row) -> Receipt {
 
 /// How many of `ids` the stream records.
 pub(super) fn count_event_ids(
-    c: &mut Cached<'_, impl GenericClient>,
+    c: &mut impl Queries,
     stream: &str,
     ids: &[String],
 ) -> Result<usize, PgDbError> {
@@ -279,9 +276,7 @@ pub(super) fn count_event_ids(
 }
 
 /// Every stream with stored receipts, by name.
-pub(super) fn list_streams(
-    c: &mut Cached<'_, impl GenericClient>,
-) -> Result<Vec<StreamInfo>, PgDbError> {
+pub(super) fn list_streams(c: &mut impl Queries) -> Result<Vec<StreamInfo>, PgDbError> {
     let rows = c.query_typed(
         "SELECT name, receipt_count, head_hash, last_ts FROM receipt_streams ORDER BY name",
         params![],
@@ -299,7 +294,7 @@ pub(super) fn list_streams(
 
 /// Branch metadata: of `name`, or of every branch (by name) when `name` is `None`.
 pub(super) fn branches(
-    c: &mut Cached<'_, impl GenericClient>,
+    c: &mut impl Queries,
     name: Option<&str>,
 ) -> Result<Vec<BranchMeta>, PgDbError> {
     let rows = c.query_typed(

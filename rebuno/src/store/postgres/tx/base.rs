@@ -1,27 +1,25 @@
 //! The helpers every operation of [`PgTx`] runs through: statements prepared once per
-//! connection and run with their parameter types, row decoding (a row that does not decode is
-//! corrupt), paging, row locks in write transactions, and the first failure kept.
+//! connection and run with their parameter types, writes held back until the next read or the
+//! commit, announced reads sent at once ([`Tx::prefetch`]), row decoding (a row that does not
+//! decode is corrupt), paging, row locks in write transactions, and the first failure kept.
 
-use super::super::rows::{Decode, corrupt, page};
+use super::super::rows::{AGENT_COLS, Decode, corrupt, page};
 use super::PgTx;
-use crate::store::{Page, StoreError, StoreResult};
-use durable_support::pg::postgres;
-use durable_support::pg::{Cached, Param, Statements, describe};
-use postgres::Row;
-use postgres::fallible_iterator::FallibleIterator;
+use crate::store::{Lookup, Page, StoreError, StoreResult, Tx};
+use durable_support::pg::postgres::types::{ToSql, Type};
+use durable_support::pg::postgres::{self, Row};
+use durable_support::pg::{Param, PgTransaction, Queries, Request, describe};
 
-impl<'a, 'c> PgTx<'a, 'c> {
+impl<'a> PgTx<'a> {
     /// The operations of `tx`; `write` for a write transaction.
-    pub(in super::super) fn new(
-        tx: &'a mut postgres::Transaction<'c>,
-        statements: &'a mut Statements,
-        write: bool,
-    ) -> Self {
+    pub(in super::super) fn new(tx: &'a mut PgTransaction, write: bool) -> Self {
         PgTx {
-            tx: Cached::new(tx, statements),
+            tx,
             write,
             failed: None,
             locked: Vec::new(),
+            prefetched: Vec::new(),
+            recording: None,
         }
     }
 
@@ -49,14 +47,49 @@ impl<'a, 'c> PgTx<'a, 'c> {
         StoreError::Database(message)
     }
 
+    /// The rows `sql` selects: from an announced read's answer if one is kept, else from the
+    /// server (with the writes held back before it). While reads are being announced, the
+    /// statement is only noted, and answers no rows.
     pub(super) fn rows(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<Vec<Row>> {
+        if let Some(noted) = &mut self.recording {
+            noted.push(Request::new(sql, p));
+            return Ok(Vec::new());
+        }
+        if !self.prefetched.is_empty() {
+            let request = Request::new(sql, p);
+            if let Some(at) = self.prefetched.iter().position(|(r, _)| *r == request) {
+                return Ok(self.prefetched.swap_remove(at).1);
+            }
+        }
         let out = self.tx.query_typed(sql, p);
         out.map_err(|e| self.fail(&e))
     }
 
+    /// Runs a write and answers the rows it changed (sent at once, with the writes held back
+    /// before it).
     pub(super) fn exec(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<u64> {
+        self.written();
         let out = self.tx.execute_typed(sql, p);
         out.map_err(|e| self.fail(&e))
+    }
+
+    /// Holds a write back until the next read or the commit (its failure is reported there).
+    pub(super) fn defer(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<()> {
+        self.written();
+        self.tx.defer(sql, p);
+        Ok(())
+    }
+
+    /// [`PgTx::defer`] for a write of what no [`Lookup`] reads (the occurrence counters, a
+    /// lease's renewal times): the announced answers stay good.
+    pub(super) fn defer_unlooked(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<()> {
+        self.tx.defer(sql, p);
+        Ok(())
+    }
+
+    /// A write makes every announced read's answer stale.
+    fn written(&mut self) {
+        self.prefetched.clear();
     }
 
     /// The first row `sql` selects, if any. A row that does not decode is corrupt.
@@ -112,7 +145,7 @@ impl<'a, 'c> PgTx<'a, 'c> {
             match streamed {
                 Ok(rows) => {
                     let mut failed = None;
-                    let rows = rows.iterator().map_while(|r| match r {
+                    let rows = rows.map_while(|r| match r {
                         Ok(row) => Some(Ok(row)),
                         Err(e) => {
                             failed = Some(e);
@@ -130,4 +163,68 @@ impl<'a, 'c> PgTx<'a, 'c> {
         };
         Err(self.fail(&failed))
     }
+
+    /// [`Tx::prefetch`]: each lookup's statement, as its call would send it, goes in one batch
+    /// with the writes held back; the answers are kept for the calls. The statements are
+    /// learnt by making the calls while only noting what they send (each lookup is one
+    /// statement, whose rows decide its answer).
+    pub(super) fn announce(&mut self, lookups: &[Lookup<'_>]) -> StoreResult<()> {
+        self.recording = Some(Vec::new());
+        for lookup in lookups {
+            // The answers while noting are empty and mean nothing.
+            let _ = match *lookup {
+                Lookup::ExecutionState(id) => self.execution_state(id).map(drop),
+                Lookup::ExecutionPolicyBundle(id) => self.execution_policy_bundle(id).map(drop),
+                Lookup::AgentOfExecution(id) => {
+                    let sql = agent_of_execution_sql();
+                    self.rows(&sql, &[(&id as &(dyn ToSql + Sync), Type::TEXT)])
+                        .map(drop)
+                }
+                Lookup::DispatchLease(id) => self.dispatch_lease(id).map(drop),
+                Lookup::Step(execution, step) => self.step(execution, step).map(drop),
+                Lookup::StepExists(execution, step) => self.step_exists(execution, step).map(drop),
+                Lookup::IndeterminateFailure(execution, kind, target, hash) => self
+                    .has_indeterminate_failure(execution, kind, target, hash)
+                    .map(drop),
+            };
+        }
+        let requests = self.recording.take().unwrap_or_default();
+        if requests.is_empty() {
+            return Ok(());
+        }
+        self.written();
+        let answers = match self.tx.query_all(requests.clone()) {
+            Ok(answers) => answers,
+            Err(e) => return Err(self.fail(&e)),
+        };
+        let agent_sql = agent_of_execution_sql();
+        for (request, rows) in requests.into_iter().zip(answers) {
+            if request.sql() == agent_sql {
+                // Kept as the agent's own read (`Tx::agent`) would ask for it.
+                let Some(id) = rows.first().and_then(|r| r.try_get::<_, String>(0).ok()) else {
+                    continue;
+                };
+                let own = Request::new(
+                    &agent_sql_by_id(),
+                    &[(&id as &(dyn ToSql + Sync), Type::TEXT)],
+                );
+                self.prefetched.push((own, rows));
+            } else {
+                self.prefetched.push((request, rows));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The agent of an execution, as [`agent_sql_by_id`] reads it.
+fn agent_of_execution_sql() -> String {
+    format!(
+        "SELECT {AGENT_COLS} FROM agents WHERE id = (SELECT agent_id FROM executions WHERE id = $1)"
+    )
+}
+
+/// An agent by id ([`Tx::agent`]); its first column is the id.
+pub(super) fn agent_sql_by_id() -> String {
+    format!("SELECT {AGENT_COLS} FROM agents WHERE id = $1")
 }

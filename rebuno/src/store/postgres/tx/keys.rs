@@ -33,18 +33,17 @@ fn key_row(r: &Row) -> Result<ApiKey, DecodeError> {
     })
 }
 
-impl ApiKeyTx for PgTx<'_, '_> {
+impl ApiKeyTx for PgTx<'_> {
     fn insert(&mut self, k: &ApiKey, secret_hash: &str) -> StoreResult<()> {
         let groups = serde_json::to_string(&k.groups).expect("groups serialize");
         let scopes = serde_json::to_string(&k.scopes).expect("scopes serialize");
-        self.exec(
+        self.defer(
             "INSERT INTO api_keys (id, name, subject, groups, scopes, created_at, created_by, expires_at, revoked_at, secret_hash)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             params![k.id => TEXT, k.name => TEXT, k.subject => TEXT, groups => TEXT,
                     scopes => TEXT, k.created_at => TEXT, k.created_by => TEXT,
                     k.expires_at => TEXT, k.revoked_at => TEXT, secret_hash => TEXT],
-        )?;
-        Ok(())
+        )
     }
     fn by_hash(&mut self, secret_hash: &str) -> StoreResult<Option<ApiKey>> {
         self.one(

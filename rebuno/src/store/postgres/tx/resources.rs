@@ -63,7 +63,7 @@ fn checkpoint_row(r: &Row) -> Result<CheckpointRecord, DecodeError> {
     })
 }
 
-impl ResourceTx for PgTx<'_, '_> {
+impl ResourceTx for PgTx<'_> {
     fn get(&mut self, execution_id: &str, key: &str) -> StoreResult<Option<ResourceRecord>> {
         self.one(
             &format!("SELECT {RESOURCE_COLS} FROM resources WHERE execution_id = $1 AND key = $2"),
@@ -90,7 +90,7 @@ impl ResourceTx for PgTx<'_, '_> {
             stored(r.steps_since_checkpoint),
             stored(r.checkpoint_generation),
         );
-        self.exec(
+        self.defer(
             &format!(
                 "INSERT INTO resources ({RESOURCE_COLS})
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
@@ -111,20 +111,18 @@ impl ResourceTx for PgTx<'_, '_> {
                     r.lease_dispatch_id => TEXT, attempt => INT8, since => INT8,
                     r.checkpoint_ref => TEXT, checkpointed => INT8, r.declared_at => TEXT,
                     r.updated_at => TEXT],
-        )?;
-        Ok(())
+        )
     }
     fn add_checkpoint(&mut self, c: &CheckpointRecord) -> StoreResult<()> {
         let generation = stored(c.generation);
-        self.exec(
+        self.defer(
             "INSERT INTO resource_checkpoints
                (execution_id, key, generation, checkpoint_ref, error, step_id, recorded_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
             params![c.execution_id => TEXT, c.key => TEXT, generation => INT8,
                     c.checkpoint_ref => TEXT, c.error => TEXT, c.step_id => TEXT,
                     c.recorded_at => TEXT],
-        )?;
-        Ok(())
+        )
     }
     fn checkpoints(
         &mut self,

@@ -10,18 +10,18 @@ use crate::store::{SessionTx, StoreResult};
 use durable_support::pg::postgres::types::{ToSql, Type};
 use durable_support::pg::{Param, advisory_key};
 
-impl PgTx<'_, '_> {
+impl PgTx<'_> {
     /// Holds the session until this write transaction ends (a read does not lock).
     fn lock_session(&mut self, agent_id: &str, session: &str) -> StoreResult<()> {
         if self.write {
             let key = advisory_key(&format!("session:{agent_id}\n{session}"));
-            self.exec("SELECT pg_advisory_xact_lock($1)", params![key => INT8])?;
+            self.defer("SELECT pg_advisory_xact_lock($1)", params![key => INT8])?;
         }
         Ok(())
     }
 }
 
-impl SessionTx for PgTx<'_, '_> {
+impl SessionTx for PgTx<'_> {
     fn open_turns(
         &mut self,
         agent_id: &str,
@@ -55,11 +55,10 @@ impl SessionTx for PgTx<'_, '_> {
         session: &str,
         execution_id: &str,
     ) -> StoreResult<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO sessions (agent_id, session, last_completed) VALUES ($1, $2, $3)
              ON CONFLICT (agent_id, session) DO UPDATE SET last_completed = excluded.last_completed",
             params![agent_id => TEXT, session => TEXT, execution_id => TEXT],
-        )?;
-        Ok(())
+        )
     }
 }

@@ -11,7 +11,7 @@ use crate::store::{StoreResult, SubagentTx};
 use durable_support::pg::Param;
 use durable_support::pg::postgres::types::{ToSql, Type};
 
-impl SubagentTx for PgTx<'_, '_> {
+impl SubagentTx for PgTx<'_> {
     fn child(&mut self, parent: &str, step_id: &str) -> StoreResult<Option<Execution>> {
         let sql = format!(
             "SELECT {EXEC_COLS} FROM executions

@@ -1,0 +1,160 @@
+//! Execution locks ([`Store::lock_execution`](crate::store::Store::lock_execution)): session
+//! advisory locks, each held on a connection of a pool of their own for as long as its guard
+//! lives, and handed over within the process.
+//!
+//! Taking a lock is `pg_advisory_lock` of [`advisory_key`]`(prefix + "execution:" + id)` (the
+//! prefix is the schema when one is pinned, so deployments in different schemas of one database
+//! do not block each other). Waiting for a lock holds a connection, so the locks have their own
+//! pool: lock waiters can never take the connections the transactions of the lock holders need.
+//!
+//! Releasing costs a round trip on a blocking thread, so a guard's drop does not unlock at once:
+//! it files the connection, still holding the lock, as released, and a blocking thread unlocks
+//! whatever is filed. If the same execution is locked again in this process before that thread
+//! came to it (the next request of an agent that answers at once, which the kernel's
+//! in-process lock makes wait for exactly this release), the new guard takes the filed
+//! connection over: the lock was never let go, and neither the unlock nor the lock costs a
+//! round trip. Another process waiting for the lock waits no longer than it would have for the
+//! unlock. If the unlock fails, the connection is closed instead, which ends the session and
+//! its lock.
+
+use super::super::{StoreLock, StoreResult};
+use super::joined;
+use durable_support::pg::postgres::types::Type;
+use durable_support::pg::{PgPool, Pooled, Queries, advisory_key};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Locks released by their guard and not unlocked yet: their connections, by key.
+type Released = Arc<Mutex<HashMap<i64, Pooled>>>;
+
+/// The execution locks of one store.
+pub(super) struct ExecutionLocks {
+    pool: PgPool,
+    /// What a lock's name starts with.
+    prefix: String,
+    released: Released,
+}
+
+impl std::fmt::Debug for ExecutionLocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutionLocks")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExecutionLocks {
+    /// Locks taken on connections of `pool`, named with `prefix`.
+    pub(super) fn new(pool: PgPool, prefix: String) -> Self {
+        ExecutionLocks {
+            pool,
+            prefix,
+            released: Arc::default(),
+        }
+    }
+
+    /// Takes the lock of `execution_id` (see the module docs).
+    pub(super) async fn lock(&self, execution_id: &str) -> StoreResult<StoreLock> {
+        let key = advisory_key(&format!("{}execution:{execution_id}", self.prefix));
+        let filed = self
+            .released
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&key);
+        let conn = match filed {
+            Some(conn) => conn,
+            None => {
+                let pool = self.pool.clone();
+                joined(
+                    tokio::task::spawn_blocking(move || {
+                        let (conn, ()) = pool.run_keep(|c| {
+                            c.execute_typed("SELECT pg_advisory_lock($1)", &[(&key, Type::INT8)])
+                                .map(drop)
+                        })?;
+                        Ok(conn)
+                    })
+                    .await,
+                )?
+            }
+        };
+        // From here the lock is released by the guard's drop, even if the caller stopped
+        // waiting and nobody takes the guard.
+        Ok(StoreLock::new(Release {
+            held: Some(Held {
+                conn: Some(conn),
+                key,
+            }),
+            released: Arc::clone(&self.released),
+        }))
+    }
+}
+
+/// A session advisory lock held on a connection. Dropping it unlocks, blocking: the
+/// connection goes back to its pool, or is closed if the unlock fails (which ends the session
+/// and its lock).
+struct Held {
+    conn: Option<Pooled>,
+    key: i64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        let released = conn
+            .query_typed("SELECT pg_advisory_unlock($1)", &[(&self.key, Type::INT8)])
+            .ok()
+            .and_then(|rows| rows.first().and_then(|r| r.try_get::<_, bool>(0).ok()))
+            .unwrap_or(false);
+        if !released {
+            tracing::warn!(
+                key = self.key,
+                "an execution lock was not released by unlock; closing its connection"
+            );
+            conn.discard();
+        }
+    }
+}
+
+/// The guard a lock's caller holds: its drop files the lock as released and has a blocking
+/// thread unlock it unless it is taken over first (or unlocks in place outside a runtime).
+struct Release {
+    held: Option<Held>,
+    released: Released,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let Some(mut held) = self.held.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            drop(held);
+            return;
+        };
+        let (key, conn) = (held.key, held.conn.take());
+        let Some(conn) = conn else {
+            return;
+        };
+        let replaced = self
+            .released
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, conn);
+        let released = Arc::clone(&self.released);
+        runtime.spawn_blocking(move || {
+            // A lock of one key is held once in the process: nothing was filed under it, but
+            // were something there, it is unlocked as well.
+            drop(Held {
+                conn: replaced,
+                key,
+            });
+            let filed = released
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&key);
+            drop(Held { conn: filed, key });
+        });
+    }
+}

@@ -142,7 +142,7 @@ impl ExampleDb {
         let dir =
             std::env::temp_dir().join(format!("receipt-example-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(receipt::Error::other)?;
+        std::fs::create_dir_all(&dir)?;
         Ok(ExampleDb { dir })
     }
 

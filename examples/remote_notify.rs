@@ -128,7 +128,7 @@ impl RemoteNotify {
         )
         .await?;
         if let Some(marker) = std::env::var_os(SENT_MARKER_ENV) {
-            std::fs::write(marker, message_id.to_string()).map_err(receipt::Error::other)?;
+            std::fs::write(marker, message_id.to_string())?; // `?` takes any error
         }
         let pause = std::env::var(PAUSE_ENV)
             .ok()

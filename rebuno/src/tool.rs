@@ -4,7 +4,9 @@
 //!
 //! A tool call is a `tool_call` step whose target is the tool's name and whose args are a JSON
 //! object keyed by parameter name. The body runs only when the kernel says `proceed`; a
-//! replay returns the recorded result or error.
+//! replay returns the recorded result or error. A `#[tool]` function whose error type is
+//! `Serialize` has that error recorded as JSON beside its message, and the caller reads it
+//! back typed with [`Error::tool_error`], on the first run and on every replay.
 //!
 //! ```ignore
 //! /// Look up the weather in a city.
@@ -127,7 +129,8 @@ impl fmt::Debug for DynTool {
 /// Wraps a tool that is not a plain function (an MCP server's tool, a framework's tool
 /// object) so every call is a durable, policy-gated `tool_call` step named `def.name`, with
 /// the arguments object as its args. `invoke` runs only on `proceed`; its error becomes a
-/// tool error with its message.
+/// tool error with its message, and one returned as [`Error::typed`]`(e)` is recorded as JSON
+/// too, for the caller's [`Error::tool_error`].
 pub fn wrap_tool<F, Fut, E>(def: ToolDef, invoke: F) -> DynTool
 where
     F: Fn(Value) -> Fut + Send + Sync + 'static,

@@ -38,7 +38,9 @@ fn show(hash: &Option<String>) -> &str {
     hash.as_deref().unwrap_or("undefined")
 }
 
-/// Everything that can go wrong in stores, branches and the runtime.
+/// Everything that can go wrong in stores, branches, the runtime and agents' actions. `?`
+/// converts any error into it; it is not itself a `std::error::Error` ([`Error::compat`] is),
+/// for the reason the [module docs](self) give.
 #[derive(Debug)]
 pub enum Error {
     /// Optimistic concurrency: the caller's expected predecessor is not the current head.

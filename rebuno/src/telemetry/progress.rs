@@ -4,9 +4,9 @@
 //! schema migrations from the `rebuno::migrations` events the stores emit (see
 //! [`MIGRATIONS_TARGET`](crate::telemetry::MIGRATIONS_TARGET)).
 
-use indicatif::{MultiProgress, ProgressBar, ProgressFinish, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressFinish, ProgressStyle};
 use std::io::IsTerminal as _;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::Layer;
@@ -38,7 +38,28 @@ static BARS: OnceLock<MultiProgress> = OnceLock::new();
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Progress {
-    bar: Option<ProgressBar>,
+    bar: Option<Arc<Drawn>>,
+}
+
+/// A bar on the screen, cleared when the last [`Progress`] holding it goes (also when a
+/// command stops early on an error, so its `error:` line is not printed after a stale bar).
+#[derive(Debug)]
+struct Drawn(ProgressBar);
+
+impl Drop for Drawn {
+    fn drop(&mut self) {
+        clear(&self.0);
+    }
+}
+
+/// Takes `bar` out of the bars drawn and off the screen (any other bar is drawn again at its
+/// next update).
+fn clear(bar: &ProgressBar) {
+    bar.finish_and_clear();
+    if let Some(bars) = BARS.get() {
+        bars.remove(bar);
+        let _ = bars.clear();
+    }
 }
 
 impl Progress {
@@ -63,11 +84,16 @@ impl Progress {
         }
         let (bar, template) = match len {
             Some(len) => (
-                ProgressBar::new(len),
+                ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::hidden()),
                 "{prefix} [{bar:30}] {pos}/{len} {msg}",
             ),
-            None => (ProgressBar::new_spinner(), "{prefix} {spinner} {msg}"),
+            None => (
+                ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden()),
+                "{prefix} {spinner} {msg}",
+            ),
         };
+        // Styled while hidden, then drawn only through the bars of this process, which know
+        // every line they drew and so can clear it.
         if let Ok(style) = ProgressStyle::with_template(template) {
             bar.set_style(style.progress_chars("=> "));
         }
@@ -78,7 +104,9 @@ impl Progress {
         if len.is_none() {
             bar.enable_steady_tick(SPIN);
         }
-        Progress { bar: Some(bar) }
+        Progress {
+            bar: Some(Arc::new(Drawn(bar))),
+        }
     }
 
     /// Whether anything is drawn (stderr is a terminal).
@@ -88,39 +116,36 @@ impl Progress {
 
     /// Advances by `delta` steps.
     pub fn inc(&self, delta: u64) {
-        if let Some(bar) = &self.bar {
+        if let Some(Drawn(bar)) = self.bar.as_deref() {
             bar.inc(delta);
         }
     }
 
     /// Sets the steps done.
     pub fn set_position(&self, position: u64) {
-        if let Some(bar) = &self.bar {
+        if let Some(Drawn(bar)) = self.bar.as_deref() {
             bar.set_position(position);
         }
     }
 
     /// Sets the number of steps.
     pub fn set_length(&self, len: u64) {
-        if let Some(bar) = &self.bar {
+        if let Some(Drawn(bar)) = self.bar.as_deref() {
             bar.set_length(len);
         }
     }
 
     /// Sets the text shown after the bar.
     pub fn set_message(&self, message: impl Into<String>) {
-        if let Some(bar) = &self.bar {
+        if let Some(Drawn(bar)) = self.bar.as_deref() {
             bar.set_message(message.into());
         }
     }
 
     /// Clears the bar from the terminal; later calls do nothing visible.
     pub fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
-            if let Some(bars) = BARS.get() {
-                bars.remove(bar);
-            }
+        if let Some(Drawn(bar)) = self.bar.as_deref() {
+            clear(bar);
         }
     }
 }

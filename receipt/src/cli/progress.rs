@@ -81,7 +81,7 @@ pub(super) struct RunProgress {
 impl RunProgress {
     /// Starts watching `run_stream` of run `run_id`.
     pub(super) fn start(runtime: &Arc<Runtime>, run_id: &str, run_stream: &str) -> RunProgress {
-        let progress = Progress::spinner(&format!("run {run_id}"));
+        let progress = Progress::spinner(&format!("running {run_id}"));
         if !progress.is_drawn() {
             return RunProgress {
                 progress,

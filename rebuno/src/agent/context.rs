@@ -7,6 +7,9 @@
 //! remembered on the context, so the dispatch unwinds even if user code swallowed the error.
 
 pub(crate) use super::background::Background;
+pub use super::step_error::{
+    ERROR_DATA_KEY, error_data, error_message, into_error, recorded_error,
+};
 use super::transport::{Submission, Transport};
 use crate::error::{Error, Result};
 use crate::protocol::Lease;
@@ -769,55 +772,12 @@ enum Local {
     Ask(Option<Counted>),
 }
 
-/// Converts any error to the SDK's: an [`Error`] stays itself (so a nested refusal keeps its
-/// meaning), anything else becomes [`Error::Other`] with its message.
-pub fn into_error<E: fmt::Display + 'static>(e: E) -> Error {
-    match (&e as &dyn std::any::Any).downcast_ref::<Error>() {
-        Some(err) => err.clone(),
-        None => Error::Other(e.to_string()),
-    }
-}
-
 fn decode<T: DeserializeOwned>(target: &str, step_id: &str, v: Value) -> Result<T> {
     serde_json::from_value(v).map_err(|e| {
         Error::Serialization(format!(
             "the recorded result of {target} (step {step_id}) does not fit its type: {e}"
         ))
     })
-}
-
-/// The key of a recorded step error that holds the body's own error as JSON (see
-/// [`Error::tool_error`]).
-pub const ERROR_DATA_KEY: &str = "data";
-
-/// What a failed body's step records: `{"message": ..}`, with `"data"` when the body's error
-/// was recorded typed. Any JSON is a valid step error on the wire; the SDKs read `message`.
-pub fn recorded_error(message: &str, data: Option<&Value>) -> Value {
-    let mut error = serde_json::Map::new();
-    error.insert("message".to_owned(), Value::String(message.to_owned()));
-    if let Some(data) = data {
-        error.insert(ERROR_DATA_KEY.to_owned(), data.clone());
-    }
-    Value::Object(error)
-}
-
-/// The typed error a recorded step error carries (its `"data"`), if any.
-pub fn error_data(error: &Value) -> Option<Value> {
-    error.get(ERROR_DATA_KEY).cloned()
-}
-
-/// The message of a recorded step error (`{"message": ..}`, `{"reason": ..}` or any JSON).
-pub fn error_message(error: &Value) -> String {
-    match error {
-        Value::Object(map) => map
-            .get("message")
-            .or_else(|| map.get("reason"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .unwrap_or_else(|| error.to_string()),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
 }
 
 /// Serializes step args to the raw JSON the kernel hashes.

@@ -30,6 +30,7 @@ mod embedded;
 mod metadata;
 pub(crate) mod observe;
 pub mod resources;
+mod step_error;
 mod subagent;
 pub mod transport;
 

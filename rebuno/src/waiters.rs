@@ -76,6 +76,7 @@ impl Waiters {
     }
 
     /// (executions with waiters, waiters).
+    #[cfg(any(test, feature = "kernel"))]
     pub(crate) fn sizes(&self) -> (usize, usize) {
         let table = self.lock();
         (table.by_execution.len(), table.total)

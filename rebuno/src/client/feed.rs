@@ -251,7 +251,7 @@ mod tests {
     }
 
     /// Many waits of one HTTP client hold one feed, and its table is empty once they ended.
-    #[cfg(feature = "server")]
+    #[cfg(all(feature = "server", feature = "sqlite"))]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn waits_share_the_feed_and_leave_the_table_empty() {
         use crate::protocol::RegisterAgentRequest;

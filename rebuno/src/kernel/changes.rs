@@ -195,7 +195,7 @@ impl Kernel {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sqlite"))]
 mod tests {
     use super::*;
     use crate::KernelConfig;

@@ -12,8 +12,9 @@
 //! - **Waiting** is woken by the kernel's notification that the execution ended
 //!   ([`rebuno::Client::wait`]: in process the kernel's table of waiters, over HTTP the one
 //!   change feed that all the calls of the dispatcher's client share), within the call's
-//!   timeout; nothing polls while a call runs. At the timeout the execution is cancelled, so that the kernel does not
-//!   deliver it again later, and the call fails with `remote action timed out`; the controller,
+//!   timeout; nothing polls while a call runs. At the timeout the execution is cancelled, so
+//!   that the kernel does not deliver it again later, and the call fails with
+//!   `remote action timed out`; the controller,
 //!   whose own timer may fire first, withdraws it through [`RemoteDispatcher::cancel`], which
 //!   finds the execution again by its idempotency key (the dispatcher keeps no table of calls).
 //!   A kernel that cannot be reached (or answers `429`/`5xx`) is retried until the timeout.

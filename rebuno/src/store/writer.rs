@@ -50,6 +50,9 @@ enum Due {
 /// A write for the group commit: the change, where its answer goes and when.
 type WriteJob = (TxFn, (Reply, Due));
 
+/// A group's answers, each with where it goes and when.
+type DueAnswers = Vec<(StoreResult<Box<dyn Any + Send>>, (Reply, Due))>;
+
 /// A job for the writer thread.
 enum Job {
     /// A change, for the next group commit.
@@ -252,7 +255,7 @@ fn writer_loop(
 }
 
 /// Sends each answer to its caller, now.
-fn answer_all(answers: Vec<(StoreResult<Box<dyn Any + Send>>, (Reply, Due))>) {
+fn answer_all(answers: DueAnswers) {
     for (result, (reply, _)) in answers {
         let _ = reply.send(result);
     }
@@ -271,10 +274,7 @@ fn run_group(
     conn: &Connection,
     jobs: Vec<WriteJob>,
     durable: Option<&Durable>,
-) -> (
-    Option<(u64, u64)>,
-    Vec<(StoreResult<Box<dyn Any + Send>>, (Reply, Due))>,
-) {
+) -> (Option<(u64, u64)>, DueAnswers) {
     let before = conn.total_changes();
     let waits = jobs.iter().any(|(_, (_, due))| *due == Due::Durable);
     let changes = jobs

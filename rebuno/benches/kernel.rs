@@ -2,8 +2,12 @@
 //! fdatasync) measured in the same run:
 //!
 //! - replay decisions for already-recorded steps (memory and SQLite);
-//! - the proceed path (submit, then complete; both durable before they answer) for one
-//!   execution and for 64 concurrent executions on SQLite.
+//! - the proceed path (submit, then complete) for one execution and for 64 concurrent
+//!   executions on SQLite: a `safe_to_retry` proceed is answered at its commit and made
+//!   durable with the completion's sync, so each step costs one sync (see `kernel::steps`).
+//!
+//! A whole workflow through an in-process agent, with its tail latency and syncs per step, is
+//! `benches/workflow.rs`.
 //!
 //! ```text
 //! cargo bench -p rebuno --bench kernel

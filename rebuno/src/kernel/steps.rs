@@ -8,13 +8,13 @@
 //! Durability of a new step's record follows what its loss would cost (see [`defers`]): a
 //! `proceed` for a `safe_to_retry` step that takes no rate-limit token is committed and
 //! answered before it is durable, and becomes durable with the next sync (at the latest, the
-//! one of its own outcome). A crash before that sync takes it back with
-//! everything committed after it, and the re-run submits the step afresh and runs its body
-//! again, which is what `safe_to_retry` allows and what a crash during the body does anyway.
-//! Every other decision is durable before it is answered: `at_most_once` steps (an effect that
-//! runs only once it is recorded `executing`, so a crash during it leaves the step to be failed
-//! `indeterminate`), denials, approvals, rate-limit refusals and parks, and proceeds that took a
-//! token. An outcome (complete / fail) is durable before it is answered.
+//! one of its own outcome). A crash before that sync takes it back with everything committed
+//! after it, and the re-run submits the step afresh and runs its body again, which is what
+//! `safe_to_retry` allows and what a crash during the body does anyway. Every other decision
+//! is durable before it is answered: `at_most_once` steps (an effect that runs only once it is
+//! recorded `executing`, so a crash during it leaves the step to be failed `indeterminate`),
+//! denials, approvals, rate-limit refusals and parks, and proceeds that took a token. An
+//! outcome (complete / fail) is durable before it is answered.
 
 use super::dispatch::{lease_holds, retire_dispatches};
 use super::resources::{apply_checkpoints, plan_checkpoints};

@@ -2,7 +2,8 @@
 //! through the same driver (`durable_support::pg`, the pool `PgStore` uses):
 //!
 //! - the floor: a single-row `INSERT` and `COMMIT` (one transaction each) on 1 connection, and
-//!   on 64 connections at once (`durable_support::pg_floor`, as the kernel's bench);
+//!   on 64 connections at once, the cheaper of pipelined and stepwise
+//!   (`durable_support::pg_floor`, as the kernel's bench);
 //! - receipt appends through the runtime, one receipt per command, on one stream (against the
 //!   1-connection floor);
 //! - 64 streams appending at once, one task each (against the 64-connection floor).
@@ -16,7 +17,7 @@
 //! the 64 workers of a concurrent phase does a tenth of that.
 
 use durable_support::pg::{PgOptions, PgPool, postgres};
-use durable_support::pg_floor::{Figures, commit_floor};
+use durable_support::pg_floor::{Commit, Figures, Floor, commit_floor};
 use receipt::store::PgStore;
 use receipt::{Command, ReceiptStore, Runtime};
 use serde_json::json;
@@ -79,9 +80,10 @@ fn main() {
 
     let floor_pool = PgPool::connect(&options(&url, &schema, CONCURRENCY)).expect("connect");
     // Warm the connections up before any clock starts.
-    commit_floor(&floor_pool, CONCURRENCY, 1).expect("floor");
-    let floor_1 = commit_floor(&floor_pool, 1, n).expect("floor");
-    let floor_64 = commit_floor(&floor_pool, CONCURRENCY, per_worker).expect("floor");
+    commit_floor(&floor_pool, CONCURRENCY, 1, Commit::Pipelined).expect("floor");
+    let floor_1 = Floor::measure(&floor_pool, 1, n).expect("floor");
+    let floor_64 = Floor::measure(&floor_pool, CONCURRENCY, per_worker).expect("floor");
+    let (floor_1, floor_64) = (floor_1.best().clone(), floor_64.best().clone());
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Counts the fsyncs per step of the workflow benchmark (`benches/workflow.rs`: sequential
+# Counts the fsyncs per step of the workflow benchmark (`benches/workflow_syncs.rs`: sequential
 # workflows of 10 `safe_to_retry` steps on the embedded SQLite kernel) as `strace -c` counts
 # them: every `fsync` and `fdatasync` of every thread, SQLite's own (checkpoints) included.
 #
@@ -14,8 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 small="${SMALL:-50}"
 large="${LARGE:-350}"
-bin="$(cargo bench -p rebuno --bench workflow --no-run 2>&1 |
-  grep -o 'target/release/deps/workflow-[0-9a-f]*' | tail -1)"
+bin="$(cargo bench -p rebuno --bench workflow_syncs --no-run 2>&1 |
+  grep -o 'target/release/deps/workflow_syncs-[0-9a-f]*' | tail -1)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 count() {

@@ -7,7 +7,8 @@
 //!   durable with the completion's sync, so each step costs one sync (see `kernel::steps`).
 //!
 //! A whole workflow through an in-process agent, with its tail latency and syncs per step, is
-//! `benches/workflow.rs`.
+//! `benches/workflow_syncs.rs` (the peer comparison's workflow, created and awaited through a
+//! `Client`, is `benches/workflow.rs`).
 //!
 //! ```text
 //! cargo bench -p rebuno --bench kernel

@@ -26,14 +26,14 @@
 //! it is about to record appears, recorded by the dead replica). So every write transaction that
 //! locks an execution's row first holds the execution's transaction key ([`transaction_key`])
 //! shared, in the same batch as that read, hence before it can send its `COMMIT`; and taking the
-//! lock takes and drops that key exclusively in the same batch as the lock itself, which waits
-//! for every such transaction still running. A lock handed over within the process never left
+//! lock takes and drops that key exclusively in the same statement as the lock itself, after it,
+//! which waits for every such transaction still running. A lock handed over within the process never left
 //! it, so it does not wait.
 
 use super::super::{StoreLock, StoreResult};
 use super::joined;
 use durable_support::pg::postgres::types::Type;
-use durable_support::pg::{PgPool, Pooled, Queries, Request, advisory_key};
+use durable_support::pg::{PgPool, Pooled, Queries, advisory_key};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -55,6 +55,14 @@ impl std::fmt::Debug for ExecutionLocks {
             .finish_non_exhaustive()
     }
 }
+
+/// Takes the lock (`$1`, for the session), then waits for the write transactions still holding
+/// the transaction key (`$2`) shared: the statement's own transaction takes that key exclusively
+/// and lets it go when it ends, at once. One statement, so the order is the rows' (the lock's row
+/// is made first): the lock must come first, or a holder's new transaction would queue behind
+/// the waiting exclusive request while the holder waits for that transaction.
+const LOCK: &str = "WITH held AS MATERIALIZED (SELECT pg_advisory_lock($1))
+     SELECT pg_advisory_xact_lock($2) FROM held";
 
 /// The key of the lock of `execution_id`; `prefix` keeps deployments in different schemas of
 /// one database apart.
@@ -98,16 +106,9 @@ impl ExecutionLocks {
                 let pool = self.pool.clone();
                 joined(
                     tokio::task::spawn_blocking(move || {
-                        // The lock, then the previous holder's transactions drained.
-                        let batch = [
-                            Request::new("SELECT pg_advisory_lock($1)", &[(&key, Type::INT8)]),
-                            Request::new("SELECT pg_advisory_lock($1)", &[(&drained, Type::INT8)]),
-                            Request::new(
-                                "SELECT pg_advisory_unlock($1)",
-                                &[(&drained, Type::INT8)],
-                            ),
-                        ];
-                        let (conn, ()) = pool.run_keep(|c| c.execute_all(&batch))?;
+                        let (conn, _) = pool.run_keep(|c| {
+                            c.execute_typed(LOCK, &[(&key, Type::INT8), (&drained, Type::INT8)])
+                        })?;
                         Ok(conn)
                     })
                     .await,

@@ -165,19 +165,6 @@ impl PgConn {
         Ran::Sent(drive(runtime, &mut self.driver, in_order(futures)))
     }
 
-    /// Runs `requests` in one batch (one round trip), each its own transaction unless a
-    /// transaction is open; the first failure is the error.
-    pub fn execute_all(&mut self, requests: &[Request]) -> Result<(), Error> {
-        let steps: Vec<Step> = requests.iter().cloned().map(Step::Execute).collect();
-        match self.run(&steps) {
-            Ran::Unsent { error } => Err(error),
-            Ran::Sent(answers) => answers
-                .into_iter()
-                .find_map(Result::err)
-                .map_or(Ok(()), Err),
-        }
-    }
-
     /// Writes what was queued and returns without waiting for an answer (the answer is read,
     /// and dropped, when the connection is next used).
     pub(super) fn send_unanswered(&mut self, sql: &'static str) {

@@ -226,6 +226,81 @@ async fn a_lock_released_and_taken_again_at_once_stays_exclusive() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn a_new_lock_holder_waits_for_the_last_holders_transactions() {
+    use durable_support::pg::Queries;
+    use std::sync::mpsc;
+    let schema = Schema::new("lock_drain");
+    let (a, b) = two(&schema).await;
+    a.write(|tx| tx.put_execution(&execution("e", "agent", ExecutionStatus::Running)))
+        .await
+        .unwrap();
+    // Replica B's lock ends while a write transaction it started on the execution is still
+    // open, as when a replica dies with its commit on the wire.
+    let held = b.lock_execution("e").await.unwrap();
+    let (opened, is_open) = mpsc::channel();
+    let (go, may_commit) = mpsc::channel::<()>();
+    let writing = tokio::spawn({
+        let b = Arc::clone(&b);
+        async move {
+            b.write(move |tx| {
+                tx.execution_state("e")?;
+                opened.send(()).unwrap();
+                may_commit.recv().unwrap();
+                tx.put_agent(&agent("late"))
+            })
+            .await
+        }
+    });
+    tokio::task::spawn_blocking(move || is_open.recv().unwrap())
+        .await
+        .unwrap();
+    drop(held);
+    // Replica A takes the lock and reads: it must see what B's transaction commits.
+    let locking = tokio::spawn({
+        let a = Arc::clone(&a);
+        async move {
+            let guard = a.lock_execution("e").await.unwrap();
+            let seen = a.read(|tx| tx.agent("late")).await.unwrap().is_some();
+            drop(guard);
+            seen
+        }
+    });
+    // Once A is seen waiting on the server for B's transaction (or has finished, which it must
+    // not have), B commits. The key is the store's transaction key of "e" in this schema.
+    let key = durable_support::pg::advisory_key(&format!("{}.execution-tx:e", schema.name));
+    let pool = a.pool().clone();
+    let waiting = move || {
+        pool.run(|c| {
+            c.query_typed_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                 AND ((classid::int8 << 32) | objid::int8) = $1",
+                &[(&key, durable_support::pg::postgres::types::Type::INT8)],
+            )
+            .map(|r| r.get::<_, i64>(0) > 0)
+        })
+        .unwrap()
+    };
+    loop {
+        let w = waiting.clone();
+        if locking.is_finished() || tokio::task::spawn_blocking(w).await.unwrap() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    go.send(()).unwrap();
+    writing.await.unwrap().unwrap();
+    let seen = tokio::time::timeout(DEADLINE, locking)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        seen,
+        "the new holder read before the last holder's commit landed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
 async fn the_rate_limiter_allows_exactly_n_across_replicas() {
     let schema = Schema::new("ratelimit");
     let (a, b) = two(&schema).await;

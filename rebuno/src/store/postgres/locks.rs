@@ -16,6 +16,19 @@
 //! round trip. Another process waiting for the lock waits no longer than it would have for the
 //! unlock. If the unlock fails, the connection is closed instead, which ends the session and
 //! its lock.
+//!
+//! # The previous holder's transactions
+//!
+//! The lock lives on a connection of its own, so it can end before a transaction its holder
+//! started: a replica killed while its commit was on the wire loses its lock at once (the server
+//! ends that session) while the server still runs the commit, which lands a moment later. A new
+//! holder that read in that moment would decide on a state about to change under it (the step
+//! it is about to record appears, recorded by the dead replica). So every write transaction that
+//! locks an execution's row first holds the execution's transaction key ([`transaction_key`])
+//! shared, in the same batch as that read, hence before it can send its `COMMIT`; and taking the
+//! lock takes and drops that key exclusively in the same statement as the lock itself, after it,
+//! which waits for every such transaction still running. A lock handed over within the process never left
+//! it, so it does not wait.
 
 use super::super::{StoreLock, StoreResult};
 use super::joined;
@@ -43,6 +56,26 @@ impl std::fmt::Debug for ExecutionLocks {
     }
 }
 
+/// Takes the lock (`$1`, for the session), then waits for the write transactions still holding
+/// the transaction key (`$2`) shared: the statement's own transaction takes that key exclusively
+/// and lets it go when it ends, at once. One statement, so the order is the rows' (the lock's row
+/// is made first): the lock must come first, or a holder's new transaction would queue behind
+/// the waiting exclusive request while the holder waits for that transaction.
+const LOCK: &str = "WITH held AS MATERIALIZED (SELECT pg_advisory_lock($1))
+     SELECT pg_advisory_xact_lock($2) FROM held";
+
+/// The key of the lock of `execution_id`; `prefix` keeps deployments in different schemas of
+/// one database apart.
+fn lock_key(prefix: &str, execution_id: &str) -> i64 {
+    advisory_key(&format!("{prefix}execution:{execution_id}"))
+}
+
+/// The key a write transaction that locks the row of `execution_id` holds shared until it ends,
+/// and a new holder of the execution's lock waits for (see the module docs).
+pub(super) fn transaction_key(prefix: &str, execution_id: &str) -> i64 {
+    advisory_key(&format!("{prefix}execution-tx:{execution_id}"))
+}
+
 impl ExecutionLocks {
     /// Locks taken on connections of `pool`, named with `prefix`.
     pub(super) fn new(pool: PgPool, prefix: String) -> Self {
@@ -53,9 +86,15 @@ impl ExecutionLocks {
         }
     }
 
+    /// What the names of the locks and keys start with.
+    pub(super) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// Takes the lock of `execution_id` (see the module docs).
     pub(super) async fn lock(&self, execution_id: &str) -> StoreResult<StoreLock> {
-        let key = advisory_key(&format!("{}execution:{execution_id}", self.prefix));
+        let key = lock_key(&self.prefix, execution_id);
+        let drained = transaction_key(&self.prefix, execution_id);
         let filed = self
             .released
             .lock()
@@ -67,9 +106,8 @@ impl ExecutionLocks {
                 let pool = self.pool.clone();
                 joined(
                     tokio::task::spawn_blocking(move || {
-                        let (conn, ()) = pool.run_keep(|c| {
-                            c.execute_typed("SELECT pg_advisory_lock($1)", &[(&key, Type::INT8)])
-                                .map(drop)
+                        let (conn, _) = pool.run_keep(|c| {
+                            c.execute_typed(LOCK, &[(&key, Type::INT8), (&drained, Type::INT8)])
                         })?;
                         Ok(conn)
                     })

@@ -49,8 +49,11 @@
 //!
 //! [`Store::lock_execution`] takes a session advisory lock on a connection of a pool of its own,
 //! held for as long as the returned guard lives, and handed over within the process when the
-//! same execution is locked again before the release's unlock ran (see [`locks`]). A store opens
-//! at most twice [`PgOptions::max_connections`] plus one (the `LISTEN` connection)
+//! same execution is locked again before the release's unlock ran. Since the lock and the
+//! holder's transactions are on different connections, a lock can end before a commit its
+//! holder sent (a replica killed with its commit on the wire): taking a lock also waits for every
+//! write transaction that locked the execution's row and is still running (see [`locks`]). A
+//! store opens at most twice [`PgOptions::max_connections`] plus one (the `LISTEN` connection)
 //! connections.
 //!
 //! # What is retried
@@ -233,9 +236,14 @@ impl From<Failed> for StoreError {
 }
 
 /// Runs `f` on `tx` in a transaction of `pool` and commits it; refuses to let a transaction
-/// whose statement failed be committed.
-fn transaction(pool: &PgPool, write: bool, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
-    let body = |tx: &mut PgTransaction| run(tx, write, f).map_err(Failed::Body);
+/// whose statement failed be committed. Lock names start with `lock_prefix`.
+fn transaction(
+    pool: &PgPool,
+    write: bool,
+    lock_prefix: &str,
+    f: TxFn,
+) -> StoreResult<Box<dyn Any + Send>> {
+    let body = |tx: &mut PgTransaction| run(tx, write, lock_prefix, f).map_err(Failed::Body);
     let out = if write {
         pool.transaction(body)
     } else {
@@ -245,8 +253,13 @@ fn transaction(pool: &PgPool, write: bool, f: TxFn) -> StoreResult<Box<dyn Any +
 }
 
 /// Runs `f` on `tx`, and refuses to let a transaction whose statement failed be committed.
-fn run(tx: &mut PgTransaction, write: bool, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
-    let mut ops = PgTx::new(tx, write);
+fn run(
+    tx: &mut PgTransaction,
+    write: bool,
+    lock_prefix: &str,
+    f: TxFn,
+) -> StoreResult<Box<dyn Any + Send>> {
+    let mut ops = PgTx::new(tx, write, lock_prefix);
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut ops)))
         .unwrap_or_else(|_| Err(StoreError::Database("a store transaction panicked".into())));
     match (out, ops.failure()) {
@@ -261,10 +274,11 @@ fn run(tx: &mut PgTransaction, write: bool, f: TxFn) -> StoreResult<Box<dyn Any 
 impl Store for PgStore {
     async fn write_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
         let (pool, timings) = (self.pool.clone(), self.timings.clone());
+        let prefix = self.locks.prefix().to_owned();
         joined(
             tokio::task::spawn_blocking(move || {
                 let started = std::time::Instant::now();
-                let out = transaction(&pool, true, f);
+                let out = transaction(&pool, true, &prefix, f);
                 timings.commit(started.elapsed());
                 out
             })
@@ -273,8 +287,8 @@ impl Store for PgStore {
     }
 
     async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
-        let pool = self.pool.clone();
-        joined(tokio::task::spawn_blocking(move || transaction(&pool, false, f)).await)
+        let (pool, prefix) = (self.pool.clone(), self.locks.prefix().to_owned());
+        joined(tokio::task::spawn_blocking(move || transaction(&pool, false, &prefix, f)).await)
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -66,6 +66,10 @@ pub(super) struct PgTx<'a> {
     prefetched: Vec<(Request, Vec<Row>)>,
     /// While reads are announced: the statements they send.
     recording: Option<Vec<Request>>,
+    /// What lock names start with (see `locks`).
+    lock_prefix: &'a str,
+    /// Executions whose transaction key this write transaction holds (see [`PgTx::guard`]).
+    guarded: Vec<String>,
 }
 
 /// Numbers and inserts events after the execution's latest (its appenders serialised first).
@@ -140,6 +144,7 @@ impl Tx for PgTx<'_> {
     }
 
     fn execution(&mut self, id: &str) -> StoreResult<Option<Execution>> {
+        self.guard(id);
         let sql = format!(
             "SELECT {EXEC_COLS} FROM executions WHERE id = $1{}",
             self.lock()
@@ -162,6 +167,7 @@ impl Tx for PgTx<'_> {
         )
     }
     fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>> {
+        self.guard(id);
         let sql = format!(
             "SELECT agent_id, status FROM executions WHERE id = $1{}",
             self.lock()

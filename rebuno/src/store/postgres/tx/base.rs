@@ -3,6 +3,7 @@
 //! commit, announced reads sent at once ([`Tx::prefetch`]), row decoding (a row that does not
 //! decode is corrupt), paging, row locks in write transactions, and the first failure kept.
 
+use super::super::locks::transaction_key;
 use super::super::rows::{AGENT_COLS, Decode, corrupt, page};
 use super::PgTx;
 use crate::store::{Lookup, Page, StoreError, StoreResult, Tx};
@@ -11,8 +12,13 @@ use durable_support::pg::postgres::{self, Row};
 use durable_support::pg::{Param, PgTransaction, Queries, Request, describe};
 
 impl<'a> PgTx<'a> {
-    /// The operations of `tx`; `write` for a write transaction.
-    pub(in super::super) fn new(tx: &'a mut PgTransaction, write: bool) -> Self {
+    /// The operations of `tx`; `write` for a write transaction; lock names start with
+    /// `lock_prefix`.
+    pub(in super::super) fn new(
+        tx: &'a mut PgTransaction,
+        write: bool,
+        lock_prefix: &'a str,
+    ) -> Self {
         PgTx {
             tx,
             write,
@@ -20,6 +26,8 @@ impl<'a> PgTx<'a> {
             locked: Vec::new(),
             prefetched: Vec::new(),
             recording: None,
+            lock_prefix,
+            guarded: Vec::new(),
         }
     }
 
@@ -31,6 +39,22 @@ impl<'a> PgTx<'a> {
     /// `FOR UPDATE` in a write transaction.
     pub(super) fn lock(&self) -> &'static str {
         if self.write { " FOR UPDATE" } else { "" }
+    }
+
+    /// In a write transaction, before its first `FOR UPDATE` read of execution `id`'s row: holds
+    /// the execution's transaction key shared until the transaction ends, sent in the same batch
+    /// as that read (so before any `COMMIT`), which a new holder of the execution's lock waits
+    /// for (see `locks`). Announced answers stay good.
+    pub(super) fn guard(&mut self, id: &str) {
+        if !self.write || self.guarded.iter().any(|g| g == id) {
+            return;
+        }
+        let key = transaction_key(self.lock_prefix, id);
+        self.tx.defer(
+            "SELECT pg_advisory_xact_lock_shared($1)",
+            &[(&key as &(dyn ToSql + Sync), Type::INT8)],
+        );
+        self.guarded.push(id.to_owned());
     }
 
     /// Notes that a `FOR UPDATE` read of execution `id` found its row (so this transaction

@@ -515,8 +515,8 @@ impl Round {
         format!("{kinds:?}")
     }
 
-    /// Checks every guarantee against the journal.
-    async fn check(&self, crash: Crash) {
+    /// Checks every guarantee against the journal; answers what the round exercised.
+    async fn check(&self, crash: Crash) -> Coverage {
         let kernel = self.kernel().await;
         let journal: Vec<Vec<String>> = std::fs::read_to_string(self.file("journal"))
             .unwrap()
@@ -529,14 +529,32 @@ impl Round {
             .unwrap()
             .executions;
         assert_eq!(execs.len(), RUNS, "{crash:?}");
+        let mut coverage = Coverage::default();
         for exec in &execs {
-            check_execution(&kernel, &journal, &exec.id, crash).await;
+            coverage.add(check_execution(&kernel, &journal, &exec.id, crash).await);
         }
         // Every approval granted is kept as granted.
         for line in journal.iter().filter(|l| l[0] == "granted") {
             let approval = kernel.approval(&line[1]).await.unwrap();
             assert_eq!(approval.status.as_str(), "granted", "{crash:?}: {line:?}");
         }
+        coverage
+    }
+}
+
+/// What the rounds of a sweep exercised.
+#[derive(Debug, Default, Clone, Copy)]
+struct Coverage {
+    /// An `at_most_once` charge ended `indeterminate`.
+    indeterminate: bool,
+    /// A `safe_to_retry` body ran again after a crash.
+    rerun: bool,
+}
+
+impl Coverage {
+    fn add(&mut self, other: Coverage) {
+        self.indeterminate |= other.indeterminate;
+        self.rerun |= other.rerun;
     }
 }
 
@@ -555,7 +573,12 @@ fn lines_of<'j>(
         .filter(move |(_, l)| l.get(2).map(String::as_str) == Some(effect))
 }
 
-async fn check_execution(kernel: &Kernel, journal: &[Vec<String>], id: &str, crash: Crash) {
+async fn check_execution(
+    kernel: &Kernel,
+    journal: &[Vec<String>],
+    id: &str,
+    crash: Crash,
+) -> Coverage {
     let exec = kernel.execution(id).await.unwrap();
     assert_eq!(
         exec.status,
@@ -660,6 +683,12 @@ async fn check_execution(kernel: &Kernel, journal: &[Vec<String>], id: &str, cra
         .filter(|e| e.event_type == EventType::ApprovalRequested)
         .count();
     assert_eq!(requested, 1, "{crash:?}: one approval per execution");
+    Coverage {
+        indeterminate: charge.status == StepStatus::Failed,
+        rerun: ["prep0", "prep1", "prep2"]
+            .iter()
+            .any(|e| lines_of(journal, "start", id, e).count() > 1),
+    }
 }
 
 /// The crash points of a sweep over `syncs` syncs: all of them with `REBUNO_CRASH_POINTS=all`,
@@ -698,12 +727,19 @@ async fn sqlite_crash_points_keep_every_guarantee() {
     for frac in [0.2, 0.5, 0.8] {
         crashes.push(Crash::Kill(took.mul_f64(frac)));
     }
+    let mut coverage = Coverage::default();
     for crash in crashes {
         let round = Round::sqlite();
         let r = &round;
         tokio::task::block_in_place(|| r.crash_and_recover(crash));
-        round.check(crash).await;
+        coverage.add(round.check(crash).await);
         eprintln!("{crash:?}: {}", round.summary());
+    }
+    eprintln!("{coverage:?}");
+    // Every sync swept: the sweep must have lost a `safe_to_retry` proceed (its body ran
+    // again) and caught a charge mid-effect.
+    if std::env::var("REBUNO_CRASH_POINTS").is_ok_and(|v| v == "all") {
+        assert!(coverage.indeterminate && coverage.rerun, "{coverage:?}");
     }
 }
 

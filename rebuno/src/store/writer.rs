@@ -227,6 +227,7 @@ fn writer_loop(
             }
             (Some(sync), (Some((seq, _)), answers)) => {
                 let wanted = sync.durable.committed(seq);
+                let single = answers.len() == 1;
                 let (durable, committed): (Vec<_>, Vec<_>) = answers
                     .into_iter()
                     .partition(|(_, (_, when))| *when == Due::Durable);
@@ -243,7 +244,8 @@ fn writer_loop(
                 }
                 answer_all(committed);
                 carried = next_write(&rx, &conn);
-                let lone = durable.len() <= 1 && carried.is_none();
+                // A lone write is synced here; a busy writer goes on.
+                let lone = single && carried.is_none();
                 sync.finish((seq, durable), lone, ready);
             }
             (_, (_, answers)) => {

@@ -223,6 +223,38 @@ async fn a_stream_dropped_early_is_still_recorded_whole_and_replays() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_dropped_as_the_handler_ends_is_recorded_before_the_execution_ends() {
+    let (base, p) = provider().await;
+    let rt = Runtime::open("memory").await.unwrap();
+    let b = base.clone();
+    rt.register(handler_fn("last-dropper", move |_input| {
+        let base = b.clone();
+        async move {
+            let mut stream = OpenAi::new("")
+                .base_url(&base)
+                .chat_stream(json!({"model": "gpt-stream", "messages": []}))
+                .await?;
+            let first = stream.next_text().await?.unwrap();
+            drop(stream); // no effect follows: the handler's end must wait for the record
+            Ok::<_, Error>(json!({ "first": first }))
+        }
+    }))
+    .await
+    .unwrap();
+    rt.start();
+    let id = create(&rt, "last-dropper", json!({})).await;
+    let exec = wait_for(&rt, &id, ExecutionStatus::Completed).await;
+    assert_eq!(exec.output, Some(json!({"first": "Hel"})));
+    // The provider closes the body 300 ms after `[DONE]`: without the wait the execution
+    // would complete first and the record would be refused.
+    let step = llm_steps(&rt, &id).await.remove(0);
+    assert_eq!(step.status, StepStatus::Succeeded, "{step:?}");
+    assert_eq!(step.result.unwrap()["body"], stream_body());
+    assert_eq!(p.hits(), 1);
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_are_typed_errors_or_rebuno_refusal_responses() {
     const POLICY: &str = "default_action: allow
 rules:

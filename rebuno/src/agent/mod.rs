@@ -633,7 +633,15 @@ impl Agent {
         let interval = (lease_len / 3)
             .min(Duration::from_secs(30))
             .max(Duration::from_millis(10));
-        let handler = ctx.clone().scope(self.inner.handler.call(exec.input));
+        let scoped = ctx.clone().scope(self.inner.handler.call(exec.input));
+        let handler = async {
+            let out = scoped.await;
+            // A record still being written in the background (a streamed LLM answer whose
+            // reader went away) ends before the execution does: the end would otherwise
+            // overtake it, and the record would then be refused by a terminal execution.
+            ctx.background().idle().await;
+            out
+        };
         let outcome = tokio::select! {
             out = handler => out,
             superseded = heartbeat(&ctx, interval) => Err(superseded),

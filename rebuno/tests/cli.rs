@@ -163,6 +163,30 @@ fn unparsable_environment_values_refuse_the_start_naming_each() {
 }
 
 #[test]
+fn unread_rebuno_variables_are_warned_about_with_the_closest_name() {
+    let out = run(rebuno()
+        .args(["dev", "--memory", "--listen-addr", "256.0.0.1:1"])
+        .env_remove("RUST_LOG")
+        .env("REBUNO_LOG_LEVEL", "warn")
+        .env("REBUNO_DISPATCH_TIMEOUTS", "5s")
+        .env("REBUNO_DEV", "true")
+        .env("REBUNO_URL", "http://127.0.0.1:1"));
+    let err = stderr(&out);
+    assert!(
+        err.contains("REBUNO_DISPATCH_TIMEOUTS is set but rebuno reads no such variable; did you mean REBUNO_DISPATCH_TIMEOUT?"),
+        "{err}"
+    );
+    assert!(
+        err.contains("REBUNO_DEV is set but not used by this build"),
+        "{err}"
+    );
+    // Read by agents and clients: not the kernel's, and not a mistake either.
+    assert!(!err.contains("REBUNO_URL"), "{err}");
+    // A warning only: the start went on (and failed on the address).
+    assert!(err.contains("cannot listen on 256.0.0.1:1"), "{err}");
+}
+
+#[test]
 fn help_documents_flags_and_environment() {
     for args in [&["--help"][..], &["dev", "--help"], &["server", "--help"]] {
         let out = run(rebuno().args(args));

@@ -20,6 +20,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[path = "rebuno/env_names.rs"]
+mod env_names;
+
 const ENVIRONMENT_HELP: &str = "\
 Environment (flags override the environment, which overrides the defaults):
   REBUNO_LISTEN_ADDR             HTTP listen address, host:port or :port (--listen-addr)
@@ -66,7 +69,9 @@ Environment (flags override the environment, which overrides the defaults):
                                  [default: rebuno], OTEL_RESOURCE_ATTRIBUTES, OTEL_SDK_DISABLED
                                  and the exporter's other OTEL_EXPORTER_OTLP_* apply)
 Durations use Go's syntax (500ms, 90s, 2m, 1h30m); a variable set to a number, duration or
-boolean that does not parse is refused at start-up, naming it. Not used by this build: REBUNO_DB_MIN_CONNS,
+boolean that does not parse is refused at start-up, naming it. REBUNO_URL, REBUNO_API_KEY and
+REBUNO_AGENT_SECRET are read by agents and clients, not by the kernel. Any other REBUNO_* variable
+that is set is warned about at start-up. Not used by this build: REBUNO_DB_MIN_CONNS,
 REBUNO_DEADLINE_CHECK_INTERVAL, REBUNO_LEADER_LOCK_KEY, REBUNO_OTEL_ENDPOINT (use
 OTEL_EXPORTER_OTLP_ENDPOINT), REBUNO_OTEL_SAMPLE_RATE, REBUNO_OTEL_INSECURE and REBUNO_DEV.
 Logs go to stderr; metrics are served on /metrics.";
@@ -612,6 +617,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if !matches!(cli.command, Command::Version) {
+        // `vars_os`: a name that is not UTF-8 is no REBUNO_ name, and must not panic.
+        let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+        for warning in env_names::unread_warnings(ENVIRONMENT_HELP, names) {
+            tracing::warn!("{warning}");
+        }
+    }
     let command = match cli.command {
         Command::Version => {
             println!("rebuno {}", env!("CARGO_PKG_VERSION"));

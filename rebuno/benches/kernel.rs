@@ -18,10 +18,11 @@
 
 mod support;
 
+use support::kernel::{execution, kernel, proceed_steps, step};
+
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use rebuno::protocol::{CreateExecutionRequest, Decision, RegisterAgentRequest, SubmitStepRequest};
-use rebuno::{Kernel, Lease};
-use serde_json::json;
+use rebuno::protocol::Decision;
+use rebuno::Lease;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,64 +33,6 @@ fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-fn step(i: u64) -> SubmitStepRequest {
-    serde_json::from_value(json!({"kind": "tool_call", "target": format!("tool_{}", i % 16), "args": {"i": i, "q": "some query text"}}))
-        .unwrap()
-}
-
-async fn kernel(backend: &str, dir: &std::path::Path) -> Kernel {
-    let url = if backend == "memory" {
-        "memory".to_owned()
-    } else {
-        format!("sqlite://{}", dir.join("k.db").display())
-    };
-    let k = Kernel::open(&url).await.unwrap();
-    k.register_agent(RegisterAgentRequest {
-        id: "bench".into(),
-        webhook_url: "http://127.0.0.1:9/".into(),
-        secret: "s".into(),
-        ..RegisterAgentRequest::default()
-    })
-    .await
-    .unwrap();
-    k
-}
-
-async fn execution(k: &Kernel) -> (String, Lease) {
-    let exec = k
-        .create_execution(CreateExecutionRequest {
-            agent_id: "bench".into(),
-            input: Some(json!({})),
-            agent_version: String::new(),
-            ..CreateExecutionRequest::default()
-        })
-        .await
-        .unwrap();
-    let claimed = k.claim_dispatches(1024).await.unwrap();
-    let lease = claimed
-        .iter()
-        .find(|c| c.dispatch.execution_id == exec.id)
-        .unwrap()
-        .lease();
-    (exec.id, lease)
-}
-
-/// Runs `n` steps through submit + complete on one execution.
-async fn proceed_steps(k: &Kernel, exec: &str, lease: &Lease, from: u64, n: u64) {
-    for i in from..from + n {
-        let d = k.submit_step(exec, lease, step(i)).await.unwrap();
-        assert_eq!(d.decision, Decision::Proceed);
-        k.complete_step(
-            exec,
-            d.step_id.as_deref().unwrap(),
-            lease,
-            Some(json!({"ok": i})),
-        )
-        .await
-        .unwrap();
-    }
 }
 
 fn bench_reference(c: &mut Criterion) {

@@ -14,9 +14,6 @@
 
 mod support;
 
-use rebuno::Kernel;
-use rebuno::protocol::{CreateExecutionRequest, Decision, RegisterAgentRequest, SubmitStepRequest};
-use serde_json::json;
 use std::time::Instant;
 
 fn main() {
@@ -32,45 +29,10 @@ fn main() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     rt.block_on(async {
-        let url = format!("sqlite://{}", dir.path().join("k.db").display());
-        let k = Kernel::open(&url).await.unwrap();
-        k.register_agent(RegisterAgentRequest {
-            id: "bench".into(),
-            webhook_url: "http://127.0.0.1:9/".into(),
-            secret: "s".into(),
-            ..RegisterAgentRequest::default()
-        })
-        .await
-        .unwrap();
-        let exec = k
-            .create_execution(CreateExecutionRequest {
-                agent_id: "bench".into(),
-                input: Some(json!({})),
-                ..CreateExecutionRequest::default()
-            })
-            .await
-            .unwrap();
-        let claimed = k.claim_dispatches(1024).await.unwrap();
-        let lease = claimed
-            .iter()
-            .find(|c| c.dispatch.execution_id == exec.id)
-            .unwrap()
-            .lease();
+        let k = support::kernel::kernel("sqlite", dir.path()).await;
+        let (exec, lease) = support::kernel::execution(&k).await;
         let started = Instant::now();
-        for i in 0..steps {
-            let step: SubmitStepRequest = serde_json::from_value(json!({
-                "kind": "tool_call",
-                "target": format!("tool_{}", i % 16),
-                "args": {"i": i, "q": "some query text"},
-            }))
-            .unwrap();
-            let d = k.submit_step(&exec.id, &lease, step).await.unwrap();
-            assert_eq!(d.decision, Decision::Proceed);
-            let step_id = d.step_id.as_deref().unwrap();
-            k.complete_step(&exec.id, step_id, &lease, Some(json!({"ok": i})))
-                .await
-                .unwrap();
-        }
+        support::kernel::proceed_steps(&k, &exec, &lease, 0, steps).await;
         let per_step = started.elapsed().as_secs_f64() * 1e6 / steps as f64;
         println!("{steps} proceed steps, {per_step:.0} us each (wall clock)");
     });

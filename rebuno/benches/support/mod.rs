@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each benchmark uses a different subset
 
+pub mod kernel;
+
 use rebuno::protocol::{
     HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, HEADER_SIGNATURE,
     HEADER_TIMESTAMP,

@@ -21,8 +21,8 @@ mod support;
 use support::kernel::{execution, kernel, proceed_steps, step};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use rebuno::protocol::Decision;
 use rebuno::Lease;
+use rebuno::protocol::Decision;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

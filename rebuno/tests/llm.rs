@@ -184,13 +184,13 @@ async fn a_streamed_chat_is_teed_live_and_recorded_whole() {
     rt.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_dropped_early_is_still_recorded_whole_and_replays() {
-    let (base, p) = provider().await;
+/// A runtime with agent `dropper`, which reads the first delta of a streamed chat, drops the
+/// stream, and then charges when `then_charge`, or else ends at once.
+async fn dropper(base: &str, then_charge: bool) -> Runtime {
     let rt = Runtime::open("memory").await.unwrap();
-    let b = base.clone();
+    let base = base.to_owned();
     rt.register(handler_fn("dropper", move |_input| {
-        let base = b.clone();
+        let base = base.clone();
         async move {
             let mut stream = OpenAi::new("")
                 .base_url(&base)
@@ -198,12 +198,28 @@ async fn a_stream_dropped_early_is_still_recorded_whole_and_replays() {
                 .await?;
             let first = stream.next_text().await?.unwrap();
             drop(stream); // stop reading after the first delta
-            charge().call(json!({})).await?;
+            if then_charge {
+                charge().call(json!({})).await?;
+            }
             Ok::<_, Error>(json!({ "first": first }))
         }
     }))
     .await
     .unwrap();
+    rt
+}
+
+/// Asserts the execution's one LLM step recorded the whole streamed answer.
+async fn assert_recorded_whole(rt: &Runtime, id: &str) {
+    let step = llm_steps(rt, id).await.remove(0);
+    assert_eq!(step.status, StepStatus::Succeeded, "{step:?}");
+    assert_eq!(step.result.unwrap()["body"], stream_body());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_dropped_early_is_still_recorded_whole_and_replays() {
+    let (base, p) = provider().await;
+    let rt = dropper(&base, true).await;
     rt.kernel().set_policy("dropper", APPROVAL).await.unwrap();
     rt.start();
     let id = create(&rt, "dropper", json!({})).await;
@@ -212,9 +228,7 @@ async fn a_stream_dropped_early_is_still_recorded_whole_and_replays() {
     // effect (the charge that blocked) waited for that record: the provider closes the body
     // 300 ms after `[DONE]`, so without the wait the step would still be executing here, and
     // the attempt after the grant would call the provider again.
-    let step = llm_steps(&rt, &id).await.remove(0);
-    assert_eq!(step.status, StepStatus::Succeeded, "{step:?}");
-    assert_eq!(step.result.unwrap()["body"], stream_body());
+    assert_recorded_whole(&rt, &id).await;
     grant(&rt, &id).await;
     let exec = wait_for(&rt, &id, ExecutionStatus::Completed).await;
     assert_eq!(exec.output, Some(json!({"first": "Hel"})));
@@ -225,31 +239,14 @@ async fn a_stream_dropped_early_is_still_recorded_whole_and_replays() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_dropped_as_the_handler_ends_is_recorded_before_the_execution_ends() {
     let (base, p) = provider().await;
-    let rt = Runtime::open("memory").await.unwrap();
-    let b = base.clone();
-    rt.register(handler_fn("last-dropper", move |_input| {
-        let base = b.clone();
-        async move {
-            let mut stream = OpenAi::new("")
-                .base_url(&base)
-                .chat_stream(json!({"model": "gpt-stream", "messages": []}))
-                .await?;
-            let first = stream.next_text().await?.unwrap();
-            drop(stream); // no effect follows: the handler's end must wait for the record
-            Ok::<_, Error>(json!({ "first": first }))
-        }
-    }))
-    .await
-    .unwrap();
+    let rt = dropper(&base, false).await;
     rt.start();
-    let id = create(&rt, "last-dropper", json!({})).await;
+    let id = create(&rt, "dropper", json!({})).await;
     let exec = wait_for(&rt, &id, ExecutionStatus::Completed).await;
     assert_eq!(exec.output, Some(json!({"first": "Hel"})));
     // The provider closes the body 300 ms after `[DONE]`: without the wait the execution
     // would complete first and the record would be refused.
-    let step = llm_steps(&rt, &id).await.remove(0);
-    assert_eq!(step.status, StepStatus::Succeeded, "{step:?}");
-    assert_eq!(step.result.unwrap()["body"], stream_body());
+    assert_recorded_whole(&rt, &id).await;
     assert_eq!(p.hits(), 1);
     rt.shutdown().await;
 }

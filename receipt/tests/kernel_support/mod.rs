@@ -180,7 +180,7 @@ pub async fn assert_committed_once(runtime: &Runtime, files: &Payments, client: 
 
 /// A real call for the selection at the head after the seed (a run of `pay-agent@1.0.0` with a
 /// dispatcher that never answers; the run fails with the timeout, which leaves the chain the
-/// calls below are checked against).
+/// calls below are checked against), with a timeout of a minute.
 pub async fn a_real_call(runtime: &Arc<Runtime>, files: Payments) -> RemoteCall {
     struct Never(std::sync::Mutex<Vec<RemoteCall>>);
     #[async_trait]
@@ -199,8 +199,11 @@ pub async fn a_real_call(runtime: &Arc<Runtime>, files: Payments) -> RemoteCall 
         .await
         .unwrap_err();
     assert_eq!(err.to_string(), "remote action timed out");
-    let calls = never.0.lock().unwrap().clone();
-    calls[0].clone()
+    let mut call = never.0.lock().unwrap()[0].clone();
+    // The run above needed a short timeout to end; the calls made from this one go through a
+    // kernel and must not time out on a loaded machine (50 ms did, in CI).
+    call.timeout_ms = 60_000;
+    call
 }
 
 /// A change to a call.

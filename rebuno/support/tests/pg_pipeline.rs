@@ -304,8 +304,11 @@ fn writes_that_touch_nothing_in_common_run_as_one_statement_and_fail_together() 
     // `BEGIN`, the two inserts as one statement, `COMMIT`.
     assert_eq!(pool.statements() - sent, 3);
     let in_u = |pool: &PgPool| -> i64 {
-        pool.run(|c| c.query_typed_one("SELECT count(*) FROM u", &[]).map(|r| r.get(0)))
-            .unwrap()
+        pool.run(|c| {
+            c.query_typed_one("SELECT count(*) FROM u", &[])
+                .map(|r| r.get(0))
+        })
+        .unwrap()
     };
     assert_eq!((count(&pool), in_u(&pool)), (1, 1));
     // Two writes of one table stay two statements, in order: the second sees the first.
@@ -322,7 +325,10 @@ fn writes_that_touch_nothing_in_common_run_as_one_statement_and_fail_together() 
     .unwrap();
     assert_eq!(pool.statements() - sent, 4);
     let moved: i64 = pool
-        .run(|c| c.query_typed_one("SELECT count(*) FROM t WHERE v = 12", &[]).map(|r| r.get(0)))
+        .run(|c| {
+            c.query_typed_one("SELECT count(*) FROM t WHERE v = 12", &[])
+                .map(|r| r.get(0))
+        })
         .unwrap();
     assert_eq!(moved, 1);
     // One part failing (a duplicate key in `u`) fails the commit, and neither part is kept.

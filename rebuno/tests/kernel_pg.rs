@@ -69,7 +69,7 @@ fn call_of(target: &str, args: &str) -> SubmitStepRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
-async fn a_proceed_step_waits_for_six_round_trips() {
+async fn a_proceed_step_waits_for_five_round_trips_and_runs_twenty_statements() {
     let store = Arc::new(PgStore::connect(pg_options(&fresh_schema())).await.unwrap());
     let clock = Arc::new(ManualClock::new(t0()));
     let env = Env {
@@ -93,14 +93,19 @@ async fn a_proceed_step_waits_for_six_round_trips() {
     for i in 0..3 {
         step(i).await;
     }
-    let before = store.pool().round_trips();
+    let (before, sent) = (store.pool().round_trips(), store.pool().statements());
     for i in 3..8 {
         step(i).await;
     }
-    // The submit's read: its occurrence count, then everything else at once (its commit not
+    // The submit's read: its occurrence count and everything else at once (its commit not
     // waited for); its write: the rows it checks, then its writes with the commit; the
     // complete's write likewise. The execution locks have a pool of their own.
-    assert_eq!(store.pool().round_trips() - before, 5 * 6);
+    assert_eq!(store.pool().round_trips() - before, 5 * 5);
+    // The statements the server runs per step: the submit's read 8 (`BEGIN`, the count, the
+    // five lookups, `COMMIT`), its write 6 (`BEGIN`, the execution with its transaction key,
+    // the lease, the step; its four writes as one statement; `COMMIT`), the complete's write 6
+    // (likewise, its two writes as one).
+    assert_eq!(store.pool().statements() - sent, 5 * 20);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -153,6 +153,7 @@ conformance!(
     claims_filter_by_status_time_and_agent,
     agent_leases_round_trip_and_reach_in_flight_rows,
     occurrence_counters_follow_the_attempt,
+    a_submits_writes_in_one_transaction_all_land,
     terminal_executions_are_deleted_with_their_children,
     a_failing_closure_keeps_nothing,
     a_panicking_closure_keeps_nothing,

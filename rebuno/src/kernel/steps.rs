@@ -215,42 +215,56 @@ impl Kernel {
             self.inner
                 .store
                 .read_unsettled(move |tx| {
+                    // The step's id needs the count, which on a shared store is read here. So
+                    // that a shared store sends the count and the other reads together, they
+                    // are first asked for with a guess (a call not counted yet, the usual case),
+                    // and asked for again only if the count proves the guess wrong.
+                    let plan = |counted: u64| {
+                        let occurrence = counted.max(asked);
+                        let id = |occ| {
+                            identity::step_id(&exec_id, kind.as_str(), &target, &args_hash, occ)
+                        };
+                        let previous = (occurrence > counted).then(|| id(occurrence - 1));
+                        (occurrence, id(occurrence), previous)
+                    };
+                    let guessed = plan(local_count.unwrap_or(0));
+                    // Everything below may be needed: asked for at once.
+                    let mut lookups = vec![
+                        Lookup::ExecutionState(&exec_id),
+                        Lookup::DispatchLease(&lease.dispatch_id),
+                        Lookup::Step(&exec_id, &guessed.1),
+                        Lookup::ExecutionPolicyBundle(&exec_id),
+                        Lookup::AgentOfExecution(&exec_id),
+                    ];
+                    if local_count.is_none() {
+                        let count =
+                            Lookup::AttemptOccurrence(&lease.dispatch_id, lease.attempt, &key);
+                        lookups.insert(0, count);
+                    }
+                    if at_most_once {
+                        lookups.push(Lookup::IndeterminateFailure(
+                            &exec_id, &kind, &target, &args_hash,
+                        ));
+                    }
+                    if let Some(previous) = &guessed.2 {
+                        lookups.push(Lookup::StepExists(&exec_id, previous));
+                    }
+                    tx.prefetch(&lookups)?;
+                    drop(lookups);
                     let counted = match local_count {
                         Some(counted) => counted,
                         None => tx
                             .attempt_occurrence(&lease.dispatch_id, lease.attempt, &key)?
                             .map_or(0, |consumed| consumed.saturating_add(1)),
                     };
-                    let occurrence = counted.max(asked);
-                    let step_id =
-                        identity::step_id(&exec_id, kind.as_str(), &target, &args_hash, occurrence);
-                    let previous = (occurrence > counted).then(|| {
-                        identity::step_id(
-                            &exec_id,
-                            kind.as_str(),
-                            &target,
-                            &args_hash,
-                            occurrence - 1,
-                        )
-                    });
-                    // Everything below may be needed: asked for at once (a shared store sends
-                    // the reads together).
-                    let mut lookups = vec![
-                        Lookup::ExecutionState(&exec_id),
-                        Lookup::DispatchLease(&lease.dispatch_id),
-                        Lookup::Step(&exec_id, &step_id),
-                        Lookup::ExecutionPolicyBundle(&exec_id),
-                        Lookup::AgentOfExecution(&exec_id),
-                    ];
-                    if at_most_once {
-                        lookups.push(Lookup::IndeterminateFailure(
-                            &exec_id, &kind, &target, &args_hash,
-                        ));
+                    let (occurrence, step_id, previous) = plan(counted);
+                    if (&step_id, &previous) != (&guessed.1, &guessed.2) {
+                        let mut again = vec![Lookup::Step(&exec_id, &step_id)];
+                        if let Some(previous) = &previous {
+                            again.push(Lookup::StepExists(&exec_id, previous));
+                        }
+                        tx.prefetch(&again)?;
                     }
-                    if let Some(previous) = &previous {
-                        lookups.push(Lookup::StepExists(&exec_id, previous));
-                    }
-                    tx.prefetch(&lookups)?;
                     let mut snap = Snapshot {
                         counted,
                         occurrence,

@@ -433,6 +433,8 @@ pub enum Lookup<'a> {
     StepExists(&'a str, &'a str),
     /// [`Tx::has_indeterminate_failure`]: execution, kind, target and args hash.
     IndeterminateFailure(&'a str, &'a StepKind, &'a str, &'a str),
+    /// [`Tx::attempt_occurrence`]: dispatch, attempt and the call's key.
+    AttemptOccurrence(&'a str, u32, &'a OccurrenceKey),
 }
 
 /// An occurrence counter's key: `(kind, target, args_hash)`.

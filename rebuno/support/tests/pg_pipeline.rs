@@ -275,3 +275,68 @@ fn a_commit_whose_connection_is_lost_is_an_error_never_a_success() {
         "the second insert never reached the server"
     );
 }
+
+#[test]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+fn writes_that_touch_nothing_in_common_run_as_one_statement_and_fail_together() {
+    use durable_support::pg::Touches;
+    let pool = pool();
+    pool.run(|c| c.batch_execute("CREATE TABLE u (v int8 PRIMARY KEY)"))
+        .unwrap();
+    const T: Touches = Touches {
+        reads: &["t"],
+        writes: &["t"],
+    };
+    const U: Touches = Touches {
+        reads: &["u"],
+        writes: &["u"],
+    };
+    let both = |tx: &mut durable_support::pg::PgTransaction, v: i64| {
+        tx.defer_fusable(INSERT, &[(&v, Type::INT8)], T);
+        tx.defer_fusable("INSERT INTO u (v) VALUES ($1)", &[(&v, Type::INT8)], U);
+    };
+    let sent = pool.statements();
+    pool.transaction(|tx| {
+        both(tx, 1);
+        Ok::<_, PgError>(())
+    })
+    .unwrap();
+    // `BEGIN`, the two inserts as one statement, `COMMIT`.
+    assert_eq!(pool.statements() - sent, 3);
+    let in_u = |pool: &PgPool| -> i64 {
+        pool.run(|c| {
+            c.query_typed_one("SELECT count(*) FROM u", &[])
+                .map(|r| r.get(0))
+        })
+        .unwrap()
+    };
+    assert_eq!((count(&pool), in_u(&pool)), (1, 1));
+    // Two writes of one table stay two statements, in order: the second sees the first.
+    let sent = pool.statements();
+    pool.transaction(|tx| {
+        tx.defer_fusable(INSERT, &[(&2i64, Type::INT8)], T);
+        tx.defer_fusable(
+            "UPDATE t SET v = v + 10 WHERE v = $1",
+            &[(&2i64, Type::INT8)],
+            T,
+        );
+        Ok::<_, PgError>(())
+    })
+    .unwrap();
+    assert_eq!(pool.statements() - sent, 4);
+    let moved: i64 = pool
+        .run(|c| {
+            c.query_typed_one("SELECT count(*) FROM t WHERE v = 12", &[])
+                .map(|r| r.get(0))
+        })
+        .unwrap();
+    assert_eq!(moved, 1);
+    // One part failing (a duplicate key in `u`) fails the commit, and neither part is kept.
+    let failed = pool.transaction(|tx| {
+        tx.defer_fusable(INSERT, &[(&3i64, Type::INT8)], T);
+        tx.defer_fusable("INSERT INTO u (v) VALUES ($1)", &[(&1i64, Type::INT8)], U);
+        Ok::<_, PgError>(())
+    });
+    assert!(failed.is_err(), "a failed part was committed");
+    assert_eq!((count(&pool), in_u(&pool)), (2, 1));
+}

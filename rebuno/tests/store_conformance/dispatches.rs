@@ -1,8 +1,8 @@
 //! Conformance bodies for dispatches: the queue row, the claim's filters, and the occurrence
 //! counters of the attempt in flight.
 
-use crate::{Dyn, agent, at, dispatch, execution, r, w};
-use rebuno::protocol::{DispatchStatus, ExecutionStatus};
+use crate::{Dyn, agent, at, dispatch, execution, r, step, w};
+use rebuno::protocol::{DispatchStatus, EventType, ExecutionStatus, StepStatus};
 use rebuno::store::OccurrenceKey;
 
 pub async fn dispatches_round_trip_and_list(store: Dyn) {
@@ -316,4 +316,61 @@ pub async fn agent_leases_round_trip_and_reach_in_flight_rows(store: Dyn) {
     assert_eq!(r(&store, |tx| tx.agent("short")).await, Some(short));
     let rows = r(&store, |tx| tx.in_flight_leases()).await;
     assert_eq!(leases(rows), expected(None));
+}
+
+/// A submit's writes in one transaction (a shared store sends them as one statement): the
+/// occurrence counter, the lease's renewal, the step and its events, after the lease was read
+/// (locked) or without that read, and for a superseded attempt, which moves neither the counter
+/// nor the lease while the step and events still go in.
+pub async fn a_submits_writes_in_one_transaction_all_land(store: Dyn) {
+    let e = execution("e1", "a1", ExecutionStatus::Running);
+    w(&store, move |tx| tx.put_execution(&e)).await;
+    let mut d = dispatch("d1", "e1", DispatchStatus::InFlight, 1);
+    d.attempt = 1;
+    d.locked_at = Some(at(1));
+    let put = d.clone();
+    w(&store, move |tx| tx.put_dispatch(&put)).await;
+    let submit = |read_lease: bool, attempt: u32, step_id: &'static str, now: u32| {
+        let store = store.clone();
+        async move {
+            w(&store, move |tx| {
+                if read_lease {
+                    tx.execution_state("e1")?;
+                    tx.dispatch_lease("d1")?;
+                }
+                tx.advance_attempt_occurrence("d1", attempt, &key(step_id), 4)?;
+                tx.record_renewal("d1", attempt, &at(now))?;
+                tx.put_step(&step("e1", step_id, StepStatus::Executing))?;
+                tx.record_events(
+                    "e1",
+                    &at(now),
+                    &[
+                        (EventType::StepProposed, serde_json::json!({"s": step_id})),
+                        (EventType::StepExecuting, serde_json::json!({"s": step_id})),
+                    ],
+                )
+            })
+            .await
+        }
+    };
+    let landed = |step_id: &'static str| {
+        let store = store.clone();
+        async move {
+            r(&store, move |tx| {
+                Ok((
+                    tx.attempt_occurrence("d1", 1, &key(step_id))?,
+                    tx.dispatch("d1")?.and_then(|d| d.locked_at),
+                    tx.step_exists("e1", step_id)?,
+                    tx.events("e1", 0, 100)?.items.len(),
+                ))
+            })
+            .await
+        }
+    };
+    submit(true, 1, "s1", 5).await;
+    assert_eq!(landed("s1").await, (Some(4), Some(at(5)), true, 2));
+    submit(false, 1, "s2", 6).await;
+    assert_eq!(landed("s2").await, (Some(4), Some(at(6)), true, 4));
+    submit(true, 0, "s3", 7).await;
+    assert_eq!(landed("s3").await, (None, Some(at(6)), true, 6));
 }

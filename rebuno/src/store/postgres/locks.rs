@@ -25,7 +25,8 @@
 //! holder that read in that moment would decide on a state about to change under it (the step
 //! it is about to record appears, recorded by the dead replica). So every write transaction that
 //! locks an execution's row first holds the execution's transaction key ([`transaction_key`])
-//! shared, in the same batch as that read, hence before it can send its `COMMIT`; and taking the
+//! shared, in the same statement as that read and before the row is locked, hence before it can
+//! send its `COMMIT`; and taking the
 //! lock takes and drops that key exclusively in the same statement as the lock itself, after it,
 //! which waits for every such transaction still running. A lock handed over within the process never left
 //! it, so it does not wait.
@@ -89,6 +90,11 @@ impl ExecutionLocks {
     /// What the names of the locks and keys start with.
     pub(super) fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The statements the locks' connections have sent.
+    pub(super) fn statements(&self) -> u64 {
+        self.pool.statements()
     }
 
     /// Takes the lock of `execution_id` (see the module docs).

@@ -20,6 +20,13 @@
 //! locks are taken in the same order, and the first statement that fails is the error (see
 //! [`PgTransaction`]).
 //!
+//! The server's time goes by statement as well (each is bound, run and answered on its own), so
+//! the held-back writes of the kernel's hot paths say what they touch (`touches`), and those
+//! that touch nothing in common go as one statement ([`PgTransaction::defer_fusable`]): the
+//! submit's occurrence counter, lease renewal, step and events are one statement, the
+//! complete's step and event another. A write transaction's read of an execution takes the
+//! execution's transaction key in the same statement (see `locks`).
+//!
 //! Submodules: `base` (the statement, decoding, paging, prefetching and locking helpers every
 //! operation runs through), and the operations of a transaction beyond [`Tx`]'s own: `keys`,
 //! `sessions`, `resources`, `subagents`.
@@ -68,8 +75,48 @@ pub(super) struct PgTx<'a> {
     recording: Option<Vec<Request>>,
     /// What lock names start with (see `locks`).
     lock_prefix: &'a str,
-    /// Executions whose transaction key this write transaction holds (see [`PgTx::guard`]).
-    guarded: Vec<String>,
+    /// Dispatches whose row this write transaction already holds `FOR UPDATE` (advancing an
+    /// occurrence counter need not lock it again, so it may go in one statement with the
+    /// lease's renewal).
+    locked_dispatches: Vec<String>,
+}
+
+/// What the held-back writes of the kernel's hot paths touch, so that those touching nothing
+/// in common go as one statement ([`PgTransaction::defer_fusable`]). A dispatch row's fence is
+/// its id, execution, attempt and status; its lease, the times a renewal moves.
+mod touches {
+    use durable_support::pg::Touches;
+
+    /// A step written (`put_step`; its `ON CONFLICT` reads the step).
+    pub(super) const STEP: Touches = Touches {
+        reads: &["steps"],
+        writes: &["steps"],
+    };
+    /// Events appended, numbered after the execution's latest.
+    pub(super) const EVENTS: Touches = Touches {
+        reads: &["events"],
+        writes: &["events"],
+    };
+    /// An execution written (`put_execution`).
+    pub(super) const EXECUTION: Touches = Touches {
+        reads: &["executions"],
+        writes: &["executions"],
+    };
+    /// A lease renewed: its `WHERE` reads the fence.
+    pub(super) const RENEWAL: Touches = Touches {
+        reads: &["dispatches.fence"],
+        writes: &["dispatches.lease"],
+    };
+    /// An occurrence counter advanced, the dispatch row already locked by this transaction.
+    pub(super) const COUNTER: Touches = Touches {
+        reads: &["dispatches.fence", "dispatch_step_counters"],
+        writes: &["dispatch_step_counters"],
+    };
+    /// The same, locking the dispatch row.
+    pub(super) const COUNTER_LOCKING: Touches = Touches {
+        reads: &["dispatches", "dispatch_step_counters"],
+        writes: &["dispatch_step_counters"],
+    };
 }
 
 /// Numbers and inserts events after the execution's latest (its appenders serialised first).
@@ -144,14 +191,7 @@ impl Tx for PgTx<'_> {
     }
 
     fn execution(&mut self, id: &str) -> StoreResult<Option<Execution>> {
-        self.guard(id);
-        let sql = format!(
-            "SELECT {EXEC_COLS} FROM executions WHERE id = $1{}",
-            self.lock()
-        );
-        let found = self.one(&sql, params![id => TEXT], exec_row)?;
-        self.note_locked(id, &found);
-        Ok(found)
+        self.execution_row(EXEC_COLS, id, exec_row)
     }
     fn execution_by_idempotency_key(
         &mut self,
@@ -167,19 +207,12 @@ impl Tx for PgTx<'_> {
         )
     }
     fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>> {
-        self.guard(id);
-        let sql = format!(
-            "SELECT agent_id, status FROM executions WHERE id = $1{}",
-            self.lock()
-        );
-        let found = self.one(&sql, params![id => TEXT], |r| {
+        self.execution_row("agent_id, status", id, |r| {
             Ok((
                 r.try_get(0).map_err(|e| e.to_string())?,
                 parse::<ExecutionStatus>(r, 1)?,
             ))
-        })?;
-        self.note_locked(id, &found);
-        Ok(found)
+        })
     }
     fn agent_of(&mut self, id: &str) -> StoreResult<Option<String>> {
         self.one(
@@ -197,7 +230,7 @@ impl Tx for PgTx<'_> {
     fn put_execution(&mut self, e: &Execution) -> StoreResult<()> {
         // `ended_at` is set once, by the update that makes the execution terminal, and never
         // moves afterwards: retention counts from it.
-        self.defer(
+        self.defer_with(
             "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key, on_behalf_of, subject_groups, session, parent_execution_id, forked_from, fork_seq, restoration, spawned_by_execution, spawned_by_step, state, policy_bundle, trace_parent)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
                CASE WHEN $5 IN ('completed', 'failed', 'cancelled') THEN $9 END, $11, NULLIF($12, ''), $13, $14,
@@ -234,6 +267,7 @@ impl Tx for PgTx<'_> {
                 e.policy_bundle => TEXT,
                 e.trace_parent => TEXT,
             ],
+            Some(touches::EXECUTION),
         )
     }
     fn list_executions(&mut self, q: &ExecutionQuery) -> StoreResult<Page<Execution>> {
@@ -347,10 +381,11 @@ impl Tx for PgTx<'_> {
             return Ok(());
         }
         let (types, payloads) = event_columns(events);
-        self.defer(
+        self.defer_with(
             INSERT_EVENTS,
             params![execution_id => TEXT, occurred_at => TEXT, types => TEXT_ARRAY,
                     payloads => TEXT_ARRAY],
+            Some(touches::EVENTS),
         )
     }
     fn has_event(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool> {
@@ -410,7 +445,7 @@ impl Tx for PgTx<'_> {
         );
         let occurrence = i64::try_from(s.occurrence)
             .map_err(|_| StoreError::Database("occurrence out of range".into()))?;
-        self.defer(
+        self.defer_with(
             &sql,
             params![
                 s.step_id => TEXT,
@@ -427,6 +462,7 @@ impl Tx for PgTx<'_> {
                 s.started_at => TEXT,
                 s.completed_at => TEXT,
             ],
+            Some(touches::STEP),
         )
     }
     fn steps_page(
@@ -589,20 +625,24 @@ impl Tx for PgTx<'_> {
             "SELECT {DISPATCH_COLS} FROM dispatches WHERE id = $1{}",
             self.lock()
         );
-        self.one(&sql, params![id => TEXT], dispatch_row)
+        let found = self.one(&sql, params![id => TEXT], dispatch_row)?;
+        self.note_dispatch_locked(id, &found);
+        Ok(found)
     }
     fn dispatch_lease(&mut self, id: &str) -> StoreResult<Option<(String, u32, DispatchStatus)>> {
         let sql = format!(
             "SELECT execution_id, attempt, status FROM dispatches WHERE id = $1{}",
             self.lock()
         );
-        self.one(&sql, params![id => TEXT], |r| {
+        let found = self.one(&sql, params![id => TEXT], |r| {
             Ok((
                 r.try_get(0).map_err(|e| e.to_string())?,
                 int(r, 1)?,
                 parse::<DispatchStatus>(r, 2)?,
             ))
-        })
+        })?;
+        self.note_dispatch_locked(id, &found);
+        Ok(found)
     }
     fn put_dispatch(&mut self, d: &Dispatch) -> StoreResult<()> {
         // One statement: the row, and the counters that belong to the attempt in flight only
@@ -647,6 +687,7 @@ impl Tx for PgTx<'_> {
         self.defer_unlooked(
             RENEW_DISPATCH,
             params![id => TEXT, i64::from(attempt) => INT8, now => TEXT],
+            Some(touches::RENEWAL),
         )
     }
     fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>> {
@@ -726,22 +767,29 @@ impl Tx for PgTx<'_> {
     ) -> StoreResult<()> {
         let occurrence = i64::try_from(occurrence)
             .map_err(|_| StoreError::Database("occurrence out of range".into()))?;
-        // The dispatch row is locked: a concurrent change of its attempt or status commits
-        // first and is seen here, or waits for this transaction. No lookup reads the counters.
+        // The dispatch row is locked (here, or already by this transaction): a concurrent
+        // change of its attempt or status commits first and is seen here, or waits for this
+        // transaction. No lookup reads the counters.
+        let held = self.locked_dispatches.iter().any(|d| d == dispatch_id);
+        let (lock, touched) = if held || !self.write {
+            ("", touches::COUNTER)
+        } else {
+            (" FOR UPDATE", touches::COUNTER_LOCKING)
+        };
         let sql = format!(
             "INSERT INTO dispatch_step_counters AS c (dispatch_id, attempt, kind, target, args_hash, consumed)
              SELECT $1, $2, $3, $4, $5, $6 FROM dispatches
-             WHERE id = $1 AND attempt = $2 AND status = 'in_flight'{}
+             WHERE id = $1 AND attempt = $2 AND status = 'in_flight'{lock}
              ON CONFLICT (dispatch_id, kind, target, args_hash) DO UPDATE SET
                  consumed = CASE WHEN c.attempt = excluded.attempt
                                  THEN greatest(c.consumed, excluded.consumed) ELSE excluded.consumed END,
-                 attempt = excluded.attempt",
-            self.lock()
+                 attempt = excluded.attempt"
         );
         self.defer_unlooked(
             &sql,
             params![dispatch_id => TEXT, i64::from(attempt) => INT8, kind => TEXT,
                     target => TEXT, args_hash => TEXT, occurrence => INT8],
+            Some(touched),
         )
     }
     fn prefetch(&mut self, lookups: &[Lookup<'_>]) -> StoreResult<()> {

@@ -27,6 +27,8 @@ pub struct PgConn {
     statements: Statements,
     /// Round trips waited for so far.
     round_trips: u64,
+    /// Statements sent so far (text and prepared, preparations not counted).
+    sent: u64,
 }
 
 impl std::fmt::Debug for PgConn {
@@ -77,6 +79,7 @@ impl PgConn {
             driver: Some(Box::pin(connection)),
             statements: Statements::default(),
             round_trips: 0,
+            sent: 0,
         })
     }
 
@@ -90,6 +93,12 @@ impl PgConn {
     /// sent and answered): its round trips.
     pub fn round_trips(&self) -> u64 {
         self.round_trips
+    }
+
+    /// How many statements this connection sent (each a message the server runs: `BEGIN` and
+    /// `COMMIT` count, preparing a statement does not).
+    pub fn statements(&self) -> u64 {
+        self.sent
     }
 
     /// Whether the connection is known to be gone.
@@ -162,6 +171,7 @@ impl PgConn {
             .as_ref()
             .expect("a connection keeps its runtime");
         self.round_trips += 1;
+        self.sent += steps.len() as u64;
         Ran::Sent(drive(runtime, &mut self.driver, in_order(futures)))
     }
 
@@ -176,6 +186,7 @@ impl PgConn {
         } = self;
         let client = client.as_ref().expect("a connection keeps its client");
         let runtime = runtime.as_ref().expect("a connection keeps its runtime");
+        self.sent += 1;
         let mut request = pin!(client.batch_execute(sql));
         // The first poll queues the request; polling the driver then writes it.
         drive(

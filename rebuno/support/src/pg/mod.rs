@@ -40,12 +40,14 @@ pub use postgres;
 
 mod batch;
 mod conn;
+mod fuse;
 mod listen;
 mod pool;
 mod statements;
 mod transaction;
 
 pub use conn::{PgConn, RowIter};
+pub use fuse::Touches;
 pub use listen::{Heard, Listener};
 pub use pool::{PgPool, Pooled};
 pub use statements::{Param, Queries, Request, Statements};

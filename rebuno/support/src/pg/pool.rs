@@ -58,6 +58,8 @@ struct Shared {
     freed: Condvar,
     /// Round trips the pool's connections waited for, counted when each is given back.
     round_trips: AtomicU64,
+    /// Statements the pool's connections sent, counted likewise.
+    statements: AtomicU64,
 }
 
 impl Drop for Shared {
@@ -140,6 +142,7 @@ impl PgPool {
                 state: Mutex::new(PoolState::default()),
                 freed: Condvar::new(),
                 round_trips: AtomicU64::new(0),
+                statements: AtomicU64::new(0),
             }),
         };
         let mut conn = pool.get()?;
@@ -166,6 +169,12 @@ impl PgPool {
     /// diagnostics.
     pub fn round_trips(&self) -> u64 {
         self.shared.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// The statements the pool's connections have sent (`BEGIN` and `COMMIT` included),
+    /// counted as each connection is given back: for tests and diagnostics.
+    pub fn statements(&self) -> u64 {
+        self.shared.statements.load(Ordering::Relaxed)
     }
 
     /// How long a connection found gone is replaced before the error is returned.
@@ -231,7 +240,7 @@ impl PgPool {
         let mut slot = Pooled {
             conn: None,
             pool: self.clone(),
-            counted: 0,
+            counted: (0, 0),
         };
         loop {
             let idle = lock(&self.shared.state).idle.pop();
@@ -427,27 +436,29 @@ impl Backoff {
 pub struct Pooled {
     conn: Option<PgConn>,
     pool: PgPool,
-    /// The connection's round trips when it was handed out (or last counted).
-    counted: u64,
+    /// The connection's round trips and statements when it was handed out (or last counted).
+    counted: (u64, u64),
 }
 
 impl Pooled {
     /// Takes `conn` into the slot.
     fn hold(&mut self, conn: PgConn) {
         self.count();
-        self.counted = conn.round_trips();
+        self.counted = (conn.round_trips(), conn.statements());
         self.conn = Some(conn);
     }
 
-    /// Adds the round trips of the connection since it was last counted to the pool's.
+    /// Adds the round trips and statements of the connection since it was last counted to the
+    /// pool's.
     fn count(&mut self) {
         if let Some(conn) = &self.conn {
-            let waited = conn.round_trips().saturating_sub(self.counted);
-            self.pool
-                .shared
-                .round_trips
-                .fetch_add(waited, Ordering::Relaxed);
-            self.counted = conn.round_trips();
+            let now = (conn.round_trips(), conn.statements());
+            let shared = &self.pool.shared;
+            let waited = now.0.saturating_sub(self.counted.0);
+            shared.round_trips.fetch_add(waited, Ordering::Relaxed);
+            let sent = now.1.saturating_sub(self.counted.1);
+            shared.statements.fetch_add(sent, Ordering::Relaxed);
+            self.counted = now;
         }
     }
 

@@ -133,6 +133,24 @@ impl Request {
         }
     }
 
+    /// `parts`, each a data-modifying statement, as one: `WITH w0 AS (…), w1 AS (…) SELECT`,
+    /// their parameters renumbered in turn (see `fuse`).
+    pub(super) fn fused(parts: &[Request]) -> Request {
+        let mut sql = String::from("WITH ");
+        let (mut types, mut values) = (Vec::new(), Vec::new());
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            let text = super::fuse::renumber(&part.sql, types.len());
+            sql.push_str(&format!("w{i} AS ({text})"));
+            types.extend(part.types.iter().cloned());
+            values.extend(part.values.iter().cloned());
+        }
+        sql.push_str(" SELECT");
+        Request { sql, types, values }
+    }
+
     /// The statement's text.
     pub fn sql(&self) -> &str {
         &self.sql

@@ -5,7 +5,8 @@
 //! wait and go with the next statement that has to be answered, or with `COMMIT`. So a
 //! transaction costs one round trip per answer its caller waits for, plus one for the commit
 //! (which carries the waiting writes), where the blocking client paid one per statement plus
-//! `BEGIN` and `COMMIT`.
+//! `BEGIN` and `COMMIT`. Waiting writes that say what they touch and touch nothing in common
+//! leave as one statement ([`PgTransaction::defer_fusable`], `fuse.rs`).
 //!
 //! Order and failures are those of the statements run one by one: a batch sends its statements
 //! in the order they were asked for, the server runs them in that order, and the first that
@@ -27,6 +28,7 @@
 
 use super::batch::{Answer, COMMIT, Step};
 use super::conn::{Ran, RowIter};
+use super::fuse::{Deferred, Touches, fuse};
 use super::pool::{Backoff, PgPool, Pooled};
 use super::statements::{Param, Queries, Request};
 use super::{PgError, is_connection_error};
@@ -49,7 +51,7 @@ pub struct PgTransaction {
     /// The transaction ended (committed or rolled back).
     done: bool,
     /// Writes not sent yet, in order.
-    deferred: Vec<Request>,
+    deferred: Vec<Deferred>,
     /// Round trips waited for on connections this transaction gave up (see `round_trips`).
     lost_round_trips: u64,
     /// The connection's count when this transaction took it.
@@ -85,7 +87,20 @@ impl PgTransaction {
     /// Queues a write whose answer the caller does not need: it is sent with the next
     /// statement that is answered, or with the commit, and its failure is reported there.
     pub fn defer(&mut self, sql: &str, params: &[Param<'_>]) {
-        self.deferred.push(Request::new(sql, params));
+        self.deferred.push(Deferred {
+            request: Request::new(sql, params),
+            touches: None,
+        });
+    }
+
+    /// [`PgTransaction::defer`] for a write that may go as one statement with the held-back
+    /// writes beside it that touch nothing it touches ([`Touches`]; see `fuse`). The server
+    /// runs one statement where it ran several, with the same effects.
+    pub fn defer_fusable(&mut self, sql: &str, params: &[Param<'_>], touches: Touches) {
+        self.deferred.push(Deferred {
+            request: Request::new(sql, params),
+            touches: Some(touches),
+        });
     }
 
     /// The round trips this transaction waited for so far (a statement prepared for the first
@@ -117,7 +132,11 @@ impl PgTransaction {
         if !self.begun {
             steps.push(Step::Simple(self.begin.to_owned()));
         }
-        steps.extend(self.deferred.drain(..).map(Step::Execute));
+        steps.extend(
+            fuse(std::mem::take(&mut self.deferred))
+                .into_iter()
+                .map(Step::Execute),
+        );
         let mine = last.len();
         steps.extend(last);
         let commits = steps.iter().any(Step::commits);

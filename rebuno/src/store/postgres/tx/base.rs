@@ -9,7 +9,7 @@ use super::PgTx;
 use crate::store::{Lookup, Page, StoreError, StoreResult, Tx};
 use durable_support::pg::postgres::types::{ToSql, Type};
 use durable_support::pg::postgres::{self, Row};
-use durable_support::pg::{Param, PgTransaction, Queries, Request, describe};
+use durable_support::pg::{Param, PgTransaction, Queries, Request, Touches, describe};
 
 impl<'a> PgTx<'a> {
     /// The operations of `tx`; `write` for a write transaction; lock names start with
@@ -27,7 +27,7 @@ impl<'a> PgTx<'a> {
             prefetched: Vec::new(),
             recording: None,
             lock_prefix,
-            guarded: Vec::new(),
+            locked_dispatches: Vec::new(),
         }
     }
 
@@ -41,27 +41,42 @@ impl<'a> PgTx<'a> {
         if self.write { " FOR UPDATE" } else { "" }
     }
 
-    /// In a write transaction, before its first `FOR UPDATE` read of execution `id`'s row: holds
-    /// the execution's transaction key shared until the transaction ends, sent in the same batch
-    /// as that read (so before any `COMMIT`), which a new holder of the execution's lock waits
-    /// for (see `locks`). Announced answers stay good.
-    pub(super) fn guard(&mut self, id: &str) {
-        if !self.write || self.guarded.iter().any(|g| g == id) {
-            return;
+    /// The rows of `SELECT {cols} FROM executions WHERE id = $1`, decoded; in a write
+    /// transaction `FOR UPDATE`, and holding the execution's transaction key shared until the
+    /// transaction ends, which a new holder of the execution's lock waits for (see `locks`).
+    /// The key is taken in the same statement, before the row is locked (a one-time filter
+    /// the server evaluates before it scans: so whether the row exists or not), hence before
+    /// any `COMMIT` of this transaction; taking it again is free.
+    pub(super) fn execution_row<T>(
+        &mut self,
+        cols: &str,
+        id: &str,
+        decode: Decode<T>,
+    ) -> StoreResult<Option<T>> {
+        if !self.write {
+            let sql = format!("SELECT {cols} FROM executions WHERE id = $1");
+            return self.one(&sql, &[(&id as &(dyn ToSql + Sync), Type::TEXT)], decode);
         }
         let key = transaction_key(self.lock_prefix, id);
-        self.tx.defer(
-            "SELECT pg_advisory_xact_lock_shared($1)",
-            &[(&key as &(dyn ToSql + Sync), Type::INT8)],
+        let sql = format!(
+            "SELECT {cols} FROM executions WHERE id = $1
+             AND (SELECT pg_advisory_xact_lock_shared($2)::text) IS NOT NULL FOR UPDATE"
         );
-        self.guarded.push(id.to_owned());
+        let found = self.one(
+            &sql,
+            &[(&id as &(dyn ToSql + Sync), Type::TEXT), (&key, Type::INT8)],
+            decode,
+        )?;
+        if found.is_some() && !self.locked.iter().any(|l| l == id) {
+            self.locked.push(id.to_owned());
+        }
+        Ok(found)
     }
 
-    /// Notes that a `FOR UPDATE` read of execution `id` found its row (so this transaction
-    /// holds the row lock until it ends). A handful at most per transaction.
-    pub(super) fn note_locked<T>(&mut self, id: &str, found: &Option<T>) {
-        if self.write && found.is_some() && !self.locked.iter().any(|l| l == id) {
-            self.locked.push(id.to_owned());
+    /// Notes that a `FOR UPDATE` read of dispatch `id` found its row.
+    pub(super) fn note_dispatch_locked<T>(&mut self, id: &str, found: &Option<T>) {
+        if self.write && found.is_some() && !self.locked_dispatches.iter().any(|l| l == id) {
+            self.locked_dispatches.push(id.to_owned());
         }
     }
 
@@ -99,16 +114,39 @@ impl<'a> PgTx<'a> {
 
     /// Holds a write back until the next read or the commit (its failure is reported there).
     pub(super) fn defer(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<()> {
+        self.defer_with(sql, p, None)
+    }
+
+    /// [`PgTx::defer`]; with `touches`, the write may go as one statement with the held-back
+    /// writes beside it that touch nothing it touches ([`PgTransaction::defer_fusable`]).
+    pub(super) fn defer_with(
+        &mut self,
+        sql: &str,
+        p: &[Param<'_>],
+        touches: Option<Touches>,
+    ) -> StoreResult<()> {
         self.written();
-        self.tx.defer(sql, p);
+        self.hold_back(sql, p, touches);
         Ok(())
     }
 
-    /// [`PgTx::defer`] for a write of what no [`Lookup`] reads (the occurrence counters, a
-    /// lease's renewal times): the announced answers stay good.
-    pub(super) fn defer_unlooked(&mut self, sql: &str, p: &[Param<'_>]) -> StoreResult<()> {
-        self.tx.defer(sql, p);
+    /// [`PgTx::defer_with`] for a write of what no [`Lookup`] reads (the occurrence counters,
+    /// a lease's renewal times): the announced answers stay good.
+    pub(super) fn defer_unlooked(
+        &mut self,
+        sql: &str,
+        p: &[Param<'_>],
+        touches: Option<Touches>,
+    ) -> StoreResult<()> {
+        self.hold_back(sql, p, touches);
         Ok(())
+    }
+
+    fn hold_back(&mut self, sql: &str, p: &[Param<'_>], touches: Option<Touches>) {
+        match touches {
+            Some(touches) => self.tx.defer_fusable(sql, p, touches),
+            None => self.tx.defer(sql, p),
+        }
     }
 
     /// A write makes every announced read's answer stale.
@@ -210,6 +248,9 @@ impl<'a> PgTx<'a> {
                 Lookup::IndeterminateFailure(execution, kind, target, hash) => self
                     .has_indeterminate_failure(execution, kind, target, hash)
                     .map(drop),
+                Lookup::AttemptOccurrence(dispatch, attempt, key) => {
+                    self.attempt_occurrence(dispatch, attempt, key).map(drop)
+                }
             };
         }
         let requests = self.recording.take().unwrap_or_default();

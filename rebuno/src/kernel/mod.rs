@@ -41,6 +41,7 @@ mod metrics;
 mod replicas;
 mod resources;
 mod sessions;
+mod outcomes;
 mod steps;
 mod stream;
 mod subagents;

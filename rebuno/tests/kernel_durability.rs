@@ -254,10 +254,7 @@ async fn run_workflow(handler: rebuno::agent::FnHandler) -> Ran {
 }
 
 /// [`run_workflow`], calling `built` with the kernel before the execution starts.
-async fn run_workflow_with(
-    handler: rebuno::agent::FnHandler,
-    built: impl FnOnce(&Kernel),
-) -> Ran {
+async fn run_workflow_with(handler: rebuno::agent::FnHandler, built: impl FnOnce(&Kernel)) -> Ran {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path().join("k.db")).unwrap());
     let kernel = Kernel::builder(Arc::clone(&store) as _)
@@ -324,9 +321,12 @@ async fn a_workflow_of_n_safe_steps_syncs_three_times() {
     }
 }
 
+/// Step statuses by target.
+type Statuses = Vec<(String, StepStatus)>;
+
 /// The statuses of `exec`'s steps by target (in the order the test submits them), read from
 /// inside a step body.
-async fn statuses(kernel: &Kernel, exec: &str) -> Vec<(String, StepStatus)> {
+async fn statuses(kernel: &Kernel, exec: &str) -> Statuses {
     let order = ["s1", "s2", "charge", "s3"];
     let mut steps = kernel.steps(exec, false).await.unwrap();
     steps.sort_by_key(|s| order.iter().position(|t| *t == s.target));
@@ -338,7 +338,7 @@ async fn a_safe_result_goes_with_the_next_submission_and_an_at_most_once_one_at_
     use rebuno::protocol::{Idempotency, StepKind};
     use std::sync::OnceLock;
     let kernel: Arc<OnceLock<Kernel>> = Arc::default();
-    let seen: Arc<Mutex<Vec<Vec<(String, StepStatus)>>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Statuses>>> = Arc::default();
     let (k, s) = (Arc::clone(&kernel), Arc::clone(&seen));
     let handler = handler_fn("steps", move |_input: Value| {
         let (k, s) = (Arc::clone(&k), Arc::clone(&s));
@@ -355,16 +355,34 @@ async fn a_safe_result_goes_with_the_next_submission_and_an_at_most_once_one_at_
             for name in ["s1", "s2"] {
                 let body = look(Arc::clone(&k), Arc::clone(&s), exec.clone());
                 let _: Value = ctx
-                    .invoke(StepKind::Local, name, Idempotency::SafeToRetry, raw(json!(0)), body)
+                    .invoke(
+                        StepKind::Local,
+                        name,
+                        Idempotency::SafeToRetry,
+                        raw(json!(0)),
+                        body,
+                    )
                     .await?;
             }
             let body = look(Arc::clone(&k), Arc::clone(&s), exec.clone());
             let _: Value = ctx
-                .invoke(StepKind::ToolCall, "charge", Idempotency::AtMostOnce, raw(json!(0)), body)
+                .invoke(
+                    StepKind::ToolCall,
+                    "charge",
+                    Idempotency::AtMostOnce,
+                    raw(json!(0)),
+                    body,
+                )
                 .await?;
             let body = look(Arc::clone(&k), Arc::clone(&s), exec.clone());
             let _: Value = ctx
-                .invoke(StepKind::Local, "s3", Idempotency::SafeToRetry, raw(json!(0)), body)
+                .invoke(
+                    StepKind::Local,
+                    "s3",
+                    Idempotency::SafeToRetry,
+                    raw(json!(0)),
+                    body,
+                )
                 .await?;
             Ok::<_, Error>(json!("done"))
         }
@@ -379,7 +397,7 @@ async fn a_safe_result_goes_with_the_next_submission_and_an_at_most_once_one_at_
     };
     let (ex, su) = (StepStatus::Executing, StepStatus::Succeeded);
     let seen = seen.lock().unwrap().clone();
-    let named = |v: &[(&str, StepStatus)]| -> Vec<(String, StepStatus)> {
+    let named = |v: &[(&str, StepStatus)]| -> Statuses {
         v.iter().map(|(n, st)| ((*n).to_owned(), *st)).collect()
     };
     assert_eq!(
@@ -483,7 +501,12 @@ async fn a_batch_records_the_result_first_in_the_submissions_deferred_write() {
     assert_eq!((d.unwrap().decision, n), (Decision::Proceed, 1));
     // With a denial (durable), the result is durable with it.
     let other = k.steps(exec, false).await.unwrap();
-    let other = other.iter().find(|s| s.target == "other").unwrap().step_id.clone();
+    let other = other
+        .iter()
+        .find(|s| s.target == "other")
+        .unwrap()
+        .step_id
+        .clone();
     let denied = completing(call("forbidden", "safe_to_retry"), &other, json!(3));
     let (d, n) = syncs(&store, k.submit_step(exec, lease, denied)).await;
     assert_eq!((d.unwrap().decision, n), (Decision::Denied, 1));
@@ -546,7 +569,11 @@ async fn a_hostile_batch_is_refused_and_changes_nothing() {
     for (step, why) in cases {
         let req = completing(call("next", "safe_to_retry"), step, json!(1));
         let err = k.submit_step(exec, lease, req).await.unwrap_err();
-        assert_eq!(err.code, rebuno::protocol::ErrorCode::ValidationError, "{err}");
+        assert_eq!(
+            err.code,
+            rebuno::protocol::ErrorCode::ValidationError,
+            "{err}"
+        );
         assert!(err.message.contains(why), "{step}: {err}");
     }
     // A batch under a lease that is not the execution's: superseded, nothing recorded.

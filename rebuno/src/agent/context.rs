@@ -14,7 +14,8 @@ use super::transport::{Submission, Transport};
 use crate::error::{Error, Result};
 use crate::protocol::Lease;
 use crate::protocol::{
-    Checkpoints, Decision, Idempotency, Step, StepCompletion, StepDecision, StepKind, StepResource, StepStatus,
+    Checkpoints, Decision, Idempotency, Step, StepCompletion, StepDecision, StepKind, StepResource,
+    StepStatus,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;

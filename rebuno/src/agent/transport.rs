@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::protocol::{
     AgentMetadata, BindResourceRequest, Checkpoints, CompleteExecutionRequest, CompleteStepRequest,
     CreateExecutionRequest, DeclareResourceRequest, ErrorCode, ErrorEnvelope, Execution,
-    FailExecutionRequest, FailStepRequest, Idempotency, Lease, ResourceView, Step, StepDecision,
-    StepCompletion, StepKind, StreamDeltaRequest, SubmitStepRequest,
+    FailExecutionRequest, FailStepRequest, Idempotency, Lease, ResourceView, Step, StepCompletion,
+    StepDecision, StepKind, StreamDeltaRequest, SubmitStepRequest,
 };
 use async_trait::async_trait;
 use serde_json::Value;

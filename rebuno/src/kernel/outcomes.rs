@@ -212,7 +212,6 @@ fn finish_step_tx(
     Ok(Ok(StepDecision::recorded()))
 }
 
-
 /// Checks a batched completion before anything is written: its step, as `found` in the
 /// submission's execution, must be a `safe_to_retry` step still `executing` (answers `true`:
 /// record it) or already `succeeded` (a resent batch: `false`, nothing to record), and not
@@ -276,7 +275,15 @@ pub(super) fn record_batched(
     let step_id = &completion.step_id;
     let no_checkpoints = Checkpoints::default();
     Ok(
-        match finish_step_tx(tx, execution_id, step_id, lease, outcome, &no_checkpoints, now)? {
+        match finish_step_tx(
+            tx,
+            execution_id,
+            step_id,
+            lease,
+            outcome,
+            &no_checkpoints,
+            now,
+        )? {
             Ok(d) if d.decision == crate::protocol::Decision::Recorded => Ok(()),
             Ok(d) => Err(KernelError::conflict(format!(
                 "completes: step {step_id} could not take its result ({})",

@@ -26,8 +26,7 @@ use crate::protocol::{
     Approval, ApprovalEventPayload, ApprovalStatus, EventType, ExecutionEventPayload,
     ExecutionStatus, Idempotency, REASON_INDETERMINATE_RETRY, RULE_INDETERMINATE_RETRY, Step,
     StepCompletion, StepDecision, StepEventPayload, StepKind, StepStatus, SubmitStepRequest,
-    denial_error,
-    indeterminate_error,
+    denial_error, indeterminate_error,
 };
 use crate::store::{Lookup, StoreExt, StoreResult, Tx};
 use crate::time::rfc3339;

@@ -435,15 +435,28 @@ impl ExecutionContext {
                     dec
                 }
                 Local::Ask(key) => {
-                    // A deferred result goes with this submission (taken first: if the request
-                    // fails it is lost, and the step runs again on a later dispatch).
+                    // A deferred result goes with this submission.
                     submission.completes = self.inner.deferred.lock().await.take();
-                    let dec = self
+                    let carried = submission.completes.clone();
+                    let sent = self
                         .inner
                         .transport
                         .submit_step(&self.inner.execution_id, &self.inner.lease, submission)
-                        .await
-                        .map_err(|e| self.check(e))?;
+                        .await;
+                    let dec = match sent {
+                        Ok(dec) => dec,
+                        Err(e) => {
+                            // The kernel could not answer, so the result may not have reached
+                            // it: kept to be sent again (on its own, before the dispatch ends;
+                            // if it was recorded after all, it is answered from the record).
+                            if let Some(c) = carried
+                                && super::transport::is_kernel_unavailable(&e)
+                            {
+                                self.inner.deferred.lock().await.get_or_insert(c);
+                            }
+                            return Err(self.check(e));
+                        }
+                    };
                     if let Some(key) = key {
                         self.count(key, dec.step_id.is_some());
                     }

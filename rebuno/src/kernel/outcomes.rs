@@ -1,14 +1,14 @@
 //! Step outcomes: complete and fail, and a `safe_to_retry` step's result batched with the
 //! next submission ([`SubmitStepRequest::completes`](crate::protocol::SubmitStepRequest)).
 //!
-//! An outcome sent on its own is durable before it is answered. A batched one is recorded
-//! first in the transaction that records the submission's new step (or, when the submission
-//! records nothing new, in a durable write of its own just before it), so the two are applied
-//! in order and together; the transaction is durable or deferred as the submission's decision
-//! is (see `steps::defers`). A deferred one lost in a crash takes the submission with it (a
-//! crash takes back a suffix of the commits, see `store::durable`), and the re-run runs the
-//! step again, which is what `safe_to_retry` allows: an `at_most_once` step's completion is
-//! never batched (the kernel refuses it).
+//! Every outcome is durable before the kernel answers the request that carries it. A batched
+//! one is recorded first in the transaction that records the submission's new step (or, when
+//! the submission records nothing new, in a durable write of its own just before it), so the
+//! two are applied in order and together, and that transaction is durable even where the
+//! submission alone could have been deferred: the next effect never runs on a result a crash
+//! could take back. Until the result is sent, a crash re-runs its step, which is what
+//! `safe_to_retry` allows: an `at_most_once` step's completion is never batched (the kernel
+//! refuses it).
 
 use super::dispatch::lease_holds;
 use super::resources::{apply_checkpoints, plan_checkpoints};

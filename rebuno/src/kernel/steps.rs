@@ -424,7 +424,12 @@ impl Kernel {
                     completed_at: None,
                 };
                 recorded = true;
-                let defer = defers(&step, &pol);
+                // A submission that carries a result is durable before it is answered: the
+                // handler has used that result, and the new step's arguments may come from it
+                // (a recorded id keying an idempotent call); were the result lost, its re-run
+                // could give another value, and the new step would then run with other
+                // arguments, which no idempotency class allows.
+                let defer = defers(&step, &pol) && batched.is_none();
                 self.record_new(step, pol, lease.clone(), defer, batched)
                     .await?
             }

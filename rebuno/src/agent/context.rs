@@ -600,7 +600,7 @@ impl ExecutionContext {
     /// Why results wait: over a transport that
     /// [batches completions](Transport::batches_completions), a `safe_to_retry` step's result
     /// is sent with the dispatch's next submission, one request (and, in the kernel, one
-    /// transaction and no sync of its own) instead of two. Until it is sent, losing it (the
+    /// transaction, durable before it is answered) instead of two. Until it is sent, losing it (the
     /// agent or the kernel dies) means only that the step runs again on the next dispatch,
     /// which `safe_to_retry` allows. `at_most_once` results, failures and results with resource
     /// checkpoints are always sent at once.

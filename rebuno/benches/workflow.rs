@@ -203,10 +203,15 @@ fn free_port() -> u16 {
 
 async fn http(dir: &std::path::Path) {
     let port = free_port();
-    // `REBUNO_BENCH_KERNEL_WRAP="valgrind --tool=callgrind"` runs the kernel under a profiler.
+    // `REBUNO_BENCH_KERNEL_WRAP="valgrind --tool=callgrind"` runs the kernel under a profiler;
+    // `REBUNO_BENCH_KERNEL_BIN` runs another build of `rebuno` (a commit before, for a
+    // before/after pair in one session).
     let wrap = std::env::var("REBUNO_BENCH_KERNEL_WRAP").unwrap_or_default();
     let mut argv: Vec<String> = wrap.split_whitespace().map(str::to_owned).collect();
-    argv.push(env!("CARGO_BIN_EXE_rebuno").to_owned());
+    argv.push(
+        std::env::var("REBUNO_BENCH_KERNEL_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rebuno").to_owned()),
+    );
     let kernel = Kill(
         Command::new(&argv[0])
             .args(&argv[1..])

@@ -4,7 +4,9 @@
 //!
 //! - an `at_most_once` effect never starts twice, and one whose outcome was not recorded ends
 //!   `indeterminate`;
-//! - every step outcome acknowledged to the agent is recorded, with the same value;
+//! - every step outcome acknowledged to the agent is recorded, with the same value (a
+//!   `safe_to_retry` step's result, sent with the next submission, may be lost with it: the
+//!   step then runs again, which the sweep must see happen);
 //! - a decision that denied, blocked on an approval, parked on a rate limit or took a
 //!   rate-limit token is never decided again once the agent acted on it;
 //! - every approval acknowledged (requested, granted) is kept and ends granted;
@@ -549,12 +551,16 @@ struct Coverage {
     indeterminate: bool,
     /// A `safe_to_retry` body ran again after a crash.
     rerun: bool,
+    /// A `safe_to_retry` step whose result the agent had already used (sent with the next
+    /// submission, which the crash took back) ran again, and was recorded with that value.
+    rerun_after_return: bool,
 }
 
 impl Coverage {
     fn add(&mut self, other: Coverage) {
         self.indeterminate |= other.indeterminate;
         self.rerun |= other.rerun;
+        self.rerun_after_return |= other.rerun_after_return;
     }
 }
 
@@ -623,7 +629,9 @@ async fn check_execution(
             (format!("{}{n}", s.target), s)
         })
         .collect();
-    // Every outcome acknowledged is recorded, with the value acknowledged.
+    // Every outcome the handler went on with is recorded, with that value: an `at_most_once`
+    // one was acknowledged by the kernel first; a `safe_to_retry` step's result goes with the
+    // next submission, and if a crash took it back the step ran again (checked below).
     for line in journal.iter().filter(|l| l[0] == "acked" && l[1] == id) {
         let step = &steps[&line[2]];
         assert_eq!(step.status, StepStatus::Succeeded, "{crash:?}: {line:?}");
@@ -688,6 +696,10 @@ async fn check_execution(
         rerun: ["prep0", "prep1", "prep2"]
             .iter()
             .any(|e| lines_of(journal, "start", id, e).count() > 1),
+        rerun_after_return: ["prep0", "prep1", "prep2"].iter().any(|e| {
+            let returned = lines_of(journal, "acked", id, e).next().map(|(i, _)| i);
+            returned.is_some_and(|at| lines_of(journal, "start", id, e).any(|(i, _)| i > at))
+        }),
     }
 }
 
@@ -737,9 +749,13 @@ async fn sqlite_crash_points_keep_every_guarantee() {
     }
     eprintln!("{coverage:?}");
     // Every sync swept: the sweep must have lost a `safe_to_retry` proceed (its body ran
-    // again) and caught a charge mid-effect.
+    // again), lost a result that went with the next submission after the handler had used it
+    // (the step ran again, as its class allows) and caught a charge mid-effect.
     if std::env::var("REBUNO_CRASH_POINTS").is_ok_and(|v| v == "all") {
-        assert!(coverage.indeterminate && coverage.rerun, "{coverage:?}");
+        assert!(
+            coverage.indeterminate && coverage.rerun && coverage.rerun_after_return,
+            "{coverage:?}"
+        );
     }
 }
 

@@ -109,6 +109,7 @@ impl Fixture {
                     idempotency: Idempotency::SafeToRetry,
                     occurrence: None,
                     resources: Vec::new(),
+                    completes: None,
                 },
             )
             .await

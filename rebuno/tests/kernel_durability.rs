@@ -7,8 +7,8 @@
 use rebuno::agent::EmbeddedTransport;
 use rebuno::kernel::{Deliverer, DeliveryError, EmbeddedDeliverer};
 use rebuno::protocol::{
-    Agent, CreateExecutionRequest, Decision, RegisterAgentRequest, SubmitStepRequest,
-    WebhookPayload,
+    Agent, CreateExecutionRequest, Decision, RegisterAgentRequest, StepCompletion, StepStatus,
+    SubmitStepRequest, WebhookPayload,
 };
 use rebuno::store::{SqliteStore, StoreExt};
 use rebuno::{Error, Kernel, Lease, handler_fn};
@@ -216,6 +216,13 @@ async fn deliver_once(in_process: bool) -> (u64, u64, u64) {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
+    // An in-process delivery may be acked before `deliver` has recorded its call.
+    for _ in 0..1000 {
+        if !recording.calls.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     dispatcher.abort();
     let calls = recording.calls.lock().unwrap();
     assert_eq!(calls.len(), 1);
@@ -243,22 +250,25 @@ async fn an_in_process_delivery_waits_for_no_sync() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_workflow_of_n_safe_steps_syncs_n_plus_two_times() {
-    const N: u64 = 10;
+/// What [`run_workflow`] answers: the kernel (and its directory), the execution's id and the
+/// syncs from its create to its end.
+type Ran = (tempfile::TempDir, Kernel, String, u64);
+
+/// Runs `handler` (agent `steps`) once on a fresh SQLite kernel as `Runtime` does, with the
+/// dispatcher as the only loop (see `deliver_once`).
+async fn run_workflow(handler: rebuno::agent::FnHandler) -> Ran {
+    run_workflow_with(handler, |_| {}).await
+}
+
+/// [`run_workflow`], calling `built` with the kernel before the execution starts.
+async fn run_workflow_with(handler: rebuno::agent::FnHandler, built: impl FnOnce(&Kernel)) -> Ran {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path().join("k.db")).unwrap());
     let kernel = Kernel::builder(Arc::clone(&store) as _)
         .build()
         .await
         .unwrap();
-    // What `Runtime` does, with the dispatcher as the only loop (see `deliver_once`).
-    let handler = handler_fn("steps", |_input: Value| async move {
-        for i in 0..N {
-            rebuno::step("work", i, || async move { Ok::<_, Error>(json!({"i": i})) }).await?;
-        }
-        Ok::<_, Error>(json!("done"))
-    });
+    built(&kernel);
     let agent = rebuno::Agent::builder(handler)
         .transport(Arc::new(EmbeddedTransport::new(kernel.clone())))
         .build()
@@ -288,10 +298,302 @@ async fn a_workflow_of_n_safe_steps_syncs_n_plus_two_times() {
         .unwrap();
     let mut live = kernel.subscribe(&exec.id).await.unwrap();
     while live.next().await.is_some() {}
-    // The create, each step's outcome and the end: the claim, the ack and every proceed ride
-    // on them.
-    assert_eq!(store.wal_syncs() - before, N + 2);
-    let done = kernel.execution(&exec.id).await.unwrap();
-    assert_eq!(done.output, Some(json!("done")));
+    let syncs = store.wal_syncs() - before;
     dispatcher.abort();
+    (dir, kernel, exec.id, syncs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_of_n_safe_steps_syncs_once_a_step_in_n_plus_two() {
+    const N: u64 = 10;
+    let handler = handler_fn("steps", |_input: Value| async move {
+        for i in 0..N {
+            rebuno::step("work", i, || async move { Ok::<_, Error>(json!({"i": i})) }).await?;
+        }
+        Ok::<_, Error>(json!("done"))
+    });
+    let (_dir, kernel, exec, syncs) = run_workflow(handler).await;
+    // The create, each step's result with the next step's submission (durable: the next
+    // effect never runs on a result a crash could take back), the last step's result (sent on
+    // its own before the end) and the end: the claim, the ack and the first proceed ride on
+    // them.
+    assert_eq!(syncs, N + 2);
+    let done = kernel.execution(&exec).await.unwrap();
+    assert_eq!(done.output, Some(json!("done")));
+    let steps = kernel.steps(&exec, false).await.unwrap();
+    assert_eq!(steps.len() as u64, N);
+    for s in &steps {
+        let i = s.args.as_ref().unwrap().as_u64().unwrap();
+        assert_eq!(s.status, StepStatus::Succeeded, "{s:?}");
+        assert_eq!(s.result, Some(json!({"i": i})), "{s:?}");
+    }
+}
+
+/// Step statuses by target.
+type Statuses = Vec<(String, StepStatus)>;
+
+/// The statuses of `exec`'s steps by target (in the order the test submits them), read from
+/// inside a step body.
+async fn statuses(kernel: &Kernel, exec: &str) -> Statuses {
+    let order = ["s1", "s2", "charge", "s3"];
+    let mut steps = kernel.steps(exec, false).await.unwrap();
+    steps.sort_by_key(|s| order.iter().position(|t| *t == s.target));
+    steps.into_iter().map(|s| (s.target, s.status)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_safe_result_goes_with_the_next_submission_and_an_at_most_once_one_at_once() {
+    use rebuno::protocol::{Idempotency, StepKind};
+    use std::sync::OnceLock;
+    let kernel: Arc<OnceLock<Kernel>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Statuses>>> = Arc::default();
+    let (k, s) = (Arc::clone(&kernel), Arc::clone(&seen));
+    let handler = handler_fn("steps", move |_input: Value| {
+        let (k, s) = (Arc::clone(&k), Arc::clone(&s));
+        async move {
+            let ctx = rebuno::execution()?;
+            let exec = ctx.execution_id().to_owned();
+            // Each body notes what the kernel has recorded when it runs.
+            let look = |k: Arc<OnceLock<Kernel>>, s: Arc<Mutex<Vec<_>>>, exec: String| async move {
+                let now = statuses(k.get().unwrap(), &exec).await;
+                s.lock().unwrap().push(now);
+                Ok::<_, Error>(json!(1))
+            };
+            let raw = |v: Value| serde_json::value::to_raw_value(&v).unwrap();
+            for name in ["s1", "s2"] {
+                let body = look(Arc::clone(&k), Arc::clone(&s), exec.clone());
+                let _: Value = ctx
+                    .invoke(
+                        StepKind::Local,
+                        name,
+                        Idempotency::SafeToRetry,
+                        raw(json!(0)),
+                        body,
+                    )
+                    .await?;
+            }
+            let body = look(Arc::clone(&k), Arc::clone(&s), exec.clone());
+            let _: Value = ctx
+                .invoke(
+                    StepKind::ToolCall,
+                    "charge",
+                    Idempotency::AtMostOnce,
+                    raw(json!(0)),
+                    body,
+                )
+                .await?;
+            let body = look(Arc::clone(&k), Arc::clone(&s), exec.clone());
+            let _: Value = ctx
+                .invoke(
+                    StepKind::Local,
+                    "s3",
+                    Idempotency::SafeToRetry,
+                    raw(json!(0)),
+                    body,
+                )
+                .await?;
+            Ok::<_, Error>(json!("done"))
+        }
+    });
+    // The kernel is known only once built: the bodies read it through the cell.
+    let (_dir, k2, exec, syncs) = {
+        let cell = Arc::clone(&kernel);
+        let run = run_workflow_with(handler, move |k| {
+            let _ = cell.set(k.clone());
+        });
+        run.await
+    };
+    let (ex, su) = (StepStatus::Executing, StepStatus::Succeeded);
+    let seen = seen.lock().unwrap().clone();
+    let named = |v: &[(&str, StepStatus)]| -> Statuses {
+        v.iter().map(|(n, st)| ((*n).to_owned(), *st)).collect()
+    };
+    assert_eq!(
+        seen,
+        vec![
+            named(&[("s1", ex)]),
+            // s1's result went with s2's submission, recorded before it.
+            named(&[("s1", su), ("s2", ex)]),
+            named(&[("s1", su), ("s2", su), ("charge", ex)]),
+            // The at_most_once result was sent at once, not with s3's submission.
+            named(&[("s1", su), ("s2", su), ("charge", su), ("s3", ex)]),
+        ]
+    );
+    // The create; s1's result with s2's submission and s2's with the charge's (each durable
+    // before it is answered); the charge's result; s3's result before the end; the end; and
+    // the reads of the bodies that find deferred commits to sync (sent one at a time, each
+    // result would have been a sync of its own: 10 with these reads).
+    assert_eq!(syncs, 8);
+    let done = k2.execution(&exec).await.unwrap();
+    assert_eq!(done.output, Some(json!("done")));
+    assert!(
+        statuses(&k2, &exec).await.iter().all(|(_, st)| *st == su),
+        "every step recorded"
+    );
+}
+
+/// `req` carrying the result `result` of the earlier step `step` (the batch extension).
+fn completing(mut req: SubmitStepRequest, step: &str, result: Value) -> SubmitStepRequest {
+    req.completes = Some(StepCompletion {
+        step_id: step.to_owned(),
+        result,
+    });
+    req
+}
+
+/// Two executions of agent `a` on a fresh kernel, each claimed: (kernel, store, [(id, lease)]).
+async fn two_claimed(dir: &std::path::Path) -> (Kernel, Arc<SqliteStore>, Vec<(String, Lease)>) {
+    let (k, store) = kernel(dir).await;
+    let ids = [create(&k).await, create(&k).await];
+    let claimed = k.claim_dispatches(2).await.unwrap();
+    let leases = ids
+        .iter()
+        .map(|id| {
+            let c = claimed
+                .iter()
+                .find(|c| &c.dispatch.execution_id == id)
+                .unwrap();
+            (id.clone(), c.lease())
+        })
+        .collect();
+    (k, store, leases)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_records_the_result_first_in_the_submissions_durable_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (k, store, leases) = two_claimed(dir.path()).await;
+    let (exec, lease) = &leases[0];
+    let a = k
+        .submit_step(exec, lease, call("search", "safe_to_retry"))
+        .await
+        .unwrap()
+        .step_id
+        .unwrap();
+    let next = completing(call("fetch", "safe_to_retry"), &a, json!({"a": 1}));
+    let (d, n) = syncs(&store, k.submit_step(exec, lease, next)).await;
+    let d = d.unwrap();
+    assert_eq!(
+        (d.decision, n),
+        (Decision::Proceed, 1),
+        "a safe proceed that carries a result is durable before it is answered"
+    );
+    let steps = k.steps(exec, false).await.unwrap();
+    let search = steps.iter().find(|s| s.step_id == a).unwrap();
+    assert_eq!(search.status, StepStatus::Succeeded);
+    assert_eq!(search.result, Some(json!({"a": 1})));
+    // In order: the result's event, then the submission's.
+    let events = k.events(exec, 0, 100).await.unwrap();
+    let at = |ty: rebuno::protocol::EventType, step: &str| {
+        events
+            .iter()
+            .position(|e| e.event_type == ty && e.payload["step_id"] == step)
+            .unwrap()
+    };
+    let fetch = d.step_id.unwrap();
+    use rebuno::protocol::EventType;
+    assert_eq!(
+        at(EventType::StepSucceeded, &a) + 1,
+        at(EventType::StepProposed, &fetch)
+    );
+    // Resent (the answer was lost): the recorded result stands, the submission is decided.
+    let again = completing(call("other", "safe_to_retry"), &a, json!({"a": 2}));
+    let d = k.submit_step(exec, lease, again).await.unwrap();
+    assert_eq!(d.decision, Decision::Proceed);
+    let steps = k.steps(exec, false).await.unwrap();
+    let search = steps.iter().find(|s| s.step_id == a).unwrap();
+    assert_eq!(search.result, Some(json!({"a": 1})));
+    // With a submission that must be durable (at_most_once), the result is durable with it.
+    let fetch_done = completing(call("charge", "at_most_once"), &fetch, json!(2));
+    let (d, n) = syncs(&store, k.submit_step(exec, lease, fetch_done)).await;
+    assert_eq!((d.unwrap().decision, n), (Decision::Proceed, 1));
+    // With a denial (durable), the result is durable with it.
+    let other = k.steps(exec, false).await.unwrap();
+    let other = other
+        .iter()
+        .find(|s| s.target == "other")
+        .unwrap()
+        .step_id
+        .clone();
+    let denied = completing(call("forbidden", "safe_to_retry"), &other, json!(3));
+    let (d, n) = syncs(&store, k.submit_step(exec, lease, denied)).await;
+    assert_eq!((d.unwrap().decision, n), (Decision::Denied, 1));
+    let steps = k.steps(exec, false).await.unwrap();
+    let other = steps.iter().find(|s| s.step_id == other).unwrap();
+    assert_eq!(
+        (other.status, other.result.clone()),
+        (StepStatus::Succeeded, Some(json!(3)))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_batch_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (k, _store, leases) = two_claimed(dir.path()).await;
+    let ((exec, lease), (exec2, lease2)) = (&leases[0], &leases[1]);
+    let id = |d: rebuno::protocol::StepDecision| d.step_id.unwrap();
+    let charge = id(k
+        .submit_step(exec, lease, call("charge", "at_most_once"))
+        .await
+        .unwrap());
+    let flaky = id(k
+        .submit_step(exec, lease, call("flaky", "safe_to_retry"))
+        .await
+        .unwrap());
+    k.fail_step(exec, &flaky, lease, Some(json!("boom")))
+        .await
+        .unwrap();
+    let elsewhere = id(k
+        .submit_step(exec2, lease2, call("search", "safe_to_retry"))
+        .await
+        .unwrap());
+    let open = id(k
+        .submit_step(exec, lease, call("search", "safe_to_retry"))
+        .await
+        .unwrap());
+    let snapshot = |k: Kernel, exec: String| async move {
+        let events = k.events(&exec, 0, 1000).await.unwrap().len();
+        let steps: Vec<(String, StepStatus)> = k
+            .steps(&exec, false)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.step_id, s.status))
+            .collect();
+        (events, steps)
+    };
+    let before = snapshot(k.clone(), exec.clone()).await;
+    let before2 = snapshot(k.clone(), exec2.clone()).await;
+    let unknown = "0".repeat(64);
+    let long = "a".repeat(300);
+    let cases = [
+        (unknown.as_str(), "has not submitted"),
+        (long.as_str(), "1 to 256 bytes"),
+        ("", "1 to 256 bytes"),
+        (charge.as_str(), "at_most_once"),
+        (flaky.as_str(), "which is failed"),
+        (elsewhere.as_str(), "has not submitted"),
+    ];
+    for (step, why) in cases {
+        let req = completing(call("next", "safe_to_retry"), step, json!(1));
+        let err = k.submit_step(exec, lease, req).await.unwrap_err();
+        assert_eq!(
+            err.code,
+            rebuno::protocol::ErrorCode::ValidationError,
+            "{err}"
+        );
+        assert!(err.message.contains(why), "{step}: {err}");
+    }
+    // A batch under a lease that is not the execution's: superseded, nothing recorded.
+    let req = completing(call("next", "safe_to_retry"), &open, json!(1));
+    let err = k.submit_step(exec, lease2, req).await.unwrap_err();
+    assert_eq!(err.code, rebuno::protocol::ErrorCode::LeaseSuperseded);
+    assert_eq!(snapshot(k.clone(), exec.clone()).await, before);
+    assert_eq!(snapshot(k.clone(), exec2.clone()).await, before2);
+    // The open step is still open and takes its result on its own.
+    let d = k
+        .complete_step(exec, &open, lease, Some(json!(1)))
+        .await
+        .unwrap();
+    assert_eq!(d.decision, Decision::Recorded);
 }

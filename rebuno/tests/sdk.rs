@@ -44,6 +44,10 @@ async fn crash_and_resume_runs_every_effect_exactly_once() {
                 })
                 .await?;
                 if !crashed.swap(true, Ordering::SeqCst) {
+                    // The pick's result waits to go with the next submission; sent now, so the
+                    // crash finds it recorded (unsent, the pick would run again on resume, as
+                    // `safe_to_retry` allows: see `kernel_durability`).
+                    rebuno::execution()?.flush().await?;
                     point.store(true, Ordering::SeqCst);
                     std::future::pending::<()>().await; // "crash" here: aborted from outside
                 }
@@ -658,6 +662,9 @@ async fn a_newer_attempt_replaces_the_running_one_and_terminal_executions_are_sk
                 let n = started.fetch_add(1, Ordering::SeqCst) + 1;
                 t1.call(json!({})).await?;
                 if n == 1 {
+                    // The tool's result is sent before the hang (it would wait for the next
+                    // submission otherwise).
+                    rebuno::execution()?.flush().await?;
                     tokio::time::sleep(Duration::from_secs(3600)).await; // attempt 1 hangs
                 }
                 Ok::<_, Error>(json!({"handler_runs": n}))

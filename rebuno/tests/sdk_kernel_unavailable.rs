@@ -99,7 +99,8 @@ async fn a_kernel_failure_abandons_the_attempt_and_the_next_attempt_finishes() {
     };
     assert_eq!(exec.status, ExecutionStatus::Completed, "{exec:?}");
     assert_eq!(exec.output, Some(json!("done")));
-    // The first tool's result was recorded before the failure: replayed, not run again.
+    // The first tool's result went with the failed submission and was kept, then sent on its
+    // own before the attempt ended: replayed, not run again.
     assert_eq!(first.load(Ordering::SeqCst), 1);
     assert_eq!(second.load(Ordering::SeqCst), 1);
     // The first attempt was abandoned (not failed) and the second finished the run.

@@ -14,7 +14,8 @@ use super::transport::{Submission, Transport};
 use crate::error::{Error, Result};
 use crate::protocol::Lease;
 use crate::protocol::{
-    Checkpoints, Decision, Idempotency, Step, StepDecision, StepKind, StepResource, StepStatus,
+    Checkpoints, Decision, Idempotency, Step, StepCompletion, StepDecision, StepKind, StepResource,
+    StepStatus,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -118,6 +119,9 @@ struct Inner {
     /// The steps whose bodies run now, for an observer's `Failed` report (kept only with an
     /// observer).
     running: Mutex<HashMap<String, (StepKind, String)>>,
+    /// A `safe_to_retry` step's result not sent yet: it goes with the next submission, or on
+    /// its own before anything else this dispatch sends (see [`ExecutionContext::flush`]).
+    deferred: tokio::sync::Mutex<Option<StepCompletion>>,
 }
 
 impl Inner {
@@ -136,6 +140,7 @@ impl Inner {
             state: Mutex::new(None),
             resources: super::resources::Managed::default(),
             running: Mutex::default(),
+            deferred: tokio::sync::Mutex::new(None),
             local: self.local.as_ref().map(|_| LocalReplay {
                 record: tokio::sync::OnceCell::new(),
                 counts: Mutex::default(),
@@ -206,6 +211,7 @@ impl ExecutionContext {
                 state: Mutex::new(None),
                 resources: super::resources::Managed::default(),
                 running: Mutex::default(),
+                deferred: tokio::sync::Mutex::new(None),
             }),
         }
     }
@@ -415,6 +421,7 @@ impl ExecutionContext {
             idempotency,
             occurrence: None,
             resources,
+            completes: None,
         };
         let dec = {
             let _order = self.inner.submit_order.lock().await;
@@ -428,12 +435,28 @@ impl ExecutionContext {
                     dec
                 }
                 Local::Ask(key) => {
-                    let dec = self
+                    // A deferred result goes with this submission.
+                    submission.completes = self.inner.deferred.lock().await.take();
+                    let carried = submission.completes.clone();
+                    let sent = self
                         .inner
                         .transport
                         .submit_step(&self.inner.execution_id, &self.inner.lease, submission)
-                        .await
-                        .map_err(|e| self.check(e))?;
+                        .await;
+                    let dec = match sent {
+                        Ok(dec) => dec,
+                        Err(e) => {
+                            // The kernel could not answer, so the result may not have reached
+                            // it: kept to be sent again (on its own, before the dispatch ends;
+                            // if it was recorded after all, it is answered from the record).
+                            if let Some(c) = carried
+                                && super::transport::is_kernel_unavailable(&e)
+                            {
+                                self.inner.deferred.lock().await.get_or_insert(c);
+                            }
+                            return Err(self.check(e));
+                        }
+                    };
                     if let Some(key) = key {
                         self.count(key, dec.step_id.is_some());
                     }
@@ -499,6 +522,7 @@ impl ExecutionContext {
         let record = local
             .record
             .get_or_try_init(|| async {
+                self.flush().await?;
                 let steps = self.inner.transport.steps(&self.inner.execution_id).await?;
                 Ok::<_, Error>(steps.into_iter().map(|s| (s.step_id.clone(), s)).collect())
             })
@@ -567,6 +591,44 @@ impl ExecutionContext {
         &self.inner.background
     }
 
+    /// Sends the result of a `safe_to_retry` step that is waiting to go with the next
+    /// submission, on its own and durably; does nothing when none waits. The runtime calls it
+    /// before every other request of the dispatch (reads of the record, resources, subagents,
+    /// the execution's end), so call it only before using [`ExecutionContext::transport`]
+    /// directly for something that must see this dispatch's steps.
+    ///
+    /// Why results wait: over a transport that
+    /// [batches completions](Transport::batches_completions), a `safe_to_retry` step's result
+    /// is sent with the dispatch's next submission, one request (and, in the kernel, one
+    /// transaction, durable before it is answered) instead of two. Until it is sent, losing it (the
+    /// agent or the kernel dies) means only that the step runs again on the next dispatch,
+    /// which `safe_to_retry` allows. `at_most_once` results, failures and results with resource
+    /// checkpoints are always sent at once.
+    pub async fn flush(&self) -> Result<()> {
+        let mut deferred = self.inner.deferred.lock().await;
+        if let Some(c) = deferred.take() {
+            self.send_completion(&c.step_id, c.result, Checkpoints::default())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Keeps `step_id`'s result to go with the next submission (see
+    /// [`ExecutionContext::flush`]), sending the one kept before on its own first.
+    async fn defer_completion(&self, step_id: &str, result: Value) -> Result<()> {
+        let mut deferred = self.inner.deferred.lock().await;
+        if let Some(c) = deferred.take() {
+            self.send_completion(&c.step_id, c.result, Checkpoints::default())
+                .await?;
+        }
+        self.running().remove(step_id);
+        *deferred = Some(StepCompletion {
+            step_id: step_id.to_owned(),
+            result,
+        });
+        Ok(())
+    }
+
     /// Records a step's result. Answers the outcome that is on record: `result` itself, or the
     /// result an earlier completion of the same step stored.
     pub async fn complete(&self, step_id: &str, result: Value) -> Result<Value> {
@@ -576,6 +638,17 @@ impl ExecutionContext {
 
     /// [`ExecutionContext::complete`] with the resource checkpoints taken after the step.
     pub async fn complete_with(
+        &self,
+        step_id: &str,
+        result: Value,
+        checkpoints: Checkpoints,
+    ) -> Result<Value> {
+        self.flush().await?;
+        self.send_completion(step_id, result, checkpoints).await
+    }
+
+    /// Sends a step's result now (the request of [`ExecutionContext::complete_with`]).
+    async fn send_completion(
         &self,
         step_id: &str,
         result: Value,
@@ -616,6 +689,7 @@ impl ExecutionContext {
         error: Value,
         checkpoints: Checkpoints,
     ) -> Result<()> {
+        self.flush().await?;
         let dec = self
             .inner
             .transport
@@ -723,6 +797,15 @@ impl ExecutionContext {
                             }
                         };
                         let cps = self.capture(&due).await;
+                        if idempotency == Idempotency::SafeToRetry
+                            && cps.is_empty()
+                            && self.inner.transport.batches_completions()
+                        {
+                            // Sent with the next submission (see `flush`): the value decoded is
+                            // the JSON that will be recorded, as a replay decodes it.
+                            self.defer_completion(&step_id, json.clone()).await?;
+                            return decode(target, &step_id, json);
+                        }
                         let recorded = self.complete_with(&step_id, json, cps).await?;
                         decode(target, &step_id, recorded)
                     }

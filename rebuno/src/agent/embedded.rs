@@ -37,6 +37,10 @@ impl Transport for EmbeddedTransport {
         Ok(self.kernel.execution_in_process(execution_id).await?)
     }
 
+    fn batches_completions(&self) -> bool {
+        true
+    }
+
     async fn submit_step(
         &self,
         execution_id: &str,

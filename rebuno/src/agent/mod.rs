@@ -199,6 +199,7 @@ pub struct AgentBuilder {
     default_lease: Duration,
     lease_timeout: Option<Duration>,
     local_replay: bool,
+    batch_completions: bool,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -276,6 +277,17 @@ impl AgentBuilder {
         self
     }
 
+    /// Whether a `safe_to_retry` step's result goes to the kernel with the dispatch's next
+    /// submission (default on: one request per step instead of two; see
+    /// [`ExecutionContext::flush`]). Turn it off against a kernel that does not accept the
+    /// `completes` extension of step submissions (the Go kernel). Applies to the HTTP
+    /// transport the builder makes; a custom transport says so itself
+    /// ([`Transport::batches_completions`]).
+    pub fn batch_completions(mut self, enabled: bool) -> Self {
+        self.batch_completions = enabled;
+        self
+    }
+
     /// Builds the agent. Over HTTP, the kernel URL and secret must be set (here or in the
     /// environment); with a custom transport the secret is only needed to serve a webhook.
     pub fn build(self) -> Result<Agent> {
@@ -310,8 +322,10 @@ impl AgentBuilder {
                     .api_key
                     .or_else(|| std::env::var(crate::client::ENV_API_KEY).ok())
                     .unwrap_or_default();
-                Arc::new(HttpTransport::new(&url, &id, &secret)?.with_api_key(api_key))
-                    as Arc<dyn Transport>
+                let http = HttpTransport::new(&url, &id, &secret)?
+                    .with_api_key(api_key)
+                    .with_batched_completions(self.batch_completions);
+                Arc::new(http) as Arc<dyn Transport>
             }
         };
         if let Some(lease) = self.lease_timeout {
@@ -399,6 +413,7 @@ impl Agent {
             default_lease: Duration::from_secs(120),
             lease_timeout: None,
             local_replay: true,
+            batch_completions: true,
         }
     }
 
@@ -647,8 +662,16 @@ impl Agent {
             superseded = heartbeat(&ctx, interval) => Err(superseded),
         };
         if let Some(why) = ctx.suspension() {
-            // Blocked, terminal or superseded: the kernel re-dispatches as needed.
+            // Blocked, terminal or superseded: the kernel re-dispatches as needed. A result
+            // still waiting to go is sent (if refused, the step runs again: it is safe to).
+            let _ = ctx.flush().await;
             tracing::debug!(reason = %why, "handler suspended");
+            return "suspended";
+        }
+        // Every step's result is sent before the execution's end: one that cannot be leaves
+        // the dispatch to be re-delivered (the step runs again; it is safe to).
+        if let Err(e) = ctx.flush().await {
+            tracing::warn!(execution_id, error = %e, "recording a step's result failed");
             return "suspended";
         }
         let (done, ended) = match outcome {

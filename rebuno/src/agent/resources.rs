@@ -230,6 +230,7 @@ impl ExecutionContext {
             every_steps: policy.every_steps,
             on_completion: policy.on_completion,
         };
+        self.flush().await?;
         let (exec, lease) = (self.execution_id(), self.lease());
         let view = self
             .transport()
@@ -299,6 +300,7 @@ impl ExecutionContext {
     /// Captures `due` and records the checkpoints outside a step.
     async fn publish(&self, due: &[StepResource]) -> Result<()> {
         let cps = self.capture(due).await;
+        self.flush().await?;
         self.transport()
             .publish_checkpoints(self.execution_id(), self.lease(), cps)
             .await
@@ -308,6 +310,7 @@ impl ExecutionContext {
     /// Before the execution completes: captures each declared resource whose policy says
     /// `on_completion` and whose latest checkpoint does not cover its final state.
     pub(crate) async fn checkpoint_on_completion(&self) -> Result<()> {
+        self.flush().await?;
         let _exclusive = self.managed().exclusive().await;
         let requests: Vec<DeclareResourceRequest> = self
             .managed()

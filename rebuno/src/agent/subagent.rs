@@ -129,6 +129,7 @@ async fn spawn_child(
         session: options.session,
         ..CreateExecutionRequest::child(agent_id, input, &spawned_by)
     };
+    ctx.flush().await?;
     ctx.transport()
         .create_child(&req)
         .await

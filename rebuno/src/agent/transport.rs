@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::protocol::{
     AgentMetadata, BindResourceRequest, Checkpoints, CompleteExecutionRequest, CompleteStepRequest,
     CreateExecutionRequest, DeclareResourceRequest, ErrorCode, ErrorEnvelope, Execution,
-    FailExecutionRequest, FailStepRequest, Idempotency, Lease, ResourceView, Step, StepDecision,
-    StepKind, StreamDeltaRequest, SubmitStepRequest,
+    FailExecutionRequest, FailStepRequest, Idempotency, Lease, ResourceView, Step, StepCompletion,
+    StepDecision, StepKind, StreamDeltaRequest, SubmitStepRequest,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -36,6 +36,9 @@ pub struct Submission {
     /// The declared resources the effect may change (the decision answers whether a
     /// checkpoint of each is due; see [`crate::agent::resources`]).
     pub resources: Vec<String>,
+    /// The result of an earlier `safe_to_retry` step of this dispatch, recorded first (see
+    /// [`SubmitStepRequest::completes`]); set only when [`Transport::batches_completions`].
+    pub completes: Option<StepCompletion>,
 }
 
 impl From<Submission> for SubmitStepRequest {
@@ -47,6 +50,7 @@ impl From<Submission> for SubmitStepRequest {
             idempotency: s.idempotency,
             occurrence: s.occurrence,
             resources: s.resources,
+            completes: s.completes,
         }
     }
 }
@@ -56,6 +60,14 @@ impl From<Submission> for SubmitStepRequest {
 pub trait Transport: Send + Sync + 'static {
     /// Reads an execution (`GET /v0/executions/{id}`).
     async fn execution(&self, execution_id: &str) -> Result<Execution>;
+    /// Whether [`Transport::submit_step`] sends a submission's
+    /// [`completes`](Submission::completes) to the kernel with it. Only then does the runtime
+    /// send a `safe_to_retry` step's result with the next submission instead of on its own (see
+    /// [`crate::agent::ExecutionContext::flush`]); a transport that answers `false` (the
+    /// default) is never given one.
+    fn batches_completions(&self) -> bool {
+        false
+    }
     /// Submits a step and answers the kernel's decision.
     async fn submit_step(
         &self,
@@ -161,6 +173,8 @@ pub struct HttpTransport {
     secret: String,
     /// The bearer token of client routes (the subagent create), if any.
     api_key: Option<String>,
+    /// Whether a safe step's result goes with the next submission (this kernel's extension).
+    batch: bool,
     http: reqwest::Client,
 }
 
@@ -199,6 +213,7 @@ impl HttpTransport {
             agent_id: agent_id.to_owned(),
             secret: secret.to_owned(),
             api_key: None,
+            batch: true,
             http,
         })
     }
@@ -208,6 +223,15 @@ impl HttpTransport {
     /// with no token, needs none). An empty key is none.
     pub fn with_api_key(mut self, api_key: impl Into<String>) -> Self {
         self.api_key = Some(api_key.into()).filter(|k| !k.is_empty());
+        self
+    }
+
+    /// The same transport sending each `safe_to_retry` step's result with the next
+    /// submission (`true`, the default: one request per step instead of two) or on its own
+    /// (`false`, for a kernel without the `completes` extension of
+    /// [`SubmitStepRequest`]).
+    pub fn with_batched_completions(mut self, enabled: bool) -> Self {
+        self.batch = enabled;
         self
     }
 
@@ -346,6 +370,10 @@ impl Transport for HttpTransport {
         )
         .await?
         .json()
+    }
+
+    fn batches_completions(&self) -> bool {
+        self.batch
     }
 
     async fn submit_step(

@@ -38,6 +38,7 @@ mod histograms;
 mod keys;
 mod listing;
 mod metrics;
+mod outcomes;
 mod replicas;
 mod resources;
 mod sessions;

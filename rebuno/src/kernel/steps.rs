@@ -17,16 +17,16 @@
 //! outcome (complete / fail) is durable before it is answered.
 
 use super::dispatch::{lease_holds, retire_dispatches};
-use super::resources::{apply_checkpoints, plan_checkpoints};
+use super::outcomes::{check_batched, record_batched};
 use super::volatile::record_progress;
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::identity;
 use crate::policy::{self, Action, EvalInput, enforce_rate_limit};
 use crate::protocol::{
-    Approval, ApprovalEventPayload, ApprovalStatus, Checkpoints, EventType, ExecutionEventPayload,
+    Approval, ApprovalEventPayload, ApprovalStatus, EventType, ExecutionEventPayload,
     ExecutionStatus, Idempotency, REASON_INDETERMINATE_RETRY, RULE_INDETERMINATE_RETRY, Step,
-    StepDecision, StepEventPayload, StepKind, StepStatus, SubmitStepRequest, denial_error,
-    indeterminate_error,
+    StepCompletion, StepDecision, StepEventPayload, StepKind, StepStatus, SubmitStepRequest,
+    denial_error, indeterminate_error,
 };
 use crate::store::{Lookup, StoreExt, StoreResult, Tx};
 use crate::time::rfc3339;
@@ -53,6 +53,8 @@ struct Snapshot {
     indeterminate: bool,
     /// For an occurrence ahead of the kernel's count: whether the one before it is recorded.
     skip_recorded: bool,
+    /// The step a batched completion names, as found in this execution.
+    completed: Option<Step>,
 }
 
 /// An execution's agent id and status.
@@ -70,7 +72,7 @@ pub(super) fn policy_kind(kind: &StepKind) -> Option<policy::StepKind> {
     }
 }
 
-fn step_event(step: &Step) -> StepEventPayload {
+pub(super) fn step_event(step: &Step) -> StepEventPayload {
     StepEventPayload::new(&step.step_id, step.kind.clone(), &step.target)
 }
 
@@ -183,7 +185,7 @@ impl Kernel {
         &self,
         execution_id: &str,
         lease: &Lease,
-        req: SubmitStepRequest,
+        mut req: SubmitStepRequest,
         wrote: &mut bool,
     ) -> KernelResult<StepDecision> {
         // Parsed once: the hash in the step id, the value policy evaluates and the value
@@ -194,6 +196,7 @@ impl Kernel {
         } = req
             .parse_args()
             .map_err(|e| KernelError::validation(format!("invalid args: {e}")))?;
+        let completes = req.completes.take();
         let _guard = self.lock_execution(execution_id).await?;
         let kind = req.kind.clone();
         let key = (
@@ -212,6 +215,7 @@ impl Kernel {
             let (kind, target, args_hash) = (kind.clone(), req.target.clone(), args_hash.clone());
             let (key, asked) = (key.clone(), req.occurrence.unwrap_or(0));
             let at_most_once = req.idempotency == Idempotency::AtMostOnce;
+            let completed_id = completes.as_ref().map(|c| c.step_id.clone());
             self.inner
                 .store
                 .read_unsettled(move |tx| {
@@ -249,6 +253,9 @@ impl Kernel {
                     if let Some(previous) = &guessed.2 {
                         lookups.push(Lookup::StepExists(&exec_id, previous));
                     }
+                    if let Some(completed) = &completed_id {
+                        lookups.push(Lookup::Step(&exec_id, completed));
+                    }
                     tx.prefetch(&lookups)?;
                     drop(lookups);
                     let counted = match local_count {
@@ -277,6 +284,7 @@ impl Kernel {
                         own_bundle: String::new(),
                         indeterminate: false,
                         skip_recorded: false,
+                        completed: None,
                     };
                     snap.exec = tx
                         .execution_state(&exec_id)?
@@ -306,6 +314,9 @@ impl Kernel {
                         Some(previous) => tx.step_exists(&exec_id, previous)?,
                         None => true,
                     };
+                    if let Some(completed) = &completed_id {
+                        snap.completed = tx.step(&exec_id, completed)?;
+                    }
                     Ok(snap)
                 })
                 .await?
@@ -326,6 +337,11 @@ impl Kernel {
                  an agent may skip only over recorded ones)"
             )));
         }
+        // A batched completion is checked before anything is written, and recorded first.
+        let mut batched = match completes {
+            Some(c) => check_batched(&c, snap.completed.as_ref(), Some(&step_id))?.then_some(c),
+            None => None,
+        };
         self.renew(lease);
         Metrics::inc(&self.inner.metrics.steps_submitted);
 
@@ -335,6 +351,10 @@ impl Kernel {
         let decision = match &snap.step {
             Some(step) => {
                 Metrics::inc(&self.inner.metrics.replay_hits);
+                if let Some(c) = batched.take() {
+                    *wrote = true;
+                    self.record_batched_alone(execution_id, lease, c).await?;
+                }
                 match answer_from_record(step, snap.approval_id.as_deref(), req.idempotency) {
                     Some(d) => d,
                     None => {
@@ -347,6 +367,10 @@ impl Kernel {
             None => {
                 Metrics::inc(&self.inner.metrics.replay_misses);
                 if exec.status == ExecutionStatus::Blocked {
+                    if let Some(c) = batched.take() {
+                        *wrote = true;
+                        self.record_batched_alone(execution_id, lease, c).await?;
+                    }
                     return Ok(StepDecision::execution_blocked());
                 }
                 let input = EvalInput {
@@ -385,6 +409,9 @@ impl Kernel {
                 let outcome = enforce_rate_limit(&*self.inner.limiter, &pol, &input).await;
                 *wrote = true;
                 if let Some(reason) = outcome.refusal_reason() {
+                    if let Some(c) = batched.take() {
+                        self.record_batched_alone(execution_id, lease, c).await?;
+                    }
                     return self
                         .record_rate_limited(
                             execution_id,
@@ -411,8 +438,14 @@ impl Kernel {
                     completed_at: None,
                 };
                 recorded = true;
-                let defer = defers(&step, &pol);
-                self.record_new(step, pol, lease.clone(), defer).await?
+                // A submission that carries a result is durable before it is answered: the
+                // handler has used that result, and the new step's arguments may come from it
+                // (a recorded id keying an idempotent call); were the result lost, its re-run
+                // could give another value, and the new step would then run with other
+                // arguments, which no idempotency class allows.
+                let defer = defers(&step, &pol) && batched.is_none();
+                self.record_new(step, pol, lease.clone(), defer, batched)
+                    .await?
             }
         };
         self.advance_occurrence(lease, key, occurrence, recorded)
@@ -480,13 +513,15 @@ impl Kernel {
     }
 
     /// Records a new step with its policy result (allow, deny or require approval), durably
-    /// unless `defer` (see [`defers`]).
+    /// unless `defer` (see [`defers`]), after the batched completion `completes` if any (in
+    /// the same transaction, see `kernel::outcomes`).
     async fn record_new(
         &self,
         mut step: Step,
         pol: policy::Decision,
         lease: Lease,
         defer: bool,
+        completes: Option<StepCompletion>,
     ) -> KernelResult<StepDecision> {
         let now_t = self.now();
         let now = rfc3339(now_t);
@@ -501,12 +536,17 @@ impl Kernel {
         let approval_id = uuid::Uuid::now_v7().to_string();
         let shared = self.shared();
         let record = move |tx: &mut dyn Tx| {
-            // The execution's row before the dispatch's (the lock order).
-            tx.prefetch(&[
+            // The execution's row before the dispatch's (the lock order); a batched
+            // completion's step last.
+            let mut lookups = vec![
                 Lookup::ExecutionState(&step.execution_id),
                 Lookup::DispatchLease(&lease.dispatch_id),
                 Lookup::StepExists(&step.execution_id, &step.step_id),
-            ])?;
+            ];
+            if let Some(c) = &completes {
+                lookups.push(Lookup::Step(&step.execution_id, &c.step_id));
+            }
+            tx.prefetch(&lookups)?;
             let Some((_, status)) = tx.execution_state(&step.execution_id)? else {
                 return Ok(Err(KernelError::not_found()));
             };
@@ -515,6 +555,11 @@ impl Kernel {
             }
             if !lease_holds(tx, &step.execution_id, &lease, true)? {
                 return Ok(Err(KernelError::lease_superseded()));
+            }
+            if let Some(c) = &completes
+                && let Err(e) = record_batched(tx, &step.execution_id, &lease, c, &now)?
+            {
+                return Ok(Err(e));
             }
             if shared {
                 let key = (
@@ -701,177 +746,4 @@ impl Kernel {
         }
         Ok(decision)
     }
-
-    /// Records a step's result (`recorded`), or answers `replay` if it already has an outcome,
-    /// or `execution_terminal`. Fenced by the lease (any status of the same attempt).
-    pub async fn complete_step(
-        &self,
-        execution_id: &str,
-        step_id: &str,
-        lease: &Lease,
-        result: Option<Value>,
-    ) -> KernelResult<StepDecision> {
-        self.finish_step(
-            execution_id,
-            step_id,
-            lease,
-            Ok(result.unwrap_or(Value::Null)),
-            Checkpoints::default(),
-        )
-        .await
-    }
-
-    /// [`Kernel::complete_step`] with the resource checkpoints taken after the step, recorded
-    /// with the outcome (see `kernel::resources`; invalid ones are `400` and record nothing).
-    pub async fn complete_step_with(
-        &self,
-        execution_id: &str,
-        step_id: &str,
-        lease: &Lease,
-        result: Option<Value>,
-        checkpoints: Checkpoints,
-    ) -> KernelResult<StepDecision> {
-        let outcome = Ok(result.unwrap_or(Value::Null));
-        self.finish_step(execution_id, step_id, lease, outcome, checkpoints)
-            .await
-    }
-
-    /// Records a step's error (`recorded`); same rules as [`Kernel::complete_step`].
-    pub async fn fail_step(
-        &self,
-        execution_id: &str,
-        step_id: &str,
-        lease: &Lease,
-        error: Option<Value>,
-    ) -> KernelResult<StepDecision> {
-        self.finish_step(
-            execution_id,
-            step_id,
-            lease,
-            Err(error.unwrap_or(Value::Null)),
-            Checkpoints::default(),
-        )
-        .await
-    }
-
-    /// [`Kernel::fail_step`] with the resource checkpoints taken after the step (as
-    /// [`Kernel::complete_step_with`]).
-    pub async fn fail_step_with(
-        &self,
-        execution_id: &str,
-        step_id: &str,
-        lease: &Lease,
-        error: Option<Value>,
-        checkpoints: Checkpoints,
-    ) -> KernelResult<StepDecision> {
-        let outcome = Err(error.unwrap_or(Value::Null));
-        self.finish_step(execution_id, step_id, lease, outcome, checkpoints)
-            .await
-    }
-
-    /// The outcome of a step (see `traced`, which wraps it in its span).
-    pub(super) async fn record_step_outcome(
-        &self,
-        execution_id: &str,
-        step_id: &str,
-        lease: &Lease,
-        outcome: Result<Value, Value>,
-        checkpoints: Checkpoints,
-    ) -> KernelResult<StepDecision> {
-        checkpoints.check().map_err(KernelError::validation)?;
-        // The step must belong to the path's execution (the Go kernel ignores the path; a
-        // mismatch is a 404 here), checked inside the transaction, under that execution's lock.
-        let _guard = self.lock_execution(execution_id).await?;
-        let now = self.now_text();
-        let (lease, step_id, exec_id) =
-            (lease.clone(), step_id.to_owned(), execution_id.to_owned());
-        self.inner
-            .store
-            .write(move |tx| {
-                finish_step_tx(tx, &exec_id, &step_id, &lease, outcome, &checkpoints, &now)
-            })
-            .await?
-    }
-}
-
-fn finish_step_tx(
-    tx: &mut dyn Tx,
-    execution_id: &str,
-    step_id: &str,
-    lease: &Lease,
-    outcome: Result<Value, Value>,
-    checkpoints: &Checkpoints,
-    now: &str,
-) -> StoreResult<KernelResult<StepDecision>> {
-    // The step, then the execution's row before the dispatch's (the lock order).
-    tx.prefetch(&[
-        Lookup::Step(execution_id, step_id),
-        Lookup::ExecutionState(execution_id),
-        Lookup::DispatchLease(&lease.dispatch_id),
-    ])?;
-    let Some(mut step) = tx.step(execution_id, step_id)? else {
-        return Ok(Err(KernelError::not_found()));
-    };
-    let Some((_, status)) = tx.execution_state(execution_id)? else {
-        return Ok(Err(KernelError::not_found()));
-    };
-    if status.is_terminal() {
-        return Ok(Ok(StepDecision::execution_terminal()));
-    }
-    match step.status {
-        StepStatus::Succeeded => {
-            return Ok(Ok(StepDecision::replay_result(
-                step.result.unwrap_or(Value::Null),
-            )));
-        }
-        s if s.is_terminal() => {
-            return Ok(Ok(StepDecision::replay_error(
-                step.error.unwrap_or(Value::Null),
-            )));
-        }
-        _ => {}
-    }
-    if !lease_holds(tx, &step.execution_id, lease, false)? {
-        return Ok(Err(KernelError::lease_superseded()));
-    }
-    // The step state machine decides: only an executing step can take an outcome.
-    let to = if outcome.is_ok() {
-        StepStatus::Succeeded
-    } else {
-        StepStatus::Failed
-    };
-    if let Err(e) = step.status.transition(to) {
-        return Ok(Err(KernelError::from(&e)));
-    }
-    let plan = match plan_checkpoints(tx, execution_id, step_id, checkpoints, now)? {
-        Ok(plan) => plan,
-        Err(e) => return Ok(Err(e)),
-    };
-    let event = match outcome {
-        Ok(result) => {
-            let mut event = step_event(&step);
-            if step.kind == StepKind::LlmCall
-                && let Some((input, output)) = crate::protocol::token_usage(&result)
-            {
-                event.usage_input = Some(input);
-                event.usage_output = Some(output);
-            }
-            step.status = StepStatus::Succeeded;
-            step.result = Some(result);
-            (EventType::StepSucceeded, payload(&event))
-        }
-        Err(error) => {
-            step.status = StepStatus::Failed;
-            step.error = Some(error.clone());
-            (
-                EventType::StepFailed,
-                payload(&step_event(&step).with_error(error)),
-            )
-        }
-    };
-    step.completed_at = Some(now.to_owned());
-    tx.put_step(&step)?;
-    tx.record_events(&step.execution_id, now, &[event])?;
-    apply_checkpoints(tx, execution_id, plan, now)?;
-    Ok(Ok(StepDecision::recorded()))
 }

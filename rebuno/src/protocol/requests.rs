@@ -166,6 +166,30 @@ pub struct SubmitStepRequest {
         deserialize_with = "bounded_list"
     )]
     pub resources: Vec<String>,
+    /// Extension (this kernel only; the published SDKs never send it): the result of an
+    /// earlier `safe_to_retry` step of the same execution and lease, recorded first, in the
+    /// same store transaction as this submission where the submission records a new step (see
+    /// `kernel::outcomes`). The Rust SDK sends a safe step's result this way instead of in a
+    /// request of its own; until it is sent (or if it is lost with the agent) the step only
+    /// runs again, which `safe_to_retry` allows. At most one; a completion that names no
+    /// step of this execution, an `at_most_once` step, a step with another outcome or the
+    /// step being submitted is `400 validation_error` and nothing of the request is recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completes: Option<StepCompletion>,
+}
+
+/// Longest step id a [`StepCompletion`] may name (the kernel's ids are 64 hex digits).
+pub const MAX_STEP_ID_BYTES: usize = 256;
+
+/// A step's result sent with the next submission ([`SubmitStepRequest::completes`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepCompletion {
+    /// The completed step (of the submission's execution; at most [`MAX_STEP_ID_BYTES`]).
+    pub step_id: String,
+    /// Its result (any JSON; absent is `null`).
+    #[serde(default)]
+    pub result: Value,
 }
 
 impl SubmitStepRequest {

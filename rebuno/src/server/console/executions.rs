@@ -317,23 +317,7 @@ pub(super) async fn show(
         h.el_text("span", &[("class", Some("mono"))], &exec.id);
     });
     if !exec.status.is_terminal() {
-        body.el(
-            "form",
-            &[
-                ("method", Some("post")),
-                ("action", Some(&format!("{}/cancel", execution_href(&id)))),
-                ("class", Some("inline")),
-            ],
-            |h| {
-                csrf_field(h, &viewer);
-                h.el_text(
-                    "button",
-                    &[("type", Some("submit")), ("class", Some("danger"))],
-                    "Cancel execution",
-                );
-            },
-        );
-        body.el("section", &[], |h| {
+        body.el("section", &[("id", Some("output-section"))], |h| {
             h.el_text("h2", &[], "Live output");
             h.el_text(
                 "pre",
@@ -361,8 +345,12 @@ pub(super) async fn show(
             ("id", Some("live")),
             ("data-execution", Some(&id)),
             ("data-changes", Some("/ui/changes")),
+            ("data-terminal", exec.status.is_terminal().then_some("true")),
         ],
         |h| {
+            if !exec.status.is_terminal() {
+                cancel_form(h, &viewer, &id);
+            }
             summary(h, &exec, &children.executions);
             approvals_section(h, &approvals);
             steps_section(h, &steps.items, steps.next.is_some(), &decisions);
@@ -370,6 +358,26 @@ pub(super) async fn show(
         },
     );
     Ok(viewer.page(&format!("Execution {id}"), Nav::Executions, &body))
+}
+
+/// The form that cancels execution `id`.
+fn cancel_form(h: &mut Html, viewer: &Viewer, id: &str) {
+    h.el(
+        "form",
+        &[
+            ("method", Some("post")),
+            ("action", Some(&format!("{}/cancel", execution_href(id)))),
+            ("class", Some("inline")),
+        ],
+        |h| {
+            csrf_field(h, viewer);
+            h.el_text(
+                "button",
+                &[("type", Some("submit")), ("class", Some("danger"))],
+                "Cancel execution",
+            );
+        },
+    );
 }
 
 /// The execution's fields and links.

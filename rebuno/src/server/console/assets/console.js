@@ -38,6 +38,11 @@
         node.querySelectorAll("details[data-key]").forEach(function (d) { if (open[d.getAttribute("data-key")]) d.open = true; });
         current.replaceWith(node);
         localTimes(node);
+        // An execution that ended streams nothing more: drop an empty output box.
+        var out = document.getElementById("output-section");
+        if (out && node.getAttribute("data-terminal") === "true" && document.getElementById("output").textContent === "") {
+          out.remove();
+        }
         var flag = document.getElementById("live-flag");
         if (flag) flag.textContent = "updated " + new Date().toLocaleTimeString();
       })
@@ -57,6 +62,13 @@
     if (!el || !window.EventSource) return;
     var again = debounce(function () { refresh(id); }, 250);
     var source = new EventSource(el.getAttribute("data-changes"));
+    // What changed between this page's rendering and the subscription is caught by one
+    // refresh once the feed is open (and again after a reconnect).
+    var opened = false;
+    source.onopen = function () {
+      if (opened) again();
+      else { opened = true; refresh(id); }
+    };
     source.onmessage = function (ev) {
       var change;
       try { change = JSON.parse(ev.data); } catch (e) { return; }

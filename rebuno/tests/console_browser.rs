@@ -68,7 +68,10 @@ async fn an_approval_granted_in_the_console_resumes_the_execution() {
     );
     d.wait_text("#live dl.fields", "completed").await;
     d.wait_text("#live", "customer sent photos").await;
-    assert!(d.find_all("#live form.inline").await.is_empty(), "no cancel once ended");
+    assert!(
+        d.find_all("#live form.inline").await.is_empty(),
+        "no cancel once ended"
+    );
     d.screenshot("execution-completed-1440").await;
     assert_eq!(f.refunds.load(Ordering::SeqCst), 1);
     let approval = &f

@@ -4,8 +4,9 @@
 //! without it.
 //!
 //! This module owns what every page shares: the routes, sessions and login
-//! ([`Sessions`], `Viewer`), the cross-site checks of mutations (`check_mutation`), the
-//! security headers of every answer, the page shell and the assets. The pages live one group
+//! ([`Sessions`], `Viewer`) and the cross-site checks of mutations (`check_mutation`); the
+//! escaping writer, the assets, the document and the security headers are [`crate::web`]'s,
+//! which `receipt ui` shares. The pages live one group
 //! per file: `executions` (list, execution, cancel, live feeds), `approvals` (inbox, grant,
 //! deny), `agents` (registrations, policy test), `auth` (login, logout), written with
 //! [`Html`], whose only way to insert a run-time value escapes it.
@@ -23,10 +24,10 @@ mod agents;
 mod approvals;
 mod auth;
 mod executions;
-pub mod html;
 mod layout;
 
-pub use html::Html;
+pub use crate::web::{CONTENT_SECURITY_POLICY, Html};
+use crate::web::{html, html_response};
 
 use super::AppState;
 use super::auth::{authenticate_client, require};
@@ -34,10 +35,9 @@ use crate::kernel::KernelError;
 use crate::protocol::{Principal, Scope};
 use crate::signing::constant_time_eq;
 use axum::Router;
-use axum::extract::{FromRequestParts, Request};
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use std::collections::HashMap;
@@ -52,17 +52,6 @@ const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
 /// At most this many live sessions; the oldest is dropped to make room.
 const MAX_SESSIONS: usize = 10_000;
-
-/// The `Content-Security-Policy` of every console answer: scripts, styles and connections from
-/// this origin only, no inline script or style, no framing.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src \
-     'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; \
-     frame-ancestors 'none'";
-
-/// The embedded stylesheet.
-pub const CSS: &str = include_str!("assets/console.css");
-/// The embedded script.
-pub const JS: &str = include_str!("assets/console.js");
 
 /// One console session, kept in memory (a restart logs everyone out).
 struct Session {
@@ -294,16 +283,6 @@ impl IntoResponse for Failure {
 /// A console handler's answer.
 type Page = Result<Response, Failure>;
 
-/// `status` with an HTML body.
-fn html_response(status: StatusCode, html: Html) -> Response {
-    let mut response = (status, html.into_string()).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    response
-}
-
 /// The origin a same-site request names: `Origin`, else the scheme and authority of
 /// `Referer`.
 fn request_origin(headers: &HeaderMap) -> Option<String> {
@@ -351,46 +330,6 @@ fn check_mutation(headers: &HeaderMap, viewer: &Viewer, csrf: &str) -> Result<()
     Ok(())
 }
 
-/// Adds the security headers to every console answer; pages are never cached.
-async fn security_headers(request: Request, next: Next) -> Response {
-    let is_asset = request.uri().path().starts_with("/ui/assets/");
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    let set = |headers: &mut HeaderMap, name, value: &'static str| {
-        headers.insert(name, HeaderValue::from_static(value));
-    };
-    set(
-        headers,
-        header::CONTENT_SECURITY_POLICY,
-        CONTENT_SECURITY_POLICY,
-    );
-    set(headers, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
-    set(headers, header::X_FRAME_OPTIONS, "DENY");
-    set(headers, header::REFERRER_POLICY, "same-origin");
-    if !is_asset && !headers.contains_key(header::CACHE_CONTROL) {
-        set(headers, header::CACHE_CONTROL, "no-store");
-    }
-    response
-}
-
-/// `GET /ui/assets/{name}`: the stylesheet or the script, cached for a year (the page links
-/// them with a digest of their content, so a new build is fetched anew).
-async fn asset(axum::extract::Path(name): axum::extract::Path<String>) -> Response {
-    let (body, kind) = match name.as_str() {
-        "console.css" => (CSS, "text/css; charset=utf-8"),
-        "console.js" => (JS, "text/javascript; charset=utf-8"),
-        _ => return Failure(StatusCode::NOT_FOUND, "no such asset".into()).into_response(),
-    };
-    let mut response = body.into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=31536000, immutable"),
-    );
-    response
-}
-
 /// The console's routes, under `/ui`, over the server's state.
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -402,7 +341,7 @@ pub(crate) fn routes() -> Router<AppState> {
             "/ui/",
             get(|| async { Redirect::to("/ui/executions").into_response() }),
         )
-        .route("/ui/assets/{name}", get(asset))
+        .route("/ui/assets/{name}", get(crate::web::asset))
         .route("/ui/login", get(auth::login_page).post(auth::login))
         .route("/ui/logout", post(auth::logout))
         .route("/ui/executions", get(executions::list))
@@ -416,7 +355,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/ui/agents", get(agents::list))
         .route("/ui/agents/{id}", get(agents::show))
         .route("/ui/agents/{id}/test", post(agents::test_policy))
-        .layer(axum::middleware::from_fn(security_headers))
+        .layer(axum::middleware::from_fn(crate::web::security_headers))
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! [`Html`]: the one way the console writes markup. Tag and attribute names are `&'static str`
+//! [`Html`]: the one way the web consoles write markup. Tag and attribute names are `&'static str`
 //! (written in this crate, never taken from a request); every text node and every attribute
 //! value is escaped on the way in, so a value a user controls (an input, a step's arguments, an
 //! agent id) always renders as text. The only unescaped insertion, [`Html::trusted`], takes a

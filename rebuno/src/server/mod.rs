@@ -138,7 +138,7 @@ pub(crate) struct AppState {
 }
 
 /// The `/v0` router over `kernel`: every route of the wire protocol (the live stream included),
-/// `/v0/health`, `/v0/ready` and `/metrics`. The caller runs the kernel's background
+/// `/v0/health`, `/v0/ready`, `/metrics` and the web console under `/ui` ([`console`]). The caller runs the kernel's background
 /// loops ([`Kernel::start_http`]) and serves the router.
 pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
     use handlers as h;

@@ -216,9 +216,14 @@ fn executions_table(h: &mut Html, executions: &[Execution]) {
         h.el("table", &[], |h| {
             h.el("thead", &[], |h| {
                 h.el("tr", &[], |h| {
-                    for title in ["Execution", "Agent", "Status", "Created", "Updated"] {
+                    for title in ["Execution", "Agent", "Status", "Created"] {
                         h.el_text("th", &[("scope", Some("col"))], title);
                     }
+                    h.el_text(
+                        "th",
+                        &[("scope", Some("col")), ("class", Some("wide"))],
+                        "Updated",
+                    );
                 });
             });
             h.el("tbody", &[], |h| {
@@ -230,7 +235,7 @@ fn executions_table(h: &mut Html, executions: &[Execution]) {
                         });
                         h.el("td", &[], |h| badge(h, e.status.as_str()));
                         h.el("td", &[], |h| time(h, &e.created_at));
-                        h.el("td", &[], |h| time(h, &e.updated_at));
+                        h.el("td", &[("class", Some("wide"))], |h| time(h, &e.updated_at));
                     });
                 }
             });

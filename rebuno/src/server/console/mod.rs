@@ -4,7 +4,7 @@
 //! without it.
 //!
 //! This module owns what every page shares: the routes, sessions and login
-//! ([`Sessions`], `Viewer`) and the cross-site checks of mutations (`check_mutation`); the
+//! (`Sessions`, `Viewer`) and the cross-site checks of mutations (`check_mutation`); the
 //! escaping writer, the assets, the document and the security headers are [`crate::web`]'s,
 //! which `receipt ui` shares. The pages live one group
 //! per file: `executions` (list, execution, cancel, live feeds), `approvals` (inbox, grant,

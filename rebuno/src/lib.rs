@@ -73,6 +73,8 @@ pub mod telemetry;
 pub mod time;
 pub mod tool;
 mod waiters;
+#[cfg(feature = "web")]
+pub mod web;
 
 #[cfg(feature = "kernel")]
 pub use agent::Runtime;

@@ -443,6 +443,7 @@ async fn run(
         ""
     };
     eprintln!("rebuno {mode}: listening on http://{addr} ({store}{legacy})");
+    eprintln!("rebuno {mode}: web console at http://{addr}/ui");
     // The REPL only with a terminal on stdin; otherwise (CI, pipes) only HTTP is served.
     let shutdown: Pin<Box<dyn Future<Output = ()> + Send>> = if std::io::stdin().is_terminal() {
         let (quit_tx, quit_rx) = tokio::sync::oneshot::channel();

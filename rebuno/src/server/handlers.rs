@@ -208,20 +208,36 @@ pub(super) async fn stream_subscribe(
     _: Client<ExecutionsRead>,
     UuidPath(id): UuidPath,
 ) -> ApiResult {
-    use axum::response::sse::{Event, KeepAlive, Sse};
+    stream_response(&s.kernel, &id).await
+}
+
+/// The Server-Sent Events answer of execution `id`'s live stream (row 5, and the console's).
+pub(super) async fn stream_response(kernel: &crate::Kernel, id: &str) -> ApiResult {
+    use axum::response::sse::Event;
     use tokio_stream::StreamExt;
-    let events = s.kernel.subscribe(&id).await?.map(|frame| {
+    let events = kernel.subscribe(id).await?.map(|frame| {
         Ok::<Event, std::convert::Infallible>(
             Event::default().data(serde_json::to_string(&frame).unwrap_or_default()),
         )
     });
+    Ok(sse_response(events))
+}
+
+/// `events` as a Server-Sent Events answer with a keep-alive comment every 15 s, never cached.
+fn sse_response(
+    events: impl tokio_stream::Stream<
+        Item = Result<axum::response::sse::Event, std::convert::Infallible>,
+    > + Send
+    + 'static,
+) -> Response {
+    use axum::response::sse::{KeepAlive, Sse};
     let sse =
         Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text(" keep-alive"));
     let mut response = sse.into_response();
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    Ok(response)
+    response
 }
 
 /// `GET /v0/changes` (bearer, `executions:read`): Server-Sent Events, one
@@ -233,23 +249,22 @@ pub(super) async fn stream_subscribe(
 /// nothing. Feeds over the kernel's cap (`REBUNO_STREAM_SUBSCRIBERS`) are `429`. Not part of
 /// the Go kernel's protocol: the Rust [`crate::client::Client`] holds one feed for all its waits.
 pub(super) async fn changes(State(s): State<AppState>, _: Client<ExecutionsRead>) -> ApiResult {
+    changes_response(&s.kernel)
+}
+
+/// The Server-Sent Events answer of the change feed (`GET /v0/changes`, and the console's).
+pub(super) fn changes_response(kernel: &crate::Kernel) -> ApiResult {
     use crate::kernel::Change;
-    use axum::response::sse::{Event, KeepAlive, Sse};
+    use axum::response::sse::Event;
     use tokio_stream::StreamExt;
-    let events = s.kernel.change_feed()?.map(|change| {
+    let events = kernel.change_feed()?.map(|change| {
         let data = match change {
             Change::Changed(id) => serde_json::json!({ "execution_id": &*id }),
             Change::Resync => serde_json::json!({ "resync": true }),
         };
         Ok::<Event, std::convert::Infallible>(Event::default().data(data.to_string()))
     });
-    let sse =
-        Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text(" keep-alive"));
-    let mut response = sse.into_response();
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    Ok(response)
+    Ok(sse_response(events))
 }
 
 /// Row 6: `POST /v0/executions/{id}/cancel` (204; `409 execution_terminal`).

@@ -19,7 +19,9 @@
 //! * answers: JSON bodies and the `{code, message, details?}` error envelope with the HTTP
 //!   status of its code (`error`), and the metrics text (`metrics`);
 //! * the span and the latency of every request (`observe`);
-//! * the provisioning manifest the binary loads at boot ([`manifest`]).
+//! * the provisioning manifest the binary loads at boot ([`manifest`]);
+//! * the web console at `/ui` ([`console`]): HTML pages over the same kernel reads, with the
+//!   same authentication (a login keeps the token server-side behind a session cookie).
 //!
 //! The live-stream routes fan deltas out in process: an agent's `POST …/stream` reaches
 //! every current `GET …/stream` subscriber as a Server-Sent Event (best effort, never stored).
@@ -40,6 +42,7 @@
 
 mod auth;
 mod body;
+pub mod console;
 mod error;
 mod extract;
 mod handlers;
@@ -130,10 +133,12 @@ pub(crate) struct AppState {
     pub(crate) legacy_signatures: bool,
     /// How long a body may take to arrive.
     pub(crate) body_timeout: Duration,
+    /// The web console's sessions.
+    pub(crate) console: Arc<console::Sessions>,
 }
 
 /// The `/v0` router over `kernel`: every route of the wire protocol (the live stream included),
-/// `/v0/health`, `/v0/ready` and `/metrics`. The caller runs the kernel's background
+/// `/v0/health`, `/v0/ready`, `/metrics` and the web console under `/ui` ([`console`]). The caller runs the kernel's background
 /// loops ([`Kernel::start_http`]) and serves the router.
 pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
     use handlers as h;
@@ -145,6 +150,7 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
             .map(Arc::from),
         legacy_signatures: options.legacy_signatures,
         body_timeout: options.body_timeout,
+        console: Arc::default(),
     };
     Router::new()
         .route(
@@ -208,6 +214,7 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
         .route("/v0/health", get(h::health))
         .route("/v0/ready", get(h::ready))
         .route("/metrics", get(h::metrics))
+        .merge(console::routes())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             observe::request,

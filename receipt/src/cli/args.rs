@@ -64,9 +64,19 @@ pub(super) enum Cmd {
     Run(RunArgs),
     /// Serve this binary's remote actions of one target group as a rebuno kernel's worker agent
     Worker(WorkerArgs),
+    /// Serve a read-only web console over the database (streams, chains with their verify
+    /// result, branches, agent runs) until interrupted
+    Ui(UiArgs),
     /// Anything else is an unknown command.
     #[command(external_subcommand)]
     External(Vec<OsString>),
+}
+
+#[derive(Debug, Args)]
+pub(super) struct UiArgs {
+    /// Address to listen on (anyone who can reach it reads every receipt)
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8091")]
+    pub(super) listen: String,
 }
 
 #[derive(Debug, Args)]

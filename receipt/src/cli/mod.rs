@@ -28,7 +28,7 @@
 //! `commands` (the database commands),
 //! `agents` (`new` and `run`), `kernel` (the kernel options, and `worker`, which serves remote
 //! actions behind a rebuno kernel), `target` (stream arguments), `report` (what is printed),
-//! `time` (timestamps as ISO 8601), `logs` (log lines on stderr: `--log-format`,
+//! `time` (timestamps as ISO 8601), `ui` (`receipt ui`, the read-only web console), `logs` (log lines on stderr: `--log-format`,
 //! `RECEIPT_LOG_FORMAT`, `RECEIPT_LOG_LEVEL`) and `progress` (bars on a terminal). This module
 //! parses, installs the log subscriber, dispatches and turns failures into exit codes.
 
@@ -42,6 +42,7 @@ mod progress;
 mod report;
 mod target;
 mod time;
+mod ui;
 
 pub use agents::{TEMPLATES, template};
 
@@ -110,7 +111,7 @@ where
         Err(e) => return clap_exit(e),
     };
     // Held to the end: dropping it exports the spans still buffered.
-    let serves = matches!(cli.command, Some(Cmd::Worker(_)));
+    let serves = matches!(cli.command, Some(Cmd::Worker(_) | Cmd::Ui(_)));
     let telemetry = match logs::init(cli.log_format, serves) {
         Ok(telemetry) => telemetry,
         Err(failure) => return exit(Err(failure)),
@@ -205,6 +206,7 @@ fn run(cli: Cli, registry: Arc<Registry>) -> CliResult {
             Cmd::Streams(a) => streams(&db, a).await,
             Cmd::Run(a) => agents::run(&db, a, registry).await,
             Cmd::Worker(a) => kernel::worker(&db, a, registry).await,
+            Cmd::Ui(a) => ui::ui(&db, a).await,
             // Handled before the database is resolved.
             Cmd::New(_) => Ok(()),
             // Reported as an unknown command above.

@@ -1,0 +1,193 @@
+//! Login and logout: `GET /ui/login` (the form), `POST /ui/login` (the bearer token or an API
+//! key, checked exactly as the API checks it, then kept server-side under a new session id) and
+//! `POST /ui/logout`.
+
+use super::layout::{self, Nav};
+use super::{
+    Failure, Html, Page, Viewer, check_mutation, cookie_value, html_response, same_origin,
+};
+use crate::server::AppState;
+use crate::server::auth::authenticate_client;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+/// At most this many bytes of a login name.
+const MAX_NAME: usize = 200;
+
+/// The query of the login page: where to go afterwards.
+#[derive(Debug, Deserialize)]
+pub(super) struct Next {
+    #[serde(default)]
+    next: String,
+}
+
+/// The login form.
+#[derive(Debug, Deserialize)]
+pub(super) struct LoginForm {
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    next: String,
+}
+
+/// The logout form.
+#[derive(Debug, Deserialize)]
+pub(super) struct LogoutForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// `next` when it is a console path, else the executions list.
+fn destination(next: &str) -> &str {
+    if next.starts_with("/ui/") && !next.starts_with("/ui/login") {
+        next
+    } else {
+        "/ui/executions"
+    }
+}
+
+/// The login page, with `error` above the form when the last attempt failed.
+fn login_form(open: bool, next: &str, error: Option<&str>) -> Html {
+    let mut body = Html::new();
+    body.el("section", &[("class", Some("login"))], |h| {
+        h.el_text("h1", &[], "Log in");
+        if let Some(error) = error {
+            h.el_text(
+                "p",
+                &[("class", Some("flash error")), ("role", Some("alert"))],
+                error,
+            );
+        }
+        if open {
+            h.el_text(
+                "p",
+                &[],
+                "This kernel runs without a bearer token (dev mode): the console is open. Give \
+                 a name to decide approvals as, or an API key to act as its subject.",
+            );
+        } else {
+            h.el_text(
+                "p",
+                &[],
+                "Paste the server's bearer token or an API key. It stays on the server; the \
+                 browser only holds a session cookie.",
+            );
+        }
+        h.el(
+            "form",
+            &[("method", Some("post")), ("action", Some("/ui/login"))],
+            |h| {
+                h.open(
+                    "input",
+                    &[
+                        ("type", Some("hidden")),
+                        ("name", Some("next")),
+                        ("value", Some(next)),
+                    ],
+                );
+                h.el_text("label", &[("for", Some("token"))], "Token or API key");
+                h.open(
+                    "input",
+                    &[
+                        ("id", Some("token")),
+                        ("name", Some("token")),
+                        ("type", Some("password")),
+                        ("autocomplete", Some("current-password")),
+                        ("required", (!open).then_some("")),
+                        ("autofocus", Some("")),
+                    ],
+                );
+                h.el_text(
+                    "label",
+                    &[("for", Some("name"))],
+                    "Your name (recorded when you decide an approval with the admin token)",
+                );
+                h.open(
+                    "input",
+                    &[
+                        ("id", Some("name")),
+                        ("name", Some("name")),
+                        ("type", Some("text")),
+                        ("maxlength", Some("200")),
+                    ],
+                );
+                h.el_text("button", &[("type", Some("submit"))], "Log in");
+            },
+        );
+    });
+    body
+}
+
+/// `GET /ui/login`.
+pub(super) async fn login_page(State(s): State<AppState>, Query(q): Query<Next>) -> Response {
+    let body = login_form(s.bearer.is_none(), destination(&q.next), None);
+    html_response(
+        StatusCode::OK,
+        layout::shell("Log in", Nav::None, None, &body),
+    )
+}
+
+/// `POST /ui/login`: `401` with the form again for a token the API would refuse; otherwise a
+/// new session and a redirect to `next`.
+pub(super) async fn login(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<LoginForm>,
+) -> Page {
+    if !same_origin(&headers) {
+        return Err(Failure::forbidden("cross-site login refused"));
+    }
+    let next = destination(&form.next).to_owned();
+    let token = form.token.trim().to_owned();
+    let mut auth = HeaderMap::new();
+    if !token.is_empty() {
+        let value = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| Failure(StatusCode::BAD_REQUEST, "malformed token".into()))?;
+        auth.insert(header::AUTHORIZATION, value);
+    }
+    let refused = |message: &str| {
+        let body = login_form(s.bearer.is_none(), &next, Some(message));
+        html_response(
+            StatusCode::UNAUTHORIZED,
+            layout::shell("Log in", Nav::None, None, &body),
+        )
+    };
+    if token.is_empty() && s.bearer.is_some() {
+        return Ok(refused("a token or an API key is required"));
+    }
+    let Ok(principal) = authenticate_client(&s, &auth).await else {
+        return Ok(refused("that token or API key is not valid"));
+    };
+    // An admin login in dev mode needs nothing kept; a key or the server's token is kept.
+    let kept =
+        (!token.is_empty() && (s.bearer.is_some() || !principal.is_admin_token())).then_some(token);
+    let name: String = form.name.trim().chars().take(MAX_NAME).collect();
+    let id = s.console.start(kept, name);
+    let mut response = Redirect::to(&next).into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie_value(&id)) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    Ok(response)
+}
+
+/// `POST /ui/logout`: ends the session (same checks as every mutation).
+pub(super) async fn logout(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    viewer: Viewer,
+    axum::Form(form): axum::Form<LogoutForm>,
+) -> Page {
+    check_mutation(&headers, &viewer, &form.csrf)?;
+    if let Some(id) = &viewer.session {
+        s.console.end(id);
+    }
+    let mut response = Redirect::to("/ui/login").into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie_value("")) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    Ok(response)
+}

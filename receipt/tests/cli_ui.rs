@@ -1,0 +1,166 @@
+//! `receipt ui`: the read-only web console over a receipt database, served by the binary. A
+//! chain damaged in storage shows its failing index and reason on the receipt itself, an agent
+//! run's control receipts are drawn as steps, and markup in a body renders as text. The browser
+//! test drives headless Chromium (`apt-get install chromium chromium-driver`) with rebuno's
+//! WebDriver helper and saves screenshots under `target/console-screenshots/`.
+
+mod cli_support;
+#[path = "../../rebuno/tests/support/webdriver.rs"]
+mod webdriver;
+
+use cli_support::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+
+/// A `receipt ui` process, killed on drop, and its base URL.
+struct Served {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Serves `cli`'s database on a free loopback port; the address is read from the startup line.
+fn serve(cli: &Cli) -> Served {
+    let mut child = cli
+        .bare()
+        .arg("--db")
+        .arg(&cli.db)
+        .args(["ui", "--listen", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start receipt ui");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let base = loop {
+        let line = lines.next().expect("a startup line").unwrap();
+        if let Some(url) = line.strip_prefix("receipt ui: ") {
+            break url.trim_end_matches("/ui").to_owned();
+        }
+    };
+    // Keep draining stderr so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Served { child, base }
+}
+
+/// Three receipts on the run stream with the second one edited in storage (hash mismatch at
+/// index 1), a control-receipt run and a body holding markup.
+fn damaged(cli: &Cli) {
+    three(cli);
+    let changed = sql(
+        &cli.db,
+        "UPDATE receipt_receipts SET envelope = CAST(replace(CAST(envelope AS TEXT), 'hello', 'HELLO') AS BLOB) \
+         WHERE stream = 'agents/a/runs/run_1' AND stream_seq = 1",
+    );
+    assert_eq!(changed, 1);
+    let run = "agents/b/runs/run_2";
+    cli.append(run, "run.started", r#"{"goal":"g"}"#);
+    cli.append(
+        run,
+        "action.selected",
+        r#"{"actionIds":["greet"],"reason":"priority-order"}"#,
+    );
+    cli.append(run, "action.started", r#"{"actionId":"greet","attempt":1}"#);
+    cli.append(run, "action.completed", r#"{"actionId":"greet"}"#);
+    cli.append("notes/x", "note", r#"{"text":"<script>alert(1)</script>"}"#);
+}
+
+/// `GET url`: status, CSP and body.
+async fn get(url: &str) -> (u16, String, String) {
+    let resp = reqwest::get(url).await.unwrap();
+    let status = resp.status().as_u16();
+    let csp = resp
+        .headers()
+        .get("content-security-policy")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, csp, resp.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_chain_shows_its_failing_index_and_runs_show_their_steps() {
+    let cli = Cli::new();
+    damaged(&cli);
+    let ui = serve(&cli);
+    let (status, csp, body) = get(&format!("{}/ui/streams", ui.base)).await;
+    assert_eq!(status, 200);
+    assert_eq!(csp, rebuno::web::CONTENT_SECURITY_POLICY);
+    for name in [RUN, "agents/b/runs/run_2", "notes/x"] {
+        assert!(body.contains(name), "{name}");
+    }
+    let (status, _, body) = get(&format!(
+        "{}/ui/stream?name=agents%2Fa%2Fruns%2Frun_1",
+        ui.base
+    ))
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("verify failed: hash mismatch at index 1"),
+        "{body}"
+    );
+    assert!(body.contains("<li id=\"receipt-1\" class=\"bad\">"));
+    assert!(body.contains("verification fails here: hash mismatch"));
+    let (_, _, body) = get(&format!(
+        "{}/ui/stream?name=agents%2Fb%2Fruns%2Frun_2",
+        ui.base
+    ))
+    .await;
+    assert!(body.contains("verified"));
+    for step in ["select", "claim", "commit"] {
+        assert!(body.contains(&format!("badge s-{step}")), "{step}");
+    }
+    let (_, _, body) = get(&format!("{}/ui/stream?name=notes%2Fx", ui.base)).await;
+    assert!(!body.contains("<script>alert") && body.contains("&lt;script&gt;alert(1)"));
+    assert_eq!(
+        get(&format!("{}/ui/stream?name=missing", ui.base)).await.0,
+        404
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium and chromedriver"]
+async fn a_tampered_receipt_shows_its_failing_index_in_a_browser() {
+    let cli = Cli::new();
+    damaged(&cli);
+    let ui = serve(&cli);
+    let mut d = webdriver::Driver::start(1440, 900).await;
+    for (w, h, label) in [(1440, 900, "1440"), (390, 844, "390")] {
+        d.resize(w, h).await;
+        d.goto(&format!("{}/ui/streams", ui.base)).await;
+        d.find("main table").await;
+        d.screenshot(&format!("receipt-streams-{label}")).await;
+        d.goto(&format!(
+            "{}/ui/stream?name=agents%2Fa%2Fruns%2Frun_1",
+            ui.base
+        ))
+        .await;
+        let marked = d.text_of("li.bad").await;
+        assert!(marked.starts_with('1'), "{marked}");
+        assert!(
+            marked.contains("verification fails here: hash mismatch"),
+            "{marked}"
+        );
+        assert!(d.text_of("#verify").await.contains("at index 1"));
+        d.screenshot(&format!("receipt-stream-tampered-{label}"))
+            .await;
+        d.goto(&format!(
+            "{}/ui/stream?name=agents%2Fb%2Fruns%2Frun_2",
+            ui.base
+        ))
+        .await;
+        assert!(d.text_of("#run").await.contains("commit"));
+        d.screenshot(&format!("receipt-run-{label}")).await;
+        d.goto(&format!("{}/ui/stream?name=notes%2Fx", ui.base))
+            .await;
+        assert!(d.find_all("main script").await.is_empty());
+        // The body sits in a closed <details>: read its text content, rendered or not.
+        let text = d
+            .execute("return document.querySelector('main').textContent;")
+            .await;
+        assert!(text.as_str().unwrap().contains("<script>alert(1)</script>"));
+    }
+}

@@ -58,15 +58,17 @@ type Service = RunningService<RoleClient, ()>;
 /// A lazily opened, self-restarting connection to one server.
 pub(crate) struct Connection {
     transport: Transport,
+    start_timeout: Duration,
     service: Mutex<Option<Arc<Service>>>,
     starts: std::sync::atomic::AtomicU64,
 }
 
 impl Connection {
     /// A connection that opens on first use.
-    pub(crate) fn new(transport: Transport) -> Self {
+    pub(crate) fn new(transport: Transport, start_timeout: Duration) -> Self {
         Connection {
             transport,
+            start_timeout,
             service: Mutex::new(None),
             starts: std::sync::atomic::AtomicU64::new(0),
         }
@@ -79,7 +81,8 @@ impl Connection {
 
     /// The open service, starting the server when there is none or the last one closed (its
     /// process exited): the restart of a server that died.
-    async fn service(&self, timeout: Duration) -> Result<Arc<Service>, Failure> {
+    async fn service(&self) -> Result<Arc<Service>, Failure> {
+        let timeout = self.start_timeout;
         let mut slot = self.service.lock().await;
         if let Some(s) = slot.as_ref()
             && !s.is_closed()
@@ -146,7 +149,7 @@ impl Connection {
         &self,
         timeout: Duration,
     ) -> Result<Vec<rmcp::model::Tool>, Failure> {
-        let service = self.service(timeout).await?;
+        let service = self.service().await?;
         let listed = tokio::time::timeout(timeout, service.list_all_tools()).await;
         self.settle(&service, listed, timeout).await
     }
@@ -158,7 +161,7 @@ impl Connection {
         arguments: serde_json::Map<String, serde_json::Value>,
         timeout: Duration,
     ) -> Result<CallToolResult, Failure> {
-        let service = self.service(timeout).await?;
+        let service = self.service().await?;
         let params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
         let called = tokio::time::timeout(timeout, service.call_tool(params)).await;
         self.settle(&service, called, timeout).await

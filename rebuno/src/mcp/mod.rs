@@ -18,7 +18,8 @@
 //!   tools are `at_most_once`, so a crash during such a call ends the step `indeterminate`
 //!   instead of calling it twice. [`McpServer::idempotency`] overrides it per tool.
 //! - **Robustness.** The server starts on first use; one that died is started again on the
-//!   next call. Each request has a timeout ([`McpServer::timeout`]). A result the server flags
+//!   next call. Each request has a timeout ([`McpServer::timeout`]), and so has starting the
+//!   server ([`McpServer::start_timeout`]). A result the server flags
 //!   `isError` is a tool error (message: its text; data: the result). A server that cannot be
 //!   reached, or a lost connection during a `safe_to_retry` call, is a *retryable* tool error
 //!   (`Error::Tool { retryable: true, .. }`, recorded so, so a replay answers the same): a new
@@ -58,8 +59,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tools::Shared;
 
-/// The default timeout of one request to a server (starting it included): 60 s.
+/// The default timeout of one request to a server (a call or a listing): 60 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The default timeout of starting a server (or connecting to it) and initializing the MCP
+/// session: 60 s.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One MCP server: its name (the `<server>` of its tools' targets), how it is reached, and the
 /// settings its tools share. Cheap to clone: clones share one connection.
@@ -68,6 +73,7 @@ pub struct McpServer {
     name: String,
     transport: Transport,
     timeout: Duration,
+    start_timeout: Duration,
     max_result_bytes: usize,
     overrides: BTreeMap<String, Idempotency>,
     shared: Arc<std::sync::OnceLock<Arc<Shared>>>,
@@ -79,6 +85,7 @@ impl std::fmt::Debug for McpServer {
             .field("name", &self.name)
             .field("transport", &self.transport)
             .field("timeout", &self.timeout)
+            .field("start_timeout", &self.start_timeout)
             .field("max_result_bytes", &self.max_result_bytes)
             .field("overrides", &self.overrides)
             .finish()
@@ -92,6 +99,7 @@ impl McpServer {
             name: name.into(),
             transport,
             timeout: DEFAULT_TIMEOUT,
+            start_timeout: DEFAULT_START_TIMEOUT,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
             overrides: BTreeMap::new(),
             shared: Arc::default(),
@@ -129,9 +137,16 @@ impl McpServer {
         self
     }
 
-    /// Sets the timeout of each request (a call, a listing, starting the server).
+    /// Sets the timeout of each request (a call or a listing), [`DEFAULT_TIMEOUT`] by default.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Sets the timeout of starting the server and initializing its session,
+    /// [`DEFAULT_START_TIMEOUT`] by default.
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
         self
     }
 
@@ -177,7 +192,7 @@ impl McpServer {
         }
         let shared = Arc::new(Shared {
             server: self.name.clone(),
-            connection: Connection::new(self.transport.clone()),
+            connection: Connection::new(self.transport.clone(), self.start_timeout),
             timeout: self.timeout,
             max_result_bytes: self.max_result_bytes,
             overrides: self.overrides.clone(),

@@ -21,10 +21,10 @@
 //!   next call. Each request has a timeout ([`McpServer::timeout`]), and so has starting the
 //!   server ([`McpServer::start_timeout`]). A result the server flags
 //!   `isError` is a tool error (message: its text; data: the result). A server that cannot be
-//!   reached, or a lost connection during a `safe_to_retry` call, is a *retryable* tool error
-//!   (`Error::Tool { retryable: true, .. }`, recorded so, so a replay answers the same): a new
-//!   call may succeed. A lost connection during an `at_most_once` call is not retryable (it may
-//!   have run). A result over [`McpServer::max_result_bytes`] is a tool error that says so.
+//!   started or reached, or a timeout or lost connection during a `safe_to_retry` call, is a
+//!   *retryable* tool error (`Error::Tool { retryable: true, .. }`, recorded so, so a replay
+//!   answers the same): a new call may succeed. A timeout or lost connection during an
+//!   `at_most_once` call is not retryable (it may have run). A result over [`McpServer::max_result_bytes`] is a tool error that says so.
 //!
 //! ```no_run
 //! # async fn run() -> rebuno::Result<()> {

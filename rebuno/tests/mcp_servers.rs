@@ -1,7 +1,7 @@
 //! `rebuno::mcp` against MCP servers nobody here wrote: the reference servers
 //! `@modelcontextprotocol/server-everything` and `@modelcontextprotocol/server-filesystem`,
 //! installed from npm (`.ci/run` does it: `npm install --prefix target/mcp-servers …`) and
-//! started as child processes over stdio. Found in `$REBUNO_MCP_SERVERS/node_modules/.bin`, by
+//! started as child processes (over stdio, and one over streamable HTTP). Found in `$REBUNO_MCP_SERVERS/node_modules/.bin`, by
 //! default `target/mcp-servers` of the workspace; the tests that need them are ignored
 //! otherwise, and fail saying what is missing when asked for without them.
 //!
@@ -12,7 +12,9 @@
 //!   recorded write without sending it again and ends the interrupted call `indeterminate`,
 //!   with neither server started by the second process (a retryable error replays as one);
 //! - a server that dies is started again on the next call; a call over its timeout is a
-//!   retryable tool error and the server stays usable.
+//!   retryable tool error and the server stays usable;
+//! - over streamable HTTP (server-everything's `streamableHttp` mode) the tools are listed and
+//!   called, and a server restarted on the same port is connected to afresh.
 //!
 //! Without the servers: an unreachable server is a retryable tool error, recorded so.
 
@@ -616,5 +618,79 @@ async fn a_server_that_dies_is_started_again_and_a_slow_call_times_out_retryably
     assert_eq!(output["slow"]["retryable"], true, "{output}");
     assert_eq!(output["echo"]["ok"], "Echo: still here", "{output}");
     assert_eq!(every.starts(), 1, "{output}");
+    rt.shutdown().await;
+}
+
+/// server-everything in its streamable HTTP mode on `port`, once it listens.
+fn everything_http(port: u16) -> support::Kill {
+    let child = Command::new(server_bin("mcp-server-everything"))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = support::Kill(child);
+    support::wait_listening(port, "server-everything streamableHttp");
+    child
+}
+
+#[tokio::test]
+#[ignore = "needs the npm MCP reference servers"]
+async fn streamable_http_lists_calls_and_reconnects_to_a_restarted_server() {
+    let port = support::free_port();
+    let first = everything_http(port);
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let server = McpServer::http("every", url);
+    let tools = server.tool_set().await.unwrap();
+    let echo = tools
+        .get("every__echo")
+        .expect("echo is listed")
+        .definition();
+    assert_eq!(echo.step_target(), "mcp:every/echo");
+    assert_eq!(echo.parameters["properties"]["message"]["type"], "string");
+
+    let dir = tempfile::tempdir().unwrap();
+    let handler = handler_fn("mcp-http", move |input: Value| {
+        let tools = tools.clone();
+        async move {
+            // After a restart a call may find the old session gone (a retryable error); the
+            // next one connects afresh.
+            let mut attempts = Vec::new();
+            for _ in 0..3 {
+                let r = outcome(tools.call("every__echo", input.clone()).await).await?;
+                let done = r.get("ok").is_some();
+                attempts.push(r);
+                if done {
+                    break;
+                }
+            }
+            Ok::<_, Error>(json!(attempts))
+        }
+    });
+    let rt = runtime(dir.path(), handler, None).await;
+    let client = rt.client();
+    let run = |message: &'static str| {
+        let client = client.clone();
+        async move {
+            let exec = client
+                .create("mcp-http", json!({"message": message}))
+                .await
+                .unwrap();
+            let done = client.wait(&exec.id, WAIT).await.unwrap();
+            assert_eq!(done.status, ExecutionStatus::Completed, "{done:?}");
+            done.output.unwrap()
+        }
+    };
+    let before = run("one").await;
+    assert_eq!(before, json!([{"ok": "Echo: one"}]));
+    drop(first);
+    let _second = everything_http(port);
+    let after = run("two").await;
+    let after = after.as_array().unwrap();
+    assert_eq!(after.last().unwrap()["ok"], "Echo: two", "{after:?}");
+    for failed in &after[..after.len() - 1] {
+        assert_eq!(failed["retryable"], true, "{after:?}");
+    }
     rt.shutdown().await;
 }

@@ -28,16 +28,23 @@ pub enum Transport {
         /// The working directory (the caller's when `None`).
         cwd: Option<PathBuf>,
     },
+    /// A server reached over the streamable HTTP transport at `url` (its MCP endpoint, e.g.
+    /// `http://127.0.0.1:3001/mcp`), with the workspace's reqwest.
+    Http {
+        /// The endpoint.
+        url: String,
+    },
 }
 
 impl Transport {
-    /// A short description for errors and logs: the command line.
+    /// A short description for errors and logs: the command line, or the URL.
     pub fn describe(&self) -> String {
         match self {
             Transport::Stdio { program, args, .. } => std::iter::once(program.as_str())
                 .chain(args.iter().map(String::as_str))
                 .collect::<Vec<_>>()
                 .join(" "),
+            Transport::Http { url } => url.clone(),
         }
     }
 }
@@ -130,6 +137,19 @@ impl Connection {
                     .spawn()
                     .map_err(|e| unreached(format!("cannot start: {e}")))?;
                 ().serve(child)
+                    .await
+                    .map_err(|e| unreached(format!("initialization failed: {e}")))
+            }
+            Transport::Http { url } => {
+                use rmcp::transport::streamable_http_client::{
+                    StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
+                };
+                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                let transport = StreamableHttpClientTransport::with_client(
+                    super::http::Http::default(),
+                    config,
+                );
+                ().serve(transport)
                     .await
                     .map_err(|e| unreached(format!("initialization failed: {e}")))
             }

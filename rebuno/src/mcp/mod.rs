@@ -17,8 +17,10 @@
 //!   (and non-destructive idempotent ones) are `safe_to_retry`; destructive or unannotated
 //!   tools are `at_most_once`, so a crash during such a call ends the step `indeterminate`
 //!   instead of calling it twice. [`McpServer::idempotency`] overrides it per tool.
-//! - **Robustness.** The server starts on first use; one that died is started again on the
-//!   next call. Each request has a timeout ([`McpServer::timeout`]), and so has starting the
+//! - **Transports.** [`McpServer::stdio`] starts the server as a child process speaking MCP on
+//!   stdio; [`McpServer::http`] reaches one over streamable HTTP (with the workspace's reqwest).
+//! - **Robustness.** The server starts (or is connected to) on first use; one that died is
+//!   started again (stdio) or connected to afresh (HTTP) on the next call. Each request has a timeout ([`McpServer::timeout`]), and so has starting the
 //!   server ([`McpServer::start_timeout`]). A result the server flags
 //!   `isError` is a tool error (message: its text; data: the result). A server that cannot be
 //!   started or reached, or a timeout or lost connection during a `safe_to_retry` call, is a
@@ -41,6 +43,7 @@
 //! ```
 
 mod connection;
+mod http;
 mod result;
 mod tools;
 
@@ -123,17 +126,24 @@ impl McpServer {
         )
     }
 
-    /// Sets an environment variable of a stdio server's process.
+    /// A server reached over the streamable HTTP transport at `url` (its MCP endpoint).
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        McpServer::new(name, Transport::Http { url: url.into() })
+    }
+
+    /// Sets an environment variable of a stdio server's process (nothing for HTTP).
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        let Transport::Stdio { env, .. } = &mut self.transport;
-        env.insert(key.into(), value.into());
+        if let Transport::Stdio { env, .. } = &mut self.transport {
+            env.insert(key.into(), value.into());
+        }
         self
     }
 
-    /// Sets the working directory of a stdio server's process.
+    /// Sets the working directory of a stdio server's process (nothing for HTTP).
     pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        let Transport::Stdio { cwd, .. } = &mut self.transport;
-        *cwd = Some(dir.into());
+        if let Transport::Stdio { cwd, .. } = &mut self.transport {
+            *cwd = Some(dir.into());
+        }
         self
     }
 

@@ -1,9 +1,10 @@
 //! `rebuno::mcp` against MCP servers nobody here wrote: the reference servers
 //! `@modelcontextprotocol/server-everything` and `@modelcontextprotocol/server-filesystem`,
 //! installed from npm (`.ci/run` does it: `npm install --prefix target/mcp-servers …`) and
-//! started as child processes (over stdio, and one over streamable HTTP). Found in `$REBUNO_MCP_SERVERS/node_modules/.bin`, by
-//! default `target/mcp-servers` of the workspace; the tests that need them are ignored
-//! otherwise, and fail saying what is missing when asked for without them.
+//! started as child processes (over stdio, and one over streamable HTTP). Found in
+//! `$REBUNO_MCP_SERVERS/node_modules/.bin`, by default `target/mcp-servers` of the workspace;
+//! the tests that need them are ignored otherwise, and fail saying what is missing when asked
+//! for without them.
 //!
 //! - the tools are listed with their schemas, names, targets and hinted idempotency;
 //! - a policy denying `mcp:fs/write_file` refuses the write without starting the server;
@@ -430,8 +431,7 @@ fn lines_until(rx: &std::sync::mpsc::Receiver<String>, prefix: &str) -> Vec<Stri
 
 #[tokio::test]
 #[ignore = "needs the npm MCP reference servers"]
-async fn a_killed_agent_replays_recorded_calls_and_a_crash_during_an_at_most_once_call_ends_indeterminate()
- {
+async fn a_killed_agent_replays_and_a_kill_during_an_at_most_once_call_is_indeterminate() {
     server_bin("mcp-server-everything");
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");

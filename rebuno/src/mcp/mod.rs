@@ -20,23 +20,26 @@
 //! - **Transports.** [`McpServer::stdio`] starts the server as a child process speaking MCP on
 //!   stdio; [`McpServer::http`] reaches one over streamable HTTP (with the workspace's reqwest).
 //! - **Robustness.** The server starts (or is connected to) on first use; one that died is
-//!   started again (stdio) or connected to afresh (HTTP) on the next call. Each request has a timeout ([`McpServer::timeout`]), and so has starting the
-//!   server ([`McpServer::start_timeout`]). A result the server flags
-//!   `isError` is a tool error (message: its text; data: the result). A server that cannot be
-//!   started or reached, or a timeout or lost connection during a `safe_to_retry` call, is a
-//!   *retryable* tool error (`Error::Tool { retryable: true, .. }`, recorded so, so a replay
-//!   answers the same): a new call may succeed. A timeout or lost connection during an
-//!   `at_most_once` call is not retryable (it may have run). A result over [`McpServer::max_result_bytes`] is a tool error that says so.
+//!   started again (stdio) or connected to afresh (HTTP) on the next call. Each request has a
+//!   timeout ([`McpServer::timeout`]), and so has starting the server
+//!   ([`McpServer::start_timeout`]). A result the server flags `isError` is a tool error
+//!   (message: its text; data: the result). A server that cannot be started or reached, or a
+//!   timeout or lost connection during a `safe_to_retry` call, is a *retryable* tool error
+//!   (`Error::Tool { retryable: true, .. }`, recorded so, so a replay answers the same): a new
+//!   call may succeed. A timeout or lost connection during an `at_most_once` call is not
+//!   retryable (it may have run). A result over [`McpServer::max_result_bytes`] is a tool error
+//!   that says so.
 //!
 //! ```no_run
 //! # async fn run() -> rebuno::Result<()> {
 //! use rebuno::mcp::McpServer;
 //! use rebuno::protocol::Idempotency;
 //!
-//! let fs = McpServer::stdio("fs", "npx", ["-y", "@modelcontextprotocol/server-filesystem", "/srv/data"])
+//! let args = ["-y", "@modelcontextprotocol/server-filesystem", "/srv/data"];
+//! let fs = McpServer::stdio("fs", "npx", args)
 //!     .idempotency("create_directory", Idempotency::AtMostOnce);
 //! let tools = fs.tool_set().await?; // inside a handler: a recorded listing
-//! let listing = tools
+//! let _listing = tools
 //!     .call("fs__list_directory", serde_json::json!({"path": "/srv/data"}))
 //!     .await?; // step `mcp:fs/list_directory`
 //! # Ok(()) }

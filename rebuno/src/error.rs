@@ -59,8 +59,10 @@ pub enum Error {
         step_id: String,
         /// The body's error message.
         message: String,
-        /// Whether running it again might succeed (false for a recorded or indeterminate
-        /// failure).
+        /// Whether running it again (a new call) might succeed: true only when the body
+        /// failed with a retryable tool error of its own (an MCP server that could not be
+        /// reached), which its step records so a replay answers the same; false for any other
+        /// failure, indeterminate ones included.
         retryable: bool,
         /// The body's error itself, as JSON, when its type is `Serialize` (recorded in the
         /// step's error as `data`, so a replay answers it too): read it back typed with

@@ -48,6 +48,7 @@
 //!
 //! With `server`: `server`, the `/v0` HTTP API over a `Kernel` (the `rebuno` binary serves
 //! it). With `cli`: `repl`, the interactive console `rebuno dev` / `server` open on a terminal.
+//! With `mcp`: `mcp`, MCP servers' tools as durable, policy-governed tools.
 
 pub mod agent;
 pub mod client;
@@ -56,6 +57,8 @@ pub mod identity;
 #[cfg(feature = "kernel")]
 pub mod kernel;
 pub mod llm;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod paging;
 #[cfg(feature = "kernel")]
 pub mod policy;

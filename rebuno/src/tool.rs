@@ -46,6 +46,9 @@ pub struct ToolDef {
     /// The declared resources a call may change (see [`crate::agent::resources`]): each call
     /// is submitted naming them, and a due checkpoint is captured with its outcome.
     pub resources: Vec<String>,
+    /// The step target of a call when it is not `name`: an MCP tool is called by the model as
+    /// `<server>__<tool>` but recorded (and matched by policy) as `mcp:<server>/<tool>`.
+    pub target: Option<String>,
 }
 
 impl ToolDef {
@@ -57,7 +60,19 @@ impl ToolDef {
             parameters: json!({"type": "object", "properties": {}}),
             idempotency: Idempotency::SafeToRetry,
             resources: Vec::new(),
+            target: None,
         }
+    }
+
+    /// Sets the step target of a call, when it differs from the name the model calls.
+    pub fn target(mut self, target: impl Into<String>) -> Self {
+        self.target = Some(target.into());
+        self
+    }
+
+    /// The step target of a call: [`ToolDef::target`] if set, else the name.
+    pub fn step_target(&self) -> &str {
+        self.target.as_deref().unwrap_or(&self.name)
     }
 
     /// Sets the declared resources a call may change.
@@ -127,7 +142,8 @@ impl fmt::Debug for DynTool {
 }
 
 /// Wraps a tool that is not a plain function (an MCP server's tool, a framework's tool
-/// object) so every call is a durable, policy-gated `tool_call` step named `def.name`, with
+/// object) so every call is a durable, policy-gated `tool_call` step named
+/// [`def.step_target()`](ToolDef::step_target), with
 /// the arguments object as its args. `invoke` runs only on `proceed`; its error becomes a
 /// tool error with its message, and one returned as [`Error::typed`]`(e)` is recorded as JSON
 /// too, for the caller's [`Error::tool_error`].
@@ -159,14 +175,12 @@ impl DynTool {
         let ctx = execution()?;
         let raw = raw_args(&args)?;
         let invoke = Arc::clone(&self.invoke);
-        let span = crate::agent::observe::effect_span(
-            &StepKind::ToolCall,
-            &self.def.name,
-            ctx.execution_id(),
-        );
+        let target = self.def.step_target();
+        let span =
+            crate::agent::observe::effect_span(&StepKind::ToolCall, target, ctx.execution_id());
         ctx.invoke_changing(
             StepKind::ToolCall,
-            &self.def.name,
+            target,
             self.def.idempotency,
             raw,
             &self.def.resources,

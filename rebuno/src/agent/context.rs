@@ -8,7 +8,8 @@
 
 pub(crate) use super::background::Background;
 pub use super::step_error::{
-    ERROR_DATA_KEY, error_data, error_message, into_error, recorded_error,
+    ERROR_DATA_KEY, ERROR_RETRYABLE_KEY, error_data, error_message, error_retryable, into_error,
+    recorded_error,
 };
 use super::transport::{Submission, Transport};
 use crate::error::{Error, Result};
@@ -779,7 +780,7 @@ impl ExecutionContext {
                     tool_id: target.to_owned(),
                     step_id,
                     message: error_message(&err),
-                    retryable: false,
+                    retryable: error_retryable(&err),
                     data: error_data(&err),
                 }),
             },
@@ -823,18 +824,27 @@ impl ExecutionContext {
                             // stays open and a later dispatch decides it again.
                             return Err(err);
                         }
-                        let (message, data) = match err {
-                            Error::Tool { message, data, .. } => (message, data),
-                            other => (other.to_string(), None),
+                        let (message, data, retryable) = match err {
+                            Error::Tool {
+                                message,
+                                data,
+                                retryable,
+                                ..
+                            } => (message, data, retryable),
+                            other => (other.to_string(), None, false),
                         };
+                        let mut recorded = recorded_error(&message, data.as_ref());
+                        if retryable && let Value::Object(map) = &mut recorded {
+                            // Recorded too, so a replay answers the same error.
+                            map.insert(ERROR_RETRYABLE_KEY.to_owned(), Value::Bool(true));
+                        }
                         let cps = self.capture(&due).await;
-                        self.fail_with(&step_id, recorded_error(&message, data.as_ref()), cps)
-                            .await?;
+                        self.fail_with(&step_id, recorded, cps).await?;
                         Err(Error::Tool {
                             tool_id: target.to_owned(),
                             step_id,
                             message,
-                            retryable: false,
+                            retryable,
                             data,
                         })
                     }

@@ -31,6 +31,15 @@ pub fn recorded_error(message: &str, data: Option<&Value>) -> Value {
     Value::Object(error)
 }
 
+/// The key of a recorded step error that marks it retryable (`true`): the body failed in a
+/// way a new call may not (see [`Error::Tool`]'s `retryable`).
+pub const ERROR_RETRYABLE_KEY: &str = "retryable";
+
+/// Whether a recorded step error is marked retryable.
+pub fn error_retryable(error: &Value) -> bool {
+    error.get(ERROR_RETRYABLE_KEY).and_then(Value::as_bool) == Some(true)
+}
+
 /// The typed error a recorded step error carries (its `"data"`), if any.
 pub fn error_data(error: &Value) -> Option<Value> {
     error.get(ERROR_DATA_KEY).cloned()

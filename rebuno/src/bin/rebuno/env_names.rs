@@ -7,10 +7,20 @@ const UNUSED_MARKER: &str = "Not used by this build:";
 
 /// Variables of this project's own test and benchmark harnesses, which CI exports to every
 /// process it starts: never warned about.
-const HARNESS: &[&str] = &["REBUNO_PYTHON", "REBUNO_SDK_VENVS", "REBUNO_CRASH_POINTS"];
+const HARNESS: &[&str] = &[
+    "REBUNO_PYTHON",
+    "REBUNO_SDK_VENVS",
+    "REBUNO_MCP_SERVERS",
+    "REBUNO_SPEC_DIR",
+];
 
 /// Prefixes of the test and benchmark harnesses' variables.
-const HARNESS_PREFIXES: &[&str] = &["REBUNO_TEST_", "REBUNO_BENCH_"];
+const HARNESS_PREFIXES: &[&str] = &[
+    "REBUNO_TEST_",
+    "REBUNO_BENCH_",
+    "REBUNO_CRASH_",
+    "REBUNO_MCP_",
+];
 
 /// The furthest a misspelling may be from the name it suggests, in edits.
 const SUGGEST_WITHIN: usize = 3;

@@ -249,3 +249,49 @@ async fn the_approving_identity_must_be_an_approver_and_errors_are_pages() {
         tested.body.contains("require_approval") && tested.body.contains("refunds-need-approval")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execution_lists_its_forks_and_a_fork_links_back() {
+    use rebuno::protocol::ForkExecutionRequest;
+    let f = fixture(None).await;
+    let (id, _) = f.blocked_refund(json!({"order": 7})).await;
+    f.kernel.cancel(&id).await.unwrap();
+    let fork = f
+        .kernel
+        .fork(
+            &id,
+            ForkExecutionRequest::default(),
+            &rebuno::protocol::Principal::admin(),
+        )
+        .await
+        .unwrap();
+    let mut b = Browser::new(&f.base);
+    let page = b.get(&format!("/ui/executions/{id}")).await;
+    assert!(page.body.contains("<dt>Forks</dt>"), "{}", page.body);
+    assert!(
+        page.body
+            .contains(&format!("href=\"/ui/executions/{}\"", fork.id)),
+        "{}",
+        page.body
+    );
+    let page = b.get(&format!("/ui/executions/{}", fork.id)).await;
+    assert!(page.body.contains("<dt>Forked from</dt>"), "{}", page.body);
+    assert!(
+        page.body.contains(&format!("href=\"/ui/executions/{id}\"")),
+        "{}",
+        page.body
+    );
+    // The same filter on the API, through the client.
+    let client = rebuno::Client::new(&f.base, None).unwrap();
+    let forks = client
+        .list(rebuno::client::ListOptions::new().forked_from(&id))
+        .await
+        .unwrap();
+    let ids: Vec<_> = forks.executions.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, [fork.id.as_str()]);
+    let err = client
+        .list(rebuno::client::ListOptions::new().forked_from("not-a-uuid"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("forked_from"), "{err}");
+}

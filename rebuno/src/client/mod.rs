@@ -171,6 +171,8 @@ pub struct ListOptions {
     pub session: Option<String>,
     /// Only children this execution spawned (subagents).
     pub spawned_by: Option<String>,
+    /// Only forks of this execution ([`Client::fork`]).
+    pub forked_from: Option<String>,
     /// Start after this execution id: the previous page's [`ExecutionList::next_cursor`].
     pub cursor: Option<String>,
     /// Page size; `None` or 0 is the kernel's default (50), and the kernel caps it at 200.
@@ -204,6 +206,12 @@ impl ListOptions {
     /// Only children that execution `parent` spawned (subagents).
     pub fn spawned_by(mut self, parent: impl Into<String>) -> Self {
         self.spawned_by = Some(parent.into());
+        self
+    }
+
+    /// Only forks of execution `origin`.
+    pub fn forked_from(mut self, origin: impl Into<String>) -> Self {
+        self.forked_from = Some(origin.into());
         self
     }
 
@@ -391,6 +399,10 @@ impl Client {
             None => None,
             Some(raw) => Some(uuid_id(&raw, "spawned_by")?),
         };
+        let forked_from = match non_empty(&options.forked_from) {
+            None => None,
+            Some(raw) => Some(uuid_id(&raw, "forked_from")?),
+        };
         let cursor = non_empty(&options.cursor);
         match &self.backend {
             Backend::Http(h) => {
@@ -405,6 +417,9 @@ impl Client {
                     }
                     if let Some(parent) = &spawned_by {
                         q.append_pair("spawned_by", parent);
+                    }
+                    if let Some(origin) = &forked_from {
+                        q.append_pair("forked_from", origin);
                     }
                     if let Some(status) = options.status {
                         q.append_pair("status", status.as_str());
@@ -431,6 +446,7 @@ impl Client {
                     status: options.status.map(|s| s.as_str().to_owned()),
                     session,
                     spawned_by,
+                    forked_from,
                     before_id: cursor,
                     limit: options.limit.unwrap_or(0),
                 };

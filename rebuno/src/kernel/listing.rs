@@ -64,6 +64,7 @@ impl Kernel {
             status,
             session: None,
             spawned_by: None,
+            forked_from: None,
             before_id: cursor,
             limit,
         })

@@ -119,7 +119,7 @@ pub(super) async fn create_execution(
     Ok(json_response(status, &started.execution))
 }
 
-/// Row 2: `GET /v0/executions?agent_id&status&session&spawned_by&cursor&limit`: the page's `next_cursor` is also
+/// Row 2: `GET /v0/executions?agent_id&status&session&spawned_by&forked_from&cursor&limit`: the page's `next_cursor` is also
 /// in [`HEADER_NEXT_CURSOR`].
 pub(super) async fn list_executions(
     State(s): State<AppState>,
@@ -137,6 +137,10 @@ pub(super) async fn list_executions(
         None => None,
         Some(raw) => Some(uuid_param(raw, "spawned_by")?),
     };
+    let forked_from = match query.get("forked_from") {
+        None => None,
+        Some(raw) => Some(uuid_param(raw, "forked_from")?),
+    };
     let limit = limit_param(&query)?;
     let list = s
         .kernel
@@ -145,6 +149,7 @@ pub(super) async fn list_executions(
             status: query.get("status").map(str::to_owned),
             session: query.get("session").map(str::to_owned),
             spawned_by,
+            forked_from,
             before_id: cursor,
             limit,
         })

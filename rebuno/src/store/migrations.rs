@@ -256,6 +256,10 @@ CREATE INDEX resource_checkpoints_resource ON resource_checkpoints (execution_id
 // delivery of it continues the trace of its create.
 "
 ALTER TABLE executions ADD COLUMN trace_parent TEXT NOT NULL DEFAULT '';
+",
+// 13: the forks of an execution, listed newest first (`ExecutionQuery::forked_from`).
+"
+CREATE INDEX executions_forked_from ON executions (forked_from, id) WHERE forked_from IS NOT NULL AND forked_from <> '';
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

@@ -128,10 +128,25 @@ pub struct ExecutionQuery {
     pub session: Option<String>,
     /// Only children this execution spawned (subagents).
     pub spawned_by: Option<String>,
+    /// Only forks of this execution.
+    pub forked_from: Option<String>,
     /// Only ids lower than this one (the page cursor).
     pub before_id: Option<String>,
     /// Page size (at least 1).
     pub limit: usize,
+}
+
+/// The SQL condition of [`ExecutionQuery::forked_from`] on the `executions` table, with `param`
+/// its placeholder: a statement of its own when the filter is set, so that both databases use
+/// the partial index of forks (a non-fork's `forked_from` is empty), and a condition that holds
+/// when it is not.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn forks_condition(q: &ExecutionQuery, param: &str) -> String {
+    if q.forked_from.is_some() {
+        format!("forked_from = {param} AND forked_from <> ''")
+    } else {
+        format!("{param} IS NULL")
+    }
 }
 
 /// The operations one transaction can perform. Implemented by each backend over its own

@@ -21,7 +21,9 @@ use super::rows::{
     approval_row, dispatch_row, event_row, exec_row, json_in, one, page, parse, step_row,
 };
 use super::writer::Writer;
-use super::{ExecutionQuery, OccurrenceKey, Page, Store, StoreError, StoreResult, Tx, TxFn};
+use super::{
+    ExecutionQuery, OccurrenceKey, Page, Store, StoreError, StoreResult, Tx, TxFn, forks_condition,
+};
 use crate::protocol::{
     Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
     StepKind,
@@ -270,15 +272,17 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
     fn list_executions(&mut self, q: &ExecutionQuery) -> StoreResult<Page<Execution>> {
+        let forks = forks_condition(q, "?7");
         page(
             self.conn,
             &format!(
                 "SELECT {EXEC_COLS} FROM executions
                  WHERE (?1 IS NULL OR agent_id = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3)
                    AND (?5 IS NULL OR session = ?5) AND (?6 IS NULL OR spawned_by_execution = ?6)
+                   AND {forks}
                  ORDER BY id DESC LIMIT ?4"
             ),
-            params![q.agent_id, q.status, q.before_id, fetch(q.limit), q.session, q.spawned_by],
+            params![q.agent_id, q.status, q.before_id, fetch(q.limit), q.session, q.spawned_by, q.forked_from],
             q.limit,
             0,
             exec_row,

@@ -125,6 +125,7 @@ pub async fn executions_list_in_pages_with_filters(store: Dyn) {
             status: status.map(str::to_owned),
             session: None,
             spawned_by: None,
+            forked_from: None,
             before_id: before,
             limit: 3,
         };
@@ -153,6 +154,33 @@ pub async fn executions_list_in_pages_with_filters(store: Dyn) {
     assert!(none.items.is_empty() && none.next.is_none());
     // The status filter is not validated: an unknown one matches nothing.
     assert!(list(None, Some("weird"), None).await.items.is_empty());
+
+    // Forks of one execution, newest first, in pages; a non-fork (empty `forked_from`) is
+    // nobody's fork.
+    for (id, origin) in [("f1", "e01"), ("f2", "e02"), ("f3", "e01"), ("f4", "e01")] {
+        let mut f = execution(id, "odd", ExecutionStatus::Running);
+        f.forked_from = origin.to_owned();
+        f.fork_seq = 3;
+        w(&store, move |tx| tx.put_execution(&f)).await;
+    }
+    let forks = |origin: &str, before: Option<String>| {
+        let q = ExecutionQuery {
+            forked_from: Some(origin.to_owned()),
+            before_id: before,
+            limit: 2,
+            ..ExecutionQuery::default()
+        };
+        let store = store.clone();
+        async move { r(&store, move |tx| tx.list_executions(&q)).await }
+    };
+    let first = forks("e01", None).await;
+    assert_eq!(ids(&first), ["f4", "f3"]);
+    let rest = forks("e01", first.next).await;
+    assert_eq!(ids(&rest), ["f1"]);
+    assert_eq!(rest.next, None);
+    assert_eq!(ids(&forks("e02", None).await), ["f2"]);
+    assert!(forks("", None).await.items.is_empty());
+    assert!(forks("e07", None).await.items.is_empty());
 }
 
 pub async fn executions_past_deadline_and_counts(store: Dyn) {

@@ -111,6 +111,7 @@ pub(super) async fn list(
             status,
             session: nonempty(&q.session),
             spawned_by: None,
+            forked_from: None,
             before_id: cursor.clone(),
             limit: LIST_PAGE,
         })
@@ -314,6 +315,14 @@ pub(super) async fn show(
             ..ExecutionQuery::default()
         })
         .await?;
+    let forks = s
+        .kernel
+        .list_executions_matching(ExecutionQuery {
+            forked_from: Some(id.clone()),
+            limit: LIST_PAGE,
+            ..ExecutionQuery::default()
+        })
+        .await?;
     let timeline = s.kernel.events_page(&id, q.after, EVENTS_PAGE).await?;
 
     let mut body = Html::new();
@@ -356,7 +365,14 @@ pub(super) async fn show(
             if !exec.status.is_terminal() {
                 cancel_form(h, &viewer, &id);
             }
-            summary(h, &exec, &children.executions);
+            summary(
+                h,
+                &exec,
+                &Related {
+                    children: &children.executions,
+                    forks: &forks.executions,
+                },
+            );
             approvals_section(h, &approvals);
             steps_section(h, &steps.items, steps.next.is_some(), &decisions);
             timeline_section(h, &id, &timeline.items, q.after, timeline.next.as_deref());
@@ -386,7 +402,26 @@ fn cancel_form(h: &mut Html, viewer: &Viewer, id: &str) {
 }
 
 /// The execution's fields and links.
-fn summary(h: &mut Html, exec: &Execution, children: &[Execution]) {
+/// The linked executions an execution's summary lists: the subagents it spawned and its forks.
+struct Related<'a> {
+    children: &'a [Execution],
+    forks: &'a [Execution],
+}
+
+/// A list of `executions`, each linked, with its status.
+fn execution_list(h: &mut Html, executions: &[Execution]) {
+    h.el("ul", &[("class", Some("plain"))], |h| {
+        for c in executions {
+            h.el("li", &[], |h| {
+                execution_link(h, &c.id);
+                h.text(" ");
+                badge(h, c.status.as_str());
+            });
+        }
+    });
+}
+
+fn summary(h: &mut Html, exec: &Execution, related: &Related<'_>) {
     h.el("dl", &[("class", Some("fields"))], |h| {
         let row = |h: &mut Html, term: &str, value: &dyn Fn(&mut Html)| {
             h.el_text("dt", &[], term);
@@ -435,18 +470,11 @@ fn summary(h: &mut Html, exec: &Execution, children: &[Execution]) {
                 h.el_text("span", &[("class", Some("mono"))], &spawned.step_id);
             });
         }
-        if !children.is_empty() {
-            row(h, "Subagents", &|h| {
-                h.el("ul", &[("class", Some("plain"))], |h| {
-                    for c in children {
-                        h.el("li", &[], |h| {
-                            execution_link(h, &c.id);
-                            h.text(" ");
-                            badge(h, c.status.as_str());
-                        });
-                    }
-                });
-            });
+        if !related.children.is_empty() {
+            row(h, "Subagents", &|h| execution_list(h, related.children));
+        }
+        if !related.forks.is_empty() {
+            row(h, "Forks", &|h| execution_list(h, related.forks));
         }
         if !exec.failure_reason.is_empty() {
             row(h, "Failure", &|h| {

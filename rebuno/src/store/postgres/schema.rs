@@ -269,4 +269,12 @@ CREATE INDEX resource_checkpoints_resource ON resource_checkpoints (execution_id
 ALTER TABLE executions ADD COLUMN trace_parent text NOT NULL DEFAULT '';
 "#,
     ),
+    (
+        10,
+        r#"
+-- The forks of an execution, listed newest first (`ExecutionQuery::forked_from`).
+CREATE INDEX executions_forked_from ON executions (forked_from, id)
+  WHERE forked_from IS NOT NULL AND forked_from <> '';
+"#,
+    ),
 ];

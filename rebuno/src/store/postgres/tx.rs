@@ -271,18 +271,20 @@ impl Tx for PgTx<'_> {
         )
     }
     fn list_executions(&mut self, q: &ExecutionQuery) -> StoreResult<Page<Execution>> {
+        let forks = crate::store::forks_condition(q, "$7::text");
         let sql = format!(
             "SELECT {EXEC_COLS} FROM executions
              WHERE ($1::text IS NULL OR agent_id = $1) AND ($2::text IS NULL OR status = $2)
                AND ($3::text IS NULL OR id < $3) AND ($5::text IS NULL OR session = $5)
-               AND ($6::text IS NULL OR spawned_by_execution = $6)
+               AND ($6::text IS NULL OR spawned_by_execution = $6) AND {forks}
              ORDER BY id DESC LIMIT $4{}",
             self.lock()
         );
         self.page(
             &sql,
             params![q.agent_id => TEXT, q.status => TEXT, q.before_id => TEXT,
-                    fetch(q.limit) => INT8, q.session => TEXT, q.spawned_by => TEXT],
+                    fetch(q.limit) => INT8, q.session => TEXT, q.spawned_by => TEXT,
+                    q.forked_from => TEXT],
             q.limit,
             0,
             exec_row,

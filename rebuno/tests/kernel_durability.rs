@@ -329,6 +329,38 @@ async fn a_workflow_of_n_safe_steps_syncs_once_a_step_in_n_plus_two() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_result_is_sent_on_its_own_when_no_submission_follows_soon() {
+    use std::sync::OnceLock;
+    let kernel: Arc<OnceLock<Kernel>> = Arc::default();
+    let k = Arc::clone(&kernel);
+    let handler = handler_fn("steps", move |_input: Value| {
+        let k = Arc::clone(&k);
+        async move {
+            let exec = rebuno::execution()?.execution_id().to_owned();
+            rebuno::step("work", 1, || async { Ok::<_, Error>(json!("done")) }).await?;
+            // The handler waits, with no effect to carry the result: it is recorded anyway,
+            // well before the end (where it would otherwise first be sent).
+            let kernel = k.get().unwrap();
+            for _ in 0..500 {
+                let steps = kernel.steps(&exec, false).await.unwrap();
+                if steps.iter().any(|s| s.status == StepStatus::Succeeded) {
+                    return Ok::<_, Error>(json!("recorded while waiting"));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Ok::<_, Error>(json!("never recorded while waiting"))
+        }
+    });
+    let cell = Arc::clone(&kernel);
+    let (_dir, k, exec, _) = run_workflow_with(handler, move |k| {
+        let _ = cell.set(k.clone());
+    })
+    .await;
+    let done = k.execution(&exec).await.unwrap();
+    assert_eq!(done.output, Some(json!("recorded while waiting")));
+}
+
 /// Step statuses by target.
 type Statuses = Vec<(String, StepStatus)>;
 

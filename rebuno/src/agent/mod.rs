@@ -35,7 +35,8 @@ mod subagent;
 pub mod transport;
 
 pub use context::{
-    Effect, EffectObserver, EffectOutcome, ExecutionContext, Submitted, execution, spawn,
+    Effect, EffectObserver, EffectOutcome, ExecutionContext, HOLD_RESULT_FOR, Submitted, execution,
+    spawn,
 };
 #[cfg(feature = "kernel")]
 pub use embedded::{EmbeddedTransport, Runtime};

@@ -166,7 +166,10 @@ async fn measure(system: &str, client: &Client, others: &[u32]) {
 async fn embedded(dir: &std::path::Path) {
     let url = format!("sqlite://{}", dir.join("embedded.db").display());
     let rt = Runtime::open(&url).await.unwrap();
-    rt.register(workflow()).await.unwrap();
+    // Batched step results (opt-in): one kernel call per step.
+    rt.register_with(Agent::builder(workflow()).batch_completions(true))
+        .await
+        .unwrap();
     rt.start();
     measure("rebuno embedded (SQLite)", &rt.client(), &[]).await;
     rt.shutdown().await;
@@ -232,6 +235,7 @@ async fn http(dir: &std::path::Path) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let agent = Agent::builder(workflow())
+        .batch_completions(true) // one request per step
         .kernel_url(&base)
         .secret(SECRET)
         .build()

@@ -234,8 +234,11 @@ fn child_process_crash_kernel() {
             .unwrap();
         let runtime = rebuno::Runtime::new(kernel.clone());
         let (approvals, mut to_grant) = tokio::sync::mpsc::unbounded_channel();
-        let builder =
-            Agent::builder(agent(&journal, approvals)).lease_timeout(Duration::from_secs(1));
+        let builder = Agent::builder(agent(&journal, approvals))
+            .lease_timeout(Duration::from_secs(1))
+            // Batched step results (opt-in), so the sweep covers a result lost before it
+            // was sent, after the handler had gone on with it.
+            .batch_completions(true);
         runtime.register_with(builder).await.unwrap();
         kernel.set_policy("crashy", POLICY).await.unwrap();
         // Approvals a killed process left pending, then each one the agent blocks on. Nothing

@@ -270,7 +270,9 @@ async fn run_workflow_with(handler: rebuno::agent::FnHandler, built: impl FnOnce
         .unwrap();
     built(&kernel);
     let agent = rebuno::Agent::builder(handler)
-        .transport(Arc::new(EmbeddedTransport::new(kernel.clone())))
+        .transport(Arc::new(
+            EmbeddedTransport::new(kernel.clone()).with_batched_completions(true),
+        ))
         .build()
         .unwrap();
     let deliverer = Arc::new(EmbeddedDeliverer::new(Duration::from_secs(5)));

@@ -17,12 +17,25 @@ use std::sync::{Arc, Mutex};
 #[derive(Debug, Clone)]
 pub struct EmbeddedTransport {
     kernel: Kernel,
+    batch: bool,
 }
 
 impl EmbeddedTransport {
     /// A transport over `kernel`.
     pub fn new(kernel: Kernel) -> Self {
-        EmbeddedTransport { kernel }
+        EmbeddedTransport {
+            kernel,
+            batch: false,
+        }
+    }
+
+    /// The same transport sending each `safe_to_retry` step's result with the next
+    /// submission (`true`: one kernel call per step instead of two) or on its own (`false`,
+    /// the default: a step's result is recorded before the step returns; see
+    /// [`ExecutionContext::flush`](crate::agent::ExecutionContext::flush)).
+    pub fn with_batched_completions(mut self, enabled: bool) -> Self {
+        self.batch = enabled;
+        self
     }
 
     /// The kernel.
@@ -38,7 +51,7 @@ impl Transport for EmbeddedTransport {
     }
 
     fn batches_completions(&self) -> bool {
-        true
+        self.batch
     }
 
     async fn submit_step(
@@ -275,11 +288,11 @@ impl Runtime {
 
     /// Registers an agent built from `builder` (its transport is replaced by the embedded
     /// one), e.g. to set an effect observer or its own lease
-    /// ([`AgentBuilder::lease_timeout`]).
+    /// ([`AgentBuilder::lease_timeout`]), or [`AgentBuilder::batch_completions`].
     pub async fn register_with(&self, builder: AgentBuilder) -> Result<Agent> {
-        let agent = builder
-            .transport(Arc::new(EmbeddedTransport::new(self.kernel.clone())))
-            .build()?;
+        let batch = builder.batch_completions;
+        let transport = EmbeddedTransport::new(self.kernel.clone()).with_batched_completions(batch);
+        let agent = builder.transport(Arc::new(transport)).build()?;
         let serving = agent.clone();
         self.kernel
             .register_embedded_with_lease(

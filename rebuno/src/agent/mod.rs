@@ -279,9 +279,11 @@ impl AgentBuilder {
     }
 
     /// Whether a `safe_to_retry` step's result goes to the kernel with the dispatch's next
-    /// submission (default on: one request per step instead of two; see
-    /// [`ExecutionContext::flush`]). Turn it off against a kernel that does not accept the
-    /// `completes` extension of step submissions (the Go kernel). Applies to the HTTP
+    /// submission (default off: one request per step instead of two when on; see
+    /// [`ExecutionContext::flush`]). Off, a step's result is recorded before the step returns;
+    /// on, it may still be unsent when the step returns (for up to
+    /// [`HOLD_RESULT_FOR`](crate::agent::HOLD_RESULT_FOR)), and a crash then re-runs the step.
+    /// Only our kernel accepts the `completes` extension (not the Go kernel). Applies to the HTTP
     /// transport the builder makes; a custom transport says so itself
     /// ([`Transport::batches_completions`]).
     pub fn batch_completions(mut self, enabled: bool) -> Self {
@@ -414,7 +416,7 @@ impl Agent {
             default_lease: Duration::from_secs(120),
             lease_timeout: None,
             local_replay: true,
-            batch_completions: true,
+            batch_completions: false,
         }
     }
 

@@ -213,7 +213,7 @@ impl HttpTransport {
             agent_id: agent_id.to_owned(),
             secret: secret.to_owned(),
             api_key: None,
-            batch: true,
+            batch: false,
             http,
         })
     }
@@ -227,9 +227,9 @@ impl HttpTransport {
     }
 
     /// The same transport sending each `safe_to_retry` step's result with the next
-    /// submission (`true`, the default: one request per step instead of two) or on its own
-    /// (`false`, for a kernel without the `completes` extension of
-    /// [`SubmitStepRequest`]).
+    /// submission (`true`: one request per step instead of two, for a kernel with the
+    /// `completes` extension of [`SubmitStepRequest`]) or on its own (`false`, the default: a
+    /// step's result is recorded before the step returns).
     pub fn with_batched_completions(mut self, enabled: bool) -> Self {
         self.batch = enabled;
         self

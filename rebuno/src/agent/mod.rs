@@ -282,7 +282,7 @@ impl AgentBuilder {
     /// submission (default off: one request per step instead of two when on; see
     /// [`ExecutionContext::flush`]). Off, a step's result is recorded before the step returns;
     /// on, it may still be unsent when the step returns (for up to
-    /// [`HOLD_RESULT_FOR`](crate::agent::HOLD_RESULT_FOR)), and a crash then re-runs the step.
+    /// [`HOLD_RESULT_FOR`]), and a crash then re-runs the step.
     /// Only our kernel accepts the `completes` extension (not the Go kernel). Applies to the HTTP
     /// transport the builder makes; a custom transport says so itself
     /// ([`Transport::batches_completions`]).

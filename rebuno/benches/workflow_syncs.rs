@@ -1,13 +1,17 @@
 //! A whole workflow on the embedded kernel (SQLite file, durable commits): an in-process agent
 //! whose handler runs 10 sequential `safe_to_retry` steps (`rebuno::step`, each returning a
 //! small JSON value), created and waited for one after the other, as a user of `Runtime`
-//! runs it. Printed, each beside the machine's floor measured in the same run (a 200-byte
-//! append plus `fdatasync` in the same directory):
+//! runs it. Two agents with the same handler take turns, one workflow each: `each` sends every
+//! step's result on its own (the default), `batched` sends it with the next submission
+//! (`AgentBuilder::batch_completions(true)`). Printed for each, beside the machine's floor
+//! measured in the same run (a 200-byte append plus `fdatasync` in the same directory):
 //!
 //! - the workflow's latency, create to the end of its live stream: p50, p99 and p99/p50;
 //! - the latency per step (p50 / 10) against one floor sync;
 //! - syncs per step: the store's own `fdatasync`s of its write-ahead log, counted by the
-//!   kernel's `rebuno_store_sync_duration_seconds` histogram over the measured runs.
+//!   kernel's `rebuno_store_sync_duration_seconds` histogram around each measured run.
+//!
+//! `REBUNO_BENCH_AGENTS=each` (or `batched`) runs only that agent.
 //!
 //! That count does not see a sync SQLite makes by itself (a checkpoint syncs the WAL and the
 //! database file). `benches/fsyncs.sh` counts every `fsync` and `fdatasync` of the process with
@@ -64,14 +68,14 @@ fn syncs(runtime: &Runtime) -> u64 {
         .unwrap_or(0)
 }
 
-/// Creates one workflow and waits for the end of its live stream (the kernel ends it once the
-/// execution's end is durable).
-async fn one(runtime: &Runtime) -> Duration {
+/// Creates one workflow of agent `agent` and waits for the end of its live stream (the kernel
+/// ends it once the execution's end is durable).
+async fn one(runtime: &Runtime, agent: &str) -> Duration {
     let started = Instant::now();
     let exec = runtime
         .kernel()
         .create_execution(CreateExecutionRequest {
-            agent_id: "steps10".into(),
+            agent_id: agent.into(),
             input: Some(json!({"n": STEPS})),
             ..CreateExecutionRequest::default()
         })
@@ -80,6 +84,70 @@ async fn one(runtime: &Runtime) -> Duration {
     let mut live = runtime.kernel().subscribe(&exec.id).await.unwrap();
     while live.next().await.is_some() {}
     started.elapsed()
+}
+
+/// The handler both agents run: `STEPS` sequential `rebuno::step`s.
+fn steps(id: &'static str) -> impl rebuno::AgentHandler {
+    handler_fn(id, |input: Value| async move {
+        let n = input["n"].as_u64().unwrap_or(STEPS);
+        let mut last = Value::Null;
+        for i in 0..n {
+            last = rebuno::step("work", i, || async move {
+                Ok::<_, Error>(json!({"i": i, "ok": true}))
+            })
+            .await?;
+        }
+        Ok::<_, Error>(last)
+    })
+}
+
+/// One agent's measured runs.
+#[derive(Default)]
+struct Runs {
+    workflows: Vec<Duration>,
+    time: Duration,
+    synced: u64,
+}
+
+impl Runs {
+    fn print(&mut self, name: &str, f50: Duration) {
+        let runs = self.workflows.len();
+        let (p50, p99) = (
+            quantile(&mut self.workflows, 0.5),
+            quantile(&mut self.workflows, 0.99),
+        );
+        let steps = (runs as u64 * STEPS) as f64;
+        println!("{name}:");
+        println!(
+            "  workflow p50 {:.0} us, p99 {:.0} us, p99/p50 {:.2}",
+            us(p50),
+            us(p99),
+            us(p99) / us(p50)
+        );
+        println!(
+            "  per step (p50 / {STEPS}) {:.0} us = {:.2}x one floor sync",
+            us(p50) / STEPS as f64,
+            us(p50) / STEPS as f64 / us(f50)
+        );
+        println!(
+            "  throughput {:.0} steps/s ({:.0} us per step on average)",
+            steps / self.time.as_secs_f64(),
+            self.time.as_secs_f64() * 1e6 / steps
+        );
+        println!(
+            "  store WAL syncs {}: {:.2} per step, {:.1} per workflow",
+            self.synced,
+            self.synced as f64 / steps,
+            self.synced as f64 / runs as f64
+        );
+        if std::env::var_os("REBUNO_BENCH_SLOWEST").is_some() {
+            let mut slowest = self.workflows.clone();
+            slowest.sort_by_key(|d| std::cmp::Reverse(*d));
+            for d in slowest.iter().take(8) {
+                println!("  slow run: {:.0} us", us(*d));
+            }
+        }
+    }
 }
 
 fn main() {
@@ -94,77 +162,51 @@ fn main() {
     rt.block_on(async {
         let url = format!("sqlite://{}", dir.path().join("k.db").display());
         let runtime = Runtime::open(&url).await.unwrap();
-        let handler = handler_fn("steps10", |input: Value| async move {
-            let n = input["n"].as_u64().unwrap_or(STEPS);
-            let mut last = Value::Null;
-            for i in 0..n {
-                last = rebuno::step("work", i, || async move {
-                    Ok::<_, Error>(json!({"i": i, "ok": true}))
-                })
-                .await?;
-            }
-            Ok::<_, Error>(last)
-        });
-        runtime.register(handler).await.unwrap();
+        runtime.register(steps("each")).await.unwrap();
+        runtime
+            .register_with(rebuno::Agent::builder(steps("batched")).batch_completions(true))
+            .await
+            .unwrap();
         runtime.start();
+        let only = std::env::var("REBUNO_BENCH_AGENTS").unwrap_or_default();
+        let agents: Vec<&str> = ["each", "batched"]
+            .into_iter()
+            .filter(|a| only.is_empty() || only.split(',').any(|o| o == *a))
+            .collect();
         for _ in 0..warmup {
-            one(&runtime).await;
+            for agent in &agents {
+                one(&runtime, agent).await;
+            }
         }
-        // The floor is sampled between workflows, so both see the same machine.
+        // The floor is sampled between workflows, so all see the same machine.
         let mut floor_file = std::fs::File::create(dir.path().join("floor")).unwrap();
-        let before = syncs(&runtime);
-        let mut workflows = Vec::with_capacity(runs);
-        let mut fl = Vec::with_capacity(runs);
-        let mut floor_time = Duration::ZERO;
-        let started = Instant::now();
+        let mut measured: [Runs; 2] = Default::default();
+        let mut fl = Vec::with_capacity(runs * 2);
         for _ in 0..runs {
-            let f = floor_sample(&mut floor_file);
-            floor_time += f;
-            fl.push(f);
-            workflows.push(one(&runtime).await);
-        }
-        let elapsed = started.elapsed() - floor_time;
-        let synced = syncs(&runtime) - before;
-        if std::env::var_os("REBUNO_BENCH_SLOWEST").is_some() {
-            let mut slowest: Vec<(usize, Duration)> =
-                workflows.iter().copied().enumerate().collect();
-            slowest.sort_by_key(|(_, d)| std::cmp::Reverse(*d));
-            for (i, d) in slowest.iter().take(8) {
-                println!("  slow run {i}: {:.0} us", us(*d));
+            for (agent, into) in agents.iter().zip(measured.iter_mut()) {
+                fl.push(floor_sample(&mut floor_file));
+                let before = syncs(&runtime);
+                let took = one(&runtime, agent).await;
+                into.synced += syncs(&runtime) - before;
+                into.time += took;
+                into.workflows.push(took);
             }
         }
         let (f50, f99) = (quantile(&mut fl, 0.5), quantile(&mut fl, 0.99));
-        let (p50, p99) = (
-            quantile(&mut workflows, 0.5),
-            quantile(&mut workflows, 0.99),
-        );
-        let steps = (runs as u64 * STEPS) as f64;
         println!(
-            "workflow of {STEPS} safe_to_retry steps, {runs} sequential runs ({warmup} warm-up)"
+            "workflow of {STEPS} safe_to_retry steps, {runs} sequential runs per agent ({}), \
+             taking turns ({warmup} warm-up each)",
+            agents.join(", ")
         );
+        for (agent, runs) in agents.iter().zip(measured.iter_mut()) {
+            let name = match *agent {
+                "each" => "each result sent on its own (default)",
+                _ => "batched results (batch_completions(true))",
+            };
+            runs.print(name, f50);
+        }
         println!(
-            "  workflow p50 {:.0} us, p99 {:.0} us, p99/p50 {:.2}",
-            us(p50),
-            us(p99),
-            us(p99) / us(p50)
-        );
-        println!(
-            "  per step (p50 / {STEPS}) {:.0} us = {:.2}x one floor sync",
-            us(p50) / STEPS as f64,
-            us(p50) / STEPS as f64 / us(f50)
-        );
-        println!(
-            "  throughput {:.0} steps/s ({:.0} us per step on average)",
-            steps / elapsed.as_secs_f64(),
-            elapsed.as_secs_f64() * 1e6 / steps
-        );
-        println!(
-            "  store WAL syncs {synced}: {:.2} per step, {:.1} per workflow",
-            synced as f64 / steps,
-            synced as f64 / runs as f64
-        );
-        println!(
-            "  floor (200 B append + fdatasync, same directory, one between workflows): p50 {:.0} us, p99 {:.0} us",
+            "  floor (200 B append + fdatasync, same directory, one before each workflow): p50 {:.0} us, p99 {:.0} us",
             us(f50),
             us(f99)
         );

@@ -257,11 +257,20 @@ type Ran = (tempfile::TempDir, Kernel, String, u64);
 /// Runs `handler` (agent `steps`) once on a fresh SQLite kernel as `Runtime` does, with the
 /// dispatcher as the only loop (see `deliver_once`).
 async fn run_workflow(handler: rebuno::agent::FnHandler) -> Ran {
-    run_workflow_with(handler, |_| {}).await
+    run_workflow_with(handler, LONG_HOLD, |_| {}).await
 }
 
-/// [`run_workflow`], calling `built` with the kernel before the execution starts.
-async fn run_workflow_with(handler: rebuno::agent::FnHandler, built: impl FnOnce(&Kernel)) -> Ran {
+/// A hold of batched results no pause of a loaded machine outlasts: each result waits to be
+/// carried by the next submission or the end, as back-to-back steps' results do.
+const LONG_HOLD: Duration = Duration::from_secs(60);
+
+/// [`run_workflow`] with batched results held up to `hold`, calling `built` with the kernel
+/// before the execution starts.
+async fn run_workflow_with(
+    handler: rebuno::agent::FnHandler,
+    hold: Duration,
+    built: impl FnOnce(&Kernel),
+) -> Ran {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path().join("k.db")).unwrap());
     let kernel = Kernel::builder(Arc::clone(&store) as _)
@@ -271,7 +280,9 @@ async fn run_workflow_with(handler: rebuno::agent::FnHandler, built: impl FnOnce
     built(&kernel);
     let agent = rebuno::Agent::builder(handler)
         .transport(Arc::new(
-            EmbeddedTransport::new(kernel.clone()).with_batched_completions(true),
+            EmbeddedTransport::new(kernel.clone())
+                .with_batched_completions(true)
+                .with_completion_hold(hold),
         ))
         .build()
         .unwrap();
@@ -306,7 +317,7 @@ async fn run_workflow_with(handler: rebuno::agent::FnHandler, built: impl FnOnce
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_workflow_of_n_safe_steps_syncs_once_a_step_in_n_plus_two() {
+async fn a_workflow_of_n_safe_steps_syncs_once_a_step_in_n_plus_one() {
     const N: u64 = 10;
     let handler = handler_fn("steps", |_input: Value| async move {
         for i in 0..N {
@@ -316,10 +327,9 @@ async fn a_workflow_of_n_safe_steps_syncs_once_a_step_in_n_plus_two() {
     });
     let (_dir, kernel, exec, syncs) = run_workflow(handler).await;
     // The create, each step's result with the next step's submission (durable: the next
-    // effect never runs on a result a crash could take back), the last step's result (sent on
-    // its own before the end) and the end: the claim, the ack and the first proceed ride on
-    // them.
-    assert_eq!(syncs, N + 2);
+    // effect never runs on a result a crash could take back), and the end carrying the last
+    // step's result: the claim, the ack and the first proceed ride on them.
+    assert_eq!(syncs, N + 1);
     let done = kernel.execution(&exec).await.unwrap();
     assert_eq!(done.output, Some(json!("done")));
     let steps = kernel.steps(&exec, false).await.unwrap();
@@ -355,7 +365,7 @@ async fn a_held_result_is_sent_on_its_own_when_no_submission_follows_soon() {
         }
     });
     let cell = Arc::clone(&kernel);
-    let (_dir, k, exec, _) = run_workflow_with(handler, move |k| {
+    let (_dir, k, exec, _) = run_workflow_with(handler, rebuno::agent::HOLD_RESULT_FOR, move |k| {
         let _ = cell.set(k.clone());
     })
     .await;
@@ -432,7 +442,7 @@ async fn a_safe_result_goes_with_the_next_submission_and_an_at_most_once_one_at_
     // The kernel is known only once built: the bodies read it through the cell.
     let (_dir, k2, exec, syncs) = {
         let cell = Arc::clone(&kernel);
-        let run = run_workflow_with(handler, move |k| {
+        let run = run_workflow_with(handler, LONG_HOLD, move |k| {
             let _ = cell.set(k.clone());
         });
         run.await
@@ -454,10 +464,10 @@ async fn a_safe_result_goes_with_the_next_submission_and_an_at_most_once_one_at_
         ]
     );
     // The create; s1's result with s2's submission and s2's with the charge's (each durable
-    // before it is answered); the charge's result; s3's result before the end; the end; and
-    // the reads of the bodies that find deferred commits to sync (sent one at a time, each
-    // result would have been a sync of its own: 10 with these reads).
-    assert_eq!(syncs, 8);
+    // before it is answered); the charge's result; the end, carrying s3's result; and the
+    // reads of the bodies that find deferred commits to sync (sent one at a time, each result
+    // would have been a sync of its own: 10 with these reads).
+    assert_eq!(syncs, 7);
     let done = k2.execution(&exec).await.unwrap();
     assert_eq!(done.output, Some(json!("done")));
     assert!(
@@ -630,4 +640,121 @@ async fn a_hostile_batch_is_refused_and_changes_nothing() {
         .await
         .unwrap();
     assert_eq!(d.decision, Decision::Recorded);
+}
+
+/// The end of `exec` under `lease` with output `"done"`, carrying the result `result` of step
+/// `step` (the batch extension of `POST …/complete`).
+fn ending(step: &str, result: Value) -> rebuno::protocol::CompleteExecutionRequest {
+    rebuno::protocol::CompleteExecutionRequest {
+        output: Some(json!("done")),
+        state: None,
+        completes: Some(StepCompletion {
+            step_id: step.to_owned(),
+            result,
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_records_the_result_it_carries_first_in_its_durable_write() {
+    use rebuno::protocol::{EventType, ExecutionStatus};
+    let dir = tempfile::tempdir().unwrap();
+    let (k, store, leases) = two_claimed(dir.path()).await;
+    let (exec, lease) = &leases[0];
+    let last = k
+        .submit_step(exec, lease, call("search", "safe_to_retry"))
+        .await
+        .unwrap()
+        .step_id
+        .unwrap();
+    let (done, n) = syncs(
+        &store,
+        k.complete_execution_with(exec, lease, ending(&last, json!({"hits": 3}))),
+    )
+    .await;
+    done.unwrap();
+    assert_eq!(n, 1, "the result and the end share one sync");
+    let step = k.steps(exec, false).await.unwrap().remove(0);
+    assert_eq!(
+        (step.status, step.result),
+        (StepStatus::Succeeded, Some(json!({"hits": 3})))
+    );
+    let ended = k.execution(exec).await.unwrap();
+    assert_eq!(
+        (ended.status, ended.output),
+        (ExecutionStatus::Completed, Some(json!("done")))
+    );
+    // The step's outcome is in the log before the execution's end.
+    let types: Vec<EventType> = k
+        .events(exec, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event_type)
+        .collect();
+    let at = |ty| types.iter().position(|t| *t == ty).unwrap();
+    assert!(at(EventType::StepSucceeded) < at(EventType::ExecutionCompleted));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_carrying_a_hostile_result_is_refused_and_ends_nothing() {
+    use rebuno::protocol::{ErrorCode, ExecutionStatus};
+    let dir = tempfile::tempdir().unwrap();
+    let (k, _store, leases) = two_claimed(dir.path()).await;
+    let ((exec, lease), (exec2, lease2)) = (&leases[0], &leases[1]);
+    let id = |d: rebuno::protocol::StepDecision| d.step_id.unwrap();
+    let charge = id(k
+        .submit_step(exec, lease, call("charge", "at_most_once"))
+        .await
+        .unwrap());
+    let elsewhere = id(k
+        .submit_step(exec2, lease2, call("search", "safe_to_retry"))
+        .await
+        .unwrap());
+    let open = id(k
+        .submit_step(exec, lease, call("search", "safe_to_retry"))
+        .await
+        .unwrap());
+    let events = k.events(exec, 0, 1000).await.unwrap().len();
+    for (step, why) in [
+        ("0".repeat(64), "has not submitted"),
+        (charge.clone(), "at_most_once"),
+        (elsewhere.clone(), "has not submitted"),
+        (String::new(), "1 to 256 bytes"),
+    ] {
+        let err = k
+            .complete_execution_with(exec, lease, ending(&step, json!(1)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::ValidationError, "{err}");
+        assert!(err.message.contains(why), "{step}: {err}");
+    }
+    // Under another execution's lease: superseded, before the result is looked at.
+    let err = k
+        .complete_execution_with(exec, lease2, ending(&open, json!(1)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::LeaseSuperseded);
+    assert_eq!(k.events(exec, 0, 1000).await.unwrap().len(), events);
+    assert_eq!(
+        k.execution(exec).await.unwrap().status,
+        ExecutionStatus::Running
+    );
+    // A result already recorded (a resent end whose answer was lost) stands; the end is taken.
+    k.complete_step(exec, &open, lease, Some(json!("first")))
+        .await
+        .unwrap();
+    k.fail_step(exec, &charge, lease, Some(json!("declined")))
+        .await
+        .unwrap();
+    k.complete_execution_with(exec, lease, ending(&open, json!("second")))
+        .await
+        .unwrap();
+    let steps = k.steps(exec, false).await.unwrap();
+    let open = steps.iter().find(|s| s.step_id == open).unwrap();
+    assert_eq!(open.result, Some(json!("first")));
+    assert_eq!(
+        k.execution(exec).await.unwrap().status,
+        ExecutionStatus::Completed
+    );
 }

@@ -734,3 +734,61 @@ async fn a_newer_attempt_replaces_the_running_one_and_terminal_executions_are_sk
         assert_eq!(handlers.load(Ordering::SeqCst), before, "{mode:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_results_over_http_ride_with_the_next_submission_and_the_end() {
+    let kernel = kernel().await;
+    let _bg = kernel.start_http();
+    let handler = handler_fn("batched", |_input: Value| async move {
+        let mut sum = 0;
+        for i in 0..5u64 {
+            let v: u64 = rebuno::step("work", i, || async move { Ok::<_, Error>(i * 10) }).await?;
+            sum += v;
+        }
+        Ok::<_, Error>(json!(sum))
+    });
+    // A hold no pause of a loaded machine outlasts, so every result waits to be carried.
+    let builder = Agent::builder(handler)
+        .batch_completions(true)
+        .hold_results_for(Duration::from_secs(60));
+    let agent = serve_over_http(&kernel, builder).await;
+    let h = Harness {
+        kernel: kernel.clone(),
+        agent,
+        effects: Arc::default(),
+        _bg: None,
+        _rt: None,
+    };
+    let id = h.create(json!({})).await;
+    h.wait_status(&id, ExecutionStatus::Completed).await;
+    assert_eq!(
+        kernel.execution(&id).await.unwrap().output,
+        Some(json!(100))
+    );
+    let steps = kernel.steps(&id, false).await.unwrap();
+    assert_eq!(steps.len(), 5);
+    for s in &steps {
+        let i = s.args.as_ref().unwrap().as_u64().unwrap();
+        assert_eq!(
+            (s.status, s.result.clone()),
+            (StepStatus::Succeeded, Some(json!(i * 10))),
+            "{s:?}"
+        );
+    }
+    // No result went in a request of its own: four with the next submission, the last with
+    // the execution's end (which the kernel answered).
+    let metrics = kernel.histograms().render();
+    let route = |r: &str| {
+        metrics
+            .lines()
+            .any(|l| l.contains("rebuno_http_request_duration_seconds_count") && l.contains(r))
+    };
+    assert!(
+        route(r#"route="/v0/executions/{id}/complete""#),
+        "{metrics}"
+    );
+    assert!(
+        !route(r#"route="/v0/executions/{id}/steps/{step_id}/complete""#),
+        "{metrics}"
+    );
+}

@@ -6,8 +6,9 @@ use super::{Agent, AgentBuilder, AgentHandler, Submission, Transport};
 use crate::error::Result;
 use crate::kernel::{Background, EmbeddedDeliverer, Kernel};
 use crate::protocol::{
-    AgentMetadata, BindResourceRequest, Checkpoints, CreateExecutionRequest,
-    DeclareResourceRequest, Execution, Lease, ResourceView, Step, StepDecision,
+    AgentMetadata, BindResourceRequest, Checkpoints, CompleteExecutionRequest,
+    CreateExecutionRequest, DeclareResourceRequest, Execution, Lease, ResourceView, Step,
+    StepCompletion, StepDecision,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -18,6 +19,7 @@ use std::sync::{Arc, Mutex};
 pub struct EmbeddedTransport {
     kernel: Kernel,
     batch: bool,
+    hold: std::time::Duration,
 }
 
 impl EmbeddedTransport {
@@ -26,6 +28,7 @@ impl EmbeddedTransport {
         EmbeddedTransport {
             kernel,
             batch: false,
+            hold: super::HOLD_RESULT_FOR,
         }
     }
 
@@ -35,6 +38,13 @@ impl EmbeddedTransport {
     /// [`ExecutionContext::flush`](crate::agent::ExecutionContext::flush)).
     pub fn with_batched_completions(mut self, enabled: bool) -> Self {
         self.batch = enabled;
+        self
+    }
+
+    /// The same transport letting a batched result wait up to `hold` for the next submission
+    /// (see [`AgentBuilder::hold_results_for`]).
+    pub fn with_completion_hold(mut self, hold: std::time::Duration) -> Self {
+        self.hold = hold;
         self
     }
 
@@ -52,6 +62,10 @@ impl Transport for EmbeddedTransport {
 
     fn batches_completions(&self) -> bool {
         self.batch
+    }
+
+    fn completion_hold(&self) -> std::time::Duration {
+        self.hold
     }
 
     async fn submit_step(
@@ -143,9 +157,26 @@ impl Transport for EmbeddedTransport {
         output: Value,
         state: Option<Value>,
     ) -> Result<()> {
+        self.complete_execution_carrying(execution_id, lease, output, state, None)
+            .await
+    }
+
+    async fn complete_execution_carrying(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        output: Value,
+        state: Option<Value>,
+        completes: Option<StepCompletion>,
+    ) -> Result<()> {
+        let req = CompleteExecutionRequest {
+            output: Some(output),
+            state,
+            completes,
+        };
         Ok(self
             .kernel
-            .complete_execution_with_state(execution_id, lease, Some(output), state)
+            .complete_execution_with(execution_id, lease, req)
             .await?)
     }
 
@@ -290,8 +321,9 @@ impl Runtime {
     /// one), e.g. to set an effect observer or its own lease
     /// ([`AgentBuilder::lease_timeout`]), or [`AgentBuilder::batch_completions`].
     pub async fn register_with(&self, builder: AgentBuilder) -> Result<Agent> {
-        let batch = builder.batch_completions;
-        let transport = EmbeddedTransport::new(self.kernel.clone()).with_batched_completions(batch);
+        let transport = EmbeddedTransport::new(self.kernel.clone())
+            .with_batched_completions(builder.batch_completions)
+            .with_completion_hold(builder.completion_hold);
         let agent = builder.transport(Arc::new(transport)).build()?;
         let serving = agent.clone();
         self.kernel

@@ -201,6 +201,7 @@ pub struct AgentBuilder {
     lease_timeout: Option<Duration>,
     local_replay: bool,
     batch_completions: bool,
+    completion_hold: Duration,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -291,6 +292,16 @@ impl AgentBuilder {
         self
     }
 
+    /// With [`AgentBuilder::batch_completions`], how long a step's result waits for the next
+    /// submission to carry it before it is sent on its own ([`HOLD_RESULT_FOR`], 5 ms, by
+    /// default). Longer saves requests for a handler that computes between steps, and leaves a
+    /// result unsent (a crash re-runs its step) for as long. Applies to the HTTP transport the
+    /// builder makes and to [`Runtime::register_with`](crate::Runtime::register_with).
+    pub fn hold_results_for(mut self, hold: Duration) -> Self {
+        self.completion_hold = hold;
+        self
+    }
+
     /// Builds the agent. Over HTTP, the kernel URL and secret must be set (here or in the
     /// environment); with a custom transport the secret is only needed to serve a webhook.
     pub fn build(self) -> Result<Agent> {
@@ -327,7 +338,8 @@ impl AgentBuilder {
                     .unwrap_or_default();
                 let http = HttpTransport::new(&url, &id, &secret)?
                     .with_api_key(api_key)
-                    .with_batched_completions(self.batch_completions);
+                    .with_batched_completions(self.batch_completions)
+                    .with_completion_hold(self.completion_hold);
                 Arc::new(http) as Arc<dyn Transport>
             }
         };
@@ -417,6 +429,7 @@ impl Agent {
             lease_timeout: None,
             local_replay: true,
             batch_completions: false,
+            completion_hold: HOLD_RESULT_FOR,
         }
     }
 
@@ -671,12 +684,20 @@ impl Agent {
             tracing::debug!(reason = %why, "handler suspended");
             return "suspended";
         }
-        // Every step's result is sent before the execution's end: one that cannot be leaves
-        // the dispatch to be re-delivered (the step runs again; it is safe to).
-        if let Err(e) = ctx.flush().await {
-            tracing::warn!(execution_id, error = %e, "recording a step's result failed");
-            return "suspended";
-        }
+        // Every step's result is recorded by the execution's end. A result still held goes
+        // with a completion that needs no resource checkpoint (recorded first in the end's
+        // transaction); otherwise it is sent first, and one that cannot be leaves the dispatch
+        // to be re-delivered (the step runs again; it is safe to).
+        let held = match &outcome {
+            Ok(_) if !ctx.declares_resources() => ctx.take_held().await,
+            _ => {
+                if let Err(e) = ctx.flush().await {
+                    tracing::warn!(execution_id, error = %e, "recording a step's result failed");
+                    return "suspended";
+                }
+                None
+            }
+        };
         let (done, ended) = match outcome {
             Ok(output) => {
                 // A failed capture is only logged: the execution's outcome stands.
@@ -688,7 +709,7 @@ impl Agent {
                 }
                 let state = ctx.take_state();
                 let done = transport
-                    .complete_execution(execution_id, &lease, output, state)
+                    .complete_execution_carrying(execution_id, &lease, output, state, held)
                     .await;
                 (done, "completed")
             }

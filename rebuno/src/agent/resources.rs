@@ -307,6 +307,12 @@ impl ExecutionContext {
             .map_err(|e| self.check(e))
     }
 
+    /// Whether the handler declared any resource (whose checkpoints the execution's end may
+    /// need, after every step's result is recorded).
+    pub(crate) fn declares_resources(&self) -> bool {
+        !self.managed().declared().is_empty()
+    }
+
     /// Before the execution completes: captures each declared resource whose policy says
     /// `on_completion` and whose latest checkpoint does not cover its final state.
     pub(crate) async fn checkpoint_on_completion(&self) -> Result<()> {

@@ -68,6 +68,12 @@ pub trait Transport: Send + Sync + 'static {
     fn batches_completions(&self) -> bool {
         false
     }
+    /// How long a batched result waits for the next submission before it is sent on its own
+    /// ([`HOLD_RESULT_FOR`](crate::agent::HOLD_RESULT_FOR) unless the transport was given
+    /// another hold); read only when [`Transport::batches_completions`].
+    fn completion_hold(&self) -> std::time::Duration {
+        crate::agent::HOLD_RESULT_FOR
+    }
     /// Submits a step and answers the kernel's decision.
     async fn submit_step(
         &self,
@@ -129,6 +135,31 @@ pub trait Transport: Send + Sync + 'static {
         output: Value,
         state: Option<Value>,
     ) -> Result<()>;
+    /// Completes the execution as [`Transport::complete_execution`] does, with the result of a
+    /// `safe_to_retry` step that waited to be batched (`completes`) recorded first, in the
+    /// same kernel transaction. The default sends the result on its own first (one more
+    /// request); the kernel's transports send both in one.
+    async fn complete_execution_carrying(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        output: Value,
+        state: Option<Value>,
+        completes: Option<StepCompletion>,
+    ) -> Result<()> {
+        if let Some(c) = completes {
+            self.complete_step(
+                execution_id,
+                &c.step_id,
+                lease,
+                c.result,
+                Checkpoints::default(),
+            )
+            .await?;
+        }
+        self.complete_execution(execution_id, lease, output, state)
+            .await
+    }
     /// Fails the execution with a reason.
     async fn fail_execution(&self, execution_id: &str, lease: &Lease, error: String) -> Result<()>;
     /// Publishes a live output delta of a running step (best effort).
@@ -175,6 +206,8 @@ pub struct HttpTransport {
     api_key: Option<String>,
     /// Whether a safe step's result goes with the next submission (this kernel's extension).
     batch: bool,
+    /// How long such a result waits for the next submission.
+    hold: Duration,
     http: reqwest::Client,
 }
 
@@ -214,6 +247,7 @@ impl HttpTransport {
             secret: secret.to_owned(),
             api_key: None,
             batch: false,
+            hold: crate::agent::HOLD_RESULT_FOR,
             http,
         })
     }
@@ -232,6 +266,13 @@ impl HttpTransport {
     /// step's result is recorded before the step returns).
     pub fn with_batched_completions(mut self, enabled: bool) -> Self {
         self.batch = enabled;
+        self
+    }
+
+    /// The same transport letting a batched result wait up to `hold` for the next submission
+    /// (see [`AgentBuilder::hold_results_for`](crate::AgentBuilder::hold_results_for)).
+    pub fn with_completion_hold(mut self, hold: Duration) -> Self {
+        self.hold = hold;
         self
     }
 
@@ -376,6 +417,10 @@ impl Transport for HttpTransport {
         self.batch
     }
 
+    fn completion_hold(&self) -> Duration {
+        self.hold
+    }
+
     async fn submit_step(
         &self,
         execution_id: &str,
@@ -514,9 +559,22 @@ impl Transport for HttpTransport {
         output: Value,
         state: Option<Value>,
     ) -> Result<()> {
+        self.complete_execution_carrying(execution_id, lease, output, state, None)
+            .await
+    }
+
+    async fn complete_execution_carrying(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        output: Value,
+        state: Option<Value>,
+        completes: Option<StepCompletion>,
+    ) -> Result<()> {
         let req = CompleteExecutionRequest {
             output: Some(output),
             state,
+            completes,
         };
         self.post_json(
             &["v0", "executions", execution_id, "complete"],

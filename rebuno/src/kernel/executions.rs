@@ -2,16 +2,17 @@
 //! heartbeat (lease-fenced).
 
 use super::dispatch::{enqueue_dispatch, lease_holds, retire_dispatches};
+use super::outcomes::record_batched;
 use super::sessions::{Admission, admit, check_request, note_completed, start_next_turn};
 use super::steps::deny_step;
 use super::subagents::{admit_child, child_settled, children_to_cancel, lock_parent};
 use super::volatile::{Ended, renew_in};
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::protocol::{
-    ApprovalEventPayload, ApprovalStatus, CreateExecutionRequest, EventType, Execution,
-    ExecutionEventPayload, ExecutionStatus, MAX_IDEMPOTENCY_KEY_BYTES, MAX_IDENTITY_BYTES,
-    Principal, REASON_CLIENT_CANCELLED, REASON_EXECUTION_CANCELLED, Step, StepEventPayload,
-    StepStatus,
+    ApprovalEventPayload, ApprovalStatus, CompleteExecutionRequest, CreateExecutionRequest,
+    EventType, Execution, ExecutionEventPayload, ExecutionStatus, MAX_IDEMPOTENCY_KEY_BYTES,
+    MAX_IDENTITY_BYTES, Principal, REASON_CLIENT_CANCELLED, REASON_EXECUTION_CANCELLED, Step,
+    StepCompletion, StepEventPayload, StepStatus,
 };
 use crate::store::{StoreExt, Tx};
 use crate::time::rfc3339;
@@ -518,16 +519,39 @@ impl Kernel {
         state: Option<Value>,
     ) -> KernelResult<()> {
         let outcome = Outcome::Completed { output, state };
-        self.finish(id, lease, outcome).await
+        self.finish(id, lease, outcome, None).await
+    }
+
+    /// `POST /v0/executions/{id}/complete` as a whole: the output, the session state, and a
+    /// batched `safe_to_retry` step result (`completes`) recorded first in the same durable
+    /// transaction, checked as a submission's batched result is (see `kernel::outcomes`): a
+    /// refused one (`400`) ends nothing.
+    pub async fn complete_execution_with(
+        &self,
+        id: &str,
+        lease: &Lease,
+        req: CompleteExecutionRequest,
+    ) -> KernelResult<()> {
+        let outcome = Outcome::Completed {
+            output: req.output,
+            state: req.state,
+        };
+        self.finish(id, lease, outcome, req.completes).await
     }
 
     /// The agent fails its execution: `execution.failed` with `reason = error`. Fenced.
     pub async fn fail_execution(&self, id: &str, lease: &Lease, error: String) -> KernelResult<()> {
-        self.finish(id, lease, Outcome::Failed(error)).await
+        self.finish(id, lease, Outcome::Failed(error), None).await
     }
 
-    async fn finish(&self, id: &str, lease: &Lease, outcome: Outcome) -> KernelResult<()> {
-        let out = self.finish_inner(id, lease, outcome).await;
+    async fn finish(
+        &self,
+        id: &str,
+        lease: &Lease,
+        outcome: Outcome,
+        completes: Option<StepCompletion>,
+    ) -> KernelResult<()> {
+        let out = self.finish_inner(id, lease, outcome, completes).await;
         match &out {
             Ok(status) => tracing::info!(
                 execution_id = id,
@@ -548,6 +572,7 @@ impl Kernel {
         id: &str,
         lease: &Lease,
         outcome: Outcome,
+        completes: Option<StepCompletion>,
     ) -> KernelResult<ExecutionStatus> {
         let _guard = self.lock_execution(id).await?;
         let (id, lease) = (id.to_owned(), lease.clone());
@@ -572,6 +597,13 @@ impl Kernel {
                 }
                 if !lease_holds(tx, &id, &lease, true)? {
                     return Ok(Err(KernelError::lease_superseded()));
+                }
+                // The batched result before anything else is written, so a refusal ends
+                // nothing; its step's events come before the execution's end.
+                if let Some(c) = &completes
+                    && let Err(e) = record_batched(tx, &id, &lease, c, &now)?
+                {
+                    return Ok(Err(e));
                 }
                 exec.status = status;
                 exec.updated_at = now.clone();

@@ -181,7 +181,8 @@ pub struct SubmitStepRequest {
 /// Longest step id a [`StepCompletion`] may name (the kernel's ids are 64 hex digits).
 pub const MAX_STEP_ID_BYTES: usize = 256;
 
-/// A step's result sent with the next submission ([`SubmitStepRequest::completes`]).
+/// A step's result sent with the next submission ([`SubmitStepRequest::completes`]) or with
+/// the execution's end ([`CompleteExecutionRequest::completes`]).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StepCompletion {
@@ -346,6 +347,13 @@ pub struct CompleteExecutionRequest {
         deserialize_with = "present"
     )]
     pub state: Option<Value>,
+    /// A batched result (the same field as [`SubmitStepRequest::completes`]): the result of an
+    /// earlier `safe_to_retry` step of the same execution and lease, recorded first in the
+    /// transaction that ends the execution, so a workflow's last result needs no request and
+    /// no sync of its own. Checked as a submission's is: a refused one is `400
+    /// validation_error` and the execution does not end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completes: Option<StepCompletion>,
 }
 
 /// Body of `POST /v0/executions/{id}/fail`.

@@ -438,9 +438,7 @@ pub(super) async fn complete_execution(
     let lease = call.lease()?;
     let req: CompleteExecutionRequest = call.json()?;
     s.check_owner(&call.agent_id, &id).await?;
-    s.kernel
-        .complete_execution_with_state(&id, &lease, req.output, req.state)
-        .await?;
+    s.kernel.complete_execution_with(&id, &lease, req).await?;
     Ok(no_content())
 }
 

@@ -8,8 +8,10 @@ use crate::protocol::{Checkpoints, StepCompletion};
 use serde_json::Value;
 
 /// How long a `safe_to_retry` step's result waits for the next submission to carry it before
-/// it is sent on its own (see [`ExecutionContext::flush`]). Back-to-back steps are a few
-/// microseconds apart; a handler that pauses longer gets its result recorded at once.
+/// it is sent on its own (see [`ExecutionContext::flush`]), by default
+/// ([`AgentBuilder::hold_results_for`](crate::AgentBuilder::hold_results_for) sets another).
+/// Back-to-back steps are a few microseconds apart; a handler that pauses longer gets its
+/// result recorded at once.
 pub const HOLD_RESULT_FOR: std::time::Duration = std::time::Duration::from_millis(5);
 
 impl ExecutionContext {
@@ -36,6 +38,14 @@ impl ExecutionContext {
         Ok(())
     }
 
+    /// Takes the result waiting to go with the next submission, for the execution's end to
+    /// carry ([`Transport::complete_execution_carrying`](crate::agent::Transport)): the last
+    /// step's result is then recorded in the transaction that ends the execution, with no
+    /// request or sync of its own. Once taken, the hold's timer no longer sends it.
+    pub(crate) async fn take_held(&self) -> Option<StepCompletion> {
+        self.inner.deferred.lock().await.take()
+    }
+
     /// Keeps `step_id`'s result to go with the next submission (see
     /// [`ExecutionContext::flush`]), sending the one kept before on its own first. If no
     /// submission comes within [`HOLD_RESULT_FOR`], the result is sent on its own: a handler
@@ -55,7 +65,7 @@ impl ExecutionContext {
         drop(deferred);
         let (ctx, held) = (self.clone(), step_id.to_owned());
         tokio::spawn(async move {
-            tokio::time::sleep(HOLD_RESULT_FOR).await;
+            tokio::time::sleep(ctx.inner.transport.completion_hold()).await;
             // The lock is held while the result is sent, so a submission that comes meanwhile
             // waits for it: no effect runs before the result it may depend on is durable.
             let mut deferred = ctx.inner.deferred.lock().await;

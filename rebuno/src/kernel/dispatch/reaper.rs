@@ -38,8 +38,9 @@ impl Kernel {
     /// dispatch's agent, or the global `lease_timeout` when it registered none) to `pending`;
     /// how many.
     ///
-    /// Each row's lease comes from the store with the row ([`Tx::in_flight_leases`](crate::store::Tx::in_flight_leases)), so with
-    /// several replicas on one database every reaper judges a row by the same lease.
+    /// Each row's lease comes from the store with the row
+    /// ([`Tx::in_flight_leases`](crate::store::Tx::in_flight_leases)), so with several replicas
+    /// on one database every reaper judges a row by the same lease.
     ///
     /// A lease's age is measured on the monotonic clock from its last renewal (the claim is
     /// the first). Only an attempt this process has no renewal of falls back to the stored,

@@ -1,6 +1,8 @@
 //! What the held-back writes of the kernel's hot paths touch, so that those touching nothing
-//! in common go as one statement ([`PgTransaction::defer_fusable`]). A dispatch row's fence is
-//! its id, execution, attempt and status; its lease, the times a renewal moves.
+//! in common go as one statement
+//! ([`PgTransaction::defer_fusable`](durable_support::pg::PgTransaction::defer_fusable)). A
+//! dispatch row's fence is its id, execution, attempt and status; its lease, the times a
+//! renewal moves.
 
 use durable_support::pg::Touches;
 

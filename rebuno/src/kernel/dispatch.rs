@@ -40,27 +40,31 @@
 //! agent's lease-checked write that goes on to append events (a step resumed, a rate-limit
 //! park) locks the execution before checking the lease on the dispatch, and the claim of a due
 //! retry, which holds the dispatch row, reads the execution's agent without locking its row.
+//!
+//! Submodules: `deliver` (the [`Deliverer`] and the webhook it POSTs) and `reaper` (expired
+//! leases returned to the queue).
 
 use super::executions::{Ending, ended_in_tx};
 use super::histograms::DISPATCH_DELIVERY_DURATION;
 use super::subagents::lock_parent;
-use super::sweep::FirstRound;
 use super::volatile::Ended;
 use super::{Events, Kernel, KernelResult, Lease, Metrics, payload};
 use crate::protocol::lease_duration;
 use crate::protocol::{
     Agent, Dispatch, DispatchEventPayload, DispatchStatus, EventType, ExecutionEventPayload,
-    ExecutionStatus, HEADER_EXECUTION_ID, HEADER_SIGNATURE, REASON_DISPATCH_EXHAUSTED,
-    WebhookPayload,
+    ExecutionStatus, REASON_DISPATCH_EXHAUSTED, WebhookPayload,
 };
 use crate::store::{StoreExt, StoreResult, Tx};
 use crate::telemetry::{self, TraceParent};
-use crate::time::{parse_rfc3339, rfc3339};
-use async_trait::async_trait;
+use crate::time::rfc3339;
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tracing::Instrument as _;
+
+mod deliver;
+mod reaper;
+pub use deliver::{Deliverer, DeliveryError, HttpDeliverer, sign};
 
 /// Queues a new dispatch for `execution_id` due at `due`; returns its `dispatch.queued` event.
 pub(crate) fn enqueue_dispatch(
@@ -132,9 +136,6 @@ pub(crate) fn lease_holds(
         }))
 }
 
-/// A lease renewal as the reaper observed it: monotonic time and renewal count.
-type Renewal = (Duration, u64);
-
 /// A claimed dispatch, ready to deliver.
 #[derive(Debug, Clone)]
 pub struct Claimed {
@@ -152,95 +153,6 @@ impl Claimed {
             attempt: self.dispatch.attempt,
         }
     }
-}
-
-/// Why a delivery failed.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct DeliveryError(pub String);
-
-/// Delivers a dispatch to an agent: over HTTP ([`HttpDeliverer`]) or in-process.
-#[async_trait]
-pub trait Deliverer: Send + Sync {
-    /// Delivers `body` (the JSON of `payload`, already signed as `signature`) to `agent`.
-    /// `Ok` means the agent accepted it (a 2xx).
-    async fn deliver(
-        &self,
-        agent: &Agent,
-        payload: &WebhookPayload,
-        body: &[u8],
-        signature: &str,
-    ) -> Result<(), DeliveryError>;
-
-    /// Whether `agent` is called in this process (it then dies with the kernel, and a call
-    /// cannot fail once this answers `true`, short of a handler removed in between): the kernel
-    /// then records the ack before it delivers and does not wait for the claim to be durable
-    /// (see the module docs). `false` by default.
-    fn in_process(&self, _agent: &Agent) -> bool {
-        false
-    }
-}
-
-/// POSTs the webhook: `Content-Type: application/json`, `Rebuno-Signature`,
-/// `Rebuno-Execution-Id`, and `traceparent` when the delivery has a trace context
-/// ([`telemetry::current`]). Redirects are not followed; the response body is
-/// discarded. A failure names the URL without credentials or query.
-#[derive(Debug, Clone)]
-pub struct HttpDeliverer {
-    client: reqwest::Client,
-}
-
-impl HttpDeliverer {
-    /// A deliverer with a per-attempt timeout.
-    pub fn new(timeout: Duration) -> Self {
-        let client = reqwest::Client::builder()
-            .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
-        HttpDeliverer { client }
-    }
-}
-
-#[async_trait]
-impl Deliverer for HttpDeliverer {
-    async fn deliver(
-        &self,
-        agent: &Agent,
-        payload: &WebhookPayload,
-        body: &[u8],
-        signature: &str,
-    ) -> Result<(), DeliveryError> {
-        let request = self
-            .client
-            .post(&agent.webhook_url)
-            .header("Content-Type", "application/json")
-            .header(HEADER_SIGNATURE, signature)
-            .header(HEADER_EXECUTION_ID, &payload.execution_id);
-        let request = telemetry::with_traceparent(request);
-        let url = || crate::telemetry::redact_url(&agent.webhook_url);
-        let response = request
-            .body(body.to_vec())
-            .send()
-            .await
-            .map_err(|e| DeliveryError(format!("webhook {}: {}", url(), e.without_url())))?;
-        let status = response.status();
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(DeliveryError(format!(
-                "webhook {} answered {status}",
-                url()
-            )))
-        }
-    }
-}
-
-/// The webhook body and its signature for a claim.
-pub fn sign(secret: &str, payload: &WebhookPayload) -> (Vec<u8>, String) {
-    let body = serde_json::to_vec(payload).unwrap_or_default();
-    let signature = crate::signing::sign(secret, &body);
-    (body, signature)
 }
 
 /// Backoff before retry after failed attempt `a` (1-based): `min(2^(a-1) s, 30 s)` plus a
@@ -368,25 +280,6 @@ impl Kernel {
             }
             None => self.inner.config.lease_timeout.as_secs().max(1) as f64,
         }
-    }
-
-    /// The lease a dispatch runs under, from the lease its agent registered (`None`: the
-    /// global `lease_timeout`).
-    fn lease_of(&self, agent_lease: Option<f64>) -> Duration {
-        agent_lease.map_or(self.inner.config.lease_timeout, lease_duration)
-    }
-
-    /// How long the reaper waits between rounds: `min(2 s, lease / 4)` for the shortest lease
-    /// in play, the global one or the shortest per-agent lease this process delivered. (That
-    /// shortest lease is never raised again; a reaper that runs more often than it needs to
-    /// is only a cheaper scan. Another replica's reaper may run at its own pace: each reaper
-    /// judges every row by its own agent's lease, so any of them reclaims a row correctly.)
-    pub(crate) fn reaper_period(&self) -> Duration {
-        let shortest = self.inner.shortest_lease_micros.load(Ordering::Relaxed);
-        (self.inner.config.lease_timeout)
-            .min(Duration::from_micros(shortest))
-            .min(Duration::from_secs(8))
-            / 4
     }
 
     async fn record_discard(&self, d: Dispatch) -> KernelResult<()> {
@@ -586,232 +479,5 @@ impl Kernel {
             Metrics::inc(&self.inner.metrics.dispatch_exhausted);
         }
         Ok(())
-    }
-
-    /// Returns in-flight dispatches whose lease expired (no renewal for the lease of the
-    /// dispatch's agent, or the global `lease_timeout` when it registered none) to `pending`;
-    /// how many.
-    ///
-    /// Each row's lease comes from the store with the row ([`Tx::in_flight_leases`]), so with
-    /// several replicas on one database every reaper judges a row by the same lease.
-    ///
-    /// A lease's age is measured on the monotonic clock from its last renewal (the claim is
-    /// the first). Only an attempt this process has no renewal of falls back to the stored,
-    /// wall-clock `locked_at`; the kernel reclaims every such attempt when it starts, so that
-    /// is rare.
-    pub async fn reap_expired_leases(&self) -> KernelResult<usize> {
-        let (wall, mono) = (self.now(), self.inner.clock.monotonic());
-        let in_flight = self.inner.store.read(|tx| tx.in_flight_leases()).await?;
-        // Remember the renewal each decision was based on: a heartbeat that lands before the
-        // reclaim commits keeps its lease (checked again inside the transaction).
-        let expired: Vec<(Dispatch, Option<Renewal>)> = in_flight
-            .into_iter()
-            .filter_map(|(d, agent_lease)| {
-                let lease = self.lease_of(agent_lease);
-                let renewed = self.renewal(&d.id, d.attempt);
-                let age = match renewed {
-                    Some((at, _)) => mono.checked_sub(at),
-                    None => d
-                        .locked_at
-                        .as_deref()
-                        .and_then(parse_rfc3339)
-                        .map_or(Some(Duration::MAX), |t| wall.duration_since(t).ok()),
-                };
-                age.is_some_and(|age| age > lease).then_some((d, renewed))
-            })
-            .collect();
-        self.reclaim(expired).await
-    }
-
-    /// Reclaims every in-flight dispatch now, as a kernel restart would (tests).
-    #[doc(hidden)]
-    pub async fn reclaim_for_test(&self) -> usize {
-        self.reclaim_all_in_flight().await.unwrap_or(0)
-    }
-
-    /// At start-up every in-flight dispatch is reclaimed: the lease renewals of the previous
-    /// process are gone, and its agents' attempts are replayed by a new attempt.
-    pub(crate) async fn reclaim_all_in_flight(&self) -> KernelResult<usize> {
-        let in_flight = self
-            .inner
-            .store
-            .read(|tx| tx.in_flight_dispatches())
-            .await?;
-        let rows = in_flight
-            .into_iter()
-            .map(|d| {
-                let renewed = self.renewal(&d.id, d.attempt);
-                (d, renewed)
-            })
-            .collect();
-        self.reclaim(rows).await
-    }
-
-    /// Returns in-flight rows to `pending`, each only if it is still the same attempt and its
-    /// lease was not renewed since `renewed` was observed.
-    async fn reclaim(&self, rows: Vec<(Dispatch, Option<Renewal>)>) -> KernelResult<usize> {
-        if rows.is_empty() {
-            return Ok(0);
-        }
-        let now = self.now_text();
-        let kernel = self.clone();
-        let ended: Vec<(String, u32, String)> = self
-            .inner
-            .store
-            .write(move |tx| {
-                let mut ended = Vec::new();
-                for (d, renewed) in rows {
-                    if kernel.renewal(&d.id, d.attempt) != renewed {
-                        continue;
-                    }
-                    let Some(mut cur) = tx.dispatch(&d.id)? else {
-                        continue;
-                    };
-                    // Same attempt and no renewal since (a shared store's renewals move
-                    // `locked_at`).
-                    if cur.status != DispatchStatus::InFlight
-                        || cur.attempt != d.attempt
-                        || cur.locked_at != d.locked_at
-                    {
-                        continue;
-                    }
-                    cur.status = DispatchStatus::Pending;
-                    cur.next_attempt_at = now.clone();
-                    cur.locked_by = String::new();
-                    cur.locked_at = None;
-                    cur.updated_at = now.clone();
-                    tx.put_dispatch(&cur)?;
-                    ended.push((cur.id, cur.attempt, cur.execution_id));
-                }
-                Ok(ended)
-            })
-            .await?;
-        for (dispatch_id, attempt, execution_id) in &ended {
-            tracing::warn!(
-                execution_id,
-                dispatch_id,
-                attempt,
-                "lease expired: the dispatch returns to the queue"
-            );
-        }
-        let ended: Ended = ended.into_iter().map(|(id, a, _)| (id, a)).collect();
-        self.forget_attempts(&ended);
-        let n = ended.len();
-        for _ in 0..n {
-            Metrics::inc(&self.inner.metrics.dispatches_reclaimed);
-        }
-        if n > 0 {
-            self.inner.queued.notify_one();
-            self.announce_dispatch();
-        }
-        Ok(n)
-    }
-
-    /// Runs the reaper until aborted: every `min(2 s, lease / 4)` for the shortest lease in
-    /// play (the global one, or the shortest per-agent lease this process delivered), the
-    /// first time after one period. A panic restarts it (see `supervise`).
-    pub fn spawn_reaper(&self) -> tokio::task::JoinHandle<()> {
-        self.spawn_periodic(
-            "reaper",
-            Kernel::reaper_period,
-            FirstRound::AfterPeriod,
-            |kernel| async move {
-                if let Err(e) = kernel.reap_expired_leases().await {
-                    tracing::warn!(error = %e, "reaping expired leases failed");
-                }
-            },
-        )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::Kernel;
-    use crate::protocol::{CreateExecutionRequest, RegisterAgentRequest};
-
-    /// Accepts every delivery.
-    struct Accept;
-
-    #[async_trait::async_trait]
-    impl super::Deliverer for Accept {
-        async fn deliver(
-            &self,
-            _: &crate::protocol::Agent,
-            _: &crate::protocol::WebhookPayload,
-            _: &[u8],
-            _: &str,
-        ) -> Result<(), super::DeliveryError> {
-            Ok(())
-        }
-    }
-
-    /// The reaper runs every `min(2 s, lease / 4)` for the global lease until an agent with a
-    /// shorter lease of its own is delivered to, then for that one.
-    #[tokio::test]
-    async fn the_reaper_is_paced_by_the_shortest_lease_delivered() {
-        let k = Kernel::memory().await.unwrap();
-        assert_eq!(k.reaper_period(), std::time::Duration::from_secs(2));
-        for (id, lease) in [("slow", 3600.0), ("quick", 0.4)] {
-            k.register_agent(RegisterAgentRequest {
-                id: id.into(),
-                webhook_url: "http://127.0.0.1:9/".into(),
-                secret: "s".into(),
-                lease_timeout_seconds: Some(lease),
-            })
-            .await
-            .unwrap();
-        }
-        for agent_id in ["slow", "quick"] {
-            k.create_execution(CreateExecutionRequest {
-                agent_id: agent_id.into(),
-                ..CreateExecutionRequest::default()
-            })
-            .await
-            .unwrap();
-            let claimed = k.claim_dispatches(1).await.unwrap().remove(0);
-            k.deliver(claimed, &Accept).await.unwrap();
-            let expected = if agent_id == "slow" { 2000 } else { 100 };
-            assert_eq!(
-                k.reaper_period(),
-                std::time::Duration::from_millis(expected)
-            );
-        }
-    }
-
-    /// A heartbeat that lands between the reaper's decision and its commit keeps the lease.
-    #[tokio::test]
-    async fn reclaim_skips_leases_renewed_after_the_decision() {
-        let k = Kernel::memory().await.unwrap();
-        k.register_agent(RegisterAgentRequest {
-            id: "a".into(),
-            webhook_url: "http://127.0.0.1:9/".into(),
-            secret: "s".into(),
-            ..RegisterAgentRequest::default()
-        })
-        .await
-        .unwrap();
-        k.create_execution(CreateExecutionRequest {
-            agent_id: "a".into(),
-            input: None,
-            agent_version: String::new(),
-            ..CreateExecutionRequest::default()
-        })
-        .await
-        .unwrap();
-        let claimed = k.claim_dispatches(1).await.unwrap().remove(0);
-        let (id, attempt) = (&claimed.dispatch.id, claimed.dispatch.attempt);
-        let observed = k.renewal(id, attempt);
-        k.renew(&claimed.lease());
-        assert_eq!(
-            k.reclaim(vec![(claimed.dispatch.clone(), observed)])
-                .await
-                .unwrap(),
-            0
-        );
-        let current = k.renewal(id, attempt);
-        assert_eq!(
-            k.reclaim(vec![(claimed.dispatch, current)]).await.unwrap(),
-            1
-        );
     }
 }

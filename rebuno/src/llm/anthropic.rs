@@ -1,8 +1,8 @@
 //! An Anthropic messages client whose calls are `llm_call` steps.
 
 use super::{
-    ChatStream, LlmHttp, ToolCall, Usage, json_answer, provider_builders, provider_error,
-    request_object,
+    ChatStream, LlmHttp, ToolCall, Usage, json_answer, provider_builders, request_object,
+    stream_answer,
 };
 use crate::error::Result;
 use serde::Serialize;
@@ -87,11 +87,7 @@ impl Anthropic {
             .http
             .execute_typed(self.request(&Value::Object(body))?)
             .await?;
-        if !resp.status().is_success() {
-            let status = resp.status().as_u16();
-            return Err(provider_error("anthropic", status, &resp.text().await?));
-        }
-        Ok(ChatStream::new("anthropic", resp))
+        stream_answer("anthropic", resp).await
     }
 }
 

@@ -532,6 +532,19 @@ pub(crate) async fn json_answer(provider: &str, resp: reqwest::Response) -> Resu
     })
 }
 
+/// A streamed answer: the stream of a 2xx response, or the provider's error (with the body it
+/// sent) for any other status.
+pub(crate) async fn stream_answer(
+    provider: &'static str,
+    resp: reqwest::Response,
+) -> Result<ChatStream> {
+    if !resp.status().is_success() {
+        let status = resp.status().as_u16();
+        return Err(provider_error(provider, status, &resp.text().await?));
+    }
+    Ok(ChatStream::new(provider, resp))
+}
+
 /// The error a non-2xx provider answer is surfaced as.
 pub(crate) fn provider_error(provider: &str, status: u16, body: &str) -> Error {
     Error::Other(format!("{provider}: HTTP {status}: {}", excerpt(body)))

@@ -1,8 +1,8 @@
 //! An OpenAI-compatible chat-completions client whose calls are `llm_call` steps.
 
 use super::{
-    ChatStream, LlmHttp, ToolCall, Usage, json_answer, provider_builders, provider_error,
-    request_object,
+    ChatStream, LlmHttp, ToolCall, Usage, json_answer, provider_builders, request_object,
+    stream_answer,
 };
 use crate::error::Result;
 use serde::Serialize;
@@ -79,11 +79,7 @@ impl OpenAi {
             .http
             .execute_typed(self.request(&Value::Object(body))?)
             .await?;
-        if !resp.status().is_success() {
-            let status = resp.status().as_u16();
-            return Err(provider_error("openai", status, &resp.text().await?));
-        }
-        Ok(ChatStream::new("openai", resp))
+        stream_answer("openai", resp).await
     }
 }
 

@@ -19,15 +19,16 @@ use super::extract::{
 use crate::protocol::{
     AgentMetadata, Checkpoints, CompleteExecutionRequest, CompleteStepRequest,
     CreateExecutionRequest, DecideApprovalRequest, Execution, FailExecutionRequest,
-    FailStepRequest, ForkExecutionRequest, HEADER_NEXT_CURSOR, HealthStatus, PolicyTestRequest,
-    RegisterAgentRequest, SetPolicyRequest, StreamDeltaRequest, StreamFrame, SubmitStepRequest,
-    canonical_uuid,
+    FailStepRequest, ForkExecutionRequest, HEADER_NEXT_CURSOR, HealthStatus, Lease,
+    PolicyTestRequest, RegisterAgentRequest, SetPolicyRequest, StreamDeltaRequest, StreamFrame,
+    SubmitStepRequest, canonical_uuid,
 };
 use crate::store::ExecutionQuery;
 use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::time::Duration;
 
 pub(super) type ApiResult = Result<Response, ApiError>;
@@ -343,6 +344,19 @@ async fn agent_step_ids(call: &mut AgentCall) -> Result<(String, String), ApiErr
     Ok((uuid_param(&raw, "execution id")?, step_id))
 }
 
+/// The execution and step ids, lease and body of a step outcome route (complete, fail), the
+/// execution checked to be the calling agent's.
+async fn step_outcome<R: DeserializeOwned>(
+    s: &AppState,
+    call: &mut AgentCall,
+) -> Result<(String, String, Lease, R), ApiError> {
+    let (id, step_id) = agent_step_ids(call).await?;
+    let lease = call.lease()?;
+    let req: R = call.json()?;
+    s.check_owner(&call.agent_id, &id).await?;
+    Ok((id, step_id, lease, req))
+}
+
 /// Row 9: `POST /v0/executions/{id}/steps` (200 decision).
 pub(super) async fn submit_step(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
     let id = agent_exec_id(&mut call).await?;
@@ -355,10 +369,7 @@ pub(super) async fn submit_step(State(s): State<AppState>, mut call: AgentCall) 
 
 /// Row 10: `POST /v0/executions/{id}/steps/{step_id}/complete`.
 pub(super) async fn complete_step(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
-    let (id, step_id) = agent_step_ids(&mut call).await?;
-    let lease = call.lease()?;
-    let req: CompleteStepRequest = call.json()?;
-    s.check_owner(&call.agent_id, &id).await?;
+    let (id, step_id, lease, req) = step_outcome::<CompleteStepRequest>(&s, &mut call).await?;
     let checkpoints = Checkpoints {
         captures: req.captures,
         capture_failures: req.capture_failures,
@@ -372,10 +383,7 @@ pub(super) async fn complete_step(State(s): State<AppState>, mut call: AgentCall
 
 /// Row 11: `POST /v0/executions/{id}/steps/{step_id}/fail`.
 pub(super) async fn fail_step(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
-    let (id, step_id) = agent_step_ids(&mut call).await?;
-    let lease = call.lease()?;
-    let req: FailStepRequest = call.json()?;
-    s.check_owner(&call.agent_id, &id).await?;
+    let (id, step_id, lease, req) = step_outcome::<FailStepRequest>(&s, &mut call).await?;
     let checkpoints = Checkpoints {
         captures: req.captures,
         capture_failures: req.capture_failures,

@@ -28,22 +28,22 @@
 //! execution's transaction key in the same statement (see `locks`).
 //!
 //! Submodules: `base` (the statement, decoding, paging, prefetching and locking helpers every
-//! operation runs through), and the operations of a transaction beyond [`Tx`]'s own: `keys`,
-//! `sessions`, `resources`, `subagents`.
+//! operation runs through), `touches` (what the held-back writes touch), the bodies of
+//! [`Tx`]'s operations on events, approvals and dispatches (`events`, `approvals`,
+//! `dispatches`; those on agents, executions and steps are here), and the operations of a
+//! transaction beyond [`Tx`]'s own: `keys`, `sessions`, `resources`, `subagents`.
 
 use super::rows::{
-    AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, EVENT_COLS, EXEC_COLS, STEP_COLS, agent_row,
-    approval_row, dispatch_row, event_row, exec_row, int, json_in, parse, step_row,
+    AGENT_COLS, EXEC_COLS, STEP_COLS, agent_row, exec_row, json_in, parse, step_row,
 };
 use crate::protocol::{
     Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
     StepKind,
 };
-use crate::store::AGENT_LEASE;
 use crate::store::{ExecutionQuery, Lookup, OccurrenceKey, Page, StoreError, StoreResult, Tx};
 use durable_support::pg::postgres::Row;
 use durable_support::pg::postgres::types::{ToSql, Type};
-use durable_support::pg::{Param, PgTransaction, Request, advisory_key};
+use durable_support::pg::{Param, PgTransaction, Request};
 use serde_json::Value;
 
 /// Typed parameters: `params![value => TEXT, n => INT8]`.
@@ -80,56 +80,6 @@ pub(super) struct PgTx<'a> {
     /// lease's renewal).
     locked_dispatches: Vec<String>,
 }
-
-/// What the held-back writes of the kernel's hot paths touch, so that those touching nothing
-/// in common go as one statement ([`PgTransaction::defer_fusable`]). A dispatch row's fence is
-/// its id, execution, attempt and status; its lease, the times a renewal moves.
-mod touches {
-    use durable_support::pg::Touches;
-
-    /// A step written (`put_step`; its `ON CONFLICT` reads the step).
-    pub(super) const STEP: Touches = Touches {
-        reads: &["steps"],
-        writes: &["steps"],
-    };
-    /// Events appended, numbered after the execution's latest.
-    pub(super) const EVENTS: Touches = Touches {
-        reads: &["events"],
-        writes: &["events"],
-    };
-    /// An execution written (`put_execution`).
-    pub(super) const EXECUTION: Touches = Touches {
-        reads: &["executions"],
-        writes: &["executions"],
-    };
-    /// A lease renewed: its `WHERE` reads the fence.
-    pub(super) const RENEWAL: Touches = Touches {
-        reads: &["dispatches.fence"],
-        writes: &["dispatches.lease"],
-    };
-    /// An occurrence counter advanced, the dispatch row already locked by this transaction.
-    pub(super) const COUNTER: Touches = Touches {
-        reads: &["dispatches.fence", "dispatch_step_counters"],
-        writes: &["dispatch_step_counters"],
-    };
-    /// The same, locking the dispatch row.
-    pub(super) const COUNTER_LOCKING: Touches = Touches {
-        reads: &["dispatches", "dispatch_step_counters"],
-        writes: &["dispatch_step_counters"],
-    };
-}
-
-/// Numbers and inserts events after the execution's latest (its appenders serialised first).
-const INSERT_EVENTS: &str =
-    "INSERT INTO events (execution_id, event_seq, type, payload, occurred_at)
-     SELECT $1, (SELECT coalesce(max(event_seq), 0) FROM events WHERE execution_id = $1) + n,
-            t, p, $2
-     FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS batch(t, p, n)
-     RETURNING event_seq";
-
-/// Renews a lease: the row is the attempt's own and stays in flight, so its counters stay.
-const RENEW_DISPATCH: &str = "UPDATE dispatches SET locked_at = $3, updated_at = $3
-     WHERE id = $1 AND attempt = $2 AND status = 'in_flight'";
 
 /// How many rows a page of `limit` reads: one more, to learn whether another page follows.
 fn fetch(limit: usize) -> i64 {
@@ -352,25 +302,7 @@ impl Tx for PgTx<'_> {
         occurred_at: &str,
         events: &[(EventType, Value)],
     ) -> StoreResult<u64> {
-        self.lock_events(execution_id)?;
-        if events.is_empty() {
-            return self.count(
-                "SELECT coalesce(max(event_seq), 0) FROM events WHERE execution_id = $1",
-                params![execution_id => TEXT],
-            );
-        }
-        let (types, payloads) = event_columns(events);
-        let rows = self.rows(
-            INSERT_EVENTS,
-            params![execution_id => TEXT, occurred_at => TEXT, types => TEXT_ARRAY,
-                    payloads => TEXT_ARRAY],
-        )?;
-        let last = rows
-            .iter()
-            .filter_map(|r| r.try_get::<_, i64>(0).ok())
-            .max()
-            .unwrap_or(0);
-        Ok(last.max(0) as u64)
+        events::append_events(self, execution_id, occurred_at, events)
     }
     fn record_events(
         &mut self,
@@ -378,23 +310,10 @@ impl Tx for PgTx<'_> {
         occurred_at: &str,
         events: &[(EventType, Value)],
     ) -> StoreResult<()> {
-        self.lock_events(execution_id)?;
-        if events.is_empty() {
-            return Ok(());
-        }
-        let (types, payloads) = event_columns(events);
-        self.defer_with(
-            INSERT_EVENTS,
-            params![execution_id => TEXT, occurred_at => TEXT, types => TEXT_ARRAY,
-                    payloads => TEXT_ARRAY],
-            Some(touches::EVENTS),
-        )
+        events::record_events(self, execution_id, occurred_at, events)
     }
     fn has_event(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool> {
-        self.exists(
-            "SELECT 1 FROM events WHERE execution_id = $1 AND type = $2 LIMIT 1",
-            params![execution_id => TEXT, event_type.as_str() => TEXT],
-        )
+        events::has_event(self, execution_id, event_type)
     }
     fn events(
         &mut self,
@@ -402,17 +321,7 @@ impl Tx for PgTx<'_> {
         after_seq: u64,
         limit: usize,
     ) -> StoreResult<Page<Event>> {
-        self.page(
-            &format!(
-                "SELECT {EVENT_COLS} FROM events
-                 WHERE execution_id = $1 AND event_seq > $2 ORDER BY event_seq LIMIT $3"
-            ),
-            params![execution_id => TEXT, i64::try_from(after_seq).unwrap_or(i64::MAX) => INT8,
-                    fetch(limit) => INT8],
-            limit,
-            1,
-            event_row,
-        )
+        events::events(self, execution_id, after_seq, limit)
     }
 
     fn step(&mut self, execution_id: &str, step_id: &str) -> StoreResult<Option<Step>> {
@@ -521,183 +430,48 @@ impl Tx for PgTx<'_> {
     }
 
     fn approval(&mut self, id: &str) -> StoreResult<Option<Approval>> {
-        self.one(
-            &format!("SELECT {APPROVAL_COLS} FROM approvals WHERE id = $1"),
-            params![id => TEXT],
-            approval_row,
-        )
+        approvals::approval(self, id)
     }
     fn put_approval(&mut self, a: &Approval) -> StoreResult<()> {
-        self.defer(
-            "INSERT INTO approvals (id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at, asserted_by)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-             ON CONFLICT (id) DO UPDATE SET step_id = excluded.step_id,
-               execution_id = excluded.execution_id, status = excluded.status,
-               approvers = excluded.approvers, message = excluded.message,
-               timeout_at = excluded.timeout_at, decided_by = excluded.decided_by,
-               decided_at = excluded.decided_at, rationale = excluded.rationale,
-               created_at = excluded.created_at, asserted_by = excluded.asserted_by",
-            params![
-                a.id => TEXT,
-                a.step_id => TEXT,
-                a.execution_id => TEXT,
-                a.status.as_str() => TEXT,
-                json_in(&a.approvers) => TEXT,
-                a.message => TEXT,
-                a.timeout_at => TEXT,
-                a.decided_by => TEXT,
-                a.decided_at => TEXT,
-                a.rationale => TEXT,
-                a.created_at => TEXT,
-                a.asserted_by => TEXT,
-            ],
-        )
+        approvals::put_approval(self, a)
     }
     fn pending_approvals(&mut self, execution_id: Option<&str>) -> StoreResult<Vec<Approval>> {
-        self.all(
-            &format!(
-                "SELECT {APPROVAL_COLS} FROM approvals
-                 WHERE status = 'pending' AND ($1::text IS NULL OR execution_id = $1)
-                 ORDER BY created_at, id"
-            ),
-            params![execution_id => TEXT],
-            approval_row,
-        )
+        approvals::pending_approvals(self, execution_id)
     }
     fn pending_approvals_page(
         &mut self,
         after: Option<&str>,
         limit: usize,
     ) -> StoreResult<Option<Page<Approval>>> {
-        // The cursor is an approval id; the page goes on from its place in the order.
-        let after_created = match after {
-            None => None,
-            Some(id) => match self.one(
-                "SELECT created_at FROM approvals WHERE id = $1",
-                params![id => TEXT],
-                |r| r.try_get::<_, String>(0).map_err(|e| e.to_string()),
-            )? {
-                Some(created) => Some(created),
-                None => return Ok(None),
-            },
-        };
-        self.page(
-            &format!(
-                "SELECT {APPROVAL_COLS} FROM approvals WHERE status = 'pending'
-                 AND ($1::text IS NULL OR created_at > $2 OR (created_at = $2 AND id > $1))
-                 ORDER BY created_at, id LIMIT $3"
-            ),
-            params![after => TEXT, after_created => TEXT, fetch(limit) => INT8],
-            limit,
-            0,
-            approval_row,
-        )
-        .map(Some)
+        approvals::pending_approvals_page(self, after, limit)
     }
     fn pending_approval_for_step(&mut self, step_id: &str) -> StoreResult<Option<Approval>> {
-        self.one(
-            &format!(
-                "SELECT {APPROVAL_COLS} FROM approvals WHERE status = 'pending' AND step_id = $1
-                 ORDER BY created_at LIMIT 1"
-            ),
-            params![step_id => TEXT],
-            approval_row,
-        )
+        approvals::pending_approval_for_step(self, step_id)
     }
     fn due_approvals(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Approval>> {
-        self.all(
-            &format!(
-                "SELECT {APPROVAL_COLS} FROM approvals WHERE status = 'pending' AND timeout_at <= $1
-                 ORDER BY timeout_at LIMIT $2"
-            ),
-            params![now => TEXT, big(limit) => INT8],
-            approval_row,
-        )
+        approvals::due_approvals(self, now, limit)
     }
     fn next_approval_timeout(&mut self) -> StoreResult<Option<String>> {
-        let rows = self.rows(
-            "SELECT min(timeout_at) FROM approvals WHERE status = 'pending'",
-            &[],
-        )?;
-        Ok(rows.first().and_then(|r| r.try_get(0).ok()).flatten())
+        approvals::next_approval_timeout(self)
     }
 
     fn dispatch(&mut self, id: &str) -> StoreResult<Option<Dispatch>> {
-        let sql = format!(
-            "SELECT {DISPATCH_COLS} FROM dispatches WHERE id = $1{}",
-            self.lock()
-        );
-        let found = self.one(&sql, params![id => TEXT], dispatch_row)?;
-        self.note_dispatch_locked(id, &found);
-        Ok(found)
+        dispatches::dispatch(self, id)
     }
     fn dispatch_lease(&mut self, id: &str) -> StoreResult<Option<(String, u32, DispatchStatus)>> {
-        let sql = format!(
-            "SELECT execution_id, attempt, status FROM dispatches WHERE id = $1{}",
-            self.lock()
-        );
-        let found = self.one(&sql, params![id => TEXT], |r| {
-            Ok((
-                r.try_get(0).map_err(|e| e.to_string())?,
-                int(r, 1)?,
-                parse::<DispatchStatus>(r, 2)?,
-            ))
-        })?;
-        self.note_dispatch_locked(id, &found);
-        Ok(found)
+        dispatches::dispatch_lease(self, id)
     }
     fn put_dispatch(&mut self, d: &Dispatch) -> StoreResult<()> {
-        // One statement: the row, and the counters that belong to the attempt in flight only
-        // (gone once it ends or is superseded).
-        let ended = d.status != DispatchStatus::InFlight;
-        self.defer(
-            "WITH up AS (
-               INSERT INTO dispatches (id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-               ON CONFLICT (id) DO UPDATE SET execution_id = excluded.execution_id,
-                 status = excluded.status, attempt = excluded.attempt,
-                 max_attempts = excluded.max_attempts, next_attempt_at = excluded.next_attempt_at,
-                 locked_by = excluded.locked_by, locked_at = excluded.locked_at,
-                 created_at = excluded.created_at, updated_at = excluded.updated_at
-               RETURNING id)
-             DELETE FROM dispatch_step_counters
-             WHERE dispatch_id = $1 AND (attempt <> $4 OR $11)",
-            params![
-                d.id => TEXT,
-                d.execution_id => TEXT,
-                d.status.as_str() => TEXT,
-                i64::from(d.attempt) => INT8,
-                i64::from(d.max_attempts) => INT8,
-                d.next_attempt_at => TEXT,
-                d.locked_by => TEXT,
-                d.locked_at => TEXT,
-                d.created_at => TEXT,
-                d.updated_at => TEXT,
-                ended => BOOL,
-            ],
-        )
+        dispatches::put_dispatch(self, d)
     }
     fn renew_dispatch(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<bool> {
-        let n = self.exec(
-            RENEW_DISPATCH,
-            params![id => TEXT, i64::from(attempt) => INT8, now => TEXT],
-        )?;
-        Ok(n > 0)
+        dispatches::renew_dispatch(self, id, attempt, now)
     }
     fn record_renewal(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<()> {
-        // A renewal moves `locked_at` and `updated_at`, which no lookup reads.
-        self.defer_unlooked(
-            RENEW_DISPATCH,
-            params![id => TEXT, i64::from(attempt) => INT8, now => TEXT],
-            Some(touches::RENEWAL),
-        )
+        dispatches::record_renewal(self, id, attempt, now)
     }
     fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>> {
-        let sql = format!(
-            "SELECT {DISPATCH_COLS} FROM dispatches WHERE execution_id = $1 ORDER BY created_at, id{}",
-            self.lock()
-        );
-        self.all(&sql, params![execution_id => TEXT], dispatch_row)
+        dispatches::dispatches_of(self, execution_id)
     }
     fn claimable_dispatches_except(
         &mut self,
@@ -705,94 +479,30 @@ impl Tx for PgTx<'_> {
         limit: usize,
         skip_agents: &[String],
     ) -> StoreResult<Vec<(Dispatch, String)>> {
-        // In a write transaction (the claim), a row another transaction holds is skipped:
-        // two replicas claiming at once never get the same row, and neither waits.
-        let sql = format!(
-            "SELECT d.id, d.execution_id, d.status, d.attempt, d.max_attempts, d.next_attempt_at,
-                    d.locked_by, d.locked_at, d.created_at, d.updated_at, coalesce(e.agent_id, '')
-             FROM dispatches d LEFT JOIN executions e ON e.id = d.execution_id
-             WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= $1
-               AND coalesce(e.agent_id, '') <> ALL($3)
-             ORDER BY d.next_attempt_at LIMIT $2{}",
-            if self.write {
-                " FOR UPDATE OF d SKIP LOCKED"
-            } else {
-                ""
-            }
-        );
-        self.all(
-            &sql,
-            params![now => TEXT, big(limit) => INT8, skip_agents => TEXT_ARRAY],
-            |r| Ok((dispatch_row(r)?, r.try_get(10).map_err(|e| e.to_string())?)),
-        )
+        dispatches::claimable_dispatches_except(self, now, limit, skip_agents)
     }
     fn in_flight_leases(&mut self) -> StoreResult<Vec<(Dispatch, Option<f64>)>> {
-        // The lease is looked up per row (see the trait); a lock takes only the dispatch rows.
-        let sql = format!(
-            "SELECT {DISPATCH_COLS}, {AGENT_LEASE} FROM dispatches WHERE status = 'in_flight'
-             ORDER BY id{}",
-            self.lock()
-        );
-        self.all(&sql, &[], |r| {
-            Ok((
-                dispatch_row(r)?,
-                r.try_get(10).map_err(|e| format!("column 10: {e}"))?,
-            ))
-        })
+        dispatches::in_flight_leases(self)
     }
     fn queue_depth(&mut self) -> StoreResult<u64> {
-        self.count(
-            "SELECT count(*) FROM dispatches WHERE status IN ('pending', 'failed', 'in_flight')",
-            &[],
-        )
+        dispatches::queue_depth(self)
     }
     fn attempt_occurrence(
         &mut self,
         dispatch_id: &str,
         attempt: u32,
-        (kind, target, args_hash): &OccurrenceKey,
+        key: &OccurrenceKey,
     ) -> StoreResult<Option<u64>> {
-        self.one(
-            "SELECT consumed FROM dispatch_step_counters
-             WHERE dispatch_id = $1 AND attempt = $2 AND kind = $3 AND target = $4 AND args_hash = $5",
-            params![dispatch_id => TEXT, i64::from(attempt) => INT8, kind => TEXT,
-                    target => TEXT, args_hash => TEXT],
-            |r| int(r, 0),
-        )
+        dispatches::attempt_occurrence(self, dispatch_id, attempt, key)
     }
     fn advance_attempt_occurrence(
         &mut self,
         dispatch_id: &str,
         attempt: u32,
-        (kind, target, args_hash): &OccurrenceKey,
+        key: &OccurrenceKey,
         occurrence: u64,
     ) -> StoreResult<()> {
-        let occurrence = i64::try_from(occurrence)
-            .map_err(|_| StoreError::Database("occurrence out of range".into()))?;
-        // The dispatch row is locked (here, or already by this transaction): a concurrent
-        // change of its attempt or status commits first and is seen here, or waits for this
-        // transaction. No lookup reads the counters.
-        let held = self.locked_dispatches.iter().any(|d| d == dispatch_id);
-        let (lock, touched) = if held || !self.write {
-            ("", touches::COUNTER)
-        } else {
-            (" FOR UPDATE", touches::COUNTER_LOCKING)
-        };
-        let sql = format!(
-            "INSERT INTO dispatch_step_counters AS c (dispatch_id, attempt, kind, target, args_hash, consumed)
-             SELECT $1, $2, $3, $4, $5, $6 FROM dispatches
-             WHERE id = $1 AND attempt = $2 AND status = 'in_flight'{lock}
-             ON CONFLICT (dispatch_id, kind, target, args_hash) DO UPDATE SET
-                 consumed = CASE WHEN c.attempt = excluded.attempt
-                                 THEN greatest(c.consumed, excluded.consumed) ELSE excluded.consumed END,
-                 attempt = excluded.attempt"
-        );
-        self.defer_unlooked(
-            &sql,
-            params![dispatch_id => TEXT, i64::from(attempt) => INT8, kind => TEXT,
-                    target => TEXT, args_hash => TEXT, occurrence => INT8],
-            Some(touched),
-        )
+        dispatches::advance_attempt_occurrence(self, dispatch_id, attempt, key, occurrence)
     }
     fn prefetch(&mut self, lookups: &[Lookup<'_>]) -> StoreResult<()> {
         self.announce(lookups)
@@ -811,35 +521,12 @@ impl Tx for PgTx<'_> {
     }
 }
 
-impl PgTx<'_> {
-    /// Serialises the appenders of `execution_id` before events are numbered: the numbering
-    /// then starts from the latest committed event (a new statement, so a new snapshot, under
-    /// READ COMMITTED). A row this transaction already read `FOR UPDATE` is locked already;
-    /// an execution without a row takes a transaction advisory lock on its id.
-    fn lock_events(&mut self, execution_id: &str) -> StoreResult<()> {
-        let locked = self.locked.iter().any(|l| l == execution_id)
-            || self.exists(
-                "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE",
-                params![execution_id => TEXT],
-            )?;
-        if !locked {
-            let key = advisory_key(&format!("events:{execution_id}"));
-            self.defer("SELECT pg_advisory_xact_lock($1)", params![key => INT8])?;
-        }
-        Ok(())
-    }
-}
-
-/// The types and payloads of `events`, as the columns [`INSERT_EVENTS`] unnests.
-fn event_columns(events: &[(EventType, Value)]) -> (Vec<&str>, Vec<String>) {
-    (
-        events.iter().map(|(t, _)| t.as_str()).collect(),
-        events.iter().map(|(_, p)| p.to_string()).collect(),
-    )
-}
-
+mod approvals;
 mod base;
+mod dispatches;
+mod events;
 mod keys;
 mod resources;
 mod sessions;
 mod subagents;
+mod touches;

@@ -11,7 +11,8 @@
 //! - syncs per step: the store's own `fdatasync`s of its write-ahead log, counted by the
 //!   kernel's `rebuno_store_sync_duration_seconds` histogram around each measured run.
 //!
-//! `REBUNO_BENCH_AGENTS=each` (or `batched`) runs only that agent.
+//! `REBUNO_BENCH_AGENTS=each` (or `batched`) runs only that agent; `REBUNO_BENCH_HISTOGRAMS=1`
+//! prints the kernel's latency histograms' sums and counts at the end.
 //!
 //! That count does not see a sync SQLite makes by itself (a checkpoint syncs the WAL and the
 //! database file). `benches/fsyncs.sh` counts every `fsync` and `fdatasync` of the process with
@@ -210,6 +211,14 @@ fn main() {
             us(f50),
             us(f99)
         );
+        if std::env::var_os("REBUNO_BENCH_HISTOGRAMS").is_some() {
+            // Where the time went: the kernel's own histograms (sums and counts), warm-up
+            // included.
+            let text = runtime.kernel().histograms().render();
+            for line in text.lines().filter(|l| l.contains("_sum") || l.contains("_count")) {
+                println!("  {line}");
+            }
+        }
         runtime.shutdown().await;
     });
 }

@@ -485,6 +485,18 @@ fn completing(mut req: SubmitStepRequest, step: &str, result: Value) -> SubmitSt
     req
 }
 
+/// Submits a `target` call (`idempotency`) to `exec` under `lease`; answers its step id.
+async fn submitted(
+    k: &Kernel,
+    exec: &str,
+    lease: &Lease,
+    target: &str,
+    idempotency: &str,
+) -> String {
+    let d = k.submit_step(exec, lease, call(target, idempotency)).await;
+    d.unwrap().step_id.unwrap()
+}
+
 /// Two executions of agent `a` on a fresh kernel, each claimed: (kernel, store, [(id, lease)]).
 async fn two_claimed(dir: &std::path::Path) -> (Kernel, Arc<SqliteStore>, Vec<(String, Lease)>) {
     let (k, store) = kernel(dir).await;
@@ -575,26 +587,13 @@ async fn a_hostile_batch_is_refused_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (k, _store, leases) = two_claimed(dir.path()).await;
     let ((exec, lease), (exec2, lease2)) = (&leases[0], &leases[1]);
-    let id = |d: rebuno::protocol::StepDecision| d.step_id.unwrap();
-    let charge = id(k
-        .submit_step(exec, lease, call("charge", "at_most_once"))
-        .await
-        .unwrap());
-    let flaky = id(k
-        .submit_step(exec, lease, call("flaky", "safe_to_retry"))
-        .await
-        .unwrap());
+    let charge = submitted(&k, exec, lease, "charge", "at_most_once").await;
+    let flaky = submitted(&k, exec, lease, "flaky", "safe_to_retry").await;
     k.fail_step(exec, &flaky, lease, Some(json!("boom")))
         .await
         .unwrap();
-    let elsewhere = id(k
-        .submit_step(exec2, lease2, call("search", "safe_to_retry"))
-        .await
-        .unwrap());
-    let open = id(k
-        .submit_step(exec, lease, call("search", "safe_to_retry"))
-        .await
-        .unwrap());
+    let elsewhere = submitted(&k, exec2, lease2, "search", "safe_to_retry").await;
+    let open = submitted(&k, exec, lease, "search", "safe_to_retry").await;
     let snapshot = |k: Kernel, exec: String| async move {
         let events = k.events(&exec, 0, 1000).await.unwrap().len();
         let steps: Vec<(String, StepStatus)> = k
@@ -702,19 +701,9 @@ async fn an_end_carrying_a_hostile_result_is_refused_and_ends_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (k, _store, leases) = two_claimed(dir.path()).await;
     let ((exec, lease), (exec2, lease2)) = (&leases[0], &leases[1]);
-    let id = |d: rebuno::protocol::StepDecision| d.step_id.unwrap();
-    let charge = id(k
-        .submit_step(exec, lease, call("charge", "at_most_once"))
-        .await
-        .unwrap());
-    let elsewhere = id(k
-        .submit_step(exec2, lease2, call("search", "safe_to_retry"))
-        .await
-        .unwrap());
-    let open = id(k
-        .submit_step(exec, lease, call("search", "safe_to_retry"))
-        .await
-        .unwrap());
+    let charge = submitted(&k, exec, lease, "charge", "at_most_once").await;
+    let elsewhere = submitted(&k, exec2, lease2, "search", "safe_to_retry").await;
+    let open = submitted(&k, exec, lease, "search", "safe_to_retry").await;
     let events = k.events(exec, 0, 1000).await.unwrap().len();
     for (step, why) in [
         ("0".repeat(64), "has not submitted"),

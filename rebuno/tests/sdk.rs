@@ -623,13 +623,7 @@ async fn resuming_replays_recorded_effects_in_a_constant_number_of_round_trips()
             .unwrap();
         kernel.set_policy("many", APPROVAL_POLICY).await.unwrap();
         let _bg = kernel.start_http();
-        let h = Harness {
-            kernel: kernel.clone(),
-            agent,
-            effects: Arc::default(),
-            _bg: None,
-            _rt: None,
-        };
+        let h = Harness::of(&kernel, agent);
         let id = h.create(json!({})).await;
         h.wait_status(&id, ExecutionStatus::Blocked).await;
         wait_for("the first dispatch to end", || h.agent.in_flight() == 0).await;
@@ -752,13 +746,7 @@ async fn batched_results_over_http_ride_with_the_next_submission_and_the_end() {
         .batch_completions(true)
         .hold_results_for(Duration::from_secs(60));
     let agent = serve_over_http(&kernel, builder).await;
-    let h = Harness {
-        kernel: kernel.clone(),
-        agent,
-        effects: Arc::default(),
-        _bg: None,
-        _rt: None,
-    };
+    let h = Harness::of(&kernel, agent);
     let id = h.create(json!({})).await;
     h.wait_status(&id, ExecutionStatus::Completed).await;
     assert_eq!(

@@ -146,6 +146,17 @@ pub async fn serve_agent_at(kernel: &Kernel, base: &str, builder: rebuno::AgentB
 }
 
 impl Harness {
+    /// A harness over `kernel` and `agent` that the test set up itself (no loops of its own).
+    pub fn of(kernel: &Kernel, agent: Agent) -> Harness {
+        Harness {
+            kernel: kernel.clone(),
+            agent,
+            effects: Arc::default(),
+            _bg: None,
+            _rt: None,
+        }
+    }
+
     /// Serves one more agent on the harness's kernel, in `mode` (a harness with loops).
     pub async fn add_agent(&self, mode: Mode, handler: impl AgentHandler) -> Agent {
         match (mode, &self._rt) {

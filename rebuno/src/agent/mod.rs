@@ -19,9 +19,9 @@
 //! When it starts serving, an agent publishes its handler's description and input/output JSON
 //! Schemas to the kernel (see `metadata` for when, and what a failure does).
 //!
-//! `builder` holds [`AgentBuilder`]. `Runtime` (feature `kernel`, in `embedded`) is the embedded form: a kernel in this process,
-//! its background loops, and agents registered on it that receive dispatches as direct calls
-//! through `EmbeddedTransport`.
+//! `builder` holds [`AgentBuilder`]. `Runtime` (feature `kernel`, in `embedded`) is the
+//! embedded form: a kernel in this process, its background loops, and agents registered on it
+//! that receive dispatches as direct calls through `EmbeddedTransport`.
 
 mod background;
 mod builder;

@@ -20,6 +20,8 @@
 //!
 //! `PG_BENCH_ROUNDS` (3) sets the rounds. Everything runs in a fresh schema, dropped at the end.
 
+mod support;
+
 use durable_support::pg::{PgOptions, PgPool, Queries};
 use durable_support::pg_floor::Floor;
 use rebuno::protocol::{CreateExecutionRequest, Decision, RegisterAgentRequest, SubmitStepRequest};
@@ -141,6 +143,157 @@ async fn concurrent(ks: &[Kernel], runs: &Arc<Vec<(String, Lease)>>, from: u64) 
     (runs.len() as u64 * PER_EXEC_STEPS) as f64 / started.elapsed().as_secs_f64()
 }
 
+/// The design's own floor: what a step stores, written by hand-written SQL on the kernel's
+/// tables in the fewest round trips its rules allow, with no kernel logic: the submit's
+/// snapshot read (the execution, the lease, the step, the policy bundles, the agent and the
+/// occurrence count: one round trip, its commit not waited for), the submit's write (the
+/// execution and dispatch rows locked, the step, three events, the occurrence counter and the
+/// lease renewal, with `COMMIT`: one round trip) and the complete's (the two rows locked, the
+/// step's result and its event, with `COMMIT`: one). No implementation of the kernel's
+/// submit, which decides between its read and its write, can store a step with less.
+mod design {
+    use super::*;
+    use durable_support::pg::postgres::types::{ToSql, Type};
+    use durable_support::pg::{PgError, Request};
+
+    type P<'a> = (&'a (dyn ToSql + Sync), Type);
+
+    const EVENTS: &str = "INSERT INTO events (execution_id, event_seq, type, payload, occurred_at)
+         SELECT $1, (SELECT coalesce(max(event_seq), 0) FROM events WHERE execution_id = $1) + n,
+                t, p, $2
+         FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS batch(t, p, n)";
+
+    /// Steps `from..from + n` of `exec` (whose attempt is `lease`), each stored as above.
+    pub fn steps(pool: &PgPool, exec: &str, lease: &Lease, from: u64, n: u64) {
+        let now = "2026-12-03T00:00:00.000000Z";
+        let (dispatch, attempt) = (lease.dispatch_id.as_str(), i64::from(lease.attempt));
+        for i in from..from + n {
+            let step_id = format!("design-{i}");
+            let target = format!("tool_{}", i % 16);
+            let args = format!(r#"{{"i":{i},"q":"some query text"}}"#);
+            let hash = format!("{i:064x}");
+            let (kind, status) = ("tool_call", "executing");
+            pool.snapshot(|tx| -> Result<(), PgError> {
+                let e: [P; 1] = [(&exec, Type::TEXT)];
+                let reads = vec![
+                    Request::new(
+                        "SELECT consumed FROM dispatch_step_counters WHERE dispatch_id = $1
+                         AND attempt = $2 AND kind = $3 AND target = $4 AND args_hash = $5",
+                        &[
+                            (&dispatch, Type::TEXT),
+                            (&attempt, Type::INT8),
+                            (&kind, Type::TEXT),
+                            (&target, Type::TEXT),
+                            (&hash, Type::TEXT),
+                        ],
+                    ),
+                    Request::new("SELECT agent_id, status FROM executions WHERE id = $1", &e),
+                    Request::new(
+                        "SELECT execution_id, attempt, status FROM dispatches WHERE id = $1",
+                        &[(&dispatch, Type::TEXT)],
+                    ),
+                    Request::new(
+                        "SELECT status, result FROM steps WHERE execution_id = $1 AND step_id = $2",
+                        &[(&exec, Type::TEXT), (&step_id, Type::TEXT)],
+                    ),
+                    Request::new("SELECT policy_bundle FROM executions WHERE id = $1", &e),
+                    Request::new(
+                        "SELECT policy_bundle FROM agents
+                         WHERE id = (SELECT agent_id FROM executions WHERE id = $1)",
+                        &e,
+                    ),
+                ];
+                tx.query_all(reads).map_err(PgError::Db)?;
+                Ok(())
+            })
+            .unwrap();
+            let locks = |tx: &mut durable_support::pg::PgTransaction| {
+                tx.defer(
+                    "SELECT status FROM executions WHERE id = $1 FOR UPDATE",
+                    &[(&exec, Type::TEXT)],
+                );
+                tx.defer(
+                    "SELECT attempt, status FROM dispatches WHERE id = $1 FOR UPDATE",
+                    &[(&dispatch, Type::TEXT)],
+                );
+            };
+            pool.transaction(|tx| -> Result<(), PgError> {
+                locks(tx);
+                tx.defer(
+                    "INSERT INTO steps (step_id, execution_id, kind, target, args_hash, occurrence,
+                       status, idempotency, args, started_at)
+                     VALUES ($1, $2, $3, $4, $5, 0, $6, 'safe_to_retry', $7, $8)",
+                    &[
+                        (&step_id, Type::TEXT),
+                        (&exec, Type::TEXT),
+                        (&kind, Type::TEXT),
+                        (&target, Type::TEXT),
+                        (&hash, Type::TEXT),
+                        (&status, Type::TEXT),
+                        (&args, Type::TEXT),
+                        (&now, Type::TEXT),
+                    ],
+                );
+                let types = vec!["step.proposed", "step.allowed", "step.executing"];
+                let payloads = vec![args.clone(), args.clone(), args.clone()];
+                tx.defer(
+                    EVENTS,
+                    &[
+                        (&exec, Type::TEXT),
+                        (&now, Type::TEXT),
+                        (&types, Type::TEXT_ARRAY),
+                        (&payloads, Type::TEXT_ARRAY),
+                    ],
+                );
+                tx.defer(
+                    "INSERT INTO dispatch_step_counters (dispatch_id, attempt, kind, target,
+                       args_hash, consumed) VALUES ($1, $2, $3, $4, $5, 0)
+                     ON CONFLICT (dispatch_id, kind, target, args_hash)
+                     DO UPDATE SET consumed = excluded.consumed, attempt = excluded.attempt",
+                    &[
+                        (&dispatch, Type::TEXT),
+                        (&attempt, Type::INT8),
+                        (&kind, Type::TEXT),
+                        (&target, Type::TEXT),
+                        (&hash, Type::TEXT),
+                    ],
+                );
+                tx.defer(
+                    "UPDATE dispatches SET locked_at = $2, updated_at = $2 WHERE id = $1",
+                    &[(&dispatch, Type::TEXT), (&now, Type::TEXT)],
+                );
+                Ok(())
+            })
+            .unwrap();
+            pool.transaction(|tx| -> Result<(), PgError> {
+                locks(tx);
+                tx.defer(
+                    "UPDATE steps SET status = 'succeeded', result = $3, completed_at = $4
+                     WHERE execution_id = $1 AND step_id = $2",
+                    &[
+                        (&exec, Type::TEXT),
+                        (&step_id, Type::TEXT),
+                        (&r#"{"ok":1}"#, Type::TEXT),
+                        (&now, Type::TEXT),
+                    ],
+                );
+                let (types, payloads) = (vec!["step.succeeded"], vec![args.clone()]);
+                tx.defer(
+                    EVENTS,
+                    &[
+                        (&exec, Type::TEXT),
+                        (&now, Type::TEXT),
+                        (&types, Type::TEXT_ARRAY),
+                        (&payloads, Type::TEXT_ARRAY),
+                    ],
+                );
+                Ok(())
+            })
+            .unwrap();
+        }
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -150,8 +303,91 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// CPU time (user + system) of this process (the kernels) and of the server's processes.
+#[derive(Clone, Copy, Default)]
+struct CpuTime {
+    this: Duration,
+    server: Duration,
+}
+
+impl CpuTime {
+    /// Per operation, of `n`.
+    fn per(self, n: u64) -> CpuTime {
+        let n = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+        CpuTime {
+            this: self.this / n,
+            server: self.server / n,
+        }
+    }
+
+    fn total(self) -> Duration {
+        self.this + self.server
+    }
+}
+
+impl std::fmt::Display for CpuTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.0} us: this process {:.0}, the server {:.0}",
+            us(self.total()),
+            us(self.this),
+            us(self.server)
+        )
+    }
+}
+
+/// Reads the CPU time of this process and of the server's processes (`postgres`, listed at
+/// each reading: the pools open connections as they need them, and each is a process).
+struct Cpu;
+
+impl Cpu {
+    /// This process's CPU time, and each server process's.
+    fn now(&self) -> (Duration, Vec<(u32, Duration)>) {
+        let time = |pid| support::cpu_time(pid).unwrap_or_default();
+        let server = support::processes_named("postgres")
+            .into_iter()
+            .map(|pid| (pid, time(pid)))
+            .collect();
+        (time(std::process::id()), server)
+    }
+
+    /// Runs `f`; its answer and the CPU time spent while it ran (a server process that
+    /// started meanwhile counts whole).
+    fn during<T>(&self, f: impl FnOnce() -> T) -> (T, CpuTime) {
+        let (this, server) = self.now();
+        let out = f();
+        let (this_after, server_after) = self.now();
+        let server = server_after
+            .iter()
+            .map(|(pid, after)| {
+                let before = server.iter().find(|(p, _)| p == pid).map(|(_, t)| *t);
+                after.saturating_sub(before.unwrap_or_default())
+            })
+            .sum();
+        (
+            out,
+            CpuTime {
+                this: this_after.saturating_sub(this),
+                server,
+            },
+        )
+    }
+}
+
 struct Round {
     floor1: Floor,
+    /// CPU per floor commit (1 connection), and per step of one execution.
+    floor_cpu: CpuTime,
+    one_cpu: CpuTime,
+    /// CPU per step of 64 executions on one replica.
+    many_cpu: CpuTime,
+    /// The design floor (see [`design`]): one execution's step, its CPU; 64 executions'
+    /// steps per second, their CPU per step.
+    design_step: Duration,
+    design_one_cpu: CpuTime,
+    design_rate: f64,
+    design_many_cpu: CpuTime,
     floor64: Floor,
     one_step: Duration,
     one_replica: f64,
@@ -172,6 +408,8 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
+    // `PG_BENCH_ONLY=one`: only the floor and one execution (for profiling that path).
+    let only_one = std::env::var("PG_BENCH_ONLY").is_ok_and(|v| v == "one");
     let schema = format!("bench_pg_store_{}", std::process::id());
     let floor_pool = PgPool::connect(&options(&url, &schema, EXECS)).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -188,6 +426,32 @@ fn main() {
     let per_step = |sent: u64, steps: u64| (store.statements() - sent) as f64 / steps as f64;
     let (one, one_lease) = rt.block_on(executions(&a, 1)).pop().unwrap();
     let runs = Arc::new(rt.block_on(executions(&a, EXECS)));
+    // The design floor's executions (its steps are written by hand, beside the kernel's).
+    let design_pool = PgPool::connect(&options(&url, &schema, EXECS)).unwrap();
+    let design_runs = Arc::new(rt.block_on(executions(&a, EXECS + 1)));
+    let design_many = |from: u64| -> f64 {
+        let started = Instant::now();
+        let threads: Vec<_> = design_runs[1..]
+            .iter()
+            .cloned()
+            .map(|(exec, lease)| {
+                let pool = design_pool.clone();
+                std::thread::spawn(move || {
+                    design::steps(&pool, &exec, &lease, from, PER_EXEC_STEPS)
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        (EXECS as u64 * PER_EXEC_STEPS) as f64 / started.elapsed().as_secs_f64()
+    };
+    let design_one = |from: u64| -> Duration {
+        let (exec, lease) = &design_runs[0];
+        let started = Instant::now();
+        design::steps(&design_pool, exec, lease, from, ONE_STEPS);
+        started.elapsed() / ONE_STEPS as u32
+    };
     let mut from = 0u64;
     // Warm-up: connections opened, statements prepared.
     rt.block_on(proceed(
@@ -198,26 +462,50 @@ fn main() {
         20,
     ));
     from += 20;
-    rt.block_on(concurrent(&[a.clone(), b.clone()], &runs, from));
-    from += PER_EXEC_STEPS;
+    design_one(1_000_000);
+    if !only_one {
+        rt.block_on(concurrent(&[a.clone(), b.clone()], &runs, from));
+        from += PER_EXEC_STEPS;
+        design_many(2_000_000);
+    }
 
+    let cpu = Cpu;
     let mut results = Vec::new();
     for round in 1..=rounds {
-        let floor1 = Floor::measure(&floor_pool, 1, 1000).unwrap();
+        let (floor1, floor_cpu) = cpu.during(|| Floor::measure(&floor_pool, 1, 1000).unwrap());
+        // Per commit: the measure ran the pipelined and the stepwise commits.
+        let floor_cpu = floor_cpu.per((floor1.pipelined.ops + floor1.stepwise.ops) as u64);
         let floor64 = Floor::measure(&floor_pool, EXECS, 60).unwrap();
         let (started, sent) = (Instant::now(), store.statements());
-        rt.block_on(proceed(
-            std::slice::from_ref(&a),
-            &one,
-            &one_lease,
-            from,
-            ONE_STEPS,
-        ));
+        let ((), one_cpu) = cpu.during(|| {
+            rt.block_on(proceed(
+                std::slice::from_ref(&a),
+                &one,
+                &one_lease,
+                from,
+                ONE_STEPS,
+            ))
+        });
         let one_step = started.elapsed() / ONE_STEPS as u32;
+        let one_cpu = one_cpu.per(ONE_STEPS);
+        let (design_step, design_one_cpu) = cpu.during(|| design_one(from));
+        let design_one_cpu = design_one_cpu.per(ONE_STEPS);
         let one_statements = per_step(sent, ONE_STEPS);
         from += ONE_STEPS;
+        if only_one {
+            eprintln!(
+                "round {round}: floor 1 conn {:.0} us (CPU {floor_cpu}); one execution {:.0} us/step (CPU {one_cpu}); statements per step {one_statements:.1}",
+                us(floor1.best().mean()),
+                us(one_step),
+            );
+            continue;
+        }
         let sent = store.statements();
-        let one_replica = rt.block_on(concurrent(std::slice::from_ref(&a), &runs, from));
+        let (one_replica, many_cpu) =
+            cpu.during(|| rt.block_on(concurrent(std::slice::from_ref(&a), &runs, from)));
+        let many_cpu = many_cpu.per(EXECS as u64 * PER_EXEC_STEPS);
+        let (design_rate, design_many_cpu) = cpu.during(|| design_many(from));
+        let design_many_cpu = design_many_cpu.per(EXECS as u64 * PER_EXEC_STEPS);
         let statements = (
             one_statements,
             per_step(sent, EXECS as u64 * PER_EXEC_STEPS),
@@ -226,7 +514,7 @@ fn main() {
         let two_replicas = rt.block_on(concurrent(&[a.clone(), b.clone()], &runs, from));
         from += PER_EXEC_STEPS;
         eprintln!(
-            "round {round}: floor 1 conn {:.0} us (pipelined {:.0}, stepwise {:.0}), 64 conns {:.0}/s (pipelined {:.0}, stepwise {:.0}); one execution {:.0} us/step; 64 executions {:.0} steps/s on one replica, {:.0} on two; statements per step {:.1} / {:.1}",
+            "round {round}: floor 1 conn {:.0} us (pipelined {:.0}, stepwise {:.0}), 64 conns {:.0}/s (pipelined {:.0}, stepwise {:.0}); one execution {:.0} us/step; 64 executions {:.0} steps/s on one replica, {:.0} on two; statements per step {:.1} / {:.1}; CPU per floor commit {floor_cpu}, per step of one execution {one_cpu}, of 64 {many_cpu}; design floor: one execution {:.0} us/step (CPU {}), 64 executions {design_rate:.0} steps/s (CPU {design_many_cpu})",
             us(floor1.best().mean()),
             us(floor1.pipelined.mean()),
             us(floor1.stepwise.mean()),
@@ -237,10 +525,19 @@ fn main() {
             one_replica,
             two_replicas,
             statements.0,
-            statements.1
+            statements.1,
+            us(design_step),
+            design_one_cpu
         );
         results.push(Round {
             floor1,
+            floor_cpu,
+            one_cpu,
+            many_cpu,
+            design_step,
+            design_one_cpu,
+            design_rate,
+            design_many_cpu,
             floor64,
             one_step,
             one_replica,
@@ -249,6 +546,11 @@ fn main() {
         });
     }
 
+    if only_one {
+        drop((a, b, store));
+        let _ = floor_pool.run(|c| c.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")));
+        return;
+    }
     let f1 = median(results.iter().map(|r| us(r.floor1.best().mean())).collect());
     let f1_rate = median(results.iter().map(|r| r.floor1.best().rate()).collect());
     let f64_rate = median(results.iter().map(|r| r.floor64.best().rate()).collect());
@@ -278,6 +580,35 @@ fn main() {
     );
     println!(
         "| statements the server ran per step (locks included) | one execution {sent1:.1}, 64 executions {sent64:.1} | a floor commit: 3 | report |"
+    );
+    let cpu_of = |f: fn(&Round) -> CpuTime| {
+        let pick =
+            |g: fn(CpuTime) -> Duration| median(results.iter().map(|r| us(g(f(r)))).collect());
+        (pick(CpuTime::total), pick(|c| c.this), pick(|c| c.server))
+    };
+    let floor_cpu = cpu_of(|r| r.floor_cpu);
+    for (what, (total, this, server)) in [
+        ("one execution", cpu_of(|r| r.one_cpu)),
+        ("64 executions", cpu_of(|r| r.many_cpu)),
+    ] {
+        println!(
+            "| CPU per step, {what} (user + system) | {total:.0} us: this process (the kernel) {this:.0}, the server {server:.0} | a floor commit: {:.0} us (this process {:.0}, the server {:.0}); the step = {:.1} floor commits | report |",
+            floor_cpu.0,
+            floor_cpu.1,
+            floor_cpu.2,
+            total / floor_cpu.0
+        );
+    }
+    let design_step = median(results.iter().map(|r| us(r.design_step)).collect());
+    let design_rate = median(results.iter().map(|r| r.design_rate).collect());
+    let design_cpu = (cpu_of(|r| r.design_one_cpu), cpu_of(|r| r.design_many_cpu));
+    println!(
+        "| design floor: the step's rows by hand-written SQL, 3 round trips, no kernel | one execution {design_step:.0} us/step (CPU {:.0} us); 64 executions {design_rate:.0} steps/s (CPU {:.0} us per step: this process {:.0}, the server {:.0}) | the targets below: {budget:.0} us, {:.0} steps/s | report |",
+        design_cpu.0.0,
+        design_cpu.1.0,
+        design_cpu.1.1,
+        design_cpu.1.2,
+        f64_rate / 4.0
     );
     let target = f64_rate / 2.0 / 2.0;
     println!(

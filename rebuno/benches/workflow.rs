@@ -18,12 +18,15 @@
 //! REBUNO_BENCH_RUNS=300 REBUNO_BENCH_CLIENTS=64 REBUNO_BENCH_PER_CLIENT=25 (the defaults)
 //! ```
 
+mod support;
+
 use rebuno::client::Client;
 use rebuno::protocol::{Execution, ExecutionStatus, RegisterAgentRequest};
 use rebuno::{Agent, Runtime, handler_fn};
 use serde_json::{Value, json};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::cpu_time;
 
 const STEPS: usize = 10;
 const SECRET: &str = "workflow-bench-secret";
@@ -78,18 +81,6 @@ fn percentile(samples: &mut [Duration], p: f64) -> Duration {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-/// CPU time (user + system) process `pid` has used so far, from `/proc/<pid>/stat` (`None`
-/// where there is no such file).
-fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name (which may hold spaces) in parentheses.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // Linux reports in USER_HZ, 100 on every architecture it runs on.
-    Some(Duration::from_millis(ticks * 10))
 }
 
 /// The CPU time of this process and of `others` so far.

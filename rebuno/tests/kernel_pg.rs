@@ -108,6 +108,68 @@ async fn a_proceed_step_waits_for_five_round_trips_and_runs_twenty_statements() 
     assert_eq!(store.pool().statements() - sent, 5 * 20);
 }
 
+/// A lease's renewal, which every step writes (`locked_at`, `updated_at`), changes no indexed
+/// column of `dispatches`: the server updates the row in place (a HOT update), where it once
+/// added an entry to every index of the table per step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn a_lease_renewal_updates_the_dispatch_row_in_place() {
+    use durable_support::pg::postgres::types::Type;
+    use durable_support::pg::{PgError, Queries};
+    let store = Arc::new(PgStore::connect(pg_options(&fresh_schema())).await.unwrap());
+    let clock = Arc::new(ManualClock::new(t0()));
+    let env = Env {
+        k: build(store.clone(), &clock, &config()).await,
+        clock,
+        config: config(),
+        backend: Backend::Postgres,
+        db: None,
+    };
+    env.agent("agent", "").await;
+    let (exec, lease) = env.start("agent").await;
+    env.proceed(&exec, &lease, call_of("tool", "{}")).await;
+    let pool = store.pool().clone();
+    let dispatch = lease.dispatch_id.clone();
+    let (updated, in_place) = tokio::task::spawn_blocking(move || {
+        pool.transaction(|tx| -> Result<(i64, i64), PgError> {
+            // The connection's counts not reported yet (earlier transactions' included).
+            let counts =
+                |tx: &mut durable_support::pg::PgTransaction| -> Result<(i64, i64), PgError> {
+                    let row = tx
+                        .query_typed_one(
+                            "SELECT pg_stat_get_xact_tuples_updated('dispatches'::regclass),
+                                pg_stat_get_xact_tuples_hot_updated('dispatches'::regclass)",
+                            &[],
+                        )
+                        .map_err(PgError::Db)?;
+                    Ok((row.get(0), row.get(1)))
+                };
+            let before = counts(tx)?;
+            // What a renewal writes, as the store writes it.
+            let renewed = tx
+                .execute_typed(
+                    "UPDATE dispatches SET locked_at = $2, updated_at = $2 WHERE id = $1",
+                    &[
+                        (&dispatch, Type::TEXT),
+                        (&"2030-01-01T00:00:00Z", Type::TEXT),
+                    ],
+                )
+                .map_err(PgError::Db)?;
+            assert_eq!(renewed, 1);
+            let after = counts(tx)?;
+            Ok((after.0 - before.0, after.1 - before.1))
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        (updated, in_place),
+        (1, 1),
+        "the renewal was not a HOT update"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
 async fn occurrences_and_replays_hold_whichever_replica_answers() {

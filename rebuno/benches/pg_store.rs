@@ -9,7 +9,12 @@
 //!   (a step is two commits);
 //! - 64 executions on two replicas (two kernels, each with its own pool, on one schema), every
 //!   request sent to the other replica than the one before, as behind a round-robin balancer,
-//!   against one replica: at least 0.8x.
+//!   against one replica: at least 0.8x;
+//! - the CPU time (user + system) each step takes in this process (the kernels) and in the
+//!   server's processes, beside a floor commit's;
+//! - the design floor (`design`): what a step stores, written by hand-written SQL on the
+//!   kernel's tables in the fewest round trips the kernel's rules allow, with no kernel logic,
+//!   for one execution and for 64: no implementation of this step can do better on this server.
 //!
 //! Rounds alternate the measurements so a noisy neighbour hits all of them alike; the table
 //! gives each round and the median. Needs a server (`eval "$(bash .ci/postgres)"`):
@@ -18,7 +23,8 @@
 //! REBUNO_TEST_PG_URL=postgres://… cargo bench -p rebuno --bench pg_store
 //! ```
 //!
-//! `PG_BENCH_ROUNDS` (3) sets the rounds. Everything runs in a fresh schema, dropped at the end.
+//! `PG_BENCH_ROUNDS` (3) sets the rounds; `PG_BENCH_ONLY=one` runs only the floor and the
+//! one-execution figures (for profiling that path). Everything runs in a fresh schema, dropped at the end.
 
 mod support;
 

@@ -161,7 +161,7 @@ async fn concurrent(ks: &[Kernel], runs: &Arc<Vec<(String, Lease)>>, from: u64) 
 mod design {
     use super::*;
     use durable_support::pg::postgres::types::{ToSql, Type};
-    use durable_support::pg::{PgError, Request, Touches};
+    use durable_support::pg::{PgError, PgTransaction, Request, Touches};
 
     type P<'a> = (&'a (dyn ToSql + Sync), Type);
 
@@ -175,6 +175,21 @@ mod design {
          SELECT $1, (SELECT coalesce(max(event_seq), 0) FROM events WHERE execution_id = $1) + n,
                 t, p, $2
          FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS batch(t, p, n)";
+
+    /// Appends events of `types` to `exec`, each with `payload`, numbered as the store numbers.
+    fn events(tx: &mut PgTransaction, exec: &str, now: &str, types: &[&str], payload: &str) {
+        let payloads = vec![payload; types.len()];
+        tx.defer_fusable(
+            EVENTS,
+            &[
+                (&exec, Type::TEXT),
+                (&now, Type::TEXT),
+                (&types, Type::TEXT_ARRAY),
+                (&payloads, Type::TEXT_ARRAY),
+            ],
+            touches(&["events"], &["events"]),
+        );
+    }
 
     /// Steps `from..from + n` of `exec` (whose attempt is `lease`), each stored as above.
     pub fn steps(pool: &PgPool, exec: &str, lease: &Lease, from: u64, n: u64) {
@@ -220,7 +235,7 @@ mod design {
                 Ok(())
             })
             .unwrap();
-            let locks = |tx: &mut durable_support::pg::PgTransaction| {
+            let locks = |tx: &mut PgTransaction| {
                 tx.defer(
                     "SELECT status FROM executions WHERE id = $1 FOR UPDATE",
                     &[(&exec, Type::TEXT)],
@@ -248,18 +263,8 @@ mod design {
                     ],
                     touches(&["steps"], &["steps"]),
                 );
-                let types = vec!["step.proposed", "step.allowed", "step.executing"];
-                let payloads = vec![args.clone(), args.clone(), args.clone()];
-                tx.defer_fusable(
-                    EVENTS,
-                    &[
-                        (&exec, Type::TEXT),
-                        (&now, Type::TEXT),
-                        (&types, Type::TEXT_ARRAY),
-                        (&payloads, Type::TEXT_ARRAY),
-                    ],
-                    touches(&["events"], &["events"]),
-                );
+                let types = ["step.proposed", "step.allowed", "step.executing"];
+                events(tx, exec, now, &types, &args);
                 tx.defer_fusable(
                     "INSERT INTO dispatch_step_counters (dispatch_id, attempt, kind, target,
                        args_hash, consumed) VALUES ($1, $2, $3, $4, $5, 0)
@@ -295,17 +300,7 @@ mod design {
                     ],
                     touches(&["steps"], &["steps"]),
                 );
-                let (types, payloads) = (vec!["step.succeeded"], vec![args.clone()]);
-                tx.defer_fusable(
-                    EVENTS,
-                    &[
-                        (&exec, Type::TEXT),
-                        (&now, Type::TEXT),
-                        (&types, Type::TEXT_ARRAY),
-                        (&payloads, Type::TEXT_ARRAY),
-                    ],
-                    touches(&["events"], &["events"]),
-                );
+                events(tx, exec, now, &["step.succeeded"], &args);
                 Ok(())
             })
             .unwrap();

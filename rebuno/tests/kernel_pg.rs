@@ -58,6 +58,20 @@ async fn replicas(config: KernelConfig) -> (Env, Env) {
     (envs.pop().unwrap(), b)
 }
 
+/// One kernel on a fresh schema, and its store.
+async fn one_kernel() -> (Env, Arc<PgStore>) {
+    let store = Arc::new(PgStore::connect(pg_options(&fresh_schema())).await.unwrap());
+    let clock = Arc::new(ManualClock::new(t0()));
+    let env = Env {
+        k: build(store.clone(), &clock, &config()).await,
+        clock,
+        config: config(),
+        backend: Backend::Postgres,
+        db: None,
+    };
+    (env, store)
+}
+
 fn call_of(target: &str, args: &str) -> SubmitStepRequest {
     serde_json::from_value(json!({
         "kind": "tool_call",
@@ -70,15 +84,7 @@ fn call_of(target: &str, args: &str) -> SubmitStepRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
 async fn a_proceed_step_waits_for_five_round_trips_and_runs_twenty_statements() {
-    let store = Arc::new(PgStore::connect(pg_options(&fresh_schema())).await.unwrap());
-    let clock = Arc::new(ManualClock::new(t0()));
-    let env = Env {
-        k: build(store.clone(), &clock, &config()).await,
-        clock,
-        config: config(),
-        backend: Backend::Postgres,
-        db: None,
-    };
+    let (env, store) = one_kernel().await;
     env.agent("agent", "").await;
     let (exec, lease) = env.start("agent").await;
     let step = |i: u64| {
@@ -116,15 +122,7 @@ async fn a_proceed_step_waits_for_five_round_trips_and_runs_twenty_statements() 
 async fn a_lease_renewal_updates_the_dispatch_row_in_place() {
     use durable_support::pg::postgres::types::Type;
     use durable_support::pg::{PgError, Queries};
-    let store = Arc::new(PgStore::connect(pg_options(&fresh_schema())).await.unwrap());
-    let clock = Arc::new(ManualClock::new(t0()));
-    let env = Env {
-        k: build(store.clone(), &clock, &config()).await,
-        clock,
-        config: config(),
-        backend: Backend::Postgres,
-        db: None,
-    };
+    let (env, store) = one_kernel().await;
     env.agent("agent", "").await;
     let (exec, lease) = env.start("agent").await;
     env.proceed(&exec, &lease, call_of("tool", "{}")).await;

@@ -508,9 +508,10 @@ fn main() {
         from += ONE_STEPS;
         if only_one {
             eprintln!(
-                "round {round}: floor 1 conn {:.0} us (CPU {floor_cpu}); one execution {:.0} us/step (CPU {one_cpu}); statements per step {one_statements:.1}",
+                "round {round}: floor 1 conn {:.0} us (CPU {floor_cpu}); one execution {:.0} us/step (CPU {one_cpu}); statements per step {one_statements:.1}; design floor {:.0} us/step (CPU {design_one_cpu})",
                 us(floor1.best().mean()),
                 us(one_step),
+                us(design_step),
             );
             continue;
         }

@@ -83,7 +83,7 @@ fn call_of(target: &str, args: &str) -> SubmitStepRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
-async fn a_proceed_step_waits_for_five_round_trips_and_runs_twenty_statements() {
+async fn a_proceed_step_waits_for_four_round_trips_and_runs_fifteen_statements() {
     let (env, store) = one_kernel().await;
     env.agent("agent", "").await;
     let (exec, lease) = env.start("agent").await;
@@ -103,15 +103,16 @@ async fn a_proceed_step_waits_for_five_round_trips_and_runs_twenty_statements() 
     for i in 3..8 {
         step(i).await;
     }
-    // The submit's read: its occurrence count and everything else at once (its commit not
-    // waited for); its write: the rows it checks, then its writes with the commit; the
-    // complete's write likewise. The execution locks have a pool of their own.
-    assert_eq!(store.pool().round_trips() - before, 5 * 5);
-    // The statements the server runs per step: the submit's read 8 (`BEGIN`, the count, the
-    // five lookups, `COMMIT`), its write 6 (`BEGIN`, the execution with its transaction key,
-    // the lease, the step; its four writes as one statement; `COMMIT`), the complete's write 6
-    // (likewise, its two writes as one).
-    assert_eq!(store.pool().statements() - sent, 5 * 20);
+    // The submit is one write transaction: its reads (the occurrence count, the execution and
+    // the lease with their rows locked, the step, the policy inputs) at once, then its writes
+    // with the commit; the complete's write likewise: the rows it checks, then its writes with
+    // the commit. The execution locks have a pool of their own.
+    assert_eq!(store.pool().round_trips() - before, 4 * 5);
+    // The statements the server runs per step: the submit's 9 (`BEGIN`, the count, the
+    // execution with its transaction key, the lease, the step, the execution's bundle, the
+    // agent; its four writes as one statement; `COMMIT`), the complete's 6 (`BEGIN`, the
+    // execution, the lease, the step; its two writes as one; `COMMIT`).
+    assert_eq!(store.pool().statements() - sent, 5 * 15);
 }
 
 /// A lease's renewal, which every step writes (`locked_at`, `updated_at`), changes no indexed
@@ -573,4 +574,87 @@ async fn a_childs_exhausted_dispatch_and_its_parents_cancel_never_deadlock() {
 #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
 async fn a_childs_failed_delivery_and_its_parents_cancel_never_deadlock() {
     child_failure_races_parent_cancel(3, 100).await;
+}
+
+/// What a run of submissions answered and recorded, without ids: each answer (its decision
+/// and reason, or its error code), then the execution's event types and status.
+async fn submissions(env: &Env) -> Vec<String> {
+    fn answer(r: Result<StepDecision, KernelError>) -> (String, Option<StepDecision>) {
+        match r {
+            Ok(d) => (format!("{} {:?}", d.decision, d.reason), Some(d)),
+            Err(e) => (format!("error {:?}", e.code), None),
+        }
+    }
+    env.agent("a", BUNDLE).await;
+    let (exec, lease) = env.start("a").await;
+    let mut said = Vec::new();
+    {
+        let mut submit = async |req: SubmitStepRequest| {
+            let (line, d) = answer(env.k.submit_step(&exec, &lease, req).await);
+            said.push(line);
+            d
+        };
+        // Allowed; then the next with the first's result batched; denied; rate-limited on the
+        // third call; a batched result that names no step (refused, nothing recorded); an
+        // occurrence that skips unrecorded ones; an `at_most_once` call; an approval, which
+        // blocks the execution and retires its attempt; a submission of that attempt after it.
+        let first = submit(tool("greet", "{}")).await.unwrap().step_id.unwrap();
+        let mut batched = tool("work", "{}");
+        batched.completes = Some(rebuno::protocol::StepCompletion {
+            step_id: first,
+            result: json!("hello"),
+        });
+        submit(batched).await;
+        submit(tool("shell", "{}")).await;
+        for i in 0..3 {
+            submit(tool("fetch", &format!(r#"{{"i":{i}}}"#))).await;
+        }
+        let mut hostile = tool("search_web", "{}");
+        hostile.completes = Some(rebuno::protocol::StepCompletion {
+            step_id: NO_STEP.into(),
+            result: json!(1),
+        });
+        submit(hostile).await;
+        let mut skipping = tool("search_docs", "{}");
+        skipping.occurrence = Some(3);
+        submit(skipping).await;
+        submit(at_most_once(tool("send_email", "{}"))).await;
+        submit(tool("charge", "{}")).await;
+        submit(tool("greet", r#"{"again":true}"#)).await;
+    }
+    let events = env.events(&exec).await;
+    said.push(types(&events).join(" "));
+    said.push(format!("{:?}", env.exec_status(&exec).await));
+    said
+}
+
+/// The submit on PostgreSQL decides and records in one write transaction where a store of
+/// one process reads a snapshot, then writes: every kind of submission is answered and
+/// recorded alike on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn every_kind_of_submission_is_decided_and_recorded_as_on_sqlite() {
+    let (pg, _) = one_kernel().await;
+    let on_pg = submissions(&pg).await;
+    let on_sqlite = submissions(&Env::new(Backend::File, config()).await).await;
+    assert_eq!(on_pg, on_sqlite);
+    // The answers are what the policy says (see `BUNDLE`).
+    let answers: Vec<&str> = on_pg.iter().map(String::as_str).collect();
+    assert_eq!(
+        answers[..11],
+        [
+            "proceed None",
+            "proceed None",
+            "denied Some(\"shell is forbidden\")",
+            "proceed None",
+            "proceed None",
+            "rate_limited Some(\"rate_limit_exceeded\")",
+            "error ValidationError",
+            "error ValidationError",
+            "proceed None",
+            "blocked None",
+            "error LeaseSuperseded",
+        ]
+    );
+    assert_eq!(answers[12], "Blocked");
 }

@@ -5,6 +5,14 @@
 //! goes through policy and is recorded. Answers from the record need one snapshot read and no
 //! durable write; anything recorded is committed before it is answered.
 //!
+//! On a store several processes share (PostgreSQL) the snapshot is read inside the write
+//! transaction, with the execution's and the dispatch's rows locked, and a new step that takes
+//! no rate-limit token is decided and recorded in that same transaction: one transaction of two
+//! round trips where a snapshot and a write took three. Everything else the snapshot decides
+//! goes the way every store takes, from the same snapshot (`kernel::snapshot`; the record
+//! itself is `kernel::record`). A store of one process keeps the snapshot on its readers, so
+//! its writer is not held while reads and policy run.
+//!
 //! Durability of a new step's record follows what its loss would cost (see [`defers`]): a
 //! `proceed` for a `safe_to_retry` step that takes no rate-limit token is committed and
 //! answered before it is durable, and becomes durable with the next sync (at the latest, the
@@ -17,51 +25,21 @@
 //! outcome (complete / fail) is durable before it is answered.
 
 use super::dispatch::{lease_holds, retire_dispatches};
-use super::outcomes::{check_batched, record_batched};
-use super::volatile::record_progress;
+use super::outcomes::check_batched;
+use super::record::{Record, record_step};
+use super::snapshot::{Ask, Snapshot, read_snapshot};
+use super::volatile::Ended;
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
-use crate::identity;
 use crate::policy::{self, Action, EvalInput, enforce_rate_limit};
 use crate::protocol::{
-    Approval, ApprovalEventPayload, ApprovalStatus, EventType, ExecutionEventPayload,
-    ExecutionStatus, Idempotency, REASON_INDETERMINATE_RETRY, RULE_INDETERMINATE_RETRY, Step,
-    StepCompletion, StepDecision, StepEventPayload, StepKind, StepStatus, SubmitStepRequest,
+    EventType, ExecutionStatus, Idempotency, REASON_INDETERMINATE_RETRY, RULE_INDETERMINATE_RETRY,
+    Step, StepCompletion, StepDecision, StepEventPayload, StepKind, StepStatus, SubmitStepRequest,
     denial_error, indeterminate_error,
 };
 use crate::store::{Lookup, StoreExt, StoreResult, Tx};
 use crate::time::rfc3339;
 use serde_json::Value;
 use std::time::Instant;
-
-/// What one snapshot read learns about a submission.
-struct Snapshot {
-    /// The attempt's next occurrence of the call, as counted.
-    counted: u64,
-    /// The occurrence the step is submitted as (the count, or the agent's if ahead).
-    occurrence: u64,
-    /// The step's id at that occurrence.
-    step_id: String,
-    /// The execution's agent and status.
-    exec: Option<ExecState>,
-    lease_ok: bool,
-    step: Option<Step>,
-    approval_id: Option<String>,
-    bundle: Option<String>,
-    /// The execution's own bundle (a fork's), which decides instead of `bundle`; empty when
-    /// none.
-    own_bundle: String,
-    indeterminate: bool,
-    /// For an occurrence ahead of the kernel's count: whether the one before it is recorded.
-    skip_recorded: bool,
-    /// The step a batched completion names, as found in this execution.
-    completed: Option<Step>,
-}
-
-/// An execution's agent id and status.
-struct ExecState {
-    agent_id: String,
-    status: ExecutionStatus,
-}
 
 pub(super) fn policy_kind(kind: &StepKind) -> Option<policy::StepKind> {
     match kind {
@@ -210,119 +188,35 @@ impl Kernel {
         // shared store the count is read in the snapshot (the previous submit may have gone to
         // another replica); otherwise it is in memory.
         let local_count = self.local_occurrence(lease, &key);
-        let snap = {
-            let (exec_id, lease) = (execution_id.to_owned(), lease.clone());
-            let (kind, target, args_hash) = (kind.clone(), req.target.clone(), args_hash.clone());
-            let (key, asked) = (key.clone(), req.occurrence.unwrap_or(0));
-            let at_most_once = req.idempotency == Idempotency::AtMostOnce;
-            let completed_id = completes.as_ref().map(|c| c.step_id.clone());
-            self.inner
+        let ask = Ask {
+            exec_id: execution_id.to_owned(),
+            lease: lease.clone(),
+            kind: kind.clone(),
+            target: req.target.clone(),
+            args_hash: args_hash.clone(),
+            key: key.clone(),
+            asked: req.occurrence.unwrap_or(0),
+            at_most_once: req.idempotency == Idempotency::AtMostOnce,
+            completed_id: completes.as_ref().map(|c| c.step_id.clone()),
+            local_count,
+        };
+        let (snap, early) = if self.shared() {
+            let new = NewStep {
+                idempotency: req.idempotency,
+                args: args.clone(),
+                completes: completes.clone(),
+            };
+            self.submit_in_one_write(ask, new).await?
+        } else {
+            let snap = self
+                .inner
                 .store
-                .read_unsettled(move |tx| {
-                    // The step's id needs the count, which on a shared store is read here. So
-                    // that a shared store sends the count and the other reads together, they
-                    // are first asked for with a guess (a call not counted yet, the usual case),
-                    // and asked for again only if the count proves the guess wrong.
-                    let plan = |counted: u64| {
-                        let occurrence = counted.max(asked);
-                        let id = |occ| {
-                            identity::step_id(&exec_id, kind.as_str(), &target, &args_hash, occ)
-                        };
-                        let previous = (occurrence > counted).then(|| id(occurrence - 1));
-                        (occurrence, id(occurrence), previous)
-                    };
-                    let guessed = plan(local_count.unwrap_or(0));
-                    // Everything below may be needed: asked for at once.
-                    let mut lookups = vec![
-                        Lookup::ExecutionState(&exec_id),
-                        Lookup::DispatchLease(&lease.dispatch_id),
-                        Lookup::Step(&exec_id, &guessed.1),
-                        Lookup::ExecutionPolicyBundle(&exec_id),
-                        Lookup::AgentOfExecution(&exec_id),
-                    ];
-                    if local_count.is_none() {
-                        let count =
-                            Lookup::AttemptOccurrence(&lease.dispatch_id, lease.attempt, &key);
-                        lookups.insert(0, count);
-                    }
-                    if at_most_once {
-                        lookups.push(Lookup::IndeterminateFailure(
-                            &exec_id, &kind, &target, &args_hash,
-                        ));
-                    }
-                    if let Some(previous) = &guessed.2 {
-                        lookups.push(Lookup::StepExists(&exec_id, previous));
-                    }
-                    if let Some(completed) = &completed_id {
-                        lookups.push(Lookup::Step(&exec_id, completed));
-                    }
-                    tx.prefetch(&lookups)?;
-                    drop(lookups);
-                    let counted = match local_count {
-                        Some(counted) => counted,
-                        None => tx
-                            .attempt_occurrence(&lease.dispatch_id, lease.attempt, &key)?
-                            .map_or(0, |consumed| consumed.saturating_add(1)),
-                    };
-                    let (occurrence, step_id, previous) = plan(counted);
-                    if (&step_id, &previous) != (&guessed.1, &guessed.2) {
-                        let mut again = vec![Lookup::Step(&exec_id, &step_id)];
-                        if let Some(previous) = &previous {
-                            again.push(Lookup::StepExists(&exec_id, previous));
-                        }
-                        tx.prefetch(&again)?;
-                    }
-                    let mut snap = Snapshot {
-                        counted,
-                        occurrence,
-                        step_id,
-                        exec: None,
-                        lease_ok: false,
-                        step: None,
-                        approval_id: None,
-                        bundle: None,
-                        own_bundle: String::new(),
-                        indeterminate: false,
-                        skip_recorded: false,
-                        completed: None,
-                    };
-                    snap.exec = tx
-                        .execution_state(&exec_id)?
-                        .map(|(agent_id, status)| ExecState { agent_id, status });
-                    let Some(e) = &snap.exec else {
-                        return Ok(snap);
-                    };
-                    snap.lease_ok = lease_holds(tx, &exec_id, &lease, true)?;
-                    snap.step = tx.step(&exec_id, &snap.step_id)?;
-                    snap.approval_id = match &snap.step {
-                        Some(s) if s.status == StepStatus::AwaitingApproval => {
-                            tx.pending_approval_for_step(&snap.step_id)?.map(|a| a.id)
-                        }
-                        _ => None,
-                    };
-                    // Policy inputs matter only for a step that is not recorded yet.
-                    if snap.step.is_none() {
-                        snap.own_bundle = tx.execution_policy_bundle(&exec_id)?.unwrap_or_default();
-                        if snap.own_bundle.is_empty() {
-                            snap.bundle = tx.agent(&e.agent_id)?.map(|a| a.policy_bundle);
-                        }
-                        snap.indeterminate = at_most_once
-                            && tx
-                                .has_indeterminate_failure(&exec_id, &kind, &target, &args_hash)?;
-                    }
-                    snap.skip_recorded = match &previous {
-                        Some(previous) => tx.step_exists(&exec_id, previous)?,
-                        None => true,
-                    };
-                    if let Some(completed) = &completed_id {
-                        snap.completed = tx.step(&exec_id, completed)?;
-                    }
-                    Ok(snap)
-                })
-                .await?
+                .read_unsettled(move |tx| read_snapshot(tx, &ask))
+                .await?;
+            (snap, Early::Undecided)
         };
         let (counted, occurrence, step_id) = (snap.counted, snap.occurrence, snap.step_id.clone());
-        let Some(exec) = snap.exec else {
+        let Some(exec) = &snap.exec else {
             return Err(KernelError::not_found());
         };
         if exec.status.is_terminal() {
@@ -364,6 +258,15 @@ impl Kernel {
                     }
                 }
             }
+            None if matches!(early, Early::Recorded(_)) => {
+                Metrics::inc(&self.inner.metrics.replay_misses);
+                let Early::Recorded(out) = early else {
+                    unreachable!("matched above")
+                };
+                *wrote = true;
+                recorded = true;
+                self.recorded(out?)
+            }
             None => {
                 Metrics::inc(&self.inner.metrics.replay_misses);
                 if exec.status == ExecutionStatus::Blocked {
@@ -380,31 +283,9 @@ impl Kernel {
                     target: &req.target,
                     arguments: &args,
                 };
-                let pol = if snap.indeterminate {
-                    policy::Decision::new(
-                        Action::Deny,
-                        REASON_INDETERMINATE_RETRY,
-                        RULE_INDETERMINATE_RETRY,
-                    )
-                } else {
-                    if let Some(text) = &snap.bundle {
-                        let _ = self.inner.policy.sync_bundle(&exec.agent_id, text);
-                    }
-                    let started = Instant::now();
-                    let d = if snap.own_bundle.is_empty() {
-                        self.inner.policy.evaluate(&input)
-                    } else {
-                        self.inner.policy.evaluate_with(&snap.own_bundle, &input)
-                    };
-                    Metrics::inc(&self.inner.metrics.policy_evaluations);
-                    self.inner.metrics.policy_nanos.fetch_add(
-                        started.elapsed().as_nanos() as u64,
-                        std::sync::atomic::Ordering::Relaxed,
-                    );
-                    if let Some(observe) = &self.inner.policy_observer {
-                        observe(&input, &d);
-                    }
-                    d
+                let pol = match early {
+                    Early::Decided(pol) => pol,
+                    _ => self.step_policy(&snap, &exec.agent_id, &input),
                 };
                 let outcome = enforce_rate_limit(&*self.inner.limiter, &pol, &input).await;
                 *wrote = true;
@@ -422,21 +303,8 @@ impl Kernel {
                         )
                         .await;
                 }
-                let step = Step {
-                    step_id: step_id.clone(),
-                    execution_id: execution_id.to_owned(),
-                    kind: kind.clone(),
-                    target: req.target.clone(),
-                    args_hash: args_hash.clone(),
-                    occurrence,
-                    status: StepStatus::Proposed,
-                    idempotency: req.idempotency,
-                    args: Some(args),
-                    result: None,
-                    error: None,
-                    started_at: None,
-                    completed_at: None,
-                };
+                let parts = (execution_id, &kind, req.target.as_str(), args_hash.as_str());
+                let step = proposed(&snap, parts, req.idempotency, args);
                 recorded = true;
                 // A submission that carries a result is durable before it is answered: the
                 // handler has used that result, and the new step's arguments may come from it
@@ -451,6 +319,97 @@ impl Kernel {
         self.advance_occurrence(lease, key, occurrence, recorded)
             .await?;
         Ok(decision.with_step_id(step_id))
+    }
+
+    /// The submission on a shared store, in one write transaction: the snapshot is read with
+    /// the execution's and the dispatch's rows locked, and a new step that needs no rate-limit
+    /// token is decided and recorded before the commit, so the submit waits for two round trips
+    /// (the reads, then the writes with `COMMIT`) where a snapshot and a write of their own
+    /// took three. Anything else (a recorded step, an ended or blocked execution, a lease or
+    /// occurrence refused, a batched result refused, a rate limit) commits nothing and is
+    /// answered from the snapshot by the path every store takes, as if it had been read alone
+    /// (with the policy decision, if one was made).
+    async fn submit_in_one_write(&self, ask: Ask, new: NewStep) -> KernelResult<(Snapshot, Early)> {
+        let k = self.clone();
+        Ok(self
+            .inner
+            .store
+            .write(move |tx| {
+                let snap = read_snapshot(tx, &ask)?;
+                let Some(exec) = &snap.exec else {
+                    return Ok((snap, Early::Undecided));
+                };
+                let open = !exec.status.is_terminal() && exec.status != ExecutionStatus::Blocked;
+                if !open || !snap.lease_ok || !snap.skip_recorded || snap.step.is_some() {
+                    return Ok((snap, Early::Undecided));
+                }
+                let completes = match &new.completes {
+                    Some(c) => match check_batched(c, snap.completed.as_ref(), Some(&snap.step_id))
+                    {
+                        Ok(take) => take.then(|| c.clone()),
+                        Err(_) => return Ok((snap, Early::Undecided)),
+                    },
+                    None => None,
+                };
+                let input = EvalInput {
+                    agent_id: &exec.agent_id,
+                    execution_id: &ask.exec_id,
+                    step_kind: policy_kind(&ask.kind),
+                    target: &ask.target,
+                    arguments: &new.args,
+                };
+                let pol = k.step_policy(&snap, &exec.agent_id, &input);
+                if pol.rate_limit.is_some() {
+                    return Ok((snap, Early::Decided(pol)));
+                }
+                let parts = (
+                    ask.exec_id.as_str(),
+                    &ask.kind,
+                    ask.target.as_str(),
+                    ask.args_hash.as_str(),
+                );
+                let step = proposed(&snap, parts, new.idempotency, new.args);
+                let rec = k.record_of(step, pol, ask.lease, completes);
+                let out = record_step(tx, rec, true)?;
+                Ok((snap, Early::Recorded(out)))
+            })
+            .await?)
+    }
+
+    /// The policy decision on a new step: `deny` for an `at_most_once` call whose earlier
+    /// run's outcome is unknown, else the execution's own bundle's, or its agent's (synced
+    /// from the snapshot's copy first); counted, timed and observed.
+    fn step_policy(
+        &self,
+        snap: &Snapshot,
+        agent_id: &str,
+        input: &EvalInput<'_>,
+    ) -> policy::Decision {
+        if snap.indeterminate {
+            return policy::Decision::new(
+                Action::Deny,
+                REASON_INDETERMINATE_RETRY,
+                RULE_INDETERMINATE_RETRY,
+            );
+        }
+        if let Some(text) = &snap.bundle {
+            let _ = self.inner.policy.sync_bundle(agent_id, text);
+        }
+        let started = Instant::now();
+        let d = if snap.own_bundle.is_empty() {
+            self.inner.policy.evaluate(input)
+        } else {
+            self.inner.policy.evaluate_with(&snap.own_bundle, input)
+        };
+        Metrics::inc(&self.inner.metrics.policy_evaluations);
+        self.inner.metrics.policy_nanos.fetch_add(
+            started.elapsed().as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        if let Some(observe) = &self.inner.policy_observer {
+            observe(input, &d);
+        }
+        d
     }
 
     /// An existing step that needs a write: `allowed`/`proposed` starts executing; an
@@ -517,14 +476,32 @@ impl Kernel {
     /// the same transaction, see `kernel::outcomes`).
     async fn record_new(
         &self,
-        mut step: Step,
+        step: Step,
         pol: policy::Decision,
         lease: Lease,
         defer: bool,
         completes: Option<StepCompletion>,
     ) -> KernelResult<StepDecision> {
+        let rec = self.record_of(step, pol, lease, completes);
+        let record = move |tx: &mut dyn Tx| record_step(tx, rec, false);
+        let store = &self.inner.store;
+        let out = if defer {
+            store.write_deferred(record).await??
+        } else {
+            store.write(record).await??
+        };
+        Ok(self.recorded(out))
+    }
+
+    /// What recording `step` with `pol` writes, as of now.
+    fn record_of(
+        &self,
+        step: Step,
+        pol: policy::Decision,
+        lease: Lease,
+        completes: Option<StepCompletion>,
+    ) -> Record {
         let now_t = self.now();
-        let now = rfc3339(now_t);
         let timeout = pol
             .approval_config
             .as_ref()
@@ -532,140 +509,26 @@ impl Kernel {
             .and_then(|t| t.to_std())
             .filter(|t| !t.is_zero())
             .unwrap_or(self.inner.config.approval_timeout);
-        let timeout_at = rfc3339(now_t + timeout);
-        let approval_id = uuid::Uuid::now_v7().to_string();
-        let shared = self.shared();
-        let record = move |tx: &mut dyn Tx| {
-            // The execution's row before the dispatch's (the lock order); a batched
-            // completion's step last.
-            let mut lookups = vec![
-                Lookup::ExecutionState(&step.execution_id),
-                Lookup::DispatchLease(&lease.dispatch_id),
-                Lookup::StepExists(&step.execution_id, &step.step_id),
-            ];
-            if let Some(c) = &completes {
-                lookups.push(Lookup::Step(&step.execution_id, &c.step_id));
-            }
-            tx.prefetch(&lookups)?;
-            let Some((_, status)) = tx.execution_state(&step.execution_id)? else {
-                return Ok(Err(KernelError::not_found()));
-            };
-            if status.is_terminal() {
-                return Ok(Ok((StepDecision::execution_terminal(), Vec::new())));
-            }
-            if !lease_holds(tx, &step.execution_id, &lease, true)? {
-                return Ok(Err(KernelError::lease_superseded()));
-            }
-            if let Some(c) = &completes
-                && let Err(e) = record_batched(tx, &step.execution_id, &lease, c, &now)?
-            {
-                return Ok(Err(e));
-            }
-            if shared {
-                let key = (
-                    step.kind.as_str().to_owned(),
-                    step.target.clone(),
-                    step.args_hash.clone(),
-                );
-                record_progress(tx, &lease, &key, step.occurrence, &now)?;
-            }
-            if tx.step_exists(&step.execution_id, &step.step_id)? {
-                return Ok(Err(KernelError::conflict("step already recorded")));
-            }
-            let mut events: Events = vec![(EventType::StepProposed, payload(&step_event(&step)))];
-            let mut ended = Vec::new();
-            let decision = match pol.action {
-                Action::Allow => {
-                    step.status = StepStatus::Executing;
-                    step.started_at = Some(now.clone());
-                    tx.put_step(&step)?;
-                    events.push((
-                        EventType::StepAllowed,
-                        payload(&step_event(&step).with_rule_id(&pol.rule_id)),
-                    ));
-                    events.push((EventType::StepExecuting, payload(&step_event(&step))));
-                    StepDecision::proceed()
-                }
-                Action::Deny => {
-                    let error = denial_error(&pol.reason, &pol.rule_id);
-                    events.push(deny_step(tx, &mut step, error, &pol.rule_id, &now)?);
-                    let reason = if pol.reason.is_empty() {
-                        crate::protocol::REASON_POLICY_DENIED
-                    } else {
-                        pol.reason.as_str()
-                    };
-                    StepDecision::denied(reason)
-                }
-                Action::RequireApproval => {
-                    let config = pol.approval_config.clone().unwrap_or_default();
-                    let approval = Approval {
-                        id: approval_id.clone(),
-                        step_id: step.step_id.clone(),
-                        execution_id: step.execution_id.clone(),
-                        status: ApprovalStatus::Pending,
-                        approvers: Some(if config.approvers.is_empty() {
-                            Value::Null
-                        } else {
-                            Value::from(config.approvers.clone())
-                        }),
-                        message: config.message.clone(),
-                        timeout_at: timeout_at.clone(),
-                        decided_by: String::new(),
-                        asserted_by: String::new(),
-                        decided_at: None,
-                        rationale: String::new(),
-                        created_at: now.clone(),
-                    };
-                    tx.put_approval(&approval)?;
-                    step.status = StepStatus::AwaitingApproval;
-                    tx.put_step(&step)?;
-                    events.push((
-                        EventType::StepAwaitingApproval,
-                        payload(&step_event(&step).with_rule_id(&pol.rule_id)),
-                    ));
-                    events.push((
-                        EventType::ApprovalRequested,
-                        payload(&ApprovalEventPayload {
-                            approval_id: approval.id.clone(),
-                            step_id: step.step_id.clone(),
-                            execution_id: step.execution_id.clone(),
-                            status: ApprovalStatus::Pending,
-                            decided_by: None,
-                            asserted_by: None,
-                            rationale: None,
-                        }),
-                    ));
-                    events.push((
-                        EventType::ExecutionBlocked,
-                        payload(&ExecutionEventPayload::new(
-                            &step.execution_id,
-                            ExecutionStatus::Blocked,
-                        )),
-                    ));
-                    let Some(mut exec) = tx.execution(&step.execution_id)? else {
-                        return Ok(Err(KernelError::not_found()));
-                    };
-                    exec.status = ExecutionStatus::Blocked;
-                    exec.updated_at = now.clone();
-                    tx.put_execution(&exec)?;
-                    ended = retire_dispatches(tx, &exec.id, &now)?;
-                    StepDecision::blocked(approval.id)
-                }
-            };
-            tx.record_events(&step.execution_id, &now, &events)?;
-            Ok(Ok((decision, ended)))
-        };
-        let store = &self.inner.store;
-        let (decision, ended) = if defer {
-            store.write_deferred(record).await??
-        } else {
-            store.write(record).await??
-        };
+        Record {
+            step,
+            pol,
+            lease,
+            completes,
+            now: rfc3339(now_t),
+            timeout_at: rfc3339(now_t + timeout),
+            approval_id: uuid::Uuid::now_v7().to_string(),
+            shared: self.shared(),
+        }
+    }
+
+    /// After a new step's record committed: the attempts it ended are forgotten, and the
+    /// approval it requested, if any, is announced.
+    fn recorded(&self, (decision, ended): (StepDecision, Ended)) -> StepDecision {
         self.forget_attempts(&ended);
         if decision.approval_id.is_some() {
             self.inner.approvals_changed.notify_one();
         }
-        Ok(decision)
+        decision
     }
 
     /// A refusal by the rate limit: `step.rate_limited`, and the answer `rate_limited`; or, when
@@ -745,5 +608,47 @@ impl Kernel {
             self.announce_dispatch();
         }
         Ok(decision)
+    }
+}
+
+/// What a submission records if its step is new (see `Kernel::submit_in_one_write`).
+struct NewStep {
+    idempotency: Idempotency,
+    args: Value,
+    completes: Option<StepCompletion>,
+}
+
+/// What the submission's own transaction decided beyond its snapshot.
+enum Early {
+    /// Nothing: the snapshot alone.
+    Undecided,
+    /// The policy decision on the new step, which takes a rate-limit token.
+    Decided(policy::Decision),
+    /// The new step, recorded (or refused by the record's own checks).
+    Recorded(KernelResult<(StepDecision, Ended)>),
+}
+
+/// A new step as submitted, `proposed`, at the snapshot's occurrence: `(execution, kind,
+/// target, args hash)`.
+fn proposed(
+    snap: &Snapshot,
+    (execution_id, kind, target, args_hash): (&str, &StepKind, &str, &str),
+    idempotency: Idempotency,
+    args: Value,
+) -> Step {
+    Step {
+        step_id: snap.step_id.clone(),
+        execution_id: execution_id.to_owned(),
+        kind: kind.clone(),
+        target: target.to_owned(),
+        args_hash: args_hash.to_owned(),
+        occurrence: snap.occurrence,
+        status: StepStatus::Proposed,
+        idempotency,
+        args: Some(args),
+        result: None,
+        error: None,
+        started_at: None,
+        completed_at: None,
     }
 }

@@ -20,11 +20,14 @@
 //! back and leaves with the next read, or with `COMMIT` ([`Tx::record_events`],
 //! [`Tx::record_renewal`] and every `put_*` are such writes); the reads the kernel announces
 //! with [`Tx::prefetch`] leave together; a read-only transaction does not wait for its
-//! `COMMIT`; held-back writes that touch nothing in common go as one statement. The submit's
-//! snapshot read is then one round trip (its occurrence count, guessed, with everything else),
-//! the submit's write two (the rows it checks, then its writes with the commit) and the
-//! complete's write two, down from 8, 9 and 7; the server runs 20 statements per step, down
-//! from 26. See the README's performance notes for what a step costs.
+//! `COMMIT`; held-back writes that touch nothing in common go as one statement. On this store
+//! the kernel's submit is one write transaction (see `kernel::steps`): its reads (the
+//! occurrence count, guessed, with the execution's and the dispatch's rows locked and
+//! everything else) are one round trip, its writes with the commit another; the complete's
+//! write is two (the rows it checks, then its writes with the commit). A step waits for 4
+//! round trips (before the pipelining, its reads and writes waited for 24), and the server
+//! runs 15 statements for it (once 26). See the README's performance notes for what a step
+//! costs.
 //!
 //! Why not a server-side function per operation, which would make each one round trip: the
 //! kernel's decision between the submit's read and its write (policy, rate limits) and its

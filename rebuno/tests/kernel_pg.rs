@@ -37,25 +37,37 @@ fn fresh_schema() -> String {
 
 /// Two kernels on one fresh schema (replicas `a` and `b`), sharing one manual clock.
 async fn replicas(config: KernelConfig) -> (Env, Env) {
+    let ((a, _), (b, _)) = replicas_and_stores(config).await;
+    (a, b)
+}
+
+/// [`replicas`], each with its store.
+async fn replicas_and_stores(config: KernelConfig) -> ((Env, Arc<PgStore>), (Env, Arc<PgStore>)) {
     let schema = fresh_schema();
     let clock = Arc::new(ManualClock::new(t0()));
     let mut envs = Vec::new();
     for name in ["a", "b"] {
-        let store = PgStore::connect(pg_options(&schema)).await.unwrap();
+        let store = Arc::new(PgStore::connect(pg_options(&schema)).await.unwrap());
         let config = KernelConfig {
             replica_id: format!("replica-{name}"),
             ..config.clone()
         };
-        envs.push(Env {
-            k: build(Arc::new(store), &clock, &config).await,
+        let env = Env {
+            k: build(store.clone(), &clock, &config).await,
             clock: Arc::clone(&clock),
             config,
             backend: Backend::Postgres,
             db: None,
-        });
+        };
+        envs.push((env, store));
     }
     let b = envs.pop().unwrap();
     (envs.pop().unwrap(), b)
+}
+
+/// The statements a store's execution locks (held across transactions) have sent.
+fn lock_statements(store: &PgStore) -> u64 {
+    store.statements() - store.pool().statements()
 }
 
 /// One kernel on a fresh schema, and its store.
@@ -83,7 +95,7 @@ fn call_of(target: &str, args: &str) -> SubmitStepRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
-async fn a_proceed_step_waits_for_four_round_trips_and_runs_fifteen_statements() {
+async fn a_proceed_step_waits_for_four_round_trips_and_runs_seventeen_statements() {
     let (env, store) = one_kernel().await;
     env.agent("agent", "").await;
     let (exec, lease) = env.start("agent").await;
@@ -100,19 +112,128 @@ async fn a_proceed_step_waits_for_four_round_trips_and_runs_fifteen_statements()
         step(i).await;
     }
     let (before, sent) = (store.pool().round_trips(), store.pool().statements());
+    let locks = lock_statements(&store);
     for i in 3..8 {
         step(i).await;
     }
-    // The submit is one write transaction: its reads (the occurrence count, the execution and
-    // the lease with their rows locked, the step, the policy inputs) at once, then its writes
-    // with the commit; the complete's write likewise: the rows it checks, then its writes with
-    // the commit. The execution locks have a pool of their own.
+    // The submit is one write transaction: its reads (the execution's lock, the occurrence
+    // count, the execution and the lease with their rows locked, the step, the policy
+    // inputs) at once, then its writes with the commit; the complete's write likewise: the
+    // lock and the rows it checks, then its writes with the commit.
     assert_eq!(store.pool().round_trips() - before, 4 * 5);
-    // The statements the server runs per step: the submit's 9 (`BEGIN`, the count, the
-    // execution with its transaction key, the lease, the step, the execution's bundle, the
-    // agent; its four writes as one statement; `COMMIT`), the complete's 6 (`BEGIN`, the
-    // execution, the lease, the step; its two writes as one; `COMMIT`).
-    assert_eq!(store.pool().statements() - sent, 5 * 15);
+    // The statements the server runs per step: the submit's 10 (`BEGIN`, the lock, the
+    // count, the execution with its transaction key, the lease, the step, the execution's
+    // bundle, the agent; its four writes as one statement; `COMMIT`), the complete's 7
+    // (`BEGIN`, the lock, the execution, the lease, the step; its two writes as one;
+    // `COMMIT`).
+    assert_eq!(store.pool().statements() - sent, 5 * 17);
+    // No lock held across transactions was taken or released.
+    assert_eq!(lock_statements(&store), locks);
+}
+
+/// A step whose result rides with the next submission (the SDK's batching) costs that
+/// submission nothing more to wait for: its one transaction reads the completed step with
+/// the rest of the snapshot and writes the result with the new step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn a_submission_carrying_the_last_result_waits_for_two_round_trips() {
+    let (env, store) = one_kernel().await;
+    env.agent("agent", "").await;
+    let (exec, lease) = env.start("agent").await;
+    let (mut ids, mut before) = (Vec::<String>::new(), 0);
+    for i in 0..8u64 {
+        if i == 3 {
+            // The first steps prepare every statement on the connections they use.
+            before = store.pool().round_trips();
+        }
+        let mut call = call_of("tool", &format!(r#"{{"i":{i}}}"#));
+        call.completes = ids.last().map(|id| rebuno::protocol::StepCompletion {
+            step_id: id.clone(),
+            result: json!(i - 1),
+        });
+        ids.push(env.proceed(&exec, &lease, call).await);
+    }
+    assert_eq!(store.pool().round_trips() - before, 2 * 5);
+    for (i, id) in ids.iter().enumerate().take(7) {
+        assert_eq!(env.step(&exec, id).await.result, Some(json!(i)));
+    }
+    env.events(&exec).await; // gapless
+}
+
+/// An agent whose requests alternate between two replicas (as behind a round-robin balancer)
+/// has each request take the execution's lock inside its own transaction: no lock held across
+/// transactions, so no round trip to take one and none to release it (once two per request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn requests_alternating_between_replicas_lock_in_their_own_transactions() {
+    let ((a, sa), (b, sb)) = replicas_and_stores(config()).await;
+    a.agent("agent", "").await;
+    let (exec, lease) = a.start("agent").await;
+    let (envs, stores) = ([&a, &b], [&sa, &sb]);
+    let trips = || stores.map(|s| s.pool().round_trips()).iter().sum::<u64>();
+    let locks = || stores.map(|s| lock_statements(s)).iter().sum::<u64>();
+    let mut ids = Vec::new();
+    let (mut before, mut locked) = (0, 0);
+    for i in 0..8usize {
+        if i == 3 {
+            // The first steps prepare every statement on the connections they use.
+            (before, locked) = (trips(), locks());
+        }
+        let call = call_of("tool", &format!(r#"{{"i":{i}}}"#));
+        let id = envs[i % 2].proceed(&exec, &lease, call).await;
+        envs[(i + 1) % 2]
+            .complete(&exec, &id, &lease, json!(i))
+            .await;
+        ids.push(id);
+    }
+    assert_eq!(locks(), locked, "no lock was held across transactions");
+    assert_eq!(trips() - before, 4 * 5, "a step waits for four round trips");
+    for (i, id) in ids.iter().enumerate() {
+        let step = b.step(&exec, id).await;
+        assert_eq!(step.result, Some(json!(i)));
+    }
+    a.events(&exec).await; // gapless
+}
+
+/// A replica holding an execution's lock across transactions holds back every other
+/// replica's submit and complete for that execution until it lets go: the transaction that
+/// finds the lock taken records nothing and the request waits for the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+async fn a_lock_held_by_another_replica_holds_back_a_submit_and_a_complete() {
+    let ((a, sa), (_b, sb)) = replicas_and_stores(config()).await;
+    a.agent("agent", "").await;
+    let (exec, lease) = a.start("agent").await;
+    let first = a.proceed(&exec, &lease, call_of("tool", "{}")).await;
+    let before = a.events(&exec).await.len();
+    // Each request in turn, while replica B holds the lock.
+    for request in 0..2 {
+        let held = sb.lock_execution(&exec).await.unwrap();
+        let locks = lock_statements(&sa);
+        let (k, id, lease, first) = (a.k.clone(), exec.clone(), lease.clone(), first.clone());
+        let mut answer = tokio::spawn(async move {
+            match request {
+                0 => k.submit_step(&id, &lease, call_of("next", "{}")).await,
+                _ => k.complete_step(&id, &first, &lease, Some(json!(1))).await,
+            }
+        });
+        let waited = tokio::time::timeout(Duration::from_millis(300), &mut answer).await;
+        assert!(waited.is_err(), "request {request} went ahead of the lock");
+        assert_eq!(a.events(&exec).await.len(), before + 3 * request);
+        drop(held);
+        let d = answer.await.unwrap().unwrap();
+        let expected = [Decision::Proceed, Decision::Recorded][request];
+        assert_eq!(d.decision, expected);
+        // The lock it then took is counted once its release has run.
+        let mut polls = 0;
+        while lock_statements(&sa) == locks && polls < 200 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            polls += 1;
+        }
+        assert!(lock_statements(&sa) > locks, "it took the lock itself");
+    }
+    let events = a.events(&exec).await;
+    assert_eq!(events.len(), before + 4);
 }
 
 /// A lease's renewal, which every step writes (`locked_at`, `updated_at`), changes no indexed
@@ -636,8 +757,13 @@ async fn submissions(env: &Env) -> Vec<String> {
 async fn every_kind_of_submission_is_decided_and_recorded_as_on_sqlite() {
     let (pg, _) = one_kernel().await;
     let on_pg = submissions(&pg).await;
-    let on_sqlite = submissions(&Env::new(Backend::File, config()).await).await;
+    let sqlite = Env::new(Backend::File, config()).await;
+    let on_sqlite = submissions(&sqlite).await;
     assert_eq!(on_pg, on_sqlite);
+    // Each new step's policy was evaluated once, on PostgreSQL too, where a submission its
+    // first transaction cannot finish runs again (a rate-limited one among them).
+    let evaluations = |env: &Env| env.k.metrics().policy_evaluations.load(Ordering::Relaxed);
+    assert_eq!(evaluations(&pg), evaluations(&sqlite));
     // The answers are what the policy says (see `BUNDLE`).
     let answers: Vec<&str> = on_pg.iter().map(String::as_str).collect();
     assert_eq!(

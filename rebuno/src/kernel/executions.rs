@@ -601,7 +601,7 @@ impl Kernel {
                 // The batched result before anything else is written, so a refusal ends
                 // nothing; its step's events come before the execution's end.
                 if let Some(c) = &completes
-                    && let Err(e) = record_batched(tx, &id, &lease, c, &now)?
+                    && let Err(e) = record_batched(tx, &id, &lease, c, &now, None)?
                 {
                     return Ok(Err(e));
                 }

@@ -34,7 +34,7 @@ impl Kernel {
         let (exec_id, lease) = (execution_id.to_owned(), lease.clone());
         self.inner
             .store
-            .write(move |tx| record_batched(tx, &exec_id, &lease, &completion, &now))
+            .write(move |tx| record_batched(tx, &exec_id, &lease, &completion, &now, None))
             .await?
     }
 
@@ -117,10 +117,34 @@ impl Kernel {
         checkpoints.check().map_err(KernelError::validation)?;
         // The step must belong to the path's execution (the Go kernel ignores the path; a
         // mismatch is a 404 here), checked inside the transaction, under that execution's lock.
-        let _guard = self.lock_execution(execution_id).await?;
+        // On a shared store whose lock of the execution this process does not hold, the
+        // write takes that lock itself, first (a round trip less to take it and none to
+        // release it); if another process holds it, the write did nothing, and runs again
+        // under the store's lock.
+        let mut guard = self.lock_execution_here(execution_id).await;
         let now = self.now_text();
         let (lease, step_id, exec_id) =
             (lease.clone(), step_id.to_owned(), execution_id.to_owned());
+        if self.shared() && !guard.shares() {
+            let (lease, step_id, exec_id, now) =
+                (lease.clone(), step_id.clone(), exec_id.clone(), now.clone());
+            let (outcome, checkpoints) = (outcome.clone(), checkpoints.clone());
+            let locked = self
+                .inner
+                .store
+                .write(move |tx| {
+                    if !finish_lookups(tx, &exec_id, &step_id, &lease, true)? {
+                        return Ok(None);
+                    }
+                    finish_step_tx(tx, &exec_id, &step_id, &lease, outcome, &checkpoints, &now)
+                        .map(Some)
+                })
+                .await?;
+            if let Some(answer) = locked {
+                return answer;
+            }
+            guard.share(self).await?;
+        }
         self.inner
             .store
             .write(move |tx| {
@@ -128,6 +152,31 @@ impl Kernel {
             })
             .await?
     }
+}
+
+/// Announces what [`finish_step_tx`] reads (the step, then the execution's row before the
+/// dispatch's: the lock order); with `lock`, the store's lock of the execution first
+/// ([`Tx::try_lock_execution`]), answering whether it was taken (else `true`).
+fn finish_lookups(
+    tx: &mut dyn Tx,
+    execution_id: &str,
+    step_id: &str,
+    lease: &Lease,
+    lock: bool,
+) -> StoreResult<bool> {
+    let reads = [
+        Lookup::Step(execution_id, step_id),
+        Lookup::ExecutionState(execution_id),
+        Lookup::DispatchLease(&lease.dispatch_id),
+    ];
+    if !lock {
+        tx.prefetch(&reads)?;
+        return Ok(true);
+    }
+    let mut lookups = vec![Lookup::ExecutionLock(execution_id)];
+    lookups.extend(reads);
+    tx.prefetch(&lookups)?;
+    tx.try_lock_execution(execution_id)
 }
 
 fn finish_step_tx(
@@ -139,19 +188,46 @@ fn finish_step_tx(
     checkpoints: &Checkpoints,
     now: &str,
 ) -> StoreResult<KernelResult<StepDecision>> {
-    // The step, then the execution's row before the dispatch's (the lock order).
-    tx.prefetch(&[
-        Lookup::Step(execution_id, step_id),
-        Lookup::ExecutionState(execution_id),
-        Lookup::DispatchLease(&lease.dispatch_id),
-    ])?;
-    let Some(mut step) = tx.step(execution_id, step_id)? else {
+    // Announced already when the transaction took the store's lock (nothing is sent again).
+    finish_lookups(tx, execution_id, step_id, lease, false)?;
+    let Some(step) = tx.step(execution_id, step_id)? else {
         return Ok(Err(KernelError::not_found()));
     };
     let Some((_, status)) = tx.execution_state(execution_id)? else {
         return Ok(Err(KernelError::not_found()));
     };
-    if status.is_terminal() {
+    // Answered from the announced reads: asked for here, used in its turn below.
+    let lease_ok = lease_holds(tx, execution_id, lease, false)?;
+    let found = Found {
+        step,
+        terminal: status.is_terminal(),
+        lease_ok,
+    };
+    finish_found(tx, found, outcome, checkpoints, now)
+}
+
+/// What [`finish_found`] needs read, in its transaction: the step, whether its execution has
+/// ended, and whether the lease holds (any status of the same attempt).
+struct Found {
+    step: Step,
+    terminal: bool,
+    lease_ok: bool,
+}
+
+/// [`finish_step_tx`] once its reads are made.
+fn finish_found(
+    tx: &mut dyn Tx,
+    found: Found,
+    outcome: Result<Value, Value>,
+    checkpoints: &Checkpoints,
+    now: &str,
+) -> StoreResult<KernelResult<StepDecision>> {
+    let Found {
+        mut step,
+        terminal,
+        lease_ok,
+    } = found;
+    if terminal {
         return Ok(Ok(StepDecision::execution_terminal()));
     }
     match step.status {
@@ -167,7 +243,7 @@ fn finish_step_tx(
         }
         _ => {}
     }
-    if !lease_holds(tx, &step.execution_id, lease, false)? {
+    if !lease_ok {
         return Ok(Err(KernelError::lease_superseded()));
     }
     // The step state machine decides: only an executing step can take an outcome.
@@ -179,7 +255,7 @@ fn finish_step_tx(
     if let Err(e) = step.status.transition(to) {
         return Ok(Err(KernelError::from(&e)));
     }
-    let plan = match plan_checkpoints(tx, execution_id, step_id, checkpoints, now)? {
+    let plan = match plan_checkpoints(tx, &step.execution_id, &step.step_id, checkpoints, now)? {
         Ok(plan) => plan,
         Err(e) => return Ok(Err(e)),
     };
@@ -208,7 +284,8 @@ fn finish_step_tx(
     step.completed_at = Some(now.to_owned());
     tx.put_step(&step)?;
     tx.record_events(&step.execution_id, now, &[event])?;
-    apply_checkpoints(tx, execution_id, plan, now)?;
+    let execution_id = step.execution_id.clone();
+    apply_checkpoints(tx, &execution_id, plan, now)?;
     Ok(Ok(StepDecision::recorded()))
 }
 
@@ -258,14 +335,23 @@ pub(super) fn check_batched(
 /// execution's lock is held from the snapshot on, so this only fails if something outside it
 /// changed the step): answers `Ok(())` with nothing written when it was already recorded.
 /// Must come before anything else the transaction writes, so a refusal writes nothing.
+///
+/// `read`: the completion's step as the caller read it in this transaction, having found the
+/// execution open and the lease in flight with their rows locked (the submission's snapshot on
+/// a shared store), so nothing is read again; `None`: everything is read here.
 pub(super) fn record_batched(
     tx: &mut dyn Tx,
     execution_id: &str,
     lease: &Lease,
     completion: &StepCompletion,
     now: &str,
+    read: Option<Step>,
 ) -> StoreResult<KernelResult<()>> {
-    let found = tx.step(execution_id, &completion.step_id)?;
+    let checked = read.is_some();
+    let found = match read {
+        Some(step) => Some(step),
+        None => tx.step(execution_id, &completion.step_id)?,
+    };
     match check_batched(completion, found.as_ref(), None) {
         Ok(true) => {}
         Ok(false) => return Ok(Ok(())),
@@ -274,8 +360,16 @@ pub(super) fn record_batched(
     let outcome = Ok(completion.result.clone());
     let step_id = &completion.step_id;
     let no_checkpoints = Checkpoints::default();
-    Ok(
-        match finish_step_tx(
+    let answer = match found {
+        Some(step) if checked => {
+            let found = Found {
+                step,
+                terminal: false,
+                lease_ok: true,
+            };
+            finish_found(tx, found, outcome, &no_checkpoints, now)?
+        }
+        _ => finish_step_tx(
             tx,
             execution_id,
             step_id,
@@ -283,13 +377,14 @@ pub(super) fn record_batched(
             outcome,
             &no_checkpoints,
             now,
-        )? {
-            Ok(d) if d.decision == crate::protocol::Decision::Recorded => Ok(()),
-            Ok(d) => Err(KernelError::conflict(format!(
-                "completes: step {step_id} could not take its result ({})",
-                d.decision
-            ))),
-            Err(e) => Err(e),
-        },
-    )
+        )?,
+    };
+    Ok(match answer {
+        Ok(d) if d.decision == crate::protocol::Decision::Recorded => Ok(()),
+        Ok(d) => Err(KernelError::conflict(format!(
+            "completes: step {step_id} could not take its result ({})",
+            d.decision
+        ))),
+        Err(e) => Err(e),
+    })
 }

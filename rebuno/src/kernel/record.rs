@@ -23,6 +23,9 @@ pub(super) struct Record {
     pub(super) lease: Lease,
     /// A batched completion, recorded first.
     pub(super) completes: Option<StepCompletion>,
+    /// With `checked` (see [`record_step`]): the batched completion's step as the caller read
+    /// it in this transaction, so it is not read again.
+    pub(super) completed: Option<Step>,
     pub(super) now: String,
     /// When an approval it requests times out.
     pub(super) timeout_at: String,
@@ -45,6 +48,7 @@ pub(super) fn record_step(
         pol,
         lease,
         completes,
+        completed,
         now,
         timeout_at,
         approval_id,
@@ -73,7 +77,7 @@ pub(super) fn record_step(
         }
     }
     if let Some(c) = &completes
-        && let Err(e) = record_batched(tx, &step.execution_id, &lease, c, &now)?
+        && let Err(e) = record_batched(tx, &step.execution_id, &lease, c, &now, completed)?
     {
         return Ok(Err(e));
     }

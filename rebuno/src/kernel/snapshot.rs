@@ -12,6 +12,9 @@ use crate::store::{Lookup, OccurrenceKey, StoreResult, Tx};
 
 /// What one snapshot read learns about a submission.
 pub(super) struct Snapshot {
+    /// The store's lock of the execution, asked for in the transaction ([`Ask::lock`]), is
+    /// held by another process: nothing else was read.
+    pub(super) busy: bool,
     /// The attempt's next occurrence of the call, as counted.
     pub(super) counted: u64,
     /// The occurrence the step is submitted as (the count, or the agent's if ahead).
@@ -41,6 +44,7 @@ pub(super) struct ExecState {
 }
 
 /// What a submission asks the snapshot for.
+#[derive(Clone)]
 pub(super) struct Ask {
     pub(super) exec_id: String,
     pub(super) lease: Lease,
@@ -57,6 +61,9 @@ pub(super) struct Ask {
     /// The attempt's count of the call, when the kernel keeps it in memory (a store of one
     /// process); `None`: read here.
     pub(super) local_count: Option<u64>,
+    /// Take the store's lock of the execution in the transaction, before anything is read
+    /// ([`Tx::try_lock_execution`]): on a shared store whose lock the kernel does not hold.
+    pub(super) lock: bool,
 }
 
 /// Reads what `ask` needs in `tx` (see the module docs).
@@ -106,8 +113,30 @@ pub(super) fn read_snapshot(tx: &mut dyn Tx, ask: &Ask) -> StoreResult<Snapshot>
     if let Some(completed) = &ask.completed_id {
         lookups.push(Lookup::Step(&ask.exec_id, completed));
     }
+    if ask.lock {
+        lookups.insert(0, Lookup::ExecutionLock(&ask.exec_id));
+    }
     tx.prefetch(&lookups)?;
     drop(lookups);
+    let mut snap = Snapshot {
+        busy: false,
+        counted: 0,
+        occurrence: 0,
+        step_id: String::new(),
+        exec: None,
+        lease_ok: false,
+        step: None,
+        approval_id: None,
+        bundle: None,
+        own_bundle: String::new(),
+        indeterminate: false,
+        skip_recorded: false,
+        completed: None,
+    };
+    if ask.lock && !tx.try_lock_execution(&ask.exec_id)? {
+        snap.busy = true;
+        return Ok(snap);
+    }
     let counted = match ask.local_count {
         Some(counted) => counted,
         None => tx
@@ -122,20 +151,7 @@ pub(super) fn read_snapshot(tx: &mut dyn Tx, ask: &Ask) -> StoreResult<Snapshot>
         }
         tx.prefetch(&again)?;
     }
-    let mut snap = Snapshot {
-        counted,
-        occurrence,
-        step_id,
-        exec: None,
-        lease_ok: false,
-        step: None,
-        approval_id: None,
-        bundle: None,
-        own_bundle: String::new(),
-        indeterminate: false,
-        skip_recorded: false,
-        completed: None,
-    };
+    (snap.counted, snap.occurrence, snap.step_id) = (counted, occurrence, step_id);
     snap.exec = tx
         .execution_state(&ask.exec_id)?
         .map(|(agent_id, status)| ExecState { agent_id, status });

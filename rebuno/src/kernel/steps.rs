@@ -8,10 +8,13 @@
 //! On a store several processes share (PostgreSQL) the snapshot is read inside the write
 //! transaction, with the execution's and the dispatch's rows locked, and a new step that takes
 //! no rate-limit token is decided and recorded in that same transaction: one transaction of two
-//! round trips where a snapshot and a write took three. Everything else the snapshot decides
-//! goes the way every store takes, from the same snapshot (`kernel::snapshot`; the record
-//! itself is `kernel::record`). A store of one process keeps the snapshot on its readers, so
-//! its writer is not held while reads and policy run.
+//! round trips where a snapshot and a write took three. That transaction also takes the
+//! execution's lock across processes, first, unless this process holds it: a request that
+//! lands on another replica than the one before (a load balancer) takes no lock held across
+//! transactions. Everything else the snapshot decides, or a lock another process holds, goes
+//! the way every store takes, under the store's lock (`kernel::snapshot`; the record itself is
+//! `kernel::record`). A store of one process keeps the snapshot on its readers, so its writer
+//! is not held while reads and policy run.
 //!
 //! Durability of a new step's record follows what its loss would cost (see [`defers`]): a
 //! `proceed` for a `safe_to_retry` step that takes no rate-limit token is committed and
@@ -28,7 +31,7 @@ use super::dispatch::{lease_holds, retire_dispatches};
 use super::outcomes::check_batched;
 use super::record::{Record, record_step};
 use super::snapshot::{Ask, Snapshot, read_snapshot};
-use super::volatile::Ended;
+use super::volatile::{Ended, ExecGuard};
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::policy::{self, Action, EvalInput, enforce_rate_limit};
 use crate::protocol::{
@@ -175,7 +178,9 @@ impl Kernel {
             .parse_args()
             .map_err(|e| KernelError::validation(format!("invalid args: {e}")))?;
         let completes = req.completes.take();
-        let _guard = self.lock_execution(execution_id).await?;
+        // On a shared store the store's lock is taken by the submission's own transaction
+        // when it can be (see `submit_shared`).
+        let mut guard = self.lock_execution_here(execution_id).await;
         let kind = req.kind.clone();
         let key = (
             kind.as_str().to_owned(),
@@ -199,6 +204,7 @@ impl Kernel {
             at_most_once: req.idempotency == Idempotency::AtMostOnce,
             completed_id: completes.as_ref().map(|c| c.step_id.clone()),
             local_count,
+            lock: false,
         };
         let (snap, early) = if self.shared() {
             let new = NewStep {
@@ -206,8 +212,9 @@ impl Kernel {
                 args: args.clone(),
                 completes: completes.clone(),
             };
-            self.submit_in_one_write(ask, new).await?
+            self.submit_shared(&mut guard, ask, new).await?
         } else {
+            guard.share(self).await?;
             let snap = self
                 .inner
                 .store
@@ -321,6 +328,36 @@ impl Kernel {
         Ok(decision.with_step_id(step_id))
     }
 
+    /// The submission on a shared store. Unless this process holds the store's lock of the
+    /// execution, its one write transaction takes that lock itself, first: a submission that
+    /// transaction records holds the lock across processes for no round trip of its own. If
+    /// another process holds the lock, or the transaction cannot finish the submission (see
+    /// `submit_in_one_write`), it committed nothing: the submission runs again under the
+    /// store's lock, taken for the rest of the request, with the policy decision the first
+    /// transaction made, if it made one (a decision is evaluated and observed once).
+    async fn submit_shared(
+        &self,
+        guard: &mut ExecGuard<'_>,
+        mut ask: Ask,
+        new: NewStep,
+    ) -> KernelResult<(Snapshot, Early)> {
+        let mut decided = None;
+        if !guard.shares() {
+            let first = Ask {
+                lock: true,
+                ..ask.clone()
+            };
+            match self.submit_in_one_write(first, new.clone(), None).await? {
+                (snap, Early::Recorded(out)) => return Ok((snap, Early::Recorded(out))),
+                (_, Early::Decided(pol)) => decided = Some(pol),
+                (_, Early::Undecided) => {}
+            }
+            guard.share(self).await?;
+        }
+        ask.lock = false;
+        self.submit_in_one_write(ask, new, decided).await
+    }
+
     /// The submission on a shared store, in one write transaction: the snapshot is read with
     /// the execution's and the dispatch's rows locked, and a new step that needs no rate-limit
     /// token is decided and recorded before the commit, so the submit waits for two round trips
@@ -329,13 +366,23 @@ impl Kernel {
     /// occurrence refused, a batched result refused, a rate limit) commits nothing and is
     /// answered from the snapshot by the path every store takes, as if it had been read alone
     /// (with the policy decision, if one was made).
-    async fn submit_in_one_write(&self, ask: Ask, new: NewStep) -> KernelResult<(Snapshot, Early)> {
+    /// `decided`: the policy's decision on this step, made by an earlier such transaction.
+    /// A snapshot that found the store's lock held elsewhere is `busy`, and `Undecided`.
+    async fn submit_in_one_write(
+        &self,
+        ask: Ask,
+        new: NewStep,
+        decided: Option<policy::Decision>,
+    ) -> KernelResult<(Snapshot, Early)> {
         let k = self.clone();
         Ok(self
             .inner
             .store
             .write(move |tx| {
                 let snap = read_snapshot(tx, &ask)?;
+                if snap.busy {
+                    return Ok((snap, Early::Undecided));
+                }
                 let Some(exec) = &snap.exec else {
                     return Ok((snap, Early::Undecided));
                 };
@@ -358,7 +405,10 @@ impl Kernel {
                     target: &ask.target,
                     arguments: &new.args,
                 };
-                let pol = k.step_policy(&snap, &exec.agent_id, &input);
+                let pol = match decided {
+                    Some(pol) => pol,
+                    None => k.step_policy(&snap, &exec.agent_id, &input),
+                };
                 if pol.rate_limit.is_some() {
                     return Ok((snap, Early::Decided(pol)));
                 }
@@ -369,7 +419,11 @@ impl Kernel {
                     ask.args_hash.as_str(),
                 );
                 let step = proposed(&snap, parts, new.idempotency, new.args);
-                let rec = k.record_of(step, pol, ask.lease, completes);
+                let mut rec = k.record_of(step, pol, ask.lease, completes);
+                if rec.completes.is_some() {
+                    // Read above, with the execution open and the lease in flight.
+                    rec.completed = snap.completed.clone();
+                }
                 let out = record_step(tx, rec, true)?;
                 Ok((snap, Early::Recorded(out)))
             })
@@ -514,6 +568,7 @@ impl Kernel {
             pol,
             lease,
             completes,
+            completed: None,
             now: rfc3339(now_t),
             timeout_at: rfc3339(now_t + timeout),
             approval_id: uuid::Uuid::now_v7().to_string(),
@@ -612,6 +667,7 @@ impl Kernel {
 }
 
 /// What a submission records if its step is new (see `Kernel::submit_in_one_write`).
+#[derive(Clone)]
 struct NewStep {
     idempotency: Idempotency,
     args: Value,

@@ -111,9 +111,24 @@ pub(crate) struct ExecGuard<'a> {
     // Field order is drop order: the store's lock (other processes) goes first, then the
     // mutex is released before the ticket may remove its entry, so a new entry is never
     // created while the old lock is still held.
-    _shared: Option<crate::store::StoreLock>,
+    shared: Option<crate::store::StoreLock>,
     _guard: tokio::sync::OwnedMutexGuard<()>,
-    _ticket: Ticket<'a>,
+    ticket: Ticket<'a>,
+}
+
+impl ExecGuard<'_> {
+    /// Whether the store's lock is held too (always `false` on a store one process owns).
+    pub(crate) fn shares(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Takes the store's lock of this guard's execution as well, unless it is held.
+    pub(crate) async fn share(&mut self, kernel: &Kernel) -> KernelResult<()> {
+        if self.shared.is_none() {
+            self.shared = kernel.inner.store.lock_execution(&self.ticket.id).await?;
+        }
+        Ok(())
+    }
 }
 
 /// Sizes of the kernel's in-process maps (tests check that each returns to its baseline).
@@ -177,6 +192,21 @@ impl Kernel {
     /// The execution's lock: every state change of one execution runs under it. On a shared
     /// store it is also the store's lock of the execution, held across processes.
     pub(crate) async fn lock_execution(&self, id: &str) -> KernelResult<ExecGuard<'_>> {
+        let mut guard = self.lock_execution_here(id).await;
+        guard.share(self).await?;
+        Ok(guard)
+    }
+
+    /// The execution's lock in this process, and the store's only if this process still
+    /// holds it (a hand-over without a round trip, [`Store::held_execution_lock`]). On a
+    /// shared store, a change made under it alone must take the store's lock in its own
+    /// write transaction ([`Tx::try_lock_execution`]), or [`ExecGuard::share`] first: one
+    /// transaction holds the lock across processes at no cost of its own, where the store's
+    /// lock held across transactions costs a round trip to take and one to release.
+    ///
+    /// [`Store::held_execution_lock`]: crate::store::Store::held_execution_lock
+    /// [`Tx::try_lock_execution`]: crate::store::Tx::try_lock_execution
+    pub(crate) async fn lock_execution_here(&self, id: &str) -> ExecGuard<'_> {
         let locks = &self.inner.volatile.locks;
         let mutex = {
             let mut map = lock(locks);
@@ -190,11 +220,11 @@ impl Kernel {
             id: id.to_owned(),
         };
         let guard = mutex.lock_owned().await;
-        Ok(ExecGuard {
-            _shared: self.inner.store.lock_execution(id).await?,
+        ExecGuard {
+            shared: self.inner.store.held_execution_lock(id),
             _guard: guard,
-            _ticket: ticket,
-        })
+            ticket,
+        }
     }
 
     fn attempts(&self) -> MutexGuard<'_, Attempts> {

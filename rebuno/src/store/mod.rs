@@ -367,6 +367,16 @@ pub trait Tx {
         Ok(())
     }
 
+    /// Takes the execution's lock ([`Store::lock_execution`]'s) until this transaction ends,
+    /// if no other process holds it, without waiting; answers whether it did. Once it is
+    /// taken, the transaction's reads see every commit of the lock's previous holders. A
+    /// transaction that asks must do so before it reads anything of the execution (announced
+    /// first, with [`Lookup::ExecutionLock`], when it announces), and must not act on what it
+    /// read if the answer is `false`. Stores one process owns have no such lock: `true`.
+    fn try_lock_execution(&mut self, _execution_id: &str) -> StoreResult<bool> {
+        Ok(true)
+    }
+
     /// The API key operations of this transaction.
     fn api_keys(&mut self) -> &mut dyn ApiKeyTx;
     /// The session operations of this transaction.
@@ -434,6 +444,8 @@ pub trait ApiKeyTx {
 /// A read [`Tx::prefetch`] can announce: each names the [`Tx`] call it answers.
 #[derive(Debug, Clone, Copy)]
 pub enum Lookup<'a> {
+    /// [`Tx::try_lock_execution`] of an execution (first, when announced).
+    ExecutionLock(&'a str),
     /// [`Tx::execution_state`] of an execution.
     ExecutionState(&'a str),
     /// [`Tx::execution_policy_bundle`] of an execution.
@@ -558,6 +570,14 @@ pub trait Store: Send + Sync {
     /// at most one store lock per execution.
     async fn lock_execution(&self, _execution_id: &str) -> StoreResult<Option<StoreLock>> {
         Ok(None)
+    }
+
+    /// The execution's lock if this process still holds it for a guard just dropped (its
+    /// release not sent yet), taken over without a round trip; `None` otherwise, and for
+    /// stores one process owns. A caller that gets `None` may take the lock inside a write
+    /// transaction instead ([`Tx::try_lock_execution`]), or with [`Store::lock_execution`].
+    fn held_execution_lock(&self, _execution_id: &str) -> Option<StoreLock> {
+        None
     }
 
     /// A rate limiter whose buckets live in this database, shared by every replica; `None`

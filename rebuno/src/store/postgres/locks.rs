@@ -30,6 +30,19 @@
 //! lock takes and drops that key exclusively in the same statement as the lock itself, after it,
 //! which waits for every such transaction still running. A lock handed over within the process never left
 //! it, so it does not wait.
+//!
+//! # A lock for one transaction
+//!
+//! [`Tx::try_lock_execution`](crate::store::Tx::try_lock_execution) takes the same lock as a
+//! transaction-level advisory lock on the transaction's own connection
+//! ([`TRY_LOCK_IN_TRANSACTION`]): no wait, no round trip of its own (it leaves with the
+//! transaction's first reads) and no release to send (the server drops it when the
+//! transaction ends, whatever ends it). Both kinds conflict with each other, so a session
+//! holder keeps such a transaction out, and such a transaction keeps a new session holder
+//! waiting until it ends. It takes the transaction key exclusively after the lock, as a new
+//! session holder does, so a dead holder's commit on the wire lands before anything it reads;
+//! it holds the key to its end, which costs nobody anything: every transaction that takes the
+//! key shared is about to lock the execution's row, which this transaction locks at once.
 
 use super::super::{StoreLock, StoreResult};
 use super::joined;
@@ -67,7 +80,7 @@ const LOCK: &str = "WITH held AS MATERIALIZED (SELECT pg_advisory_lock($1))
 
 /// The key of the lock of `execution_id`; `prefix` keeps deployments in different schemas of
 /// one database apart.
-fn lock_key(prefix: &str, execution_id: &str) -> i64 {
+pub(super) fn lock_key(prefix: &str, execution_id: &str) -> i64 {
     advisory_key(&format!("{prefix}execution:{execution_id}"))
 }
 
@@ -99,39 +112,58 @@ impl ExecutionLocks {
 
     /// Takes the lock of `execution_id` (see the module docs).
     pub(super) async fn lock(&self, execution_id: &str) -> StoreResult<StoreLock> {
+        if let Some(held) = self.held(execution_id) {
+            return Ok(held);
+        }
         let key = lock_key(&self.prefix, execution_id);
         let drained = transaction_key(&self.prefix, execution_id);
+        let pool = self.pool.clone();
+        let conn = joined(
+            tokio::task::spawn_blocking(move || {
+                let (conn, _) = pool.run_keep(|c| {
+                    c.execute_typed(LOCK, &[(&key, Type::INT8), (&drained, Type::INT8)])
+                })?;
+                Ok(conn)
+            })
+            .await,
+        )?;
+        Ok(self.guard(conn, key))
+    }
+
+    /// The lock of `execution_id` if it is filed as released and not unlocked yet, taken
+    /// over (see the module docs).
+    pub(super) fn held(&self, execution_id: &str) -> Option<StoreLock> {
+        let key = lock_key(&self.prefix, execution_id);
         let filed = self
             .released
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(&key);
-        let conn = match filed {
-            Some(conn) => conn,
-            None => {
-                let pool = self.pool.clone();
-                joined(
-                    tokio::task::spawn_blocking(move || {
-                        let (conn, _) = pool.run_keep(|c| {
-                            c.execute_typed(LOCK, &[(&key, Type::INT8), (&drained, Type::INT8)])
-                        })?;
-                        Ok(conn)
-                    })
-                    .await,
-                )?
-            }
-        };
-        // From here the lock is released by the guard's drop, even if the caller stopped
-        // waiting and nobody takes the guard.
-        Ok(StoreLock::new(Release {
+            .remove(&key)?;
+        Some(self.guard(filed, key))
+    }
+
+    /// The guard of lock `key`, held on `conn`: from here the lock is released by the
+    /// guard's drop, even if the caller stopped waiting and nobody takes the guard.
+    fn guard(&self, conn: Pooled, key: i64) -> StoreLock {
+        StoreLock::new(Release {
             held: Some(Held {
                 conn: Some(conn),
                 key,
             }),
             released: Arc::clone(&self.released),
-        }))
+        })
     }
 }
+
+/// [`Tx::try_lock_execution`](crate::store::Tx::try_lock_execution) of the execution with
+/// lock key `$1` and transaction key `$2`, in its write transaction: the lock for the rest of
+/// the transaction if no one holds it (the server releases it when the transaction ends, so
+/// it costs no round trip of its own and is never left behind), and then, as [`LOCK`] does,
+/// the wait for the write transactions still holding the transaction key shared, which here
+/// keeps that key until the transaction ends (its own reads take it shared again, which
+/// passes). `false`, having waited for nothing, if another session holds the lock.
+pub(super) const TRY_LOCK_IN_TRANSACTION: &str = "SELECT CASE WHEN pg_try_advisory_xact_lock($1)
+         THEN pg_advisory_xact_lock($2)::text IS NOT NULL ELSE false END";
 
 /// A session advisory lock held on a connection. Dropping it unlocks, blocking: the
 /// connection goes back to its pool, or is closed if the unlock fails (which ends the session

@@ -26,8 +26,9 @@
 //! everything else) are one round trip, its writes with the commit another; the complete's
 //! write is two (the rows it checks, then its writes with the commit). A step waits for 4
 //! round trips (before the pipelining, its reads and writes waited for 24), and the server
-//! runs 15 statements for it (once 26). See the README's performance notes for what a step
-//! costs.
+//! runs 17 statements for it (once 26), the execution's lock included: each of the two
+//! transactions takes it itself ([`Tx::try_lock_execution`]), in its first batch. See the
+//! README's performance notes for what a step costs.
 //!
 //! Why not a server-side function per operation, which would make each one round trip: the
 //! kernel's decision between the submit's read and its write (policy, rate limits) and its
@@ -56,7 +57,11 @@
 //! same execution is locked again before the release's unlock ran. Since the lock and the
 //! holder's transactions are on different connections, a lock can end before a commit its
 //! holder sent (a replica killed with its commit on the wire): taking a lock also waits for every
-//! write transaction that locked the execution's row and is still running (see [`locks`]). A
+//! write transaction that locked the execution's row and is still running (see [`locks`]).
+//! The same lock can instead be taken for one write transaction, inside it
+//! ([`Tx::try_lock_execution`]): the kernel's submit and complete do so unless the process
+//! holds the lock, which keeps an agent whose requests alternate between replicas from paying
+//! two round trips per request to take and release a lock held across transactions. A
 //! store opens at most twice [`PgOptions::max_connections`] plus one (the `LISTEN` connection)
 //! connections.
 //!
@@ -323,6 +328,10 @@ impl Store for PgStore {
 
     async fn lock_execution(&self, execution_id: &str) -> StoreResult<Option<StoreLock>> {
         self.locks.lock(execution_id).await.map(Some)
+    }
+
+    fn held_execution_lock(&self, execution_id: &str) -> Option<StoreLock> {
+        self.locks.held(execution_id)
     }
 
     fn rate_limiter(&self) -> Option<Arc<dyn crate::policy::ratelimit::RateLimiter>> {

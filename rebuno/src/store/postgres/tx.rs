@@ -507,6 +507,9 @@ impl Tx for PgTx<'_> {
     fn prefetch(&mut self, lookups: &[Lookup<'_>]) -> StoreResult<()> {
         self.announce(lookups)
     }
+    fn try_lock_execution(&mut self, execution_id: &str) -> StoreResult<bool> {
+        self.try_lock(execution_id)
+    }
     fn api_keys(&mut self) -> &mut dyn crate::store::ApiKeyTx {
         self
     }

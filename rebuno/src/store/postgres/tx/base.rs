@@ -3,7 +3,7 @@
 //! commit, announced reads sent at once ([`Tx::prefetch`]), row decoding (a row that does not
 //! decode is corrupt), paging, row locks in write transactions, and the first failure kept.
 
-use super::super::locks::transaction_key;
+use super::super::locks::{TRY_LOCK_IN_TRANSACTION, lock_key, transaction_key};
 use super::super::rows::{AGENT_COLS, Decode, corrupt, page};
 use super::PgTx;
 use crate::store::{Lookup, Page, StoreError, StoreResult, Tx};
@@ -71,6 +71,21 @@ impl<'a> PgTx<'a> {
             self.locked.push(id.to_owned());
         }
         Ok(found)
+    }
+
+    /// [`Tx::try_lock_execution`]: [`TRY_LOCK_IN_TRANSACTION`], a read (so it can be
+    /// announced, and leave first with the reads after it).
+    pub(super) fn try_lock(&mut self, id: &str) -> StoreResult<bool> {
+        let key = lock_key(self.lock_prefix, id);
+        let drained = transaction_key(self.lock_prefix, id);
+        let rows = self.rows(
+            TRY_LOCK_IN_TRANSACTION,
+            &[(&key, Type::INT8), (&drained, Type::INT8)],
+        )?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.try_get::<_, bool>(0).ok())
+            .unwrap_or(false))
     }
 
     /// Notes that a `FOR UPDATE` read of dispatch `id` found its row.
@@ -227,7 +242,8 @@ impl<'a> PgTx<'a> {
     }
 
     /// [`Tx::prefetch`]: each lookup's statement, as its call would send it, goes in one batch
-    /// with the writes held back; the answers are kept for the calls. The statements are
+    /// with the writes held back; the answers are kept for the calls. A lookup whose answer
+    /// is kept already is not sent again, when all of them are. The statements are
     /// learnt by making the calls while only noting what they send (each lookup is one
     /// statement, whose rows decide its answer).
     pub(super) fn announce(&mut self, lookups: &[Lookup<'_>]) -> StoreResult<()> {
@@ -235,6 +251,7 @@ impl<'a> PgTx<'a> {
         for lookup in lookups {
             // The answers while noting are empty and mean nothing.
             let _ = match *lookup {
+                Lookup::ExecutionLock(id) => self.try_lock(id).map(drop),
                 Lookup::ExecutionState(id) => self.execution_state(id).map(drop),
                 Lookup::ExecutionPolicyBundle(id) => self.execution_policy_bundle(id).map(drop),
                 Lookup::AgentOfExecution(id) => {
@@ -254,7 +271,9 @@ impl<'a> PgTx<'a> {
             };
         }
         let requests = self.recording.take().unwrap_or_default();
-        if requests.is_empty() {
+        // An answer still kept is still good (a write that could change it drops it).
+        let kept = |r: &Request| self.prefetched.iter().any(|(kept, _)| kept == r);
+        if requests.iter().all(kept) {
             return Ok(());
         }
         self.written();

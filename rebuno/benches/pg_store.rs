@@ -7,6 +7,9 @@
 //!   execution, against 2 floor commits + 300 us per step;
 //! - the same for 64 executions at once, against half the 64-connection floor divided by two
 //!   (a step is two commits);
+//! - both again with each result carried by the next submission (the Rust SDK's batching of
+//!   `safe_to_retry` results: a step is then one durable write of two round trips), against
+//!   the same targets;
 //! - 64 executions on two replicas (two kernels, each with its own pool, on one schema), every
 //!   request sent to the other replica than the one before, as behind a round-robin balancer,
 //!   against one replica: at least 0.8x;
@@ -30,7 +33,9 @@ mod support;
 
 use durable_support::pg::{PgOptions, PgPool, Queries};
 use durable_support::pg_floor::Floor;
-use rebuno::protocol::{CreateExecutionRequest, Decision, RegisterAgentRequest, SubmitStepRequest};
+use rebuno::protocol::{
+    CreateExecutionRequest, Decision, RegisterAgentRequest, StepCompletion, SubmitStepRequest,
+};
 use rebuno::store::PgStore;
 use rebuno::{Kernel, KernelConfig, Lease};
 use serde_json::json;
@@ -106,30 +111,52 @@ async fn executions(k: &Kernel, n: usize) -> Vec<(String, Lease)> {
     runs
 }
 
+/// How a step's result reaches the kernel.
+#[derive(Clone, Copy, PartialEq)]
+enum Results {
+    /// In a complete of its own: a step is two durable writes.
+    Alone,
+    /// With the next submission (the Rust SDK's batching of `safe_to_retry` results; the
+    /// last one in a complete of its own): a step is one durable write.
+    Batched,
+}
+
 /// Steps `from..from + n` through submit + complete; request `j` goes to `ks[j % ks.len()]`.
-async fn proceed(ks: &[Kernel], exec: &str, lease: &Lease, from: u64, n: u64) {
+async fn proceed(ks: &[Kernel], exec: &str, lease: &Lease, from: u64, n: u64, results: Results) {
     let mut j = 0usize;
     let mut next = || {
         j += 1;
         &ks[j % ks.len()]
     };
+    let mut held: Option<(String, u64)> = None;
     for i in from..from + n {
-        let d = next().submit_step(exec, lease, step(i)).await.unwrap();
+        let mut req = step(i);
+        req.completes = held.take().map(|(step_id, i)| StepCompletion {
+            step_id,
+            result: json!({"ok": i}),
+        });
+        let d = next().submit_step(exec, lease, req).await.unwrap();
         assert_eq!(d.decision, Decision::Proceed);
-        next()
-            .complete_step(
-                exec,
-                d.step_id.as_deref().unwrap(),
-                lease,
-                Some(json!({"ok": i})),
-            )
-            .await
-            .unwrap();
+        held = Some((d.step_id.unwrap(), i));
+        if results == Results::Alone {
+            let (id, i) = held.take().unwrap();
+            let done = next().complete_step(exec, &id, lease, Some(json!({"ok": i})));
+            done.await.unwrap();
+        }
+    }
+    if let Some((id, i)) = held {
+        let done = next().complete_step(exec, &id, lease, Some(json!({"ok": i})));
+        done.await.unwrap();
     }
 }
 
 /// Steps per second of `PER_EXEC_STEPS` steps on each run at once, spread over `ks`.
-async fn concurrent(ks: &[Kernel], runs: &Arc<Vec<(String, Lease)>>, from: u64) -> f64 {
+async fn concurrent(
+    ks: &[Kernel],
+    runs: &Arc<Vec<(String, Lease)>>,
+    from: u64,
+    results: Results,
+) -> f64 {
     let started = Instant::now();
     let tasks: Vec<_> = (0..runs.len())
         .map(|i| {
@@ -139,7 +166,7 @@ async fn concurrent(ks: &[Kernel], runs: &Arc<Vec<(String, Lease)>>, from: u64) 
                 // Each execution starts on a different replica, so both carry the load.
                 let mut order = ks.clone();
                 order.rotate_left(i % ks.len());
-                proceed(&order, exec, lease, from, PER_EXEC_STEPS).await;
+                proceed(&order, exec, lease, from, PER_EXEC_STEPS, results).await;
             })
         })
         .collect();
@@ -406,6 +433,10 @@ struct Round {
     one_step: Duration,
     one_replica: f64,
     two_replicas: f64,
+    /// With each result batched with the next submission ([`Results::Batched`]): one
+    /// execution's step, 64 executions' steps per second on one replica.
+    one_batched: Duration,
+    many_batched: f64,
     /// Statements the server ran per step (the locks' included): one execution, 64.
     statements: (f64, f64),
 }
@@ -468,17 +499,21 @@ fn main() {
     };
     let mut from = 0u64;
     // Warm-up: connections opened, statements prepared.
-    rt.block_on(proceed(
-        std::slice::from_ref(&a),
-        &one,
-        &one_lease,
-        from,
-        20,
-    ));
-    from += 20;
+    let one_kernel = std::slice::from_ref(&a);
+    for results in [Results::Alone, Results::Batched] {
+        rt.block_on(proceed(one_kernel, &one, &one_lease, from, 20, results));
+        from += 20;
+    }
     design_one(1_000_000);
     if !only_one {
-        rt.block_on(concurrent(&[a.clone(), b.clone()], &runs, from));
+        rt.block_on(concurrent(
+            &[a.clone(), b.clone()],
+            &runs,
+            from,
+            Results::Alone,
+        ));
+        from += PER_EXEC_STEPS;
+        rt.block_on(concurrent(one_kernel, &runs, from, Results::Batched));
         from += PER_EXEC_STEPS;
         design_many(2_000_000);
     }
@@ -492,32 +527,47 @@ fn main() {
         let floor64 = Floor::measure(&floor_pool, EXECS, 60).unwrap();
         let (started, sent) = (Instant::now(), store.statements());
         let ((), one_cpu) = cpu.during(|| {
-            rt.block_on(proceed(
-                std::slice::from_ref(&a),
+            let alone = proceed(
+                one_kernel,
                 &one,
                 &one_lease,
                 from,
                 ONE_STEPS,
-            ))
+                Results::Alone,
+            );
+            rt.block_on(alone)
         });
         let one_step = started.elapsed() / ONE_STEPS as u32;
         let one_cpu = one_cpu.per(ONE_STEPS);
+        let one_statements = per_step(sent, ONE_STEPS);
+        from += ONE_STEPS;
+        let started = Instant::now();
+        let batched = proceed(
+            one_kernel,
+            &one,
+            &one_lease,
+            from,
+            ONE_STEPS,
+            Results::Batched,
+        );
+        rt.block_on(batched);
+        let one_batched = started.elapsed() / ONE_STEPS as u32;
         let (design_step, design_one_cpu) = cpu.during(|| design_one(from));
         let design_one_cpu = design_one_cpu.per(ONE_STEPS);
-        let one_statements = per_step(sent, ONE_STEPS);
         from += ONE_STEPS;
         if only_one {
             eprintln!(
-                "round {round}: floor 1 conn {:.0} us (CPU {floor_cpu}); one execution {:.0} us/step (CPU {one_cpu}); statements per step {one_statements:.1}; design floor {:.0} us/step (CPU {design_one_cpu})",
+                "round {round}: floor 1 conn {:.0} us (CPU {floor_cpu}); one execution {:.0} us/step (CPU {one_cpu}), results batched {:.0}; statements per step {one_statements:.1}; design floor {:.0} us/step (CPU {design_one_cpu})",
                 us(floor1.best().mean()),
                 us(one_step),
+                us(one_batched),
                 us(design_step),
             );
             continue;
         }
         let sent = store.statements();
         let (one_replica, many_cpu) =
-            cpu.during(|| rt.block_on(concurrent(std::slice::from_ref(&a), &runs, from)));
+            cpu.during(|| rt.block_on(concurrent(one_kernel, &runs, from, Results::Alone)));
         let many_cpu = many_cpu.per(EXECS as u64 * PER_EXEC_STEPS);
         let (design_rate, design_many_cpu) = cpu.during(|| design_many(from));
         let design_many_cpu = design_many_cpu.per(EXECS as u64 * PER_EXEC_STEPS);
@@ -526,10 +576,13 @@ fn main() {
             per_step(sent, EXECS as u64 * PER_EXEC_STEPS),
         );
         from += PER_EXEC_STEPS;
-        let two_replicas = rt.block_on(concurrent(&[a.clone(), b.clone()], &runs, from));
+        let two = [a.clone(), b.clone()];
+        let two_replicas = rt.block_on(concurrent(&two, &runs, from, Results::Alone));
+        from += PER_EXEC_STEPS;
+        let many_batched = rt.block_on(concurrent(one_kernel, &runs, from, Results::Batched));
         from += PER_EXEC_STEPS;
         eprintln!(
-            "round {round}: floor 1 conn {:.0} us (pipelined {:.0}, stepwise {:.0}), 64 conns {:.0}/s (pipelined {:.0}, stepwise {:.0}); one execution {:.0} us/step; 64 executions {:.0} steps/s on one replica, {:.0} on two; statements per step {:.1} / {:.1}; CPU per floor commit {floor_cpu}, per step of one execution {one_cpu}, of 64 {many_cpu}; design floor: one execution {:.0} us/step (CPU {}), 64 executions {design_rate:.0} steps/s (CPU {design_many_cpu})",
+            "round {round}: floor 1 conn {:.0} us (pipelined {:.0}, stepwise {:.0}), 64 conns {:.0}/s (pipelined {:.0}, stepwise {:.0}); one execution {:.0} us/step (results batched {:.0}); 64 executions {:.0} steps/s on one replica (results batched {many_batched:.0}), {:.0} on two; statements per step {:.1} / {:.1}; CPU per floor commit {floor_cpu}, per step of one execution {one_cpu}, of 64 {many_cpu}; design floor: one execution {:.0} us/step (CPU {}), 64 executions {design_rate:.0} steps/s (CPU {design_many_cpu})",
             us(floor1.best().mean()),
             us(floor1.pipelined.mean()),
             us(floor1.stepwise.mean()),
@@ -537,6 +590,7 @@ fn main() {
             floor64.pipelined.rate(),
             floor64.stepwise.rate(),
             us(one_step),
+            us(one_batched),
             one_replica,
             two_replicas,
             statements.0,
@@ -557,6 +611,8 @@ fn main() {
             one_step,
             one_replica,
             two_replicas,
+            one_batched,
+            many_batched,
             statements,
         });
     }
@@ -592,6 +648,12 @@ fn main() {
         "| proceed, one execution | {step:.0} us/step ({:.0} steps/s) | 2 x {f1:.0} + 300 = {budget:.0} us | <= budget: {} |",
         1e6 / step,
         verdict(step <= budget)
+    );
+    let step_b = median(results.iter().map(|r| us(r.one_batched)).collect());
+    println!(
+        "| proceed, one execution, each result batched with the next submission | {step_b:.0} us/step ({:.0} steps/s) | 2 x {f1:.0} + 300 = {budget:.0} us | <= budget: {} |",
+        1e6 / step_b,
+        verdict(step_b <= budget)
     );
     println!(
         "| statements the server ran per step (locks included) | one execution {sent1:.1}, 64 executions {sent64:.1} | a floor commit: 3 | report |"
@@ -629,6 +691,11 @@ fn main() {
     println!(
         "| proceed, 64 executions | {one_r:.0} steps/s | 64-conn floor {f64_rate:.0}/s; half of it / 2 = {target:.0} | >= {target:.0}: {} |",
         verdict(one_r >= target)
+    );
+    let many_b = median(results.iter().map(|r| r.many_batched).collect());
+    println!(
+        "| proceed, 64 executions, each result batched with the next submission | {many_b:.0} steps/s | 64-conn floor {f64_rate:.0}/s; half of it / 2 = {target:.0} | >= {target:.0}: {} |",
+        verdict(many_b >= target)
     );
     println!(
         "| 64 executions, two replicas, requests alternating | {two_r:.0} steps/s ({ratio:.2}x one replica) | one replica {one_r:.0} steps/s | >= 0.8x: {} |",

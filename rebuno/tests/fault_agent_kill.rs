@@ -9,7 +9,7 @@
 
 mod support;
 
-use support::{Kill, free_port, python_with_sdk_version};
+use support::{Kill, file_lines, free_port, python_with_sdk_version, until};
 
 use rebuno::Kernel;
 use rebuno::kernel::KernelConfig;
@@ -62,22 +62,6 @@ agent = Agent("killme", secret="kill-secret", base_url=os.environ["REBUNO_URL"],
 agent.bind(handler)
 uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="critical")
 "#;
-
-fn lines(path: &std::path::Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-async fn until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Python with rebuno==0.14.0 (REBUNO_PYTHON)"]
@@ -183,7 +167,7 @@ async fn killed_mid_tool_call(version: &str) {
 
     // Both executions are inside their hanging effect: kill the agent there.
     until("both effects to start", || {
-        let l = lines(&calls);
+        let l = file_lines(&calls);
         l.contains(&"safe:effect".to_owned()) && l.contains(&"once:effect".to_owned())
     })
     .await;
@@ -222,7 +206,7 @@ async fn killed_mid_tool_call(version: &str) {
     );
 
     // Recorded steps replayed: each `prepare` body ran exactly once.
-    let log = lines(&calls);
+    let log = file_lines(&calls);
     let count = |l: &str| log.iter().filter(|x| *x == l).count();
     assert_eq!(count("safe:prepare"), 1, "{log:?}");
     assert_eq!(count("once:prepare"), 1, "{log:?}");

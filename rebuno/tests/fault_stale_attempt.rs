@@ -8,7 +8,7 @@
 
 mod support;
 
-use support::{python_agent, python_with_sdk, serve_kernel};
+use support::{file_lines, python_agent, python_with_sdk, serve_kernel};
 
 use rebuno::protocol::{
     CreateExecutionRequest, ExecutionStatus, HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT,
@@ -56,14 +56,6 @@ agent.bind(handler)
 uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="critical")
 "#;
 
-fn lines(path: &std::path::Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Python with rebuno==0.14.0 (REBUNO_PYTHON)"]
 async fn stale_attempt_loses_and_duplicates_are_ignored() {
@@ -98,7 +90,7 @@ async fn stale_attempt_loses_and_duplicates_are_ignored() {
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !lines(&calls).contains(&"effect".to_owned()) {
+    while !file_lines(&calls).contains(&"effect".to_owned()) {
         assert!(
             Instant::now() < deadline,
             "attempt 1 never reached its effect"
@@ -122,11 +114,11 @@ async fn stale_attempt_loses_and_duplicates_are_ignored() {
     // effect again (the first call never reported an outcome; it is safe_to_retry).
     assert_eq!(kernel.reclaim_for_test().await, 1);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while lines(&calls).len() < 3 {
+    while file_lines(&calls).len() < 3 {
         assert!(
             Instant::now() < deadline,
             "attempt 2 did not reach the effect: {:?}",
-            lines(&calls)
+            file_lines(&calls)
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -241,7 +233,7 @@ async fn stale_attempt_loses_and_duplicates_are_ignored() {
         .unwrap();
     assert_eq!(r.status(), 200);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(lines(&calls).len(), 3, "the duplicate started nothing");
+    assert_eq!(file_lines(&calls).len(), 3, "the duplicate started nothing");
 
     // Let attempt 2 finish.
     std::fs::write(dir.path().join("release"), b"").unwrap();
@@ -256,7 +248,7 @@ async fn stale_attempt_loses_and_duplicates_are_ignored() {
 
     // Effects converged: `prepare` (recorded before the race) ran once; `effect` ran twice,
     // the interrupted call and the new attempt's; the execution completed exactly once.
-    assert_eq!(lines(&calls), ["prepare", "effect", "effect"]);
+    assert_eq!(file_lines(&calls), ["prepare", "effect", "effect"]);
     let events = kernel.events(id, 0, 1000).await.unwrap();
     let completed = events
         .iter()

@@ -12,7 +12,9 @@
 
 mod support;
 
-use support::{Kill, free_port, python_with_sdk_version, serve_kernel, wait_for};
+use support::{
+    Kill, file_lines, free_port, python_with_sdk_version, serve_kernel, until, wait_for,
+};
 
 use rebuno::Kernel;
 use rebuno::kernel::KernelConfig;
@@ -21,7 +23,6 @@ use rebuno::store::SqliteStore;
 use serde_json::json;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// The agent. Its driver logs `create:<ref>` for each instance it makes; the tool logs
 /// `work:<i>` for each body run and hangs in the first run of step `HANG` (after writing).
@@ -83,22 +84,6 @@ agent = Agent("pyres", secret="pyres-secret", base_url=os.environ["REBUNO_URL"],
 agent.bind(handler)
 uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="critical")
 "#;
-
-fn lines(path: &std::path::Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-async fn until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a venv with rebuno==0.29.2 (REBUNO_SDK_VENVS)"]
@@ -162,7 +147,7 @@ async fn sdk_0_29_resource_resumes_from_its_checkpoint_after_a_kill() {
 
     // Kill the agent inside step 2, which already wrote its line into the live directory.
     until("step 2 to start", || {
-        lines(&calls).contains(&"work:2".to_owned())
+        file_lines(&calls).contains(&"work:2".to_owned())
     })
     .await;
     let before = kernel
@@ -197,7 +182,7 @@ async fn sdk_0_29_resource_resumes_from_its_checkpoint_after_a_kill() {
         .collect();
     assert_eq!(captured.len(), 3, "{before:?}");
     assert!(before.iter().all(|c| c.generation == 1), "{before:?}");
-    let log = lines(&calls);
+    let log = file_lines(&calls);
     let creates: Vec<&String> = log.iter().filter(|l| l.starts_with("create:")).collect();
     assert_eq!(
         creates,

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{Kill, free_port, python_with_sdk, wait_listening};
+use support::{Kill, file_lines, free_port, python_with_sdk, wait_listening};
 
 const TOKEN: &str = "replica-test-token";
 
@@ -259,14 +259,6 @@ uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level
 const RUNS: usize = 5;
 const STEPS: usize = 4;
 
-fn read_lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL (REBUNO_TEST_PG_URL; bash .ci/postgres) and Python with rebuno==0.14.0 (REBUNO_PYTHON)"]
 async fn two_replicas_one_killed_mid_flight_every_execution_completes() {
@@ -334,7 +326,7 @@ async fn two_replicas_one_killed_mid_flight_every_execution_completes() {
     }
     // Some steps recorded on both sides, then replica B dies mid-flight.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while read_lines(&py_calls).len() < RUNS + 2 || rust_calls.lock().unwrap().len() < RUNS + 2 {
+    while file_lines(&py_calls).len() < RUNS + 2 || rust_calls.lock().unwrap().len() < RUNS + 2 {
         assert!(
             Instant::now() < deadline,
             "the agents never ran their tools"
@@ -342,7 +334,7 @@ async fn two_replicas_one_killed_mid_flight_every_execution_completes() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     b.kill();
-    let py_before = read_lines(&py_calls);
+    let py_before = file_lines(&py_calls);
     let rs_before = rust_calls.lock().unwrap().clone();
     assert!(
         lb.served(1) > 0,
@@ -355,7 +347,7 @@ async fn two_replicas_one_killed_mid_flight_every_execution_completes() {
         assert_eq!(exec["output"]["results"].as_array().unwrap().len(), STEPS);
         client.assert_gapless(&a.base, id).await;
     }
-    assert_effects(&py_before, &read_lines(&py_calls), RUNS * STEPS);
+    assert_effects(&py_before, &file_lines(&py_calls), RUNS * STEPS);
     assert_effects(&rs_before, &rust_calls.lock().unwrap(), RUNS * STEPS);
 }
 

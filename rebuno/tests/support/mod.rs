@@ -1,7 +1,8 @@
 //! Helpers shared by the tests that run real processes or talk to a served kernel: finding a
 //! Python with the published SDK (or failing, saying what is missing), killing children on
 //! drop, free ports, waiting for a listener, serving a kernel, signing agent requests v1 by
-//! hand, running a script against the SDK's `Client` and waiting for an execution's status.
+//! hand, running a script against the SDK's `Client`, waiting for an execution's status or
+//! any condition, and reading the lines a child process appended to a file.
 //! The kernel conformance harness is `kernel.rs` beside it.
 
 #![allow(dead_code)] // each test binary uses a different subset
@@ -242,5 +243,24 @@ pub async fn wait_for(
             return exec;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The lines of the file at `path` so far (none while it does not exist): what a child process
+/// has appended to it.
+pub fn file_lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Waits until `done` holds, checking every 25 ms; panics, naming `what`, after 60 s.
+pub async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }

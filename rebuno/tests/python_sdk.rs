@@ -11,7 +11,9 @@
 
 mod support;
 
-use support::{python_agent, python_with_sdk_version, run_client, serve_router, wait_for};
+use support::{
+    GREET_AGENT, python_agent, python_with_sdk_version, run_client, serve_router, wait_for,
+};
 
 use rebuno::Kernel;
 use rebuno::protocol::{
@@ -19,27 +21,6 @@ use rebuno::protocol::{
 };
 use rebuno::server::{ServerOptions, router};
 use serde_json::json;
-
-const AGENT: &str = r#"
-import os, time
-import uvicorn
-from rebuno import Agent, tool, step
-
-@tool("greet")
-async def greet(name: str) -> str:
-    with open(os.environ["CALLS_FILE"], "a") as f:
-        f.write(name + "\n")
-    return f"hello {name}"
-
-async def handler(name: str):
-    now = await step("now", lambda: time.time())
-    greeting = await greet(name=name)
-    return {"greeting": greeting, "at": now}
-
-agent = Agent("py", secret="py-secret", base_url=os.environ["REBUNO_URL"])
-agent.bind(handler)
-uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="warning")
-"#;
 
 /// The server's admin token in these tests.
 const ADMIN: &str = "py-admin-token";
@@ -128,7 +109,7 @@ async fn runs_against_the_kernel(version: &str) {
         &python,
         dir.path(),
         ("py", "py-secret"),
-        AGENT,
+        GREET_AGENT,
         &base,
         &[("CALLS_FILE", &calls)],
     )

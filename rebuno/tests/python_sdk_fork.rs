@@ -8,7 +8,9 @@
 
 mod support;
 
-use support::{python_agent, python_with_sdk_version, run_client, serve_router, wait_for};
+use support::{
+    GREET_AGENT, python_agent, python_with_sdk_version, run_client, serve_router, wait_for,
+};
 
 use rebuno::Kernel;
 use rebuno::protocol::{
@@ -16,29 +18,6 @@ use rebuno::protocol::{
 };
 use rebuno::server::{ServerOptions, router};
 use serde_json::json;
-
-/// The agent: a `step()` whose value is recorded, then the tool `greet`, which appends to
-/// `CALLS_FILE` each time it really runs.
-const AGENT: &str = r#"
-import os, time
-import uvicorn
-from rebuno import Agent, tool, step
-
-@tool("greet")
-async def greet(name: str) -> str:
-    with open(os.environ["CALLS_FILE"], "a") as f:
-        f.write(name + "\n")
-    return f"hello {name}"
-
-async def handler(name: str):
-    now = await step("now", lambda: time.time())
-    greeting = await greet(name=name)
-    return {"greeting": greeting, "at": now}
-
-agent = Agent("py", secret="py-secret", base_url=os.environ["REBUNO_URL"])
-agent.bind(handler)
-uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="warning")
-"#;
 
 /// Forks `EXEC_ID` at `AT_SEQ` (with `BUNDLE` when set) through the SDK's `Client.fork`;
 /// prints the fork's id, `forked_from` and `fork_seq` as the SDK parsed them.
@@ -72,7 +51,7 @@ async fn python_sdk_0_29_forks_replay_the_prefix() {
         &python,
         dir.path(),
         ("py", "py-secret"),
-        AGENT,
+        GREET_AGENT,
         &base,
         &[("CALLS_FILE", &calls)],
     )

@@ -264,3 +264,27 @@ pub async fn until(what: &str, mut done: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+/// A Python SDK agent (`py`, secret `py-secret`) for [`python_agent`]: a `step()` whose value
+/// is recorded, then the tool `greet`, which appends its name to `CALLS_FILE` each time it
+/// really runs.
+pub const GREET_AGENT: &str = r#"
+import os, time
+import uvicorn
+from rebuno import Agent, tool, step
+
+@tool("greet")
+async def greet(name: str) -> str:
+    with open(os.environ["CALLS_FILE"], "a") as f:
+        f.write(name + "\n")
+    return f"hello {name}"
+
+async def handler(name: str):
+    now = await step("now", lambda: time.time())
+    greeting = await greet(name=name)
+    return {"greeting": greeting, "at": now}
+
+agent = Agent("py", secret="py-secret", base_url=os.environ["REBUNO_URL"])
+agent.bind(handler)
+uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="warning")
+"#;

@@ -123,34 +123,36 @@ impl Kernel {
         // under the store's lock.
         let mut guard = self.lock_execution_here(execution_id).await;
         let now = self.now_text();
-        let (lease, step_id, exec_id) =
-            (lease.clone(), step_id.to_owned(), execution_id.to_owned());
+        // The write, taking the store's lock itself if `lock`: `None` if another process
+        // holds it (nothing was written).
+        let finish = |lock: bool, outcome: Result<Value, Value>, checkpoints: Checkpoints| {
+            let (lease, step_id, exec_id) =
+                (lease.clone(), step_id.to_owned(), execution_id.to_owned());
+            let now = now.clone();
+            move |tx: &mut dyn Tx| {
+                if !finish_lookups(tx, &exec_id, &step_id, &lease, lock)? {
+                    return Ok(None);
+                }
+                finish_step_tx(tx, &exec_id, &step_id, &lease, outcome, &checkpoints, &now)
+                    .map(Some)
+            }
+        };
         if self.shared() && !guard.shares() {
-            let (lease, step_id, exec_id, now) =
-                (lease.clone(), step_id.clone(), exec_id.clone(), now.clone());
-            let (outcome, checkpoints) = (outcome.clone(), checkpoints.clone());
-            let locked = self
-                .inner
-                .store
-                .write(move |tx| {
-                    if !finish_lookups(tx, &exec_id, &step_id, &lease, true)? {
-                        return Ok(None);
-                    }
-                    finish_step_tx(tx, &exec_id, &step_id, &lease, outcome, &checkpoints, &now)
-                        .map(Some)
-                })
-                .await?;
-            if let Some(answer) = locked {
+            let first = finish(true, outcome.clone(), checkpoints.clone());
+            if let Some(answer) = self.inner.store.write(first).await? {
                 return answer;
             }
             guard.share(self).await?;
         }
-        self.inner
+        match self
+            .inner
             .store
-            .write(move |tx| {
-                finish_step_tx(tx, &exec_id, &step_id, &lease, outcome, &checkpoints, &now)
-            })
+            .write(finish(false, outcome, checkpoints))
             .await?
+        {
+            Some(answer) => answer,
+            None => unreachable!("a write that takes no lock of its own always finishes"),
+        }
     }
 }
 
@@ -188,7 +190,7 @@ fn finish_step_tx(
     checkpoints: &Checkpoints,
     now: &str,
 ) -> StoreResult<KernelResult<StepDecision>> {
-    // Announced already when the transaction took the store's lock (nothing is sent again).
+    // Often announced already by the caller (then nothing is sent again).
     finish_lookups(tx, execution_id, step_id, lease, false)?;
     let Some(step) = tx.step(execution_id, step_id)? else {
         return Ok(Err(KernelError::not_found()));

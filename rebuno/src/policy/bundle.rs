@@ -11,16 +11,53 @@
 //! `per_what` or `on_limiter_error`, duplicate rule ids (they would share rate-limit buckets and
 //! be indistinguishable in events), a rate limit with `max_calls > 0` and no positive `window`
 //! (Go: silently unlimited), negative durations, and unit-less integer durations.
+//!
+//! Argument regexes have a budget, because compiling one costs time and memory in proportion
+//! to its compiled size, not its text (`\w{60}` is six characters of class that compile to
+//! megabytes, since `\w` is Unicode-aware), and any holder of `policies:read` can have a bundle
+//! compiled through the dry-run route. A bundle holds at most [`MAX_BUNDLE_REGEXES`] regexes,
+//! each of at most [`MAX_REGEX_PATTERN_BYTES`] of text that compiles to at most
+//! [`MAX_REGEX_COMPILED_BYTES`], and all of them together to at most
+//! [`MAX_BUNDLE_REGEX_BYTES`]. Each regex searches with a lazy DFA cache of at most
+//! [`REGEX_DFA_CACHE_BYTES`]. A bundle over budget is refused at load, naming the rule, the
+//! argument and the limit, wherever it comes from (registration, `POST /v0/policies`, the dry
+//! run, a fork's bundle, the manifest), since every path compiles it here.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::duration::GoDuration;
 use super::glob::{BadPattern, validate_glob};
 use super::{Action, StepKind};
+
+/// At most this many argument regexes in one bundle, counted before any is compiled.
+pub const MAX_BUNDLE_REGEXES: usize = 64;
+
+/// At most this many bytes of text in one argument regex.
+pub const MAX_REGEX_PATTERN_BYTES: usize = 4096;
+
+/// The most one argument regex may compile to, in bytes (the `regex` crate's `size_limit`,
+/// which bounds its compiled program).
+pub const MAX_REGEX_COMPILED_BYTES: usize = 1 << 20;
+
+/// The most all argument regexes of one bundle may compile to together, in bytes. Each regex
+/// is charged the smallest of the sizes it is tried at (16 KiB, doubling up to
+/// [`MAX_REGEX_COMPILED_BYTES`]) that it compiles within, so at most twice its real size.
+pub const MAX_BUNDLE_REGEX_BYTES: usize = 4 << 20;
+
+/// The lazy DFA cache of one argument regex, in bytes, for each thread searching with it (the
+/// `regex` crate's `dfa_size_limit`; its default is 2 MiB).
+pub const REGEX_DFA_CACHE_BYTES: usize = 256 << 10;
+
+/// The first compiled size a regex is tried at; each failure doubles it.
+const FIRST_REGEX_TRY_BYTES: usize = 16 << 10;
+
+/// The hint every "regex too large" error carries.
+const LARGE_REGEX_HINT: &str = "Unicode classes such as \\w, \\d and \\s compile large; \
+     (?-u:\\w) or [0-9] are far smaller";
 
 /// Deserializes an explicit YAML null as the type's default (Go's zero value).
 fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -356,6 +393,43 @@ pub enum BundleError {
         /// The compiler's explanation.
         error: String,
     },
+    /// More argument regexes than [`MAX_BUNDLE_REGEXES`].
+    #[error("the bundle has {count} argument regexes; at most {limit} are allowed")]
+    TooManyRegexes {
+        /// How many the bundle has.
+        count: usize,
+        /// [`MAX_BUNDLE_REGEXES`].
+        limit: usize,
+    },
+    /// An argument regex longer than [`MAX_REGEX_PATTERN_BYTES`] or compiling to more than
+    /// [`MAX_REGEX_COMPILED_BYTES`].
+    #[error(
+        "rule {rule:?} argument {argument:?} regex is too large: {what} ({hint})",
+        hint = LARGE_REGEX_HINT
+    )]
+    RegexTooLarge {
+        /// The rule id.
+        rule: String,
+        /// The argument key.
+        argument: String,
+        /// Which limit, e.g. `it compiles to more than 1048576 bytes`.
+        what: String,
+    },
+    /// The bundle's argument regexes together compile to more than
+    /// [`MAX_BUNDLE_REGEX_BYTES`]; the first that does not fit is named.
+    #[error(
+        "rule {rule:?} argument {argument:?} regex does not fit the bundle's regex budget: the \
+         bundle's regexes may compile to at most {limit} bytes together ({hint})",
+        hint = LARGE_REGEX_HINT
+    )]
+    RegexBudget {
+        /// The rule id.
+        rule: String,
+        /// The argument key.
+        argument: String,
+        /// [`MAX_BUNDLE_REGEX_BYTES`].
+        limit: usize,
+    },
     /// `then.decision` is not `allow`, `deny` or `require_approval`.
     #[error(
         "rule {rule:?} has invalid decision {decision:?} (expected allow, deny or require_approval)"
@@ -495,6 +569,19 @@ impl Bundle {
 
     /// Validates and compiles a bundle document.
     pub fn from_spec(spec: BundleSpec) -> Result<Bundle, BundleError> {
+        let count = spec
+            .rules
+            .iter()
+            .flat_map(|r| r.when.arguments.values())
+            .filter(|p| !p.regex.is_empty())
+            .count();
+        if count > MAX_BUNDLE_REGEXES {
+            return Err(BundleError::TooManyRegexes {
+                count,
+                limit: MAX_BUNDLE_REGEXES,
+            });
+        }
+        let mut budget = MAX_BUNDLE_REGEX_BYTES;
         let mut ids: HashSet<&str> = HashSet::new();
         let mut priorities: HashMap<i64, &str> = HashMap::new();
         let mut rules = Vec::with_capacity(spec.rules.len());
@@ -512,7 +599,7 @@ impl Bundle {
                     second: rule.id.clone(),
                 });
             }
-            rules.push(compile_rule(rule)?);
+            rules.push(compile_rule(rule, &mut budget)?);
         }
         rules.sort_by_key(|r| r.priority);
         Ok(Bundle {
@@ -538,7 +625,69 @@ impl Bundle {
     }
 }
 
-fn compile_rule(rule: &RuleSpec) -> Result<Rule, BundleError> {
+/// Compiles an argument regex within the per-regex limits and what is left of the bundle's
+/// `budget`, and takes its charge from the budget.
+///
+/// The `regex` crate tells only whether a regex fits a size limit, so it is tried at 16 KiB,
+/// then at twice that, up to the limit: a try that does not fit stops as soon as it passes its
+/// limit, so the tries together cost about what the last one does.
+fn compile_regex(
+    rule: &str,
+    argument: &str,
+    pattern: &str,
+    budget: &mut usize,
+) -> Result<Regex, BundleError> {
+    if pattern.len() > MAX_REGEX_PATTERN_BYTES {
+        return Err(BundleError::RegexTooLarge {
+            rule: rule.to_owned(),
+            argument: argument.to_owned(),
+            what: format!(
+                "it is {} bytes long, more than {MAX_REGEX_PATTERN_BYTES}",
+                pattern.len()
+            ),
+        });
+    }
+    let mut size = FIRST_REGEX_TRY_BYTES;
+    loop {
+        let cap = size.min(MAX_REGEX_COMPILED_BYTES).min(*budget);
+        let built = RegexBuilder::new(pattern)
+            .size_limit(cap)
+            .dfa_size_limit(REGEX_DFA_CACHE_BYTES)
+            .build();
+        match built {
+            Ok(regex) => {
+                *budget -= cap;
+                return Ok(regex);
+            }
+            Err(regex::Error::CompiledTooBig(_)) if cap < MAX_REGEX_COMPILED_BYTES.min(*budget) => {
+                size = cap.saturating_mul(2);
+            }
+            Err(regex::Error::CompiledTooBig(_)) if cap == MAX_REGEX_COMPILED_BYTES => {
+                return Err(BundleError::RegexTooLarge {
+                    rule: rule.to_owned(),
+                    argument: argument.to_owned(),
+                    what: format!("it compiles to more than {MAX_REGEX_COMPILED_BYTES} bytes"),
+                });
+            }
+            Err(regex::Error::CompiledTooBig(_)) => {
+                return Err(BundleError::RegexBudget {
+                    rule: rule.to_owned(),
+                    argument: argument.to_owned(),
+                    limit: MAX_BUNDLE_REGEX_BYTES,
+                });
+            }
+            Err(e) => {
+                return Err(BundleError::InvalidRegex {
+                    rule: rule.to_owned(),
+                    argument: argument.to_owned(),
+                    error: regex_error_text(pattern, &e),
+                });
+            }
+        }
+    }
+}
+
+fn compile_rule(rule: &RuleSpec, budget: &mut usize) -> Result<Rule, BundleError> {
     let id = &rule.id;
     let when = &rule.when;
 
@@ -553,13 +702,7 @@ fn compile_rule(rule: &RuleSpec) -> Result<Rule, BundleError> {
         let regex = if pred.regex.is_empty() {
             None
         } else {
-            Some(
-                Regex::new(&pred.regex).map_err(|e| BundleError::InvalidRegex {
-                    rule: id.clone(),
-                    argument: key.clone(),
-                    error: regex_error_text(&pred.regex, &e),
-                })?,
-            )
+            Some(compile_regex(id, key, &pred.regex, budget)?)
         };
         arguments.push(Predicate {
             key: key.clone(),

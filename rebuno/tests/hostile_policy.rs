@@ -114,7 +114,9 @@ async fn bundles_of_expensive_regexes_are_refused_on_every_route() {
         (&denied["decision"], &denied["rule_id"]),
         (&json!("deny"), &json!("mail"))
     );
-    let asked = test(json!({"to": "x@y.z", "body": "my API_KEY"})).await.ok(200);
+    let asked = test(json!({"to": "x@y.z", "body": "my API_KEY"}))
+        .await
+        .ok(200);
     assert_eq!(asked["decision"], "require_approval");
     api.post("/v0/policies/pol", json!({"bundle": ordinary}))
         .await

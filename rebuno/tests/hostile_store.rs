@@ -456,7 +456,11 @@ async fn a_tampered_timestamp_is_a_decode_error_not_a_panic() {
 
     // Through the kernel: an error, not a panic.
     let err = kernel.grant(&tampered, "ops", "").await.unwrap_err();
-    assert_eq!(err.code, rebuno::protocol::ErrorCode::InternalError, "{err}");
+    assert_eq!(
+        err.code,
+        rebuno::protocol::ErrorCode::InternalError,
+        "{err}"
+    );
     assert!(kernel.approval(&tampered).await.is_err());
     assert!(kernel.execution(&exec).await.is_err());
 

@@ -25,6 +25,7 @@ const REBUNO_VARS: &[&str] = &[
     "REBUNO_BODY_TIMEOUT",
     "REBUNO_MAX_CONNECTIONS",
     "REBUNO_LEGACY_SIGNATURES",
+    "REBUNO_ALLOW_WEBHOOK_USERINFO",
 ];
 
 fn rebuno() -> Command {
@@ -202,6 +203,7 @@ fn help_documents_flags_and_environment() {
             "REBUNO_BODY_TIMEOUT",
             "REBUNO_MAX_CONNECTIONS",
             "REBUNO_LEGACY_SIGNATURES",
+            "REBUNO_ALLOW_WEBHOOK_USERINFO",
         ] {
             assert!(text.contains(needle), "{args:?} lacks {needle}:\n{text}");
         }
@@ -211,6 +213,7 @@ fn help_documents_flags_and_environment() {
         "--body-timeout",
         "--max-connections",
         "--legacy-signatures",
+        "--allow-webhook-userinfo",
     ];
     let dev = String::from_utf8_lossy(&run(rebuno().args(["dev", "--help"])).stdout).into_owned();
     for flag in ["--memory", "--db", "--listen-addr", "--config"]
@@ -238,6 +241,7 @@ fn bad_edge_flags_are_refused() {
         ("--body-timeout", "1x"),
         ("--max-connections", "0"),
         ("--legacy-signatures=maybe", ""),
+        ("--allow-webhook-userinfo=maybe", ""),
     ] {
         let mut cmd = rebuno();
         cmd.args(["dev", "--memory", flag]);
@@ -642,6 +646,58 @@ async fn legacy_read_status(cmd: &mut Command) -> u16 {
     #[cfg(not(unix))]
     drop(running);
     status
+}
+
+/// Starts `cmd` (a kernel on `127.0.0.1:0`) and answers the status of registering an agent
+/// whose webhook URL carries user information.
+async fn userinfo_status(cmd: &mut Command) -> u16 {
+    let running = Running::spawn(cmd);
+    let base = running.base_url();
+    wait_until_up(&format!("{base}/v0/health")).await;
+    let status = reqwest::Client::new()
+        .post(format!("{base}/v0/agents"))
+        .body(r#"{"id": "u", "webhook_url": "https://user:pw@127.0.0.1:9/hook", "secret": "s"}"#)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    #[cfg(unix)]
+    running.terminate();
+    #[cfg(not(unix))]
+    drop(running);
+    status
+}
+
+/// A webhook URL with user information is refused unless `--allow-webhook-userinfo` (or
+/// `REBUNO_ALLOW_WEBHOOK_USERINFO=true`) allows it; the flag wins over the environment.
+#[tokio::test]
+async fn webhook_userinfo_is_refused_unless_allowed() {
+    let dev = |extra: &[&str]| {
+        let mut cmd = rebuno();
+        cmd.args(["dev", "--memory", "--listen-addr", "127.0.0.1:0"])
+            .args(extra);
+        cmd
+    };
+    assert_eq!(userinfo_status(&mut dev(&[])).await, 400, "default");
+    assert_eq!(
+        userinfo_status(&mut dev(&["--allow-webhook-userinfo"])).await,
+        201,
+        "--allow-webhook-userinfo"
+    );
+    assert_eq!(
+        userinfo_status(dev(&[]).env("REBUNO_ALLOW_WEBHOOK_USERINFO", "true")).await,
+        201,
+        "REBUNO_ALLOW_WEBHOOK_USERINFO=true"
+    );
+    assert_eq!(
+        userinfo_status(
+            dev(&["--allow-webhook-userinfo=false"]).env("REBUNO_ALLOW_WEBHOOK_USERINFO", "true")
+        )
+        .await,
+        400,
+        "the flag wins"
+    );
 }
 
 /// Body-only agent signatures: on in `dev` unless turned off, off in `server` unless turned on

@@ -44,6 +44,8 @@ Environment (flags override the environment, which overrides the defaults):
                                  (--max-connections) [default: 512]
   REBUNO_LEGACY_SIGNATURES       accept body-only sha256= agent signatures of SDK 0.14-0.16, true
                                  or false (--legacy-signatures) [default: true in dev, false in server]
+  REBUNO_ALLOW_WEBHOOK_USERINFO  let POST /v0/agents register a webhook URL with user:password@,
+                                 true or false (--allow-webhook-userinfo) [default: false]
   REBUNO_DISPATCH_MAX_ATTEMPTS   delivery attempts per dispatch [default: 5]
   REBUNO_DISPATCH_TIMEOUT        per-attempt webhook timeout [default: 30s]
   REBUNO_DISPATCH_CONCURRENCY    parallel webhook deliveries [default: 8]
@@ -177,6 +179,18 @@ struct EdgeArgs {
         value_parser = parse_bool_flag
     )]
     legacy_signatures: Option<bool>,
+    /// Let `POST /v0/agents` register a webhook URL carrying user information
+    /// (https://user:password@host/), a credential the kernel keeps in plain text; readers
+    /// without agents:write never see it [env: REBUNO_ALLOW_WEBHOOK_USERINFO] [default: false]
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_bool_flag
+    )]
+    allow_webhook_userinfo: Option<bool>,
 }
 
 /// Reads the binary's own `REBUNO_*` variables, noting each that is set and does not parse.
@@ -219,11 +233,15 @@ impl EdgeArgs {
         let max_connections = self
             .max_connections
             .or_else(|| env.read("REBUNO_MAX_CONNECTIONS", positive_count));
+        let userinfo = self
+            .allow_webhook_userinfo
+            .or_else(|| env.read("REBUNO_ALLOW_WEBHOOK_USERINFO", parse_bool_flag));
         if !env.0.is_empty() {
             return Err(format!("invalid environment: {}", env.0.join("; ")));
         }
-        let mut server =
-            ServerOptions::default().legacy_signatures(legacy.unwrap_or(legacy_default));
+        let mut server = ServerOptions::default()
+            .legacy_signatures(legacy.unwrap_or(legacy_default))
+            .allow_webhook_userinfo(userinfo.unwrap_or(false));
         if let Some(d) = body_timeout {
             server.body_timeout = d;
         }
@@ -394,6 +412,7 @@ fn log_start(mode: &Mode<'_>, kernel: &Kernel, options: &ServerOptions, serve: &
         backend = kernel.store().backend(),
         bearer_auth = options.bearer_token.as_deref().is_some_and(|t| !t.is_empty()),
         legacy_signatures = options.legacy_signatures,
+        allow_webhook_userinfo = options.allow_webhook_userinfo,
         body_timeout = ?options.body_timeout,
         header_timeout = ?serve.header_timeout,
         max_connections = serve.max_connections,

@@ -75,6 +75,10 @@ pub struct ServerOptions {
     /// How long a request body may take to arrive in full (default 30 s); a slower one is
     /// refused with `400` and its connection closed.
     pub body_timeout: Duration,
+    /// Whether `POST /v0/agents` accepts a webhook URL with user information
+    /// (`https://user:password@host/`; default off): it is a credential the kernel would keep
+    /// in plain text. Readers without `agents:write` never see it either way.
+    pub allow_webhook_userinfo: bool,
 }
 
 impl Default for ServerOptions {
@@ -83,6 +87,7 @@ impl Default for ServerOptions {
             bearer_token: None,
             legacy_signatures: false,
             body_timeout: Duration::from_secs(30),
+            allow_webhook_userinfo: false,
         }
     }
 }
@@ -107,6 +112,12 @@ impl ServerOptions {
         self.body_timeout = timeout;
         self
     }
+
+    /// These options with webhook URLs carrying user information accepted (`true`) or refused.
+    pub fn allow_webhook_userinfo(mut self, allowed: bool) -> Self {
+        self.allow_webhook_userinfo = allowed;
+        self
+    }
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -119,6 +130,7 @@ impl std::fmt::Debug for ServerOptions {
             )
             .field("legacy_signatures", &self.legacy_signatures)
             .field("body_timeout", &self.body_timeout)
+            .field("allow_webhook_userinfo", &self.allow_webhook_userinfo)
             .finish()
     }
 }
@@ -133,6 +145,8 @@ pub(crate) struct AppState {
     pub(crate) legacy_signatures: bool,
     /// How long a body may take to arrive.
     pub(crate) body_timeout: Duration,
+    /// Whether a registration's webhook URL may carry user information.
+    pub(crate) allow_webhook_userinfo: bool,
     /// The web console's sessions.
     pub(crate) console: Arc<console::Sessions>,
 }
@@ -150,6 +164,7 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
             .map(Arc::from),
         legacy_signatures: options.legacy_signatures,
         body_timeout: options.body_timeout,
+        allow_webhook_userinfo: options.allow_webhook_userinfo,
         console: Arc::default(),
     };
     Router::new()

@@ -76,6 +76,19 @@ async fn bundles_of_expensive_regexes_are_refused_on_every_route() {
         "{one}"
     );
 
+    // The text the regexes are matched against is bounded too: a search costs time in
+    // proportion to it (megabytes against `\w{20}` take seconds).
+    let big = "a".repeat(rebuno::kernel::MAX_POLICY_TEST_ARGUMENTS_BYTES);
+    let msg = send(with_key(
+        &api,
+        &reader,
+        "/v0/policies/pol/test",
+        json!({"target": "t", "arguments": {"a0": big}, "bundle": regex_bundle(1, r"\w{20}x")}),
+    ))
+    .await
+    .err(400, "validation_error");
+    assert!(msg.contains("a policy test takes at most 65536"), "{msg}");
+
     // The other routes that take a bundle parse it the same way, and change nothing.
     let set = api
         .post("/v0/policies/pol", json!({"bundle": hostile}))

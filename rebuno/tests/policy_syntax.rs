@@ -443,8 +443,8 @@ fn regex_bundle(n: usize, pattern: &str) -> String {
 #[test]
 fn argument_regexes_are_refused_over_budget() {
     use rebuno::policy::{
-        MAX_BUNDLE_REGEX_BYTES, MAX_BUNDLE_REGEXES, MAX_REGEX_COMPILED_BYTES,
-        MAX_REGEX_PATTERN_BYTES,
+        MAX_BUNDLE_REGEX_BYTES, MAX_BUNDLE_REGEX_PATTERN_BYTES, MAX_BUNDLE_REGEXES,
+        MAX_REGEX_COMPILED_BYTES, MAX_REGEX_PATTERN_BYTES,
     };
     // Too many, however small.
     let err = parse_err(&regex_bundle(MAX_BUNDLE_REGEXES + 1, "^a$"));
@@ -464,7 +464,25 @@ fn argument_regexes_are_refused_over_budget() {
     );
     Bundle::parse(&regex_bundle(MAX_BUNDLE_REGEXES, "^[a-z0-9_-]{1,64}$")).unwrap();
 
-    // One that compiles too large: `\w` is Unicode, so sixty of them are megabytes.
+    // Too much text together, however cheap each regex.
+    let each = "a".repeat(MAX_REGEX_PATTERN_BYTES);
+    let count = MAX_BUNDLE_REGEX_PATTERN_BYTES / MAX_REGEX_PATTERN_BYTES + 1;
+    assert_eq!(
+        parse_err(&regex_bundle(count, &each)),
+        BundleError::TooMuchRegexText {
+            bytes: count * MAX_REGEX_PATTERN_BYTES,
+            limit: MAX_BUNDLE_REGEX_PATTERN_BYTES
+        }
+    );
+    Bundle::parse(&regex_bundle(count - 1, &each)).unwrap();
+
+    // One that compiles too large: `\w` is Unicode, so sixty of them are megabytes; so are a
+    // few hundred case-insensitive letters.
+    let text = parse_err(&regex_bundle(1, &format!("(?i){}", r"\pL".repeat(300)))).to_string();
+    assert!(
+        text.contains("regex is too large: it compiles to more than"),
+        "{text}"
+    );
     let err = parse_err(&regex_bundle(1, r"\w{60}"));
     let text = err.to_string();
     assert!(matches!(err, BundleError::RegexTooLarge { .. }), "{err:?}");
@@ -494,8 +512,8 @@ fn argument_regexes_are_refused_over_budget() {
     assert!(
         text.contains("argument \"a")
             && text.contains(&format!(
-                "regex does not fit the bundle's regex budget: the bundle's regexes may compile \
-                 to at most {MAX_BUNDLE_REGEX_BYTES} bytes together"
+                "regex does not fit the bundle's regex budget: the bundle's regexes may take at \
+                 most {MAX_BUNDLE_REGEX_BYTES} bytes together once compiled"
             )),
         "{text}"
     );

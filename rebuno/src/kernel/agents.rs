@@ -22,6 +22,11 @@ pub(super) fn public(mut agent: Agent) -> Agent {
     agent
 }
 
+/// At most this many bytes of JSON in the `arguments` of a policy test
+/// ([`Kernel::test_policy`]): the test matches the bundle's regexes against them, and a search
+/// costs time in proportion to the text searched.
+pub const MAX_POLICY_TEST_ARGUMENTS_BYTES: usize = 64 * 1024;
+
 /// At most this many bytes in a webhook URL.
 pub const MAX_WEBHOOK_URL_BYTES: usize = 2048;
 
@@ -263,12 +268,23 @@ impl Kernel {
 
     /// Evaluates a proposed step for agent `agent_id` against its bundle (or the request's own
     /// `bundle`), exactly as a submit would decide it, and records nothing: no step, no event,
-    /// no rate-limit token. `404` for an unknown agent, `400` for a bundle that does not parse.
+    /// no rate-limit token. `404` for an unknown agent, `400` for a bundle that does not parse
+    /// (or is over the regex budget, see [`crate::policy::bundle`]) or arguments over
+    /// [`MAX_POLICY_TEST_ARGUMENTS_BYTES`].
     pub async fn test_policy(
         &self,
         agent_id: &str,
         req: PolicyTestRequest,
     ) -> KernelResult<PolicyTestResponse> {
+        if let Some(arguments) = &req.arguments {
+            let bytes = serde_json::to_vec(arguments).map_or(usize::MAX, |v| v.len());
+            if bytes > MAX_POLICY_TEST_ARGUMENTS_BYTES {
+                return Err(KernelError::validation(format!(
+                    "arguments are {bytes} bytes of JSON; a policy test takes at most \
+                     {MAX_POLICY_TEST_ARGUMENTS_BYTES}"
+                )));
+            }
+        }
         let stored = self
             .agent_with_secret(agent_id)
             .await?

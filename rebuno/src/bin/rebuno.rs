@@ -46,8 +46,9 @@ Environment (flags override the environment, which overrides the defaults):
                                  checked, beyond 64 KiB each (--unverified-body-memory)
                                  [default: 134217728, 128 MiB]
   REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT
-                                 the same for one agent (--unverified-body-memory-per-agent)
-                                 [default: 33554432, 32 MiB]
+                                 the same for one agent, at most the total
+                                 (--unverified-body-memory-per-agent)
+                                 [default: 33554432, 32 MiB, or the total if lower]
   REBUNO_MAX_CONNECTIONS         connections served at once; more wait to be accepted
                                  (--max-connections) [default: 512]
   REBUNO_MAX_STREAMS             connections live streams and change feeds may hold, below

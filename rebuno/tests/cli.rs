@@ -23,7 +23,13 @@ const REBUNO_VARS: &[&str] = &[
     "REBUNO_DISPATCH_LEASE_TIMEOUT",
     "REBUNO_HEADER_TIMEOUT",
     "REBUNO_BODY_TIMEOUT",
+    "REBUNO_BODY_START_TIMEOUT",
+    "REBUNO_UNVERIFIED_BODY_MEMORY",
+    "REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT",
     "REBUNO_MAX_CONNECTIONS",
+    "REBUNO_MAX_STREAMS",
+    "REBUNO_MAX_STREAMS_PER_KEY",
+    "REBUNO_MAX_PENDING_HEADS_PER_ADDRESS",
     "REBUNO_LEGACY_SIGNATURES",
 ];
 
@@ -200,7 +206,13 @@ fn help_documents_flags_and_environment() {
             "REBUNO_RETENTION",
             "REBUNO_HEADER_TIMEOUT",
             "REBUNO_BODY_TIMEOUT",
+            "REBUNO_BODY_START_TIMEOUT",
+            "REBUNO_UNVERIFIED_BODY_MEMORY",
+            "REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT",
             "REBUNO_MAX_CONNECTIONS",
+            "REBUNO_MAX_STREAMS",
+            "REBUNO_MAX_STREAMS_PER_KEY",
+            "REBUNO_MAX_PENDING_HEADS_PER_ADDRESS",
             "REBUNO_LEGACY_SIGNATURES",
         ] {
             assert!(text.contains(needle), "{args:?} lacks {needle}:\n{text}");
@@ -209,7 +221,13 @@ fn help_documents_flags_and_environment() {
     let edge = [
         "--header-timeout",
         "--body-timeout",
+        "--body-start-timeout",
+        "--unverified-body-memory",
+        "--unverified-body-memory-per-agent",
         "--max-connections",
+        "--max-streams",
+        "--max-streams-per-key",
+        "--max-pending-heads-per-address",
         "--legacy-signatures",
     ];
     let dev = String::from_utf8_lossy(&run(rebuno().args(["dev", "--help"])).stdout).into_owned();
@@ -237,6 +255,12 @@ fn bad_edge_flags_are_refused() {
         ("--body-timeout=-1s", ""),
         ("--body-timeout", "1x"),
         ("--max-connections", "0"),
+        ("--body-start-timeout", "0s"),
+        ("--unverified-body-memory", "0"),
+        ("--unverified-body-memory-per-agent=-1", ""),
+        ("--max-streams", "0"),
+        ("--max-streams-per-key", "many"),
+        ("--max-pending-heads-per-address", "0"),
         ("--legacy-signatures=maybe", ""),
     ] {
         let mut cmd = rebuno();
@@ -252,6 +276,50 @@ fn bad_edge_flags_are_refused() {
             stderr(&out)
         );
     }
+}
+
+/// Limits that contradict each other refuse the start, naming both: streams must leave agents
+/// a connection, and one agent's share of the unverified-body budget cannot exceed the whole.
+#[test]
+fn contradictory_edge_limits_are_refused() {
+    for (args, env, needle) in [
+        (
+            &["--max-connections", "8", "--max-streams", "8"][..],
+            None,
+            "--max-streams (8) must be below --max-connections (8)",
+        ),
+        (
+            &["--max-streams", "600"][..],
+            None,
+            "--max-streams (600) must be below --max-connections (512)",
+        ),
+        (
+            &["--unverified-body-memory", "1000"][..],
+            Some(("REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT", "2000")),
+            "--unverified-body-memory-per-agent (2000) must not exceed --unverified-body-memory (1000)",
+        ),
+    ] {
+        let mut cmd = rebuno();
+        cmd.args(["dev", "--memory", "--listen-addr", "256.0.0.1:1"])
+            .args(args);
+        if let Some((name, value)) = env {
+            cmd.env(name, value);
+        }
+        let out = run(&mut cmd);
+        assert!(!out.status.success(), "{args:?}");
+        let err = stderr(&out);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(
+            !err.contains("cannot listen"),
+            "refused before serving: {err}"
+        );
+    }
+    // A total set lower than the default share lowers the share with it.
+    let out = run(rebuno()
+        .args(["dev", "--memory", "--listen-addr", "256.0.0.1:1"])
+        .args(["--unverified-body-memory", "1000"]));
+    let err = stderr(&out);
+    assert!(err.contains("cannot listen on 256.0.0.1:1"), "{err}");
 }
 
 #[test]

@@ -40,8 +40,25 @@ Environment (flags override the environment, which overrides the defaults):
   REBUNO_HEADER_TIMEOUT          time to send a request's headers, and keep-alive idle time
                                  (--header-timeout) [default: 10s]
   REBUNO_BODY_TIMEOUT            time to send a request body (--body-timeout) [default: 30s]
+  REBUNO_BODY_START_TIMEOUT      time until a request body's first bytes
+                                 (--body-start-timeout) [default: 5s]
+  REBUNO_UNVERIFIED_BODY_MEMORY  bytes held for agent request bodies whose signature is not yet
+                                 checked, beyond 64 KiB each (--unverified-body-memory)
+                                 [default: 134217728, 128 MiB]
+  REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT
+                                 the same for one agent, at most the total
+                                 (--unverified-body-memory-per-agent)
+                                 [default: 33554432, 32 MiB, or the total if lower]
   REBUNO_MAX_CONNECTIONS         connections served at once; more wait to be accepted
                                  (--max-connections) [default: 512]
+  REBUNO_MAX_STREAMS             connections live streams and change feeds may hold, below
+                                 REBUNO_MAX_CONNECTIONS (--max-streams) [default: half of it]
+  REBUNO_MAX_STREAMS_PER_KEY     live streams and change feeds one API key may hold
+                                 (--max-streams-per-key) [default: 32]
+  REBUNO_MAX_PENDING_HEADS_PER_ADDRESS
+                                 connections still sending a request head one address may hold
+                                 once half the connections are taken
+                                 (--max-pending-heads-per-address) [default: 64]
   REBUNO_LEGACY_SIGNATURES       accept body-only sha256= agent signatures of SDK 0.14-0.16, true
                                  or false (--legacy-signatures) [default: true in dev, false in server]
   REBUNO_DISPATCH_MAX_ATTEMPTS   delivery attempts per dispatch [default: 5]
@@ -160,10 +177,38 @@ struct EdgeArgs {
     /// Time a client has to send a request body [env: REBUNO_BODY_TIMEOUT] [default: 30s]
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     body_timeout: Option<Duration>,
+    /// Time until the first bytes of a request body; a body that has not started by then is
+    /// refused [env: REBUNO_BODY_START_TIMEOUT] [default: 5s]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    body_start_timeout: Option<Duration>,
+    /// Bytes held at once for agent request bodies whose signature is not yet checked, beyond
+    /// the first 64 KiB of each; a body that would pass it is refused (429)
+    /// [env: REBUNO_UNVERIFIED_BODY_MEMORY] [default: 134217728 (128 MiB)]
+    #[arg(long, value_name = "BYTES", value_parser = positive_count)]
+    unverified_body_memory: Option<usize>,
+    /// The same budget for the bodies of one agent, at most the total; below 10 MiB it also
+    /// lowers the largest body an agent can send [env: REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT]
+    /// [default: 33554432 (32 MiB), or the total if lower]
+    #[arg(long, value_name = "BYTES", value_parser = positive_count)]
+    unverified_body_memory_per_agent: Option<usize>,
     /// Connections served at once; at the cap new ones wait to be accepted
     /// [env: REBUNO_MAX_CONNECTIONS] [default: 512]
     #[arg(long, value_name = "N", value_parser = positive_count)]
     max_connections: Option<usize>,
+    /// Connections that live streams and change feeds may hold at once, below
+    /// --max-connections so that agents always find one; more are refused (429)
+    /// [env: REBUNO_MAX_STREAMS] [default: half of --max-connections]
+    #[arg(long, value_name = "N", value_parser = positive_count)]
+    max_streams: Option<usize>,
+    /// Live streams and change feeds one API key may hold open at once; more are refused
+    /// (429) [env: REBUNO_MAX_STREAMS_PER_KEY] [default: 32]
+    #[arg(long, value_name = "N", value_parser = positive_count)]
+    max_streams_per_key: Option<usize>,
+    /// Once half the connections are taken, connections still sending a request head that one
+    /// source address (an IPv6 /64) may hold; more from it are closed at once. Raise it
+    /// behind a proxy [env: REBUNO_MAX_PENDING_HEADS_PER_ADDRESS] [default: 64]
+    #[arg(long, value_name = "N", value_parser = positive_count)]
+    max_pending_heads_per_address: Option<usize>,
     /// Also accept agent requests signed body-only (sha256=, Python SDK 0.14-0.16). Such a
     /// signature has no timestamp or target: a captured request can be replayed at any time.
     /// `--legacy-signatures=false` turns it off [env: REBUNO_LEGACY_SIGNATURES] [default: true
@@ -219,6 +264,24 @@ impl EdgeArgs {
         let max_connections = self
             .max_connections
             .or_else(|| env.read("REBUNO_MAX_CONNECTIONS", positive_count));
+        let body_start_timeout = self
+            .body_start_timeout
+            .or_else(|| env.read("REBUNO_BODY_START_TIMEOUT", positive_duration));
+        let unverified = self
+            .unverified_body_memory
+            .or_else(|| env.read("REBUNO_UNVERIFIED_BODY_MEMORY", positive_count));
+        let unverified_per_agent = self
+            .unverified_body_memory_per_agent
+            .or_else(|| env.read("REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT", positive_count));
+        let max_streams = self
+            .max_streams
+            .or_else(|| env.read("REBUNO_MAX_STREAMS", positive_count));
+        let max_streams_per_key = self
+            .max_streams_per_key
+            .or_else(|| env.read("REBUNO_MAX_STREAMS_PER_KEY", positive_count));
+        let max_pending_heads = self
+            .max_pending_heads_per_address
+            .or_else(|| env.read("REBUNO_MAX_PENDING_HEADS_PER_ADDRESS", positive_count));
         if !env.0.is_empty() {
             return Err(format!("invalid environment: {}", env.0.join("; ")));
         }
@@ -227,12 +290,50 @@ impl EdgeArgs {
         if let Some(d) = body_timeout {
             server.body_timeout = d;
         }
+        if let Some(d) = body_start_timeout {
+            server.body_start_timeout = d;
+        }
+        if let Some(n) = unverified {
+            server.unverified_body_memory = n;
+        }
+        if let Some(n) = unverified_per_agent {
+            server.unverified_body_memory_per_agent = n;
+        }
+        if let Some(n) = max_streams_per_key {
+            server.max_streams_per_key = n;
+        }
         let mut serve = ServeOptions::default();
         if let Some(d) = header_timeout {
             serve.header_timeout = d;
         }
         if let Some(n) = max_connections {
             serve.max_connections = n;
+        }
+        serve.max_streams = max_streams;
+        if let Some(n) = max_pending_heads {
+            serve.max_pending_heads_per_address = n;
+        }
+        if let Some(n) = max_streams
+            && n >= serve.max_connections
+        {
+            return Err(format!(
+                "--max-streams ({n}) must be below --max-connections ({}): each live stream \
+                 holds a connection, and agents need some left",
+                serve.max_connections
+            ));
+        }
+        if unverified_per_agent.is_none() {
+            // The default share never exceeds a total set lower.
+            server.unverified_body_memory_per_agent = server
+                .unverified_body_memory_per_agent
+                .min(server.unverified_body_memory);
+        }
+        if server.unverified_body_memory_per_agent > server.unverified_body_memory {
+            return Err(format!(
+                "--unverified-body-memory-per-agent ({}) must not exceed \
+                 --unverified-body-memory ({})",
+                server.unverified_body_memory_per_agent, server.unverified_body_memory
+            ));
         }
         Ok((server, serve))
     }
@@ -395,8 +496,14 @@ fn log_start(mode: &Mode<'_>, kernel: &Kernel, options: &ServerOptions, serve: &
         bearer_auth = options.bearer_token.as_deref().is_some_and(|t| !t.is_empty()),
         legacy_signatures = options.legacy_signatures,
         body_timeout = ?options.body_timeout,
+        body_start_timeout = ?options.body_start_timeout,
+        unverified_body_memory = options.unverified_body_memory,
+        unverified_body_memory_per_agent = options.unverified_body_memory_per_agent,
         header_timeout = ?serve.header_timeout,
         max_connections = serve.max_connections,
+        max_streams = serve.stream_cap(),
+        max_streams_per_key = options.max_streams_per_key,
+        max_pending_heads_per_address = serve.max_pending_heads_per_address,
         replica_id = %config.replica_id,
         dispatch_max_attempts = config.dispatch_max_attempts,
         dispatch_timeout = ?config.dispatch_timeout,

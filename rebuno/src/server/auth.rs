@@ -6,15 +6,20 @@
 //! names a known agent, `Rebuno-Signature` appears exactly once in an accepted form (`v1=` always,
 //! `sha256=` only while legacy signing is on), a v1 request's `Rebuno-Timestamp` is a base-10
 //! int64 within [`V1_WINDOW_SECS`] of the kernel's clock, and no signed header repeats or holds a
-//! line break. Only then is the body read (size limit, timeout) and the HMAC checked over the
+//! line break. Only then is the body read (size limit, deadlines) and the HMAC checked over the
 //! raw bytes: for v1 together with the method, the raw request target (as the client sent it,
 //! before any nesting stripped a prefix) and the lease headers. Every failure is `401`, with one
 //! message for an unknown agent and a wrong signature.
 //!
+//! Headers that pass prove nothing yet (an agent id is no secret and anyone can make a
+//! well-formed, fresh signature), so until the HMAC is checked a body is held under the
+//! unverified-body budgets (`limits`): beyond its first 64 KiB, a body that would pass the
+//! agent's or the server's budget is refused with `429`.
+//!
 //! [`V1_WINDOW_SECS`]: crate::signing::V1_WINDOW_SECS
 
 use super::AppState;
-use super::body::read_body;
+use super::body::read_body_counted;
 use super::error::ApiError;
 use crate::kernel::KernelError;
 use crate::protocol::{
@@ -194,7 +199,8 @@ pub(crate) async fn authenticate_agent(
     body: Body,
 ) -> Result<(String, Bytes), ApiError> {
     let claim = check_headers(state, &parts.headers).await?;
-    let bytes = read_body(body, state.body_timeout).await?;
+    let mut unverified = state.unverified.reserve(claim.agent_id);
+    let bytes = read_body_counted(body, state.body_limits, |held| unverified.cover(held)).await?;
     let valid = match claim.scheme {
         Scheme::V1 { timestamp } => V1Request {
             method: parts.method.as_str(),
@@ -207,6 +213,8 @@ pub(crate) async fn authenticate_agent(
         .verify(&claim.secret, claim.signature),
         Scheme::Body => signing::verify(&claim.secret, &bytes, claim.signature),
     };
+    // Checked either way: what the body holds from here is the agent's, or nobody's.
+    drop(unverified);
     if !valid {
         return Err(ApiError::unauthorized(INVALID_SIGNATURE));
     }

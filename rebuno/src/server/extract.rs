@@ -198,7 +198,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let bytes = read_body(req.into_body(), state.body_timeout).await?;
+        let bytes = read_body(req.into_body(), state.body_limits).await?;
         parse_json(&bytes).map(JsonBody)
     }
 }

@@ -16,12 +16,13 @@ use super::extract::{
     ExecutionsWrite, JsonBody, NamePath, PoliciesRead, PoliciesWrite, QueryPairs, ReadCall, Reader,
     UuidPath, uuid_param,
 };
+use super::limits::{HeldStream, ServedStreams};
 use crate::protocol::{
     AgentMetadata, Checkpoints, CompleteExecutionRequest, CompleteStepRequest,
     CreateExecutionRequest, DecideApprovalRequest, Execution, FailExecutionRequest,
     FailStepRequest, ForkExecutionRequest, HEADER_NEXT_CURSOR, HealthStatus, Lease,
-    PolicyTestRequest, RegisterAgentRequest, SetPolicyRequest, StreamDeltaRequest, StreamFrame,
-    SubmitStepRequest, canonical_uuid,
+    PolicyTestRequest, Principal, RegisterAgentRequest, SetPolicyRequest, StreamDeltaRequest,
+    StreamFrame, SubmitStepRequest, canonical_uuid,
 };
 use crate::store::ExecutionQuery;
 use axum::extract::State;
@@ -211,22 +212,31 @@ pub(super) async fn events(
 /// disconnects (the response body, which owns it, is dropped).
 pub(super) async fn stream_subscribe(
     State(s): State<AppState>,
-    _: Client<ExecutionsRead>,
+    Client(principal, _): Client<ExecutionsRead>,
+    served: ServedStreams,
     UuidPath(id): UuidPath,
 ) -> ApiResult {
-    stream_response(&s.kernel, &id).await
+    stream_response(&s, &principal, &served, &id).await
 }
 
-/// The Server-Sent Events answer of execution `id`'s live stream (row 5, and the console's).
-pub(super) async fn stream_response(kernel: &crate::Kernel, id: &str) -> ApiResult {
+/// The Server-Sent Events answer of execution `id`'s live stream (row 5, and the console's), for
+/// `principal`: `429` when it or the server holds as many long-lived responses as allowed
+/// (`limits`), checked before the subscription.
+pub(super) async fn stream_response(
+    s: &AppState,
+    principal: &Principal,
+    served: &ServedStreams,
+    id: &str,
+) -> ApiResult {
     use axum::response::sse::Event;
     use tokio_stream::StreamExt;
-    let events = kernel.subscribe(id).await?.map(|frame| {
+    let slot = s.streams.take(principal, served.0.as_ref())?;
+    let events = s.kernel.subscribe(id).await?.map(|frame| {
         Ok::<Event, std::convert::Infallible>(
             Event::default().data(serde_json::to_string(&frame).unwrap_or_default()),
         )
     });
-    Ok(sse_response(events))
+    Ok(sse_response(HeldStream::new(events, slot)))
 }
 
 /// `events` as a Server-Sent Events answer with a keep-alive comment every 15 s, never cached.
@@ -252,25 +262,36 @@ fn sse_response(
 /// more than [`crate::kernel::CHANGE_FEED_BUFFER`] notifications behind (some were dropped:
 /// read again whatever you wait on), and a `: keep-alive` comment every 15 s. The subscription
 /// is taken before the answer's head is sent, so a client that reads after the head misses
-/// nothing. Feeds over the kernel's cap (`REBUNO_STREAM_SUBSCRIBERS`) are `429`. Not part of
-/// the Go kernel's protocol: the Rust [`crate::client::Client`] holds one feed for all its waits.
-pub(super) async fn changes(State(s): State<AppState>, _: Client<ExecutionsRead>) -> ApiResult {
-    changes_response(&s.kernel)
+/// nothing. Feeds over the kernel's cap (`REBUNO_STREAM_SUBSCRIBERS`) or the server's (per API
+/// key and in total, see `limits`) are `429`. Not part of the Go kernel's protocol: the Rust
+/// [`crate::client::Client`] holds one feed for all its waits.
+pub(super) async fn changes(
+    State(s): State<AppState>,
+    Client(principal, _): Client<ExecutionsRead>,
+    served: ServedStreams,
+) -> ApiResult {
+    changes_response(&s, &principal, &served)
 }
 
-/// The Server-Sent Events answer of the change feed (`GET /v0/changes`, and the console's).
-pub(super) fn changes_response(kernel: &crate::Kernel) -> ApiResult {
+/// The Server-Sent Events answer of the change feed (`GET /v0/changes`, and the console's), for
+/// `principal`: `429` as for [`stream_response`].
+pub(super) fn changes_response(
+    s: &AppState,
+    principal: &Principal,
+    served: &ServedStreams,
+) -> ApiResult {
     use crate::kernel::Change;
     use axum::response::sse::Event;
     use tokio_stream::StreamExt;
-    let events = kernel.change_feed()?.map(|change| {
+    let slot = s.streams.take(principal, served.0.as_ref())?;
+    let events = s.kernel.change_feed()?.map(|change| {
         let data = match change {
             Change::Changed(id) => serde_json::json!({ "execution_id": &*id }),
             Change::Resync => serde_json::json!({ "resync": true }),
         };
         Ok::<Event, std::convert::Infallible>(Event::default().data(data.to_string()))
     });
-    Ok(sse_response(events))
+    Ok(sse_response(HeldStream::new(events, slot)))
 }
 
 /// Row 6: `POST /v0/executions/{id}/cancel` (204; `409 execution_terminal`).
@@ -635,7 +656,8 @@ pub(super) async fn ready(State(s): State<AppState>) -> Response {
 
 /// Row 27: `GET /metrics` in the Prometheus text format.
 pub(super) async fn metrics(State(s): State<AppState>) -> Response {
-    let text = super::metrics::render(&s.kernel).await;
+    let mut text = super::metrics::render(&s.kernel).await;
+    text.push_str(&super::metrics::edge(s.streams.open(), s.unverified.held()));
     let mut response = (StatusCode::OK, text).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -12,8 +12,12 @@
 //!   requests (`v1=`, and body-only `sha256=` while legacy signing is on) on agent routes, and
 //!   bearer-or-HMAC on the three read routes an agent also uses, where an agent only sees its own
 //!   executions. An agent's headers are checked before any of its body is read;
-//! * bodies (`body`): at most 10 MiB (`413` beyond, before reading when declared) and read
-//!   within [`ServerOptions::body_timeout`];
+//! * bodies (`body`): every route's body, the console's forms included, through one reader:
+//!   at most 10 MiB on `/v0` and a few KiB for a console form (`413` beyond, before reading
+//!   when declared), started within [`ServerOptions::body_start_timeout`] and read within
+//!   [`ServerOptions::body_timeout`];
+//! * shared budgets (`limits`): the memory held for agent bodies whose signature is not yet
+//!   checked, and the connections live streams and change feeds may hold;
 //! * request parsing: path UUIDs, query strings, the lease headers and strict JSON
 //!   bodies (`extract`);
 //! * answers: JSON bodies and the `{code, message, details?}` error envelope with the HTTP
@@ -47,6 +51,7 @@ mod error;
 mod extract;
 mod handlers;
 mod keys;
+mod limits;
 pub mod manifest;
 mod metrics;
 mod observe;
@@ -72,9 +77,32 @@ pub struct ServerOptions {
     /// besides `v1=` (default off). Such a signature has no timestamp and no target, so a
     /// captured request can be replayed at any time to any route that takes the same body.
     pub legacy_signatures: bool,
-    /// How long a request body may take to arrive in full (default 30 s); a slower one is
-    /// refused with `400` and its connection closed.
+    /// How long a request body may take to arrive in full (`--body-timeout`,
+    /// `REBUNO_BODY_TIMEOUT`; default 30 s); a slower one is refused with `400` and its
+    /// connection closed.
     pub body_timeout: Duration,
+    /// How long the first bytes of a request body may take to arrive (`--body-start-timeout`,
+    /// `REBUNO_BODY_START_TIMEOUT`; default 5 s, and never more than the body timeout); a body
+    /// that has not started by then is refused with `400` and its connection closed. Clients
+    /// send a body right after its head, so only a stalled or hostile one waits that long.
+    pub body_start_timeout: Duration,
+    /// How many bytes of agent request bodies whose signatures are not yet checked the server
+    /// holds at once, in total (`--unverified-body-memory`, `REBUNO_UNVERIFIED_BODY_MEMORY`;
+    /// default 128 MiB). The first 64 KiB of each body are not counted (the connection cap
+    /// bounds them). A body that would pass the budget is refused with `429` and its
+    /// connection closed: a caller who knows an agent id but not its secret can make the
+    /// server hold at most this much, beside 64 KiB per connection.
+    pub unverified_body_memory: usize,
+    /// The same budget for the bodies of one agent (`--unverified-body-memory-per-agent`,
+    /// `REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT`; default 32 MiB), so that forged uploads
+    /// under one agent's id cannot take the whole budget from the others. Below 10 MiB it
+    /// also lowers the largest body that agent can send.
+    pub unverified_body_memory_per_agent: usize,
+    /// How many live streams and change feeds (`/v0` and the console's) one API key may hold
+    /// open at once (`--max-streams-per-key`, `REBUNO_MAX_STREAMS_PER_KEY`; default 32); more
+    /// are refused with `429`. The admin token is bounded only by the server's total
+    /// ([`ServeOptions::max_streams`]).
+    pub max_streams_per_key: usize,
 }
 
 impl Default for ServerOptions {
@@ -83,6 +111,10 @@ impl Default for ServerOptions {
             bearer_token: None,
             legacy_signatures: false,
             body_timeout: Duration::from_secs(30),
+            body_start_timeout: Duration::from_secs(5),
+            unverified_body_memory: 128 << 20,
+            unverified_body_memory_per_agent: 32 << 20,
+            max_streams_per_key: 32,
         }
     }
 }
@@ -119,6 +151,13 @@ impl std::fmt::Debug for ServerOptions {
             )
             .field("legacy_signatures", &self.legacy_signatures)
             .field("body_timeout", &self.body_timeout)
+            .field("body_start_timeout", &self.body_start_timeout)
+            .field("unverified_body_memory", &self.unverified_body_memory)
+            .field(
+                "unverified_body_memory_per_agent",
+                &self.unverified_body_memory_per_agent,
+            )
+            .field("max_streams_per_key", &self.max_streams_per_key)
             .finish()
     }
 }
@@ -131,8 +170,12 @@ pub(crate) struct AppState {
     pub(crate) bearer: Option<Arc<str>>,
     /// Whether body-only `sha256=` agent signatures are accepted.
     pub(crate) legacy_signatures: bool,
-    /// How long a body may take to arrive.
-    pub(crate) body_timeout: Duration,
+    /// The size and deadlines of a `/v0` body.
+    pub(crate) body_limits: body::BodyLimits,
+    /// What agent bodies whose signatures are not yet checked may hold.
+    pub(crate) unverified: Arc<limits::UnverifiedBodies>,
+    /// The live streams and change feeds open, by API key.
+    pub(crate) streams: Arc<limits::StreamSlots>,
     /// The web console's sessions.
     pub(crate) console: Arc<console::Sessions>,
 }
@@ -149,7 +192,12 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
             .filter(|t| !t.is_empty())
             .map(Arc::from),
         legacy_signatures: options.legacy_signatures,
-        body_timeout: options.body_timeout,
+        body_limits: body::BodyLimits::api(options.body_start_timeout, options.body_timeout),
+        unverified: limits::UnverifiedBodies::new(
+            options.unverified_body_memory,
+            options.unverified_body_memory_per_agent,
+        ),
+        streams: limits::StreamSlots::new(options.max_streams_per_key),
         console: Arc::default(),
     };
     Router::new()

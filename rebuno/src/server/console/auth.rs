@@ -136,7 +136,7 @@ pub(super) async fn login_page(State(s): State<AppState>, Query(q): Query<Next>)
 pub(super) async fn login(
     State(s): State<AppState>,
     headers: HeaderMap,
-    axum::Form(form): axum::Form<LoginForm>,
+    super::BoundedForm(form): super::BoundedForm<LoginForm, { super::MAX_LOGIN_FORM_BYTES }>,
 ) -> Page {
     if !same_origin(&headers) {
         return Err(Failure::forbidden("cross-site login refused"));
@@ -179,7 +179,7 @@ pub(super) async fn logout(
     State(s): State<AppState>,
     headers: HeaderMap,
     viewer: Viewer,
-    axum::Form(form): axum::Form<LogoutForm>,
+    super::BoundedForm(form): super::BoundedForm<LogoutForm>,
 ) -> Page {
     check_mutation(&headers, &viewer, &form.csrf)?;
     if let Some(id) = &viewer.session {

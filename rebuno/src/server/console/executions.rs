@@ -11,6 +11,7 @@ use crate::protocol::{
 };
 use crate::server::AppState;
 use crate::server::handlers::{changes_response, stream_response};
+use crate::server::limits::ServedStreams;
 use crate::store::ExecutionQuery;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -638,7 +639,7 @@ pub(super) async fn cancel(
     headers: HeaderMap,
     viewer: Viewer,
     Path(raw): Path<String>,
-    axum::Form(form): axum::Form<CsrfForm>,
+    super::BoundedForm(form): super::BoundedForm<CsrfForm>,
 ) -> Page {
     check_mutation(&headers, &viewer, &form.csrf)?;
     viewer.require(Scope::ExecutionsWrite)?;
@@ -651,17 +652,22 @@ pub(super) async fn cancel(
 pub(super) async fn stream(
     State(s): State<AppState>,
     viewer: Viewer,
+    served: ServedStreams,
     Path(raw): Path<String>,
 ) -> Page {
     viewer.require(Scope::ExecutionsRead)?;
     let id = execution_id(&raw)?;
-    stream_response(&s.kernel, &id)
+    stream_response(&s, &viewer.principal, &served, &id)
         .await
         .map_err(|e| Failure::from(e.0))
 }
 
 /// `GET /ui/changes`: the change feed, as `/v0/changes` sends it.
-pub(super) async fn changes(State(s): State<AppState>, viewer: Viewer) -> Page {
+pub(super) async fn changes(
+    State(s): State<AppState>,
+    viewer: Viewer,
+    served: ServedStreams,
+) -> Page {
     viewer.require(Scope::ExecutionsRead)?;
-    changes_response(&s.kernel).map_err(|e| Failure::from(e.0))
+    changes_response(&s, &viewer.principal, &served).map_err(|e| Failure::from(e.0))
 }

@@ -19,6 +19,10 @@
 //! `Referer` when a browser sends no `Origin`) and carry the session's CSRF token; anything else
 //! is `403` and changes nothing. An approval is decided as the login: an API key as its subject,
 //! the admin token as the name given at login.
+//!
+//! Every form is read as the API reads its bodies ([`BoundedForm`]): at most
+//! [`MAX_FORM_BYTES`] ([`MAX_LOGIN_FORM_BYTES`] for the login, which anyone may send), under the
+//! server's body deadlines.
 
 mod agents;
 mod approvals;
@@ -31,11 +35,13 @@ use crate::web::{html, html_response};
 
 use super::AppState;
 use super::auth::{authenticate_client, require};
+use super::body::read_body;
 use crate::kernel::KernelError;
 use crate::protocol::{Principal, Scope};
 use crate::signing::constant_time_eq;
 use axum::Router;
-use axum::extract::FromRequestParts;
+use axum::body::Body;
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -52,6 +58,14 @@ const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
 /// At most this many live sessions; the oldest is dropped to make room.
 const MAX_SESSIONS: usize = 10_000;
+
+/// The most bytes of a console form (a CSRF token, a rationale, a policy test's arguments);
+/// a larger one is `413`.
+pub(crate) const MAX_FORM_BYTES: usize = 64 * 1024;
+
+/// The most bytes of the login form (a token or API key, a name, where to go next), which is
+/// read before anything authenticates; a larger one is `413`.
+pub(crate) const MAX_LOGIN_FORM_BYTES: usize = 8 * 1024;
 
 /// One console session, kept in memory (a restart logs everyone out).
 struct Session {
@@ -282,6 +296,48 @@ impl IntoResponse for Failure {
 
 /// A console handler's answer.
 type Page = Result<Response, Failure>;
+
+/// A console form: `application/x-www-form-urlencoded` (`415` otherwise, before the body is
+/// read), of at most `LIMIT` bytes (`413`), started and received within the server's body
+/// deadlines (`400`, and the connection closed), then decoded as axum's `Form` decodes.
+pub(crate) struct BoundedForm<T, const LIMIT: usize = MAX_FORM_BYTES>(pub T);
+
+/// Whether `headers` declare a URL-encoded form.
+fn is_form(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|essence| {
+            essence
+                .trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        })
+}
+
+impl<T: serde::de::DeserializeOwned, const LIMIT: usize> FromRequest<AppState>
+    for BoundedForm<T, LIMIT>
+{
+    type Rejection = Failure;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Failure> {
+        let (parts, body) = req.into_parts();
+        if !is_form(&parts.headers) {
+            return Err(Failure(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "expected a form (Content-Type: application/x-www-form-urlencoded)".into(),
+            ));
+        }
+        let bytes = read_body(body, state.body_limits.at_most(LIMIT))
+            .await
+            .map_err(|e| Failure::from(e.0))?;
+        let req = Request::from_parts(parts, Body::from(bytes));
+        match axum::Form::<T>::from_request(req, &()).await {
+            Ok(axum::Form(form)) => Ok(BoundedForm(form)),
+            Err(e) => Err(Failure(e.status(), e.body_text())),
+        }
+    }
+}
 
 /// The origin a same-site request names: `Origin`, else the scheme and authority of
 /// `Referer`.

@@ -461,21 +461,78 @@ async fn a_forged_call_substituting_the_claimed_input_runs_nothing() {
     rt.shutdown().await;
 }
 
+/// `pay-agent@1.0.0` with [`counting`] `charge` (its counter [`Payments::charges`] counts),
+/// which runs in process.
+fn counted_charge(dir: &Path) -> Arc<AgentSpec<Payments>> {
+    let files = Payments::in_dir(dir);
+    let charge = counting("charge", files.counter.clone());
+    pay_agent(files, vec![charge], 8)
+}
+
+/// The receipt runtime on a file in `dir`, seeded, and an in-process worker of
+/// [`counted_charge`] over it.
+async fn in_process(dir: &Path) -> (Arc<Runtime>, RemoteWorker) {
+    let receipts = Arc::new(Runtime::new(Arc::new(
+        SqliteStore::open(dir.join("app.db")).unwrap(),
+    )));
+    let registry = Arc::new(Registry::new());
+    registry.register(counted_charge(dir)).unwrap();
+    seed(&receipts, STREAM, "charge it").await;
+    (Arc::clone(&receipts), RemoteWorker::new(registry, receipts))
+}
+
+/// The refusal `err` holds (panics on any other error).
+fn refusal(err: receipt::Error) -> RemoteRefusal {
+    match err {
+        receipt::Error::Agent(AgentError::RemoteRefused { refusal, .. }) => refusal,
+        other => panic!("not a refusal: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_for_another_run_owner_or_stream_than_its_claim_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (receipts, worker) = in_process(dir.path()).await;
+    let spec = counted_charge(dir.path());
+    let (running, held) = holding(&receipts, spec, "a", Duration::from_secs(60), 1).await;
+    let claimed = held.calls()[0].clone();
+    let refused = |edit: &dyn Fn(&mut RemoteCall)| {
+        let mut call = claimed.clone();
+        edit(&mut call);
+        let worker = &worker;
+        async move { refusal(worker.handle(call).await.unwrap_err()) }
+    };
+
+    // Another run's id on this run's selection.
+    let r = refused(&|c| c.payload.run_id = "run_y".into()).await;
+    assert_eq!(r.check(), "foreign_selection", "{r}");
+    // The claim's id with another owner or attempt.
+    let r = refused(&|c| c.payload.claim_owner_id = "mallory".into()).await;
+    assert_eq!(r.check(), "claim_mismatch", "{r}");
+    assert!(r.to_string().contains("claimOwnerId 'a'"), "{r}");
+    let r = refused(&|c| c.payload.attempt = 7).await;
+    assert_eq!(r.check(), "claim_mismatch", "{r}");
+    // A fork of the run, which holds the selection and the live claim, made on its parent.
+    let fork = "agents/pay-agent/runs/run_x-fork";
+    let length = receipts.read(STREAM).await.unwrap().len() as u64;
+    receipts.fork(STREAM, length, fork).await.unwrap();
+    let r = refused(&|c| c.payload.run_stream = fork.into()).await;
+    assert_eq!(r.check(), "claim_elsewhere", "{r}");
+    assert!(r.to_string().contains(STREAM), "{r}");
+
+    assert_eq!(Payments::in_dir(dir.path()).charges(), 0, "the charge ran");
+    // The call as the controller made it runs.
+    assert_eq!(worker.handle(claimed).await.unwrap().outputs.len(), 1);
+    assert_eq!(Payments::in_dir(dir.path()).charges(), 1);
+    running.abort();
+    let _ = running.await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_naming_a_claim_taken_over_is_refused_and_the_new_owners_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let receipts = Arc::new(Runtime::new(Arc::new(
-        SqliteStore::open(dir.path().join("app.db")).unwrap(),
-    )));
-    let spec = || {
-        let files = Payments::in_dir(dir.path());
-        let charge = counting("charge", files.counter.clone());
-        pay_agent(files, vec![charge], 8)
-    };
-    let registry = Arc::new(Registry::new());
-    registry.register(spec()).unwrap();
-    let worker = RemoteWorker::new(registry, Arc::clone(&receipts));
-    seed(&receipts, STREAM, "charge it").await;
+    let (receipts, worker) = in_process(dir.path()).await;
+    let spec = || counted_charge(dir.path());
     let (a, held_a) = holding(&receipts, spec(), "a", Duration::from_millis(300), 1).await;
     a.abort();
     let _ = a.await;
@@ -490,13 +547,13 @@ async fn a_call_naming_a_claim_taken_over_is_refused_and_the_new_owners_runs() {
         message.contains(&call_a.payload.claim_id) && message.contains(&call_b.payload.claim_id),
         "{message}"
     );
-    assert!(matches!(
-        err,
-        receipt::Error::Agent(AgentError::RemoteRefused {
-            refusal: RemoteRefusal::ClaimSuperseded { .. },
-            ..
-        })
-    ));
+    assert!(
+        matches!(
+            refusal(err),
+            RemoteRefusal::ClaimSuperseded { attempt: 2, .. }
+        ),
+        "{message}"
+    );
     assert_eq!(Payments::in_dir(dir.path()).charges(), 0, "the charge ran");
     // The live claim's call runs.
     let served = worker.handle(call_b).await.unwrap();

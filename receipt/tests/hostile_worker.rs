@@ -484,7 +484,7 @@ async fn in_process(dir: &Path) -> (Arc<Runtime>, RemoteWorker) {
 /// The refusal `err` holds (panics on any other error).
 fn refusal(err: receipt::Error) -> RemoteRefusal {
     match err {
-        receipt::Error::Agent(AgentError::RemoteRefused { refusal, .. }) => refusal,
+        receipt::Error::Agent(AgentError::RemoteRefused { refusal, .. }) => *refusal,
         other => panic!("not a refusal: {other}"),
     }
 }

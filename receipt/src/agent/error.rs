@@ -227,8 +227,8 @@ pub enum AgentError {
     RemoteRefused {
         /// The action id the call names.
         action: String,
-        /// The check that failed.
-        refusal: super::remote::RemoteRefusal,
+        /// The check that failed (boxed: the error stays small).
+        refusal: Box<super::remote::RemoteRefusal>,
     },
     /// A remote worker task that failed without an answer.
     #[error("remote worker for action '{action}' failed: {message}")]

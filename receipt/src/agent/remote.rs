@@ -360,7 +360,7 @@ pub(crate) async fn execute_remote<A: AgentTypes>(
     let granted = authorize(&chain, &p.run_stream, &call, delivery, now).map_err(|refusal| {
         AgentError::RemoteRefused {
             action: p.action_id.clone(),
-            refusal,
+            refusal: Box::new(refusal),
         }
     })?;
     let out = OutputBuffer::new(&p.action_id, spec.receipt_types());

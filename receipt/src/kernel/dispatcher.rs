@@ -19,7 +19,8 @@
 //!   finds the execution again by its idempotency key (the dispatcher keeps no table of calls).
 //!   A kernel that cannot be reached (or answers `429`/`5xx`) is retried until the timeout.
 //! - **The answer** is the execution's output: `{"outputs": [...]}`, the worker's
-//!   [`RemoteResult`], or `{"error": "<message>"}` for a refusal or the action's own error,
+//!   [`RemoteResult`], or `{"error": "<message>"}` for a refusal or the action's own error
+//!   (with `"refused": "<check>"` for a call without the invocation's authority),
 //!   which reaches `action.failed` verbatim (a completed execution: it is final, never
 //!   retried). An execution that failed (a worker that could not work: its store unreachable,
 //!   its deliveries exhausted) or was cancelled by someone else fails the call with
@@ -76,14 +77,10 @@ pub fn worker_agent_id(group: &str) -> Result<String> {
 /// The kernel execution's input for `call`: the call as every attempt of its invocation makes
 /// it, without the claim (`claimId`, `claimOwnerId`, `attempt`) or the caller's timeout, so that
 /// a takeover's call repeats the first one exactly (the kernel answers a repeated idempotency
-/// key only for the same input).
+/// key only for the same input). The worker serves an execution only if its input is exactly
+/// this, for an invocation claimed on the run stream.
 pub fn invocation_call(call: &RemoteCall) -> RemoteCall {
-    let mut call = call.clone();
-    call.timeout_ms = 0;
-    call.payload.claim_id.clear();
-    call.payload.claim_owner_id.clear();
-    call.payload.attempt = 0;
-    call
+    call.for_invocation()
 }
 
 /// What a worker answers, as its execution's output.
@@ -96,6 +93,11 @@ pub(super) enum Answer {
     Error {
         /// The message, as the worker's error displays it.
         error: String,
+        /// For a call refused for want of the invocation's authority on the run stream: the
+        /// check that failed ([`crate::agent::RemoteRefusal::check`]). The execution's output,
+        /// and so its `execution.completed` event, keeps it for an audit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refused: Option<String>,
     },
 }
 
@@ -305,7 +307,9 @@ fn answer_of(call: &RemoteCall, exec: Execution) -> Result<RemoteResult> {
             let output = exec.output.unwrap_or(Value::Null);
             match serde_json::from_value::<Answer>(output) {
                 Ok(Answer::Outputs(result)) => Ok(result),
-                Ok(Answer::Error { error }) => Err(AgentError::RemoteError(bounded(error)).into()),
+                Ok(Answer::Error { error, .. }) => {
+                    Err(AgentError::RemoteError(bounded(error)).into())
+                }
                 Err(e) => Err(failed(
                     call,
                     &format!(

@@ -12,7 +12,8 @@
 //!
 //! What the execution ends with: a completed execution whose output is `{"outputs": [...]}`
 //! (the action ran), or `{"error": "<message>"}` for a refusal or the action's own error (an
-//! answer, final, never delivered again). Trouble of the worker's own (its receipt store
+//! answer, final, never delivered again; a call refused for want of authority also carries
+//! `"refused"`). Trouble of the worker's own (its receipt store
 //! unreachable, a corrupt chain) fails the execution instead, with the reason.
 //!
 //! **Logs** (`tracing`, emitted only): each call served (`info`, with the run, action and
@@ -21,20 +22,31 @@
 //! webhook served and the agent registered (`info`, URLs without credentials). The agent secret
 //! is never logged.
 //!
-//! The worker trusts no call: it runs only an action that the run stream shows selected at the
-//! call's head and runnable there. Still, whoever may create executions of the worker agent on
-//! the kernel can have such an action run again; give that right (`executions:write`) to the
-//! controllers only, and key external effects by the invocation id.
+//! **The worker trusts no call.** Whoever may create executions of the worker agent on the
+//! kernel (`executions:write`) can hand it any input, so it runs an action only for an
+//! invocation whose authority the run stream shows: selected at the call's head, not denied by
+//! the governance (and granted any approval it waited for), not ended, in a run still open,
+//! claimed under a live claim made on that stream; and only if the execution's input, as the
+//! kernel recorded it, is exactly the call the controller makes for that invocation
+//! ([`super::invocation_call`]). Anything else is refused before the action runs (see
+//! [`crate::agent::RemoteRefusal`]): the execution completes with `{"error": "<message>",
+//! "refused": "<check>"}`, which its `execution.completed` event keeps for an audit, and the
+//! refusal is logged (`warn`, with the check). Re-deliveries of a claimed invocation (a worker
+//! that died mid-action, a controller that took the invocation over) pass. What the checks
+//! cannot tell apart is a second execution with exactly the controller's input while the claim
+//! is live: give `executions:write` on worker agents to the controllers only, and key external
+//! effects by the invocation id.
 
 use super::dispatcher::{Answer, worker_agent_id};
 use crate::agent::controller::fails_run;
-use crate::agent::remote::{RemoteCall, RemoteWorker};
-use crate::agent::{DEFAULT_TARGET_GROUP, Registry};
+use crate::agent::remote::{Delivery, RemoteCall, RemoteWorker};
+use crate::agent::{AgentError, DEFAULT_TARGET_GROUP, Registry};
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
 use rebuno::agent::{Agent, AgentBuilder, AgentHandler};
 use rebuno::protocol::RegisterAgentRequest;
 use rebuno::tool::BoxFuture;
+use serde::Deserialize as _;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -200,12 +212,15 @@ impl WorkerHandler {
     /// Serves one call: its answer, or the worker's own trouble (which fails the execution);
     /// logged with the call's ids.
     async fn serve(worker: Arc<RemoteWorker>, group: String, input: Value) -> Result<Answer> {
-        let call = match serde_json::from_value::<RemoteCall>(input) {
+        let call = match RemoteCall::deserialize(&input) {
             Ok(call) => call,
             Err(e) => {
                 let error = format!("not a remote call: {e}");
                 tracing::warn!(%group, error, "remote action refused");
-                return Ok(Answer::Error { error });
+                return Ok(Answer::Error {
+                    error,
+                    refused: None,
+                });
             }
         };
         let p = &call.payload;
@@ -214,7 +229,7 @@ impl WorkerHandler {
             p.action_id.clone(),
             p.invocation_id.clone(),
         );
-        let answer = Self::answer(worker, &group, call).await;
+        let answer = Self::answer(worker, &group, call, &input).await;
         let (run_id, action_id, invocation_id) = ids;
         match &answer {
             Ok(Answer::Outputs(result)) => tracing::info!(
@@ -225,7 +240,22 @@ impl WorkerHandler {
                 outputs = result.outputs.len(),
                 "remote action served"
             ),
-            Ok(Answer::Error { error }) => tracing::warn!(
+            Ok(Answer::Error {
+                error,
+                refused: Some(check),
+            }) => tracing::warn!(
+                %run_id,
+                %action_id,
+                %invocation_id,
+                %group,
+                refused = %check,
+                error,
+                "remote action refused: the call lacks the invocation's authority on the run stream"
+            ),
+            Ok(Answer::Error {
+                error,
+                refused: None,
+            }) => tracing::warn!(
                 %run_id,
                 %action_id,
                 %invocation_id,
@@ -245,21 +275,36 @@ impl WorkerHandler {
         answer
     }
 
-    /// The answer to one call.
-    async fn answer(worker: Arc<RemoteWorker>, group: &str, call: RemoteCall) -> Result<Answer> {
+    /// The answer to one call, read from the execution's `input`.
+    async fn answer(
+        worker: Arc<RemoteWorker>,
+        group: &str,
+        call: RemoteCall,
+        input: &Value,
+    ) -> Result<Answer> {
         if call.target_group != group {
             return Ok(Answer::Error {
                 error: format!(
                     "this worker serves target group '{group}', not '{}'",
                     call.target_group
                 ),
+                refused: None,
             });
         }
-        match worker.handle(call).await {
+        match worker.handle_delivered(call, Delivery::Kernel(input)).await {
             Ok(result) => Ok(Answer::Outputs(result)),
-            Err(e) if fails_run(&e) => Ok(Answer::Error {
-                error: e.to_string(),
-            }),
+            Err(e) if fails_run(&e) => {
+                let refused = match &e {
+                    Error::Agent(AgentError::RemoteRefused { refusal, .. }) => {
+                        Some(refusal.check().to_owned())
+                    }
+                    _ => None,
+                };
+                Ok(Answer::Error {
+                    error: e.to_string(),
+                    refused,
+                })
+            }
             Err(e) => Err(e),
         }
     }

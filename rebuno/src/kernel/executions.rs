@@ -381,6 +381,7 @@ impl Kernel {
             spawned_by: None,
             state: None,
             policy_bundle: String::new(),
+            policy_bundle_set_by: String::new(),
             // The trace of the request (or the work) creating it; see `crate::telemetry`.
             trace_parent: crate::telemetry::current()
                 .map(|t| t.to_string())

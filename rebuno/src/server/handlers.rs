@@ -305,8 +305,8 @@ pub(super) async fn cancel(
 }
 
 /// `POST /v0/executions/{id}/fork {at_seq, session?, policy_bundle?}` (201 with the new
-/// execution; `404` unknown; `400` for a bad `at_seq`, session or bundle): see
-/// [`crate::Kernel::fork`].
+/// execution; `404` unknown; `400` for a bad `at_seq`, session or bundle; `403` for a bundle
+/// from a key without `policies:write`): see [`crate::Kernel::fork`].
 pub(super) async fn fork(
     State(s): State<AppState>,
     Client(principal, _): Client<ExecutionsWrite>,

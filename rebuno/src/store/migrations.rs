@@ -260,6 +260,11 @@ ALTER TABLE executions ADD COLUMN trace_parent TEXT NOT NULL DEFAULT '';
 // 13: the forks of an execution, listed newest first (`ExecutionQuery::forked_from`).
 "
 CREATE INDEX executions_forked_from ON executions (forked_from, id) WHERE forked_from IS NOT NULL AND forked_from <> '';
+",
+// 14: who set an execution's own policy bundle (the subject of the API key, `admin` for the
+// admin token); empty when it has none.
+"
+ALTER TABLE executions ADD COLUMN policy_bundle_set_by TEXT NOT NULL DEFAULT '';
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

@@ -108,7 +108,11 @@ async fn console_page(api: &Api, id: &str) -> String {
     let login = http
         .post(format!("{}/ui/login", api.base))
         .header("origin", &api.base)
-        .form(&[("token", TOKEN), ("name", "root"), ("next", "/ui/executions")])
+        .form(&[
+            ("token", TOKEN),
+            ("name", "root"),
+            ("next", "/ui/executions"),
+        ])
         .send()
         .await
         .unwrap();
@@ -196,10 +200,7 @@ async fn a_forks_bundle_needs_policies_write_and_only_narrows_the_agents() {
     .await
     .ok(201);
     let fork_id = fork["id"].as_str().unwrap().to_owned();
-    let shown = api
-        .get(&format!("/v0/executions/{fork_id}"))
-        .await
-        .ok(200);
+    let shown = api.get(&format!("/v0/executions/{fork_id}")).await.ok(200);
     assert_eq!(shown["policy_bundle"], json!("default_action: allow\n"));
     assert_eq!(shown["policy_bundle_set_by"], json!("gov"));
     assert_eq!(fork["policy_bundle_set_by"], json!("gov"));
@@ -217,13 +218,18 @@ async fn a_forks_bundle_needs_policies_write_and_only_narrows_the_agents() {
     assert_eq!(denied["error"]["rule_id"], json!("no-rm"), "{denied}");
     let d = submit(&api, &agent, &fork_id, &lease, "read", json!({})).await;
     assert_eq!(d["decision"], json!("proceed"), "{d}");
-    let d = submit(&api, &agent, &fork_id, &lease, "charge", json!({"cents": 5})).await;
+    let d = submit(
+        &api,
+        &agent,
+        &fork_id,
+        &lease,
+        "charge",
+        json!({"cents": 5}),
+    )
+    .await;
     assert_eq!(d["decision"], json!("blocked"), "{d}");
     let approval = d["approval_id"].as_str().expect("an approval").to_owned();
-    let a = api
-        .get(&format!("/v0/approvals/{approval}"))
-        .await
-        .ok(200);
+    let a = api.get(&format!("/v0/approvals/{approval}")).await.ok(200);
     assert_eq!(a["approvers"], json!(["alice"]), "{a}");
 
     // A bundle that denies more than the agent's does deny it.

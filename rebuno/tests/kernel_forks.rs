@@ -137,7 +137,10 @@ async fn forks(env: Env) {
     let (f4, l4) = fork_and_claim(&env, &f3, elsewhere).await;
     let f4_exec = env.k.execution(&f4).await.unwrap();
     assert_eq!(
-        (f4_exec.policy_bundle.as_str(), f4_exec.policy_bundle_set_by.as_str()),
+        (
+            f4_exec.policy_bundle.as_str(),
+            f4_exec.policy_bundle_set_by.as_str()
+        ),
         (deny, "admin"),
         "inherited with who set it"
     );
@@ -158,6 +161,7 @@ async fn forks(env: Env) {
         subject: "gov".into(),
         groups: Vec::new(),
         scopes,
+        agent_id: String::new(),
     };
     let limited = "rules:\n  - {id: once, when: {target: write}, then: {decision: allow, rate_limit: {max_calls: 1, window: 1h}}}\n";
     let bundled = ForkExecutionRequest {

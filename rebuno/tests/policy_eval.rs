@@ -592,7 +592,10 @@ fn an_own_bundle_never_loosens_the_agents() {
     assert_eq!((d.action, d.rule_id.as_str()), (Action::Deny, "no-shell"));
     // The agent's approval stands, with its approvers: the own bundle cannot name others.
     let (_, d) = narrowed("charge");
-    assert_eq!((d.action, d.rule_id.as_str()), (Action::RequireApproval, "pay"));
+    assert_eq!(
+        (d.action, d.rule_id.as_str()),
+        (Action::RequireApproval, "pay")
+    );
     assert_eq!(
         d.approval_config.unwrap().approvers,
         vec!["alice".to_owned()]
@@ -616,14 +619,23 @@ fn an_own_bundle_never_loosens_the_agents() {
 fn an_own_bundle_adds_its_denials_approvals_and_limits() {
     // Its denial wins over the agent's allow, and draws on no bucket.
     let (_, d) = narrowed("search");
-    assert_eq!((d.action, d.rule_id.as_str()), (Action::Deny, "fork:no-search"));
+    assert_eq!(
+        (d.action, d.rule_id.as_str()),
+        (Action::Deny, "fork:no-search")
+    );
     assert!(!d.is_limited(), "{d:?}");
     // Its approval, where the agent's bundle asks none, with its approvers and limit.
     let (_, d) = narrowed("mail");
-    assert_eq!((d.action, d.rule_id.as_str()), (Action::RequireApproval, "fork:ask"));
+    assert_eq!(
+        (d.action, d.rule_id.as_str()),
+        (Action::RequireApproval, "fork:ask")
+    );
     assert_eq!(d.approval_config.unwrap().approvers, vec!["bob".to_owned()]);
     assert_eq!(d.rate_limit.unwrap().max_calls, 2);
-    assert_eq!(d.also_limited, None, "the agent's matching rule has no limit");
+    assert_eq!(
+        d.also_limited, None,
+        "the agent's matching rule has no limit"
+    );
     // Where neither has a rule, the agent's default is named.
     let (agent, d) = narrowed("read");
     assert_eq!(d, agent);

@@ -108,7 +108,11 @@ async fn python_sdk_0_29_forks_replay_the_prefix() {
         )
     };
     let fork = |exec: &str, at_seq: u64, bundle: &str| {
-        let key = if bundle.is_empty() { &writer } else { &governor };
+        let key = if bundle.is_empty() {
+            &writer
+        } else {
+            &governor
+        };
         let out = run_client(
             &python,
             &base,

@@ -89,9 +89,7 @@ pub(super) fn deny_step(
 /// answered. (A `proceed` that names resources is answered after their count is written, a
 /// durable write that covers it.)
 fn defers(step: &Step, pol: &policy::Decision) -> bool {
-    pol.action == Action::Allow
-        && !pol.is_limited()
-        && step.idempotency == Idempotency::SafeToRetry
+    pol.action == Action::Allow && !pol.is_limited() && step.idempotency == Idempotency::SafeToRetry
 }
 
 /// The answer an existing step gives when it needs no write, or `None`.

@@ -297,4 +297,12 @@ ALTER TABLE dispatches SET (fillfactor = 50);
 ALTER TABLE executions ADD COLUMN policy_bundle_set_by text NOT NULL DEFAULT '';
 "#,
     ),
+    (
+        13,
+        r#"
+-- The agent an API key speaks for (it may create subagents of that agent's executions);
+-- empty for none.
+ALTER TABLE api_keys ADD COLUMN agent_id text NOT NULL DEFAULT '';
+"#,
+    ),
 ];

@@ -8,6 +8,13 @@
 //! - [`duration`]: Go `time.Duration` text ([`GoDuration`]);
 //! - [`ratelimit`]: the token-bucket limiter, its backend trait and the injectable clock.
 //!
+//! An execution may also have a bundle of its own (a fork's, given by a caller that may set
+//! policy): it only narrows its agent's, never replaces it. Both are evaluated and
+//! [`Decision::narrowed`] keeps the stricter outcome, in this order: a denial (the agent's as
+//! its bundle answers it, else the own bundle's, which spends no rate-limit token), then a
+//! rate-limit refusal by either rule's bucket (the own bundle's keyed apart, as `fork:<rule>`),
+//! then an approval (the agent's approvers when its bundle asks for one), then allow.
+//!
 //! [`PolicyEngine`] holds one bundle per agent and resolves a step to a [`Decision`]:
 //!
 //! ```

@@ -90,6 +90,7 @@ fn execution() -> Execution {
         spawned_by: None,
         state: None,
         policy_bundle: String::new(),
+        policy_bundle_set_by: String::new(),
         trace_parent: String::new(),
     }
 }

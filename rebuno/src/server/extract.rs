@@ -5,8 +5,10 @@
 //! Every extractor fails with [`ApiError`], so a bad request of any kind gets the protocol's
 //! error envelope, never axum's plain-text rejections. Authentication always runs before
 //! anything else of a request is looked at: client routes take [`Client`] (with the scope they
-//! require) as their first extractor, and the agent routes parse everything from an
-//! [`AgentCall`], which has already verified the signature over the raw body bytes.
+//! require) as their first extractor, the agent routes parse everything from an
+//! [`AgentCall`], which has already verified the signature over the raw body bytes, and the
+//! create of an execution, which either may ask for (an agent only for a subagent), from a
+//! [`CreateCall`].
 
 use super::AppState;
 use super::auth::{authenticate_agent, authenticate_client, has_agent_headers, require};
@@ -245,6 +247,62 @@ impl FromRequest<AppState> for AgentCall {
         Ok(AgentCall {
             agent_id,
             parts,
+            body,
+        })
+    }
+}
+
+/// Who asks on `POST /v0/executions`, the one mutating route that takes either credential.
+#[derive(Debug, Clone)]
+pub(crate) enum Creator {
+    /// A client whose credentials hold `executions:write`.
+    Client(Principal),
+    /// An agent's signed request with its lease headers: it may create only a subagent of a
+    /// step of its own execution, under that execution's lease (checked by the kernel).
+    Agent {
+        /// The authenticated agent.
+        agent_id: String,
+        /// The lease its headers carry.
+        lease: Lease,
+    },
+}
+
+/// An authenticated `POST /v0/executions`: a bearer client (`401` without valid credentials,
+/// `403` without `executions:write`) or, when the request carries agent headers, an agent's
+/// signed request (`401` unless the signature verifies, `400` without lease headers). The body
+/// is read under the limits of `body` (and, signed, verified) before it is parsed.
+#[derive(Debug)]
+pub(crate) struct CreateCall {
+    /// Who asks.
+    pub creator: Creator,
+    body: Bytes,
+}
+
+impl CreateCall {
+    /// The body, strictly decoded.
+    pub(crate) fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+        parse_json(&self.body)
+    }
+}
+
+impl FromRequest<AppState> for CreateCall {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        if has_agent_headers(&parts.headers) {
+            let (agent_id, body) = authenticate_agent(state, &parts, body).await?;
+            let lease = lease_from_headers(&parts.headers)?;
+            return Ok(CreateCall {
+                creator: Creator::Agent { agent_id, lease },
+                body,
+            });
+        }
+        let principal = authenticate_client(state, &parts.headers).await?;
+        require(&principal, Scope::ExecutionsWrite)?;
+        let body = read_body(body, state.body_limits).await?;
+        Ok(CreateCall {
+            creator: Creator::Client(principal),
             body,
         })
     }

@@ -12,9 +12,9 @@
 use super::AppState;
 use super::error::{ApiError, json_response};
 use super::extract::{
-    AgentCall, AgentsRead, AgentsWrite, ApprovalsRead, ApprovalsWrite, Client, ExecutionsRead,
-    ExecutionsWrite, JsonBody, NamePath, PoliciesRead, PoliciesWrite, QueryPairs, ReadCall, Reader,
-    UuidPath, uuid_param,
+    AgentCall, AgentsRead, AgentsWrite, ApprovalsRead, ApprovalsWrite, Client, CreateCall, Creator,
+    ExecutionsRead, ExecutionsWrite, JsonBody, NamePath, PoliciesRead, PoliciesWrite, QueryPairs,
+    ReadCall, Reader, UuidPath, uuid_param,
 };
 use super::limits::{HeldStream, ServedStreams};
 use crate::protocol::{
@@ -105,14 +105,22 @@ impl AppState {
 // Executions (client side).
 // ---------------------------------------------------------------------------------------------
 
-/// Row 1: `POST /v0/executions` (201; 200 with the execution a repeated idempotency key names).
-pub(super) async fn create_execution(
-    State(s): State<AppState>,
-    Client(principal, _): Client<ExecutionsWrite>,
-    JsonBody(req): JsonBody<CreateExecutionRequest>,
-) -> ApiResult {
+/// Row 1: `POST /v0/executions` (201; 200 with the execution a repeated idempotency key, or
+/// the spawning step of a repeated subagent create, names). A client with `executions:write`
+/// creates any execution (a subagent only as the admin or with a key bound to the parent's
+/// agent); an agent's signed request, under the parent's lease, creates only a subagent of a
+/// step of its own execution (see `kernel::subagents`).
+pub(super) async fn create_execution(State(s): State<AppState>, call: CreateCall) -> ApiResult {
+    let req: CreateExecutionRequest = call.json()?;
     // `201` for a new execution; `200` for the one a repeated idempotency key names.
-    let started = s.kernel.start_execution(req, &principal).await?;
+    let started = match call.creator {
+        Creator::Client(principal) => s.kernel.start_execution(req, &principal).await?,
+        Creator::Agent { agent_id, lease } => {
+            s.kernel
+                .start_child_as_agent(req, &agent_id, &lease)
+                .await?
+        }
+    };
     let status = if started.created {
         StatusCode::CREATED
     } else {
@@ -305,8 +313,8 @@ pub(super) async fn cancel(
 }
 
 /// `POST /v0/executions/{id}/fork {at_seq, session?, policy_bundle?}` (201 with the new
-/// execution; `404` unknown; `400` for a bad `at_seq`, session or bundle): see
-/// [`crate::Kernel::fork`].
+/// execution; `404` unknown; `400` for a bad `at_seq`, session or bundle; `403` for a bundle
+/// from a key without `policies:write`): see [`crate::Kernel::fork`].
 pub(super) async fn fork(
     State(s): State<AppState>,
     Client(principal, _): Client<ExecutionsWrite>,

@@ -316,6 +316,7 @@ mod tests {
             subject: id.into(),
             groups: Vec::new(),
             scopes: vec![Scope::ExecutionsRead],
+            agent_id: String::new(),
         }
     }
 

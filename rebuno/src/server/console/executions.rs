@@ -1,8 +1,9 @@
 //! The executions pages: the list (status, agent and session filters, paging, live updates),
-//! one execution (its links to sessions, forks, parents and children; steps with their
-//! decisions and rules; approvals; the live output stream; the event timeline), cancel, and the
-//! two feeds the script listens to (`/ui/executions/{id}/stream`, `/ui/changes`), which answer
-//! the `/v0` feeds' events for a session cookie.
+//! one execution (its links to sessions, forks, parents and children; its own policy bundle
+//! and who set it; steps with their decisions and rules; approvals; the live output stream;
+//! the event timeline), cancel, and the two feeds the script listens to
+//! (`/ui/executions/{id}/stream`, `/ui/changes`), which answer the `/v0` feeds' events for a
+//! session cookie.
 
 use super::layout::{Nav, badge, csrf_field, empty, json_block, json_inline, time};
 use super::{Failure, Html, Page, Viewer, check_mutation, html::encode};
@@ -469,6 +470,14 @@ fn summary(h: &mut Html, exec: &Execution, related: &Related<'_>) {
                 execution_link(h, &spawned.execution_id);
                 h.text(" step ");
                 h.el_text("span", &[("class", Some("mono"))], &spawned.step_id);
+            });
+        }
+        if !exec.policy_bundle.is_empty() {
+            // The execution's own bundle (a fork's): it narrows the agent's.
+            row(h, "Policy bundle", &|h| {
+                h.text("narrows the agent's; set by ");
+                h.text(&exec.policy_bundle_set_by);
+                h.el_text("pre", &[("class", Some("json"))], &exec.policy_bundle);
             });
         }
         if !related.children.is_empty() {

@@ -18,7 +18,8 @@
 //!
 //! **Logs** (`tracing`, emitted only): each call served (`info`, with the run, action and
 //! invocation ids and the number of outputs), a call refused or whose action failed (`warn`,
-//! with the reason), the worker's own trouble that fails the execution (`error`), and the
+//! with the reason), a started execution delivered again that goes on although its claim
+//! lapsed (`info`), the worker's own trouble that fails the execution (`error`), and the
 //! webhook served and the agent registered (`info`, URLs without credentials). The agent secret
 //! is never logged.
 //!

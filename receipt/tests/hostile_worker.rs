@@ -5,7 +5,9 @@
 //! controller makes for it. Anything else is refused: the action's effect does not run, the
 //! run stream is not touched, and the kernel execution completes with the refusal (`error`,
 //! and `refused` naming the check that failed), which its `execution.completed` event keeps
-//! for an audit.
+//! for an audit. The one re-delivery that goes on once the claim has lapsed (an execution an
+//! earlier delivery had started the action in) is not something a forger can make: a fork of
+//! such an execution carries its steps, but is refused like any new execution.
 //!
 //! Each forged call goes through a real kernel to the real worker: embedded on the receipt
 //! file (the worker registered in process), and across processes (a kernel server and a
@@ -325,6 +327,59 @@ async fn a_forged_call_under_a_lapsed_claim_runs_nothing() {
     let exec = forge(&rt.client(), &serde_json::to_value(&forged).unwrap()).await;
     assert_refused(&rt.client(), &exec, "claim_expired", "expired").await;
     assert_eq!(Payments::in_dir(dir.path()).charges(), 0, "the charge ran");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_fork_of_a_started_execution_under_a_lapsed_claim_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = Payments::in_dir(dir.path());
+    let (rt, receipts) = kernel_on_file(dir.path(), registry("1.0.0", files)).await;
+    seed(&receipts, STREAM, "charge it").await;
+    let client = rt.client();
+    // `a` dispatches through the kernel; the worker records the charge and holds.
+    let a = controller(
+        &receipts,
+        Payments::in_dir(dir.path()),
+        client.clone(),
+        "a",
+        Duration::from_millis(300),
+        Duration::from_secs(60),
+    );
+    let running = tokio::spawn(async move { a.run(RUN_ID, STREAM).await });
+    charge_recorded(&client).await;
+    running.abort(); // the owner dies: nobody renews its claim
+    let _ = running.await;
+    tokio::time::sleep(Duration::from_millis(900)).await;
+
+    // A fork of the started execution carries its recorded charge, but it is not a delivery
+    // of that execution: the lapsed claim stops it like any new execution.
+    let origin = worker_executions(&client).await.remove(0);
+    let at = client
+        .all_events(&origin.id)
+        .await
+        .unwrap()
+        .last()
+        .unwrap()
+        .event_seq;
+    let fork = client
+        .fork(&origin.id, at, rebuno::client::ForkOptions::default())
+        .await
+        .unwrap();
+    Payments::in_dir(dir.path()).release();
+    let ended = client
+        .wait(&fork.id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(ended.status, ExecutionStatus::Completed, "{ended:?}");
+    let output = ended.output.as_ref().unwrap();
+    assert_eq!(output["refused"], "claim_expired", "{output}");
+    assert!(output.get("outputs").is_none(), "{output}");
+    assert_eq!(
+        Payments::in_dir(dir.path()).charges(),
+        1,
+        "the charge ran twice"
+    );
     rt.shutdown().await;
 }
 

@@ -106,7 +106,7 @@ mod ids;
 pub mod merge;
 mod registry;
 pub mod remote;
-mod remote_check;
+pub(crate) mod remote_check;
 mod run_cache;
 mod select;
 mod spec;

@@ -191,7 +191,8 @@ impl RemoteWorker {
     }
 
     /// [`RemoteWorker::handle`] for a call that reached the worker as `delivery` (a kernel
-    /// execution's input is checked to be exactly the controller's).
+    /// execution's input is checked to be exactly the controller's; [`Delivery::Resumed`] only
+    /// for a re-delivery of an execution that an earlier delivery started the action in).
     pub async fn handle_delivered(
         &self,
         call: RemoteCall,

@@ -33,6 +33,19 @@
 //! working. What this cannot tell apart is a second execution whose input is exactly the
 //! controller's, made while the claim is live: external effects stay keyed by the invocation
 //! id.
+//!
+//! **Which refusals a later claim cures.** Checks 1 to 3 and 6 read what no later claim
+//! changes (the selection, the call's own fields, an invocation or run that has ended): their
+//! refusals are final. Checks 4 and 5 read the invocation's latest claim, which the next
+//! claim replaces: `approval_not_granted`, `not_claimed`, `claim_elsewhere`,
+//! `claim_mismatch`, `claim_superseded` and `claim_expired`
+//! ([`RemoteRefusal::cured_by_a_later_claim`]; [`RemoteRefusal::claim_attempt`] says which
+//! claim was read). A durable dispatcher whose call was refused so, before its own claim was
+//! made, may deliver the call again (the kernel's does, under a new execution: an execution
+//! refused ran nothing). And a kernel execution delivered again after an earlier delivery of
+//! it passed these checks and started the action ([`Delivery::Resumed`]) is not stopped by a
+//! claim that lapsed since: its recorded effects replay instead of running a second time in
+//! another execution, and only a controller holding the invocation's claim commits its answer.
 
 use super::control::{
     ACTION_COMPLETED, ACTION_FAILED, ACTION_HEARTBEAT, ACTION_SELECTED, ACTION_STARTED,
@@ -60,6 +73,12 @@ pub enum Delivery<'a> {
     /// As a rebuno kernel execution, whose input (as the kernel recorded it) this is: it must
     /// be exactly the call every attempt of the invocation is created with.
     Kernel(&'a Value),
+    /// As a kernel execution (its input, as for [`Delivery::Kernel`]) delivered again after an
+    /// earlier delivery of that same execution, not a fork, passed the checks and started the
+    /// action (the kernel holds steps it recorded). Every check applies, except that the
+    /// invocation's claim may have lapsed since: the action goes on, its recorded effects
+    /// replay, and what it answers is committed only by a controller holding the claim.
+    Resumed(&'a Value),
 }
 
 /// Why a remote call was refused before its action ran (see the module docs for the order of
@@ -138,6 +157,8 @@ pub enum RemoteRefusal {
         invocation: String,
         /// The approval requested.
         approval: String,
+        /// The attempt of the invocation's latest claim (made before the request), if any.
+        attempt: Option<u32>,
     },
     /// The invocation has no claim.
     #[error("invocation '{invocation}' has no claim in run stream '{stream}'")]
@@ -160,6 +181,8 @@ pub enum RemoteRefusal {
         on: String,
         /// The run stream read.
         stream: String,
+        /// The claim's attempt.
+        attempt: u32,
     },
     /// The invocation was claimed, but not as the call says.
     #[error(
@@ -175,6 +198,8 @@ pub enum RemoteRefusal {
         recorded: String,
         /// What the call says.
         called: String,
+        /// The claim's attempt.
+        attempt: u32,
     },
     /// The call names a claim that is no longer the invocation's latest (it was taken over).
     #[error(
@@ -190,15 +215,18 @@ pub enum RemoteRefusal {
         /// Its attempt.
         attempt: u32,
     },
-    /// The invocation's latest claim has lapsed (its owner stopped renewing it).
+    /// The invocation's latest claim has lapsed (its owner stopped renewing it, or a renewal
+    /// is late).
     #[error(
-        "claim '{claim}' of invocation '{invocation}' expired at {expired_at} (now {now}, ms since the epoch)"
+        "claim '{claim}' (attempt {attempt}) of invocation '{invocation}' expired at {expired_at} (now {now}, ms since the epoch)"
     )]
     ClaimExpired {
         /// The invocation.
         invocation: String,
         /// The claim.
         claim: String,
+        /// Its attempt.
+        attempt: u32,
         /// When its lease lapsed.
         expired_at: i64,
         /// The runtime's clock when checked.
@@ -239,6 +267,44 @@ impl RemoteRefusal {
             RemoteRefusal::InputMismatch { .. } => "input_mismatch",
         }
     }
+
+    /// Whether a later claim of the invocation can cure this refusal: it read the invocation's
+    /// latest claim (or its want of one), which the next claim replaces (see the module docs).
+    /// The others read what stays as it is: the selection, the call's own fields, an
+    /// invocation or run that has ended.
+    pub fn cured_by_a_later_claim(&self) -> bool {
+        cured_by_a_later_claim(self.check())
+    }
+
+    /// The attempt of the invocation's latest claim, as the refusal read it (`None`: it read
+    /// none, or the refusal is not about the claim).
+    pub fn claim_attempt(&self) -> Option<u32> {
+        match self {
+            RemoteRefusal::ApprovalNotGranted { attempt, .. } => *attempt,
+            RemoteRefusal::ClaimElsewhere { attempt, .. }
+            | RemoteRefusal::ClaimMismatch { attempt, .. }
+            | RemoteRefusal::ClaimSuperseded { attempt, .. }
+            | RemoteRefusal::ClaimExpired { attempt, .. } => Some(*attempt),
+            _ => None,
+        }
+    }
+}
+
+/// The checks ([`RemoteRefusal::check`]) whose refusals a later claim of the invocation can
+/// cure.
+const CURED_BY_A_LATER_CLAIM: [&str; 6] = [
+    "approval_not_granted",
+    "not_claimed",
+    "claim_elsewhere",
+    "claim_mismatch",
+    "claim_superseded",
+    "claim_expired",
+];
+
+/// Whether a refusal by check `check` ([`RemoteRefusal::check`]) can be cured by a later
+/// claim of the invocation ([`RemoteRefusal::cured_by_a_later_claim`]).
+pub(crate) fn cured_by_a_later_claim(check: &str) -> bool {
+    CURED_BY_A_LATER_CLAIM.contains(&check)
 }
 
 /// The claim an authorized call runs under.
@@ -475,6 +541,7 @@ pub(crate) fn authorize(
         return Err(RemoteRefusal::ApprovalNotGranted {
             invocation: invocation(),
             approval: quoted(approval),
+            attempt: rec.claim.as_ref().map(|c| c.started.attempt),
         });
     }
 
@@ -492,6 +559,7 @@ pub(crate) fn authorize(
             claim: quoted(&started.claim_id),
             on: quoted(&claim.stream),
             stream: quoted(stream),
+            attempt: started.attempt,
         });
     }
     let claimed = [
@@ -540,12 +608,17 @@ pub(crate) fn authorize(
             field,
             recorded: quoted(&recorded),
             called: quoted(&called),
+            attempt: started.attempt,
         });
     }
-    if claim.expires_at <= now {
+    // An execution that started the action under a live claim goes on once it lapsed: its
+    // recorded effects replay, where a new execution would run them again.
+    let resumed = matches!(delivery, Delivery::Resumed(_));
+    if claim.expires_at <= now && !resumed {
         return Err(RemoteRefusal::ClaimExpired {
             invocation: invocation(),
             claim: started.claim_id.clone(),
+            attempt: started.attempt,
             expired_at: claim.expires_at,
             now,
         });
@@ -558,7 +631,7 @@ pub(crate) fn authorize(
             at: "callId".to_owned(),
         });
     }
-    if let Delivery::Kernel(input) = delivery {
+    if let Delivery::Kernel(input) | Delivery::Resumed(input) = delivery {
         // The call was read from this input, so it is what the controller makes for the
         // invocation once its claim and timeout are left out and nothing else is there.
         let expected = serde_json::to_value(call.for_invocation()).unwrap_or(Value::Null);
@@ -654,6 +727,47 @@ mod tests {
         let listed = diff(json!({}), Value::Object(many));
         assert_eq!(listed.len(), MAX_LISTED_FIELDS + 1);
         assert_eq!(listed.last().unwrap(), "…");
+    }
+
+    #[test]
+    fn only_the_checks_of_the_claim_are_cured_by_a_later_claim() {
+        for check in [
+            "approval_not_granted",
+            "not_claimed",
+            "claim_elsewhere",
+            "claim_mismatch",
+            "claim_superseded",
+            "claim_expired",
+        ] {
+            assert!(cured_by_a_later_claim(check), "{check}");
+        }
+        for check in [
+            "not_selected",
+            "selection_mismatch",
+            "foreign_selection",
+            "policy_denied",
+            "invocation_ended",
+            "run_ended",
+            "input_mismatch",
+            "no_such_check",
+        ] {
+            assert!(!cured_by_a_later_claim(check), "{check}");
+        }
+        let expired = RemoteRefusal::ClaimExpired {
+            invocation: "i".into(),
+            claim: "c".into(),
+            attempt: 3,
+            expired_at: 1,
+            now: 2,
+        };
+        assert!(expired.cured_by_a_later_claim());
+        assert_eq!(expired.claim_attempt(), Some(3));
+        let unclaimed = RemoteRefusal::NotClaimed {
+            invocation: "i".into(),
+            stream: "s".into(),
+        };
+        assert!(unclaimed.cured_by_a_later_claim());
+        assert_eq!(unclaimed.claim_attempt(), None);
     }
 
     #[test]

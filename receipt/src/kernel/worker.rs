@@ -18,7 +18,8 @@
 //!
 //! **Logs** (`tracing`, emitted only): each call served (`info`, with the run, action and
 //! invocation ids and the number of outputs), a call refused or whose action failed (`warn`,
-//! with the reason), the worker's own trouble that fails the execution (`error`), and the
+//! with the reason), a started execution delivered again that goes on although its claim
+//! lapsed (`info`), the worker's own trouble that fails the execution (`error`), and the
 //! webhook served and the agent registered (`info`, URLs without credentials). The agent secret
 //! is never logged.
 //!
@@ -36,11 +37,20 @@
 //! cannot tell apart is a second execution with exactly the controller's input while the claim
 //! is live: give `executions:write` on worker agents to the controllers only, and key external
 //! effects by the invocation id.
+//!
+//! **A claim that lapsed.** A refusal for want of a live claim is final for its execution, but
+//! not for the invocation: it carries `"claimAttempt"` (the attempt of the latest claim it
+//! read), so that the dispatcher of a controller whose claim cures it makes the call again
+//! under a new execution (see [`super::KernelDispatcher`]). That is safe only because a
+//! refused execution ran nothing; so an execution delivered again after an earlier delivery
+//! of it started the action (it holds steps it recorded, and is not a fork) is not refused
+//! for a claim that lapsed since ([`Delivery::Resumed`]): it goes on, its recorded effects
+//! replay, and the controller that takes the invocation over commits its answer.
 
 use super::dispatcher::{Answer, worker_agent_id};
 use crate::agent::controller::fails_run;
 use crate::agent::remote::{Delivery, RemoteCall, RemoteWorker};
-use crate::agent::{AgentError, DEFAULT_TARGET_GROUP, Registry};
+use crate::agent::{AgentError, DEFAULT_TARGET_GROUP, Registry, RemoteRefusal};
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
 use rebuno::agent::{Agent, AgentBuilder, AgentHandler};
@@ -220,6 +230,7 @@ impl WorkerHandler {
                 return Ok(Answer::Error {
                     error,
                     refused: None,
+                    claim_attempt: None,
                 });
             }
         };
@@ -243,6 +254,7 @@ impl WorkerHandler {
             Ok(Answer::Error {
                 error,
                 refused: Some(check),
+                ..
             }) => tracing::warn!(
                 %run_id,
                 %action_id,
@@ -255,6 +267,7 @@ impl WorkerHandler {
             Ok(Answer::Error {
                 error,
                 refused: None,
+                ..
             }) => tracing::warn!(
                 %run_id,
                 %action_id,
@@ -289,25 +302,74 @@ impl WorkerHandler {
                     call.target_group
                 ),
                 refused: None,
+                claim_attempt: None,
             });
         }
-        match worker.handle_delivered(call, Delivery::Kernel(input)).await {
+        let mut served = worker
+            .handle_delivered(call.clone(), Delivery::Kernel(input))
+            .await;
+        if lapsed(&served) && started_before().await? {
+            tracing::info!(
+                run_id = %call.payload.run_id,
+                action_id = %call.payload.action_id,
+                invocation_id = %call.payload.invocation_id,
+                %group,
+                "remote action delivered again after it started: going on although its claim lapsed"
+            );
+            served = worker
+                .handle_delivered(call, Delivery::Resumed(input))
+                .await;
+        }
+        match served {
             Ok(result) => Ok(Answer::Outputs(result)),
             Err(e) if fails_run(&e) => {
-                let refused = match &e {
+                let (refused, claim_attempt) = match &e {
                     Error::Agent(AgentError::RemoteRefused { refusal, .. }) => {
-                        Some(refusal.check().to_owned())
+                        (Some(refusal.check().to_owned()), refusal.claim_attempt())
                     }
-                    _ => None,
+                    _ => (None, None),
                 };
                 Ok(Answer::Error {
                     error: e.to_string(),
                     refused,
+                    claim_attempt,
                 })
             }
             Err(e) => Err(e),
         }
     }
+}
+
+/// Whether `served` is a refusal because the invocation's claim has lapsed.
+fn lapsed(served: &Result<crate::agent::RemoteResult>) -> bool {
+    matches!(
+        served,
+        Err(Error::Agent(AgentError::RemoteRefused { refusal, .. }))
+            if matches!(**refusal, RemoteRefusal::ClaimExpired { .. })
+    )
+}
+
+/// Whether an earlier delivery of the execution being served started the action: the kernel
+/// holds steps it recorded (the worker records none before the checks pass), and it is not a
+/// fork (which carries another execution's effects, not a delivery of its own that passed).
+/// Outside an execution, `false`; a kernel that cannot be asked is the worker's own trouble.
+async fn started_before() -> Result<bool> {
+    let Ok(ctx) = rebuno::execution() else {
+        return Ok(false);
+    };
+    let kernel = ctx.transport();
+    let id = ctx.execution_id();
+    let trouble = |e: rebuno::Error| Error::Storage(format!("worker execution {id}: {e}"));
+    if !kernel
+        .execution(id)
+        .await
+        .map_err(trouble)?
+        .forked_from
+        .is_empty()
+    {
+        return Ok(false);
+    }
+    Ok(!kernel.steps(id).await.map_err(trouble)?.is_empty())
 }
 
 impl AgentHandler for WorkerHandler {

@@ -122,7 +122,9 @@ pub struct ServerOptions {
     pub secure_cookies: bool,
     /// Failed authentications one source address may make within
     /// [`ServerOptions::auth_failure_window`] before its requests with credentials are answered
-    /// `429` until the window ends (default 10; 0 turns the throttle off).
+    /// `429` until the window ends (default 10; 0 turns the throttle off). The address is the
+    /// connection's peer, which [`serve`] records (axum's `ConnectInfo<SocketAddr>`); a router
+    /// served without it logs failures but counts none.
     pub auth_failure_limit: u32,
     /// The window failed authentications are counted in, from an address's first failure
     /// (default 60 s).

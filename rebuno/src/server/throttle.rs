@@ -13,12 +13,14 @@
 //! (`warn`) with the address and the key id or agent id it named, never the secret.
 //!
 //! IPv6 addresses count by their /64, which one host usually holds whole. The source address is
-//! the connection's peer as [`super::serve`] records it: behind a proxy every client shares the
+//! the connection's peer as [`serve_with_shutdown`] records it (axum's `ConnectInfo`; a router
+//! served without one counts nothing): behind a proxy every client shares the
 //! proxy's address (one client's failures block all of them for the window). Requests with
 //! credentials take a lock only while some address has failures on record; the map drops an
 //! address when its window has passed (swept at most once a window, on the next request with
 //! credentials) and holds at most [`MAX_ADDRESSES`], dropping the oldest window to make room.
 //!
+//! [`serve_with_shutdown`]: super::serve_with_shutdown
 //! [`ServerOptions::auth_failure_limit`]: super::ServerOptions::auth_failure_limit
 //! [`ServerOptions::auth_failure_window`]: super::ServerOptions::auth_failure_window
 

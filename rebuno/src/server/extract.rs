@@ -333,15 +333,17 @@ impl FromRequest<AppState> for CreateCall {
         let (parts, body) = req.into_parts();
         if has_agent_headers(&parts.headers) {
             let (agent_id, body) = authenticate_agent(state, &parts, body).await?;
+            require_json(&parts.headers, &body)?;
             let lease = lease_from_headers(&parts.headers)?;
             return Ok(CreateCall {
                 creator: Creator::Agent { agent_id, lease },
                 body,
             });
         }
-        let principal = authenticate_client(state, &parts.headers).await?;
+        let principal = authenticate_client_from(state, &parts.headers, Peer::of(&parts)).await?;
         require(&principal, Scope::ExecutionsWrite)?;
         let body = read_body(body, state.body_limits).await?;
+        require_json(&parts.headers, &body)?;
         Ok(CreateCall {
             creator: Creator::Client(principal),
             body,

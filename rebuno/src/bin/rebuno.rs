@@ -12,6 +12,7 @@ use rebuno::server::manifest::Manifest;
 use rebuno::server::{ServeOptions, ServerOptions, router, serve_with_shutdown};
 use rebuno::store::SqliteStore;
 use rebuno::telemetry::{LogFormat, Telemetry};
+use rebuno::web::hosts::AllowedHosts;
 use std::future::Future;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -61,6 +62,16 @@ Environment (flags override the environment, which overrides the defaults):
                                  (--max-pending-heads-per-address) [default: 64]
   REBUNO_LEGACY_SIGNATURES       accept body-only sha256= agent signatures of SDK 0.14-0.16, true
                                  or false (--legacy-signatures) [default: true in dev, false in server]
+  REBUNO_ALLOWED_HOSTS           more Host names to answer, comma-separated: name (any port),
+                                 name:port, or * for any (--allowed-hosts) [default: dev answers
+                                 only its listen address and localhost, 127.0.0.1, [::1] on its
+                                 port; server answers any Host unless this is set]
+  REBUNO_SECURE_COOKIES          mark the console's session cookie Secure, for a console reached
+                                 over HTTPS, true or false (--secure-cookies) [default: false]
+  REBUNO_AUTH_FAILURE_LIMIT      failed authentications a source address may make in the window
+                                 before it is answered 429, 0 for no limit (--auth-failure-limit)
+                                 [default: 10]
+  REBUNO_AUTH_FAILURE_WINDOW     that window (--auth-failure-window) [default: 1m]
   REBUNO_DISPATCH_MAX_ATTEMPTS   delivery attempts per dispatch [default: 5]
   REBUNO_DISPATCH_TIMEOUT        per-attempt webhook timeout [default: 30s]
   REBUNO_DISPATCH_CONCURRENCY    parallel webhook deliveries [default: 8]
@@ -222,6 +233,34 @@ struct EdgeArgs {
         value_parser = parse_bool_flag
     )]
     legacy_signatures: Option<bool>,
+    /// More `Host` names to answer, comma-separated: name (any port), name:port, or * for any.
+    /// `dev` answers only its listen address and localhost, 127.0.0.1 and [::1] on its port
+    /// besides these (a page whose name is re-pointed at this machine is refused); `server`
+    /// answers any Host unless this is set. The names also count as this server's own origins
+    /// [env: REBUNO_ALLOWED_HOSTS]
+    #[arg(long, value_name = "HOSTS", value_parser = parse_hosts)]
+    allowed_hosts: Option<HostList>,
+    /// Mark the console's session cookie `Secure`: set it when the console is reached over
+    /// HTTPS (a TLS proxy in front) [env: REBUNO_SECURE_COOKIES] [default: false]
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_bool_flag
+    )]
+    secure_cookies: Option<bool>,
+    /// Failed authentications (bearer token, agent signature, console login) one source
+    /// address may make within --auth-failure-window; after them its requests with credentials
+    /// are answered 429 until the window ends. 0 turns this off
+    /// [env: REBUNO_AUTH_FAILURE_LIMIT] [default: 10]
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    auth_failure_limit: Option<u32>,
+    /// The window failed authentications are counted in, from an address's first failure
+    /// [env: REBUNO_AUTH_FAILURE_WINDOW] [default: 1m]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    auth_failure_window: Option<Duration>,
 }
 
 /// Reads the binary's own `REBUNO_*` variables, noting each that is set and does not parse.
@@ -282,6 +321,19 @@ impl EdgeArgs {
         let max_pending_heads = self
             .max_pending_heads_per_address
             .or_else(|| env.read("REBUNO_MAX_PENDING_HEADS_PER_ADDRESS", positive_count));
+        let allowed_hosts = self
+            .allowed_hosts
+            .clone()
+            .or_else(|| env.read("REBUNO_ALLOWED_HOSTS", parse_hosts));
+        let secure_cookies = self
+            .secure_cookies
+            .or_else(|| env.read("REBUNO_SECURE_COOKIES", parse_bool_flag));
+        let failure_limit = self
+            .auth_failure_limit
+            .or_else(|| env.read("REBUNO_AUTH_FAILURE_LIMIT", parse_count));
+        let failure_window = self
+            .auth_failure_window
+            .or_else(|| env.read("REBUNO_AUTH_FAILURE_WINDOW", positive_duration));
         if !env.0.is_empty() {
             return Err(format!("invalid environment: {}", env.0.join("; ")));
         }
@@ -301,6 +353,15 @@ impl EdgeArgs {
         }
         if let Some(n) = max_streams_per_key {
             server.max_streams_per_key = n;
+        }
+        // The listed names only: `run` adds the listen address's once it is bound.
+        server.allowed_hosts = AllowedHosts::any().with(&allowed_hosts.unwrap_or_default().0)?;
+        server.secure_cookies = secure_cookies.unwrap_or(false);
+        if let Some(n) = failure_limit {
+            server.auth_failure_limit = n;
+        }
+        if let Some(d) = failure_window {
+            server.auth_failure_window = d;
         }
         let mut serve = ServeOptions::default();
         if let Some(d) = header_timeout {
@@ -354,6 +415,21 @@ fn positive_count(raw: &str) -> Result<usize, String> {
         .ok()
         .filter(|n| *n > 0)
         .ok_or_else(|| format!("{raw:?} is not a whole number above zero"))
+}
+
+/// A whole number, zero included (a limit where 0 means none).
+fn parse_count(raw: &str) -> Result<u32, String> {
+    raw.parse::<u32>()
+        .map_err(|_| format!("{raw:?} is not a whole number (0 or more)"))
+}
+
+/// The host names of `--allowed-hosts` / `REBUNO_ALLOWED_HOSTS`, one flag value.
+#[derive(Debug, Clone, Default)]
+struct HostList(Vec<String>);
+
+/// A comma-separated list of host names (`name`, `name:port`, `*`).
+fn parse_hosts(raw: &str) -> Result<HostList, String> {
+    AllowedHosts::parse_list(raw).map(HostList)
 }
 
 /// A boolean as Go's `strconv.ParseBool` reads one, as the Go kernel reads its `REBUNO_*` switches.
@@ -428,6 +504,7 @@ async fn dev(args: DevArgs, exporting: bool) -> Result<(), String> {
             name: "dev",
             store: &format!("{store}; bearer auth off"),
             exporting,
+            local_hosts: true,
         },
         kernel,
         (options, serve),
@@ -466,6 +543,7 @@ async fn server(args: ServerArgs, exporting: bool) -> Result<(), String> {
             name: "server",
             store: &db_url,
             exporting,
+            local_hosts: false,
         },
         kernel,
         (options, serve),
@@ -483,6 +561,9 @@ struct Mode<'a> {
     store: &'a str,
     /// Whether spans are exported.
     exporting: bool,
+    /// Whether only the listen address's local names (and those listed) are answered, even
+    /// when no name is listed: `dev`, whose API and console are open to whoever reaches them.
+    local_hosts: bool,
 }
 
 /// Logs the configuration the kernel starts with. No secret: the bearer token, agent secrets
@@ -495,6 +576,9 @@ fn log_start(mode: &Mode<'_>, kernel: &Kernel, options: &ServerOptions, serve: &
         backend = kernel.store().backend(),
         bearer_auth = options.bearer_token.as_deref().is_some_and(|t| !t.is_empty()),
         legacy_signatures = options.legacy_signatures,
+        secure_cookies = options.secure_cookies,
+        auth_failure_limit = options.auth_failure_limit,
+        auth_failure_window = ?options.auth_failure_window,
         body_timeout = ?options.body_timeout,
         body_start_timeout = ?options.body_start_timeout,
         unverified_body_memory = options.unverified_body_memory,
@@ -523,13 +607,16 @@ fn log_start(mode: &Mode<'_>, kernel: &Kernel, options: &ServerOptions, serve: &
 async fn run(
     mode: Mode<'_>,
     kernel: Kernel,
-    (options, serve): (ServerOptions, ServeOptions),
+    (mut options, serve): (ServerOptions, ServeOptions),
     listen: &str,
     manifest: Option<Manifest>,
 ) -> Result<(), String> {
     log_start(&mode, &kernel, &options, &serve);
     let Mode {
-        name: mode, store, ..
+        name: mode,
+        store,
+        local_hosts,
+        ..
     } = mode;
     if let Some(manifest) = &manifest {
         manifest
@@ -543,14 +630,19 @@ async fn run(
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    if local_hosts || options.allowed_hosts.is_restricted() {
+        options.allowed_hosts = options.allowed_hosts.listening_on(addr);
+    }
     let mut background = kernel.start_http();
-    let legacy = if options.legacy_signatures {
-        "; legacy sha256= agent signatures accepted"
-    } else {
-        ""
-    };
-    eprintln!("rebuno {mode}: listening on http://{addr} ({store}{legacy})");
+    eprintln!("rebuno {mode}: listening on http://{addr} ({store})");
     eprintln!("rebuno {mode}: web console at http://{addr}/ui");
+    if options.legacy_signatures {
+        eprintln!(
+            "rebuno {mode}: warning: legacy body-only agent signatures (sha256=, Python SDK \
+             0.14-0.16) are accepted, and a captured one can be replayed at any time; turn them \
+             off with --legacy-signatures=false or REBUNO_LEGACY_SIGNATURES=false"
+        );
+    }
     // The REPL only with a terminal on stdin; otherwise (CI, pipes) only HTTP is served.
     let shutdown: Pin<Box<dyn Future<Output = ()> + Send>> = if std::io::stdin().is_terminal() {
         let (quit_tx, quit_rx) = tokio::sync::oneshot::channel();

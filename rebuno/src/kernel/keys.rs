@@ -217,6 +217,22 @@ impl Kernel {
             .filter(|k| k.expires_at.as_deref().is_none_or(|at| at > now.as_str()))
             .map(|k| Principal::of_key(&k)))
     }
+
+    /// The id of the key whose secret `token` is, revoked or expired alike; `None` when it is
+    /// no key's. For the log line of a refused request: an operator can tell a client still
+    /// using a revoked key from someone guessing.
+    pub async fn api_key_id_of(&self, token: &str) -> KernelResult<Option<String>> {
+        if !is_secret(token) {
+            return Ok(None);
+        }
+        let hash = sha256_hex(token.as_bytes());
+        let key = self
+            .inner
+            .store
+            .read(move |tx| tx.api_keys().by_hash(&hash))
+            .await?;
+        Ok(key.map(|k| k.id))
+    }
 }
 
 #[cfg(test)]

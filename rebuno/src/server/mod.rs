@@ -15,9 +15,15 @@
 //! * bodies (`body`): every route's body, the console's forms included, through one reader:
 //!   at most 10 MiB on `/v0` and a few KiB for a console form (`413` beyond, before reading
 //!   when declared), started within [`ServerOptions::body_start_timeout`] and read within
-//!   [`ServerOptions::body_timeout`];
+//!   [`ServerOptions::body_timeout`]; a non-empty `/v0` body must be `application/json`
+//!   (`415` otherwise);
 //! * shared budgets (`limits`): the memory held for agent bodies whose signature is not yet
 //!   checked, and the connections live streams and change feeds may hold;
+//! * requests from web pages (`origin`): the `Host` must be one the server answers
+//!   ([`ServerOptions::allowed_hosts`], against DNS rebinding), and a state-changing request
+//!   from another site's page (`Origin`) is refused;
+//! * failed authentications (`throttle`): logged, and counted by source address; an address
+//!   with too many is answered `429` for a while ([`ServerOptions::auth_failure_limit`]);
 //! * request parsing: path UUIDs, query strings, the lease headers and strict JSON
 //!   bodies (`extract`);
 //! * answers: JSON bodies and the `{code, message, details?}` error envelope with the HTTP
@@ -55,12 +61,15 @@ mod limits;
 pub mod manifest;
 mod metrics;
 mod observe;
+mod origin;
 mod resources;
 mod serve;
+mod throttle;
 
 pub use serve::{ServeOptions, serve, serve_with_shutdown};
 
 use crate::Kernel;
+use crate::web::hosts::AllowedHosts;
 use axum::Router;
 use axum::routing::{get, post, put};
 use std::sync::Arc;
@@ -103,6 +112,23 @@ pub struct ServerOptions {
     /// are refused with `429`. The admin token is bounded only by the server's total
     /// ([`ServeOptions::max_streams`]).
     pub max_streams_per_key: usize,
+    /// The `Host` names answered (default: any). A request naming another is refused `403`;
+    /// the names also count as this server's own origins. `rebuno dev` answers only its listen
+    /// address's local names and those listed (`--allowed-hosts`).
+    pub allowed_hosts: AllowedHosts,
+    /// Whether the console's session cookie is marked `Secure` (default off): set it when the
+    /// console is reached over HTTPS (a TLS proxy in front), so the browser never sends the
+    /// cookie over plain HTTP.
+    pub secure_cookies: bool,
+    /// Failed authentications one source address may make within
+    /// [`ServerOptions::auth_failure_window`] before its requests with credentials are answered
+    /// `429` until the window ends (default 10; 0 turns the throttle off). The address is the
+    /// connection's peer, which [`serve`] records (axum's `ConnectInfo<SocketAddr>`); a router
+    /// served without it logs failures but counts none.
+    pub auth_failure_limit: u32,
+    /// The window failed authentications are counted in, from an address's first failure
+    /// (default 60 s).
+    pub auth_failure_window: Duration,
 }
 
 impl Default for ServerOptions {
@@ -115,6 +141,10 @@ impl Default for ServerOptions {
             unverified_body_memory: 128 << 20,
             unverified_body_memory_per_agent: 32 << 20,
             max_streams_per_key: 32,
+            allowed_hosts: AllowedHosts::any(),
+            secure_cookies: false,
+            auth_failure_limit: 10,
+            auth_failure_window: Duration::from_secs(60),
         }
     }
 }
@@ -139,6 +169,26 @@ impl ServerOptions {
         self.body_timeout = timeout;
         self
     }
+
+    /// These options answering only the `Host` names `hosts` allows.
+    pub fn allowed_hosts(mut self, hosts: AllowedHosts) -> Self {
+        self.allowed_hosts = hosts;
+        self
+    }
+
+    /// These options with the console's session cookie marked `Secure` (`true`) or not.
+    pub fn secure_cookies(mut self, secure: bool) -> Self {
+        self.secure_cookies = secure;
+        self
+    }
+
+    /// These options allowing `limit` failed authentications per source address within
+    /// `window` (a limit of 0 turns the throttle off).
+    pub fn auth_failures(mut self, limit: u32, window: Duration) -> Self {
+        self.auth_failure_limit = limit;
+        self.auth_failure_window = window;
+        self
+    }
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -158,6 +208,10 @@ impl std::fmt::Debug for ServerOptions {
                 &self.unverified_body_memory_per_agent,
             )
             .field("max_streams_per_key", &self.max_streams_per_key)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("secure_cookies", &self.secure_cookies)
+            .field("auth_failure_limit", &self.auth_failure_limit)
+            .field("auth_failure_window", &self.auth_failure_window)
             .finish()
     }
 }
@@ -178,6 +232,12 @@ pub(crate) struct AppState {
     pub(crate) streams: Arc<limits::StreamSlots>,
     /// The web console's sessions.
     pub(crate) console: Arc<console::Sessions>,
+    /// The `Host` names answered.
+    pub(crate) hosts: Arc<AllowedHosts>,
+    /// Whether the console's session cookie is `Secure`.
+    pub(crate) secure_cookies: bool,
+    /// Failed authentications by source address.
+    pub(crate) failures: Arc<throttle::Failures>,
 }
 
 /// The `/v0` router over `kernel`: every route of the wire protocol (the live stream included),
@@ -199,6 +259,12 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
         ),
         streams: limits::StreamSlots::new(options.max_streams_per_key),
         console: Arc::default(),
+        hosts: Arc::new(options.allowed_hosts),
+        secure_cookies: options.secure_cookies,
+        failures: Arc::new(throttle::Failures::new(
+            options.auth_failure_limit,
+            options.auth_failure_window,
+        )),
     };
     Router::new()
         .route(
@@ -263,6 +329,14 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
         .route("/v0/ready", get(h::ready))
         .route("/metrics", get(h::metrics))
         .merge(console::routes())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            throttle::guard,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            origin::guard,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             observe::request,

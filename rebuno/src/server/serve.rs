@@ -32,6 +32,9 @@
 
 use super::limits::StreamTotal;
 use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::Request;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -170,7 +173,10 @@ pub async fn serve_with_shutdown(
             head: Arc::clone(&head),
         });
         let inner = service.clone();
-        let service = hyper::service::service_fn(move |req| {
+        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            // The peer's address, as axum's `ConnectInfo`: failed authentications are counted
+            // by source address.
+            req.extensions_mut().insert(ConnectInfo(peer));
             let serving = Serving::begin(&head);
             let answer = hyper::service::Service::call(&inner, req);
             async move {

@@ -13,8 +13,10 @@
 //!
 //! Authentication is the API's: with a bearer token configured (`rebuno server`) a viewer logs
 //! in with that token or an API key; the console keeps it server-side under a random session id,
-//! sent as an `HttpOnly; SameSite=Strict` cookie, and re-authenticates it on every request (a
-//! revoked key ends its sessions). Without a token (`rebuno dev`) the console is open, as the
+//! sent as an `HttpOnly; SameSite=Strict` cookie (also `Secure` with
+//! [`super::ServerOptions::secure_cookies`]), and re-authenticates it on every request (a
+//! revoked key ends its sessions). A refused login counts as a failed authentication of its
+//! source address, as a refused API token does (`throttle`). Without a token (`rebuno dev`) the console is open, as the
 //! API is. Grant, deny and cancel are `POST` forms that must come from this origin (`Origin`, or
 //! `Referer` when a browser sends no `Origin`) and carry the session's CSRF token; anything else
 //! is `403` and changes nothing. An approval is decided as the login: an API key as its subject,
@@ -151,14 +153,17 @@ fn session_cookie(headers: &HeaderMap) -> Option<&str> {
         .map(|(_, value)| value)
 }
 
-/// The `Set-Cookie` value of session `id` (an empty id with `Max-Age=0` ends it).
-fn cookie_value(id: &str) -> String {
+/// The `Set-Cookie` value of session `id` (an empty id with `Max-Age=0` ends it); `Secure`
+/// when `secure` (the console is reached over HTTPS), so the browser never sends it over
+/// plain HTTP.
+fn cookie_value(id: &str, secure: bool) -> String {
     let age = if id.is_empty() {
         0
     } else {
         SESSION_TTL.as_secs()
     };
-    format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={age}")
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={age}{secure}")
 }
 
 /// Who is viewing: the principal the session authenticates as, the name it decides approvals
@@ -247,7 +252,7 @@ impl FromRequestParts<AppState> for Viewer {
             principal: Principal::admin(),
             name,
             csrf,
-            set_cookie: Some(cookie_value(&id)),
+            set_cookie: Some(cookie_value(&id, state.secure_cookies)),
             session: Some(id),
         })
     }
@@ -467,8 +472,10 @@ mod tests {
         let h = headers(&[(header::COOKIE, "a=1; rebuno_console=abc; b=2")]);
         assert_eq!(session_cookie(&h), Some("abc"));
         assert_eq!(session_cookie(&headers(&[])), None);
-        let c = cookie_value("abc");
+        let c = cookie_value("abc", false);
         assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict") && c.contains("Path=/ui"));
+        assert!(!c.contains("Secure"));
+        assert!(cookie_value("abc", true).ends_with("; Secure"));
     }
 
     #[test]

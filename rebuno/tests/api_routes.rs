@@ -67,6 +67,7 @@ async fn lease_headers_are_required_on_agent_mutations() {
                 .bare(Method::POST, path)
                 .header(HEADER_AGENT_ID, &agent.id)
                 .header(HEADER_SIGNATURE, rebuno::signing::sign(&agent.secret, body))
+                .header("Content-Type", "application/json")
                 .body(body.to_vec());
             if let Some(d) = dispatch {
                 rb = rb.header(HEADER_DISPATCH_ID, *d);

@@ -23,8 +23,18 @@ const REBUNO_VARS: &[&str] = &[
     "REBUNO_DISPATCH_LEASE_TIMEOUT",
     "REBUNO_HEADER_TIMEOUT",
     "REBUNO_BODY_TIMEOUT",
+    "REBUNO_BODY_START_TIMEOUT",
+    "REBUNO_UNVERIFIED_BODY_MEMORY",
+    "REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT",
     "REBUNO_MAX_CONNECTIONS",
+    "REBUNO_MAX_STREAMS",
+    "REBUNO_MAX_STREAMS_PER_KEY",
+    "REBUNO_MAX_PENDING_HEADS_PER_ADDRESS",
     "REBUNO_LEGACY_SIGNATURES",
+    "REBUNO_ALLOWED_HOSTS",
+    "REBUNO_SECURE_COOKIES",
+    "REBUNO_AUTH_FAILURE_LIMIT",
+    "REBUNO_AUTH_FAILURE_WINDOW",
     "REBUNO_ALLOW_WEBHOOK_USERINFO",
 ];
 
@@ -201,8 +211,18 @@ fn help_documents_flags_and_environment() {
             "REBUNO_RETENTION",
             "REBUNO_HEADER_TIMEOUT",
             "REBUNO_BODY_TIMEOUT",
+            "REBUNO_BODY_START_TIMEOUT",
+            "REBUNO_UNVERIFIED_BODY_MEMORY",
+            "REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT",
             "REBUNO_MAX_CONNECTIONS",
+            "REBUNO_MAX_STREAMS",
+            "REBUNO_MAX_STREAMS_PER_KEY",
+            "REBUNO_MAX_PENDING_HEADS_PER_ADDRESS",
             "REBUNO_LEGACY_SIGNATURES",
+            "REBUNO_ALLOWED_HOSTS",
+            "REBUNO_SECURE_COOKIES",
+            "REBUNO_AUTH_FAILURE_LIMIT",
+            "REBUNO_AUTH_FAILURE_WINDOW",
             "REBUNO_ALLOW_WEBHOOK_USERINFO",
         ] {
             assert!(text.contains(needle), "{args:?} lacks {needle}:\n{text}");
@@ -211,8 +231,18 @@ fn help_documents_flags_and_environment() {
     let edge = [
         "--header-timeout",
         "--body-timeout",
+        "--body-start-timeout",
+        "--unverified-body-memory",
+        "--unverified-body-memory-per-agent",
         "--max-connections",
+        "--max-streams",
+        "--max-streams-per-key",
+        "--max-pending-heads-per-address",
         "--legacy-signatures",
+        "--allowed-hosts",
+        "--secure-cookies",
+        "--auth-failure-limit",
+        "--auth-failure-window",
         "--allow-webhook-userinfo",
     ];
     let dev = String::from_utf8_lossy(&run(rebuno().args(["dev", "--help"])).stdout).into_owned();
@@ -240,7 +270,17 @@ fn bad_edge_flags_are_refused() {
         ("--body-timeout=-1s", ""),
         ("--body-timeout", "1x"),
         ("--max-connections", "0"),
+        ("--body-start-timeout", "0s"),
+        ("--unverified-body-memory", "0"),
+        ("--unverified-body-memory-per-agent=-1", ""),
+        ("--max-streams", "0"),
+        ("--max-streams-per-key", "many"),
+        ("--max-pending-heads-per-address", "0"),
         ("--legacy-signatures=maybe", ""),
+        ("--allowed-hosts", "http://a.example"),
+        ("--secure-cookies=maybe", ""),
+        ("--auth-failure-limit", "x"),
+        ("--auth-failure-window", "0s"),
         ("--allow-webhook-userinfo=maybe", ""),
     ] {
         let mut cmd = rebuno();
@@ -256,6 +296,50 @@ fn bad_edge_flags_are_refused() {
             stderr(&out)
         );
     }
+}
+
+/// Limits that contradict each other refuse the start, naming both: streams must leave agents
+/// a connection, and one agent's share of the unverified-body budget cannot exceed the whole.
+#[test]
+fn contradictory_edge_limits_are_refused() {
+    for (args, env, needle) in [
+        (
+            &["--max-connections", "8", "--max-streams", "8"][..],
+            None,
+            "--max-streams (8) must be below --max-connections (8)",
+        ),
+        (
+            &["--max-streams", "600"][..],
+            None,
+            "--max-streams (600) must be below --max-connections (512)",
+        ),
+        (
+            &["--unverified-body-memory", "1000"][..],
+            Some(("REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT", "2000")),
+            "--unverified-body-memory-per-agent (2000) must not exceed --unverified-body-memory (1000)",
+        ),
+    ] {
+        let mut cmd = rebuno();
+        cmd.args(["dev", "--memory", "--listen-addr", "256.0.0.1:1"])
+            .args(args);
+        if let Some((name, value)) = env {
+            cmd.env(name, value);
+        }
+        let out = run(&mut cmd);
+        assert!(!out.status.success(), "{args:?}");
+        let err = stderr(&out);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(
+            !err.contains("cannot listen"),
+            "refused before serving: {err}"
+        );
+    }
+    // A total set lower than the default share lowers the share with it.
+    let out = run(rebuno()
+        .args(["dev", "--memory", "--listen-addr", "256.0.0.1:1"])
+        .args(["--unverified-body-memory", "1000"]));
+    let err = stderr(&out);
+    assert!(err.contains("cannot listen on 256.0.0.1:1"), "{err}");
 }
 
 #[test]
@@ -626,6 +710,7 @@ async fn legacy_read_status(cmd: &mut Command) -> u16 {
     let registered = http
         .post(format!("{base}/v0/agents"))
         .header("Authorization", "Bearer tok")
+        .header("Content-Type", "application/json")
         .body(r#"{"id": "legacy", "webhook_url": "http://127.0.0.1:9/hook", "secret": "s"}"#)
         .send()
         .await
@@ -656,6 +741,7 @@ async fn userinfo_status(cmd: &mut Command) -> u16 {
     wait_until_up(&format!("{base}/v0/health")).await;
     let status = reqwest::Client::new()
         .post(format!("{base}/v0/agents"))
+        .header("Content-Type", "application/json")
         .body(r#"{"id": "u", "webhook_url": "https://user:pw@127.0.0.1:9/hook", "secret": "s"}"#)
         .send()
         .await
@@ -791,6 +877,213 @@ async fn connection_limits_come_from_flags_and_environment() {
         .unwrap()
         .expect("health answers once the slot is free");
     assert_eq!(status, 200);
+    #[cfg(unix)]
+    running.terminate();
+    #[cfg(not(unix))]
+    drop(running);
+}
+
+/// A raw `POST /v0/agents` registering `id`, to `addr` with `Host: host` and the extra header
+/// lines `extra`: the answer's status.
+async fn post_agent_as(addr: &str, host: &str, extra: &str, id: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body =
+        format!(r#"{{"id": "{id}", "webhook_url": "http://127.0.0.1:9/hook", "secret": "s"}}"#);
+    let request = format!(
+        "POST /v0/agents HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{extra}\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(DEADLINE, stream.read_to_string(&mut answer))
+        .await
+        .expect("an answer")
+        .unwrap();
+    answer.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// `dev` answers only its own names: a page whose name is re-pointed at it (DNS rebinding) is
+/// refused, as is a write from another site's page (`Origin`); `--allowed-hosts` adds names.
+/// `server` answers any `Host` until `REBUNO_ALLOWED_HOSTS` restricts it.
+#[tokio::test]
+async fn dev_refuses_foreign_hosts_and_origins_and_server_only_when_told() {
+    let running =
+        Running::spawn(rebuno().args(["dev", "--memory", "--listen-addr", "127.0.0.1:0"]));
+    let base = running.base_url();
+    wait_until_up(&format!("{base}/v0/health")).await;
+    let addr = base.trim_start_matches("http://").to_owned();
+    let port = addr.rsplit(':').next().unwrap().to_owned();
+    assert_eq!(post_agent_as(&addr, "evil.example", "", "a").await, 403);
+    assert_eq!(
+        post_agent_as(&addr, &format!("evil.example:{port}"), "", "a").await,
+        403
+    );
+    let evil_origin = "Origin: http://evil.example\r\n";
+    assert_eq!(post_agent_as(&addr, &addr, evil_origin, "a").await, 403);
+    let (status, _) = get(&format!("{base}/v0/agents/a"), None).await.unwrap();
+    assert_eq!(status, 404, "nothing was registered");
+    let own_origin = format!("Origin: http://localhost:{port}\r\n");
+    assert_eq!(
+        post_agent_as(&addr, &format!("localhost:{port}"), &own_origin, "a").await,
+        201
+    );
+    #[cfg(unix)]
+    running.terminate();
+    #[cfg(not(unix))]
+    drop(running);
+
+    let running = Running::spawn(rebuno().args([
+        "dev",
+        "--memory",
+        "--listen-addr",
+        "127.0.0.1:0",
+        "--allowed-hosts",
+        "rebuno.test, other.test:8443",
+    ]));
+    let addr = running.base_url().trim_start_matches("http://").to_owned();
+    wait_until_up(&format!("http://{addr}/v0/health")).await;
+    assert_eq!(post_agent_as(&addr, "rebuno.test", "", "a").await, 201);
+    assert_eq!(post_agent_as(&addr, "other.test:8443", "", "b").await, 201);
+    assert_eq!(post_agent_as(&addr, "other.test", "", "c").await, 403);
+    drop(running);
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = |db: &str| {
+        let mut cmd = rebuno();
+        cmd.env("REBUNO_BEARER_TOKEN", "tok")
+            .args(["server", "--listen-addr", "127.0.0.1:0", "--db-url"])
+            .arg(format!("sqlite://{}", dir.path().join(db).display()));
+        cmd
+    };
+    let auth = "Authorization: Bearer tok\r\n";
+    let running = Running::spawn(&mut server("a.db"));
+    let addr = running.base_url().trim_start_matches("http://").to_owned();
+    wait_until_up(&format!("http://{addr}/v0/health")).await;
+    assert_eq!(
+        post_agent_as(&addr, "anything.example", auth, "a").await,
+        201
+    );
+    let cross = format!("{auth}Origin: http://evil.example\r\n");
+    assert_eq!(post_agent_as(&addr, &addr, &cross, "b").await, 403);
+    drop(running);
+    let running = Running::spawn(server("b.db").env("REBUNO_ALLOWED_HOSTS", "rebuno.example.com"));
+    let addr = running.base_url().trim_start_matches("http://").to_owned();
+    wait_until_up(&format!("http://{addr}/v0/health")).await;
+    assert_eq!(
+        post_agent_as(&addr, "anything.example", auth, "a").await,
+        403
+    );
+    assert_eq!(
+        post_agent_as(&addr, "rebuno.example.com", auth, "a").await,
+        201
+    );
+    assert_eq!(
+        post_agent_as(&addr, &addr, auth, "b").await,
+        201,
+        "its own address too"
+    );
+}
+
+/// The stderr lines of `cmd` (a kernel on `127.0.0.1:0`) up to its console line, after which
+/// start-up has nothing more to say.
+fn startup_lines(cmd: &mut Command) -> Vec<String> {
+    let running = Running::spawn(cmd);
+    let mut lines = Vec::new();
+    loop {
+        let line = running
+            .lines
+            .recv_timeout(DEADLINE)
+            .expect("no console line on stderr");
+        let done = line.contains("web console at");
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    // A warning printed just after the console line would be missed: give it a moment.
+    while let Ok(line) = running.lines.recv_timeout(Duration::from_millis(500)) {
+        lines.push(line);
+    }
+    lines
+}
+
+/// `dev` accepts the body-only signatures of SDK 0.14-0.16 by default and says so in exactly
+/// one warning line at start-up, naming how to turn them off; turned off, it says nothing.
+#[test]
+fn dev_warns_once_that_it_accepts_legacy_signatures() {
+    let dev = || {
+        let mut cmd = rebuno();
+        cmd.args(["dev", "--memory", "--listen-addr", "127.0.0.1:0"])
+            .env("RUST_LOG", "warn");
+        cmd
+    };
+    let lines = startup_lines(&mut dev());
+    let warnings: Vec<&String> = lines.iter().filter(|l| l.contains("legacy")).collect();
+    assert_eq!(warnings.len(), 1, "{lines:#?}");
+    let warning = warnings[0];
+    for needle in [
+        "rebuno dev: warning:",
+        "sha256=",
+        "0.14-0.16",
+        "--legacy-signatures=false",
+        "REBUNO_LEGACY_SIGNATURES=false",
+    ] {
+        assert!(warning.contains(needle), "{needle} missing from {warning}");
+    }
+    for off in [
+        startup_lines(dev().arg("--legacy-signatures=false")),
+        startup_lines(dev().env("REBUNO_LEGACY_SIGNATURES", "false")),
+    ] {
+        assert!(!off.iter().any(|l| l.contains("legacy")), "{off:#?}");
+    }
+}
+
+/// `--secure-cookies` and the failure limit reach the server: the login cookie is `Secure`,
+/// and after `REBUNO_AUTH_FAILURE_LIMIT` wrong tokens the address is answered 429.
+#[tokio::test]
+async fn cookie_and_throttle_settings_come_from_flags_and_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = Running::spawn(
+        rebuno()
+            .env("REBUNO_BEARER_TOKEN", "tok")
+            .env("REBUNO_AUTH_FAILURE_LIMIT", "2")
+            .args([
+                "server",
+                "--listen-addr",
+                "127.0.0.1:0",
+                "--secure-cookies",
+                "--db-url",
+            ])
+            .arg(format!("sqlite://{}", dir.path().join("k.db").display())),
+    );
+    let base = running.base_url();
+    wait_until_up(&format!("{base}/v0/health")).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let login = http
+        .post(format!("{base}/ui/login"))
+        .header("Origin", &base)
+        .form(&[("token", "tok"), ("name", "ops")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), 303);
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.ends_with("; Secure"), "{cookie}");
+    for _ in 0..2 {
+        let (status, _) = get(&format!("{base}/v0/agents"), Some("wrong"))
+            .await
+            .unwrap();
+        assert_eq!(status, 401);
+    }
+    let (status, body) = get(&format!("{base}/v0/agents"), Some("tok"))
+        .await
+        .unwrap();
+    assert_eq!(status, 429, "{body}");
     #[cfg(unix)]
     running.terminate();
     #[cfg(not(unix))]

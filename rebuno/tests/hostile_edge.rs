@@ -4,9 +4,14 @@
 //! * nothing of a body is read before the headers authenticate: stalled uploads of unknown
 //!   agents are refused at once, a declared length over the limit is `413` before the body, a
 //!   chunked body is cut at the limit, and a body that stalls is cut by the body timeout;
+//! * what a body may cost before its sender is known is bounded: a body that does not start is
+//!   cut within the start deadline (login forms included), and forged uploads under a known
+//!   agent's id hold no more memory than the unverified-body budget;
 //! * slow clients cannot starve the server: half-sent requests and idle keep-alive connections
 //!   are closed after the header timeout, `/v0/health` still answers behind hundreds of them,
-//!   and the connection cap holds;
+//!   one address cannot fill the slots with them, and the connection cap holds;
+//! * live streams and change feeds take a bounded share of the connections, per key and in
+//!   total, so agents' heartbeats are served beside them;
 //! * v1 request signatures are bound to the method, the raw target, the lease, the body and a
 //!   five-minute window; body-only `sha256=` signatures pass only with legacy signing on;
 //! * the Rust SDK signs v1 (it runs an execution against a kernel with legacy signing off), and
@@ -105,6 +110,18 @@ async fn memory_kernel() -> Kernel {
 /// The head of an agent request to `target` signed v1 now over an empty body, with the
 /// framing header `framing` (e.g. `Content-Length: 10`) and the agent id `agent`.
 fn agent_head(method: &str, target: &str, agent: &str, framing: &str) -> String {
+    agent_head_signed(method, target, agent, SECRET, framing)
+}
+
+/// [`agent_head`] signed under `secret`: with another secret than the agent's, a signature
+/// that looks right (well formed, fresh) and is not, as anyone who knows an agent id can send.
+fn agent_head_signed(
+    method: &str,
+    target: &str,
+    agent: &str,
+    secret: &str,
+    framing: &str,
+) -> String {
     let timestamp = unix_now().to_string();
     let signature = V1Request {
         method,
@@ -114,7 +131,7 @@ fn agent_head(method: &str, target: &str, agent: &str, framing: &str) -> String 
         dispatch_attempt: "",
         body: b"",
     }
-    .sign(SECRET);
+    .sign(secret);
     format!(
         "{method} {target} HTTP/1.1\r\nHost: edge\r\n{HEADER_AGENT_ID}: {agent}\r\n\
          {HEADER_TIMESTAMP}: {timestamp}\r\n{HEADER_SIGNATURE}: {signature}\r\n\
@@ -203,9 +220,10 @@ async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 /// connection is closed (the server holds nothing for it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_uploads_of_unknown_agents_are_refused_before_the_body() {
+    // No throttle: twelve failures from one address would otherwise block the last ones.
     let edge = Edge::start(
         memory_kernel().await,
-        ServerOptions::default(),
+        ServerOptions::default().auth_failures(0, Duration::from_secs(60)),
         ServeOptions::default(),
     )
     .await;
@@ -348,6 +366,179 @@ async fn a_body_that_stalls_is_cut_by_the_body_timeout() {
     }
 }
 
+/// This process's resident memory (`VmRSS`), in bytes: the served kernel runs in it.
+#[cfg(target_os = "linux")]
+fn resident_bytes() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status");
+    kib * 1024
+}
+
+/// The bytes held for agent bodies whose signatures are not yet checked, as `/metrics` shows.
+async fn unverified_body_bytes(base: &str) -> usize {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("rebuno_unverified_body_bytes "))
+        .expect("the gauge is exposed")
+        .parse()
+        .unwrap()
+}
+
+/// 48 uploads of a registered agent, each declaring the largest body allowed and signed with a
+/// well-formed, fresh signature made with the wrong secret (half `v1=`, half legacy `sha256=`
+/// with legacy signing on), send 4 MiB each and stall. The kernel cannot tell them from real
+/// uploads until a body has arrived whole, but it holds no more of them than its budget for
+/// one agent (8 MiB here) beside 64 KiB each: those over it are refused with 429 and closed,
+/// its memory grows by far less than the 192 MiB sent, the agent's own signed requests pass
+/// meanwhile, and the budget is whole again once the uploads are gone.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_uploads_of_a_known_agent_hold_bounded_memory() {
+    const UPLOADS: usize = 48;
+    const SENT: usize = 4 << 20;
+    const PER_AGENT: usize = 8 << 20;
+    let options = ServerOptions {
+        unverified_body_memory: 16 << 20,
+        unverified_body_memory_per_agent: PER_AGENT,
+        ..ServerOptions::default().legacy_signatures(true)
+    };
+    let edge = Edge::start(memory_kernel().await, options, ServeOptions::default()).await;
+    let (exec_id, lease) = edge.running_execution().await;
+    let target = format!("/v0/executions/{exec_id}/steps");
+    let framing = format!("Content-Length: {MAX_REQUEST_BODY_BYTES}");
+    let forged_v1 = agent_head_signed("POST", &target, AGENT, "not-the-secret", &framing);
+    let forged_legacy = format!(
+        "POST {target} HTTP/1.1\r\nHost: edge\r\n{HEADER_AGENT_ID}: {AGENT}\r\n\
+         {HEADER_SIGNATURE}: {}\r\nContent-Type: application/json\r\n{framing}\r\n\r\n",
+        signing::sign("not-the-secret", b"{}")
+    );
+    let before = resident_bytes();
+    let mut uploads = Vec::new();
+    for i in 0..UPLOADS {
+        let head = if i % 2 == 0 {
+            &forged_v1
+        } else {
+            &forged_legacy
+        }
+        .clone();
+        let addr = edge.addr;
+        uploads.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream.write_all(head.as_bytes()).await.unwrap();
+            let chunk = vec![b' '; 64 * 1024];
+            for _ in 0..SENT / chunk.len() {
+                // A refused upload is answered and closed: its writes fail.
+                if stream.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+            // A refused upload has its answer; one still held has none yet.
+            let answer = tokio::time::timeout(Duration::from_secs(1), read_response(&mut stream))
+                .await
+                .ok()
+                .flatten();
+            (stream, answer)
+        }));
+    }
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for upload in uploads {
+        let (stream, answer) = tokio::time::timeout(DEADLINE, upload)
+            .await
+            .unwrap()
+            .unwrap();
+        if let Some((status, body)) = answer {
+            assert_eq!(status, 429, "{body}");
+            assert!(body.contains("signatures are not yet checked"), "{body}");
+            refused += 1;
+        }
+        held.push(stream);
+    }
+    assert!(
+        refused >= UPLOADS - 4,
+        "only {refused} uploads were refused"
+    );
+    // Every byte is sent (or refused); give the server time to read what it will.
+    let mut peak = 0;
+    let mut peak_gauge = 0;
+    for _ in 0..10 {
+        peak = peak.max(resident_bytes());
+        peak_gauge = peak_gauge.max(unverified_body_bytes(&edge.base).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(peak_gauge <= PER_AGENT, "{peak_gauge} bytes held");
+    let grown = peak.saturating_sub(before);
+    assert!(
+        grown < 64 << 20,
+        "the kernel grew by {} MiB for {} MiB of forged bodies",
+        grown >> 20,
+        (UPLOADS * SENT) >> 20
+    );
+    let heartbeat = format!("/v0/executions/{exec_id}/heartbeat");
+    let rb = reqwest::Client::new().post(format!("{}{heartbeat}", edge.base));
+    let r = sign_v1(rb, (AGENT, SECRET), ("POST", &heartbeat), Some(&lease), b"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204, "the agent's heartbeat passes meanwhile");
+    drop(held);
+    let edge = &edge;
+    let drained = tokio::time::timeout(DEADLINE, async move {
+        while unverified_body_bytes(&edge.base).await > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    drained.await.expect("the budget is given back");
+}
+
+/// A body that never starts is cut by the start deadline (500 ms here), long before the body
+/// timeout (30 s): on an agent route, signed right or wrong, and on a client route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_never_starts_is_cut_early() {
+    let start = Duration::from_millis(500);
+    let options = ServerOptions {
+        body_start_timeout: start,
+        ..ServerOptions::default()
+    };
+    let edge = Edge::start(memory_kernel().await, options, ServeOptions::default()).await;
+    let (exec_id, _) = edge.running_execution().await;
+    let target = format!("/v0/executions/{exec_id}/steps");
+    let heads = [
+        agent_head_signed("POST", &target, AGENT, SECRET, "Content-Length: 100"),
+        agent_head_signed(
+            "POST",
+            &target,
+            AGENT,
+            "not-the-secret",
+            "Content-Length: 100",
+        ),
+        "POST /v0/executions HTTP/1.1\r\nHost: edge\r\nContent-Length: 100\r\n\r\n".to_owned(),
+    ];
+    for head in heads {
+        let mut stream = edge.connect().await;
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let started = Instant::now();
+        let answer = tokio::time::timeout(Duration::from_secs(10), read_response(&mut stream))
+            .await
+            .expect("cut within 10 s")
+            .expect("an answer");
+        let waited = started.elapsed();
+        assert_eq!(answer.0, 400, "{answer:?}");
+        assert!(answer.1.contains("not started within 500ms"), "{answer:?}");
+        assert!(waited >= start, "cut after {waited:?}");
+        closed_by_server(&mut stream, "a body that never started").await;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Slow clients cannot starve the server.
 // ---------------------------------------------------------------------------------------------
@@ -360,6 +551,7 @@ async fn half_sent_requests_are_closed_and_health_still_answers() {
     let limits = ServeOptions {
         header_timeout: Duration::from_secs(1),
         max_connections: 64,
+        ..ServeOptions::default()
     };
     let edge = Edge::start(memory_kernel().await, ServerOptions::default(), limits).await;
     let mut idle = edge.connect().await;
@@ -397,6 +589,7 @@ async fn the_connection_cap_holds() {
     let limits = ServeOptions {
         header_timeout: Duration::from_secs(60),
         max_connections: 4,
+        ..ServeOptions::default()
     };
     let edge = Edge::start(memory_kernel().await, ServerOptions::default(), limits).await;
     let request = b"GET /v0/health HTTP/1.1\r\nHost: edge\r\n\r\n";
@@ -415,6 +608,287 @@ async fn the_connection_cap_holds() {
     assert!(early.is_err(), "a fifth connection was served: {early:?}");
     drop(open.pop());
     assert_eq!(response(&mut fifth, "the fifth client").await.0, 200);
+}
+
+/// 48 logins send their head and never their form, on a server of 48 connections. Each is cut
+/// at the body's start deadline (1 s here), so `/v0/health` and an authenticated request are
+/// answered soon after. A login form over its limit (8 KiB) is refused before it is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_login_forms_are_cut_and_the_server_keeps_answering() {
+    const STALLED: usize = 48;
+    let start = Duration::from_secs(1);
+    let limits = ServeOptions {
+        max_connections: STALLED,
+        ..ServeOptions::default()
+    };
+    let options = ServerOptions {
+        body_start_timeout: start,
+        ..ServerOptions::with_bearer_token(TOKEN)
+    };
+    let edge = Edge::start(memory_kernel().await, options, limits).await;
+    let head = "POST /ui/login HTTP/1.1\r\nHost: edge\r\nOrigin: http://edge\r\n\
+                Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 64\r\n\r\n";
+    let mut stalled = Vec::new();
+    for _ in 0..STALLED {
+        let mut stream = edge.connect().await;
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stalled.push(stream);
+    }
+    let started = Instant::now();
+    let http = reqwest::Client::new();
+    let health = tokio::time::timeout(
+        DEADLINE,
+        http.get(format!("{}/v0/health", edge.base)).send(),
+    )
+    .await
+    .expect("/v0/health answers behind stalled logins")
+    .unwrap();
+    assert_eq!(health.status(), 200);
+    let list = http
+        .get(format!("{}/v0/executions", edge.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.status(), 200);
+    for (i, stream) in stalled.iter_mut().enumerate() {
+        let (status, body) = response(stream, &format!("stalled login {i}")).await;
+        assert_eq!(status, 400, "stalled login {i}: {body}");
+        assert!(body.contains("not started within 1s"), "{body}");
+        closed_by_server(stream, &format!("stalled login {i}")).await;
+    }
+    assert!(started.elapsed() >= start);
+
+    let mut big = edge.connect().await;
+    let head = "POST /ui/login HTTP/1.1\r\nHost: edge\r\nOrigin: http://edge\r\n\
+                Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 8193\r\n\r\n";
+    big.write_all(head.as_bytes()).await.unwrap();
+    let (status, body) = response(&mut big, "a large login").await;
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("larger than 8192 bytes"), "{body}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Long-lived responses take a bounded share of the connections.
+// ---------------------------------------------------------------------------------------------
+
+/// A read-only key opens change feeds on a server of 12 connections: at most half of them are
+/// served as feeds (the rest are refused with 429), and an agent's heartbeat still passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feeds_take_at_most_half_the_connections_and_heartbeats_still_pass() {
+    let limits = ServeOptions {
+        max_connections: 12,
+        ..ServeOptions::default()
+    };
+    let edge = Edge::start(
+        memory_kernel().await,
+        ServerOptions::with_bearer_token(TOKEN),
+        limits,
+    )
+    .await;
+    let (exec_id, lease) = edge.running_execution().await;
+    let key = reader_key(&edge.kernel, "reader").await;
+    let http = reqwest::Client::new();
+    let mut feeds = Vec::new();
+    let mut refused = None;
+    for _ in 0..12 {
+        let open = http
+            .get(format!("{}/v0/changes", edge.base))
+            .bearer_auth(&key)
+            .send();
+        let r = tokio::time::timeout(Duration::from_secs(5), open)
+            .await
+            .expect("a feed is answered at once, opened or refused")
+            .unwrap();
+        if r.status() == 200 {
+            feeds.push(r);
+        } else {
+            refused = Some((r.status().as_u16(), r.text().await.unwrap()));
+            break;
+        }
+    }
+    assert_eq!(feeds.len(), 6, "feeds served");
+    let (status, body) = refused.expect("a feed refused");
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (429, "too_many_requests")
+    );
+    let heartbeat = format!("/v0/executions/{exec_id}/heartbeat");
+    let rb = http.post(format!("{}{heartbeat}", edge.base));
+    let beat = sign_v1(rb, (AGENT, SECRET), ("POST", &heartbeat), Some(&lease), b"").send();
+    let r = tokio::time::timeout(Duration::from_secs(5), beat)
+        .await
+        .expect("the heartbeat is served beside the feeds")
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    drop(feeds);
+}
+
+/// An API key holding only `executions:read`: its secret.
+async fn reader_key(kernel: &Kernel, name: &str) -> String {
+    kernel
+        .create_api_key(
+            rebuno::protocol::CreateApiKeyRequest {
+                name: name.into(),
+                scopes: vec![rebuno::protocol::Scope::ExecutionsRead],
+                ..Default::default()
+            },
+            "",
+        )
+        .await
+        .unwrap()
+        .secret
+}
+
+/// The streams open, as `/metrics` shows.
+async fn streams_open(base: &str) -> usize {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("rebuno_http_streams_open "))
+        .expect("the gauge is exposed")
+        .parse()
+        .unwrap()
+}
+
+/// Long-lived responses are capped per API key (4 here) and in total (6): a read-only key gets
+/// 4 feeds and then 429 naming the key; a second key gets the last two (one a live stream) and
+/// then 429 naming the server, as does the admin token; an agent's heartbeat passes meanwhile,
+/// and a feed that closes gives its slot back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_are_capped_per_key_and_in_total() {
+    let limits = ServeOptions {
+        max_connections: 16,
+        max_streams: Some(6),
+        ..ServeOptions::default()
+    };
+    let options = ServerOptions {
+        max_streams_per_key: 4,
+        ..ServerOptions::with_bearer_token(TOKEN)
+    };
+    let edge = Edge::start(memory_kernel().await, options, limits).await;
+    let (exec_id, lease) = edge.running_execution().await;
+    let (a, b) = (
+        reader_key(&edge.kernel, "a").await,
+        reader_key(&edge.kernel, "b").await,
+    );
+    let http = reqwest::Client::new();
+    let open = |token: &str, path: &str| {
+        let rb = http.get(format!("{}{path}", edge.base)).bearer_auth(token);
+        async move {
+            tokio::time::timeout(Duration::from_secs(5), rb.send())
+                .await
+                .expect("opened or refused at once")
+                .unwrap()
+        }
+    };
+    let refused = |r: reqwest::Response, reason: &'static str| async move {
+        assert_eq!(r.status(), 429);
+        let body = r.text().await.unwrap();
+        assert_eq!(error_code(&body), "too_many_requests", "{body}");
+        assert!(body.contains(reason), "{body}");
+    };
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let r = open(&a, "/v0/changes").await;
+        assert_eq!(r.status(), 200);
+        held.push(r);
+    }
+    refused(open(&a, "/v0/changes").await, "this API key holds 4").await;
+    let live = open(&b, &format!("/v0/executions/{exec_id}/stream")).await;
+    assert_eq!(live.status(), 200);
+    held.push(live);
+    let r = open(&b, "/v0/changes").await;
+    assert_eq!(r.status(), 200);
+    held.push(r);
+    refused(open(&b, "/v0/changes").await, "the server holds 6").await;
+    refused(open(TOKEN, "/v0/changes").await, "the server holds 6").await;
+    assert_eq!(streams_open(&edge.base).await, 6);
+
+    let heartbeat = format!("/v0/executions/{exec_id}/heartbeat");
+    let rb = http.post(format!("{}{heartbeat}", edge.base));
+    let beat = sign_v1(rb, (AGENT, SECRET), ("POST", &heartbeat), Some(&lease), b"").send();
+    let r = tokio::time::timeout(Duration::from_secs(5), beat)
+        .await
+        .expect("the heartbeat is served beside the streams")
+        .unwrap();
+    assert_eq!(r.status(), 204);
+
+    drop(held.remove(0));
+    let reopened = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let r = open(&a, "/v0/changes").await;
+            if r.status() == 200 {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("a closed feed gives its slot back");
+    held.push(reopened);
+    drop(held);
+    let base = edge.base.clone();
+    tokio::time::timeout(DEADLINE, async move {
+        while streams_open(&base).await > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("every slot is given back");
+}
+
+/// One address (127.0.0.2) opens 100 connections to a server of 32 and sends half a request
+/// head on each. Once half the slots are taken, an address may hold only 8 connections still
+/// sending a head, so it holds at most half of them; its other connections are closed at once,
+/// and an agent at another address (127.0.0.1) has its heartbeat served without waiting for
+/// the header timeout (60 s).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_fill_the_slots_with_half_sent_requests() {
+    let limits = ServeOptions {
+        header_timeout: Duration::from_secs(60),
+        max_connections: 32,
+        max_pending_heads_per_address: 8,
+        ..ServeOptions::default()
+    };
+    let edge = Edge::start(memory_kernel().await, ServerOptions::default(), limits).await;
+    let (exec_id, lease) = edge.running_execution().await;
+    let mut half_sent = Vec::new();
+    for _ in 0..100 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut stream = socket.connect(edge.addr).await.unwrap();
+        let _ = stream
+            .write_all(b"POST /v0/executions HTTP/1.1\r\nHost: edge\r\nX-Slow: ")
+            .await;
+        half_sent.push(stream);
+    }
+    let heartbeat = format!("/v0/executions/{exec_id}/heartbeat");
+    let rb = reqwest::Client::new().post(format!("{}{heartbeat}", edge.base));
+    let beat = sign_v1(rb, (AGENT, SECRET), ("POST", &heartbeat), Some(&lease), b"").send();
+    let r = tokio::time::timeout(Duration::from_secs(5), beat)
+        .await
+        .expect("the heartbeat is served beside the half-sent requests")
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let mut open = 0;
+    for stream in &mut half_sent {
+        let mut byte = [0u8; 1];
+        let closed = tokio::time::timeout(Duration::from_millis(100), stream.read(&mut byte)).await;
+        if closed.is_err() {
+            open += 1;
+        }
+    }
+    assert!(
+        open <= 16,
+        "{open} half-sent requests of one address are still open"
+    );
+    assert!(open >= 8, "only {open} half-sent requests were served");
 }
 
 // ---------------------------------------------------------------------------------------------

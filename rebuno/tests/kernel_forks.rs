@@ -1,14 +1,15 @@
 //! Kernel conformance, forks (`Kernel::fork`): a fork replays the original's steps completed
-//! at or before `at_seq` and runs the rest afresh, under its own policy bundle when given one;
-//! the original is untouched; a bad request is `400` (or `404`) and creates nothing. On every
-//! store: SQLite in memory and on a file, and PostgreSQL (ignored unless `REBUNO_TEST_PG_URL`
-//! is set). Driven in process by the shared harness (`support/kernel.rs`).
+//! at or before `at_seq` and runs the rest afresh, under its agent's policy bundle narrowed by
+//! its own when given one (only by a principal that may set policy, recorded as its setter);
+//! the original is untouched; a bad request is `400` (`403`, `404`) and creates nothing. On
+//! every store: SQLite in memory and on a file, and PostgreSQL (ignored unless
+//! `REBUNO_TEST_PG_URL` is set). Driven in process by the shared harness (`support/kernel.rs`).
 
 #[path = "support/kernel.rs"]
 mod harness;
 
 use harness::*;
-use rebuno::protocol::{ForkExecutionRequest, Principal};
+use rebuno::protocol::{EventType, ForkExecutionRequest, Principal, Scope};
 
 fn fork_at(at_seq: i64) -> ForkExecutionRequest {
     ForkExecutionRequest {
@@ -114,6 +115,7 @@ async fn forks(env: Env) {
     let f3_exec = env.k.execution(&f3).await.unwrap();
     assert_eq!(f3_exec.session, "other");
     assert_eq!(f3_exec.policy_bundle, deny);
+    assert_eq!(f3_exec.policy_bundle_set_by, "admin");
     let d = env.submit(&f3, &l3, tool("search", r#"{"q":1}"#)).await;
     assert_eq!(d.decision, Decision::Replay, "{d:?}");
     let d = env.submit(&f3, &l3, tool("write", "{}")).await;
@@ -133,13 +135,61 @@ async fn forks(env: Env) {
         ..fork_at(0)
     };
     let (f4, l4) = fork_and_claim(&env, &f3, elsewhere).await;
-    assert_eq!(env.k.execution(&f4).await.unwrap().policy_bundle, deny);
+    let f4_exec = env.k.execution(&f4).await.unwrap();
+    assert_eq!(
+        (
+            f4_exec.policy_bundle.as_str(),
+            f4_exec.policy_bundle_set_by.as_str()
+        ),
+        (deny, "admin"),
+        "inherited with who set it"
+    );
     let d = env.submit(&f4, &l4, tool("search", r#"{"q":1}"#)).await;
     assert_eq!(
         d.decision,
         Decision::Denied,
         "at_seq 0 replays nothing: {d:?}"
     );
+
+    env.k.cancel(&f4).await.unwrap();
+
+    // Only a principal that may set policy gives a fork a bundle (and is recorded as its
+    // setter); one without `policies:write` is refused and nothing is created. The bundle
+    // narrows the agent's: its own rate limit applies, in a bucket of its own rule.
+    let key = |scopes: Vec<Scope>| Principal {
+        key_id: "k1".into(),
+        subject: "gov".into(),
+        groups: Vec::new(),
+        scopes,
+        agent_id: String::new(),
+    };
+    let limited = "rules:\n  - {id: once, when: {target: write}, then: {decision: allow, rate_limit: {max_calls: 1, window: 1h}}}\n";
+    let bundled = ForkExecutionRequest {
+        policy_bundle: limited.into(),
+        ..fork_at(0)
+    };
+    let before = count(&env).await;
+    assert_code(
+        env.k
+            .fork(&exec, bundled.clone(), &key(vec![Scope::ExecutionsWrite]))
+            .await,
+        ErrorCode::Forbidden,
+    );
+    assert_eq!(count(&env).await, before);
+    let policy_key = key(vec![Scope::ExecutionsWrite, Scope::PoliciesWrite]);
+    let f6 = env.k.fork(&exec, bundled, &policy_key).await.unwrap();
+    assert_eq!(f6.policy_bundle_set_by, "gov");
+    let l6 = env.claim_one().await.lease();
+    env.proceed(&f6.id, &l6, tool("write", r#"{"n":1}"#)).await;
+    let d = env.submit(&f6.id, &l6, tool("write", r#"{"n":2}"#)).await;
+    assert_eq!(d.decision, Decision::RateLimited, "{d:?}");
+    let refused = env.events(&f6.id).await;
+    let refused = refused
+        .iter()
+        .find(|e| e.event_type == EventType::StepRateLimited)
+        .expect("a step.rate_limited event");
+    assert_eq!(refused.payload["rule_id"], "fork:once", "{refused:?}");
+    env.k.cancel(&f6.id).await.unwrap();
 
     // The last event is a valid at_seq; past it, negative, unknown, oversized or invalid
     // requests are refused and create nothing.

@@ -1,5 +1,6 @@
 //! Policy evaluation: every condition and predicate, every decision, priority order, default
-//! actions, and how the engine resolves an agent's bundle.
+//! actions, how the engine resolves an agent's bundle, and how an execution's own bundle
+//! narrows its agent's.
 
 #[path = "support/policy.rs"]
 mod harness;
@@ -234,6 +235,7 @@ rules:
             rule_id: "allow-search".into(),
             approval_config: None,
             rate_limit: None,
+            also_limited: None,
         }
     );
     let d = b.evaluate(&tool("shell", &args));
@@ -547,4 +549,119 @@ fn engine_is_shareable_across_threads() {
         actions,
         [Action::Allow, Action::Deny, Action::Allow, Action::Deny]
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// an execution's own bundle narrows its agent's
+
+/// The agent's bundle: `shell` denied (with a rate limit, which a denial still applies),
+/// `charge` needs alice, `llm` is limited per agent, the rest allowed.
+const AGENT: &str = r#"
+default_action: allow
+rules:
+  - {id: no-shell, priority: 1, when: {target: shell}, then: {decision: deny, reason: destructive, rate_limit: {max_calls: 9, window: 1m}}}
+  - {id: pay, priority: 2, when: {target: charge}, then: {decision: require_approval, approval_config: {approvers: [alice]}}}
+  - {id: llm, priority: 3, when: {target: llm}, then: {decision: allow, rate_limit: {max_calls: 5, window: 1m, per_what: agent}}}
+"#;
+
+/// A fork's bundle that asks for everything the agent's refuses, names itself as approver,
+/// and adds its own refusals, approval and limits (one under a rule id the agent's uses).
+const OWN: &str = r#"
+default_action: allow
+rules:
+  - {id: shell-ok, priority: 1, when: {target: shell}, then: {decision: allow}}
+  - {id: self-approve, priority: 2, when: {target: charge}, then: {decision: require_approval, approval_config: {approvers: [mallory]}}}
+  - {id: llm, priority: 3, when: {target: llm}, then: {decision: allow, rate_limit: {max_calls: 1, window: 1h, per_what: agent}}}
+  - {id: no-search, priority: 4, when: {target: search}, then: {decision: deny, rate_limit: {max_calls: 1, window: 1h}}}
+  - {id: ask, priority: 5, when: {target: mail}, then: {decision: require_approval, approval_config: {approvers: [bob]}, rate_limit: {max_calls: 2, window: 1h}}}
+"#;
+
+fn narrowed(target: &str) -> (Decision, Decision) {
+    let (agent, own) = (parse(AGENT), parse(OWN));
+    let args = Value::Null;
+    let input = tool(target, &args);
+    let a = agent.evaluate(&input);
+    (a.clone(), Decision::narrowed(a, own.evaluate(&input)))
+}
+
+#[test]
+fn an_own_bundle_never_loosens_the_agents() {
+    // The agent's denial stands exactly as the agent's bundle answers it.
+    let (agent, d) = narrowed("shell");
+    assert_eq!(d, agent);
+    assert_eq!((d.action, d.rule_id.as_str()), (Action::Deny, "no-shell"));
+    // The agent's approval stands, with its approvers: the own bundle cannot name others.
+    let (_, d) = narrowed("charge");
+    assert_eq!(
+        (d.action, d.rule_id.as_str()),
+        (Action::RequireApproval, "pay")
+    );
+    assert_eq!(
+        d.approval_config.unwrap().approvers,
+        vec!["alice".to_owned()]
+    );
+    // Both allow: the agent's rule is named, and both limits apply, the own one keyed apart.
+    let (_, d) = narrowed("llm");
+    assert_eq!((d.action, d.rule_id.as_str()), (Action::Allow, "llm"));
+    assert_eq!(d.rate_limit.unwrap().max_calls, 5);
+    let also = d.also_limited.clone().unwrap();
+    assert_eq!(
+        (also.rule_id.as_str(), also.limit.max_calls),
+        ("fork:llm", 1)
+    );
+    assert_eq!(
+        d.limits().map(|l| l.rule_id).collect::<Vec<_>>(),
+        ["llm", "fork:llm"]
+    );
+}
+
+#[test]
+fn an_own_bundle_adds_its_denials_approvals_and_limits() {
+    // Its denial wins over the agent's allow, and draws on no bucket.
+    let (_, d) = narrowed("search");
+    assert_eq!(
+        (d.action, d.rule_id.as_str()),
+        (Action::Deny, "fork:no-search")
+    );
+    assert!(!d.is_limited(), "{d:?}");
+    // Its approval, where the agent's bundle asks none, with its approvers and limit.
+    let (_, d) = narrowed("mail");
+    assert_eq!(
+        (d.action, d.rule_id.as_str()),
+        (Action::RequireApproval, "fork:ask")
+    );
+    assert_eq!(d.approval_config.unwrap().approvers, vec!["bob".to_owned()]);
+    assert_eq!(d.rate_limit.unwrap().max_calls, 2);
+    assert_eq!(
+        d.also_limited, None,
+        "the agent's matching rule has no limit"
+    );
+    // Where neither has a rule, the agent's default is named.
+    let (agent, d) = narrowed("read");
+    assert_eq!(d, agent);
+    assert_eq!(rule_ids::EXECUTION_PREFIX, "fork:");
+}
+
+#[test]
+fn both_limits_refuse_each_in_its_own_bucket() {
+    let l = MemoryRateLimiter::default();
+    let (_, d) = narrowed("llm");
+    let args = Value::Null;
+    let input = tool("llm", &args);
+    // The own limit (1 per hour) refuses the second call, naming its rule; the agent's bucket
+    // (5 per minute) gave one token per call, and is not shared with the own rule of the
+    // same id.
+    assert!(block_on(enforce_rate_limit(&l, &d, &input)).is_allowed());
+    let (outcome, refusing) = block_on(enforce_rate_limits(&l, &d, &input));
+    assert_eq!(outcome.refusal_reason(), Some("rate_limit_exceeded"));
+    assert_eq!(refusing.unwrap().rule_id, "fork:llm");
+    let agent = parse(AGENT).evaluate(&input);
+    let mut left = 0;
+    while block_on(enforce_rate_limit(&l, &agent, &input)).is_allowed() {
+        left += 1;
+    }
+    assert_eq!(left, 3, "the agent's bucket gave two of its five tokens");
+    // With the agent's bucket empty, the agent's rule refuses first, by its own name.
+    let (_, refusing) = block_on(enforce_rate_limits(&l, &d, &input));
+    assert_eq!(refusing.unwrap().rule_id, "llm");
 }

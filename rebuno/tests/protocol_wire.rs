@@ -21,6 +21,11 @@ fn error_codes_and_statuses() {
         (ErrorCode::ExecutionTerminal, "execution_terminal", 409),
         (ErrorCode::LeaseSuperseded, "lease_superseded", 409),
         (ErrorCode::PayloadTooLarge, "payload_too_large", 413),
+        (
+            ErrorCode::UnsupportedMediaType,
+            "unsupported_media_type",
+            415,
+        ),
         (ErrorCode::TooManyRequests, "too_many_requests", 429),
         (ErrorCode::InternalError, "internal_error", 500),
     ];
@@ -90,6 +95,7 @@ fn execution() -> Execution {
         spawned_by: None,
         state: None,
         policy_bundle: String::new(),
+        policy_bundle_set_by: String::new(),
         trace_parent: String::new(),
     }
 }

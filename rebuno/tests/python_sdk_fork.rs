@@ -1,7 +1,8 @@
 //! Forks with the published Python SDK 0.29.2: its own `Client.fork` (with an
 //! `executions:write` key) forks a finished run of an agent written against the SDK, and the
 //! agent, unchanged, replays the prefix: a tool whose result is recorded at `at_seq` is not run
-//! again, a later one runs afresh, and a fork's `policy_bundle` decides its new steps. The
+//! again, a later one runs afresh, and a fork's `policy_bundle` (given with a key that may set
+//! policy; the plain key's is refused) narrows the agent's for its new steps. The
 //! SDK's `Execution.model_validate` reads the kernel's answer (`forked_from`, `fork_seq`).
 //!
 //! Needs `REBUNO_SDK_VENVS/sdk-0.29.2` (`.ci/run` builds it from PyPI).
@@ -20,11 +21,17 @@ use rebuno::server::{ServerOptions, router};
 use serde_json::json;
 
 /// Forks `EXEC_ID` at `AT_SEQ` (with `BUNDLE` when set) through the SDK's `Client.fork`;
-/// prints the fork's id, `forked_from` and `fork_seq` as the SDK parsed them.
+/// prints the fork's id, `forked_from` and `fork_seq` as the SDK parsed them, or `refused`
+/// and the SDK's error when the kernel refused the fork.
 const FORK: &str = r#"
 async def main(client):
-    e = await client.fork(os.environ["EXEC_ID"], at_seq=int(os.environ["AT_SEQ"]),
-                          policy_bundle=os.environ.get("BUNDLE", ""))
+    try:
+        e = await client.fork(os.environ["EXEC_ID"], at_seq=int(os.environ["AT_SEQ"]),
+                              policy_bundle=os.environ.get("BUNDLE", ""))
+    except Exception as err:
+        print("refused")
+        print(f"{type(err).__name__}: {err}")
+        return
     print(e.id)
     print(e.forked_from)
     print(e.fork_seq)
@@ -74,11 +81,42 @@ async fn python_sdk_0_29_forks_replay_the_prefix() {
         .await
         .unwrap()
         .secret;
+    // Giving a fork its own bundle takes a key that may set policy.
+    let governor = kernel
+        .create_api_key(
+            CreateApiKeyRequest {
+                name: "py-gov".into(),
+                scopes: vec![Scope::ExecutionsWrite, Scope::PoliciesWrite],
+                ..CreateApiKeyRequest::default()
+            },
+            "",
+        )
+        .await
+        .unwrap()
+        .secret;
+    let fork_as = |key: &str, exec: &str, at_seq: u64, bundle: &str| {
+        run_client(
+            &python,
+            &base,
+            key,
+            FORK,
+            &[
+                ("EXEC_ID", exec),
+                ("AT_SEQ", &at_seq.to_string()),
+                ("BUNDLE", bundle),
+            ],
+        )
+    };
     let fork = |exec: &str, at_seq: u64, bundle: &str| {
+        let key = if bundle.is_empty() {
+            &writer
+        } else {
+            &governor
+        };
         let out = run_client(
             &python,
             &base,
-            &writer,
+            key,
             FORK,
             &[
                 ("EXEC_ID", exec),
@@ -128,6 +166,14 @@ async fn python_sdk_0_29_forks_replay_the_prefix() {
     assert_eq!(out2["at"], output["at"]);
     assert_eq!(out2["greeting"], "hello ada");
     assert_eq!(calls_made(), 2);
+
+    // The plain key cannot give a fork a bundle: the SDK reports the kernel's refusal.
+    let before = kernel.list_executions(None, None, None, 100).await.unwrap();
+    let out = fork_as(&writer, &exec, succeeded[0], "default_action: allow\n");
+    assert_eq!(out[0], "refused", "{out:?}");
+    assert!(out[1].contains("policies:write"), "{out:?}");
+    let after = kernel.list_executions(None, None, None, 100).await.unwrap();
+    assert_eq!(after.executions.len(), before.executions.len());
 
     // The same fork under a deny-all bundle: the tool is denied and never runs.
     let f3 = fork(&exec, succeeded[0], "default_action: deny\n");

@@ -666,6 +666,14 @@ async fn api_keys_are_created_listed_and_revoked() {
     assert!(table.contains("executions:read,approvals:write") && table.contains("active"));
     // The secret is shown once only.
     assert!(!table.contains(secret));
+    // A key bound to an agent (it may create that agent's subagents) shows it.
+    let bound = run(&mut r, "key create boss-svc executions:write boss-svc boss").await;
+    assert!(bound.starts_with("created API key "), "{bound}");
+    let table = run(&mut r, "key ls").await;
+    assert!(
+        table.contains("AGENT") && table.contains(" boss "),
+        "{table}"
+    );
     assert_eq!(
         run(&mut r, "key create x executions:drop").await,
         "error: unknown Scope \"executions:drop\""

@@ -233,6 +233,7 @@ pub fn execution(id: &str, agent_id: &str, status: ExecutionStatus) -> Execution
         spawned_by: None,
         state: None,
         policy_bundle: String::new(),
+        policy_bundle_set_by: String::new(),
         trace_parent: String::new(),
     }
 }

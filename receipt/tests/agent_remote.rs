@@ -215,11 +215,14 @@ async fn a_real_call(s: &Setup) -> RemoteCall {
 async fn the_worker_rechecks_everything_with_its_own_refusals() {
     let s = setup("1.0.0");
     let call = a_real_call(&s).await;
-    // The untouched call runs.
-    let ok = s.worker.handle(call.clone()).await.unwrap();
+    // The untouched call passes every check of the spec, and then finds that its invocation
+    // failed (it timed out): the worker refuses it and the action does not run.
     assert_eq!(
-        ok.outputs,
-        [json!({"type": "note.added", "text": call.call_id})]
+        s.worker.handle(call.clone()).await.unwrap_err().to_string(),
+        format!(
+            "remote action 'charge' refused: invocation '{}' has already ended (action.failed)",
+            call.payload.invocation_id
+        )
     );
 
     let refuse = |edit: &dyn Fn(&mut RemoteCall)| {

@@ -1,6 +1,7 @@
 //! `receipt ui`: the read-only web console over a receipt database, served by the binary. A
 //! chain damaged in storage shows its failing index and reason on the receipt itself, an agent
-//! run's control receipts are drawn as steps, and markup in a body renders as text. The browser
+//! run's control receipts are drawn as steps, and markup in a body renders as text. A foreign
+//! `Host` is refused and a stalled request head is disconnected. The browser
 //! test drives headless Chromium (`apt-get install chromium chromium-driver`) with rebuno's
 //! WebDriver helper and saves screenshots under `target/console-screenshots/`.
 
@@ -27,11 +28,17 @@ impl Drop for Served {
 
 /// Serves `cli`'s database on a free loopback port; the address is read from the startup line.
 fn serve(cli: &Cli) -> Served {
+    serve_with(cli, &[])
+}
+
+/// [`serve`] with more `receipt ui` arguments.
+fn serve_with(cli: &Cli, extra: &[&str]) -> Served {
     let mut child = cli
         .bare()
         .arg("--db")
         .arg(&cli.db)
         .args(["ui", "--listen", "127.0.0.1:0"])
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .expect("start receipt ui");
@@ -118,6 +125,66 @@ async fn a_tampered_chain_shows_its_failing_index_and_runs_show_their_steps() {
     assert_eq!(
         get(&format!("{}/ui/stream?name=missing", ui.base)).await.0,
         404
+    );
+}
+
+/// `GET /ui/streams` sent raw to `base` with `Host: host`: the status and the body.
+async fn get_as(base: &str, host: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET /ui/streams HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    let status = answer.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = answer.split_once("\r\n\r\n").unwrap().1.to_owned();
+    (status, body)
+}
+
+/// `receipt ui` answers only its own names, so a page whose name is re-pointed at it (DNS
+/// rebinding) cannot read the receipts; `--allowed-hosts` adds names. A client that never
+/// finishes its request head is disconnected after the header timeout (10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_host_is_refused_and_a_stalled_head_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cli = Cli::new();
+    three(&cli);
+    let ui = serve(&cli);
+    let addr = ui.base.trim_start_matches("http://").to_owned();
+    let port = addr.rsplit(':').next().unwrap().to_owned();
+    for host in ["evil.example".to_owned(), format!("evil.example:{port}")] {
+        let (status, body) = get_as(&ui.base, &host).await;
+        assert_eq!(status, 403, "{host}");
+        assert!(!body.contains(RUN), "{host}: a stream was shown");
+        assert!(body.contains("is not served here"), "{body}");
+    }
+    for host in [addr.clone(), format!("localhost:{port}")] {
+        let (status, body) = get_as(&ui.base, &host).await;
+        assert_eq!(status, 200, "{host}");
+        assert!(body.contains(RUN), "{host}");
+    }
+    let listed = serve_with(&cli, &["--allowed-hosts", "receipts.test"]);
+    assert_eq!(get_as(&listed.base, "receipts.test").await.0, 200);
+    assert_eq!(get_as(&listed.base, "evil.example").await.0, 403);
+
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"GET /ui/streams HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut sink = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(25),
+        slow.read_to_end(&mut sink),
+    )
+    .await
+    .expect("the stalled head is closed after the header timeout")
+    .ok();
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(5),
+        "closed too early: {:?}",
+        started.elapsed()
     );
 }
 

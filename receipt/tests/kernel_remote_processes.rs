@@ -7,6 +7,10 @@
 //!   step is replayed, not run again, and the output lands once.
 //! - A controller killed while it waits stops renewing its claim; another takes the invocation
 //!   over, finds the same kernel execution and commits it once.
+//! - A worker and its controller killed mid-action together: the kernel delivers the call
+//!   again once the controller's claim has lapsed, and the worker goes on with the action it
+//!   had started (its recorded effect replays); the controller that takes the invocation over
+//!   commits that answer once.
 //! - The worker's refusals cross the process boundary with their in-process text.
 
 mod agent_support;
@@ -105,6 +109,71 @@ async fn a_controller_killed_while_waiting_is_taken_over_and_commits_once() {
     eventually_claimed(&receipts, 2).await;
     payments.release();
     assert_eq!(taking_over.await.unwrap().unwrap(), RunOutcome::Completed);
+    assert_committed_once(&receipts, &payments, &client).await;
+    let owners: Vec<_> = bodies(&receipts, STREAM, "action.started")
+        .await
+        .iter()
+        .map(|c| c["claimOwnerId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(owners, ["a", "b"]);
+    drop(kernel);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_action_started_before_its_claim_lapsed_goes_on_when_delivered_again_and_commits_once() {
+    let files = Files::new();
+    let kernel = files.kernel();
+    let url = kernel.ready.clone();
+    let worker = files.worker(&url);
+    let receipts = files.receipts();
+    seed(&receipts, STREAM, "charge it").await;
+    let controller_a = files.controller(&url); // lease 1 s
+    let payments = files.payments();
+    eventually("the charge ran", || payments.charges() == 1).await;
+    let client = rebuno::Client::new(&url, None).unwrap();
+    charge_recorded(&client).await;
+    // Both die mid-action; `a`'s claim lapses before the kernel can deliver the call again.
+    worker.kill();
+    controller_a.kill();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let claim = one(&receipts, STREAM, "action.started").await;
+    let renewed = bodies(&receipts, STREAM, "action.heartbeat").await;
+    let expires = renewed
+        .iter()
+        .map(|h| h["leaseExpiresAt"].as_i64().unwrap())
+        .chain([claim["leaseExpiresAt"].as_i64().unwrap()])
+        .max()
+        .unwrap();
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    assert!(expires < now, "the claim has not lapsed");
+    payments.release();
+    let _worker = files.worker(&url);
+    // The new worker finds the execution started (it recorded the charge), so the lapsed claim
+    // does not stop it: it goes on, replaying the charge, and answers.
+    let exec = worker_executions(&client).await.remove(0);
+    let ended = client
+        .wait(&exec.id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let answer = ended.output.as_ref().unwrap();
+    assert_eq!(answer["outputs"][0]["type"], "note.added", "{answer}");
+    assert_eq!(payments.charges(), 1, "the charge ran once");
+    // Nobody held the invocation meanwhile; `b` takes it over and commits that answer.
+    let b = controller(
+        &receipts,
+        files.payments(),
+        client.clone(),
+        "b",
+        Duration::from_secs(1),
+        Duration::from_secs(120),
+    );
+    assert_eq!(b.run(RUN_ID, STREAM).await.unwrap(), RunOutcome::Completed);
     assert_committed_once(&receipts, &payments, &client).await;
     let owners: Vec<_> = bodies(&receipts, STREAM, "action.started")
         .await

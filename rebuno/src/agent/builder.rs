@@ -15,7 +15,6 @@ pub struct AgentBuilder {
     pub(super) handler: Arc<dyn AgentHandler>,
     pub(super) kernel_url: Option<String>,
     pub(super) secret: Option<String>,
-    pub(super) api_key: Option<String>,
     pub(super) transport: Option<Arc<dyn Transport>>,
     pub(super) webhook_path: String,
     pub(super) observer: Option<EffectObserver>,
@@ -49,11 +48,10 @@ impl AgentBuilder {
         self
     }
 
-    /// The API key the agent sends (as a client) to create subagents over HTTP
-    /// ([`subagent`](super::subagent); default: `REBUNO_API_KEY`). It needs the `executions:write` scope; a
-    /// dev-mode kernel (no token) needs none. Unused with a custom transport.
-    pub fn api_key(mut self, api_key: impl Into<String>) -> Self {
-        self.api_key = Some(api_key.into());
+    /// Kept so that code which set a key still builds; it has no effect. A subagent is created
+    /// by the agent's own signed request under the parent's lease (see
+    /// [`subagent`](super::subagent)), which needs no API key.
+    pub fn api_key(self, _api_key: impl Into<String>) -> Self {
         self
     }
 
@@ -154,12 +152,7 @@ impl AgentBuilder {
                             .into(),
                     ));
                 }
-                let api_key = self
-                    .api_key
-                    .or_else(|| std::env::var(crate::client::ENV_API_KEY).ok())
-                    .unwrap_or_default();
                 let http = HttpTransport::new(&url, &id, &secret)?
-                    .with_api_key(api_key)
                     .with_batched_completions(self.batch_completions)
                     .with_completion_hold(self.completion_hold);
                 Arc::new(http) as Arc<dyn Transport>

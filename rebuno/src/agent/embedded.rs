@@ -214,8 +214,18 @@ impl Transport for EmbeddedTransport {
         Ok(self.kernel.step(execution_id, step_id).await?)
     }
 
-    async fn create_child(&self, req: &CreateExecutionRequest) -> Result<Execution> {
-        Ok(self.kernel.create_execution(req.clone()).await?)
+    /// As the parent's agent under `lease`, as over HTTP: the kernel checks the lease.
+    async fn create_child(&self, req: &CreateExecutionRequest, lease: &Lease) -> Result<Execution> {
+        let parent = req
+            .spawned_by
+            .as_ref()
+            .map_or("", |s| s.execution_id.as_str());
+        let agent_id = self.kernel.execution_owner(parent).await?;
+        let started = self
+            .kernel
+            .start_child_as_agent(req.clone(), &agent_id, lease)
+            .await?;
+        Ok(started.execution)
     }
 
     async fn suspend(&self, execution_id: &str, lease: &Lease) -> Result<bool> {

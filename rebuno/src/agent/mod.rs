@@ -238,7 +238,6 @@ impl Agent {
             handler: Arc::new(handler),
             kernel_url: None,
             secret: None,
-            api_key: None,
             transport: None,
             webhook_path: "/webhook".into(),
             observer: None,

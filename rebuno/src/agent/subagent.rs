@@ -97,8 +97,9 @@ impl SubagentOptions {
 /// the same step (a body run again after a crash) answers that child and starts nothing.
 /// Most tools want [`subagent`], which also waits; this is the first half of it.
 ///
-/// Over HTTP the create is a client call: the agent needs an API key with `executions:write`
-/// ([`super::AgentBuilder::api_key`]) unless the kernel runs in dev mode.
+/// The create is the agent's own request under the execution's lease (signed over HTTP): the
+/// kernel lets only the parent's agent, holding its current lease, create a child of its step,
+/// and needs no API key for it.
 pub async fn spawn_subagent(agent_id: &str, input: impl Serialize) -> Result<Execution> {
     spawn_subagent_with(agent_id, input, SubagentOptions::default()).await
 }
@@ -131,7 +132,7 @@ async fn spawn_child(
     };
     ctx.flush().await?;
     ctx.transport()
-        .create_child(&req)
+        .create_child(&req, ctx.lease())
         .await
         .map_err(|e| ctx.check(e))
 }
@@ -143,7 +144,7 @@ async fn spawn_child(
 /// ends, the execution waits `blocked`, and once the child settles the handler runs again and
 /// the tool call replays the child's output without running its body. A failed, cancelled or
 /// exhausted child makes the tool fail (its record's reason is `subagent_failed`). See the
-/// module docs for the whole flow. Needs an API key over HTTP, as [`spawn_subagent`] does.
+/// module docs for the whole flow. Created as [`spawn_subagent`] creates it.
 pub async fn subagent(agent_id: &str, input: impl Serialize) -> Result<Value> {
     subagent_with(agent_id, input, SubagentOptions::default()).await
 }

@@ -178,9 +178,11 @@ pub trait Transport: Send + Sync + 'static {
     /// none; `GET …/previous`).
     async fn previous_state(&self, execution_id: &str) -> Result<Value>;
     /// Creates the subagent `req` describes (built by [`CreateExecutionRequest::child`]: a
-    /// `POST /v0/executions` with `spawned_by`, a client route: `executions:write`); a repeat
-    /// for the same step answers the child it already has.
-    async fn create_child(&self, req: &CreateExecutionRequest) -> Result<Execution>;
+    /// `POST /v0/executions` with `spawned_by`), as the agent itself under `lease`, the lease
+    /// of the parent execution: the kernel lets only the parent's agent holding its current
+    /// lease (or an admin) create a child of its step. A repeat for the same step answers the
+    /// child it already has.
+    async fn create_child(&self, req: &CreateExecutionRequest, lease: &Lease) -> Result<Execution>;
     /// Asks to suspend the execution while its subagents run (`POST …/suspend`, under the
     /// lease): `true` when it now waits `blocked` for an unsettled child (the dispatch is over),
     /// `false` when none is unsettled.
@@ -202,8 +204,6 @@ pub struct HttpTransport {
     base_url: std::result::Result<reqwest::Url, String>,
     agent_id: String,
     secret: String,
-    /// The bearer token of client routes (the subagent create), if any.
-    api_key: Option<String>,
     /// Whether a safe step's result goes with the next submission (this kernel's extension).
     batch: bool,
     /// How long such a result waits for the next submission.
@@ -245,18 +245,16 @@ impl HttpTransport {
             base_url,
             agent_id: agent_id.to_owned(),
             secret: secret.to_owned(),
-            api_key: None,
             batch: false,
             hold: crate::agent::HOLD_RESULT_FOR,
             http,
         })
     }
 
-    /// The same transport sending `api_key` as the bearer token of the one client route it
-    /// calls, the create of a subagent (the key needs `executions:write`; a dev-mode kernel,
-    /// with no token, needs none). An empty key is none.
-    pub fn with_api_key(mut self, api_key: impl Into<String>) -> Self {
-        self.api_key = Some(api_key.into()).filter(|k| !k.is_empty());
+    /// Kept so that code which set a key still builds; it has no effect. The one client
+    /// route an agent called, the create of a subagent, is signed as the agent under the
+    /// parent's lease now, and needs no API key.
+    pub fn with_api_key(self, _api_key: impl Into<String>) -> Self {
         self
     }
 
@@ -650,18 +648,11 @@ impl Transport for HttpTransport {
         Ok(answer.get("state").cloned().unwrap_or(Value::Null))
     }
 
-    /// A client call with the bearer API key, if any (not signed as the agent).
-    async fn create_child(&self, req: &CreateExecutionRequest) -> Result<Execution> {
-        let mut post = self
-            .http
-            .post(self.url(&["v0", "executions"])?)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(serde_json::to_vec(req)?);
-        if let Some(key) = &self.api_key {
-            post = post.bearer_auth(key);
-        }
-        let post = crate::telemetry::with_traceparent(post);
-        read_answer(post.send().await?).await?.json()
+    /// Signed as the agent, with the parent's lease headers: no API key is needed.
+    async fn create_child(&self, req: &CreateExecutionRequest, lease: &Lease) -> Result<Execution> {
+        self.post_json(&["v0", "executions"], Some(lease), req)
+            .await?
+            .json()
     }
 
     async fn suspend(&self, execution_id: &str, lease: &Lease) -> Result<bool> {

@@ -12,6 +12,7 @@ use rebuno::server::manifest::Manifest;
 use rebuno::server::{ServeOptions, ServerOptions, router, serve_with_shutdown};
 use rebuno::store::SqliteStore;
 use rebuno::telemetry::{LogFormat, Telemetry};
+use rebuno::web::hosts::AllowedHosts;
 use std::future::Future;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -40,12 +41,39 @@ Environment (flags override the environment, which overrides the defaults):
   REBUNO_HEADER_TIMEOUT          time to send a request's headers, and keep-alive idle time
                                  (--header-timeout) [default: 10s]
   REBUNO_BODY_TIMEOUT            time to send a request body (--body-timeout) [default: 30s]
+  REBUNO_BODY_START_TIMEOUT      time until a request body's first bytes
+                                 (--body-start-timeout) [default: 5s]
+  REBUNO_UNVERIFIED_BODY_MEMORY  bytes held for agent request bodies whose signature is not yet
+                                 checked, beyond 64 KiB each (--unverified-body-memory)
+                                 [default: 134217728, 128 MiB]
+  REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT
+                                 the same for one agent, at most the total
+                                 (--unverified-body-memory-per-agent)
+                                 [default: 33554432, 32 MiB, or the total if lower]
   REBUNO_MAX_CONNECTIONS         connections served at once; more wait to be accepted
                                  (--max-connections) [default: 512]
+  REBUNO_MAX_STREAMS             connections live streams and change feeds may hold, below
+                                 REBUNO_MAX_CONNECTIONS (--max-streams) [default: half of it]
+  REBUNO_MAX_STREAMS_PER_KEY     live streams and change feeds one API key may hold
+                                 (--max-streams-per-key) [default: 32]
+  REBUNO_MAX_PENDING_HEADS_PER_ADDRESS
+                                 connections still sending a request head one address may hold
+                                 once half the connections are taken
+                                 (--max-pending-heads-per-address) [default: 64]
   REBUNO_LEGACY_SIGNATURES       accept body-only sha256= agent signatures of SDK 0.14-0.16, true
                                  or false (--legacy-signatures) [default: true in dev, false in server]
   REBUNO_ALLOW_WEBHOOK_USERINFO  let POST /v0/agents register a webhook URL with user:password@,
                                  true or false (--allow-webhook-userinfo) [default: false]
+  REBUNO_ALLOWED_HOSTS           more Host names to answer, comma-separated: name (any port),
+                                 name:port, or * for any (--allowed-hosts) [default: dev answers
+                                 only its listen address and localhost, 127.0.0.1, [::1] on its
+                                 port; server answers any Host unless this is set]
+  REBUNO_SECURE_COOKIES          mark the console's session cookie Secure, for a console reached
+                                 over HTTPS, true or false (--secure-cookies) [default: false]
+  REBUNO_AUTH_FAILURE_LIMIT      failed authentications a source address may make in the window
+                                 before it is answered 429, 0 for no limit (--auth-failure-limit)
+                                 [default: 10]
+  REBUNO_AUTH_FAILURE_WINDOW     that window (--auth-failure-window) [default: 1m]
   REBUNO_DISPATCH_MAX_ATTEMPTS   delivery attempts per dispatch [default: 5]
   REBUNO_DISPATCH_TIMEOUT        per-attempt webhook timeout [default: 30s]
   REBUNO_DISPATCH_CONCURRENCY    parallel webhook deliveries [default: 8]
@@ -162,10 +190,38 @@ struct EdgeArgs {
     /// Time a client has to send a request body [env: REBUNO_BODY_TIMEOUT] [default: 30s]
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     body_timeout: Option<Duration>,
+    /// Time until the first bytes of a request body; a body that has not started by then is
+    /// refused [env: REBUNO_BODY_START_TIMEOUT] [default: 5s]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    body_start_timeout: Option<Duration>,
+    /// Bytes held at once for agent request bodies whose signature is not yet checked, beyond
+    /// the first 64 KiB of each; a body that would pass it is refused (429)
+    /// [env: REBUNO_UNVERIFIED_BODY_MEMORY] [default: 134217728 (128 MiB)]
+    #[arg(long, value_name = "BYTES", value_parser = positive_count)]
+    unverified_body_memory: Option<usize>,
+    /// The same budget for the bodies of one agent, at most the total; below 10 MiB it also
+    /// lowers the largest body an agent can send [env: REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT]
+    /// [default: 33554432 (32 MiB), or the total if lower]
+    #[arg(long, value_name = "BYTES", value_parser = positive_count)]
+    unverified_body_memory_per_agent: Option<usize>,
     /// Connections served at once; at the cap new ones wait to be accepted
     /// [env: REBUNO_MAX_CONNECTIONS] [default: 512]
     #[arg(long, value_name = "N", value_parser = positive_count)]
     max_connections: Option<usize>,
+    /// Connections that live streams and change feeds may hold at once, below
+    /// --max-connections so that agents always find one; more are refused (429)
+    /// [env: REBUNO_MAX_STREAMS] [default: half of --max-connections]
+    #[arg(long, value_name = "N", value_parser = positive_count)]
+    max_streams: Option<usize>,
+    /// Live streams and change feeds one API key may hold open at once; more are refused
+    /// (429) [env: REBUNO_MAX_STREAMS_PER_KEY] [default: 32]
+    #[arg(long, value_name = "N", value_parser = positive_count)]
+    max_streams_per_key: Option<usize>,
+    /// Once half the connections are taken, connections still sending a request head that one
+    /// source address (an IPv6 /64) may hold; more from it are closed at once. Raise it
+    /// behind a proxy [env: REBUNO_MAX_PENDING_HEADS_PER_ADDRESS] [default: 64]
+    #[arg(long, value_name = "N", value_parser = positive_count)]
+    max_pending_heads_per_address: Option<usize>,
     /// Also accept agent requests signed body-only (sha256=, Python SDK 0.14-0.16). Such a
     /// signature has no timestamp or target: a captured request can be replayed at any time.
     /// `--legacy-signatures=false` turns it off [env: REBUNO_LEGACY_SIGNATURES] [default: true
@@ -179,6 +235,34 @@ struct EdgeArgs {
         value_parser = parse_bool_flag
     )]
     legacy_signatures: Option<bool>,
+    /// More `Host` names to answer, comma-separated: name (any port), name:port, or * for any.
+    /// `dev` answers only its listen address and localhost, 127.0.0.1 and [::1] on its port
+    /// besides these (a page whose name is re-pointed at this machine is refused); `server`
+    /// answers any Host unless this is set. The names also count as this server's own origins
+    /// [env: REBUNO_ALLOWED_HOSTS]
+    #[arg(long, value_name = "HOSTS", value_parser = parse_hosts)]
+    allowed_hosts: Option<HostList>,
+    /// Mark the console's session cookie `Secure`: set it when the console is reached over
+    /// HTTPS (a TLS proxy in front) [env: REBUNO_SECURE_COOKIES] [default: false]
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_bool_flag
+    )]
+    secure_cookies: Option<bool>,
+    /// Failed authentications (bearer token, agent signature, console login) one source
+    /// address may make within --auth-failure-window; after them its requests with credentials
+    /// are answered 429 until the window ends. 0 turns this off
+    /// [env: REBUNO_AUTH_FAILURE_LIMIT] [default: 10]
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    auth_failure_limit: Option<u32>,
+    /// The window failed authentications are counted in, from an address's first failure
+    /// [env: REBUNO_AUTH_FAILURE_WINDOW] [default: 1m]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    auth_failure_window: Option<Duration>,
     /// Let `POST /v0/agents` register a webhook URL carrying user information
     /// (https://user:password@host/), a credential the kernel keeps in plain text; readers
     /// without agents:write never see it [env: REBUNO_ALLOW_WEBHOOK_USERINFO] [default: false]
@@ -233,17 +317,69 @@ impl EdgeArgs {
         let max_connections = self
             .max_connections
             .or_else(|| env.read("REBUNO_MAX_CONNECTIONS", positive_count));
+        let body_start_timeout = self
+            .body_start_timeout
+            .or_else(|| env.read("REBUNO_BODY_START_TIMEOUT", positive_duration));
+        let unverified = self
+            .unverified_body_memory
+            .or_else(|| env.read("REBUNO_UNVERIFIED_BODY_MEMORY", positive_count));
+        let unverified_per_agent = self
+            .unverified_body_memory_per_agent
+            .or_else(|| env.read("REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT", positive_count));
+        let max_streams = self
+            .max_streams
+            .or_else(|| env.read("REBUNO_MAX_STREAMS", positive_count));
+        let max_streams_per_key = self
+            .max_streams_per_key
+            .or_else(|| env.read("REBUNO_MAX_STREAMS_PER_KEY", positive_count));
+        let max_pending_heads = self
+            .max_pending_heads_per_address
+            .or_else(|| env.read("REBUNO_MAX_PENDING_HEADS_PER_ADDRESS", positive_count));
+        let allowed_hosts = self
+            .allowed_hosts
+            .clone()
+            .or_else(|| env.read("REBUNO_ALLOWED_HOSTS", parse_hosts));
+        let secure_cookies = self
+            .secure_cookies
+            .or_else(|| env.read("REBUNO_SECURE_COOKIES", parse_bool_flag));
+        let failure_limit = self
+            .auth_failure_limit
+            .or_else(|| env.read("REBUNO_AUTH_FAILURE_LIMIT", parse_count));
+        let failure_window = self
+            .auth_failure_window
+            .or_else(|| env.read("REBUNO_AUTH_FAILURE_WINDOW", positive_duration));
         let userinfo = self
             .allow_webhook_userinfo
             .or_else(|| env.read("REBUNO_ALLOW_WEBHOOK_USERINFO", parse_bool_flag));
         if !env.0.is_empty() {
             return Err(format!("invalid environment: {}", env.0.join("; ")));
         }
-        let mut server = ServerOptions::default()
-            .legacy_signatures(legacy.unwrap_or(legacy_default))
-            .allow_webhook_userinfo(userinfo.unwrap_or(false));
+        let mut server =
+            ServerOptions::default().legacy_signatures(legacy.unwrap_or(legacy_default));
+        server.allow_webhook_userinfo = userinfo.unwrap_or(false);
         if let Some(d) = body_timeout {
             server.body_timeout = d;
+        }
+        if let Some(d) = body_start_timeout {
+            server.body_start_timeout = d;
+        }
+        if let Some(n) = unverified {
+            server.unverified_body_memory = n;
+        }
+        if let Some(n) = unverified_per_agent {
+            server.unverified_body_memory_per_agent = n;
+        }
+        if let Some(n) = max_streams_per_key {
+            server.max_streams_per_key = n;
+        }
+        // The listed names only: `run` adds the listen address's once it is bound.
+        server.allowed_hosts = AllowedHosts::any().with(&allowed_hosts.unwrap_or_default().0)?;
+        server.secure_cookies = secure_cookies.unwrap_or(false);
+        if let Some(n) = failure_limit {
+            server.auth_failure_limit = n;
+        }
+        if let Some(d) = failure_window {
+            server.auth_failure_window = d;
         }
         let mut serve = ServeOptions::default();
         if let Some(d) = header_timeout {
@@ -251,6 +387,32 @@ impl EdgeArgs {
         }
         if let Some(n) = max_connections {
             serve.max_connections = n;
+        }
+        serve.max_streams = max_streams;
+        if let Some(n) = max_pending_heads {
+            serve.max_pending_heads_per_address = n;
+        }
+        if let Some(n) = max_streams
+            && n >= serve.max_connections
+        {
+            return Err(format!(
+                "--max-streams ({n}) must be below --max-connections ({}): each live stream \
+                 holds a connection, and agents need some left",
+                serve.max_connections
+            ));
+        }
+        if unverified_per_agent.is_none() {
+            // The default share never exceeds a total set lower.
+            server.unverified_body_memory_per_agent = server
+                .unverified_body_memory_per_agent
+                .min(server.unverified_body_memory);
+        }
+        if server.unverified_body_memory_per_agent > server.unverified_body_memory {
+            return Err(format!(
+                "--unverified-body-memory-per-agent ({}) must not exceed \
+                 --unverified-body-memory ({})",
+                server.unverified_body_memory_per_agent, server.unverified_body_memory
+            ));
         }
         Ok((server, serve))
     }
@@ -271,6 +433,21 @@ fn positive_count(raw: &str) -> Result<usize, String> {
         .ok()
         .filter(|n| *n > 0)
         .ok_or_else(|| format!("{raw:?} is not a whole number above zero"))
+}
+
+/// A whole number, zero included (a limit where 0 means none).
+fn parse_count(raw: &str) -> Result<u32, String> {
+    raw.parse::<u32>()
+        .map_err(|_| format!("{raw:?} is not a whole number (0 or more)"))
+}
+
+/// The host names of `--allowed-hosts` / `REBUNO_ALLOWED_HOSTS`, one flag value.
+#[derive(Debug, Clone, Default)]
+struct HostList(Vec<String>);
+
+/// A comma-separated list of host names (`name`, `name:port`, `*`).
+fn parse_hosts(raw: &str) -> Result<HostList, String> {
+    AllowedHosts::parse_list(raw).map(HostList)
 }
 
 /// A boolean as Go's `strconv.ParseBool` reads one, as the Go kernel reads its `REBUNO_*` switches.
@@ -345,6 +522,7 @@ async fn dev(args: DevArgs, exporting: bool) -> Result<(), String> {
             name: "dev",
             store: &format!("{store}; bearer auth off"),
             exporting,
+            local_hosts: true,
         },
         kernel,
         (options, serve),
@@ -383,6 +561,7 @@ async fn server(args: ServerArgs, exporting: bool) -> Result<(), String> {
             name: "server",
             store: &db_url,
             exporting,
+            local_hosts: false,
         },
         kernel,
         (options, serve),
@@ -400,6 +579,9 @@ struct Mode<'a> {
     store: &'a str,
     /// Whether spans are exported.
     exporting: bool,
+    /// Whether only the listen address's local names (and those listed) are answered, even
+    /// when no name is listed: `dev`, whose API and console are open to whoever reaches them.
+    local_hosts: bool,
 }
 
 /// Logs the configuration the kernel starts with. No secret: the bearer token, agent secrets
@@ -412,10 +594,19 @@ fn log_start(mode: &Mode<'_>, kernel: &Kernel, options: &ServerOptions, serve: &
         backend = kernel.store().backend(),
         bearer_auth = options.bearer_token.as_deref().is_some_and(|t| !t.is_empty()),
         legacy_signatures = options.legacy_signatures,
+        secure_cookies = options.secure_cookies,
+        auth_failure_limit = options.auth_failure_limit,
+        auth_failure_window = ?options.auth_failure_window,
         allow_webhook_userinfo = options.allow_webhook_userinfo,
         body_timeout = ?options.body_timeout,
+        body_start_timeout = ?options.body_start_timeout,
+        unverified_body_memory = options.unverified_body_memory,
+        unverified_body_memory_per_agent = options.unverified_body_memory_per_agent,
         header_timeout = ?serve.header_timeout,
         max_connections = serve.max_connections,
+        max_streams = serve.stream_cap(),
+        max_streams_per_key = options.max_streams_per_key,
+        max_pending_heads_per_address = serve.max_pending_heads_per_address,
         replica_id = %config.replica_id,
         dispatch_max_attempts = config.dispatch_max_attempts,
         dispatch_timeout = ?config.dispatch_timeout,
@@ -435,13 +626,16 @@ fn log_start(mode: &Mode<'_>, kernel: &Kernel, options: &ServerOptions, serve: &
 async fn run(
     mode: Mode<'_>,
     kernel: Kernel,
-    (options, serve): (ServerOptions, ServeOptions),
+    (mut options, serve): (ServerOptions, ServeOptions),
     listen: &str,
     manifest: Option<Manifest>,
 ) -> Result<(), String> {
     log_start(&mode, &kernel, &options, &serve);
     let Mode {
-        name: mode, store, ..
+        name: mode,
+        store,
+        local_hosts,
+        ..
     } = mode;
     if let Some(manifest) = &manifest {
         manifest
@@ -455,14 +649,19 @@ async fn run(
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    if local_hosts || options.allowed_hosts.is_restricted() {
+        options.allowed_hosts = options.allowed_hosts.listening_on(addr);
+    }
     let mut background = kernel.start_http();
-    let legacy = if options.legacy_signatures {
-        "; legacy sha256= agent signatures accepted"
-    } else {
-        ""
-    };
-    eprintln!("rebuno {mode}: listening on http://{addr} ({store}{legacy})");
+    eprintln!("rebuno {mode}: listening on http://{addr} ({store})");
     eprintln!("rebuno {mode}: web console at http://{addr}/ui");
+    if options.legacy_signatures {
+        eprintln!(
+            "rebuno {mode}: warning: legacy body-only agent signatures (sha256=, Python SDK \
+             0.14-0.16) are accepted, and a captured one can be replayed at any time; turn them \
+             off with --legacy-signatures=false or REBUNO_LEGACY_SIGNATURES=false"
+        );
+    }
     // The REPL only with a terminal on stdin; otherwise (CI, pipes) only HTTP is served.
     let shutdown: Pin<Box<dyn Future<Output = ()> + Send>> = if std::io::stdin().is_terminal() {
         let (quit_tx, quit_rx) = tokio::sync::oneshot::channel();

@@ -120,8 +120,11 @@ const BODY_SNIPPET: usize = 512;
 pub struct ForkOptions {
     /// The fork's session; empty keeps the original's.
     pub session: String,
-    /// Policy bundle YAML deciding the fork's new steps instead of the agent's; empty keeps
-    /// the original's (its agent's, unless it is itself a fork with a bundle).
+    /// Policy bundle YAML of the fork's own, which narrows its agent's bundle for the fork's
+    /// new steps (both must allow; it never loosens the agent's); empty keeps the original's
+    /// own (none, unless it is itself a fork with a bundle). Over HTTP giving one needs an API
+    /// key with `policies:write` (or the admin token): otherwise the fork is refused
+    /// (`403 forbidden`) and nothing is created.
     pub policy_bundle: String,
 }
 
@@ -496,7 +499,8 @@ impl Client {
     /// afresh (see [`Kernel::fork`](crate::Kernel::fork)); the original is untouched. The
     /// answer is the fork, in status `running`, with `forked_from` and `fork_seq`. `404
     /// not_found` if unknown; `400 validation_error` for an `at_seq` past the original's last
-    /// event, or a bad session or policy bundle.
+    /// event, or a bad session or policy bundle; `403 forbidden` for a policy bundle from a
+    /// key without `policies:write`.
     pub async fn fork(&self, id: &str, at_seq: u64, options: ForkOptions) -> Result<Execution> {
         let id = uuid_id(id, "execution id")?;
         let request = ForkExecutionRequest {

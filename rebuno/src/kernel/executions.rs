@@ -5,7 +5,7 @@ use super::dispatch::{enqueue_dispatch, lease_holds, retire_dispatches};
 use super::outcomes::record_batched;
 use super::sessions::{Admission, admit, check_request, note_completed, start_next_turn};
 use super::steps::deny_step;
-use super::subagents::{admit_child, child_settled, children_to_cancel, lock_parent};
+use super::subagents::{Asker, admit_child, child_settled, children_to_cancel, lock_parent};
 use super::volatile::{Ended, renew_in};
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
 use crate::protocol::{
@@ -232,15 +232,47 @@ impl Kernel {
     /// [`MAX_IDEMPOTENCY_KEY_BYTES`] bytes or an `on_behalf_of` over [`MAX_IDENTITY_BYTES`]
     /// is `400`.
     ///
-    /// With `spawned_by` the execution is a subagent (see `kernel::subagents`): it must name a
-    /// non-terminal execution and an executing step of it (`400` otherwise); when that step
-    /// already spawned a child, the answer is that child (`200`, `409` if it runs another
-    /// agent), whatever the input, and nothing starts.
+    /// With `spawned_by` the execution is a subagent (see `kernel::subagents`): only the admin,
+    /// or a key bound to the parent's agent while the parent runs, may create it (`403`
+    /// otherwise, `409` while the parent does not run); it must name a non-terminal execution
+    /// and an executing `tool_call` step of it (`400` otherwise); when that step already
+    /// spawned a child, the answer is that child (`200`, `409` if it runs another agent),
+    /// whatever the input, and nothing starts.
     pub async fn start_execution(
         &self,
         req: CreateExecutionRequest,
         principal: &Principal,
     ) -> KernelResult<Started> {
+        self.start_as(req, Asker::Client(principal.clone())).await
+    }
+
+    /// A subagent asked for by agent `agent_id` itself (its signed request), under `lease`:
+    /// `req.spawned_by` must name an execution of that agent whose current lease `lease` is
+    /// (`409 lease_superseded` otherwise; another agent's execution is, to it, no execution:
+    /// `400`) and an executing `tool_call` step of it. An agent creates nothing else: a
+    /// request without `spawned_by` is `403`. The child's `created_by` is `agent:<agent_id>`.
+    /// Otherwise as [`Kernel::start_execution`].
+    pub async fn start_child_as_agent(
+        &self,
+        req: CreateExecutionRequest,
+        agent_id: &str,
+        lease: &Lease,
+    ) -> KernelResult<Started> {
+        if req.spawned_by.is_none() {
+            return Err(KernelError::forbidden(
+                "an agent's signed request creates only a subagent of a step of its own \
+                 execution (spawned_by); create other executions with an API key",
+            ));
+        }
+        let asker = Asker::Agent {
+            agent_id: agent_id.to_owned(),
+            lease: lease.clone(),
+        };
+        self.start_as(req, asker).await
+    }
+
+    /// [`Kernel::start_execution`] as `asker` asks.
+    async fn start_as(&self, req: CreateExecutionRequest, asker: Asker) -> KernelResult<Started> {
         if req.idempotency_key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
             return Err(KernelError::validation(format!(
                 "idempotency_key is over {MAX_IDEMPOTENCY_KEY_BYTES} bytes"
@@ -253,8 +285,9 @@ impl Kernel {
         }
         check_request(&req.session, &req.parent_execution_id)?;
         let key = req.idempotency_key.clone();
-        let creator = principal.subject.clone();
-        let outcome = self.start_inner(req.clone(), principal).await;
+        let fresh = self.fresh_for(&asker);
+        let creator = fresh.created_by.clone();
+        let outcome = self.start_inner(req.clone(), fresh, asker).await;
         if key.is_empty() {
             return outcome;
         }
@@ -276,12 +309,25 @@ impl Kernel {
         }
     }
 
+    /// A new execution as `asker` creates it ([`Kernel::fresh_execution`]); one an agent
+    /// creates is `created_by` `agent:<id>`, with no groups.
+    fn fresh_for(&self, asker: &Asker) -> Execution {
+        match asker {
+            Asker::Client(principal) => self.fresh_execution(principal),
+            Asker::Agent { agent_id, .. } => Execution {
+                created_by: format!("agent:{agent_id}"),
+                subject_groups: Vec::new(),
+                ..self.fresh_execution(&Principal::admin())
+            },
+        }
+    }
+
     async fn start_inner(
         &self,
         req: CreateExecutionRequest,
-        principal: &Principal,
+        fresh: Execution,
+        asker: Asker,
     ) -> KernelResult<Started> {
-        let fresh = self.fresh_execution(principal);
         let created_by = fresh.created_by.clone();
         let max_attempts = self.inner.config.dispatch_max_attempts;
         let original = req.clone();
@@ -299,7 +345,7 @@ impl Kernel {
                     return Ok(Err(KernelError::not_found()));
                 }
                 if let Some(spawned) = &req.spawned_by {
-                    match admit_child(tx, &req.agent_id, spawned)? {
+                    match admit_child(tx, &req.agent_id, spawned, &asker)? {
                         Ok(None) => {}
                         Ok(Some(child)) => return Ok(Ok(Err(child))),
                         Err(e) => return Ok(Err(e)),
@@ -381,6 +427,7 @@ impl Kernel {
             spawned_by: None,
             state: None,
             policy_bundle: String::new(),
+            policy_bundle_set_by: String::new(),
             // The trace of the request (or the work) creating it; see `crate::telemetry`.
             trace_parent: crate::telemetry::current()
                 .map(|t| t.to_string())

@@ -17,10 +17,17 @@
 //! `execution.started` and `dispatch.queued`; the copied steps are in its step listing, not its
 //! log. The original is only read. The fork records `forked_from` and `fork_seq`; its session
 //! is the request's or the original's, and in a session it is a turn like any other (it waits
-//! while another turn runs, and continues from the session's latest completed turn); its policy
-//! bundle (an execution-level override of the agent's, see
-//! [`crate::protocol::Execution::policy_bundle`]) is the request's or the original's own. It
-//! has no idempotency key or spawning step, and its creator is the caller.
+//! while another turn runs, and continues from the session's latest completed turn). It has no
+//! idempotency key or spawning step, and its creator is the caller.
+//!
+//! Policy: a fork always runs under its agent's current bundle. Its own bundle
+//! ([`crate::protocol::Execution::policy_bundle`]) is the request's or, when the request gives
+//! none, the original's own (with who set it); it narrows the agent's and never replaces it
+//! (both must allow; see [`crate::policy::Decision::narrowed`] for the order of deny,
+//! approval, rate limit and allow). Only a caller that may set policy gives a fork a bundle:
+//! a request with a `policy_bundle` from a principal without `policies:write` (or `admin`)
+//! is `403` and creates nothing. The fork records who gave it
+//! ([`crate::protocol::Execution::policy_bundle_set_by`]).
 //!
 //! Resources: every resource the original had checkpointed by `at_seq` is declared for the
 //! fork with that (latest) checkpoint and no live instance, so the fork's first declare of it
@@ -35,7 +42,7 @@ use crate::identity;
 use crate::policy::Bundle;
 use crate::protocol::{
     EventType, Execution, ExecutionStatus, ForkExecutionRequest, MAX_REQUEST_BODY_BYTES, Principal,
-    ResourceEventPayload, Step, StepStatus,
+    ResourceEventPayload, Scope, Step, StepStatus,
 };
 use crate::store::{ResourceRecord, StoreExt, StoreResult, Tx};
 use serde_json::{Value, json};
@@ -44,8 +51,31 @@ use std::collections::BTreeMap;
 /// Events of the original one page of the scan reads.
 const SCAN_PAGE: usize = 500;
 
-/// Checks what a client controls in a fork request: `400` with what is wrong, else `Ok`.
-fn check_request(req: &ForkExecutionRequest) -> KernelResult<u64> {
+/// What [`Execution::policy_bundle_set_by`] records for the admin token (and for every caller
+/// in dev mode).
+const BUNDLE_SET_BY_ADMIN: &str = "admin";
+
+/// Who `principal` is as the setter of a fork's bundle: its key's subject, or
+/// [`BUNDLE_SET_BY_ADMIN`].
+fn setter(principal: &Principal) -> String {
+    if principal.is_admin_token() {
+        BUNDLE_SET_BY_ADMIN.to_owned()
+    } else {
+        principal.subject.clone()
+    }
+}
+
+/// Checks what a client controls in a fork request: `403` for a bundle from a principal that
+/// may not set policy, `400` with what is wrong, else the `at_seq`.
+fn check_request(req: &ForkExecutionRequest, principal: &Principal) -> KernelResult<u64> {
+    if !req.policy_bundle.is_empty() && !principal.allows(Scope::PoliciesWrite) {
+        return Err(KernelError::forbidden(format!(
+            "a fork's policy_bundle may be given only with scope {} (or {}); this API key \
+             lacks it (fork without a policy_bundle to run under the agent's bundle)",
+            Scope::PoliciesWrite,
+            Scope::Admin
+        )));
+    }
     let at_seq = u64::try_from(req.at_seq)
         .map_err(|_| KernelError::validation(format!("at_seq {} is negative", req.at_seq)))?;
     sessions::check_request(&req.session, "")?;
@@ -164,18 +194,21 @@ fn copied(step: Step, fork_id: &str) -> Step {
 
 impl Kernel {
     /// Forks execution `id` at its event `req.at_seq` as `principal` (see the module docs):
-    /// answers the new execution, which is already queued for dispatch. `404` for an unknown
-    /// execution; `400` (changing nothing) for a negative `at_seq` or one past the original's
-    /// last event, a session over [`MAX_SESSION_BYTES`](crate::protocol::MAX_SESSION_BYTES)
-    /// bytes, or a policy bundle that is too large or does not parse.
+    /// answers the new execution, which is already queued for dispatch. `403` (changing
+    /// nothing) for a policy bundle from a principal without `policies:write`; `404` for an
+    /// unknown execution; `400` (changing nothing) for a negative `at_seq` or one past the
+    /// original's last event, a session over
+    /// [`MAX_SESSION_BYTES`](crate::protocol::MAX_SESSION_BYTES) bytes, or a policy bundle that
+    /// is too large or does not parse.
     pub async fn fork(
         &self,
         id: &str,
         req: ForkExecutionRequest,
         principal: &Principal,
     ) -> KernelResult<Execution> {
-        let at_seq = check_request(&req)?;
+        let at_seq = check_request(&req, principal)?;
         let fresh = self.fresh_execution(principal);
+        let set_by = setter(principal);
         let max_attempts = self.inner.config.dispatch_max_attempts;
         let id = id.to_owned();
         let fork = self
@@ -202,6 +235,13 @@ impl Kernel {
                     Ok(admission) => matches!(admission, Admission::Start),
                     Err(e) => return Ok(Err(e)),
                 };
+                // The request's own bundle, set by the caller; else the original's, with
+                // whoever set that one.
+                let (policy_bundle, policy_bundle_set_by) = if req.policy_bundle.is_empty() {
+                    (original.policy_bundle, original.policy_bundle_set_by)
+                } else {
+                    (req.policy_bundle, set_by)
+                };
                 let mut fork = Execution {
                     agent_id: original.agent_id,
                     agent_version: original.agent_version,
@@ -215,7 +255,8 @@ impl Kernel {
                     parent_execution_id: parent,
                     forked_from: original.id,
                     fork_seq: at_seq,
-                    policy_bundle: or(req.policy_bundle, original.policy_bundle),
+                    policy_bundle,
+                    policy_bundle_set_by,
                     ..fresh
                 };
                 fork.restoration =

@@ -67,6 +67,9 @@ fn validate(req: &CreateApiKeyRequest) -> KernelResult<()> {
     for group in &req.groups {
         check_name("a group", group)?;
     }
+    if !req.agent_id.is_empty() {
+        check_name("agent_id", &req.agent_id)?;
+    }
     if req.scopes.is_empty() {
         let known: Vec<&str> = Scope::ALL.iter().map(|s| s.as_str()).collect();
         return Err(KernelError::validation(format!(
@@ -118,6 +121,7 @@ impl Kernel {
             name: req.name,
             groups: dedup(&req.groups),
             scopes: dedup(&req.scopes),
+            agent_id: req.agent_id,
             created_at: rfc3339(now),
             created_by: created_by.to_owned(),
             expires_at: req
@@ -140,7 +144,7 @@ impl Kernel {
             })
             .await??;
         // Never the secret.
-        tracing::info!(key_id = %key.id, name = %key.name, subject = %key.subject, "API key created");
+        tracing::info!(key_id = %key.id, name = %key.name, subject = %key.subject, agent_id = %key.agent_id, "API key created");
         Ok(CreatedApiKey {
             api_key: key,
             secret,
@@ -212,6 +216,22 @@ impl Kernel {
             .filter(|k| k.revoked_at.is_none())
             .filter(|k| k.expires_at.as_deref().is_none_or(|at| at > now.as_str()))
             .map(|k| Principal::of_key(&k)))
+    }
+
+    /// The id of the key whose secret `token` is, revoked or expired alike; `None` when it is
+    /// no key's. For the log line of a refused request: an operator can tell a client still
+    /// using a revoked key from someone guessing.
+    pub async fn api_key_id_of(&self, token: &str) -> KernelResult<Option<String>> {
+        if !is_secret(token) {
+            return Ok(None);
+        }
+        let hash = sha256_hex(token.as_bytes());
+        let key = self
+            .inner
+            .store
+            .read(move |tx| tx.api_keys().by_hash(&hash))
+            .await?;
+        Ok(key.map(|k| k.id))
     }
 }
 

@@ -26,9 +26,10 @@ pub(super) struct Snapshot {
     pub(super) lease_ok: bool,
     pub(super) step: Option<Step>,
     pub(super) approval_id: Option<String>,
+    /// The agent's bundle, as stored (`None`: no such agent).
     pub(super) bundle: Option<String>,
-    /// The execution's own bundle (a fork's), which decides instead of `bundle`; empty when
-    /// none.
+    /// The execution's own bundle (a fork's), which narrows the agent's `bundle` (both must
+    /// allow; see [`crate::policy::Decision::narrowed`]); empty when none.
     pub(super) own_bundle: String,
     pub(super) indeterminate: bool,
     /// For an occurrence ahead of the kernel's count: whether the one before it is recorded.
@@ -171,9 +172,8 @@ pub(super) fn read_snapshot(tx: &mut dyn Tx, ask: &Ask) -> StoreResult<Snapshot>
         snap.own_bundle = tx
             .execution_policy_bundle(&ask.exec_id)?
             .unwrap_or_default();
-        if snap.own_bundle.is_empty() {
-            snap.bundle = tx.agent(&e.agent_id)?.map(|a| a.policy_bundle);
-        }
+        // Read whether or not the execution has its own: that one only narrows this one.
+        snap.bundle = tx.agent(&e.agent_id)?.map(|a| a.policy_bundle);
         snap.indeterminate = ask.at_most_once
             && tx.has_indeterminate_failure(
                 &ask.exec_id,

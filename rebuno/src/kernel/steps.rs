@@ -33,7 +33,7 @@ use super::record::{Record, record_step};
 use super::snapshot::{Ask, Snapshot, read_snapshot};
 use super::volatile::{Ended, ExecGuard};
 use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
-use crate::policy::{self, Action, EvalInput, enforce_rate_limit};
+use crate::policy::{self, Action, EvalInput, enforce_rate_limits};
 use crate::protocol::{
     EventType, ExecutionStatus, Idempotency, REASON_INDETERMINATE_RETRY, RULE_INDETERMINATE_RETRY,
     Step, StepCompletion, StepDecision, StepEventPayload, StepKind, StepStatus, SubmitStepRequest,
@@ -89,9 +89,7 @@ pub(super) fn deny_step(
 /// answered. (A `proceed` that names resources is answered after their count is written, a
 /// durable write that covers it.)
 fn defers(step: &Step, pol: &policy::Decision) -> bool {
-    pol.action == Action::Allow
-        && pol.rate_limit.is_none()
-        && step.idempotency == Idempotency::SafeToRetry
+    pol.action == Action::Allow && !pol.is_limited() && step.idempotency == Idempotency::SafeToRetry
 }
 
 /// The answer an existing step gives when it needs no write, or `None`.
@@ -294,9 +292,11 @@ impl Kernel {
                     Early::Decided(pol) => pol,
                     _ => self.step_policy(&snap, &exec.agent_id, &input),
                 };
-                let outcome = enforce_rate_limit(&*self.inner.limiter, &pol, &input).await;
+                let (outcome, refusing) =
+                    enforce_rate_limits(&*self.inner.limiter, &pol, &input).await;
                 *wrote = true;
-                if let Some(reason) = outcome.refusal_reason() {
+                // A refusal always names the limit that refused.
+                if let (Some(reason), Some(refusing)) = (outcome.refusal_reason(), refusing) {
                     if let Some(c) = batched.take() {
                         self.record_batched_alone(execution_id, lease, c).await?;
                     }
@@ -305,7 +305,7 @@ impl Kernel {
                             execution_id,
                             lease,
                             (&step_id, &kind, &req.target),
-                            &pol,
+                            &refusing,
                             reason,
                         )
                         .await;
@@ -409,7 +409,7 @@ impl Kernel {
                     Some(pol) => pol,
                     None => k.step_policy(&snap, &exec.agent_id, &input),
                 };
-                if pol.rate_limit.is_some() {
+                if pol.is_limited() {
                     return Ok((snap, Early::Decided(pol)));
                 }
                 let parts = (
@@ -431,8 +431,9 @@ impl Kernel {
     }
 
     /// The policy decision on a new step: `deny` for an `at_most_once` call whose earlier
-    /// run's outcome is unknown, else the execution's own bundle's, or its agent's (synced
-    /// from the snapshot's copy first); counted, timed and observed.
+    /// run's outcome is unknown, else its agent's bundle's (synced from the snapshot's copy
+    /// first), narrowed by the execution's own bundle if it has one
+    /// ([`policy::Decision::narrowed`]); counted, timed and observed.
     fn step_policy(
         &self,
         snap: &Snapshot,
@@ -450,10 +451,12 @@ impl Kernel {
             let _ = self.inner.policy.sync_bundle(agent_id, text);
         }
         let started = Instant::now();
+        let agent = self.inner.policy.evaluate(input);
         let d = if snap.own_bundle.is_empty() {
-            self.inner.policy.evaluate(input)
+            agent
         } else {
-            self.inner.policy.evaluate_with(&snap.own_bundle, input)
+            let own = self.inner.policy.evaluate_with(&snap.own_bundle, input);
+            policy::Decision::narrowed(agent, own)
         };
         Metrics::inc(&self.inner.metrics.policy_evaluations);
         self.inner.metrics.policy_nanos.fetch_add(
@@ -586,8 +589,8 @@ impl Kernel {
         decision
     }
 
-    /// A refusal by the rate limit: `step.rate_limited`, and the answer `rate_limited`; or, when
-    /// the rule allows waiting (`max_wait`), the execution has never been refused before, and
+    /// A refusal by the rate limit `refusing` (of the rule it names): `step.rate_limited`, and
+    /// the answer `rate_limited`; or, when the rule allows waiting (`max_wait`), the execution has never been refused before, and
     /// the next token is due within `max_wait`, a park: the dispatch is retired and a new
     /// one queued for when the token is due (plus up to half the wait in jitter, capped at
     /// `max_wait`), answered `blocked` with reason `rate_limit_exceeded`. Nothing is recorded
@@ -597,7 +600,7 @@ impl Kernel {
         execution_id: &str,
         lease: &Lease,
         (step_id, kind, target): (&str, &StepKind, &str),
-        pol: &policy::Decision,
+        refusing: &policy::RuleLimit,
         reason: &str,
     ) -> KernelResult<StepDecision> {
         let now_t = self.now();
@@ -606,11 +609,10 @@ impl Kernel {
             step_id,
             kind.clone(),
             target,
-            &pol.rule_id,
-            Some(denial_error(reason, &pol.rule_id)),
+            &refusing.rule_id,
+            Some(denial_error(reason, &refusing.rule_id)),
         );
-        let park = pol
-            .rate_limit
+        let park = Some(refusing.limit)
             .filter(|l| {
                 reason == crate::protocol::REASON_RATE_LIMIT_EXCEEDED && l.max_wait.is_positive()
             })

@@ -20,6 +20,7 @@ impl Bundle {
                     rule_id: rule.id.clone(),
                     approval_config: rule.approval_config.clone(),
                     rate_limit: rule.rate_limit,
+                    also_limited: None,
                 };
             }
         }

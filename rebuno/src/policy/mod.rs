@@ -8,6 +8,13 @@
 //! - [`duration`]: Go `time.Duration` text ([`GoDuration`]);
 //! - [`ratelimit`]: the token-bucket limiter, its backend trait and the injectable clock.
 //!
+//! An execution may also have a bundle of its own (a fork's, given by a caller that may set
+//! policy): it only narrows its agent's, never replaces it. Both are evaluated and
+//! [`Decision::narrowed`] keeps the stricter outcome, in this order: a denial (the agent's as
+//! its bundle answers it, else the own bundle's, which spends no rate-limit token), then a
+//! rate-limit refusal by either rule's bucket (the own bundle's keyed apart, as `fork:<rule>`),
+//! then an approval (the agent's approvers when its bundle asks for one), then allow.
+//!
 //! [`PolicyEngine`] holds one bundle per agent and resolves a step to a [`Decision`]:
 //!
 //! ```
@@ -56,7 +63,7 @@ pub use eval::go_value_string;
 pub use glob::{BadPattern, glob_match, validate_glob};
 pub use ratelimit::{
     Clock, LimiterError, LimiterFuture, ManualClock, MemoryRateLimiter, RateLimitOutcome,
-    RateLimiter, SystemClock, enforce_rate_limit,
+    RateLimiter, SystemClock, enforce_rate_limit, enforce_rate_limits,
 };
 
 /// The `rule_id` values the engine itself produces.
@@ -71,6 +78,10 @@ pub mod rule_ids {
     pub const NO_BUNDLE: &str = "no-bundle";
     /// The agent's bundle could not be looked up or compiled.
     pub const BUNDLE_ERROR: &str = "bundle-error";
+    /// Put before the rule ids of an execution's own bundle when it narrows its agent's
+    /// ([`super::Decision::narrowed`]): `fork:<rule id>` names that bundle's rule in a
+    /// decision, and keys its rate-limit buckets apart from the agent bundle's.
+    pub const EXECUTION_PREFIX: &str = "fork:";
 }
 
 /// The `reason` values the engine and the rate limiter produce.
@@ -223,6 +234,21 @@ pub struct Decision {
     /// action is; see [`enforce_rate_limit`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimit>,
+    /// A second rule's rate limit that applies too, in that rule's own bucket: set only when an
+    /// execution's own bundle narrows its agent's and both matching rules limit the step (see
+    /// [`Decision::narrowed`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub also_limited: Option<RuleLimit>,
+}
+
+/// A rate limit with the id of the rule it belongs to, which keys its bucket
+/// ([`RateLimit::bucket_key`]) and names a refusal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleLimit {
+    /// The rule's id.
+    pub rule_id: String,
+    /// Its limit.
+    pub limit: RateLimit,
 }
 
 impl Decision {
@@ -234,6 +260,75 @@ impl Decision {
             rule_id: rule_id.into(),
             approval_config: None,
             rate_limit: None,
+            also_limited: None,
+        }
+    }
+
+    /// The rate limits this decision applies, each with the rule id its bucket is keyed by:
+    /// the matching rule's, then [`Decision::also_limited`].
+    pub fn limits(&self) -> impl Iterator<Item = RuleLimit> + '_ {
+        let own = self.rate_limit.map(|limit| RuleLimit {
+            rule_id: self.rule_id.clone(),
+            limit,
+        });
+        own.into_iter().chain(self.also_limited.clone())
+    }
+
+    /// Whether any rate limit applies ([`Decision::limits`] is not empty).
+    pub fn is_limited(&self) -> bool {
+        self.rate_limit.is_some() || self.also_limited.is_some()
+    }
+
+    /// The decision on a step of an execution that has a bundle of its own (a fork's), given
+    /// its agent's bundle's decision `agent` and its own bundle's `own`: both must allow. The
+    /// own bundle narrows the agent's and can never loosen it:
+    ///
+    /// 1. Deny wins. The agent's denial is answered exactly as the agent's bundle alone answers
+    ///    it (its rule, reason and rate limit); otherwise the own bundle's denial, with no rate
+    ///    limit at all: a step that will not run draws no token from any bucket.
+    /// 2. Then approval. When the agent's bundle requires one, its rule decides, with its
+    ///    approval config: an own bundle can neither waive the approval nor name other
+    ///    approvers for it. When only the own bundle requires one, its rule and config decide
+    ///    (an approval the agent's bundle did not ask for is a narrowing too).
+    /// 3. Otherwise both allow, and the agent's rule is the one named.
+    ///
+    /// Rate limits (cases 2 and 3): both matching rules' limits apply, each in its own bucket,
+    /// the way a limit always applies (before the action takes effect, whatever it is); a step
+    /// either bucket refuses is `rate_limited`. The agent's rule keeps its own bucket, the one
+    /// its executions share, so a fork draws from the same per-agent and global buckets as
+    /// any execution of the agent; the own bundle's buckets are keyed by its rule ids with
+    /// [`rule_ids::EXECUTION_PREFIX`] (so a rule id reused in both bundles never shares, and
+    /// never refills, the agent's bucket). A token the first limit gave is not handed back
+    /// when the second refuses. So, strictest first: deny, then a rate-limit refusal, then
+    /// approval, then allow.
+    ///
+    /// Rule ids from the own bundle are answered with [`rule_ids::EXECUTION_PREFIX`].
+    pub fn narrowed(agent: Decision, own: Decision) -> Decision {
+        let own = Decision {
+            rule_id: format!("{}{}", rule_ids::EXECUTION_PREFIX, own.rule_id),
+            ..own
+        };
+        let also = |other: &Decision| {
+            other.rate_limit.map(|limit| RuleLimit {
+                rule_id: other.rule_id.clone(),
+                limit,
+            })
+        };
+        match (agent.action, own.action) {
+            (Action::Deny, _) => agent,
+            (_, Action::Deny) => Decision {
+                rate_limit: None,
+                also_limited: None,
+                ..own
+            },
+            (Action::Allow, Action::RequireApproval) => Decision {
+                also_limited: also(&agent),
+                ..own
+            },
+            _ => Decision {
+                also_limited: also(&own),
+                ..agent
+            },
         }
     }
 

@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 pub use crate::time::{Clock, ManualClock, SystemClock};
 
 use super::bundle::{OnLimiterError, RateLimit};
-use super::{Decision, EvalInput, reasons};
+use super::{Decision, EvalInput, RuleLimit, reasons};
 
 /// Takes a lock even if a previous holder panicked: every critical section here leaves the
 /// data consistent, so poisoning carries no information.
@@ -269,19 +269,38 @@ impl RateLimitOutcome {
     }
 }
 
-/// Applies the rate limit of `decision` (if any) to the call described by `input`, using the
-/// rule's bucket key ([`RateLimit::bucket_key`]). Call it only for new steps, before recording
-/// anything about the policy result; it
-/// applies whatever the decision's action is.
+/// Applies the rate limits of `decision` (if any; see [`Decision::limits`]) to the call
+/// described by `input`, each with its rule's bucket key ([`RateLimit::bucket_key`]). Call it
+/// only for new steps, before recording anything about the policy result; it applies whatever
+/// the decision's action is.
 pub async fn enforce_rate_limit(
     limiter: &dyn RateLimiter,
     decision: &Decision,
     input: &EvalInput<'_>,
 ) -> RateLimitOutcome {
-    let Some(limit) = decision.rate_limit else {
-        return RateLimitOutcome::Allowed;
-    };
-    enforce(limiter, &decision.rule_id, &limit, input).await
+    enforce_rate_limits(limiter, decision, input).await.0
+}
+
+/// [`enforce_rate_limit`], also answering which limit refused the call (`None` when none
+/// did). The limits are applied in order and the first refusal ends it: a later limit is not
+/// drawn from, and a token an earlier one gave is kept.
+pub async fn enforce_rate_limits(
+    limiter: &dyn RateLimiter,
+    decision: &Decision,
+    input: &EvalInput<'_>,
+) -> (RateLimitOutcome, Option<RuleLimit>) {
+    let mut last = RateLimitOutcome::Allowed;
+    for limit in decision.limits() {
+        let outcome = enforce(limiter, &limit.rule_id, &limit.limit, input).await;
+        if !outcome.is_allowed() {
+            return (outcome, Some(limit));
+        }
+        // A failed backend that fails open lets the call through; it is still reported.
+        if matches!(outcome, RateLimitOutcome::BackendFailed { .. }) {
+            last = outcome;
+        }
+    }
+    (last, None)
 }
 
 async fn enforce(

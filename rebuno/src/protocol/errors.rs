@@ -27,6 +27,9 @@ wire_enum! {
         /// 413: a request body declared or sent larger than the kernel accepts (this kernel
         /// only; the Go kernel answers 400 or 401).
         PayloadTooLarge = "payload_too_large",
+        /// 415: a request body that is not `Content-Type: application/json` (this kernel
+        /// only).
+        UnsupportedMediaType = "unsupported_media_type",
         /// 429: a bounded resource of the kernel is full (for example live-stream
         /// subscribers); try again later (this kernel only).
         TooManyRequests = "too_many_requests",
@@ -45,6 +48,7 @@ impl ErrorCode {
             ErrorCode::NotFound => 404,
             ErrorCode::Conflict | ErrorCode::ExecutionTerminal | ErrorCode::LeaseSuperseded => 409,
             ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::UnsupportedMediaType => 415,
             ErrorCode::TooManyRequests => 429,
             ErrorCode::InternalError => 500,
         }

@@ -80,6 +80,12 @@ pub struct ApiKey {
     pub groups: Vec<String>,
     /// What it may do.
     pub scopes: Vec<Scope>,
+    /// The agent the key speaks for, if any: with `executions:write` it may create subagents
+    /// of that agent's executions (a `spawned_by` naming a step of one), as the agent's own
+    /// signed request may, and of no other agent's. The published Python SDKs create a
+    /// subagent with such a client key. Omitted when none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub agent_id: String,
     /// Creation time.
     pub created_at: Timestamp,
     /// The subject of the key that created it; omitted for the admin token.
@@ -109,6 +115,10 @@ pub struct CreateApiKeyRequest {
     /// What it may do (at least one; an unknown scope is `400`).
     #[serde(default)]
     pub scopes: Vec<Scope>,
+    /// The agent the key speaks for ([`ApiKey::agent_id`]); none when empty. At most
+    /// [`MAX_IDENTITY_BYTES`], without control characters.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub agent_id: String,
     /// Seconds until it expires (1 to [`MAX_KEY_LIFETIME_SECS`]); never when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_in_seconds: Option<u64>,
@@ -136,6 +146,8 @@ pub struct Principal {
     pub groups: Vec<String>,
     /// The key's scopes (`[admin]` for the admin).
     pub scopes: Vec<Scope>,
+    /// The agent the key speaks for ([`ApiKey::agent_id`]); empty for none and for the admin.
+    pub agent_id: String,
 }
 
 impl Principal {
@@ -146,6 +158,7 @@ impl Principal {
             subject: String::new(),
             groups: Vec::new(),
             scopes: vec![Scope::Admin],
+            agent_id: String::new(),
         }
     }
 
@@ -156,6 +169,7 @@ impl Principal {
             subject: key.subject.clone(),
             groups: key.groups.clone(),
             scopes: key.scopes.clone(),
+            agent_id: key.agent_id.clone(),
         }
     }
 
@@ -224,6 +238,7 @@ mod tests {
             subject: "s".into(),
             groups: vec![],
             scopes: vec![Scope::Admin],
+            agent_id: String::new(),
             created_at: "t".into(),
             created_by: String::new(),
             expires_at: None,

@@ -111,8 +111,10 @@ pub struct ForkExecutionRequest {
         deserialize_with = "null_as_default"
     )]
     pub session: String,
-    /// Policy bundle YAML deciding the fork's new steps instead of the agent's; empty means
-    /// the agent's. Validated like `POST /v0/policies/{agent_id}`.
+    /// Policy bundle YAML of the fork's own: it narrows the agent's bundle for the fork's new
+    /// steps (both must allow); empty means the original's own (usually none). Giving one
+    /// needs `policies:write` (or the admin), else `403`. Validated like
+    /// `POST /v0/policies/{agent_id}`.
     #[serde(
         default,
         skip_serializing_if = "String::is_empty",

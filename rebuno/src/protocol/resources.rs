@@ -78,10 +78,17 @@ pub struct Execution {
     /// omitted when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<Value>,
-    /// Policy bundle YAML that decides this execution's new steps instead of its agent's
-    /// (given to a fork); omitted when empty (the agent's bundle decides).
+    /// Policy bundle YAML of the execution's own (given to a fork by a caller that may set
+    /// policy, or inherited from the execution it was forked from). It narrows its agent's
+    /// bundle, never replaces it: a new step must pass both (see [`crate::policy::Decision::narrowed`]).
+    /// Omitted when empty (the agent's bundle alone decides).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub policy_bundle: String,
+    /// Who set `policy_bundle`: the subject of the API key whose fork request gave it, or
+    /// `admin` for the server's admin token (and every caller in dev mode); a fork that
+    /// inherits its original's bundle inherits this too. Omitted when there is no bundle.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub policy_bundle_set_by: String,
     /// The W3C `traceparent` of the trace the execution belongs to (see
     /// [`crate::telemetry`]), recorded when it was created; empty when none. Every delivery of
     /// the execution continues that trace. Kept by the kernel, never on the wire.

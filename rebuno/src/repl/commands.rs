@@ -65,10 +65,13 @@ pub(super) const HELP: &[(&str, &str)] = &[
         "approval deny <id> <decided_by> [rationale...]",
         "deny a pending approval",
     ),
-    ("key ls", "list API keys: id, name, subject, scopes, state"),
     (
-        "key create <name> <scope,...> [subject]",
-        "create an API key and print its secret (shown only once)",
+        "key ls",
+        "list API keys: id, name, subject, scopes, agent, state",
+    ),
+    (
+        "key create <name> <scope,...> [subject] [agent]",
+        "create an API key (bound to an agent: it may create that agent's subagents) and print its secret (shown only once)",
     ),
     ("key revoke <id>", "revoke an API key"),
     (

@@ -37,17 +37,18 @@ impl Repl {
                             k.name.clone(),
                             k.subject.clone(),
                             scopes.join(","),
+                            k.agent_id.clone(),
                             state(k, &now).to_owned(),
                         ]
                     })
                     .collect();
                 Ok(render_table(
-                    &["ID", "NAME", "SUBJECT", "SCOPES", "STATE"],
+                    &["ID", "NAME", "SUBJECT", "SCOPES", "AGENT", "STATE"],
                     &rows,
                     self.width,
                 ))
             }
-            ("create" | "new", [name, scopes, subject @ ..]) if subject.len() <= 1 => {
+            ("create" | "new", [name, scopes, rest @ ..]) if rest.len() <= 2 => {
                 let scopes = scopes
                     .split(',')
                     .filter(|s| !s.is_empty())
@@ -55,9 +56,8 @@ impl Repl {
                     .collect::<Result<Vec<_>, _>>()?;
                 let req = CreateApiKeyRequest {
                     name: (*name).to_owned(),
-                    subject: subject
-                        .first()
-                        .map_or_else(String::new, |s| (*s).to_owned()),
+                    subject: rest.first().map_or_else(String::new, |s| (*s).to_owned()),
+                    agent_id: rest.get(1).map_or_else(String::new, |a| (*a).to_owned()),
                     scopes,
                     ..CreateApiKeyRequest::default()
                 };

@@ -219,6 +219,17 @@ pub(super) fn describe_execution(exec: &Execution) -> String {
             parent.execution_id, parent.step_id
         );
     }
+    if !exec.policy_bundle.is_empty() {
+        // The execution's own bundle (a fork's), which narrows its agent's.
+        let _ = write!(
+            out,
+            "\npolicy:   narrows the agent's, set by {}:",
+            exec.policy_bundle_set_by
+        );
+        for line in exec.policy_bundle.lines() {
+            let _ = write!(out, "\n  {line}");
+        }
+    }
     let _ = write!(out, "\ninput:    {}", compact(&exec.input));
     if let Some(output) = &exec.output {
         let _ = write!(out, "\noutput:   {}", compact(output));

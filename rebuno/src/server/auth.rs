@@ -6,20 +6,29 @@
 //! names a known agent, `Rebuno-Signature` appears exactly once in an accepted form (`v1=` always,
 //! `sha256=` only while legacy signing is on), a v1 request's `Rebuno-Timestamp` is a base-10
 //! int64 within [`V1_WINDOW_SECS`] of the kernel's clock, and no signed header repeats or holds a
-//! line break. Only then is the body read (size limit, timeout) and the HMAC checked over the
+//! line break. Only then is the body read (size limit, deadlines) and the HMAC checked over the
 //! raw bytes: for v1 together with the method, the raw request target (as the client sent it,
 //! before any nesting stripped a prefix) and the lease headers. Every failure is `401`, with one
 //! message for an unknown agent and a wrong signature.
 //!
+//! Headers that pass prove nothing yet (an agent id is no secret and anyone can make a
+//! well-formed, fresh signature), so until the HMAC is checked a body is held under the
+//! unverified-body budgets (`limits`): beyond its first 64 KiB, a body that would pass the
+//! agent's or the server's budget is refused with `429`.
+//!
+//! A refused bearer token, an unknown agent and a wrong signature are logged and counted against
+//! the request's source address (`throttle`), which blocks an address after too many.
+//!
 //! [`V1_WINDOW_SECS`]: crate::signing::V1_WINDOW_SECS
 
 use super::AppState;
-use super::body::read_body;
+use super::body::read_body_counted;
 use super::error::ApiError;
+use super::throttle::Peer;
 use crate::kernel::KernelError;
 use crate::protocol::{
-    HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, HEADER_SIGNATURE,
-    HEADER_TIMESTAMP, Principal, SIGNATURE_PREFIX, SIGNATURE_V1_PREFIX, Scope,
+    API_KEY_PREFIX, ErrorCode, HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID,
+    HEADER_SIGNATURE, HEADER_TIMESTAMP, Principal, SIGNATURE_PREFIX, SIGNATURE_V1_PREFIX, Scope,
 };
 use crate::signing::{self, V1Request};
 use axum::body::{Body, Bytes};
@@ -40,10 +49,7 @@ pub(crate) async fn authenticate_client(
     state: &AppState,
     headers: &HeaderMap,
 ) -> Result<Principal, ApiError> {
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+    let presented = bearer_of(headers);
     if let (Some(expected), Some(token)) = (state.bearer.as_deref(), presented)
         && signing::constant_time_eq(token.as_bytes(), expected.as_bytes())
     {
@@ -59,6 +65,63 @@ pub(crate) async fn authenticate_client(
         (Some(_), None) => Err(ApiError::unauthorized("missing bearer token")),
         (Some(_), Some(_)) => Err(ApiError::unauthorized("invalid bearer token")),
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer_of(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
+/// [`authenticate_client`] for a request that came from `peer`: a bearer token refused as
+/// invalid is logged and counted against the address (`throttle`).
+pub(crate) async fn authenticate_client_from(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Peer,
+) -> Result<Principal, ApiError> {
+    let answer = authenticate_client(state, headers).await;
+    if let Err(e) = &answer
+        && e.0.code == ErrorCode::Unauthorized
+        && let Some(token) = bearer_of(headers)
+    {
+        note_refused_token(state, peer, token, "API request").await;
+    }
+    answer
+}
+
+/// Logs and counts a bearer token (or console login) refused as invalid: the source address
+/// and, when the token is an API key's secret (revoked or expired), the key's id; never the
+/// token.
+pub(crate) async fn note_refused_token(state: &AppState, peer: Peer, token: &str, what: &str) {
+    state.failures.record(peer);
+    // A store failure here only leaves the id out of the log line.
+    let key_id = state.kernel.api_key_id_of(token).await.ok().flatten();
+    let credential = match &key_id {
+        Some(_) => "a revoked or expired API key",
+        None if token.starts_with(API_KEY_PREFIX) => "an unknown API key",
+        None => "an invalid bearer token",
+    };
+    tracing::warn!(
+        source = %peer,
+        key_id = %key_id.as_deref().unwrap_or("none"),
+        "{what} refused: {credential}"
+    );
+}
+
+/// The answer to an agent request whose signature does not verify or names no agent, logged
+/// and counted against its source address (the agent id as claimed, cut to 128 characters).
+fn refused_signature(state: &AppState, peer: Peer, agent_id: &str) -> ApiError {
+    state.failures.record(peer);
+    let claimed: String = agent_id.chars().take(128).collect();
+    tracing::warn!(
+        source = %peer,
+        agent_id = ?claimed,
+        "agent request refused: the signature does not verify or names no agent"
+    );
+    ApiError::unauthorized(INVALID_SIGNATURE)
 }
 
 /// `403 forbidden` unless `principal` holds a scope that covers `needed`.
@@ -126,6 +189,7 @@ struct Claim<'a> {
 async fn check_headers<'a>(
     state: &AppState,
     headers: &'a HeaderMap,
+    peer: Peer,
 ) -> Result<Claim<'a>, ApiError> {
     let agent_id = signed_header(headers, HEADER_AGENT_ID)?.filter(|v| !v.is_empty());
     let signature = signed_header(headers, HEADER_SIGNATURE)?.filter(|v| !v.is_empty());
@@ -166,7 +230,7 @@ async fn check_headers<'a>(
         .kernel
         .agent_secret(agent_id)
         .await?
-        .ok_or_else(|| ApiError::unauthorized(INVALID_SIGNATURE))?;
+        .ok_or_else(|| refused_signature(state, peer, agent_id))?;
     Ok(Claim {
         agent_id,
         secret,
@@ -193,8 +257,10 @@ pub(crate) async fn authenticate_agent(
     parts: &Parts,
     body: Body,
 ) -> Result<(String, Bytes), ApiError> {
-    let claim = check_headers(state, &parts.headers).await?;
-    let bytes = read_body(body, state.body_timeout).await?;
+    let peer = Peer::of(parts);
+    let claim = check_headers(state, &parts.headers, peer).await?;
+    let mut unverified = state.unverified.reserve(claim.agent_id);
+    let bytes = read_body_counted(body, state.body_limits, |held| unverified.cover(held)).await?;
     let valid = match claim.scheme {
         Scheme::V1 { timestamp } => V1Request {
             method: parts.method.as_str(),
@@ -207,8 +273,10 @@ pub(crate) async fn authenticate_agent(
         .verify(&claim.secret, claim.signature),
         Scheme::Body => signing::verify(&claim.secret, &bytes, claim.signature),
     };
+    // Checked either way: what the body holds from here is the agent's, or nobody's.
+    drop(unverified);
     if !valid {
-        return Err(ApiError::unauthorized(INVALID_SIGNATURE));
+        return Err(refused_signature(state, peer, claim.agent_id));
     }
     Ok((claim.agent_id.to_owned(), bytes))
 }

@@ -5,13 +5,16 @@
 //! Every extractor fails with [`ApiError`], so a bad request of any kind gets the protocol's
 //! error envelope, never axum's plain-text rejections. Authentication always runs before
 //! anything else of a request is looked at: client routes take [`Client`] (with the scope they
-//! require) as their first extractor, and the agent routes parse everything from an
-//! [`AgentCall`], which has already verified the signature over the raw body bytes.
+//! require) as their first extractor, the agent routes parse everything from an
+//! [`AgentCall`], which has already verified the signature over the raw body bytes, and the
+//! create of an execution, which either may ask for (an agent only for a subagent), from a
+//! [`CreateCall`].
 
 use super::AppState;
-use super::auth::{authenticate_agent, authenticate_client, has_agent_headers, require};
+use super::auth::{authenticate_agent, authenticate_client_from, has_agent_headers, require};
 use super::body::read_body;
 use super::error::ApiError;
+use super::throttle::Peer;
 use crate::kernel::Lease;
 use crate::protocol::{
     HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, Principal, Scope, canonical_uuid,
@@ -36,6 +39,43 @@ pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErro
         Some(Err(e)) => Err(ApiError::validation(format!("invalid request body: {e}"))),
         None => Err(ApiError::validation("request body is empty")),
     }
+}
+
+/// `415 unsupported_media_type` unless a non-empty body is declared `application/json`
+/// (parameters such as `; charset=utf-8` allowed). A browser page can send a cross-site `POST`
+/// without asking first only as `text/plain`, a form or multipart; refusing every other type
+/// keeps such a request from ever being read as JSON. An empty body needs no type: `cancel`
+/// and the SDKs' empty agent requests send none.
+pub(crate) fn require_json(headers: &HeaderMap, body: &[u8]) -> Result<(), ApiError> {
+    if body.is_empty() {
+        return Ok(());
+    }
+    let mut values = headers.get_all(axum::http::header::CONTENT_TYPE).iter();
+    let declared = match (values.next(), values.next()) {
+        (Some(value), None) => value.to_str().ok(),
+        _ => None,
+    };
+    let is_json = declared.is_some_and(|v| {
+        let essence = v.split(';').next().unwrap_or_default().trim();
+        essence.eq_ignore_ascii_case("application/json")
+    });
+    if is_json {
+        return Ok(());
+    }
+    let what = match declared {
+        Some(v) => format!("{:?}", v.chars().take(100).collect::<String>()),
+        None if headers.contains_key(axum::http::header::CONTENT_TYPE) => {
+            "a malformed or repeated Content-Type".to_owned()
+        }
+        None => "no Content-Type".to_owned(),
+    };
+    Err(ApiError(crate::kernel::KernelError::new(
+        crate::protocol::ErrorCode::UnsupportedMediaType,
+        format!(
+            "unsupported media type: the request body must be sent as Content-Type: \
+             application/json, not {what}"
+        ),
+    )))
 }
 
 /// A path id that must be a UUID (`400` otherwise), in canonical form.
@@ -119,7 +159,7 @@ impl<G: Guard> FromRequestParts<AppState> for Client<G> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let principal = authenticate_client(state, &parts.headers).await?;
+        let principal = authenticate_client_from(state, &parts.headers, Peer::of(parts)).await?;
         require(&principal, G::SCOPE)?;
         Ok(Client(principal, PhantomData))
     }
@@ -188,9 +228,9 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
     }
 }
 
-/// A strictly decoded JSON body of at most 10 MiB (`413` when larger; `400` when late,
-/// malformed, empty or carrying unknown fields). Bearer routes only: agent routes decode from
-/// [`AgentCall`].
+/// A strictly decoded JSON body of at most 10 MiB (`413` when larger; `415` when not
+/// `application/json`; `400` when late, malformed, empty or carrying unknown fields). Bearer
+/// routes only: agent routes decode from [`AgentCall`].
 #[derive(Debug, Clone)]
 pub(crate) struct JsonBody<T>(pub T);
 
@@ -198,7 +238,9 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let bytes = read_body(req.into_body(), state.body_timeout).await?;
+        let (parts, body) = req.into_parts();
+        let bytes = read_body(body, state.body_limits).await?;
+        require_json(&parts.headers, &bytes)?;
         parse_json(&bytes).map(JsonBody)
     }
 }
@@ -242,9 +284,68 @@ impl FromRequest<AppState> for AgentCall {
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let (parts, body) = req.into_parts();
         let (agent_id, body) = authenticate_agent(state, &parts, body).await?;
+        require_json(&parts.headers, &body)?;
         Ok(AgentCall {
             agent_id,
             parts,
+            body,
+        })
+    }
+}
+
+/// Who asks on `POST /v0/executions`, the one mutating route that takes either credential.
+#[derive(Debug, Clone)]
+pub(crate) enum Creator {
+    /// A client whose credentials hold `executions:write`.
+    Client(Principal),
+    /// An agent's signed request with its lease headers: it may create only a subagent of a
+    /// step of its own execution, under that execution's lease (checked by the kernel).
+    Agent {
+        /// The authenticated agent.
+        agent_id: String,
+        /// The lease its headers carry.
+        lease: Lease,
+    },
+}
+
+/// An authenticated `POST /v0/executions`: a bearer client (`401` without valid credentials,
+/// `403` without `executions:write`) or, when the request carries agent headers, an agent's
+/// signed request (`401` unless the signature verifies, `400` without lease headers). The body
+/// is read under the limits of `body` (and, signed, verified) before it is parsed.
+#[derive(Debug)]
+pub(crate) struct CreateCall {
+    /// Who asks.
+    pub creator: Creator,
+    body: Bytes,
+}
+
+impl CreateCall {
+    /// The body, strictly decoded.
+    pub(crate) fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+        parse_json(&self.body)
+    }
+}
+
+impl FromRequest<AppState> for CreateCall {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        if has_agent_headers(&parts.headers) {
+            let (agent_id, body) = authenticate_agent(state, &parts, body).await?;
+            require_json(&parts.headers, &body)?;
+            let lease = lease_from_headers(&parts.headers)?;
+            return Ok(CreateCall {
+                creator: Creator::Agent { agent_id, lease },
+                body,
+            });
+        }
+        let principal = authenticate_client_from(state, &parts.headers, Peer::of(&parts)).await?;
+        require(&principal, Scope::ExecutionsWrite)?;
+        let body = read_body(body, state.body_limits).await?;
+        require_json(&parts.headers, &body)?;
+        Ok(CreateCall {
+            creator: Creator::Client(principal),
             body,
         })
     }
@@ -289,7 +390,8 @@ impl FromRequest<AppState> for ReadCall {
             let (agent_id, _) = authenticate_agent(state, &parts, body).await?;
             Reader::Agent(agent_id)
         } else {
-            let principal = authenticate_client(state, &parts.headers).await?;
+            let principal =
+                authenticate_client_from(state, &parts.headers, Peer::of(&parts)).await?;
             require(&principal, Scope::ExecutionsRead)?;
             Reader::Client
         };

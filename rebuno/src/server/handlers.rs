@@ -12,10 +12,11 @@
 use super::AppState;
 use super::error::{ApiError, json_response};
 use super::extract::{
-    AgentCall, AgentsRead, AgentsWrite, ApprovalsRead, ApprovalsWrite, Client, ExecutionsRead,
-    ExecutionsWrite, JsonBody, NamePath, PoliciesRead, PoliciesWrite, QueryPairs, ReadCall, Reader,
-    UuidPath, uuid_param,
+    AgentCall, AgentsRead, AgentsWrite, ApprovalsRead, ApprovalsWrite, Client, CreateCall, Creator,
+    ExecutionsRead, ExecutionsWrite, JsonBody, NamePath, PoliciesRead, PoliciesWrite, QueryPairs,
+    ReadCall, Reader, UuidPath, uuid_param,
 };
+use super::limits::{HeldStream, ServedStreams};
 use crate::kernel::{WebhookRules, check_webhook_url, redact_webhook_url};
 use crate::protocol::{
     Agent, AgentMetadata, Checkpoints, CompleteExecutionRequest, CompleteStepRequest,
@@ -105,14 +106,22 @@ impl AppState {
 // Executions (client side).
 // ---------------------------------------------------------------------------------------------
 
-/// Row 1: `POST /v0/executions` (201; 200 with the execution a repeated idempotency key names).
-pub(super) async fn create_execution(
-    State(s): State<AppState>,
-    Client(principal, _): Client<ExecutionsWrite>,
-    JsonBody(req): JsonBody<CreateExecutionRequest>,
-) -> ApiResult {
+/// Row 1: `POST /v0/executions` (201; 200 with the execution a repeated idempotency key, or
+/// the spawning step of a repeated subagent create, names). A client with `executions:write`
+/// creates any execution (a subagent only as the admin or with a key bound to the parent's
+/// agent); an agent's signed request, under the parent's lease, creates only a subagent of a
+/// step of its own execution (see `kernel::subagents`).
+pub(super) async fn create_execution(State(s): State<AppState>, call: CreateCall) -> ApiResult {
+    let req: CreateExecutionRequest = call.json()?;
     // `201` for a new execution; `200` for the one a repeated idempotency key names.
-    let started = s.kernel.start_execution(req, &principal).await?;
+    let started = match call.creator {
+        Creator::Client(principal) => s.kernel.start_execution(req, &principal).await?,
+        Creator::Agent { agent_id, lease } => {
+            s.kernel
+                .start_child_as_agent(req, &agent_id, &lease)
+                .await?
+        }
+    };
     let status = if started.created {
         StatusCode::CREATED
     } else {
@@ -212,22 +221,31 @@ pub(super) async fn events(
 /// disconnects (the response body, which owns it, is dropped).
 pub(super) async fn stream_subscribe(
     State(s): State<AppState>,
-    _: Client<ExecutionsRead>,
+    Client(principal, _): Client<ExecutionsRead>,
+    served: ServedStreams,
     UuidPath(id): UuidPath,
 ) -> ApiResult {
-    stream_response(&s.kernel, &id).await
+    stream_response(&s, &principal, &served, &id).await
 }
 
-/// The Server-Sent Events answer of execution `id`'s live stream (row 5, and the console's).
-pub(super) async fn stream_response(kernel: &crate::Kernel, id: &str) -> ApiResult {
+/// The Server-Sent Events answer of execution `id`'s live stream (row 5, and the console's), for
+/// `principal`: `429` when it or the server holds as many long-lived responses as allowed
+/// (`limits`), checked before the subscription.
+pub(super) async fn stream_response(
+    s: &AppState,
+    principal: &Principal,
+    served: &ServedStreams,
+    id: &str,
+) -> ApiResult {
     use axum::response::sse::Event;
     use tokio_stream::StreamExt;
-    let events = kernel.subscribe(id).await?.map(|frame| {
+    let slot = s.streams.take(principal, served.0.as_ref())?;
+    let events = s.kernel.subscribe(id).await?.map(|frame| {
         Ok::<Event, std::convert::Infallible>(
             Event::default().data(serde_json::to_string(&frame).unwrap_or_default()),
         )
     });
-    Ok(sse_response(events))
+    Ok(sse_response(HeldStream::new(events, slot)))
 }
 
 /// `events` as a Server-Sent Events answer with a keep-alive comment every 15 s, never cached.
@@ -253,25 +271,36 @@ fn sse_response(
 /// more than [`crate::kernel::CHANGE_FEED_BUFFER`] notifications behind (some were dropped:
 /// read again whatever you wait on), and a `: keep-alive` comment every 15 s. The subscription
 /// is taken before the answer's head is sent, so a client that reads after the head misses
-/// nothing. Feeds over the kernel's cap (`REBUNO_STREAM_SUBSCRIBERS`) are `429`. Not part of
-/// the Go kernel's protocol: the Rust [`crate::client::Client`] holds one feed for all its waits.
-pub(super) async fn changes(State(s): State<AppState>, _: Client<ExecutionsRead>) -> ApiResult {
-    changes_response(&s.kernel)
+/// nothing. Feeds over the kernel's cap (`REBUNO_STREAM_SUBSCRIBERS`) or the server's (per API
+/// key and in total, see `limits`) are `429`. Not part of the Go kernel's protocol: the Rust
+/// [`crate::client::Client`] holds one feed for all its waits.
+pub(super) async fn changes(
+    State(s): State<AppState>,
+    Client(principal, _): Client<ExecutionsRead>,
+    served: ServedStreams,
+) -> ApiResult {
+    changes_response(&s, &principal, &served)
 }
 
-/// The Server-Sent Events answer of the change feed (`GET /v0/changes`, and the console's).
-pub(super) fn changes_response(kernel: &crate::Kernel) -> ApiResult {
+/// The Server-Sent Events answer of the change feed (`GET /v0/changes`, and the console's), for
+/// `principal`: `429` as for [`stream_response`].
+pub(super) fn changes_response(
+    s: &AppState,
+    principal: &Principal,
+    served: &ServedStreams,
+) -> ApiResult {
     use crate::kernel::Change;
     use axum::response::sse::Event;
     use tokio_stream::StreamExt;
-    let events = kernel.change_feed()?.map(|change| {
+    let slot = s.streams.take(principal, served.0.as_ref())?;
+    let events = s.kernel.change_feed()?.map(|change| {
         let data = match change {
             Change::Changed(id) => serde_json::json!({ "execution_id": &*id }),
             Change::Resync => serde_json::json!({ "resync": true }),
         };
         Ok::<Event, std::convert::Infallible>(Event::default().data(data.to_string()))
     });
-    Ok(sse_response(events))
+    Ok(sse_response(HeldStream::new(events, slot)))
 }
 
 /// Row 6: `POST /v0/executions/{id}/cancel` (204; `409 execution_terminal`).
@@ -285,8 +314,8 @@ pub(super) async fn cancel(
 }
 
 /// `POST /v0/executions/{id}/fork {at_seq, session?, policy_bundle?}` (201 with the new
-/// execution; `404` unknown; `400` for a bad `at_seq`, session or bundle): see
-/// [`crate::Kernel::fork`].
+/// execution; `404` unknown; `400` for a bad `at_seq`, session or bundle; `403` for a bundle
+/// from a key without `policies:write`): see [`crate::Kernel::fork`].
 pub(super) async fn fork(
     State(s): State<AppState>,
     Client(principal, _): Client<ExecutionsWrite>,
@@ -663,7 +692,8 @@ pub(super) async fn ready(State(s): State<AppState>) -> Response {
 
 /// Row 27: `GET /metrics` in the Prometheus text format.
 pub(super) async fn metrics(State(s): State<AppState>) -> Response {
-    let text = super::metrics::render(&s.kernel).await;
+    let mut text = super::metrics::render(&s.kernel).await;
+    text.push_str(&super::metrics::edge(s.streams.open(), s.unverified.held()));
     let mut response = (StatusCode::OK, text).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

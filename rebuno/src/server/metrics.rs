@@ -3,6 +3,7 @@
 //! ([`crate::kernel::Histograms`]) in the Prometheus text exposition format, namespace
 //! `rebuno_`, each family with its `# HELP` and `# TYPE` lines. The store figures come from
 //! [`Kernel::store_figures`]: a scrape never scans a table, they are at most a few seconds old.
+//! Two gauges of the HTTP edge follow ([`edge`]).
 
 use crate::Kernel;
 use crate::protocol::ExecutionStatus;
@@ -161,5 +162,25 @@ pub(crate) async fn render(kernel: &Kernel) -> String {
             t.0.push('\n');
         }
     }
+    t.0
+}
+
+/// The HTTP edge's gauges: the live streams and change feeds open, and the bytes held for
+/// agent request bodies whose signatures are not yet checked (both shrink back to 0 when
+/// their requests are gone).
+pub(crate) fn edge(streams_open: usize, unverified_body_bytes: usize) -> String {
+    let mut t = Text(String::new());
+    t.family(
+        "http_streams_open",
+        "gauge",
+        "Live streams and change feeds open (each holds a connection).",
+    );
+    t.sample("http_streams_open", &[], streams_open);
+    t.family(
+        "unverified_body_bytes",
+        "gauge",
+        "Bytes held beyond the first 64 KiB of agent request bodies whose signatures are not yet checked.",
+    );
+    t.sample("unverified_body_bytes", &[], unverified_body_bytes);
     t.0
 }

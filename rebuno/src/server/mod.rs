@@ -12,8 +12,18 @@
 //!   requests (`v1=`, and body-only `sha256=` while legacy signing is on) on agent routes, and
 //!   bearer-or-HMAC on the three read routes an agent also uses, where an agent only sees its own
 //!   executions. An agent's headers are checked before any of its body is read;
-//! * bodies (`body`): at most 10 MiB (`413` beyond, before reading when declared) and read
-//!   within [`ServerOptions::body_timeout`];
+//! * bodies (`body`): every route's body, the console's forms included, through one reader:
+//!   at most 10 MiB on `/v0` and a few KiB for a console form (`413` beyond, before reading
+//!   when declared), started within [`ServerOptions::body_start_timeout`] and read within
+//!   [`ServerOptions::body_timeout`]; a non-empty `/v0` body must be `application/json`
+//!   (`415` otherwise);
+//! * shared budgets (`limits`): the memory held for agent bodies whose signature is not yet
+//!   checked, and the connections live streams and change feeds may hold;
+//! * requests from web pages (`origin`): the `Host` must be one the server answers
+//!   ([`ServerOptions::allowed_hosts`], against DNS rebinding), and a state-changing request
+//!   from another site's page (`Origin`) is refused;
+//! * failed authentications (`throttle`): logged, and counted by source address; an address
+//!   with too many is answered `429` for a while ([`ServerOptions::auth_failure_limit`]);
 //! * request parsing: path UUIDs, query strings, the lease headers and strict JSON
 //!   bodies (`extract`);
 //! * answers: JSON bodies and the `{code, message, details?}` error envelope with the HTTP
@@ -47,15 +57,19 @@ mod error;
 mod extract;
 mod handlers;
 mod keys;
+mod limits;
 pub mod manifest;
 mod metrics;
 mod observe;
+mod origin;
 mod resources;
 mod serve;
+mod throttle;
 
 pub use serve::{ServeOptions, serve, serve_with_shutdown};
 
 use crate::Kernel;
+use crate::web::hosts::AllowedHosts;
 use axum::Router;
 use axum::routing::{get, post, put};
 use std::sync::Arc;
@@ -72,11 +86,52 @@ pub struct ServerOptions {
     /// besides `v1=` (default off). Such a signature has no timestamp and no target, so a
     /// captured request can be replayed at any time to any route that takes the same body.
     pub legacy_signatures: bool,
-    /// How long a request body may take to arrive in full (default 30 s); a slower one is
-    /// refused with `400` and its connection closed.
+    /// How long a request body may take to arrive in full (`--body-timeout`,
+    /// `REBUNO_BODY_TIMEOUT`; default 30 s); a slower one is refused with `400` and its
+    /// connection closed.
     pub body_timeout: Duration,
+    /// How long the first bytes of a request body may take to arrive (`--body-start-timeout`,
+    /// `REBUNO_BODY_START_TIMEOUT`; default 5 s, and never more than the body timeout); a body
+    /// that has not started by then is refused with `400` and its connection closed. Clients
+    /// send a body right after its head, so only a stalled or hostile one waits that long.
+    pub body_start_timeout: Duration,
+    /// How many bytes of agent request bodies whose signatures are not yet checked the server
+    /// holds at once, in total (`--unverified-body-memory`, `REBUNO_UNVERIFIED_BODY_MEMORY`;
+    /// default 128 MiB). The first 64 KiB of each body are not counted (the connection cap
+    /// bounds them). A body that would pass the budget is refused with `429` and its
+    /// connection closed: a caller who knows an agent id but not its secret can make the
+    /// server hold at most this much, beside 64 KiB per connection.
+    pub unverified_body_memory: usize,
+    /// The same budget for the bodies of one agent (`--unverified-body-memory-per-agent`,
+    /// `REBUNO_UNVERIFIED_BODY_MEMORY_PER_AGENT`; default 32 MiB), so that forged uploads
+    /// under one agent's id cannot take the whole budget from the others. Below 10 MiB it
+    /// also lowers the largest body that agent can send.
+    pub unverified_body_memory_per_agent: usize,
+    /// How many live streams and change feeds (`/v0` and the console's) one API key may hold
+    /// open at once (`--max-streams-per-key`, `REBUNO_MAX_STREAMS_PER_KEY`; default 32); more
+    /// are refused with `429`. The admin token is bounded only by the server's total
+    /// ([`ServeOptions::max_streams`]).
+    pub max_streams_per_key: usize,
+    /// The `Host` names answered (default: any). A request naming another is refused `403`;
+    /// the names also count as this server's own origins. `rebuno dev` answers only its listen
+    /// address's local names and those listed (`--allowed-hosts`).
+    pub allowed_hosts: AllowedHosts,
+    /// Whether the console's session cookie is marked `Secure` (default off): set it when the
+    /// console is reached over HTTPS (a TLS proxy in front), so the browser never sends the
+    /// cookie over plain HTTP.
+    pub secure_cookies: bool,
+    /// Failed authentications one source address may make within
+    /// [`ServerOptions::auth_failure_window`] before its requests with credentials are answered
+    /// `429` until the window ends (default 10; 0 turns the throttle off). The address is the
+    /// connection's peer, which [`serve`] records (axum's `ConnectInfo<SocketAddr>`); a router
+    /// served without it logs failures but counts none.
+    pub auth_failure_limit: u32,
+    /// The window failed authentications are counted in, from an address's first failure
+    /// (default 60 s).
+    pub auth_failure_window: Duration,
     /// Whether `POST /v0/agents` accepts a webhook URL with user information
-    /// (`https://user:password@host/`; default off): it is a credential the kernel would keep
+    /// (`https://user:password@host/`; `--allow-webhook-userinfo`,
+    /// `REBUNO_ALLOW_WEBHOOK_USERINFO`; default off): it is a credential the kernel would keep
     /// in plain text. Readers without `agents:write` never see it either way.
     pub allow_webhook_userinfo: bool,
 }
@@ -87,6 +142,14 @@ impl Default for ServerOptions {
             bearer_token: None,
             legacy_signatures: false,
             body_timeout: Duration::from_secs(30),
+            body_start_timeout: Duration::from_secs(5),
+            unverified_body_memory: 128 << 20,
+            unverified_body_memory_per_agent: 32 << 20,
+            max_streams_per_key: 32,
+            allowed_hosts: AllowedHosts::any(),
+            secure_cookies: false,
+            auth_failure_limit: 10,
+            auth_failure_window: Duration::from_secs(60),
             allow_webhook_userinfo: false,
         }
     }
@@ -113,6 +176,26 @@ impl ServerOptions {
         self
     }
 
+    /// These options answering only the `Host` names `hosts` allows.
+    pub fn allowed_hosts(mut self, hosts: AllowedHosts) -> Self {
+        self.allowed_hosts = hosts;
+        self
+    }
+
+    /// These options with the console's session cookie marked `Secure` (`true`) or not.
+    pub fn secure_cookies(mut self, secure: bool) -> Self {
+        self.secure_cookies = secure;
+        self
+    }
+
+    /// These options allowing `limit` failed authentications per source address within
+    /// `window` (a limit of 0 turns the throttle off).
+    pub fn auth_failures(mut self, limit: u32, window: Duration) -> Self {
+        self.auth_failure_limit = limit;
+        self.auth_failure_window = window;
+        self
+    }
+
     /// These options with webhook URLs carrying user information accepted (`true`) or refused.
     pub fn allow_webhook_userinfo(mut self, allowed: bool) -> Self {
         self.allow_webhook_userinfo = allowed;
@@ -130,6 +213,17 @@ impl std::fmt::Debug for ServerOptions {
             )
             .field("legacy_signatures", &self.legacy_signatures)
             .field("body_timeout", &self.body_timeout)
+            .field("body_start_timeout", &self.body_start_timeout)
+            .field("unverified_body_memory", &self.unverified_body_memory)
+            .field(
+                "unverified_body_memory_per_agent",
+                &self.unverified_body_memory_per_agent,
+            )
+            .field("max_streams_per_key", &self.max_streams_per_key)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("secure_cookies", &self.secure_cookies)
+            .field("auth_failure_limit", &self.auth_failure_limit)
+            .field("auth_failure_window", &self.auth_failure_window)
             .field("allow_webhook_userinfo", &self.allow_webhook_userinfo)
             .finish()
     }
@@ -143,12 +237,22 @@ pub(crate) struct AppState {
     pub(crate) bearer: Option<Arc<str>>,
     /// Whether body-only `sha256=` agent signatures are accepted.
     pub(crate) legacy_signatures: bool,
-    /// How long a body may take to arrive.
-    pub(crate) body_timeout: Duration,
-    /// Whether a registration's webhook URL may carry user information.
-    pub(crate) allow_webhook_userinfo: bool,
+    /// The size and deadlines of a `/v0` body.
+    pub(crate) body_limits: body::BodyLimits,
+    /// What agent bodies whose signatures are not yet checked may hold.
+    pub(crate) unverified: Arc<limits::UnverifiedBodies>,
+    /// The live streams and change feeds open, by API key.
+    pub(crate) streams: Arc<limits::StreamSlots>,
     /// The web console's sessions.
     pub(crate) console: Arc<console::Sessions>,
+    /// The `Host` names answered.
+    pub(crate) hosts: Arc<AllowedHosts>,
+    /// Whether the console's session cookie is `Secure`.
+    pub(crate) secure_cookies: bool,
+    /// Failed authentications by source address.
+    pub(crate) failures: Arc<throttle::Failures>,
+    /// Whether a registration's webhook URL may carry user information.
+    pub(crate) allow_webhook_userinfo: bool,
 }
 
 /// The `/v0` router over `kernel`: every route of the wire protocol (the live stream included),
@@ -163,9 +267,20 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
             .filter(|t| !t.is_empty())
             .map(Arc::from),
         legacy_signatures: options.legacy_signatures,
-        body_timeout: options.body_timeout,
-        allow_webhook_userinfo: options.allow_webhook_userinfo,
+        body_limits: body::BodyLimits::api(options.body_start_timeout, options.body_timeout),
+        unverified: limits::UnverifiedBodies::new(
+            options.unverified_body_memory,
+            options.unverified_body_memory_per_agent,
+        ),
+        streams: limits::StreamSlots::new(options.max_streams_per_key),
         console: Arc::default(),
+        hosts: Arc::new(options.allowed_hosts),
+        secure_cookies: options.secure_cookies,
+        failures: Arc::new(throttle::Failures::new(
+            options.auth_failure_limit,
+            options.auth_failure_window,
+        )),
+        allow_webhook_userinfo: options.allow_webhook_userinfo,
     };
     Router::new()
         .route(
@@ -230,6 +345,14 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
         .route("/v0/ready", get(h::ready))
         .route("/metrics", get(h::metrics))
         .merge(console::routes())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            throttle::guard,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            origin::guard,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             observe::request,

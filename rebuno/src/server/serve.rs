@@ -11,20 +11,41 @@
 //! (a stalled client gives its slot back after at most the header or body timeout). Bodies are
 //! bounded by the router's own limits ([`super::ServerOptions::body_timeout`]).
 //!
+//! So that readers and strangers cannot take every slot from the requests agents make all the
+//! time (heartbeats, step submissions):
+//!
+//! * long-lived responses (live streams, change feeds) hold at most
+//!   [`ServeOptions::max_streams`] connections at once (half the cap unless set); the router's
+//!   handlers answer `429` beyond, before subscribing (the cap reaches them as a request
+//!   extension);
+//! * once half the slots are taken, a source address that already has
+//!   [`ServeOptions::max_pending_heads_per_address`] connections still sending a request head
+//!   (accepted and silent, half-sent, or kept alive and half into the next request) has further
+//!   connections closed as soon as they are accepted. Below half, bursts of new connections
+//!   from one address (an agent host starting many runs) are served as usual. IPv6 addresses
+//!   count by their /64 prefix, the block one host usually holds.
+//!
 //! A request can be answered before its body is read (`401`, `413`). If the client is still
 //! sending when the connection closes, closing outright would reset it and the client would
 //! likely lose the answer, so the server lingers: it ends its side, then reads and discards what
 //! still comes for at most [`LINGER`], holding the connection's slot meanwhile.
 
+use super::limits::StreamTotal;
 use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::Request;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -46,6 +67,17 @@ pub struct ServeOptions {
     /// `REBUNO_MAX_CONNECTIONS`; default 512, at least 1). At the cap, new connections wait
     /// unaccepted until one closes.
     pub max_connections: usize,
+    /// How many of those connections may hold a long-lived response (a live stream or a change
+    /// feed, on `/v0` or in the console) at once (`--max-streams`, `REBUNO_MAX_STREAMS`;
+    /// `None`, the default, is half of `max_connections`; at most `max_connections - 1`, so
+    /// that a slot is always left). More are refused with `429`.
+    pub max_streams: Option<usize>,
+    /// Once half the connection slots are taken, how many connections still sending a
+    /// request head one source address (an IPv6 /64) may hold; further connections from it
+    /// are closed as soon as they are accepted (`--max-pending-heads-per-address`,
+    /// `REBUNO_MAX_PENDING_HEADS_PER_ADDRESS`; default 64, at least 1). Behind a proxy every
+    /// client shares its address: raise it there.
+    pub max_pending_heads_per_address: usize,
 }
 
 impl Default for ServeOptions {
@@ -53,7 +85,19 @@ impl Default for ServeOptions {
         ServeOptions {
             header_timeout: Duration::from_secs(10),
             max_connections: 512,
+            max_streams: None,
+            max_pending_heads_per_address: 64,
         }
+    }
+}
+
+impl ServeOptions {
+    /// The cap on long-lived responses these options give (see [`ServeOptions::max_streams`]).
+    pub fn stream_cap(&self) -> usize {
+        let most = self.max_connections.max(1) - 1;
+        self.max_streams
+            .unwrap_or(self.max_connections.max(1) / 2)
+            .min(most)
     }
 }
 
@@ -76,8 +120,14 @@ pub async fn serve_with_shutdown(
     http.timer(TokioTimer::new())
         .header_read_timeout(options.header_timeout)
         .keep_alive(true);
-    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let max_connections = options.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let pending = Arc::new(PendingHeads {
+        cap: options.max_pending_heads_per_address.max(1),
+        by_source: Mutex::default(),
+    });
     let graceful = GracefulShutdown::new();
+    let router = router.layer(axum::Extension(StreamTotal::new(options.stream_cap())));
     let service = TowerToHyperService::new(router);
     loop {
         // A slot first, then the accept: at the cap nothing more is taken off the backlog.
@@ -90,8 +140,8 @@ pub async fn serve_with_shutdown(
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
                 // Most likely out of file descriptors: give other connections time to close
@@ -103,14 +153,39 @@ pub async fn serve_with_shutdown(
                 }
             }
         };
+        let source = source_of(peer.ip());
+        let under_pressure = slots.available_permits() < max_connections / 2;
+        let Some(head) = Pending::start(&pending, source, under_pressure) else {
+            tracing::debug!(
+                %source,
+                "connection closed at once: its address has too many requests still sending their head"
+            );
+            drop(stream);
+            continue;
+        };
         // Nagle's algorithm would hold back the small writes of a live stream (SSE) until the
         // client's delayed ACK; answers are written whole, so it saves nothing.
         let _ = stream.set_nodelay(true);
+        let head = Arc::new(head);
         let io = TokioIo::new(Conn {
             stream: Some(stream),
             permit: Some(permit),
+            head: Arc::clone(&head),
         });
-        let connection = graceful.watch(http.serve_connection(io, service.clone()));
+        let inner = service.clone();
+        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            // The peer's address, as axum's `ConnectInfo`: failed authentications are counted
+            // by source address.
+            req.extensions_mut().insert(ConnectInfo(peer));
+            let serving = Serving::begin(&head);
+            let answer = hyper::service::Service::call(&inner, req);
+            async move {
+                let answer = answer.await;
+                drop(serving);
+                answer
+            }
+        });
+        let connection = graceful.watch(http.serve_connection(io, service));
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!("connection ended: {e}");
@@ -130,11 +205,123 @@ fn is_connection_error(e: &std::io::Error) -> bool {
     )
 }
 
+/// The address connections are counted under: an IPv4 address (IPv4-mapped IPv6 included), or
+/// the /64 prefix of an IPv6 one.
+fn source_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+        },
+    }
+}
+
+/// The connections still sending a request head, by source address.
+struct PendingHeads {
+    cap: usize,
+    by_source: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl PendingHeads {
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.by_source
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn add(&self, source: IpAddr) {
+        *self.counts().entry(source).or_insert(0) += 1;
+    }
+
+    fn remove(&self, source: IpAddr) {
+        let mut counts = self.counts();
+        if let Some(n) = counts.get_mut(&source) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.remove(&source);
+            }
+        }
+    }
+}
+
+/// Where one connection is: sending a request head (counted under its address), or not (a
+/// request is being served, or the connection sits idle between requests).
+struct Pending {
+    heads: Arc<PendingHeads>,
+    source: IpAddr,
+    /// Counted as sending a head.
+    sending: AtomicBool,
+    /// A request is being served.
+    serving: AtomicBool,
+}
+
+impl Pending {
+    /// A new connection from `source`, counted as sending its first head; `None` when the
+    /// server is `under_pressure` and the address already has as many as allowed.
+    fn start(heads: &Arc<PendingHeads>, source: IpAddr, under_pressure: bool) -> Option<Pending> {
+        {
+            let mut counts = heads.counts();
+            let n = counts.entry(source).or_insert(0);
+            if under_pressure && *n >= heads.cap {
+                return None;
+            }
+            *n += 1;
+        }
+        Some(Pending {
+            heads: Arc::clone(heads),
+            source,
+            sending: AtomicBool::new(true),
+            serving: AtomicBool::new(false),
+        })
+    }
+
+    /// Bytes came in: unless a request is being served (its body), a head has begun.
+    fn bytes_came(&self) {
+        if !self.serving.load(Ordering::Acquire) && !self.sending.swap(true, Ordering::AcqRel) {
+            self.heads.add(self.source);
+        }
+    }
+
+    /// The head is whole: it is no longer counted.
+    fn head_done(&self) {
+        if self.sending.swap(false, Ordering::AcqRel) {
+            self.heads.remove(self.source);
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.head_done();
+    }
+}
+
+/// A request being served on a connection ([`Pending`]): from its whole head until its answer
+/// is ready.
+struct Serving(Arc<Pending>);
+
+impl Serving {
+    fn begin(pending: &Arc<Pending>) -> Serving {
+        pending.serving.store(true, Ordering::Release);
+        pending.head_done();
+        Serving(Arc::clone(pending))
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.serving.store(false, Ordering::Release);
+    }
+}
+
 /// A served connection: the socket and its slot, released together when the connection is
-/// dropped, or after lingering if the client was still sending.
+/// dropped, or after lingering if the client was still sending; and whether it is sending a
+/// request head.
 struct Conn {
     stream: Option<TcpStream>,
     permit: Option<OwnedSemaphorePermit>,
+    head: Arc<Pending>,
 }
 
 impl Conn {
@@ -151,10 +338,16 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut().stream() {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = match this.stream() {
             Ok(s) => Pin::new(s).poll_read(cx, buf),
             Err(e) => Poll::Ready(Err(e)),
+        };
+        if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.head.bytes_came();
         }
+        read
     }
 }
 

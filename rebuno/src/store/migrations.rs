@@ -260,6 +260,16 @@ ALTER TABLE executions ADD COLUMN trace_parent TEXT NOT NULL DEFAULT '';
 // 13: the forks of an execution, listed newest first (`ExecutionQuery::forked_from`).
 "
 CREATE INDEX executions_forked_from ON executions (forked_from, id) WHERE forked_from IS NOT NULL AND forked_from <> '';
+",
+// 14: who set an execution's own policy bundle (the subject of the API key, `admin` for the
+// admin token); empty when it has none.
+"
+ALTER TABLE executions ADD COLUMN policy_bundle_set_by TEXT NOT NULL DEFAULT '';
+",
+// 15: the agent an API key speaks for (it may create subagents of that agent's executions);
+// empty for none.
+"
+ALTER TABLE api_keys ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {
@@ -373,15 +383,24 @@ mod tests {
             }
         }
         let store = SqliteStore::open(&path).unwrap();
-        let (events, step, other) = store
+        let (events, step, other, exec) = store
             .read(|tx| {
                 let events = tx.events("e1", 0, 10)?;
                 let step = tx.step("e1", "s1")?;
                 let other = tx.step("e2", "s1")?;
-                Ok((events, step, other))
+                Ok((events, step, other, tx.execution("e1")?))
             })
             .await
             .unwrap();
+        // Columns added since read as their defaults: no own bundle, nobody who set one.
+        let exec = exec.expect("the execution survived the migration");
+        assert_eq!(
+            (
+                exec.policy_bundle.as_str(),
+                exec.policy_bundle_set_by.as_str()
+            ),
+            ("", "")
+        );
         let seqs: Vec<_> = events
             .items
             .iter()

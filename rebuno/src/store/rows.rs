@@ -103,7 +103,7 @@ pub(super) fn agent_row(r: &Row<'_>) -> rusqlite::Result<Agent> {
 }
 
 /// The columns [`exec_row`] reads.
-pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, created_by, idempotency_key, on_behalf_of, subject_groups, session, parent_execution_id, forked_from, fork_seq, restoration, spawned_by_execution, spawned_by_step, state, policy_bundle, trace_parent";
+pub(super) const EXEC_COLS: &str = "id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, created_by, idempotency_key, on_behalf_of, subject_groups, session, parent_execution_id, forked_from, fork_seq, restoration, spawned_by_execution, spawned_by_step, state, policy_bundle, trace_parent, policy_bundle_set_by";
 /// An execution.
 pub(super) fn exec_row(r: &Row<'_>) -> rusqlite::Result<Execution> {
     Ok(Execution {
@@ -142,6 +142,7 @@ pub(super) fn exec_row(r: &Row<'_>) -> rusqlite::Result<Execution> {
         state: json_out(r.get(21)?)?,
         policy_bundle: r.get(22)?,
         trace_parent: r.get(23)?,
+        policy_bundle_set_by: r.get(24)?,
     })
 }
 

@@ -232,10 +232,10 @@ impl Tx for SqliteTx<'_> {
         // `ended_at` is set once, by the update that makes the execution terminal, and never
         // moves afterwards: retention counts from it.
         self.exec(
-            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key, on_behalf_of, subject_groups, session, parent_execution_id, forked_from, fork_seq, restoration, spawned_by_execution, spawned_by_step, state, policy_bundle, trace_parent)
+            "INSERT INTO executions (id, agent_id, agent_version, input, status, output, failure_reason, created_at, updated_at, deadline_at, ended_at, created_by, idempotency_key, on_behalf_of, subject_groups, session, parent_execution_id, forked_from, fork_seq, restoration, spawned_by_execution, spawned_by_step, state, policy_bundle, trace_parent, policy_bundle_set_by)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
                CASE WHEN ?5 IN ('completed', 'failed', 'cancelled') THEN ?9 END, ?11, NULLIF(?12, ''), ?13, ?14,
-               ?15, NULLIF(?16, ''), NULLIF(?17, ''), ?18, ?19, ?20, ?21, ?22, ?23, ?24)
+               ?15, NULLIF(?16, ''), NULLIF(?17, ''), ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)
              ON CONFLICT (id) DO UPDATE SET agent_version = excluded.agent_version, input = excluded.input,
                status = excluded.status, output = excluded.output, failure_reason = excluded.failure_reason,
                updated_at = excluded.updated_at, deadline_at = excluded.deadline_at,
@@ -266,7 +266,8 @@ impl Tx for SqliteTx<'_> {
                 e.spawned_by.as_ref().map(|s| s.step_id.as_str()),
                 json_in(&e.state),
                 e.policy_bundle,
-                e.trace_parent
+                e.trace_parent,
+                e.policy_bundle_set_by
             ],
         )?;
         Ok(())

@@ -1,8 +1,10 @@
 //! What both web consoles share (feature `web`): the kernel's `/ui` ([`crate::server::console`])
 //! and `receipt ui`. [`Html`] (the only way they write markup: every run-time value is escaped),
 //! the one embedded stylesheet and script, the page document with its navigation, the security
-//! headers every answer carries ([`security_headers`]) and the asset route ([`asset`]).
+//! headers every answer carries ([`security_headers`]), the asset route ([`asset`]) and the
+//! `Host` names a server answers ([`hosts`], against DNS rebinding).
 
+pub mod hosts;
 pub mod html;
 
 pub use html::{Html, encode};

@@ -11,6 +11,7 @@ fn key(id: &str, expires: Option<u32>) -> ApiKey {
         subject: format!("subject-{id}"),
         groups: vec!["ops".into(), "finance".into()],
         scopes: vec![Scope::ExecutionsWrite, Scope::ApprovalsRead],
+        agent_id: format!("agent-{id}"),
         created_at: at(1),
         created_by: String::new(),
         expires_at: expires.map(at),

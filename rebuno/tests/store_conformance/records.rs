@@ -71,6 +71,8 @@ pub async fn executions_round_trip_byte_exact(store: Dyn) {
     e.agent_version = "v2".into();
     e.deadline_at = Some(at(500));
     e.trace_parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into();
+    e.policy_bundle = "default_action: deny\n".into();
+    e.policy_bundle_set_by = "gov".into();
     let put = e.clone();
     w(&store, move |tx| tx.put_execution(&put)).await;
     let got = r(&store, |tx| tx.execution("e1")).await.unwrap();
@@ -83,11 +85,14 @@ pub async fn executions_round_trip_byte_exact(store: Dyn) {
     done.output = Some(Value::Null);
     done.updated_at = at(9);
     done.failure_reason = "none".into();
-    // The agent, creation time and trace are kept from the first write.
+    // The agent, creation time, trace and own policy bundle (with who set it) are kept from
+    // the first write.
     let mut put = done.clone();
     put.agent_id = "other".into();
     put.created_at = at(7);
     put.trace_parent = String::new();
+    put.policy_bundle = String::new();
+    put.policy_bundle_set_by = String::new();
     w(&store, move |tx| tx.put_execution(&put)).await;
     let (got, state, missing) = r(&store, |tx| {
         Ok((

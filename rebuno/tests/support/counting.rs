@@ -141,9 +141,9 @@ impl Transport for Counting {
         Self::tick(&self.reads);
         self.inner.previous_state(id).await
     }
-    async fn create_child(&self, req: &CreateExecutionRequest) -> Result<Execution> {
+    async fn create_child(&self, req: &CreateExecutionRequest, lease: &Lease) -> Result<Execution> {
         Self::tick(&self.other);
-        self.inner.create_child(req).await
+        self.inner.create_child(req, lease).await
     }
     async fn suspend(&self, id: &str, lease: &Lease) -> Result<bool> {
         Self::tick(&self.other);

@@ -108,7 +108,7 @@ pub fn unix_now() -> i64 {
 
 /// Adds the headers of a v1-signed agent request to `rb`, a `method` request to `target` (the
 /// path and query as sent): agent id, `timestamp`, signature and the lease headers if given.
-/// Sets `body` as the body.
+/// Sets `body` as the body (declared `application/json` when not empty).
 pub fn sign_v1_at(
     timestamp: i64,
     rb: reqwest::RequestBuilder,
@@ -137,6 +137,10 @@ pub fn sign_v1_at(
         .header(HEADER_TIMESTAMP, timestamp)
         .header(HEADER_SIGNATURE, signature)
         .body(body.to_vec());
+    // As the SDKs do: a body is JSON and says so (the kernel refuses any other type).
+    if !body.is_empty() {
+        rb = rb.header("Content-Type", "application/json");
+    }
     if let Some(l) = lease {
         rb = rb
             .header(HEADER_DISPATCH_ID, &l.dispatch_id)

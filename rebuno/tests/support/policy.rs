@@ -13,8 +13,8 @@ pub use rebuno::policy::{
     Action, ApprovalConfig, BadPattern, Bundle, BundleError, BundleSpec, Clock, Decision,
     DurationError, EvalInput, GoDuration, LimiterError, LimiterFuture, ManualClock,
     MemoryRateLimiter, MissingBundle, OnLimiterError, PerWhat, PolicyEngine, RateLimit,
-    RateLimitOutcome, RateLimiter, StepKind, enforce_rate_limit, glob_match, go_value_string,
-    validate_glob,
+    RateLimitOutcome, RateLimiter, RuleLimit, StepKind, enforce_rate_limit, enforce_rate_limits,
+    glob_match, go_value_string, rule_ids, validate_glob,
 };
 pub use serde_json::{Value, json};
 

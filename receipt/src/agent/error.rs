@@ -220,6 +220,16 @@ pub enum AgentError {
     /// for a call served in process).
     #[error("{0}")]
     RemoteError(String),
+    /// A remote call without the invocation's authority on the run stream (not selected,
+    /// denied, ended, not under a live claim, not the controller's call): the action did not
+    /// run.
+    #[error("remote action '{action}' refused: {refusal}")]
+    RemoteRefused {
+        /// The action id the call names.
+        action: String,
+        /// The check that failed (boxed: the error stays small).
+        refusal: Box<super::remote::RemoteRefusal>,
+    },
     /// A remote worker task that failed without an answer.
     #[error("remote worker for action '{action}' failed: {message}")]
     RemoteWorkerFailed {

@@ -87,7 +87,11 @@
 //!   `completed`, `failed`, `superseded`, `human.requested` and `human.responded`, and
 //!   `<mergeId>:<step>` ([`control::event_id`]).
 //! - A remote payload also carries `attempt`; the worker's check of the function name and
-//!   version (a call for another version is refused) comes before the spec lookup.
+//!   version (a call for another version is refused) comes before the spec lookup. After the
+//!   spec's re-checks the worker also checks the invocation's authority on the run stream
+//!   (selected, not denied, not ended, in an open run, under a live claim made on that stream,
+//!   called exactly as the controller calls it), refusing anything else with
+//!   [`AgentError::RemoteRefused`] ([`RemoteRefusal`] names the check).
 //! - A merge whose `merge.started` was left without an end by a crash is not resumed at a later
 //!   head (its id names the head it started at).
 //! - A run stream that is a branch is read, verified and folded in full on every pass (branches
@@ -102,6 +106,7 @@ mod ids;
 pub mod merge;
 mod registry;
 pub mod remote;
+pub(crate) mod remote_check;
 mod run_cache;
 mod select;
 mod spec;
@@ -125,8 +130,9 @@ pub use merge::{
 };
 pub use registry::{DynAgent, Registry, erase};
 pub use remote::{
-    DEFAULT_TARGET_GROUP, InProcessDispatcher, REMOTE_FUNCTION, REMOTE_FUNCTION_VERSION,
-    REMOTE_TIMEOUT_MS, RemoteCall, RemoteDispatcher, RemotePayload, RemoteResult, RemoteWorker,
+    DEFAULT_TARGET_GROUP, Delivery, InProcessDispatcher, REMOTE_FUNCTION, REMOTE_FUNCTION_VERSION,
+    REMOTE_TIMEOUT_MS, RemoteCall, RemoteDispatcher, RemotePayload, RemoteRefusal, RemoteResult,
+    RemoteWorker,
 };
 pub use run_cache::DEFAULT_RUN_CACHE_CAPACITY;
 pub use select::{Candidate, Selection, SelectionReason, select, select_runnable};

@@ -2,7 +2,7 @@
 //! remote worker use to find an agent without knowing its Rust type.
 
 use super::controller::{Controller, ControllerOptions, RunOutcome};
-use super::remote::{RemotePayload, RemoteResult, execute_remote};
+use super::remote::{Delivery, RemoteCall, RemoteResult, execute_remote};
 use super::{AgentError, AgentSpec, AgentTypes};
 use crate::error::Result;
 use crate::runtime::Runtime;
@@ -43,11 +43,13 @@ pub trait DynAgent: Send + Sync + 'static {
         let _ = (runtime, options);
         Ok(())
     }
-    /// Serves one remote call (the re-checks after the registry lookup, then the action).
+    /// Serves one remote call that reached the worker as `delivery` (the re-checks after the
+    /// registry lookup, then the action).
     async fn execute_remote(
         &self,
         runtime: Arc<Runtime>,
-        payload: RemotePayload,
+        call: RemoteCall,
+        delivery: Delivery<'_>,
     ) -> Result<RemoteResult>;
 }
 
@@ -86,9 +88,10 @@ impl<A: AgentTypes> DynAgent for Erased<A> {
     async fn execute_remote(
         &self,
         runtime: Arc<Runtime>,
-        payload: RemotePayload,
+        call: RemoteCall,
+        delivery: Delivery<'_>,
     ) -> Result<RemoteResult> {
-        execute_remote(Arc::clone(&self.0), runtime, payload).await
+        execute_remote(Arc::clone(&self.0), runtime, call, delivery).await
     }
 }
 

@@ -1,15 +1,17 @@
 //! Remote actions: the pinned durable function, the call/payload/result shapes,
 //! the [`RemoteDispatcher`] seam, the [`RemoteWorker`] that serves calls by reloading the spec
-//! from a [`Registry`] and re-checking everything, and an [`InProcessDispatcher`] that runs the
-//! worker in its own task.
+//! from a [`Registry`] and re-checking everything (the spec's checks here, then the
+//! invocation's authority on the run stream: see [`RemoteRefusal`]), and an
+//! [`InProcessDispatcher`] that runs the worker in its own task.
 //!
 //! The worker never appends: it returns the buffered outputs and the controller commits them
 //! exactly like a local action's (manifest, outputs, `action.completed`), so the run stream
 //! keeps one writer.
 
 use super::action::{ActionContext, DurableActionContext, OutputBuffer};
-use super::control::{ACTION_STARTED, ActionStarted};
 use super::ids::{DEFAULT_RUNTIME_POLICY_VERSION, SCHEDULER_POLICY_VERSION};
+use super::remote_check::authorize;
+pub use super::remote_check::{Delivery, RemoteRefusal};
 use super::{ActionKind, AgentError, AgentSpec, AgentTypes, AgentView, ExecutionMode, Registry};
 use crate::error::{Error, Result};
 use crate::receipt::verify;
@@ -61,7 +63,7 @@ pub struct RemotePayload {
     pub index: usize,
     /// The claim. Empty in a call made once for every attempt of the invocation (a durable
     /// dispatcher's, such as the kernel's): the worker then serves it under the invocation's
-    /// latest claim in the run stream (claim, owner and attempt).
+    /// latest claim in the run stream (claim, owner and attempt), if that claim is live.
     pub claim_id: String,
     /// The claim owner.
     pub claim_owner_id: String,
@@ -108,6 +110,19 @@ impl RemoteCall {
             payload,
         }
     }
+
+    /// The call as every attempt of its invocation makes it: without the claim (`claimId`,
+    /// `claimOwnerId`, `attempt`) or the caller's timeout. A durable dispatcher delivers this
+    /// once per invocation (a takeover's call then repeats the first one exactly), and a
+    /// worker serving such a delivery takes the claim from the run stream.
+    pub fn for_invocation(&self) -> RemoteCall {
+        let mut call = self.clone();
+        call.timeout_ms = 0;
+        call.payload.claim_id.clear();
+        call.payload.claim_owner_id.clear();
+        call.payload.attempt = 0;
+        call
+    }
 }
 
 /// What a worker answers: the buffered output bodies, in emission order.
@@ -150,7 +165,10 @@ pub trait RemoteDispatcher: Send + Sync {
 /// Serves [`REMOTE_FUNCTION`] version 2: reloads the spec from the registry by id and runs the
 /// action after re-checking, in order, the spec's remote support, its id and version, the
 /// selected head, that the action exists, its kind and execution (and that it is remote), and
-/// `when` at the selected head; each check has its own refusal.
+/// `when` at the selected head; each check has its own refusal. Then the invocation's authority,
+/// from the run stream: selected, not denied, not ended, in an open run, claimed under a live
+/// claim, and called exactly as the controller calls it; a call without it is refused with
+/// [`AgentError::RemoteRefused`], naming the [`RemoteRefusal`].
 pub struct RemoteWorker {
     registry: Arc<Registry>,
     runtime: Arc<Runtime>,
@@ -165,9 +183,21 @@ impl RemoteWorker {
         }
     }
 
-    /// Serves one call, in a `receipt.remote_action` span (`run_id`, `agent_id`, `action_id`,
-    /// `invocation_id`, `outcome`: `ran` or `refused`).
+    /// Serves one call handed over in process ([`Delivery::Direct`]), in a
+    /// `receipt.remote_action` span (`run_id`, `agent_id`, `action_id`, `invocation_id`,
+    /// `outcome`: `ran` or `refused`).
     pub async fn handle(&self, call: RemoteCall) -> Result<RemoteResult> {
+        self.handle_delivered(call, Delivery::Direct).await
+    }
+
+    /// [`RemoteWorker::handle`] for a call that reached the worker as `delivery` (a kernel
+    /// execution's input is checked to be exactly the controller's; [`Delivery::Resumed`] only
+    /// for a re-delivery of an execution that an earlier delivery started the action in).
+    pub async fn handle_delivered(
+        &self,
+        call: RemoteCall,
+        delivery: Delivery<'_>,
+    ) -> Result<RemoteResult> {
         let p = &call.payload;
         let span = tracing::info_span!(
             "receipt.remote_action",
@@ -177,7 +207,7 @@ impl RemoteWorker {
             invocation_id = %p.invocation_id,
             outcome = tracing::field::Empty,
         );
-        let result = self.serve(call).instrument(span.clone()).await;
+        let result = self.serve(call, delivery).instrument(span.clone()).await;
         let _entered = span.enter();
         match &result {
             Ok(r) => {
@@ -192,8 +222,8 @@ impl RemoteWorker {
         result
     }
 
-    /// [`RemoteWorker::handle`] without its span.
-    async fn serve(&self, call: RemoteCall) -> Result<RemoteResult> {
+    /// [`RemoteWorker::handle_delivered`] without its span.
+    async fn serve(&self, call: RemoteCall, delivery: Delivery<'_>) -> Result<RemoteResult> {
         if call.function != REMOTE_FUNCTION || call.version != REMOTE_FUNCTION_VERSION {
             return Err(AgentError::RemoteFunction {
                 function: call.function,
@@ -206,7 +236,7 @@ impl RemoteWorker {
             .get_remote(&call.payload.agent_id)
             .ok_or_else(|| AgentError::RemoteUnsupported(call.payload.agent_id.clone()))?;
         agent
-            .execute_remote(Arc::clone(&self.runtime), call.payload)
+            .execute_remote(Arc::clone(&self.runtime), call, delivery)
             .await
     }
 }
@@ -265,13 +295,14 @@ impl RemoteDispatcher for InProcessDispatcher {
     }
 }
 
-/// The typed half of [`RemoteWorker::handle`], after the registry lookup.
+/// The typed half of [`RemoteWorker::handle_delivered`], after the registry lookup.
 pub(crate) async fn execute_remote<A: AgentTypes>(
     spec: Arc<AgentSpec<A>>,
     runtime: Arc<Runtime>,
-    payload: RemotePayload,
+    call: RemoteCall,
+    delivery: Delivery<'_>,
 ) -> Result<RemoteResult> {
-    let p = &payload;
+    let p = &call.payload;
     if spec.id() != p.agent_id || spec.version() != p.agent_version {
         return Err(AgentError::RemoteVersion {
             action: p.action_id.clone(),
@@ -283,6 +314,12 @@ pub(crate) async fn execute_remote<A: AgentTypes>(
         .into());
     }
     let chain = runtime.read(&p.run_stream).await?;
+    // All of it: the invocation's authority is read from the receipts after the selected head.
+    verify(&chain).map_err(|f| Error::InvalidChain {
+        stream: p.run_stream.clone(),
+        reason: f.reason,
+        at: f.at,
+    })?;
     let prefix_len = match &p.selected_head {
         None => 0,
         Some(head) => match chain.iter().position(|r| r.hash() == head) {
@@ -297,11 +334,6 @@ pub(crate) async fn execute_remote<A: AgentTypes>(
         },
     };
     let prefix = &chain[..prefix_len];
-    verify(prefix).map_err(|f| Error::InvalidChain {
-        stream: p.run_stream.clone(),
-        reason: f.reason,
-        at: f.at,
-    })?;
     let action = spec
         .action(&p.action_id)
         .ok_or_else(|| AgentError::UnknownAction {
@@ -325,41 +357,29 @@ pub(crate) async fn execute_remote<A: AgentTypes>(
         .run
         .clone()
         .ok_or_else(|| AgentError::MissingRun(p.action_id.clone()))?;
+    let now = runtime.clock().now_ms();
+    let granted = authorize(&chain, &p.run_stream, &call, delivery, now).map_err(|refusal| {
+        AgentError::RemoteRefused {
+            action: p.action_id.clone(),
+            refusal: Box::new(refusal),
+        }
+    })?;
     let out = OutputBuffer::new(&p.action_id, spec.receipt_types());
-    let (claim_id, claim_owner_id, attempt) = if p.claim_id.is_empty() {
-        latest_claim(&chain[prefix_len..], &p.invocation_id)
-    } else {
-        (p.claim_id.clone(), p.claim_owner_id.clone(), p.attempt)
-    };
     let durable = Arc::new(DurableActionContext {
         run_id: p.run_id.clone(),
         action_id: p.action_id.clone(),
         invocation_id: p.invocation_id.clone(),
         selection_id: p.selection_id.clone(),
         selected_head: p.selected_head.clone(),
-        claim_id,
-        claim_owner_id,
-        attempt,
+        claim_id: granted.claim_id,
+        claim_owner_id: granted.claim_owner_id,
+        attempt: granted.attempt,
     });
     let ctx = ActionContext::new(Arc::new(view), durable, out.clone());
     run(Arc::clone(spec.agent()), ctx).await?;
     Ok(RemoteResult {
         outputs: out.close(),
     })
-}
-
-/// The latest claim (`action.started`) of `invocation` among `receipts`: its id, owner and
-/// attempt (empty, empty and 0 when it has none).
-fn latest_claim(receipts: &[crate::Receipt], invocation: &str) -> (String, String, u32) {
-    receipts
-        .iter()
-        .filter(|r| r.event_type() == ACTION_STARTED)
-        .filter_map(|r| ActionStarted::deserialize(r.body()).ok())
-        .filter(|s| s.invocation_id == invocation)
-        .max_by_key(|s| s.attempt)
-        .map_or_else(Default::default, |s| {
-            (s.claim_id, s.claim_owner_id, s.attempt)
-        })
 }
 
 /// The payload the controller sends for one invocation (shared with tests and custom

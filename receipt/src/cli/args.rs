@@ -77,6 +77,12 @@ pub(super) struct UiArgs {
     /// Address to listen on (anyone who can reach it reads every receipt)
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8091")]
     pub(super) listen: String,
+    /// More `Host` names to answer, comma-separated: name (any port), name:port, or * for any.
+    /// Besides these only the listen address and localhost, 127.0.0.1 and [::1] on its port
+    /// are answered, so a web page whose name is re-pointed at this machine cannot read the
+    /// receipts
+    #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
+    pub(super) allowed_hosts: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -6,7 +6,11 @@
 //! commit steps, and its receipts, each body expandable in full.
 //!
 //! It changes nothing, so it has no forms and no login; it listens on loopback unless told
-//! otherwise (`--listen`), as whoever can reach it can read every receipt.
+//! otherwise (`--listen`), as whoever can reach it can read every receipt. For the same reason
+//! it answers only its own `Host` names (the listen address, `localhost`, `127.0.0.1`, `[::1]`
+//! on its port, and those `--allowed-hosts` lists): a web page whose name is re-pointed at this
+//! machine (DNS rebinding) is refused. It is served by rebuno's serve loop, so a client that
+//! does not finish a request head within 10 s is disconnected.
 
 use super::args::UiArgs;
 use super::db::Db;
@@ -15,10 +19,13 @@ use super::{CliResult, fail};
 use crate::store::ReceiptStore;
 use crate::{Receipt, verify};
 use axum::Router;
-use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::extract::{Query, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{Redirect, Response};
 use axum::routing::get;
+use rebuno::server::{ServeOptions, serve_with_shutdown};
+use rebuno::web::hosts::AllowedHosts;
 use rebuno::web::{self, Html, badge, empty, encode, json_block};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -34,38 +41,71 @@ struct Ui {
 
 /// `receipt ui`: serves the console until interrupted.
 pub(super) async fn ui(db: &Db, a: UiArgs) -> CliResult {
+    // Checked before anything is opened: a name that is not a host.
+    let listed = match AllowedHosts::any().with(&a.allowed_hosts) {
+        Ok(listed) => listed,
+        Err(e) => return fail(format!("--allowed-hosts: {e}")),
+    };
     let store = db.open(false).await?;
-    let app = router(store);
     let listener = match tokio::net::TcpListener::bind(&a.listen).await {
         Ok(l) => l,
         Err(e) => return fail(format!("cannot listen on {}: {e}", a.listen)),
     };
-    let addr = listener
-        .local_addr()
-        .map_or_else(|_| a.listen.clone(), |a| a.to_string());
+    let addr = match listener.local_addr() {
+        Ok(addr) => addr,
+        Err(e) => return fail(format!("cannot listen on {}: {e}", a.listen)),
+    };
+    let app = router(store, listed.listening_on(addr));
     eprintln!("receipt ui: http://{addr}/ui");
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    match axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        Ok(()) => Ok(()),
-        Err(e) => fail(format!("serving failed: {e}")),
-    }
+    serve_with_shutdown(listener, app, &ServeOptions::default(), shutdown).await;
+    Ok(())
 }
 
-/// The console's routes over `store`.
-pub fn router(store: Arc<dyn ReceiptStore>) -> Router {
+/// The console's routes over `store`, answering the `Host` names `hosts` allows.
+pub fn router(store: Arc<dyn ReceiptStore>, hosts: AllowedHosts) -> Router {
     Router::new()
         .route("/", get(|| async { Redirect::to("/ui/streams") }))
         .route("/ui", get(|| async { Redirect::to("/ui/streams") }))
         .route("/ui/streams", get(streams))
         .route("/ui/stream", get(stream))
         .route("/ui/assets/{name}", get(web::asset))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(hosts),
+            host_guard,
+        ))
         .layer(axum::middleware::from_fn(web::security_headers))
         .with_state(Ui { store })
+}
+
+/// Middleware: `403` (a page saying which names are answered) for a request whose `Host`
+/// (one header, and an absolute target's authority) is not one `hosts` allows.
+async fn host_guard(
+    State(hosts): State<Arc<AllowedHosts>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut named = request.headers().get_all(header::HOST).iter();
+    let host = match (named.next(), named.next()) {
+        (Some(h), None) => h.to_str().ok(),
+        _ => None,
+    };
+    let target = request.uri().authority().map(|a| a.as_str());
+    let allowed = host.is_some_and(|h| hosts.allows(h)) && target.is_none_or(|t| hosts.allows(t));
+    if allowed || !hosts.is_restricted() {
+        return next.run(request).await;
+    }
+    let shown: String = host.unwrap_or("(none)").chars().take(100).collect();
+    error(
+        StatusCode::FORBIDDEN,
+        &format!(
+            "host {shown:?} is not served here: this console answers {} (add names with \
+             --allowed-hosts)",
+            hosts.describe()
+        ),
+    )
 }
 
 /// A whole page.

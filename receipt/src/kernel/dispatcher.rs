@@ -9,6 +9,25 @@
 //!   an invocation over (attempt + 1) after another died finds the execution the first one
 //!   started, still running or finished, instead of starting a second. The worker serves it
 //!   under the invocation's latest claim, which it reads from the run stream.
+//! - **Made again only where nothing ran**: an execution the worker refused for want of a
+//!   live claim (a refusal a later claim cures,
+//!   [`crate::agent::RemoteRefusal::cured_by_a_later_claim`]: the first delivery came once
+//!   the claim had lapsed, say, before another controller took the invocation over) ran
+//!   nothing, and it is final for that execution only. The executions of an invocation form
+//!   one sequence, the same for every controller: the invocation id, then `<invocation id>#1`,
+//!   `#2`, … The dispatcher walks it from the start: it waits on the first execution that
+//!   is not such a refusal and answers with it; past one that is, it goes to the next key
+//!   (creating that execution if nobody did yet) when the refusal read an earlier claim than
+//!   the caller's (`claimAttempt` below the caller's attempt: the caller's claim cures it),
+//!   or, when it read the caller's own claim as lapsed (a renewal late to land), after a
+//!   pause that starts at 100 ms and doubles up to 30 s, for as long as the call's timeout
+//!   leaves room. Any other refusal (policy denied, invocation or run ended, not selected,
+//!   another input, a later claim's) is the answer. So every execution before the one that
+//!   answers was refused before its action started, and the action runs in one execution
+//!   only: a refused execution that holds steps (an earlier delivery of it had started the
+//!   action) is never walked past, and the worker does not refuse such a re-delivery for a
+//!   lapsed claim anyway. An invocation has at most [`MAX_EXECUTIONS_PER_INVOCATION`]
+//!   executions; a call without a claim (attempt 0) has one.
 //! - **Waiting** is woken by the kernel's notification that the execution ended
 //!   ([`rebuno::Client::wait`]: in process the kernel's table of waiters, over HTTP the one
 //!   change feed that all the calls of the dispatcher's client share), within the call's
@@ -19,19 +38,24 @@
 //!   finds the execution again by its idempotency key (the dispatcher keeps no table of calls).
 //!   A kernel that cannot be reached (or answers `429`/`5xx`) is retried until the timeout.
 //! - **The answer** is the execution's output: `{"outputs": [...]}`, the worker's
-//!   [`RemoteResult`], or `{"error": "<message>"}` for a refusal or the action's own error,
-//!   which reaches `action.failed` verbatim (a completed execution: it is final, never
-//!   retried). An execution that failed (a worker that could not work: its store unreachable,
-//!   its deliveries exhausted) or was cancelled by someone else fails the call with
+//!   [`RemoteResult`], or `{"error": "<message>"}` for a refusal or the action's own error
+//!   (with `"refused": "<check>"` for a call without the invocation's authority, and
+//!   `"claimAttempt"` for one that read the invocation's claim), which reaches `action.failed`
+//!   verbatim (a completed execution is never delivered again). An execution that failed (a
+//!   worker that could not work: its store unreachable, its deliveries exhausted) or was
+//!   cancelled by someone else fails the call with
 //!   `remote worker for action '<id>' failed: <reason>`.
 //!
 //! **Logs** (`tracing`, emitted only; ids as fields: `invocation_id`, `action_id`, `group`,
 //! `execution_id`): each call's kernel execution (`debug`) and how it ended (`debug` for an
 //! answer, `warn` for a worker's execution that failed or was cancelled), a kernel that could not
 //! be reached and is asked again (`warn`, with the reason), a group without a worker agent and a
-//! call that timed out and is withdrawn (`warn`). The API key is never logged.
+//! call that timed out and is withdrawn (`warn`), a call made again after a refusal a claim
+//! cures (`info`, with the check and the claim attempts) and one that is not because its
+//! execution had started the action (`warn`). The API key is never logged.
 
 use crate::agent::remote::{RemoteCall, RemoteDispatcher, RemoteResult};
+use crate::agent::remote_check::cured_by_a_later_claim;
 use crate::agent::{AgentError, async_trait};
 use crate::error::{Error, Result};
 use rebuno::protocol::{ErrorCode, Execution, ExecutionStatus};
@@ -54,6 +78,16 @@ const RETRY_INITIAL: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
 /// How long [`RemoteDispatcher::cancel`] tries to find the call's execution.
 const CANCEL_LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most kernel executions one invocation is given: its first, and those made again after
+/// refusals a later claim cured. Past it, such a refusal is the answer.
+pub const MAX_EXECUTIONS_PER_INVOCATION: u32 = 256;
+/// The first pause before a call refused because the caller's own claim seemed lapsed is made
+/// again; it doubles up to [`RENEWAL_PAUSE_MAX`].
+const RENEWAL_PAUSE_INITIAL: Duration = Duration::from_millis(100);
+/// The longest such pause.
+const RENEWAL_PAUSE_MAX: Duration = Duration::from_secs(30);
+/// The check of a refusal for a claim that has lapsed.
+const CLAIM_EXPIRED: &str = "claim_expired";
 
 /// The rebuno agent id of the worker serving target group `group`: `receipt-worker-<group>`.
 /// A group is 1 to [`MAX_GROUP_BYTES`] ASCII letters, digits, `.`, `_` or `-` (an agent id is
@@ -76,14 +110,10 @@ pub fn worker_agent_id(group: &str) -> Result<String> {
 /// The kernel execution's input for `call`: the call as every attempt of its invocation makes
 /// it, without the claim (`claimId`, `claimOwnerId`, `attempt`) or the caller's timeout, so that
 /// a takeover's call repeats the first one exactly (the kernel answers a repeated idempotency
-/// key only for the same input).
+/// key only for the same input). The worker serves an execution only if its input is exactly
+/// this, for an invocation claimed on the run stream.
 pub fn invocation_call(call: &RemoteCall) -> RemoteCall {
-    let mut call = call.clone();
-    call.timeout_ms = 0;
-    call.payload.claim_id.clear();
-    call.payload.claim_owner_id.clear();
-    call.payload.attempt = 0;
-    call
+    call.for_invocation()
 }
 
 /// What a worker answers, as its execution's output.
@@ -96,7 +126,81 @@ pub(super) enum Answer {
     Error {
         /// The message, as the worker's error displays it.
         error: String,
+        /// For a call refused for want of the invocation's authority on the run stream: the
+        /// check that failed ([`crate::agent::RemoteRefusal::check`]). The execution's output,
+        /// and so its `execution.completed` event, keeps it for an audit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refused: Option<String>,
+        /// For a refusal that read the invocation's latest claim: that claim's attempt
+        /// ([`crate::agent::RemoteRefusal::claim_attempt`]), which tells a dispatcher whether
+        /// its own claim came later.
+        #[serde(
+            default,
+            rename = "claimAttempt",
+            skip_serializing_if = "Option::is_none"
+        )]
+        claim_attempt: Option<u32>,
     },
+}
+
+/// What a dispatcher does once one of a call's executions has ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Answers the call with it.
+    Answer,
+    /// Goes to the next execution now: the refusal read an earlier claim than the caller's.
+    Again,
+    /// Goes to the next execution after a pause: the refusal read the caller's own claim as
+    /// lapsed, which a renewal late to land revives.
+    AfterRenewal,
+}
+
+/// The idempotency key of execution `n` of the call `call_id` (the invocation id): the call
+/// id for the first, `<call id>#<n>` after.
+fn execution_key(call_id: &str, n: u32) -> String {
+    if n == 0 {
+        call_id.to_owned()
+    } else {
+        format!("{call_id}#{n}")
+    }
+}
+
+/// The refusal `exec` ended with, if it is one the worker made for want of the invocation's
+/// authority: its check, and the attempt of the claim it read (0 for none, or a worker that
+/// does not say).
+fn refusal(exec: &Execution) -> Option<(String, u32)> {
+    if exec.status != ExecutionStatus::Completed {
+        return None;
+    }
+    match serde_json::from_value::<Answer>(exec.output.clone()?) {
+        Ok(Answer::Error {
+            refused: Some(check),
+            claim_attempt,
+            ..
+        }) => Some((check, claim_attempt.unwrap_or(0))),
+        _ => None,
+    }
+}
+
+/// What follows execution `n` (`exec`, ended) of a call made under claim attempt `attempt`,
+/// when it ran nothing (see the module docs).
+fn next_after(exec: &Execution, n: u32, attempt: u32) -> Next {
+    if attempt == 0 || n + 1 >= MAX_EXECUTIONS_PER_INVOCATION {
+        return Next::Answer;
+    }
+    let Some((check, read)) = refusal(exec) else {
+        return Next::Answer;
+    };
+    if !cured_by_a_later_claim(&check) {
+        return Next::Answer;
+    }
+    if read < attempt {
+        Next::Again
+    } else if read == attempt && check == CLAIM_EXPIRED {
+        Next::AfterRenewal
+    } else {
+        Next::Answer
+    }
 }
 
 /// Dispatches remote calls through a rebuno kernel (see the module docs). It keeps no state of
@@ -125,18 +229,20 @@ impl KernelDispatcher {
         &self.client
     }
 
-    /// The execution for `call`, created now or found by its invocation id; `None` when the
-    /// kernel could not be reached before `deadline`.
-    async fn start(&self, call: &RemoteCall, deadline: Instant) -> Result<Option<Execution>> {
+    /// Execution `n` of `call` ([`execution_key`]), created now or found by its key; `None`
+    /// when the kernel could not be reached before `deadline`.
+    async fn start(
+        &self,
+        call: &RemoteCall,
+        n: u32,
+        deadline: Instant,
+    ) -> Result<Option<Execution>> {
         let agent = worker_agent_id(&call.target_group)?;
         let input = invocation_call(call);
+        let key = execution_key(&call.call_id, n);
         let mut pause = RETRY_INITIAL;
         loop {
-            match self
-                .client
-                .create_idempotent(&agent, &input, &call.call_id)
-                .await
-            {
+            match self.client.create_idempotent(&agent, &input, &key).await {
                 Ok(exec) => return Ok(Some(exec)),
                 Err(e) if e.is_not_found() => {
                     tracing::warn!(
@@ -183,6 +289,61 @@ impl KernelDispatcher {
             }
         }
     }
+
+    /// What follows execution `n` of `call` (`exec`, ended): [`next_after`], once the kernel
+    /// says that it ran nothing. The worker records no step before its checks pass, so a
+    /// refused execution holding steps was refused on a later delivery, after an earlier one
+    /// had started the action: making the call again would run that part a second time, so its
+    /// refusal is the answer (as it is when the kernel cannot say before `deadline`).
+    async fn next(&self, call: &RemoteCall, exec: &Execution, n: u32, deadline: Instant) -> Next {
+        let next = next_after(exec, n, call.payload.attempt);
+        if next == Next::Answer {
+            return next;
+        }
+        let mut pause = RETRY_INITIAL;
+        let steps = loop {
+            match self.client.steps(&exec.id).await {
+                Ok(steps) => break steps,
+                Err(e) if transient(&e) => {
+                    unreachable_kernel(call, &e, pause);
+                    if !pause_until(&mut pause, deadline).await {
+                        return Next::Answer;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        invocation_id = %call.payload.invocation_id,
+                        execution_id = %exec.id,
+                        error = %e,
+                        "cannot tell whether a refused remote action had started: not made again"
+                    );
+                    return Next::Answer;
+                }
+            }
+        };
+        if !steps.is_empty() {
+            tracing::warn!(
+                invocation_id = %call.payload.invocation_id,
+                action_id = %call.payload.action_id,
+                execution_id = %exec.id,
+                steps = steps.len(),
+                "remote action refused after it had started: its refusal is the answer, not made again"
+            );
+            return Next::Answer;
+        }
+        let (check, read) = refusal(exec).unwrap_or_default();
+        tracing::info!(
+            invocation_id = %call.payload.invocation_id,
+            action_id = %call.payload.action_id,
+            execution_id = %exec.id,
+            refused = %check,
+            claim_attempt_read = read,
+            attempt = call.payload.attempt,
+            next_key = %execution_key(&call.call_id, n + 1),
+            "remote action refused for want of a live claim the caller's claim may cure: making the call again"
+        );
+        next
+    }
 }
 
 #[async_trait]
@@ -205,43 +366,67 @@ impl RemoteDispatcher for KernelDispatcher {
         let deadline = now
             .checked_add(Duration::from_millis(call.timeout_ms))
             .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)));
-        let Some(exec) = self.start(&call, deadline).await? else {
-            timed_out(&call, None);
-            return Err(AgentError::RemoteTimeout.into());
-        };
-        tracing::debug!(
-            invocation_id = %call.payload.invocation_id,
-            action_id = %call.payload.action_id,
-            group = %call.target_group,
-            execution_id = %exec.id,
-            attempt = call.payload.attempt,
-            "remote action dispatched through the kernel"
-        );
-        match self.ended(&call, &exec.id, deadline).await? {
-            Some(exec) => answer(&call, exec),
-            None => {
+        let mut renewal_pause = RENEWAL_PAUSE_INITIAL;
+        let mut n = 0;
+        loop {
+            let Some(exec) = self.start(&call, n, deadline).await? else {
+                timed_out(&call, None);
+                return Err(AgentError::RemoteTimeout.into());
+            };
+            tracing::debug!(
+                invocation_id = %call.payload.invocation_id,
+                action_id = %call.payload.action_id,
+                group = %call.target_group,
+                execution_id = %exec.id,
+                attempt = call.payload.attempt,
+                execution = n,
+                "remote action dispatched through the kernel"
+            );
+            let Some(ended) = self.ended(&call, &exec.id, deadline).await? else {
                 timed_out(&call, Some(&exec.id));
                 // Not to be delivered again after the controller gave up on it (an execution
                 // that has ended meanwhile stays as it is).
                 let _ = self.client.cancel(&exec.id).await;
-                Err(AgentError::RemoteTimeout.into())
+                return Err(AgentError::RemoteTimeout.into());
+            };
+            match self.next(&call, &ended, n, deadline).await {
+                Next::Answer => return answer(&call, ended),
+                Next::Again => {}
+                Next::AfterRenewal => {
+                    // No pause past the deadline: the refusal is the answer then.
+                    if deadline.saturating_duration_since(Instant::now()) <= renewal_pause {
+                        return answer(&call, ended);
+                    }
+                    tokio::time::sleep(renewal_pause).await;
+                    renewal_pause = (renewal_pause * 2).min(RENEWAL_PAUSE_MAX);
+                }
             }
+            n += 1;
         }
     }
 
-    /// Finds the call's execution by its idempotency key (a create that repeats the call's
-    /// answers the existing execution) and cancels it. Called when the controller's own
-    /// timeout dropped the wait; a kernel that cannot be reached within
-    /// 5 s leaves the execution as it is.
+    /// Walks the call's executions as [`RemoteDispatcher::dispatch`] does (a create that
+    /// repeats one's key answers the existing execution) and cancels the first that has not
+    /// ended. Called when the controller's own timeout dropped the wait; a kernel that cannot
+    /// be reached within 5 s leaves the execution as it is. (When the timeout fell in a pause
+    /// before the next execution, that one is created here, and cancelled at once.)
     async fn cancel(&self, call: &RemoteCall) -> Result<()> {
         let deadline = Instant::now() + CANCEL_LOOKUP_TIMEOUT;
-        if let Ok(Some(exec)) = self.start(call, deadline).await {
-            tracing::debug!(
-                invocation_id = %call.payload.invocation_id,
-                execution_id = %exec.id,
-                "withdrawing a remote action: cancelling its kernel execution"
-            );
-            let _ = self.client.cancel(&exec.id).await;
+        let mut n = 0;
+        while let Ok(Some(exec)) = self.start(call, n, deadline).await {
+            if !exec.status.is_terminal() {
+                tracing::debug!(
+                    invocation_id = %call.payload.invocation_id,
+                    execution_id = %exec.id,
+                    "withdrawing a remote action: cancelling its kernel execution"
+                );
+                let _ = self.client.cancel(&exec.id).await;
+                return Ok(());
+            }
+            if self.next(call, &exec, n, deadline).await == Next::Answer {
+                return Ok(());
+            }
+            n += 1;
         }
         Ok(())
     }
@@ -305,7 +490,9 @@ fn answer_of(call: &RemoteCall, exec: Execution) -> Result<RemoteResult> {
             let output = exec.output.unwrap_or(Value::Null);
             match serde_json::from_value::<Answer>(output) {
                 Ok(Answer::Outputs(result)) => Ok(result),
-                Ok(Answer::Error { error }) => Err(AgentError::RemoteError(bounded(error)).into()),
+                Ok(Answer::Error { error, .. }) => {
+                    Err(AgentError::RemoteError(bounded(error)).into())
+                }
                 Err(e) => Err(failed(
                     call,
                     &format!(
@@ -385,6 +572,90 @@ mod tests {
             assert!(worker_agent_id(bad).is_err(), "{bad:?}");
         }
         assert!(worker_agent_id(&"x".repeat(MAX_GROUP_BYTES)).is_ok());
+    }
+
+    /// An execution in `status` with `output`.
+    fn ended(status: &str, output: Value) -> Execution {
+        serde_json::from_value(serde_json::json!({
+            "id": "0190a000-0000-7000-8000-000000000000",
+            "agent_id": "receipt-worker-payments",
+            "input": null,
+            "status": status,
+            "output": output,
+            "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z",
+        }))
+        .unwrap()
+    }
+
+    /// A refusal by `check` that read the claim of attempt `read`.
+    fn refused(check: &str, read: Option<u32>) -> Execution {
+        let mut output = serde_json::json!({"error": "refused", "refused": check});
+        if let Some(read) = read {
+            output["claimAttempt"] = read.into();
+        }
+        ended("completed", output)
+    }
+
+    #[test]
+    fn only_a_refusal_an_earlier_claim_made_or_the_callers_own_lapse_is_made_again() {
+        use Next::{AfterRenewal, Again, Answer};
+        // Read before the caller's claim (or no claim at all): the caller's claim cures it.
+        assert_eq!(next_after(&refused("claim_expired", Some(1)), 0, 2), Again);
+        assert_eq!(next_after(&refused("not_claimed", None), 0, 1), Again);
+        assert_eq!(
+            next_after(&refused("approval_not_granted", None), 3, 1),
+            Again
+        );
+        assert_eq!(
+            next_after(&refused("claim_superseded", Some(1)), 0, 2),
+            Again
+        );
+        // The caller's own claim, seen lapsed: after its renewal; seen otherwise: final.
+        assert_eq!(
+            next_after(&refused("claim_expired", Some(2)), 0, 2),
+            AfterRenewal
+        );
+        assert_eq!(
+            next_after(&refused("claim_mismatch", Some(2)), 0, 2),
+            Answer
+        );
+        // A later claim's: the caller lost the invocation.
+        assert_eq!(next_after(&refused("claim_expired", Some(3)), 0, 2), Answer);
+        // What no claim cures.
+        for check in [
+            "not_selected",
+            "selection_mismatch",
+            "foreign_selection",
+            "policy_denied",
+            "invocation_ended",
+            "run_ended",
+            "input_mismatch",
+        ] {
+            assert_eq!(next_after(&refused(check, None), 0, 5), Answer, "{check}");
+        }
+        // A call without a claim, the last execution an invocation may have, an answer, an
+        // action's own error, a worker's failure.
+        assert_eq!(next_after(&refused("claim_expired", Some(1)), 0, 0), Answer);
+        let last = MAX_EXECUTIONS_PER_INVOCATION - 1;
+        assert_eq!(next_after(&refused("not_claimed", None), last, 1), Answer);
+        assert_eq!(
+            next_after(&refused("not_claimed", None), last - 1, 1),
+            Again
+        );
+        let outputs = ended("completed", serde_json::json!({"outputs": []}));
+        assert_eq!(next_after(&outputs, 0, 2), Answer);
+        let own_error = ended("completed", serde_json::json!({"error": "boom"}));
+        assert_eq!(next_after(&own_error, 0, 2), Answer);
+        let failed = ended("failed", Value::Null);
+        assert_eq!(next_after(&failed, 0, 2), Answer);
+    }
+
+    #[test]
+    fn the_first_execution_keeps_the_invocation_id_as_its_key() {
+        assert_eq!(execution_key("inv", 0), "inv");
+        assert_eq!(execution_key("inv", 1), "inv#1");
+        assert_eq!(execution_key("inv", 12), "inv#12");
     }
 
     #[test]

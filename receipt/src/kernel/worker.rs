@@ -12,29 +12,51 @@
 //!
 //! What the execution ends with: a completed execution whose output is `{"outputs": [...]}`
 //! (the action ran), or `{"error": "<message>"}` for a refusal or the action's own error (an
-//! answer, final, never delivered again). Trouble of the worker's own (its receipt store
+//! answer, final, never delivered again; a call refused for want of authority also carries
+//! `"refused"`). Trouble of the worker's own (its receipt store
 //! unreachable, a corrupt chain) fails the execution instead, with the reason.
 //!
 //! **Logs** (`tracing`, emitted only): each call served (`info`, with the run, action and
 //! invocation ids and the number of outputs), a call refused or whose action failed (`warn`,
-//! with the reason), the worker's own trouble that fails the execution (`error`), and the
+//! with the reason), a started execution delivered again that goes on although its claim
+//! lapsed (`info`), the worker's own trouble that fails the execution (`error`), and the
 //! webhook served and the agent registered (`info`, URLs without credentials). The agent secret
 //! is never logged.
 //!
-//! The worker trusts no call: it runs only an action that the run stream shows selected at the
-//! call's head and runnable there. Still, whoever may create executions of the worker agent on
-//! the kernel can have such an action run again; give that right (`executions:write`) to the
-//! controllers only, and key external effects by the invocation id.
+//! **The worker trusts no call.** Whoever may create executions of the worker agent on the
+//! kernel (`executions:write`) can hand it any input, so it runs an action only for an
+//! invocation whose authority the run stream shows: selected at the call's head, not denied by
+//! the governance (and granted any approval it waited for), not ended, in a run still open,
+//! claimed under a live claim made on that stream; and only if the execution's input, as the
+//! kernel recorded it, is exactly the call the controller makes for that invocation
+//! ([`super::invocation_call`]). Anything else is refused before the action runs (see
+//! [`crate::agent::RemoteRefusal`]): the execution completes with `{"error": "<message>",
+//! "refused": "<check>"}`, which its `execution.completed` event keeps for an audit, and the
+//! refusal is logged (`warn`, with the check). Re-deliveries of a claimed invocation (a worker
+//! that died mid-action, a controller that took the invocation over) pass. What the checks
+//! cannot tell apart is a second execution with exactly the controller's input while the claim
+//! is live: give `executions:write` on worker agents to the controllers only, and key external
+//! effects by the invocation id.
+//!
+//! **A claim that lapsed.** A refusal for want of a live claim is final for its execution, but
+//! not for the invocation: it carries `"claimAttempt"` (the attempt of the latest claim it
+//! read), so that the dispatcher of a controller whose claim cures it makes the call again
+//! under a new execution (see [`super::KernelDispatcher`]). That is safe only because a
+//! refused execution ran nothing; so an execution delivered again after an earlier delivery
+//! of it started the action (it holds steps it recorded, and is not a fork) is not refused
+//! for a claim that lapsed since ([`Delivery::Resumed`]): it goes on, its recorded effects
+//! replay, and the controller that takes the invocation over commits its answer.
 
 use super::dispatcher::{Answer, worker_agent_id};
 use crate::agent::controller::fails_run;
-use crate::agent::remote::{RemoteCall, RemoteWorker};
-use crate::agent::{DEFAULT_TARGET_GROUP, Registry};
+use crate::agent::remote::{Delivery, RemoteCall, RemoteWorker};
+use crate::agent::{AgentError, DEFAULT_TARGET_GROUP, Registry, RemoteRefusal};
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
 use rebuno::agent::{Agent, AgentBuilder, AgentHandler};
 use rebuno::protocol::RegisterAgentRequest;
 use rebuno::tool::BoxFuture;
+use serde::Deserialize as _;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -204,12 +226,16 @@ impl WorkerHandler {
     /// Serves one call: its answer, or the worker's own trouble (which fails the execution);
     /// logged with the call's ids.
     async fn serve(worker: Arc<RemoteWorker>, group: String, input: Value) -> Result<Answer> {
-        let call = match serde_json::from_value::<RemoteCall>(input) {
+        let call = match RemoteCall::deserialize(&input) {
             Ok(call) => call,
             Err(e) => {
                 let error = format!("not a remote call: {e}");
                 tracing::warn!(%group, error, "remote action refused");
-                return Ok(Answer::Error { error });
+                return Ok(Answer::Error {
+                    error,
+                    refused: None,
+                    claim_attempt: None,
+                });
             }
         };
         let p = &call.payload;
@@ -218,7 +244,7 @@ impl WorkerHandler {
             p.action_id.clone(),
             p.invocation_id.clone(),
         );
-        let answer = Self::answer(worker, &group, call).await;
+        let answer = Self::answer(worker, &group, call, &input).await;
         let (run_id, action_id, invocation_id) = ids;
         match &answer {
             Ok(Answer::Outputs(result)) => tracing::info!(
@@ -229,7 +255,24 @@ impl WorkerHandler {
                 outputs = result.outputs.len(),
                 "remote action served"
             ),
-            Ok(Answer::Error { error }) => tracing::warn!(
+            Ok(Answer::Error {
+                error,
+                refused: Some(check),
+                ..
+            }) => tracing::warn!(
+                %run_id,
+                %action_id,
+                %invocation_id,
+                %group,
+                refused = %check,
+                error,
+                "remote action refused: the call lacks the invocation's authority on the run stream"
+            ),
+            Ok(Answer::Error {
+                error,
+                refused: None,
+                ..
+            }) => tracing::warn!(
                 %run_id,
                 %action_id,
                 %invocation_id,
@@ -249,24 +292,88 @@ impl WorkerHandler {
         answer
     }
 
-    /// The answer to one call.
-    async fn answer(worker: Arc<RemoteWorker>, group: &str, call: RemoteCall) -> Result<Answer> {
+    /// The answer to one call, read from the execution's `input`.
+    async fn answer(
+        worker: Arc<RemoteWorker>,
+        group: &str,
+        call: RemoteCall,
+        input: &Value,
+    ) -> Result<Answer> {
         if call.target_group != group {
             return Ok(Answer::Error {
                 error: format!(
                     "this worker serves target group '{group}', not '{}'",
                     call.target_group
                 ),
+                refused: None,
+                claim_attempt: None,
             });
         }
-        match worker.handle(call).await {
+        let mut served = worker
+            .handle_delivered(call.clone(), Delivery::Kernel(input))
+            .await;
+        if lapsed(&served) && started_before().await? {
+            tracing::info!(
+                run_id = %call.payload.run_id,
+                action_id = %call.payload.action_id,
+                invocation_id = %call.payload.invocation_id,
+                %group,
+                "remote action delivered again after it started: going on although its claim lapsed"
+            );
+            served = worker
+                .handle_delivered(call, Delivery::Resumed(input))
+                .await;
+        }
+        match served {
             Ok(result) => Ok(Answer::Outputs(result)),
-            Err(e) if fails_run(&e) => Ok(Answer::Error {
-                error: e.to_string(),
-            }),
+            Err(e) if fails_run(&e) => {
+                let (refused, claim_attempt) = match &e {
+                    Error::Agent(AgentError::RemoteRefused { refusal, .. }) => {
+                        (Some(refusal.check().to_owned()), refusal.claim_attempt())
+                    }
+                    _ => (None, None),
+                };
+                Ok(Answer::Error {
+                    error: e.to_string(),
+                    refused,
+                    claim_attempt,
+                })
+            }
             Err(e) => Err(e),
         }
     }
+}
+
+/// Whether `served` is a refusal because the invocation's claim has lapsed.
+fn lapsed(served: &Result<crate::agent::RemoteResult>) -> bool {
+    matches!(
+        served,
+        Err(Error::Agent(AgentError::RemoteRefused { refusal, .. }))
+            if matches!(**refusal, RemoteRefusal::ClaimExpired { .. })
+    )
+}
+
+/// Whether an earlier delivery of the execution being served started the action: the kernel
+/// holds steps it recorded (the worker records none before the checks pass), and it is not a
+/// fork (which carries another execution's effects, not a delivery of its own that passed).
+/// Outside an execution, `false`; a kernel that cannot be asked is the worker's own trouble.
+async fn started_before() -> Result<bool> {
+    let Ok(ctx) = rebuno::execution() else {
+        return Ok(false);
+    };
+    let kernel = ctx.transport();
+    let id = ctx.execution_id();
+    let trouble = |e: rebuno::Error| Error::Storage(format!("worker execution {id}: {e}"));
+    if !kernel
+        .execution(id)
+        .await
+        .map_err(trouble)?
+        .forked_from
+        .is_empty()
+    {
+        return Ok(false);
+    }
+    Ok(!kernel.steps(id).await.map_err(trouble)?.is_empty())
 }
 
 impl AgentHandler for WorkerHandler {

@@ -314,7 +314,7 @@ pub(super) async fn test_policy(
     headers: HeaderMap,
     viewer: Viewer,
     Path(id): Path<String>,
-    axum::Form(form): axum::Form<TestForm>,
+    super::BoundedForm(form): super::BoundedForm<TestForm>,
 ) -> Page {
     check_mutation(&headers, &viewer, &form.csrf)?;
     viewer.require(Scope::AgentsRead)?;

@@ -246,7 +246,7 @@ pub(super) async fn grant(
     headers: HeaderMap,
     viewer: Viewer,
     Path(raw): Path<String>,
-    axum::Form(form): axum::Form<DecideForm>,
+    super::BoundedForm(form): super::BoundedForm<DecideForm>,
 ) -> Page {
     decide(s, headers, viewer, raw, form, Verdict::Grant).await
 }
@@ -257,7 +257,7 @@ pub(super) async fn deny(
     headers: HeaderMap,
     viewer: Viewer,
     Path(raw): Path<String>,
-    axum::Form(form): axum::Form<DecideForm>,
+    super::BoundedForm(form): super::BoundedForm<DecideForm>,
 ) -> Page {
     decide(s, headers, viewer, raw, form, Verdict::Deny).await
 }

@@ -6,8 +6,10 @@ use super::layout::{self, Nav};
 use super::{
     Failure, Html, Page, Viewer, check_mutation, cookie_value, html_response, same_origin,
 };
+use crate::protocol::ErrorCode;
 use crate::server::AppState;
-use crate::server::auth::authenticate_client;
+use crate::server::auth::{authenticate_client, note_refused_token};
+use crate::server::throttle::{Peer, too_many};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -131,17 +133,29 @@ pub(super) async fn login_page(State(s): State<AppState>, Query(q): Query<Next>)
     )
 }
 
-/// `POST /ui/login`: `401` with the form again for a token the API would refuse; otherwise a
-/// new session and a redirect to `next`.
+/// `POST /ui/login`: `401` with the form again for a token the API would refuse (logged and
+/// counted against the source address), `429` with the form while the address has failed too
+/// often; otherwise a new session and a redirect to `next`.
 pub(super) async fn login(
     State(s): State<AppState>,
+    peer: Peer,
     headers: HeaderMap,
-    axum::Form(form): axum::Form<LoginForm>,
+    super::BoundedForm(form): super::BoundedForm<LoginForm, { super::MAX_LOGIN_FORM_BYTES }>,
 ) -> Page {
     if !same_origin(&headers) {
         return Err(Failure::forbidden("cross-site login refused"));
     }
     let next = destination(&form.next).to_owned();
+    if let Some(wait) = s.failures.retry_after(peer) {
+        let (message, retry) = too_many(wait);
+        let body = login_form(s.bearer.is_none(), &next, Some(&message));
+        let mut response = html_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            layout::shell("Log in", Nav::None, None, &body),
+        );
+        response.headers_mut().insert(header::RETRY_AFTER, retry);
+        return Ok(response);
+    }
     let token = form.token.trim().to_owned();
     let mut auth = HeaderMap::new();
     if !token.is_empty() {
@@ -159,8 +173,14 @@ pub(super) async fn login(
     if token.is_empty() && s.bearer.is_some() {
         return Ok(refused("a token or an API key is required"));
     }
-    let Ok(principal) = authenticate_client(&s, &auth).await else {
-        return Ok(refused("that token or API key is not valid"));
+    let principal = match authenticate_client(&s, &auth).await {
+        Ok(principal) => principal,
+        Err(e) => {
+            if e.0.code == ErrorCode::Unauthorized {
+                note_refused_token(&s, peer, &token, "console login").await;
+            }
+            return Ok(refused("that token or API key is not valid"));
+        }
     };
     // An admin login in dev mode needs nothing kept; a key or the server's token is kept.
     let kept =
@@ -168,7 +188,7 @@ pub(super) async fn login(
     let name: String = form.name.trim().chars().take(MAX_NAME).collect();
     let id = s.console.start(kept, name);
     let mut response = Redirect::to(&next).into_response();
-    if let Ok(value) = HeaderValue::from_str(&cookie_value(&id)) {
+    if let Ok(value) = HeaderValue::from_str(&cookie_value(&id, s.secure_cookies)) {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
     Ok(response)
@@ -179,14 +199,14 @@ pub(super) async fn logout(
     State(s): State<AppState>,
     headers: HeaderMap,
     viewer: Viewer,
-    axum::Form(form): axum::Form<LogoutForm>,
+    super::BoundedForm(form): super::BoundedForm<LogoutForm>,
 ) -> Page {
     check_mutation(&headers, &viewer, &form.csrf)?;
     if let Some(id) = &viewer.session {
         s.console.end(id);
     }
     let mut response = Redirect::to("/ui/login").into_response();
-    if let Ok(value) = HeaderValue::from_str(&cookie_value("")) {
+    if let Ok(value) = HeaderValue::from_str(&cookie_value("", s.secure_cookies)) {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
     Ok(response)

@@ -1,8 +1,9 @@
 //! The executions pages: the list (status, agent and session filters, paging, live updates),
-//! one execution (its links to sessions, forks, parents and children; steps with their
-//! decisions and rules; approvals; the live output stream; the event timeline), cancel, and the
-//! two feeds the script listens to (`/ui/executions/{id}/stream`, `/ui/changes`), which answer
-//! the `/v0` feeds' events for a session cookie.
+//! one execution (its links to sessions, forks, parents and children; its own policy bundle
+//! and who set it; steps with their decisions and rules; approvals; the live output stream;
+//! the event timeline), cancel, and the two feeds the script listens to
+//! (`/ui/executions/{id}/stream`, `/ui/changes`), which answer the `/v0` feeds' events for a
+//! session cookie.
 
 use super::layout::{Nav, badge, csrf_field, empty, json_block, json_inline, time};
 use super::{Failure, Html, Page, Viewer, check_mutation, html::encode};
@@ -11,6 +12,7 @@ use crate::protocol::{
 };
 use crate::server::AppState;
 use crate::server::handlers::{changes_response, stream_response};
+use crate::server::limits::ServedStreams;
 use crate::store::ExecutionQuery;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -470,6 +472,14 @@ fn summary(h: &mut Html, exec: &Execution, related: &Related<'_>) {
                 h.el_text("span", &[("class", Some("mono"))], &spawned.step_id);
             });
         }
+        if !exec.policy_bundle.is_empty() {
+            // The execution's own bundle (a fork's): it narrows the agent's.
+            row(h, "Policy bundle", &|h| {
+                h.text("narrows the agent's; set by ");
+                h.text(&exec.policy_bundle_set_by);
+                h.el_text("pre", &[("class", Some("json"))], &exec.policy_bundle);
+            });
+        }
         if !related.children.is_empty() {
             row(h, "Subagents", &|h| execution_list(h, related.children));
         }
@@ -638,7 +648,7 @@ pub(super) async fn cancel(
     headers: HeaderMap,
     viewer: Viewer,
     Path(raw): Path<String>,
-    axum::Form(form): axum::Form<CsrfForm>,
+    super::BoundedForm(form): super::BoundedForm<CsrfForm>,
 ) -> Page {
     check_mutation(&headers, &viewer, &form.csrf)?;
     viewer.require(Scope::ExecutionsWrite)?;
@@ -651,17 +661,22 @@ pub(super) async fn cancel(
 pub(super) async fn stream(
     State(s): State<AppState>,
     viewer: Viewer,
+    served: ServedStreams,
     Path(raw): Path<String>,
 ) -> Page {
     viewer.require(Scope::ExecutionsRead)?;
     let id = execution_id(&raw)?;
-    stream_response(&s.kernel, &id)
+    stream_response(&s, &viewer.principal, &served, &id)
         .await
         .map_err(|e| Failure::from(e.0))
 }
 
 /// `GET /ui/changes`: the change feed, as `/v0/changes` sends it.
-pub(super) async fn changes(State(s): State<AppState>, viewer: Viewer) -> Page {
+pub(super) async fn changes(
+    State(s): State<AppState>,
+    viewer: Viewer,
+    served: ServedStreams,
+) -> Page {
     viewer.require(Scope::ExecutionsRead)?;
-    changes_response(&s.kernel).map_err(|e| Failure::from(e.0))
+    changes_response(&s, &viewer.principal, &served).map_err(|e| Failure::from(e.0))
 }

@@ -13,12 +13,18 @@
 //!
 //! Authentication is the API's: with a bearer token configured (`rebuno server`) a viewer logs
 //! in with that token or an API key; the console keeps it server-side under a random session id,
-//! sent as an `HttpOnly; SameSite=Strict` cookie, and re-authenticates it on every request (a
-//! revoked key ends its sessions). Without a token (`rebuno dev`) the console is open, as the
+//! sent as an `HttpOnly; SameSite=Strict` cookie (also `Secure` with
+//! [`super::ServerOptions::secure_cookies`]), and re-authenticates it on every request (a
+//! revoked key ends its sessions). A refused login counts as a failed authentication of its
+//! source address, as a refused API token does (`throttle`). Without a token (`rebuno dev`) the console is open, as the
 //! API is. Grant, deny and cancel are `POST` forms that must come from this origin (`Origin`, or
 //! `Referer` when a browser sends no `Origin`) and carry the session's CSRF token; anything else
 //! is `403` and changes nothing. An approval is decided as the login: an API key as its subject,
 //! the admin token as the name given at login.
+//!
+//! Every form is read as the API reads its bodies ([`BoundedForm`]): at most
+//! [`MAX_FORM_BYTES`] ([`MAX_LOGIN_FORM_BYTES`] for the login, which anyone may send), under the
+//! server's body deadlines.
 
 mod agents;
 mod approvals;
@@ -31,11 +37,13 @@ use crate::web::{html, html_response};
 
 use super::AppState;
 use super::auth::{authenticate_client, require};
+use super::body::read_body;
 use crate::kernel::KernelError;
 use crate::protocol::{Principal, Scope};
 use crate::signing::constant_time_eq;
 use axum::Router;
-use axum::extract::FromRequestParts;
+use axum::body::Body;
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -52,6 +60,14 @@ const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
 /// At most this many live sessions; the oldest is dropped to make room.
 const MAX_SESSIONS: usize = 10_000;
+
+/// The most bytes of a console form (a CSRF token, a rationale, a policy test's arguments);
+/// a larger one is `413`.
+pub(crate) const MAX_FORM_BYTES: usize = 64 * 1024;
+
+/// The most bytes of the login form (a token or API key, a name, where to go next), which is
+/// read before anything authenticates; a larger one is `413`.
+pub(crate) const MAX_LOGIN_FORM_BYTES: usize = 8 * 1024;
 
 /// One console session, kept in memory (a restart logs everyone out).
 struct Session {
@@ -137,14 +153,17 @@ fn session_cookie(headers: &HeaderMap) -> Option<&str> {
         .map(|(_, value)| value)
 }
 
-/// The `Set-Cookie` value of session `id` (an empty id with `Max-Age=0` ends it).
-fn cookie_value(id: &str) -> String {
+/// The `Set-Cookie` value of session `id` (an empty id with `Max-Age=0` ends it); `Secure`
+/// when `secure` (the console is reached over HTTPS), so the browser never sends it over
+/// plain HTTP.
+fn cookie_value(id: &str, secure: bool) -> String {
     let age = if id.is_empty() {
         0
     } else {
         SESSION_TTL.as_secs()
     };
-    format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={age}")
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={age}{secure}")
 }
 
 /// Who is viewing: the principal the session authenticates as, the name it decides approvals
@@ -233,7 +252,7 @@ impl FromRequestParts<AppState> for Viewer {
             principal: Principal::admin(),
             name,
             csrf,
-            set_cookie: Some(cookie_value(&id)),
+            set_cookie: Some(cookie_value(&id, state.secure_cookies)),
             session: Some(id),
         })
     }
@@ -282,6 +301,48 @@ impl IntoResponse for Failure {
 
 /// A console handler's answer.
 type Page = Result<Response, Failure>;
+
+/// A console form: `application/x-www-form-urlencoded` (`415` otherwise, before the body is
+/// read), of at most `LIMIT` bytes (`413`), started and received within the server's body
+/// deadlines (`400`, and the connection closed), then decoded as axum's `Form` decodes.
+pub(crate) struct BoundedForm<T, const LIMIT: usize = MAX_FORM_BYTES>(pub T);
+
+/// Whether `headers` declare a URL-encoded form.
+fn is_form(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|essence| {
+            essence
+                .trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        })
+}
+
+impl<T: serde::de::DeserializeOwned, const LIMIT: usize> FromRequest<AppState>
+    for BoundedForm<T, LIMIT>
+{
+    type Rejection = Failure;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Failure> {
+        let (parts, body) = req.into_parts();
+        if !is_form(&parts.headers) {
+            return Err(Failure(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "expected a form (Content-Type: application/x-www-form-urlencoded)".into(),
+            ));
+        }
+        let bytes = read_body(body, state.body_limits.at_most(LIMIT))
+            .await
+            .map_err(|e| Failure::from(e.0))?;
+        let req = Request::from_parts(parts, Body::from(bytes));
+        match axum::Form::<T>::from_request(req, &()).await {
+            Ok(axum::Form(form)) => Ok(BoundedForm(form)),
+            Err(e) => Err(Failure(e.status(), e.body_text())),
+        }
+    }
+}
 
 /// The origin a same-site request names: `Origin`, else the scheme and authority of
 /// `Referer`.
@@ -411,8 +472,10 @@ mod tests {
         let h = headers(&[(header::COOKIE, "a=1; rebuno_console=abc; b=2")]);
         assert_eq!(session_cookie(&h), Some("abc"));
         assert_eq!(session_cookie(&headers(&[])), None);
-        let c = cookie_value("abc");
+        let c = cookie_value("abc", false);
         assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict") && c.contains("Path=/ui"));
+        assert!(!c.contains("Secure"));
+        assert!(cookie_value("abc", true).ends_with("; Secure"));
     }
 
     #[test]

@@ -289,4 +289,20 @@ CREATE INDEX dispatches_in_flight ON dispatches (id) WHERE status = 'in_flight';
 ALTER TABLE dispatches SET (fillfactor = 50);
 "#,
     ),
+    (
+        12,
+        r#"
+-- Who set an execution's own policy bundle (the subject of the API key, `admin` for the admin
+-- token); empty when it has none.
+ALTER TABLE executions ADD COLUMN policy_bundle_set_by text NOT NULL DEFAULT '';
+"#,
+    ),
+    (
+        13,
+        r#"
+-- The agent an API key speaks for (it may create subagents of that agent's executions);
+-- empty for none.
+ALTER TABLE api_keys ADD COLUMN agent_id text NOT NULL DEFAULT '';
+"#,
+    ),
 ];

@@ -9,7 +9,7 @@ use rusqlite::{Row, params};
 
 /// The columns [`key_row`] reads.
 const KEY_COLS: &str =
-    "id, name, subject, groups, scopes, created_at, created_by, expires_at, revoked_at";
+    "id, name, subject, groups, scopes, created_at, created_by, expires_at, revoked_at, agent_id";
 
 /// Column `i`, a JSON array, as a list.
 fn list<T: serde::de::DeserializeOwned>(r: &Row<'_>, i: usize) -> rusqlite::Result<Vec<T>> {
@@ -31,14 +31,15 @@ fn key_row(r: &Row<'_>) -> rusqlite::Result<ApiKey> {
         created_by: r.get(6)?,
         expires_at: r.get(7)?,
         revoked_at: r.get(8)?,
+        agent_id: r.get(9)?,
     })
 }
 
 impl ApiKeyTx for SqliteTx<'_> {
     fn insert(&mut self, k: &ApiKey, secret_hash: &str) -> StoreResult<()> {
         self.exec(
-            "INSERT INTO api_keys (id, name, subject, groups, scopes, created_at, created_by, expires_at, revoked_at, secret_hash)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO api_keys (id, name, subject, groups, scopes, created_at, created_by, expires_at, revoked_at, secret_hash, agent_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 k.id,
                 k.name,
@@ -49,7 +50,8 @@ impl ApiKeyTx for SqliteTx<'_> {
                 k.created_by,
                 k.expires_at,
                 k.revoked_at,
-                secret_hash
+                secret_hash,
+                k.agent_id
             ],
         )?;
         Ok(())

@@ -12,7 +12,7 @@ use durable_support::pg::postgres::types::{ToSql, Type};
 
 /// The columns [`key_row`] reads.
 const KEY_COLS: &str =
-    "id, name, subject, groups, scopes, created_at, created_by, expires_at, revoked_at";
+    "id, name, subject, groups, scopes, created_at, created_by, expires_at, revoked_at, agent_id";
 
 /// An API key.
 fn key_row(r: &Row) -> Result<ApiKey, DecodeError> {
@@ -30,6 +30,7 @@ fn key_row(r: &Row) -> Result<ApiKey, DecodeError> {
         created_by: text(6)?,
         expires_at: r.try_get(7).map_err(|e| format!("column 7: {e}"))?,
         revoked_at: r.try_get(8).map_err(|e| format!("column 8: {e}"))?,
+        agent_id: text(9)?,
     })
 }
 
@@ -38,11 +39,12 @@ impl ApiKeyTx for PgTx<'_> {
         let groups = serde_json::to_string(&k.groups).expect("groups serialize");
         let scopes = serde_json::to_string(&k.scopes).expect("scopes serialize");
         self.defer(
-            "INSERT INTO api_keys (id, name, subject, groups, scopes, created_at, created_by, expires_at, revoked_at, secret_hash)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            "INSERT INTO api_keys (id, name, subject, groups, scopes, created_at, created_by, expires_at, revoked_at, secret_hash, agent_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             params![k.id => TEXT, k.name => TEXT, k.subject => TEXT, groups => TEXT,
                     scopes => TEXT, k.created_at => TEXT, k.created_by => TEXT,
-                    k.expires_at => TEXT, k.revoked_at => TEXT, secret_hash => TEXT],
+                    k.expires_at => TEXT, k.revoked_at => TEXT, secret_hash => TEXT,
+                    k.agent_id => TEXT],
         )
     }
     fn by_hash(&mut self, secret_hash: &str) -> StoreResult<Option<ApiKey>> {

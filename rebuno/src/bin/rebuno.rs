@@ -68,8 +68,8 @@ Environment (flags override the environment, which overrides the defaults):
                                  port; server answers any Host unless this is set]
   REBUNO_SECURE_COOKIES          mark the console's session cookie Secure, for a console reached
                                  over HTTPS, true or false (--secure-cookies) [default: false]
-  REBUNO_AUTH_FAILURE_LIMIT      failed authentications a source address may make in the window
-                                 before it is answered 429, 0 for no limit (--auth-failure-limit)
+  REBUNO_AUTH_FAILURE_LIMIT      failed bearer or console logins a source address may make in the
+                                 window before it is answered 429, 0 for no limit (--auth-failure-limit)
                                  [default: 10]
   REBUNO_AUTH_FAILURE_WINDOW     that window (--auth-failure-window) [default: 1m]
   REBUNO_DISPATCH_MAX_ATTEMPTS   delivery attempts per dispatch [default: 5]
@@ -251,9 +251,9 @@ struct EdgeArgs {
         value_parser = parse_bool_flag
     )]
     secure_cookies: Option<bool>,
-    /// Failed authentications (bearer token, agent signature, console login) one source
-    /// address may make within --auth-failure-window; after them its requests with credentials
-    /// are answered 429 until the window ends. 0 turns this off
+    /// Failed authentications (bearer token, console login) one source address may make
+    /// within --auth-failure-window; after them its requests with a bearer token are answered
+    /// 429 until the window ends (agent-signed requests are never blocked). 0 turns this off
     /// [env: REBUNO_AUTH_FAILURE_LIMIT] [default: 10]
     #[arg(long, value_name = "N", value_parser = parse_count)]
     auth_failure_limit: Option<u32>,

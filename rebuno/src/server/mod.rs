@@ -120,9 +120,9 @@ pub struct ServerOptions {
     /// console is reached over HTTPS (a TLS proxy in front), so the browser never sends the
     /// cookie over plain HTTP.
     pub secure_cookies: bool,
-    /// Failed authentications one source address may make within
-    /// [`ServerOptions::auth_failure_window`] before its requests with credentials are answered
-    /// `429` until the window ends (default 10; 0 turns the throttle off). The address is the
+    /// Failed bearer tokens and console logins one source address may make within
+    /// [`ServerOptions::auth_failure_window`] before its requests with a bearer token are
+    /// answered `429` until the window ends (agent-signed requests are never blocked) (default 10; 0 turns the throttle off). The address is the
     /// connection's peer, which [`serve`] records (axum's `ConnectInfo<SocketAddr>`); a router
     /// served without it logs failures but counts none.
     pub auth_failure_limit: u32,

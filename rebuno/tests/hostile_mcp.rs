@@ -13,7 +13,8 @@
 //! - **Server-sent events.** An endless event (one `data:` line without an end, or `data:`
 //!   lines without the blank line that ends an event) fails the request fast with an error
 //!   naming the bound, after reading little more than the bound; a large event within the
-//!   bound, split anywhere, with CRLF line ends, an id and a comment, still works.
+//!   bound, split anywhere, with CRLF line ends, an id and a comment, still works. An error
+//!   status with an endless body fails fast too, with the start of the body.
 
 mod support;
 
@@ -43,6 +44,8 @@ enum Answer {
     EndlessLine,
     /// An SSE stream of `data:` lines that never reach the blank line ending their event.
     EndlessLines,
+    /// An error status whose body never ends.
+    EndlessError,
     /// Like [`Answer::EndlessLine`], but for `tools/list`.
     EndlessListing,
     /// `tools/list` pages that never end (a `nextCursor` on every page).
@@ -142,6 +145,11 @@ async fn mcp(State(f): State<Fake>, body: Bytes) -> Response {
                     sse_answer(head.into_bytes(), &XS, f.sent.clone())
                 }
                 Answer::EndlessLines => sse_answer(Vec::new(), &LINES, f.sent.clone()),
+                Answer::EndlessError => {
+                    let mut answer = sse_answer(Vec::new(), &XS, f.sent.clone());
+                    *answer.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                    answer
+                }
                 Answer::Big(n) => {
                     let result = rpc(
                         &id,
@@ -535,6 +543,20 @@ async fn an_endless_sse_line_fails_the_call_fast_at_the_bound() {
 async fn an_sse_event_that_never_ends_fails_the_call_fast_at_the_bound() {
     let (err, took, sent) = call_endless(Answer::EndlessLines).await;
     assert_bounded(&err, took, sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_answer_with_an_endless_body_fails_fast_with_its_start() {
+    let (err, took, sent) = call_endless(Answer::EndlessError).await;
+    assert!(err.contains("HTTP 500") && err.contains("xxxx"), "{err}");
+    assert!(
+        took < Duration::from_secs(15),
+        "failed fast: {took:?} ({err})"
+    );
+    assert!(
+        sent < ENDLESS_CAP / 2,
+        "{sent} bytes read of an error answer"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

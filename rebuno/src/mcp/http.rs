@@ -29,6 +29,8 @@ const LAST_EVENT_ID: &str = "Last-Event-Id";
 /// The largest JSON answer read: the kernel's request limit (a result is bounded again, more
 /// tightly, before it is recorded).
 const MAX_JSON_BYTES: usize = crate::protocol::MAX_REQUEST_BODY_BYTES;
+/// How much of an error answer's body is read, for its message (which shows 512 characters).
+const ERROR_PREFIX_BYTES: usize = 4096;
 
 /// Why one of a client's SSE streams broke (an event over the bound), once one did: shared by
 /// the client's clones and the connection that made it.
@@ -82,9 +84,16 @@ impl Http {
 }
 
 /// An error answer's status and the start of its body, for the message.
-async fn unexpected(resp: reqwest::Response) -> Failed {
+/// Reads no more than [`ERROR_PREFIX_BYTES`] of the body: an error answer's body may never end.
+async fn unexpected(mut resp: reqwest::Response) -> Failed {
     let status = resp.status();
-    let body = resp.text().await.unwrap_or_default();
+    let mut body = Vec::new();
+    while body.len() < ERROR_PREFIX_BYTES
+        && let Ok(Some(chunk)) = resp.chunk().await
+    {
+        body.extend_from_slice(&chunk);
+    }
+    let body = String::from_utf8_lossy(&body);
     let body: String = body.chars().take(512).collect();
     StreamableHttpError::UnexpectedServerResponse(format!("HTTP {status}: {body}").into())
 }

@@ -7,7 +7,8 @@
 //!   an empty or over-long name, or two names that collide after the mapping to model names
 //!   (`a.b` and `a_b`, `Read` and `read`), is refused when the tools are listed, with an error
 //!   naming the server and the tool; so are more tools than the bound, a tool definition over
-//!   its bound, and an endless chain of pages. The server name is checked by the same rules.
+//!   its bound, a listing over its bound, and an endless chain of pages. The server name is
+//!   checked by the same rules.
 //! - **Policy.** A rule on `mcp:<server>/*` covers every tool name the client accepts (the
 //!   tool `a/b`, whose target `mcp:srv/a/b` a `*` does not match, is never offered).
 //! - **Server-sent events.** An endless event (one `data:` line without an end, or `data:`
@@ -50,6 +51,8 @@ enum Answer {
     EndlessListing,
     /// `tools/list` pages that never end (a `nextCursor` on every page).
     EndlessPages,
+    /// The tools, listed in pages of this many.
+    Pages(usize),
     /// An SSE stream whose one event carries a text result of this many bytes, with CRLF line
     /// ends, an `id:` line and a comment, sent in odd-sized pieces.
     Big(usize),
@@ -134,7 +137,21 @@ async fn mcp(State(f): State<Fake>, body: Bytes) -> Response {
                 json!({"tools": [], "nextCursor": format!("p{page}")}),
             ))
         }
-        "tools/list" => json_answer(rpc(&id, json!({"tools": *f.tools}))),
+        "tools/list" => {
+            let Answer::Pages(size) = f.answer else {
+                return json_answer(rpc(&id, json!({"tools": *f.tools})));
+            };
+            let all = f.tools.as_array().unwrap();
+            let from: usize = msg["params"]["cursor"]
+                .as_str()
+                .map_or(0, |c| c.parse().unwrap());
+            let to = (from + size).min(all.len());
+            let mut page = json!({"tools": all[from..to]});
+            if to < all.len() {
+                page["nextCursor"] = json!(to.to_string());
+            }
+            json_answer(rpc(&id, page))
+        }
         "tools/call" => {
             f.calls.fetch_add(1, Ordering::SeqCst);
             match f.answer {
@@ -309,7 +326,7 @@ async fn tools_that_collide_as_model_names_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn more_tools_than_the_bound_an_oversized_definition_and_endless_pages_are_refused() {
+async fn listings_past_their_bounds_are_refused() {
     let many: Vec<String> = (0..=rebuno::mcp::MAX_TOOLS)
         .map(|i| format!("t{i}"))
         .collect();
@@ -330,6 +347,31 @@ async fn more_tools_than_the_bound_an_oversized_definition_and_endless_pages_are
         err.contains(&format!("{} bytes", rebuno::mcp::MAX_TOOL_DEFINITION_BYTES)),
         "{err}"
     );
+
+    // Tools within their bound each, over the bound on a listing together, in pages small
+    // enough to be read: refused once the listing passes it.
+    let wide: Vec<Value> = (0..200)
+        .map(|i| {
+            json!({"name": format!("w{i}"), "inputSchema": {"type": "object"},
+                        "description": "d".repeat(60 * 1024)})
+        })
+        .collect();
+    let (url, _) = fake(Value::Array(wide), Answer::Pages(20)).await;
+    let err = McpServer::http("srv", url)
+        .tools()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`srv`"), "{err}");
+    assert!(
+        err.contains(&format!("more than {MAX_RESULT_BYTES} bytes")),
+        "{err}"
+    );
+    // Paged within the bounds, a listing is whole.
+    let names: Vec<String> = (0..50).map(|i| format!("p{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (url, _) = fake(tools(&names), Answer::Pages(7)).await;
+    assert_eq!(McpServer::http("srv", url).tools().await.unwrap().len(), 50);
 
     let (url, f) = fake(json!([]), Answer::EndlessPages).await;
     let started = Instant::now();

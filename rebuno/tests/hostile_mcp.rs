@@ -14,8 +14,9 @@
 //! - **Server-sent events.** An endless event (one `data:` line without an end, or `data:`
 //!   lines without the blank line that ends an event) fails the request fast with an error
 //!   naming the bound, after reading little more than the bound; a large event within the
-//!   bound, split anywhere, with CRLF line ends, an id and a comment, still works. An error
-//!   status with an endless body fails fast too, with the start of the body.
+//!   bound, split anywhere, with CRLF line ends, an id and a comment, still works. A stream
+//!   that broke is not resumed (`GET` with `Last-Event-Id`) however its events were numbered.
+//!   An error status with an endless body fails fast too, with the start of the body.
 
 mod support;
 
@@ -45,6 +46,9 @@ enum Answer {
     EndlessLine,
     /// An SSE stream of `data:` lines that never reach the blank line ending their event.
     EndlessLines,
+    /// Like [`Answer::EndlessLine`], but after an empty event with an `id`, and a `GET`
+    /// resuming after it answers another endless line.
+    EndlessResumable,
     /// An error status whose body never ends.
     EndlessError,
     /// Like [`Answer::EndlessLine`], but for `tools/list`.
@@ -66,6 +70,8 @@ struct Fake {
     calls: Arc<AtomicUsize>,
     /// Bytes of an endless answer produced so far (pulled by the HTTP server as it writes).
     sent: Arc<AtomicUsize>,
+    /// `GET`s of the server's stream (resumptions).
+    gets: Arc<AtomicUsize>,
 }
 
 /// Bytes an endless answer sends at most before it stalls (keeping the connection open): far
@@ -162,6 +168,12 @@ async fn mcp(State(f): State<Fake>, body: Bytes) -> Response {
                     sse_answer(head.into_bytes(), &XS, f.sent.clone())
                 }
                 Answer::EndlessLines => sse_answer(Vec::new(), &LINES, f.sent.clone()),
+                Answer::EndlessResumable => {
+                    let head = format!(
+                        "id: 1\ndata:\n\ndata: {{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":\"",
+                    );
+                    sse_answer(head.into_bytes(), &XS, f.sent.clone())
+                }
                 Answer::EndlessError => {
                     let mut answer = sse_answer(Vec::new(), &XS, f.sent.clone());
                     *answer.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
@@ -196,6 +208,15 @@ async fn mcp(State(f): State<Fake>, body: Bytes) -> Response {
     }
 }
 
+/// A `GET` of the server's stream: an endless line for [`Answer::EndlessResumable`].
+async fn resume(State(f): State<Fake>) -> Response {
+    if f.answer != Answer::EndlessResumable {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    }
+    f.gets.fetch_add(1, Ordering::SeqCst);
+    sse_answer(b"id: 2\ndata:\n\ndata: ".to_vec(), &XS, f.sent.clone())
+}
+
 /// Starts a fake server listing `tools` and answering calls with `answer`; answers its MCP URL
 /// and what it saw.
 async fn fake(tools: Value, answer: Answer) -> (String, Fake) {
@@ -204,13 +225,12 @@ async fn fake(tools: Value, answer: Answer) -> (String, Fake) {
         answer,
         calls: Arc::default(),
         sent: Arc::default(),
+        gets: Arc::default(),
     };
     let app = axum::Router::new()
         .route(
             "/mcp",
-            post(mcp)
-                .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
-                .delete(|| async { StatusCode::OK }),
+            post(mcp).get(resume).delete(|| async { StatusCode::OK }),
         )
         .with_state(f.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -585,6 +605,27 @@ async fn an_endless_sse_line_fails_the_call_fast_at_the_bound() {
 async fn an_sse_event_that_never_ends_fails_the_call_fast_at_the_bound() {
     let (err, took, sent) = call_endless(Answer::EndlessLines).await;
     assert_bounded(&err, took, sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_event_after_an_id_is_not_resumed() {
+    // `rmcp` resumes a stream that failed after an event id with a `GET`; a stream that passed
+    // the bound is not resumed (the server would only send more of the same).
+    let (url, f) = fake(tools(&["look"]), Answer::EndlessResumable).await;
+    let server = McpServer::http("srv", &url).timeout(Duration::from_secs(30));
+    let started = Instant::now();
+    let output = call_in_an_execution(&url, "look", server).await;
+    let err = output[0]["error"].as_str().unwrap_or_default();
+    assert_bounded(
+        err,
+        started.elapsed() / 2,
+        f.sent.load(Ordering::SeqCst) / 2,
+    );
+    assert_eq!(
+        f.gets.load(Ordering::SeqCst),
+        0,
+        "the broken stream was resumed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

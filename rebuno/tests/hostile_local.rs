@@ -527,9 +527,15 @@ async fn failed_tokens_and_signatures_are_throttled_and_logged() {
     );
 
     // Wrong signatures are logged, not counted: two bearer failures do not block yet.
-    assert_eq!(send_from(s.addr, from, &bearer(TOKEN), "").await.status, 200);
+    assert_eq!(
+        send_from(s.addr, from, &bearer(TOKEN), "").await.status,
+        200
+    );
     for _ in 0..2 {
-        assert_eq!(send_from(s.addr, from, &bearer("wrong"), "").await.status, 401);
+        assert_eq!(
+            send_from(s.addr, from, &bearer("wrong"), "").await.status,
+            401
+        );
     }
     // Four bearer failures: blocked, the admin token included; a signed agent request from
     // the same address is still judged on its own (agents sharing an address keep working).

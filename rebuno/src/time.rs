@@ -140,11 +140,17 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
         }
         nanos = digits.parse::<i64>().ok()? * 10i64.pow(9 - digits.len() as u32);
     }
-    let offset = match s.get(i..)? {
-        "Z" | "z" => 0,
-        o if o.len() == 6 && matches!(&o[..1], "+" | "-") && &o[3..4] == ":" => {
-            let sign = if &o[..1] == "-" { -1 } else { 1 };
-            sign * (o[1..3].parse::<i64>().ok()? * 3600 + o[4..6].parse::<i64>().ok()? * 60)
+    // The offset is read as bytes: stored text may hold anything (a tampered row), and slicing
+    // a `str` at a byte that is not a character boundary would panic.
+    let offset = match b.get(i..)? {
+        b"Z" | b"z" => 0,
+        &[sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let two = |hi: u8, lo: u8| {
+                (hi.is_ascii_digit() && lo.is_ascii_digit())
+                    .then(|| i64::from(hi - b'0') * 10 + i64::from(lo - b'0'))
+            };
+            let seconds = two(h1, h2)? * 3600 + two(m1, m2)? * 60;
+            if sign == b'-' { -seconds } else { seconds }
         }
         _ => return None,
     };
@@ -183,5 +189,39 @@ mod tests {
             Some("2024-02-29T12:00:00.000000Z")
         );
         assert_eq!(parse_rfc3339("nope"), None);
+    }
+
+    /// Text read back from a store may be anything: a non-ASCII character where the offset
+    /// (or any other field) is due is refused, never a panic.
+    #[test]
+    fn non_ascii_text_is_refused_without_panicking() {
+        for bad in [
+            "2026-01-01T00:00:00+0\u{e9}:0",
+            "2026-01-01T00:00:00\u{e9}1:00",
+            "2026-01-01T00:00:00+01:\u{e9}",
+            "2026-01-01T00:00:00.5\u{20ac}:0",
+            "2026-01-01T00:00:00+\u{1f600}0",
+            "2026-01-01T00:00:00\u{e9}",
+            "2026-01-01T00:00:00+\u{e9}\u{e9}",
+            "2026-01-01T00:00:00-01-00",
+            "2026-01-01T00:00:00+1a:00",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad:?}");
+        }
+        // Every character of a valid timestamp replaced by, or preceded by, a multi-byte one.
+        let good = "2026-01-01T00:00:00.123+01:30";
+        assert!(parse_rfc3339(good).is_some());
+        for wide in ["\u{e9}", "\u{20ac}", "\u{1f600}"] {
+            for (i, c) in good.char_indices() {
+                let replaced = format!("{}{wide}{}", &good[..i], &good[i + c.len_utf8()..]);
+                let inserted = format!("{}{wide}{}", &good[..i], &good[i..]);
+                assert_eq!(parse_rfc3339(&replaced), None, "{replaced:?}");
+                assert_eq!(parse_rfc3339(&inserted), None, "{inserted:?}");
+            }
+        }
+        assert_eq!(
+            parse_rfc3339("2026-01-01T00:00:00-01:30"),
+            Some(UNIX_EPOCH + Duration::from_secs(1_767_225_600 + 5400))
+        );
     }
 }

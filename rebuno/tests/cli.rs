@@ -35,6 +35,7 @@ const REBUNO_VARS: &[&str] = &[
     "REBUNO_SECURE_COOKIES",
     "REBUNO_AUTH_FAILURE_LIMIT",
     "REBUNO_AUTH_FAILURE_WINDOW",
+    "REBUNO_ALLOW_WEBHOOK_USERINFO",
 ];
 
 fn rebuno() -> Command {
@@ -222,6 +223,7 @@ fn help_documents_flags_and_environment() {
             "REBUNO_SECURE_COOKIES",
             "REBUNO_AUTH_FAILURE_LIMIT",
             "REBUNO_AUTH_FAILURE_WINDOW",
+            "REBUNO_ALLOW_WEBHOOK_USERINFO",
         ] {
             assert!(text.contains(needle), "{args:?} lacks {needle}:\n{text}");
         }
@@ -241,6 +243,7 @@ fn help_documents_flags_and_environment() {
         "--secure-cookies",
         "--auth-failure-limit",
         "--auth-failure-window",
+        "--allow-webhook-userinfo",
     ];
     let dev = String::from_utf8_lossy(&run(rebuno().args(["dev", "--help"])).stdout).into_owned();
     for flag in ["--memory", "--db", "--listen-addr", "--config"]
@@ -278,6 +281,7 @@ fn bad_edge_flags_are_refused() {
         ("--secure-cookies=maybe", ""),
         ("--auth-failure-limit", "x"),
         ("--auth-failure-window", "0s"),
+        ("--allow-webhook-userinfo=maybe", ""),
     ] {
         let mut cmd = rebuno();
         cmd.args(["dev", "--memory", flag]);
@@ -727,6 +731,58 @@ async fn legacy_read_status(cmd: &mut Command) -> u16 {
     #[cfg(not(unix))]
     drop(running);
     status
+}
+
+/// Starts `cmd` (a kernel on `127.0.0.1:0`) and answers the status of registering an agent
+/// whose webhook URL carries user information.
+async fn userinfo_status(cmd: &mut Command) -> u16 {
+    let running = Running::spawn(cmd);
+    let base = running.base_url();
+    wait_until_up(&format!("{base}/v0/health")).await;
+    let status = reqwest::Client::new()
+        .post(format!("{base}/v0/agents"))
+        .body(r#"{"id": "u", "webhook_url": "https://user:pw@127.0.0.1:9/hook", "secret": "s"}"#)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    #[cfg(unix)]
+    running.terminate();
+    #[cfg(not(unix))]
+    drop(running);
+    status
+}
+
+/// A webhook URL with user information is refused unless `--allow-webhook-userinfo` (or
+/// `REBUNO_ALLOW_WEBHOOK_USERINFO=true`) allows it; the flag wins over the environment.
+#[tokio::test]
+async fn webhook_userinfo_is_refused_unless_allowed() {
+    let dev = |extra: &[&str]| {
+        let mut cmd = rebuno();
+        cmd.args(["dev", "--memory", "--listen-addr", "127.0.0.1:0"])
+            .args(extra);
+        cmd
+    };
+    assert_eq!(userinfo_status(&mut dev(&[])).await, 400, "default");
+    assert_eq!(
+        userinfo_status(&mut dev(&["--allow-webhook-userinfo"])).await,
+        201,
+        "--allow-webhook-userinfo"
+    );
+    assert_eq!(
+        userinfo_status(dev(&[]).env("REBUNO_ALLOW_WEBHOOK_USERINFO", "true")).await,
+        201,
+        "REBUNO_ALLOW_WEBHOOK_USERINFO=true"
+    );
+    assert_eq!(
+        userinfo_status(
+            dev(&["--allow-webhook-userinfo=false"]).env("REBUNO_ALLOW_WEBHOOK_USERINFO", "true")
+        )
+        .await,
+        400,
+        "the flag wins"
+    );
 }
 
 /// Body-only agent signatures: on in `dev` unless turned off, off in `server` unless turned on

@@ -118,6 +118,7 @@ async fn killed_mid_tool_call(version: &str) {
             webhook_url: format!("http://127.0.0.1:{port}/webhook"),
             secret: "kill-secret".into(),
             lease_timeout_seconds: Some(1.5),
+            ..RegisterAgentRequest::default()
         })
         .await
         .unwrap();

@@ -1166,11 +1166,13 @@ async fn sdk_setup(
     let hook_url = format!("http://{}/webhook", hook.local_addr().unwrap());
     let serving = agent.clone();
     tokio::spawn(async move { serving.serve(hook, std::future::pending()).await });
+    // Moves the agent `Edge::start` registered to the served webhook.
     kernel
         .register_agent(RegisterAgentRequest {
             id: AGENT.into(),
             webhook_url: hook_url.clone(),
             secret: SECRET.into(),
+            takeover: true,
             ..RegisterAgentRequest::default()
         })
         .await

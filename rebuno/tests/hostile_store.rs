@@ -425,6 +425,84 @@ async fn a_corrupt_row_is_skipped_by_listings_and_reading_it_is_a_bare_500() {
     assert!(logged("broken"));
 }
 
+/// A timestamp edited behind the store's back, with a non-ASCII character where the offset is
+/// due (the kernel parses an approval's `created_at` when deciding it), is a row that does not
+/// decode: deciding or reading it is an error, listings skip it, and nothing panics.
+#[tokio::test]
+async fn a_tampered_timestamp_is_a_decode_error_not_a_panic() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let (store, db) = file_kernel_store(dir.path());
+    let kernel = kernel_on(store).await;
+    let served = Served::start(kernel.clone()).await;
+    agent(&kernel, "a").await;
+    kernel.set_policy("a", APPROVAL_BUNDLE).await.unwrap();
+    let tampered = pending_approval(&kernel, "a").await;
+    let fine = pending_approval(&kernel, "a").await;
+    let (exec, _) = started(&kernel, "a").await;
+    // Six bytes where the offset is due, the fourth inside the two-byte `é`.
+    let bad = "2026-01-01T00:00:00+0\u{e9}:0";
+    assert_eq!(rebuno::time::parse_rfc3339(bad), None);
+    tamper(
+        &db,
+        "UPDATE approvals SET created_at = ?1 WHERE id = ?2",
+        [bad, tampered.as_str()],
+    );
+    tamper(
+        &db,
+        "UPDATE executions SET created_at = ?1 WHERE id = ?2",
+        [bad, exec.as_str()],
+    );
+
+    // Through the kernel: an error, not a panic.
+    let err = kernel.grant(&tampered, "ops", "").await.unwrap_err();
+    assert_eq!(
+        err.code,
+        rebuno::protocol::ErrorCode::InternalError,
+        "{err}"
+    );
+    assert!(kernel.approval(&tampered).await.is_err());
+    assert!(kernel.execution(&exec).await.is_err());
+
+    // Over HTTP: a bare 500 for the row itself; the listings answer the others.
+    let grant = served
+        .http
+        .post(format!("{}/v0/approvals/{tampered}/grant", served.base))
+        .header("content-type", "application/json")
+        .body(json!({"decided_by": "ops"}).to_string())
+        .send()
+        .await
+        .expect("the server answers (a panic would drop the connection)");
+    let answer = Answer {
+        status: grant.status().as_u16(),
+        next: None,
+        body: grant.text().await.unwrap(),
+    };
+    answer.assert_bare_500(&db);
+    for path in [
+        format!("/v0/approvals/{tampered}"),
+        format!("/v0/executions/{exec}"),
+    ] {
+        served.get(&path).await.assert_bare_500(&db);
+    }
+    let pending = served.get("/v0/approvals").await.items();
+    let pending: Vec<&str> = pending.iter().map(|a| a["id"].as_str().unwrap()).collect();
+    assert_eq!(pending, [fine.as_str()]);
+    let list = served.get("/v0/executions").await.json(200);
+    let ids: Vec<&str> = list["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert!(!ids.contains(&exec.as_str()) && ids.len() == 2, "{ids:?}");
+    assert!(logged(&tampered) && logged("not an RFC 3339 timestamp"));
+
+    // The other approval is decided as usual.
+    kernel.grant(&fine, "ops", "").await.unwrap();
+    assert_eq!(served.get("/v0/health").await.status, 200);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reads off the async workers.
 // ---------------------------------------------------------------------------------------------

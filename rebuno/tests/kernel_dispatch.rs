@@ -654,6 +654,7 @@ async fn registration_checks_the_lease_and_re_registration_replaces_it() {
                         webhook_url: "http://elsewhere/".into(),
                         secret: "other".into(),
                         lease_timeout_seconds: Some(bad),
+                        ..RegisterAgentRequest::default()
                     })
                     .await,
                 ErrorCode::ValidationError,

@@ -426,6 +426,114 @@ fn validation_errors_from_the_spec_use_its_exact_text() {
     assert!(matches!(err, BundleError::InvalidRegex { .. }));
 }
 
+/// A bundle with `n` rules, each with one argument regex `pattern`.
+fn regex_bundle(n: usize, pattern: &str) -> String {
+    let mut yaml = String::from("default_action: allow\nrules:\n");
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  - id: r{i}\n    priority: {i}\n    when: {{arguments: {{a{i}: {{regex: '{pattern}'}}}}}}\n    then: {{decision: deny}}\n"
+        ));
+    }
+    yaml
+}
+
+/// Argument regexes have a budget: a count per bundle (checked before anything compiles), a
+/// length and a compiled size per regex, and a compiled size for the bundle; each refusal names
+/// the limit, and the rule and argument when one regex is at fault.
+#[test]
+fn argument_regexes_are_refused_over_budget() {
+    use rebuno::policy::{
+        MAX_BUNDLE_REGEX_BYTES, MAX_BUNDLE_REGEX_PATTERN_BYTES, MAX_BUNDLE_REGEXES,
+        MAX_REGEX_COMPILED_BYTES, MAX_REGEX_PATTERN_BYTES,
+    };
+    // Too many, however small.
+    let err = parse_err(&regex_bundle(MAX_BUNDLE_REGEXES + 1, "^a$"));
+    assert_eq!(
+        err,
+        BundleError::TooManyRegexes {
+            count: MAX_BUNDLE_REGEXES + 1,
+            limit: MAX_BUNDLE_REGEXES
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the bundle has {} argument regexes; at most {MAX_BUNDLE_REGEXES} are allowed",
+            MAX_BUNDLE_REGEXES + 1
+        )
+    );
+    Bundle::parse(&regex_bundle(MAX_BUNDLE_REGEXES, "^[a-z0-9_-]{1,64}$")).unwrap();
+
+    // Too much text together, however cheap each regex.
+    let each = "a".repeat(MAX_REGEX_PATTERN_BYTES);
+    let count = MAX_BUNDLE_REGEX_PATTERN_BYTES / MAX_REGEX_PATTERN_BYTES + 1;
+    assert_eq!(
+        parse_err(&regex_bundle(count, &each)),
+        BundleError::TooMuchRegexText {
+            bytes: count * MAX_REGEX_PATTERN_BYTES,
+            limit: MAX_BUNDLE_REGEX_PATTERN_BYTES
+        }
+    );
+    Bundle::parse(&regex_bundle(count - 1, &each)).unwrap();
+
+    // One that compiles too large: `\w` is Unicode, so sixty of them are megabytes; so are a
+    // few hundred case-insensitive letters.
+    let text = parse_err(&regex_bundle(1, &format!("(?i){}", r"\pL".repeat(300)))).to_string();
+    assert!(
+        text.contains("regex is too large: it compiles to more than"),
+        "{text}"
+    );
+    let err = parse_err(&regex_bundle(1, r"\w{60}"));
+    let text = err.to_string();
+    assert!(matches!(err, BundleError::RegexTooLarge { .. }), "{err:?}");
+    assert!(
+        text.starts_with(&format!(
+            "rule \"r0\" argument \"a0\" regex is too large: it compiles to more than \
+             {MAX_REGEX_COMPILED_BYTES} bytes"
+        )) && text.contains("(?-u:\\w)"),
+        "{text}"
+    );
+    // One too long to read.
+    let long = "a".repeat(MAX_REGEX_PATTERN_BYTES + 1);
+    let text = parse_err(&regex_bundle(1, &long)).to_string();
+    assert!(
+        text.starts_with(&format!(
+            "rule \"r0\" argument \"a0\" regex is too large: it is {} bytes long, more than \
+             {MAX_REGEX_PATTERN_BYTES}",
+            MAX_REGEX_PATTERN_BYTES + 1
+        )),
+        "{text}"
+    );
+
+    // Each fits alone, not all together: the first that does not fit is named.
+    let err = parse_err(&regex_bundle(8, r"\w{20}"));
+    assert!(matches!(err, BundleError::RegexBudget { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("argument \"a")
+            && text.contains(&format!(
+                "regex does not fit the bundle's regex budget: the bundle's regexes may take at \
+                 most {MAX_BUNDLE_REGEX_BYTES} bytes together once compiled"
+            )),
+        "{text}"
+    );
+    Bundle::parse(&regex_bundle(1, r"\w{20}")).unwrap();
+
+    // Ordinary regexes, Unicode ones included, still compile and match.
+    let bundle = Bundle::parse(
+        "default_action: allow\nrules:\n  - id: mail\n    priority: 1\n    when: {arguments: {to: {regex: '^[\\w.-]+@[\\w.-]+\\.\\w+$'}}}\n    then: {decision: deny}\n  - id: secret\n    priority: 2\n    when: {arguments: {q: {regex: '(?i)password|secret|token'}}}\n    then: {decision: deny}\n",
+    )
+    .unwrap();
+    let decide = |args: Value| {
+        bundle
+            .evaluate(&input(StepKind::ToolCall, "send", &args))
+            .rule_id
+    };
+    assert_eq!(decide(json!({"to": "ada@example.org"})), "mail");
+    assert_eq!(decide(json!({"to": "not mail"})), "default");
+    assert_eq!(decide(json!({"q": "my PassWord"})), "secret");
+}
+
 #[test]
 fn yaml_syntax_and_type_errors_are_refused() {
     for yaml in [

@@ -104,6 +104,7 @@ async fn sdk_0_29_resource_resumes_from_its_checkpoint_after_a_kill() {
             webhook_url: format!("http://127.0.0.1:{port}/webhook"),
             secret: "pyres-secret".into(),
             lease_timeout_seconds: Some(1.5),
+            ..RegisterAgentRequest::default()
         })
         .await
         .unwrap();

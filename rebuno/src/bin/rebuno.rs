@@ -72,6 +72,8 @@ Environment (flags override the environment, which overrides the defaults):
                                  window before it is answered 429, 0 for no limit (--auth-failure-limit)
                                  [default: 10]
   REBUNO_AUTH_FAILURE_WINDOW     that window (--auth-failure-window) [default: 1m]
+  REBUNO_ALLOW_WEBHOOK_USERINFO  let POST /v0/agents register a webhook URL with user:password@,
+                                 true or false (--allow-webhook-userinfo) [default: false]
   REBUNO_DISPATCH_MAX_ATTEMPTS   delivery attempts per dispatch [default: 5]
   REBUNO_DISPATCH_TIMEOUT        per-attempt webhook timeout [default: 30s]
   REBUNO_DISPATCH_CONCURRENCY    parallel webhook deliveries [default: 8]
@@ -242,6 +244,9 @@ struct EdgeArgs {
     allowed_hosts: Option<HostList>,
     /// Mark the console's session cookie `Secure`: set it when the console is reached over
     /// HTTPS (a TLS proxy in front) [env: REBUNO_SECURE_COOKIES] [default: false]
+    /// Let `POST /v0/agents` register a webhook URL carrying user information
+    /// (https://user:password@host/), a credential the kernel keeps in plain text; readers
+    /// without agents:write never see it [env: REBUNO_ALLOW_WEBHOOK_USERINFO] [default: false]
     #[arg(
         long,
         value_name = "BOOL",
@@ -261,6 +266,7 @@ struct EdgeArgs {
     /// [env: REBUNO_AUTH_FAILURE_WINDOW] [default: 1m]
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     auth_failure_window: Option<Duration>,
+    allow_webhook_userinfo: Option<bool>,
 }
 
 /// Reads the binary's own `REBUNO_*` variables, noting each that is set and does not parse.
@@ -334,11 +340,15 @@ impl EdgeArgs {
         let failure_window = self
             .auth_failure_window
             .or_else(|| env.read("REBUNO_AUTH_FAILURE_WINDOW", positive_duration));
+        let userinfo = self
+            .allow_webhook_userinfo
+            .or_else(|| env.read("REBUNO_ALLOW_WEBHOOK_USERINFO", parse_bool_flag));
         if !env.0.is_empty() {
             return Err(format!("invalid environment: {}", env.0.join("; ")));
         }
-        let mut server =
-            ServerOptions::default().legacy_signatures(legacy.unwrap_or(legacy_default));
+        let mut server = ServerOptions::default()
+            .legacy_signatures(legacy.unwrap_or(legacy_default))
+            .allow_webhook_userinfo(userinfo.unwrap_or(false));
         if let Some(d) = body_timeout {
             server.body_timeout = d;
         }
@@ -579,6 +589,7 @@ fn log_start(mode: &Mode<'_>, kernel: &Kernel, options: &ServerOptions, serve: &
         secure_cookies = options.secure_cookies,
         auth_failure_limit = options.auth_failure_limit,
         auth_failure_window = ?options.auth_failure_window,
+        allow_webhook_userinfo = options.allow_webhook_userinfo,
         body_timeout = ?options.body_timeout,
         body_start_timeout = ?options.body_start_timeout,
         unverified_body_memory = options.unverified_body_memory,

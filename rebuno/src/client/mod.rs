@@ -704,7 +704,11 @@ impl Client {
     /// Registers (or updates) an agent (scope `agents:write`): where the kernel delivers its
     /// dispatches, the secret that signs them and optionally its own lease. The answer never
     /// carries the secret; re-registering keeps the agent's policy bundle and metadata.
-    /// `400 validation_error` for a missing id or secret or a bad lease.
+    /// `400 validation_error` for a missing id or secret, a bad lease or a webhook URL the
+    /// kernel refuses (not `http`/`https`, or with user information unless the server allows
+    /// it). Registering an agent again with the same webhook URL and secret is idempotent;
+    /// with others it is `409 conflict` unless `request.takeover` is set (or the key is the
+    /// admin).
     pub async fn register_agent(
         &self,
         request: &RegisterAgentRequest,

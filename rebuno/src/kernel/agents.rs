@@ -1,10 +1,14 @@
-//! Agent registration and policy bundles (admin operations).
+//! Agent registration and policy bundles (admin operations), and the rules a webhook URL
+//! follows: what registration accepts ([`check_webhook_url`]) and what readers without
+//! `agents:write` see of it ([`redact_webhook_url`]).
 //!
 //! Deliberate differences from the Go kernel: secrets are never returned (the registration
-//! answer blanks them too), re-registering an agent keeps its policy bundle, and deleting an
-//! agent that still has executions is a `409 conflict`, not a `500`.
+//! answer blanks them too), re-registering an agent keeps its policy bundle, deleting an agent
+//! that still has executions is a `409 conflict`, not a `500`, the webhook URL is checked, and
+//! a registration that would replace another webhook URL or secret needs `takeover` (or the
+//! admin) instead of silently redirecting the agent's deliveries.
 
-use super::{Kernel, KernelError, KernelResult};
+use super::{EMBEDDED_SCHEME, Kernel, KernelError, KernelResult};
 use crate::policy::{Bundle, EvalInput};
 use crate::protocol::{
     Agent, AgentMetadata, PolicyTestRequest, PolicyTestResponse, RegisterAgentRequest, StepKind,
@@ -18,13 +22,145 @@ pub(super) fn public(mut agent: Agent) -> Agent {
     agent
 }
 
+/// At most this many bytes of JSON in the `arguments` of a policy test
+/// ([`Kernel::test_policy`]): the test matches the bundle's regexes against them, and a search
+/// costs time in proportion to the text searched.
+pub const MAX_POLICY_TEST_ARGUMENTS_BYTES: usize = 64 * 1024;
+
+/// At most this many bytes in a webhook URL.
+pub const MAX_WEBHOOK_URL_BYTES: usize = 2048;
+
+/// What [`check_webhook_url`] accepts beyond an `http` or `https` URL without user information.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WebhookRules {
+    /// User information (`https://user:password@host/`): off over HTTP unless the server allows
+    /// it (`--allow-webhook-userinfo`), because it is a credential kept in plain text.
+    pub allow_userinfo: bool,
+    /// The in-process scheme [`EMBEDDED_SCHEME`]: only in-process callers may register it; over
+    /// HTTP it would name an in-process handler that no webhook registration owns.
+    pub allow_embedded: bool,
+}
+
+impl WebhookRules {
+    /// What the kernel's own API accepts (in-process callers: the embedded runtime, the
+    /// manifest, the console, library users).
+    pub const IN_PROCESS: WebhookRules = WebhookRules {
+        allow_userinfo: true,
+        allow_embedded: true,
+    };
+}
+
+/// Checks a webhook URL a registration names. The error says what is wrong (never echoing the
+/// URL, which may hold a credential), e.g. `webhook_url scheme must be http or https, not
+/// "ftp"`; registration answers it as `400 validation_error`. Accepted: an absolute `http` or
+/// `https` URL with a host, at most [`MAX_WEBHOOK_URL_BYTES`] long, without whitespace or
+/// control characters, and without user information unless `rules` allow it; or, when `rules`
+/// allow it, the in-process [`EMBEDDED_SCHEME`].
+pub fn check_webhook_url(url: &str, rules: WebhookRules) -> Result<(), String> {
+    let bad = |what: &str| Err(format!("webhook_url {what}"));
+    if url.is_empty() {
+        return bad("is required");
+    }
+    if url.len() > MAX_WEBHOOK_URL_BYTES {
+        return bad(&format!(
+            "is {} bytes long, more than {MAX_WEBHOOK_URL_BYTES}",
+            url.len()
+        ));
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return bad("must not contain whitespace or control characters");
+    }
+    if url.starts_with(EMBEDDED_SCHEME) {
+        if rules.allow_embedded {
+            return Ok(());
+        }
+        return bad(&format!(
+            "scheme {EMBEDDED_SCHEME:?} is reserved for agents served in process"
+        ));
+    }
+    let parsed = match reqwest::Url::parse(url) {
+        Ok(parsed) => parsed,
+        Err(e) => return bad(&format!("is not an absolute URL ({e})")),
+    };
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return bad(&format!(
+            "scheme must be http or https, not {:?}",
+            parsed.scheme()
+        ));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return bad("has no host");
+    }
+    if !rules.allow_userinfo && (!parsed.username().is_empty() || parsed.password().is_some()) {
+        return bad(
+            "must not carry user information (user:password@); put a credential in the \
+             agent's secret, or start the kernel with --allow-webhook-userinfo",
+        );
+    }
+    Ok(())
+}
+
+/// `url` as a reader without `agents:write` sees it: the user information and the value of
+/// every query parameter (and any fragment) replaced with `***`, so the credentials a webhook
+/// URL may carry are not shown; the scheme, host, port, path and parameter names are.
+///
+/// `https://u:p@hook.example/x?token=t&v=2` is shown as `https://***@hook.example/x?token=***&v=***`.
+pub fn redact_webhook_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((rest, _)) => (rest, "#***"),
+        None => (rest, ""),
+    };
+    let (rest, query) = match rest.split_once('?') {
+        Some((rest, query)) => (rest, Some(query)),
+        None => (rest, None),
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) if !scheme.is_empty() => format!("***@{host}"),
+        _ => authority.to_owned(),
+    };
+    let query = query.map_or_else(String::new, |query| {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|param| match param.split_once('=') {
+                Some((name, _)) => format!("{name}=***"),
+                None if param.is_empty() => String::new(),
+                None => "***".to_owned(),
+            })
+            .collect();
+        format!("?{}", params.join("&"))
+    });
+    format!("{scheme}{authority}{path}{query}{fragment}")
+}
+
 impl Kernel {
     /// Registers (or updates) an agent. The answer never carries the secret.
     ///
     /// A registration declares the agent's webhook, secret and lease: re-registering without
     /// `lease_timeout_seconds` returns the agent to the global lease. An invalid lease (see
-    /// [`check_lease_seconds`]) is `400 validation_error` and changes nothing.
+    /// [`check_lease_seconds`]) or webhook URL (see [`check_webhook_url`]; this in-process API
+    /// accepts [`WebhookRules::IN_PROCESS`]) is `400 validation_error` and changes nothing.
+    ///
+    /// Registering an agent again with the same webhook URL and secret is idempotent. With
+    /// another webhook URL or secret it replaces the registration only when `req.takeover` is
+    /// set; otherwise it is `409 conflict` and changes nothing. (Over HTTP the admin need not
+    /// set it.)
     pub async fn register_agent(&self, req: RegisterAgentRequest) -> KernelResult<Agent> {
+        let takeover = req.takeover;
+        self.put_registration(req, move |_| takeover).await
+    }
+
+    /// [`Kernel::register_agent`], where `may_replace` decides, inside the transaction,
+    /// whether an existing registration with another webhook URL or secret may be replaced.
+    pub(super) async fn put_registration(
+        &self,
+        req: RegisterAgentRequest,
+        may_replace: impl FnOnce(&Agent) -> bool + Send + 'static,
+    ) -> KernelResult<Agent> {
         if req.id.trim().is_empty() {
             return Err(KernelError::validation("agent id is required"));
         }
@@ -34,12 +170,29 @@ impl Kernel {
         if let Some(seconds) = req.lease_timeout_seconds {
             check_lease_seconds(seconds).map_err(KernelError::validation)?;
         }
+        check_webhook_url(&req.webhook_url, WebhookRules::IN_PROCESS)
+            .map_err(KernelError::validation)?;
         let now = self.now_text();
-        let agent = self
+        let outcome = self
             .inner
             .store
             .write(move |tx| {
                 let existing = tx.agent(&req.id)?;
+                let replaced = existing.as_ref().is_some_and(|a| {
+                    a.webhook_url != req.webhook_url
+                        || !crate::signing::constant_time_eq(
+                            a.secret.as_bytes(),
+                            req.secret.as_bytes(),
+                        )
+                });
+                if replaced && !existing.as_ref().is_some_and(may_replace) {
+                    return Ok(Err(KernelError::conflict(format!(
+                        "agent {:?} is registered with another webhook_url or secret; \
+                         registering it with these replaces that registration, which needs \
+                         \"takeover\": true (or the admin)",
+                        req.id
+                    ))));
+                }
                 let agent = Agent {
                     policy_bundle: existing
                         .as_ref()
@@ -53,9 +206,17 @@ impl Kernel {
                     lease_timeout_seconds: req.lease_timeout_seconds,
                 };
                 tx.put_agent(&agent)?;
-                Ok(agent)
+                Ok(Ok((agent, replaced)))
             })
             .await?;
+        let (agent, replaced) = outcome?;
+        if replaced {
+            tracing::warn!(
+                agent_id = %agent.id,
+                webhook_url = %crate::telemetry::redact_url(&agent.webhook_url),
+                "agent registration taken over: its webhook URL or secret was replaced"
+            );
+        }
         tracing::info!(
             agent_id = %agent.id,
             webhook_url = %crate::telemetry::redact_url(&agent.webhook_url),
@@ -107,12 +268,23 @@ impl Kernel {
 
     /// Evaluates a proposed step for agent `agent_id` against its bundle (or the request's own
     /// `bundle`), exactly as a submit would decide it, and records nothing: no step, no event,
-    /// no rate-limit token. `404` for an unknown agent, `400` for a bundle that does not parse.
+    /// no rate-limit token. `404` for an unknown agent, `400` for a bundle that does not parse
+    /// (or is over the regex budget, see [`crate::policy::bundle`]) or arguments over
+    /// [`MAX_POLICY_TEST_ARGUMENTS_BYTES`].
     pub async fn test_policy(
         &self,
         agent_id: &str,
         req: PolicyTestRequest,
     ) -> KernelResult<PolicyTestResponse> {
+        if let Some(arguments) = &req.arguments {
+            let bytes = serde_json::to_vec(arguments).map_or(usize::MAX, |v| v.len());
+            if bytes > MAX_POLICY_TEST_ARGUMENTS_BYTES {
+                return Err(KernelError::validation(format!(
+                    "arguments are {bytes} bytes of JSON; a policy test takes at most \
+                     {MAX_POLICY_TEST_ARGUMENTS_BYTES}"
+                )));
+            }
+        }
         let stored = self
             .agent_with_secret(agent_id)
             .await?
@@ -231,5 +403,47 @@ impl Kernel {
         // The engine re-syncs from the stored text on every evaluation; install it now too.
         let _ = self.inner.policy.sync_bundle(agent_id, bundle);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_user_information_query_values_and_fragments_only() {
+        for (url, shown) in [
+            (
+                "https://u:p@hook.example:8443/x?token=t&v=2#f",
+                "https://***@hook.example:8443/x?token=***&v=***#***",
+            ),
+            ("http://h/p", "http://h/p"),
+            ("http://token@h", "http://***@h"),
+            ("http://h/a@b?secret", "http://h/a@b?***"),
+            ("http://h/?a=&&b=1=2", "http://h/?a=***&&b=***"),
+            ("embedded:a", "embedded:a"),
+        ] {
+            assert_eq!(redact_webhook_url(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn in_process_rules_accept_user_information_and_the_embedded_scheme() {
+        let over_http = WebhookRules::default();
+        for url in ["https://u:p@h/", "embedded:a"] {
+            assert!(
+                check_webhook_url(url, WebhookRules::IN_PROCESS).is_ok(),
+                "{url}"
+            );
+            assert!(check_webhook_url(url, over_http).is_err(), "{url}");
+        }
+        let err = check_webhook_url("https://u:hunter2@h/", over_http).unwrap_err();
+        assert!(!err.contains("hunter2"), "{err}");
+        for url in ["", "ftp://h/", "http://", "http://h/ x", "mailto:a@b"] {
+            assert!(
+                check_webhook_url(url, WebhookRules::IN_PROCESS).is_err(),
+                "{url}"
+            );
+        }
     }
 }

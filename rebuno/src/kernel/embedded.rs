@@ -140,7 +140,7 @@ impl Kernel {
                 .map_err(super::KernelError::validation)?;
         }
         deliverer.install(agent_id, handler);
-        self.register_agent(RegisterAgentRequest {
+        let req = RegisterAgentRequest {
             id: agent_id.to_owned(),
             webhook_url: format!("{EMBEDDED_SCHEME}{agent_id}"),
             // Never crosses a network; it only signs the payload like any agent's.
@@ -150,7 +150,11 @@ impl Kernel {
                 uuid::Uuid::now_v7().simple()
             ),
             lease_timeout_seconds,
-        })
-        .await
+            takeover: false,
+        };
+        // Each registration draws a new secret, so a restarted process registering its agents
+        // again always replaces the registration: the in-process caller may. (This predicate
+        // is where an embedded registration would be kept from replacing a webhook one.)
+        self.put_registration(req, |_existing| true).await
     }
 }

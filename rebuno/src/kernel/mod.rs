@@ -52,6 +52,10 @@ mod sweep;
 mod traced;
 mod volatile;
 
+pub use agents::{
+    MAX_POLICY_TEST_ARGUMENTS_BYTES, MAX_WEBHOOK_URL_BYTES, WebhookRules, check_webhook_url,
+    redact_webhook_url,
+};
 pub use changes::{CHANGE_FEED_BUFFER, Change, ChangeFeed};
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};
 pub use embedded::{EMBEDDED_SCHEME, EmbeddedDeliverer, EmbeddedHandler};

@@ -11,16 +11,57 @@
 //! `per_what` or `on_limiter_error`, duplicate rule ids (they would share rate-limit buckets and
 //! be indistinguishable in events), a rate limit with `max_calls > 0` and no positive `window`
 //! (Go: silently unlimited), negative durations, and unit-less integer durations.
+//!
+//! Argument regexes have a budget, because compiling one costs time and memory that its text
+//! does not show: `\w{60}` is six characters that compile to megabytes (`\w` is Unicode-aware),
+//! and each case-insensitive Unicode class (`(?i)\pL`) takes a fraction of a millisecond to
+//! translate; any holder of `policies:read` can have a bundle compiled through the dry-run route.
+//! A bundle holds at most [`MAX_BUNDLE_REGEXES`] regexes of at most
+//! [`MAX_BUNDLE_REGEX_PATTERN_BYTES`] of text together (each at most
+//! [`MAX_REGEX_PATTERN_BYTES`]), both checked before anything compiles. Each regex is compiled
+//! once, with each of its automata at most [`MAX_REGEX_COMPILED_BYTES`], and all of them together
+//! may take at most [`MAX_BUNDLE_REGEX_BYTES`] of memory, as measured once compiled. Each
+//! searches with a lazy DFA cache of at most [`REGEX_DFA_CACHE_BYTES`] per thread. A bundle over
+//! budget is refused at load, naming the limit (and the rule and argument when one regex is at
+//! fault), wherever it comes from (`POST /v0/policies`, provisioning, the dry run, a fork's
+//! bundle, the manifest), since every path compiles it here.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
-use regex::Regex;
+use regex_automata::meta::{self, Regex};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::duration::GoDuration;
 use super::glob::{BadPattern, validate_glob};
 use super::{Action, StepKind};
+
+/// At most this many argument regexes in one bundle.
+pub const MAX_BUNDLE_REGEXES: usize = 64;
+
+/// At most this many bytes of text in one argument regex.
+pub const MAX_REGEX_PATTERN_BYTES: usize = 1024;
+
+/// At most this many bytes of text in all the argument regexes of one bundle together.
+pub const MAX_BUNDLE_REGEX_PATTERN_BYTES: usize = 4096;
+
+/// The most each automaton of one argument regex (its forward and reverse NFAs) may take, in
+/// bytes; what the `regex` crate calls `size_limit`.
+pub const MAX_REGEX_COMPILED_BYTES: usize = 1 << 20;
+
+/// The most memory all argument regexes of one bundle may take together once compiled, in
+/// bytes, as each compiled regex measures itself.
+pub const MAX_BUNDLE_REGEX_BYTES: usize = 4 << 20;
+
+/// The lazy DFA cache of one argument regex, in bytes, for each thread searching with it (what
+/// the `regex` crate calls `dfa_size_limit`, at its default). It is grown as a search needs it;
+/// a smaller one thrashes on regexes such as `\w{20}`, which then search a hundred times
+/// slower.
+pub const REGEX_DFA_CACHE_BYTES: usize = 2 << 20;
+
+/// The hint every "regex too large" error carries.
+const LARGE_REGEX_HINT: &str = "Unicode classes such as \\w, \\d and \\s compile large; \
+     (?-u:\\w) or [0-9] are far smaller";
 
 /// Deserializes an explicit YAML null as the type's default (Go's zero value).
 fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -356,6 +397,54 @@ pub enum BundleError {
         /// The compiler's explanation.
         error: String,
     },
+    /// More argument regexes than [`MAX_BUNDLE_REGEXES`].
+    #[error("the bundle has {count} argument regexes; at most {limit} are allowed")]
+    TooManyRegexes {
+        /// How many the bundle has.
+        count: usize,
+        /// [`MAX_BUNDLE_REGEXES`].
+        limit: usize,
+    },
+    /// Argument regexes of more than [`MAX_BUNDLE_REGEX_PATTERN_BYTES`] of text together.
+    #[error(
+        "the bundle's argument regexes are {bytes} bytes of text together; at most {limit} are \
+         allowed"
+    )]
+    TooMuchRegexText {
+        /// Their length together.
+        bytes: usize,
+        /// [`MAX_BUNDLE_REGEX_PATTERN_BYTES`].
+        limit: usize,
+    },
+    /// An argument regex longer than [`MAX_REGEX_PATTERN_BYTES`], or with an automaton over
+    /// [`MAX_REGEX_COMPILED_BYTES`].
+    #[error(
+        "rule {rule:?} argument {argument:?} regex is too large: {what} ({hint})",
+        hint = LARGE_REGEX_HINT
+    )]
+    RegexTooLarge {
+        /// The rule id.
+        rule: String,
+        /// The argument key.
+        argument: String,
+        /// Which limit, e.g. `it compiles to more than 1048576 bytes`.
+        what: String,
+    },
+    /// The bundle's argument regexes together take more than [`MAX_BUNDLE_REGEX_BYTES`] once
+    /// compiled; the first that does not fit is named.
+    #[error(
+        "rule {rule:?} argument {argument:?} regex does not fit the bundle's regex budget: the \
+         bundle's regexes may take at most {limit} bytes together once compiled ({hint})",
+        hint = LARGE_REGEX_HINT
+    )]
+    RegexBudget {
+        /// The rule id.
+        rule: String,
+        /// The argument key.
+        argument: String,
+        /// [`MAX_BUNDLE_REGEX_BYTES`].
+        limit: usize,
+    },
     /// `then.decision` is not `allow`, `deny` or `require_approval`.
     #[error(
         "rule {rule:?} has invalid decision {decision:?} (expected allow, deny or require_approval)"
@@ -495,6 +584,27 @@ impl Bundle {
 
     /// Validates and compiles a bundle document.
     pub fn from_spec(spec: BundleSpec) -> Result<Bundle, BundleError> {
+        let regexes = || {
+            spec.rules
+                .iter()
+                .flat_map(|r| r.when.arguments.values())
+                .filter(|p| !p.regex.is_empty())
+        };
+        let count = regexes().count();
+        if count > MAX_BUNDLE_REGEXES {
+            return Err(BundleError::TooManyRegexes {
+                count,
+                limit: MAX_BUNDLE_REGEXES,
+            });
+        }
+        let bytes = regexes().map(|p| p.regex.len()).sum();
+        if bytes > MAX_BUNDLE_REGEX_PATTERN_BYTES {
+            return Err(BundleError::TooMuchRegexText {
+                bytes,
+                limit: MAX_BUNDLE_REGEX_PATTERN_BYTES,
+            });
+        }
+        let mut budget = MAX_BUNDLE_REGEX_BYTES;
         let mut ids: HashSet<&str> = HashSet::new();
         let mut priorities: HashMap<i64, &str> = HashMap::new();
         let mut rules = Vec::with_capacity(spec.rules.len());
@@ -512,7 +622,7 @@ impl Bundle {
                     second: rule.id.clone(),
                 });
             }
-            rules.push(compile_rule(rule)?);
+            rules.push(compile_rule(rule, &mut budget)?);
         }
         rules.sort_by_key(|r| r.priority);
         Ok(Bundle {
@@ -538,7 +648,67 @@ impl Bundle {
     }
 }
 
-fn compile_rule(rule: &RuleSpec) -> Result<Rule, BundleError> {
+/// Compiles an argument regex within the per-regex limits and what is left of the bundle's
+/// `budget`, and takes what it measures from the budget.
+///
+/// The pattern is parsed once with the syntax and compiled once with the engine the `regex`
+/// crate wraps (same syntax, same matching), because that crate can say neither how large a
+/// compiled regex is nor keep a parse between tries.
+fn compile_regex(
+    rule: &str,
+    argument: &str,
+    pattern: &str,
+    budget: &mut usize,
+) -> Result<Regex, BundleError> {
+    let too_large = |what: String| BundleError::RegexTooLarge {
+        rule: rule.to_owned(),
+        argument: argument.to_owned(),
+        what,
+    };
+    let over_budget = || BundleError::RegexBudget {
+        rule: rule.to_owned(),
+        argument: argument.to_owned(),
+        limit: MAX_BUNDLE_REGEX_BYTES,
+    };
+    let invalid = |error: String| BundleError::InvalidRegex {
+        rule: rule.to_owned(),
+        argument: argument.to_owned(),
+        error,
+    };
+    if pattern.len() > MAX_REGEX_PATTERN_BYTES {
+        return Err(too_large(format!(
+            "it is {} bytes long, more than {MAX_REGEX_PATTERN_BYTES}",
+            pattern.len()
+        )));
+    }
+    // The `regex` crate's defaults: Unicode, UTF-8 only, a nesting limit of 250.
+    let hir = regex_syntax::ParserBuilder::new()
+        .build()
+        .parse(pattern)
+        .map_err(|e| invalid(syntax_error_text(pattern, &e.to_string())))?;
+    let cap = MAX_REGEX_COMPILED_BYTES.min(*budget);
+    let config = meta::Config::new()
+        .match_kind(regex_automata::MatchKind::LeftmostFirst)
+        .utf8_empty(true)
+        .nfa_size_limit(Some(cap))
+        .hybrid_cache_capacity(REGEX_DFA_CACHE_BYTES);
+    let regex = match meta::Builder::new().configure(config).build_from_hir(&hir) {
+        Ok(regex) => regex,
+        Err(e) if e.size_limit().is_some() && cap == MAX_REGEX_COMPILED_BYTES => {
+            return Err(too_large(format!(
+                "it compiles to more than {MAX_REGEX_COMPILED_BYTES} bytes"
+            )));
+        }
+        Err(e) if e.size_limit().is_some() => return Err(over_budget()),
+        Err(e) => return Err(invalid(format!("{e}: `{pattern}`"))),
+    };
+    *budget = budget
+        .checked_sub(regex.memory_usage())
+        .ok_or_else(over_budget)?;
+    Ok(regex)
+}
+
+fn compile_rule(rule: &RuleSpec, budget: &mut usize) -> Result<Rule, BundleError> {
     let id = &rule.id;
     let when = &rule.when;
 
@@ -553,13 +723,7 @@ fn compile_rule(rule: &RuleSpec) -> Result<Rule, BundleError> {
         let regex = if pred.regex.is_empty() {
             None
         } else {
-            Some(
-                Regex::new(&pred.regex).map_err(|e| BundleError::InvalidRegex {
-                    rule: id.clone(),
-                    argument: key.clone(),
-                    error: regex_error_text(&pred.regex, &e),
-                })?,
-            )
+            Some(compile_regex(id, key, &pred.regex, budget)?)
         };
         arguments.push(Predicate {
             key: key.clone(),
@@ -690,17 +854,13 @@ fn non_empty(s: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_owned())
 }
 
-/// One line, in the shape of Go's `error parsing regexp: <what>: `<pattern>``.
-fn regex_error_text(pattern: &str, err: &regex::Error) -> String {
-    match err {
-        regex::Error::Syntax(text) => {
-            let what = text
-                .lines()
-                .rev()
-                .find_map(|l| l.trim().strip_prefix("error: "))
-                .unwrap_or("syntax error");
-            format!("error parsing regexp: {what}: `{pattern}`")
-        }
-        other => format!("{other}: `{pattern}`"),
-    }
+/// One line, in the shape of Go's `error parsing regexp: <what>: `<pattern>``, from the
+/// parser's multi-line explanation `text`.
+fn syntax_error_text(pattern: &str, text: &str) -> String {
+    let what = text
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("error: "))
+        .unwrap_or("syntax error");
+    format!("error parsing regexp: {what}: `{pattern}`")
 }

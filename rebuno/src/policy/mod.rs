@@ -53,8 +53,10 @@ use std::sync::{Arc, PoisonError, RwLock};
 use serde::{Deserialize, Serialize};
 
 pub use bundle::{
-    ApprovalConfig, ArgumentPredicate, Bundle, BundleError, BundleSpec, OnLimiterError, PerWhat,
-    RateLimit, RateLimitSpec, RuleSpec, ThenSpec, WhenSpec,
+    ApprovalConfig, ArgumentPredicate, Bundle, BundleError, BundleSpec, MAX_BUNDLE_REGEX_BYTES,
+    MAX_BUNDLE_REGEX_PATTERN_BYTES, MAX_BUNDLE_REGEXES, MAX_REGEX_COMPILED_BYTES,
+    MAX_REGEX_PATTERN_BYTES, OnLimiterError, PerWhat, REGEX_DFA_CACHE_BYTES, RateLimit,
+    RateLimitSpec, RuleSpec, ThenSpec, WhenSpec,
 };
 pub use duration::{DurationError, GoDuration};
 pub use eval::go_value_string;

@@ -391,6 +391,17 @@ pub struct RegisterAgentRequest {
         deserialize_with = "optional_lease"
     )]
     pub lease_timeout_seconds: Option<f64>,
+    /// Replace the registration of an agent already registered with another webhook URL or
+    /// secret. Without it such a registration is `409 conflict` (unless the caller is the
+    /// admin), so that no client with `agents:write` redirects an agent's deliveries by
+    /// accident or unnoticed; registering again with the same webhook URL and secret needs no
+    /// flag (it may change the lease). Omitted when false.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub takeover: bool,
 }
 
 /// Body of `POST /v0/policies/{agent_id}`.

@@ -152,6 +152,9 @@ impl Repl {
                         webhook_url: (*url).to_owned(),
                         secret: (*secret).to_owned(),
                         lease_timeout_seconds,
+                        // The console is the operator's, who may replace a registration as
+                        // the admin may over HTTP.
+                        takeover: true,
                     })
                     .await
                     .map_err(|e| e.to_string())?;

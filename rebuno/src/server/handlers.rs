@@ -17,12 +17,13 @@ use super::extract::{
     ReadCall, Reader, UuidPath, uuid_param,
 };
 use super::limits::{HeldStream, ServedStreams};
+use crate::kernel::{WebhookRules, check_webhook_url, redact_webhook_url};
 use crate::protocol::{
-    AgentMetadata, Checkpoints, CompleteExecutionRequest, CompleteStepRequest,
+    Agent, AgentMetadata, Checkpoints, CompleteExecutionRequest, CompleteStepRequest,
     CreateExecutionRequest, DecideApprovalRequest, Execution, FailExecutionRequest,
     FailStepRequest, ForkExecutionRequest, HEADER_NEXT_CURSOR, HealthStatus, Lease,
-    PolicyTestRequest, Principal, RegisterAgentRequest, SetPolicyRequest, StreamDeltaRequest,
-    StreamFrame, SubmitStepRequest, canonical_uuid,
+    PolicyTestRequest, Principal, RegisterAgentRequest, Scope, SetPolicyRequest,
+    StreamDeltaRequest, StreamFrame, SubmitStepRequest, canonical_uuid,
 };
 use crate::store::ExecutionQuery;
 use axum::extract::State;
@@ -493,35 +494,62 @@ pub(super) async fn fail_execution(State(s): State<AppState>, mut call: AgentCal
 // Agents and policies (admin).
 // ---------------------------------------------------------------------------------------------
 
-/// Row 16: `POST /v0/agents` (201; the secret is never echoed).
+/// Row 16: `POST /v0/agents` (201; the secret is never echoed). The webhook URL must be `http`
+/// or `https`, without user information unless the server allows it, and never the in-process
+/// scheme (`400`, see [`check_webhook_url`]). Replacing another webhook URL or secret of a
+/// registered agent needs `"takeover": true` or the admin (`409 conflict` otherwise; see
+/// [`crate::Kernel::register_agent`]); the same registration again is idempotent.
 pub(super) async fn register_agent(
     State(s): State<AppState>,
-    _: Client<AgentsWrite>,
-    JsonBody(req): JsonBody<RegisterAgentRequest>,
+    Client(principal, _): Client<AgentsWrite>,
+    JsonBody(mut req): JsonBody<RegisterAgentRequest>,
 ) -> ApiResult {
+    let rules = WebhookRules {
+        allow_userinfo: s.allow_webhook_userinfo,
+        allow_embedded: false,
+    };
+    check_webhook_url(&req.webhook_url, rules).map_err(crate::kernel::KernelError::validation)?;
+    if principal.allows(Scope::Admin) {
+        req.takeover = true;
+    }
     let agent = s.kernel.register_agent(req).await?;
     Ok(json_response(StatusCode::CREATED, &agent))
 }
 
-/// Row 17: `GET /v0/agents[?limit][&after]` (by id, secrets blanked), one page at a time:
-/// `after` is the agent id the page starts after, paged like row 7.
+/// An agent as `principal` may read it: a reader without `agents:write` (who could not have
+/// registered it) sees its webhook URL without user information or query values.
+fn agent_for(principal: &Principal, mut agent: Agent) -> Agent {
+    if !principal.allows(Scope::AgentsWrite) {
+        agent.webhook_url = redact_webhook_url(&agent.webhook_url);
+    }
+    agent
+}
+
+/// Row 17: `GET /v0/agents[?limit][&after]` (by id, secrets blanked, webhook credentials
+/// redacted for readers without `agents:write`), one page at a time: `after` is the agent id
+/// the page starts after, paged like row 7.
 pub(super) async fn list_agents(
     State(s): State<AppState>,
-    _: Client<AgentsRead>,
+    Client(principal, _): Client<AgentsRead>,
     query: QueryPairs,
 ) -> ApiResult {
     let limit = limit_param(&query)?;
     let page = s.kernel.agents_page(after_param(&query), limit).await?;
-    Ok(paged(&page.items, page.next.as_deref()))
+    let items: Vec<Agent> = page
+        .items
+        .into_iter()
+        .map(|a| agent_for(&principal, a))
+        .collect();
+    Ok(paged(&items, page.next.as_deref()))
 }
 
-/// Row 18: `GET /v0/agents/{id}`.
+/// Row 18: `GET /v0/agents/{id}` (as row 17 shows it).
 pub(super) async fn get_agent(
     State(s): State<AppState>,
-    _: Client<AgentsRead>,
+    Client(principal, _): Client<AgentsRead>,
     NamePath(id): NamePath,
 ) -> ApiResult {
-    Ok(ok(&s.kernel.agent(&id).await?))
+    Ok(ok(&agent_for(&principal, s.kernel.agent(&id).await?)))
 }
 
 /// `PUT /v0/agents/{id}/metadata` (HMAC, by the agent itself; 200 with the agent): what the

@@ -27,10 +27,16 @@
 //! * values are expanded after the YAML is parsed, not the file's text before, so a comment that
 //!   mentions a variable is only a comment and a variable's value cannot add YAML structure;
 //! * unknown keys are refused, so a misspelt `policy_file` is an error rather than an agent
-//!   silently left without its policy, and an agent without a secret is refused here rather than
-//!   half-way through provisioning.
+//!   silently left without its policy, and an agent without a secret or with a webhook URL that
+//!   registration refuses ([`check_webhook_url`]; the manifest, being the operator's, may carry
+//!   user information) is refused here rather than half-way through provisioning.
+//!
+//! The manifest is the operator's: an agent it names is registered as it says even when it was
+//! registered with another webhook URL or secret (a `takeover`), so editing the manifest and
+//! restarting moves the agent.
 
 use crate::Kernel;
+use crate::kernel::{WebhookRules, check_webhook_url};
 use crate::policy::Bundle;
 use crate::protocol::{Agent, RegisterAgentRequest, check_lease_seconds};
 use serde::Deserialize;
@@ -257,6 +263,8 @@ impl Manifest {
             }
             let lease_timeout_seconds = manifest_lease(entry.lease_timeout_seconds, &lookup)
                 .map_err(|e| format!("agent {id:?}: {e}"))?;
+            check_webhook_url(&webhook_url, WebhookRules::IN_PROCESS)
+                .map_err(|e| format!("agent {id:?}: {e}"))?;
             agents.push(ManifestAgent {
                 id,
                 webhook_url,
@@ -278,6 +286,9 @@ impl Manifest {
                 webhook_url: agent.webhook_url.clone(),
                 secret: agent.secret.clone(),
                 lease_timeout_seconds: agent.lease_timeout_seconds,
+                // The manifest is the operator's: an agent it names is registered as it says,
+                // whatever registered it before.
+                takeover: true,
             };
             let provisioned = kernel
                 .provision_agent(req, &agent.policy)
@@ -371,7 +382,12 @@ mod tests {
         assert_eq!(agents[0].webhook_url, "http://h/alpha");
         // A value cannot add YAML structure: it stays one string.
         let sneaky = |name: &str| (name == "S").then(|| "x\n    policy: allow".to_owned());
-        let agents = Manifest::parse("agents:\n  - id: a\n    secret: $S\n", dir, sneaky).unwrap();
+        let agents = Manifest::parse(
+            "agents:\n  - id: a\n    webhook_url: http://h/x\n    secret: $S\n",
+            dir,
+            sneaky,
+        )
+        .unwrap();
         assert_eq!(agents[0].secret, "x\n    policy: allow");
         assert_eq!(agents[0].policy, "");
         assert_eq!(
@@ -386,7 +402,7 @@ mod tests {
         let lease = |text: &str| {
             let lookup = |name: &str| (name == "LEASE").then(|| "2.5".to_owned());
             Manifest::parse(
-                &format!("agents:\n  - id: a\n    secret: s\n{text}"),
+                &format!("agents:\n  - id: a\n    webhook_url: http://h/x\n    secret: s\n{text}"),
                 dir,
                 lookup,
             )
@@ -456,5 +472,18 @@ mod tests {
         );
         let err = parse("agents:\n  - id: x\n    polcy_file: p\n", dir).unwrap_err();
         assert!(err.starts_with("parse: "), "{err}");
+        // The webhook URL is checked as registration checks it, before anything is written.
+        assert_eq!(
+            parse("agents:\n  - id: x\n    secret: s\n", dir).unwrap_err(),
+            "agent \"x\": webhook_url is required"
+        );
+        assert_eq!(
+            parse(
+                "agents:\n  - id: x\n    secret: s\n    webhook_url: ftp://h/\n",
+                dir
+            )
+            .unwrap_err(),
+            "agent \"x\": webhook_url scheme must be http or https, not \"ftp\""
+        );
     }
 }

@@ -129,6 +129,10 @@ pub struct ServerOptions {
     /// The window failed authentications are counted in, from an address's first failure
     /// (default 60 s).
     pub auth_failure_window: Duration,
+    /// Whether `POST /v0/agents` accepts a webhook URL with user information
+    /// (`https://user:password@host/`; default off): it is a credential the kernel would keep
+    /// in plain text. Readers without `agents:write` never see it either way.
+    pub allow_webhook_userinfo: bool,
 }
 
 impl Default for ServerOptions {
@@ -145,6 +149,7 @@ impl Default for ServerOptions {
             secure_cookies: false,
             auth_failure_limit: 10,
             auth_failure_window: Duration::from_secs(60),
+            allow_webhook_userinfo: false,
         }
     }
 }
@@ -189,6 +194,12 @@ impl ServerOptions {
         self.auth_failure_window = window;
         self
     }
+
+    /// These options with webhook URLs carrying user information accepted (`true`) or refused.
+    pub fn allow_webhook_userinfo(mut self, allowed: bool) -> Self {
+        self.allow_webhook_userinfo = allowed;
+        self
+    }
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -212,6 +223,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("secure_cookies", &self.secure_cookies)
             .field("auth_failure_limit", &self.auth_failure_limit)
             .field("auth_failure_window", &self.auth_failure_window)
+            .field("allow_webhook_userinfo", &self.allow_webhook_userinfo)
             .finish()
     }
 }
@@ -230,6 +242,8 @@ pub(crate) struct AppState {
     pub(crate) unverified: Arc<limits::UnverifiedBodies>,
     /// The live streams and change feeds open, by API key.
     pub(crate) streams: Arc<limits::StreamSlots>,
+    /// Whether a registration's webhook URL may carry user information.
+    pub(crate) allow_webhook_userinfo: bool,
     /// The web console's sessions.
     pub(crate) console: Arc<console::Sessions>,
     /// The `Host` names answered.
@@ -258,6 +272,7 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
             options.unverified_body_memory_per_agent,
         ),
         streams: limits::StreamSlots::new(options.max_streams_per_key),
+        allow_webhook_userinfo: options.allow_webhook_userinfo,
         console: Arc::default(),
         hosts: Arc::new(options.allowed_hosts),
         secure_cookies: options.secure_cookies,

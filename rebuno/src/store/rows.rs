@@ -1,6 +1,7 @@
 //! How the SQLite store's rows become wire types, and how a listing reads one page of them.
 //!
-//! A stored row that does not decode (JSON that is not JSON, an unknown status) is a fault of
+//! A stored row that does not decode (JSON that is not JSON, an unknown status, a timestamp
+//! that is not one) is a fault of
 //! that row, not of the database: a direct read of it fails with [`StoreError::Corrupt`]
 //! naming its key, and a listing skips it with a warning and goes on with the others, so one
 //! bad row never hides the rest.
@@ -42,6 +43,39 @@ where
     })
 }
 
+/// A timestamp column that does not hold an RFC 3339 timestamp (the store only writes
+/// [`crate::time::rfc3339`] text, so the row was edited behind its back).
+#[derive(Debug, thiserror::Error)]
+#[error("not an RFC 3339 timestamp: {0:?}")]
+struct BadTimestamp(String);
+
+/// A timestamp column's text, checked to parse as a timestamp: the kernel parses some of them
+/// (an approval's `created_at`), and a client must never be handed one it cannot read.
+fn ts(r: &Row<'_>, i: usize) -> rusqlite::Result<String> {
+    let text: String = r.get(i)?;
+    check_ts(i, text)
+}
+
+/// [`ts`] of a nullable column.
+fn ts_opt(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
+    r.get::<_, Option<String>>(i)?
+        .map(|text| check_ts(i, text))
+        .transpose()
+}
+
+fn check_ts(i: usize, text: String) -> rusqlite::Result<String> {
+    if crate::time::parse_rfc3339(&text).is_some() {
+        return Ok(text);
+    }
+    // Only the start of the text, for the log: the column may hold anything.
+    let shown: String = text.chars().take(64).collect();
+    Err(rusqlite::Error::FromSqlConversionFailure(
+        i,
+        rusqlite::types::Type::Text,
+        Box::new(BadTimestamp(shown)),
+    ))
+}
+
 /// The columns [`agent_row`] reads.
 pub(super) const AGENT_COLS: &str =
     "id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds";
@@ -54,7 +88,7 @@ pub(super) fn agent_row(r: &Row<'_>) -> rusqlite::Result<Agent> {
         webhook_url: r.get(1)?,
         secret: r.get(2)?,
         policy_bundle: r.get(3)?,
-        registered_at: r.get(4)?,
+        registered_at: ts(r, 4)?,
         metadata: match metadata {
             None => None,
             Some(text) => Some(serde_json::from_str(&text).map_err(|e| {
@@ -80,9 +114,9 @@ pub(super) fn exec_row(r: &Row<'_>) -> rusqlite::Result<Execution> {
         status: parse::<ExecutionStatus>(r.get(4)?)?,
         output: json_out(r.get(5)?)?,
         failure_reason: r.get(6)?,
-        created_at: r.get(7)?,
-        updated_at: r.get(8)?,
-        deadline_at: r.get(9)?,
+        created_at: ts(r, 7)?,
+        updated_at: ts(r, 8)?,
+        deadline_at: ts_opt(r, 9)?,
         created_by: r.get(10)?,
         idempotency_key: r.get::<_, Option<String>>(11)?.unwrap_or_default(),
         on_behalf_of: r.get(12)?,
@@ -128,8 +162,8 @@ pub(super) fn step_row(r: &Row<'_>) -> rusqlite::Result<Step> {
         args: json_out(r.get(8)?)?,
         result: json_out(r.get(9)?)?,
         error: json_out(r.get(10)?)?,
-        started_at: r.get(11)?,
-        completed_at: r.get(12)?,
+        started_at: ts_opt(r, 11)?,
+        completed_at: ts_opt(r, 12)?,
     })
 }
 
@@ -144,11 +178,11 @@ pub(super) fn approval_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
         status: parse::<ApprovalStatus>(r.get(3)?)?,
         approvers: json_out(r.get(4)?)?,
         message: r.get(5)?,
-        timeout_at: r.get(6)?,
+        timeout_at: ts(r, 6)?,
         decided_by: r.get(7)?,
-        decided_at: r.get(8)?,
+        decided_at: ts_opt(r, 8)?,
         rationale: r.get(9)?,
-        created_at: r.get(10)?,
+        created_at: ts(r, 10)?,
         asserted_by: r.get(11)?,
     })
 }
@@ -180,7 +214,7 @@ pub(super) fn event_row(r: &Row<'_>) -> rusqlite::Result<Event> {
         event_seq: r.get::<_, i64>(1)? as u64,
         event_type: parse::<EventType>(r.get(2)?)?,
         payload: json_out(r.get(3)?)?.unwrap_or(Value::Null),
-        occurred_at: r.get(4)?,
+        occurred_at: ts(r, 4)?,
     })
 }
 

@@ -193,6 +193,7 @@ impl Env {
                 webhook_url: format!("http://127.0.0.1:9/{id}"),
                 secret: format!("secret-{id}"),
                 lease_timeout_seconds: Some(seconds),
+                ..RegisterAgentRequest::default()
             })
             .await
             .unwrap();

@@ -179,6 +179,8 @@ pub async fn python_agent(
             id: id.into(),
             webhook_url: hook.clone(),
             secret: secret.into(),
+            // A restarted agent listens on a new port: the harness moves it, as an operator would.
+            takeover: true,
             ..Default::default()
         })
         .await

@@ -216,6 +216,9 @@ pub(super) async fn worker(db: &Db, a: WorkerArgs, registry: Arc<Registry>) -> C
                 webhook_url: webhook_url.clone(),
                 secret: secret.clone(),
                 lease_timeout_seconds: a.lease,
+                // The group's agent is this worker's: a worker started again replaces its
+                // registration.
+                takeover: true,
             })
             .await
             .map_err(|e| Failure::Message(format!("cannot register {agent_id}: {e}")))?;

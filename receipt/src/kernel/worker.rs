@@ -150,7 +150,8 @@ impl KernelWorker {
     /// Registers (or updates) the worker agent with the kernel `client` talks to: deliveries go
     /// to `webhook_url`, signed with `secret`, under the worker's lease. The client needs the
     /// `agents:write` scope (an admin key; none for a dev-mode kernel). The agent's policy
-    /// bundle, if any, is kept.
+    /// bundle, if any, is kept. It replaces a registration of the group's agent with another
+    /// webhook URL or secret (`takeover`): the group's agent is the worker's.
     pub async fn register(
         &self,
         client: &rebuno::Client,
@@ -163,6 +164,9 @@ impl KernelWorker {
                 webhook_url: webhook_url.to_owned(),
                 secret: secret.to_owned(),
                 lease_timeout_seconds: self.lease.map(|l| l.as_secs_f64()),
+                // The group's agent is this worker's: a worker started again (elsewhere, or
+                // with another secret) replaces its registration.
+                takeover: true,
             })
             .await?;
         tracing::info!(

@@ -204,6 +204,7 @@ mod tests {
                 webhook_url: "http://127.0.0.1:9/".into(),
                 secret: "s".into(),
                 lease_timeout_seconds: Some(lease),
+                ..RegisterAgentRequest::default()
             })
             .await
             .unwrap();

@@ -15,8 +15,8 @@ use serde::Deserialize;
 
 /// Agents per page of the list.
 const AGENTS_PAGE: usize = 100;
-/// At most this many bytes of a policy test's arguments.
-const MAX_ARGUMENTS: usize = 64 * 1024;
+/// At most this many bytes of a policy test's arguments (as the kernel takes them).
+const MAX_ARGUMENTS: usize = crate::kernel::MAX_POLICY_TEST_ARGUMENTS_BYTES;
 
 /// The list's cursor.
 #[derive(Debug, Default, Deserialize)]

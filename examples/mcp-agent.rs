@@ -9,7 +9,8 @@
 //! `$TMPDIR/rebuno-mcp-agent.db`) that starts the MCP server given after `--` (stdio), lists
 //! its tools (a recorded step) and calls the `--call` tools in order, each with its JSON
 //! arguments object, as `tool_call` steps with target `mcp:<NAME>/<TOOL>` (`NAME` defaults to
-//! `server`). It prints every effect as it is decided (`ran` or `replayed`), then each tool's
+//! `server`; like a tool name, it is 1 to 128 bytes of `A-Z a-z 0-9 _ - .`, checked before
+//! anything runs; a server listing a tool name outside these rules is refused). It prints every effect as it is decided (`ran` or `replayed`), then each tool's
 //! result, and how many times the server was started.
 //!
 //! The same `--execution-key` resumes the same execution: after an interrupted run (killed, or
@@ -138,6 +139,8 @@ fn agent(server: McpServer, crash_after: Option<usize>) -> rebuno::agent::FnHand
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let server = McpServer::stdio(&args.name, &args.server[0], &args.server[1..]);
+    // A bad --name is a usage error now, not a failed execution later.
+    server.check().context("--name")?;
     let rt = Runtime::open(&format!("sqlite://{}", args.db)).await?;
     let handler = Agent::builder(agent(server.clone(), args.crash_after))
         .observer(print_effect)

@@ -69,6 +69,7 @@ pub mod repl;
 pub mod server;
 pub mod session;
 pub mod signing;
+mod sse;
 pub mod step;
 #[cfg(feature = "kernel")]
 pub mod store;

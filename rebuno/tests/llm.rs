@@ -356,6 +356,34 @@ rules:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_event_that_never_ends_fails_at_the_bound() {
+    let (base, _) = provider().await;
+    let mut stream = OpenAi::new("k")
+        .base_url(&base)
+        .chat_stream(json!({"model": "endless", "messages": []}))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let read = tokio::time::timeout(Duration::from_secs(30), stream.next_event()).await;
+    let err = read
+        .expect("the read gave up at the bound, not at the timeout")
+        .unwrap_err()
+        .to_string();
+    let bound = rebuno::llm::MAX_STREAM_EVENT_BYTES;
+    assert!(err.contains(&format!("passed {bound} bytes")), "{err}");
+    assert!(
+        err.contains("openai"),
+        "the error names the provider: {err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(15));
+    // It stays failed, without reading on.
+    let sent = ENDLESS_SENT.load(Ordering::SeqCst);
+    let again = stream.next_event().await.unwrap_err().to_string();
+    assert_eq!(again, err);
+    assert!(sent < 3 * bound, "{sent} bytes read for a bound of {bound}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outside_an_execution_requests_pass_through() {
     let (base, p) = provider().await;
     let body = json!({"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]});

@@ -62,18 +62,18 @@ Environment (flags override the environment, which overrides the defaults):
                                  (--max-pending-heads-per-address) [default: 64]
   REBUNO_LEGACY_SIGNATURES       accept body-only sha256= agent signatures of SDK 0.14-0.16, true
                                  or false (--legacy-signatures) [default: true in dev, false in server]
-  REBUNO_ALLOW_WEBHOOK_USERINFO  let POST /v0/agents register a webhook URL with user:password@,
-                                 true or false (--allow-webhook-userinfo) [default: false]
   REBUNO_ALLOWED_HOSTS           more Host names to answer, comma-separated: name (any port),
                                  name:port, or * for any (--allowed-hosts) [default: dev answers
                                  only its listen address and localhost, 127.0.0.1, [::1] on its
                                  port; server answers any Host unless this is set]
   REBUNO_SECURE_COOKIES          mark the console's session cookie Secure, for a console reached
                                  over HTTPS, true or false (--secure-cookies) [default: false]
-  REBUNO_AUTH_FAILURE_LIMIT      failed authentications a source address may make in the window
-                                 before it is answered 429, 0 for no limit (--auth-failure-limit)
+  REBUNO_AUTH_FAILURE_LIMIT      failed bearer or console logins a source address may make in the
+                                 window before it is answered 429, 0 for no limit (--auth-failure-limit)
                                  [default: 10]
   REBUNO_AUTH_FAILURE_WINDOW     that window (--auth-failure-window) [default: 1m]
+  REBUNO_ALLOW_WEBHOOK_USERINFO  let POST /v0/agents register a webhook URL with user:password@,
+                                 true or false (--allow-webhook-userinfo) [default: false]
   REBUNO_DISPATCH_MAX_ATTEMPTS   delivery attempts per dispatch [default: 5]
   REBUNO_DISPATCH_TIMEOUT        per-attempt webhook timeout [default: 30s]
   REBUNO_DISPATCH_CONCURRENCY    parallel webhook deliveries [default: 8]
@@ -253,9 +253,9 @@ struct EdgeArgs {
         value_parser = parse_bool_flag
     )]
     secure_cookies: Option<bool>,
-    /// Failed authentications (bearer token, agent signature, console login) one source
-    /// address may make within --auth-failure-window; after them its requests with credentials
-    /// are answered 429 until the window ends. 0 turns this off
+    /// Failed authentications (bearer token, console login) one source address may make
+    /// within --auth-failure-window; after them its requests with a bearer token are answered
+    /// 429 until the window ends (agent-signed requests are never blocked). 0 turns this off
     /// [env: REBUNO_AUTH_FAILURE_LIMIT] [default: 10]
     #[arg(long, value_name = "N", value_parser = parse_count)]
     auth_failure_limit: Option<u32>,
@@ -354,9 +354,9 @@ impl EdgeArgs {
         if !env.0.is_empty() {
             return Err(format!("invalid environment: {}", env.0.join("; ")));
         }
-        let mut server =
-            ServerOptions::default().legacy_signatures(legacy.unwrap_or(legacy_default));
-        server.allow_webhook_userinfo = userinfo.unwrap_or(false);
+        let mut server = ServerOptions::default()
+            .legacy_signatures(legacy.unwrap_or(legacy_default))
+            .allow_webhook_userinfo(userinfo.unwrap_or(false));
         if let Some(d) = body_timeout {
             server.body_timeout = d;
         }

@@ -56,6 +56,7 @@ mod sse;
 mod tee;
 mod usage;
 
+pub use crate::sse::MAX_EVENT_BYTES as MAX_STREAM_EVENT_BYTES;
 pub use anthropic::{ANTHROPIC_VERSION, Anthropic, MessagesResponse};
 pub use openai::{ChatResponse, OpenAi};
 pub use sse::ChatStream;

@@ -1,6 +1,7 @@
 //! Reading a streamed (Server-Sent Events) answer: its JSON events and text deltas.
 
 use crate::error::{Error, Result};
+use crate::sse::{MAX_EVENT_BYTES, SseReader};
 use serde_json::Value;
 use std::collections::VecDeque;
 
@@ -19,11 +20,17 @@ use std::collections::VecDeque;
 /// and make it again). A stream still held, unread, while the handler starts another effect
 /// is not waited for (that wait could never end): finish or drop a stream before the next
 /// effect.
+///
+/// One event may hold at most [`MAX_STREAM_EVENT_BYTES`](super::MAX_STREAM_EVENT_BYTES): a
+/// provider that sends more without ending the event fails the read with an error naming the
+/// bound, instead of growing the reader's memory.
 #[derive(Debug)]
 pub struct ChatStream {
     provider: &'static str,
     resp: reqwest::Response,
-    buf: Vec<u8>,
+    reader: SseReader,
+    /// Why the stream broke (an event over the bound): every later read answers it again.
+    broken: Option<Error>,
     events: VecDeque<Value>,
     done: bool,
     usage: Option<super::Usage>,
@@ -34,7 +41,8 @@ impl ChatStream {
         ChatStream {
             provider,
             resp,
-            buf: Vec::new(),
+            reader: SseReader::new(MAX_EVENT_BYTES),
+            broken: None,
             events: VecDeque::new(),
             done: false,
             usage: None,
@@ -60,6 +68,9 @@ impl ChatStream {
                 }
                 return Ok(Some(event));
             }
+            if let Some(e) = &self.broken {
+                return Err(e.clone());
+            }
             if self.done {
                 // Read the body to its end even after `[DONE]`: it ends only once the call is
                 // recorded, so the handler's next effect cannot overtake the record (if that
@@ -70,18 +81,23 @@ impl ChatStream {
             }
             match self.resp.chunk().await? {
                 Some(bytes) => {
-                    self.buf.extend(bytes.iter().filter(|b| **b != b'\r'));
-                    while let Some(end) = find(&self.buf, b"\n\n") {
-                        let block: Vec<u8> = self.buf.drain(..end + 2).collect();
-                        self.parse(&block)?;
+                    if let Err(e) = self.reader.feed(&bytes) {
+                        // Not read any further: the rest of such a body may never end.
+                        let e = Error::Other(format!("{}: {e}", self.provider));
+                        self.broken = Some(e.clone());
+                        return Err(e);
+                    }
+                    while let Some(event) = self.reader.next() {
+                        self.parse(event.data)?;
                         if self.done {
                             break;
                         }
                     }
                 }
                 None => {
-                    let block = std::mem::take(&mut self.buf);
-                    self.parse(&block)?;
+                    // A last event the body ended without a blank line after.
+                    let last = self.reader.finish();
+                    self.parse(last.and_then(|e| e.data))?;
                     self.done = true;
                 }
             }
@@ -114,18 +130,11 @@ impl ChatStream {
         self.usage
     }
 
-    /// Parses one event block (lines up to a blank line).
-    fn parse(&mut self, block: &[u8]) -> Result<()> {
-        let block = String::from_utf8_lossy(block);
-        let data: Vec<&str> = block
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            .collect();
-        if data.is_empty() {
+    /// Takes one event's `data` (its `data:` lines joined; `None` when it had none).
+    fn parse(&mut self, data: Option<String>) -> Result<()> {
+        let Some(data) = data else {
             return Ok(());
-        }
-        let data = data.join("\n");
+        };
         if data.trim() == "[DONE]" {
             self.done = true;
             return Ok(());
@@ -167,8 +176,4 @@ pub(crate) fn delta_text(event: &Value) -> Option<&str> {
         return event.pointer("/delta/text").and_then(Value::as_str);
     }
     None
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }

@@ -2,16 +2,25 @@
 //! [`StreamableHttpClient`] (POST a JSON-RPC message, answered by JSON, an SSE stream or
 //! `202 Accepted`; GET the server's SSE stream; DELETE the session). `rmcp`'s own client of this
 //! trait is built on another major version of reqwest, which the workspace does not carry.
+//!
+//! SSE answers are read by the crate's bounded SSE reader, never `sse-stream`'s parser (which
+//! holds a line or an event however long it grows): an event over
+//! [`MAX_SSE_EVENT_BYTES`](super::MAX_SSE_EVENT_BYTES) breaks the stream with an error naming
+//! the bound, and marks the client [`Broken`]: the connection answers the failure with that
+//! reason and is opened afresh for the next request.
 
+use crate::sse::{MAX_EVENT_BYTES, SseReader};
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
 };
-use sse_stream::{Error as SseError, Sse, SseStream};
+use sse_stream::{Error as SseError, Sse};
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use tokio_stream::Stream;
 
 /// The session header of the streamable HTTP transport.
 const SESSION_ID: &str = "Mcp-Session-Id";
@@ -20,10 +29,19 @@ const LAST_EVENT_ID: &str = "Last-Event-Id";
 /// The largest JSON answer read: the kernel's request limit (a result is bounded again, more
 /// tightly, before it is recorded).
 const MAX_JSON_BYTES: usize = crate::protocol::MAX_REQUEST_BODY_BYTES;
+/// How much of an error answer's body is read, for its message (which shows 512 characters).
+const ERROR_PREFIX_BYTES: usize = 4096;
+
+/// Why one of a client's SSE streams broke (an event over the bound), once one did: shared by
+/// the client's clones and the connection that made it.
+pub(crate) type Broken = Arc<OnceLock<String>>;
 
 /// A reqwest client speaking the streamable HTTP transport.
 #[derive(Clone, Default)]
-pub(crate) struct Http(pub(crate) reqwest::Client);
+pub(crate) struct Http {
+    client: reqwest::Client,
+    broken: Broken,
+}
 
 /// What failed in the HTTP client itself (connecting, sending, reading).
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +55,11 @@ fn client(e: reqwest::Error) -> Failed {
 }
 
 impl Http {
+    /// Why one of this client's SSE streams broke, once one does.
+    pub(crate) fn broken(&self) -> Broken {
+        Arc::clone(&self.broken)
+    }
+
     /// A request with the session, authorization and extra headers the transport asks for.
     fn request(
         &self,
@@ -46,7 +69,7 @@ impl Http {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> reqwest::RequestBuilder {
-        let mut req = self.0.request(method, uri);
+        let mut req = self.client.request(method, uri);
         if let Some(session) = session_id {
             req = req.header(SESSION_ID, session);
         }
@@ -61,9 +84,16 @@ impl Http {
 }
 
 /// An error answer's status and the start of its body, for the message.
-async fn unexpected(resp: reqwest::Response) -> Failed {
+/// Reads no more than [`ERROR_PREFIX_BYTES`] of the body: an error answer's body may never end.
+async fn unexpected(mut resp: reqwest::Response) -> Failed {
     let status = resp.status();
-    let body = resp.text().await.unwrap_or_default();
+    let mut body = Vec::new();
+    while body.len() < ERROR_PREFIX_BYTES
+        && let Ok(Some(chunk)) = resp.chunk().await
+    {
+        body.extend_from_slice(&chunk);
+    }
+    let body = String::from_utf8_lossy(&body);
     let body: String = body.chars().take(512).collect();
     StreamableHttpError::UnexpectedServerResponse(format!("HTTP {status}: {body}").into())
 }
@@ -78,8 +108,63 @@ fn content_type(resp: &reqwest::Response) -> Option<String> {
 /// An SSE stream, as the transport takes it.
 type Events = Pin<Box<dyn tokio_stream::Stream<Item = Result<Sse, SseError>> + Send>>;
 
-fn sse(resp: reqwest::Response) -> Events {
-    Box::pin(SseStream::from_bytes_stream(resp.bytes_stream()))
+impl Http {
+    /// The events of an SSE answer, each at most [`MAX_EVENT_BYTES`].
+    fn sse(&self, resp: reqwest::Response) -> Events {
+        Box::pin(BoundedEvents {
+            body: Box::pin(resp.bytes_stream()),
+            reader: SseReader::new(MAX_EVENT_BYTES),
+            broken: self.broken(),
+            done: false,
+        })
+    }
+}
+
+type Body = Pin<Box<dyn Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>;
+
+/// An SSE answer's events, read by the bounded reader; the first event over the bound ends the
+/// stream with an error (and marks the client broken).
+struct BoundedEvents {
+    body: Body,
+    reader: SseReader,
+    broken: Broken,
+    done: bool,
+}
+
+impl Stream for BoundedEvents {
+    type Item = Result<Sse, SseError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            if let Some(e) = this.reader.next() {
+                return Poll::Ready(Some(Ok(Sse {
+                    event: e.event,
+                    data: e.data,
+                    id: e.id,
+                    retry: e.retry,
+                })));
+            }
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match std::task::ready!(this.body.as_mut().poll_next(cx)) {
+                Some(Ok(bytes)) => {
+                    if let Err(e) = this.reader.feed(&bytes) {
+                        this.done = true;
+                        let _ = this.broken.set(e.to_string());
+                        return Poll::Ready(Some(Err(SseError::Body(Box::new(e)))));
+                    }
+                }
+                Some(Err(e)) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(SseError::Body(Box::new(e)))));
+                }
+                // An event the body ended without a blank line after is dropped, as SSE says.
+                None => this.done = true,
+            }
+        }
+    }
 }
 
 /// Reads a JSON answer of at most [`MAX_JSON_BYTES`].
@@ -140,7 +225,7 @@ impl StreamableHttpClient for Http {
                 .map(str::to_owned);
             match content_type(&resp) {
                 Some(ct) if ct.starts_with("text/event-stream") => {
-                    Ok(StreamableHttpPostResponse::Sse(sse(resp), session))
+                    Ok(StreamableHttpPostResponse::Sse(self.sse(resp), session))
                 }
                 Some(ct) if ct.starts_with("application/json") => Ok(
                     StreamableHttpPostResponse::Json(json_body(resp).await?, session),
@@ -188,6 +273,11 @@ impl StreamableHttpClient for Http {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<Events, Failed> {
         {
+            if self.broken.get().is_some() {
+                // No resuming a stream that broke: rmcp would reconnect to it (with
+                // `Last-Event-Id`) again and again, and it ends its attempts on this error.
+                return Err(StreamableHttpError::ServerDoesNotSupportSse);
+            }
             let mut req = self
                 .request(
                     reqwest::Method::GET,
@@ -212,7 +302,7 @@ impl StreamableHttpClient for Http {
                 return Err(unexpected(resp).await);
             }
             match content_type(&resp) {
-                Some(ct) if ct.starts_with("text/event-stream") => Ok(sse(resp)),
+                Some(ct) if ct.starts_with("text/event-stream") => Ok(self.sse(resp)),
                 other => Err(StreamableHttpError::UnexpectedContentType(other)),
             }
         }

@@ -13,6 +13,13 @@
 //!   the tools it saw before and a run that only replays never starts the server at all.
 //! - **Model names.** A model calls a tool by `<server>__<tool>` ([`model_name`]), since
 //!   providers accept no `:` or `/` in tool names; [`ToolSet`] routes it to the step above.
+//! - **Names and listings.** Server and tool names are 1 to [`MAX_NAME_BYTES`] bytes of
+//!   `A-Z a-z 0-9 _ - .`, so a policy rule on `mcp:<server>/*` covers every tool of the server.
+//!   A listing with a name outside these rules, two tools a model would call by the same name
+//!   (equal but for case included), more than [`MAX_TOOLS`] tools or a definition over
+//!   [`MAX_TOOL_DEFINITION_BYTES`] is refused whole, with an error naming the server and the
+//!   tool. Two servers of one [`ToolSet`] need names apart after the mapping too (`a.b` and
+//!   `a_b` would give their tools the same model names).
 //! - **Idempotency.** From the server's annotations ([`hinted_idempotency`]): read-only tools
 //!   (and non-destructive idempotent ones) are `safe_to_retry`; destructive or unannotated
 //!   tools are `at_most_once`, so a crash during such a call ends the step `indeterminate`
@@ -28,7 +35,10 @@
 //!   (`Error::Tool { retryable: true, .. }`, recorded so, so a replay answers the same): a new
 //!   call may succeed. A timeout or lost connection during an `at_most_once` call is not
 //!   retryable (it may have run). A result over [`McpServer::max_result_bytes`] is a tool error
-//!   that says so.
+//!   that says so. Over HTTP, one server-sent event may hold at most [`MAX_SSE_EVENT_BYTES`]
+//!   (and a JSON answer as much): a server that sends more without ending the event fails the
+//!   request at once with an error naming the bound (a transport failure, as above), and the
+//!   next request connects afresh. Over stdio, `rmcp` bounds a message line (16 MiB).
 //!
 //! ```no_run
 //! # async fn run() -> rebuno::Result<()> {
@@ -47,12 +57,15 @@
 
 mod connection;
 mod http;
+mod names;
 mod result;
 mod tools;
 
+pub use crate::sse::MAX_EVENT_BYTES as MAX_SSE_EVENT_BYTES;
 pub use connection::Transport;
+pub use names::{MAX_NAME_BYTES, MAX_TOOL_DEFINITION_BYTES, MAX_TOOLS, model_name};
 pub use result::{DEFAULT_MAX_RESULT_BYTES, MAX_RESULT_BYTES, text};
-pub use tools::{hinted_idempotency, model_name, target};
+pub use tools::{hinted_idempotency, target};
 
 use crate::error::{Error, Result};
 use crate::protocol::Idempotency;
@@ -186,26 +199,22 @@ impl McpServer {
         self.shared.get().map_or(0, |s| s.connection.starts())
     }
 
+    /// Checks the server's name now (it is checked on first use anyway): 1 to
+    /// [`MAX_NAME_BYTES`] bytes of `A-Z a-z 0-9 _ - .`, or [`Error::Config`] saying what is
+    /// wrong.
+    pub fn check(&self) -> Result<()> {
+        names::check_server(&self.name)
+    }
+
     /// What the tools share, built once (the settings as they are at the first use).
     fn shared(&self) -> Result<Arc<Shared>> {
         if let Some(s) = self.shared.get() {
             return Ok(Arc::clone(s));
         }
-        let valid = !self.name.is_empty()
-            && self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-        if !valid {
-            return Err(Error::Config(format!(
-                "MCP server name {:?}: use letters, digits, '_', '-' and '.' only (it is the \
-                 <server> of the targets mcp:<server>/<tool> that policy rules match)",
-                self.name
-            )));
-        }
+        self.check()?;
         let shared = Arc::new(Shared {
             server: self.name.clone(),
-            connection: Connection::new(self.transport.clone(), self.start_timeout),
+            connection: Connection::new(&self.name, self.transport.clone(), self.start_timeout),
             timeout: self.timeout,
             max_result_bytes: self.max_result_bytes,
             overrides: self.overrides.clone(),
@@ -215,7 +224,8 @@ impl McpServer {
 
     /// The server's tools as listed by `tools/list`, as JSON. Inside an execution this is a
     /// recorded `local` step named `mcp:<server>` (replayed on a resume, without the server);
-    /// outside one the server is asked directly.
+    /// outside one the server is asked directly. A listing that breaks the rules on names and
+    /// sizes (see the module documentation) is an error naming the server and the tool.
     pub async fn list(&self) -> Result<Vec<Value>> {
         let shared = self.shared()?;
         let live = || async {
@@ -227,10 +237,12 @@ impl McpServer {
                     let (Failure::Unreached(m) | Failure::Transport(m) | Failure::Rejected(m)) = f;
                     Error::Other(m)
                 })?;
-            listed
+            let listed = listed
                 .into_iter()
                 .map(|t| serde_json::to_value(t).map_err(Error::from))
-                .collect::<Result<Vec<Value>>>()
+                .collect::<Result<Vec<Value>>>()?;
+            names::check_listing(&self.name, &listed)?;
+            Ok::<_, Error>(listed)
         };
         if crate::agent::context::execution().is_ok() {
             crate::step::step(&format!("mcp:{}", self.name), "tools/list", live).await
@@ -245,9 +257,11 @@ impl McpServer {
     }
 
     /// Rebuno tools for the tools of an earlier listing ([`McpServer::list`] JSON, kept by the
-    /// caller), without asking the server: it is contacted only when a call proceeds.
+    /// caller), without asking the server: it is contacted only when a call proceeds. The
+    /// listing is held to the same rules as a live one.
     pub fn tools_from(&self, listed: &[Value]) -> Result<Vec<DynTool>> {
         let shared = self.shared()?;
+        names::check_listing(&self.name, listed)?;
         listed.iter().map(|t| tools::adapt(&shared, t)).collect()
     }
 

@@ -3,6 +3,7 @@
 //! model, and the call body that runs only when the kernel says `proceed`.
 
 use super::connection::{Connection, Failure};
+use super::names::model_name;
 use super::result::{outcome, tool_error};
 use crate::error::Error;
 use crate::protocol::Idempotency;
@@ -16,20 +17,6 @@ use std::time::Duration;
 /// match, e.g. `target: "mcp:fs/write_file"` or `target: "mcp:fs/*"`).
 pub fn target(server: &str, tool: &str) -> String {
     format!("mcp:{server}/{tool}")
-}
-
-/// The name a model calls tool `tool` of server `server` by: `<server>__<tool>` with every
-/// character outside `[A-Za-z0-9_-]` replaced by `_`, at most 64 characters (what OpenAI and
-/// Anthropic accept as a tool name).
-pub fn model_name(server: &str, tool: &str) -> String {
-    format!("{server}__{tool}")
-        .chars()
-        .map(|c| match c {
-            'a'..='z' | 'A'..='Z' | '0'..='9' | '_' | '-' => c,
-            _ => '_',
-        })
-        .take(64)
-        .collect()
 }
 
 /// The idempotency a tool gets from its MCP annotations (a listed tool's JSON): `readOnlyHint`
@@ -190,6 +177,5 @@ mod tests {
         assert_eq!(model_name("fs", "write_file"), "fs__write_file");
         assert_eq!(model_name("every", "get-sum"), "every__get-sum");
         assert_eq!(model_name("a.b", "x/y z"), "a_b__x_y_z");
-        assert_eq!(model_name("s", &"t".repeat(100)).len(), 64);
     }
 }

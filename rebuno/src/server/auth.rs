@@ -16,8 +16,11 @@
 //! unverified-body budgets (`limits`): beyond its first 64 KiB, a body that would pass the
 //! agent's or the server's budget is refused with `429`.
 //!
-//! A refused bearer token, an unknown agent and a wrong signature are logged and counted against
-//! the request's source address (`throttle`), which blocks an address after too many.
+//! A refused bearer token is logged and counted against the request's source address
+//! (`throttle`), which blocks the address's bearer requests after too many. An unknown agent and
+//! a wrong signature are logged, never counted: an agent's secret is a machine-made HMAC key no
+//! one guesses online, and agents often share one address (a host, a NAT, a load balancer), so a
+//! block there would let one misconfigured agent stop every agent's heartbeats.
 //!
 //! [`V1_WINDOW_SECS`]: crate::signing::V1_WINDOW_SECS
 
@@ -112,9 +115,9 @@ pub(crate) async fn note_refused_token(state: &AppState, peer: Peer, token: &str
 }
 
 /// The answer to an agent request whose signature does not verify or names no agent, logged
-/// and counted against its source address (the agent id as claimed, cut to 128 characters).
-fn refused_signature(state: &AppState, peer: Peer, agent_id: &str) -> ApiError {
-    state.failures.record(peer);
+/// with its source address and the agent id as claimed (cut to 128 characters); not counted
+/// against the address (see the module docs).
+fn refused_signature(peer: Peer, agent_id: &str) -> ApiError {
     let claimed: String = agent_id.chars().take(128).collect();
     tracing::warn!(
         source = %peer,
@@ -230,7 +233,7 @@ async fn check_headers<'a>(
         .kernel
         .agent_secret(agent_id)
         .await?
-        .ok_or_else(|| refused_signature(state, peer, agent_id))?;
+        .ok_or_else(|| refused_signature(peer, agent_id))?;
     Ok(Claim {
         agent_id,
         secret,
@@ -276,7 +279,7 @@ pub(crate) async fn authenticate_agent(
     // Checked either way: what the body holds from here is the agent's, or nobody's.
     drop(unverified);
     if !valid {
-        return Err(refused_signature(state, peer, claim.agent_id));
+        return Err(refused_signature(peer, claim.agent_id));
     }
     Ok((claim.agent_id.to_owned(), bytes))
 }

@@ -120,9 +120,9 @@ pub struct ServerOptions {
     /// console is reached over HTTPS (a TLS proxy in front), so the browser never sends the
     /// cookie over plain HTTP.
     pub secure_cookies: bool,
-    /// Failed authentications one source address may make within
-    /// [`ServerOptions::auth_failure_window`] before its requests with credentials are answered
-    /// `429` until the window ends (default 10; 0 turns the throttle off). The address is the
+    /// Failed bearer tokens and console logins one source address may make within
+    /// [`ServerOptions::auth_failure_window`] before its requests with a bearer token are
+    /// answered `429` until the window ends (agent-signed requests are never blocked) (default 10; 0 turns the throttle off). The address is the
     /// connection's peer, which [`serve`] records (axum's `ConnectInfo<SocketAddr>`); a router
     /// served without it logs failures but counts none.
     pub auth_failure_limit: u32,
@@ -130,8 +130,7 @@ pub struct ServerOptions {
     /// (default 60 s).
     pub auth_failure_window: Duration,
     /// Whether `POST /v0/agents` accepts a webhook URL with user information
-    /// (`https://user:password@host/`; `--allow-webhook-userinfo`,
-    /// `REBUNO_ALLOW_WEBHOOK_USERINFO`; default off): it is a credential the kernel would keep
+    /// (`https://user:password@host/`; default off): it is a credential the kernel would keep
     /// in plain text. Readers without `agents:write` never see it either way.
     pub allow_webhook_userinfo: bool,
 }
@@ -243,6 +242,8 @@ pub(crate) struct AppState {
     pub(crate) unverified: Arc<limits::UnverifiedBodies>,
     /// The live streams and change feeds open, by API key.
     pub(crate) streams: Arc<limits::StreamSlots>,
+    /// Whether a registration's webhook URL may carry user information.
+    pub(crate) allow_webhook_userinfo: bool,
     /// The web console's sessions.
     pub(crate) console: Arc<console::Sessions>,
     /// The `Host` names answered.
@@ -251,8 +252,6 @@ pub(crate) struct AppState {
     pub(crate) secure_cookies: bool,
     /// Failed authentications by source address.
     pub(crate) failures: Arc<throttle::Failures>,
-    /// Whether a registration's webhook URL may carry user information.
-    pub(crate) allow_webhook_userinfo: bool,
 }
 
 /// The `/v0` router over `kernel`: every route of the wire protocol (the live stream included),
@@ -273,6 +272,7 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
             options.unverified_body_memory_per_agent,
         ),
         streams: limits::StreamSlots::new(options.max_streams_per_key),
+        allow_webhook_userinfo: options.allow_webhook_userinfo,
         console: Arc::default(),
         hosts: Arc::new(options.allowed_hosts),
         secure_cookies: options.secure_cookies,
@@ -280,7 +280,6 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
             options.auth_failure_limit,
             options.auth_failure_window,
         )),
-        allow_webhook_userinfo: options.allow_webhook_userinfo,
     };
     Router::new()
         .route(

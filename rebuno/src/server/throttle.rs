@@ -1,16 +1,19 @@
 //! Failed authentications, counted by source address: after
 //! [`ServerOptions::auth_failure_limit`] failures within
 //! [`ServerOptions::auth_failure_window`], every further request of that address that carries
-//! credentials (a bearer token, an agent signature, a console login) is answered
+//! a bearer token or a console login is answered
 //! `429 too_many_requests` with `Retry-After`, without its credentials being looked at, until
 //! the window that began with its first failure ends. Looking at them would answer a guess
 //! (`429` for wrong, `200` for right), so a blocked address is blocked whatever it sends.
 //!
 //! Counted are the failures that are guesses: a bearer token that is neither the server's token
-//! nor a valid key (`401`), an agent signature that does not verify or names no agent, a
-//! console login refused. A missing token, a stale timestamp or a malformed header is refused
-//! as before but not counted: none of them tries a secret. Each counted failure is logged
-//! (`warn`) with the address and the key id or agent id it named, never the secret.
+//! nor a valid key (`401`), a console login refused. A missing token, a stale timestamp or a
+//! malformed header is refused as before but not counted: none of them tries a secret. An
+//! agent signature that does not verify or names no agent is logged but neither counted nor
+//! blocked: an agent secret is a machine-made HMAC key, and agents often share an address (a
+//! host, a NAT, a load balancer), where a block would let one misconfigured agent stop every
+//! agent's heartbeats. Each failure is logged (`warn`) with the address and the key id or agent
+//! id it named, never the secret.
 //!
 //! IPv6 addresses count by their /64, which one host usually holds whole. The source address is
 //! the connection's peer as [`serve_with_shutdown`] records it (axum's `ConnectInfo`; a router
@@ -225,12 +228,14 @@ pub(crate) fn too_many(wait: Duration) -> (String, HeaderValue) {
     )
 }
 
-/// Middleware: a request that carries API credentials (a bearer token or an agent signature)
-/// from a blocked address is answered `429` before anything of it is looked at. The console's
-/// login form checks the same in its handler (its answer is a page).
+/// Middleware: a request that carries a bearer token from a blocked address is answered `429`
+/// before anything of it is looked at, whether the token is right or not (so the answer tells
+/// no guess apart). Agent-signed requests are never blocked: agents sharing an address with a
+/// failing client keep their heartbeats (see `auth`). The console's login form checks the same
+/// in its handler (its answer is a page).
 pub(crate) async fn guard(State(s): State<AppState>, request: Request, next: Next) -> Response {
     let headers = request.headers();
-    let credentials = headers.contains_key(header::AUTHORIZATION) || has_agent_headers(headers);
+    let credentials = headers.contains_key(header::AUTHORIZATION) && !has_agent_headers(headers);
     if credentials {
         let peer = request
             .extensions()

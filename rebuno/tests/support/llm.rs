@@ -103,6 +103,9 @@ pub async fn chat_completions(
         )
             .into_response();
     }
+    if body["stream"] == true && body["model"] == "endless" {
+        return endless_event();
+    }
     if body["stream"] == true {
         // The SSE text in 1,000-byte pieces, cut anywhere (inside events and characters).
         let bytes = stream_body().into_bytes();
@@ -145,6 +148,29 @@ pub async fn chat_completions(
         "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
     }))
     .into_response()
+}
+
+/// Bytes of [`endless_event`]s sent so far (all tests of a binary together).
+pub static ENDLESS_SENT: AtomicUsize = AtomicUsize::new(0);
+
+/// A stream whose one event never ends: a `data:` line of `x`s, 64 MiB of them (far more
+/// than any bound of a reader), after which it stalls without closing.
+pub fn endless_event() -> Response {
+    static XS: [u8; 64 * 1024] = [b'x'; 64 * 1024];
+    let head = std::iter::once(Ok::<_, std::convert::Infallible>(Bytes::from_static(
+        b"data: {\"choices\":[{\"delta\":{\"content\":\"",
+    )));
+    let xs = std::iter::from_fn(|| {
+        (ENDLESS_SENT.fetch_add(XS.len(), Ordering::SeqCst) < 64 * 1024 * 1024)
+            .then(|| Ok(Bytes::from_static(&XS)))
+    });
+    let body =
+        tokio_stream::StreamExt::chain(tokio_stream::iter(head.chain(xs)), tokio_stream::pending());
+    (
+        [("content-type", "text/event-stream")],
+        Body::from_stream(body),
+    )
+        .into_response()
 }
 
 pub async fn messages(State(p): State<Provider>, headers: HeaderMap, body: Bytes) -> Response {

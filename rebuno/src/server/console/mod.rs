@@ -22,9 +22,9 @@
 //! is `403` and changes nothing. An approval is decided as the login: an API key as its subject,
 //! the admin token as the name given at login.
 //!
-//! Every form is read as the API reads its bodies ([`BoundedForm`]): at most
-//! [`MAX_FORM_BYTES`] ([`MAX_LOGIN_FORM_BYTES`] for the login, which anyone may send), under the
-//! server's body deadlines.
+//! Every form is read as the API reads its bodies (`BoundedForm`): at most 64 KiB
+//! (`MAX_FORM_BYTES`), 8 KiB for the login, which anyone may send (`MAX_LOGIN_FORM_BYTES`),
+//! under the server's body deadlines.
 
 mod agents;
 mod approvals;

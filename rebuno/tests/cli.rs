@@ -741,6 +741,7 @@ async fn userinfo_status(cmd: &mut Command) -> u16 {
     wait_until_up(&format!("{base}/v0/health")).await;
     let status = reqwest::Client::new()
         .post(format!("{base}/v0/agents"))
+        .header("Content-Type", "application/json")
         .body(r#"{"id": "u", "webhook_url": "https://user:pw@127.0.0.1:9/hook", "secret": "s"}"#)
         .send()
         .await

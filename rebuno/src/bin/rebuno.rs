@@ -244,9 +244,6 @@ struct EdgeArgs {
     allowed_hosts: Option<HostList>,
     /// Mark the console's session cookie `Secure`: set it when the console is reached over
     /// HTTPS (a TLS proxy in front) [env: REBUNO_SECURE_COOKIES] [default: false]
-    /// Let `POST /v0/agents` register a webhook URL carrying user information
-    /// (https://user:password@host/), a credential the kernel keeps in plain text; readers
-    /// without agents:write never see it [env: REBUNO_ALLOW_WEBHOOK_USERINFO] [default: false]
     #[arg(
         long,
         value_name = "BOOL",
@@ -266,6 +263,17 @@ struct EdgeArgs {
     /// [env: REBUNO_AUTH_FAILURE_WINDOW] [default: 1m]
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     auth_failure_window: Option<Duration>,
+    /// Let `POST /v0/agents` register a webhook URL carrying user information
+    /// (https://user:password@host/), a credential the kernel keeps in plain text; readers
+    /// without agents:write never see it [env: REBUNO_ALLOW_WEBHOOK_USERINFO] [default: false]
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_bool_flag
+    )]
     allow_webhook_userinfo: Option<bool>,
 }
 

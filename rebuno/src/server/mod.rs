@@ -41,7 +41,7 @@
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use rebuno::server::{ServeOptions, ServerOptions, router, serve};
-//! let kernel = rebuno::Kernel::open("sqlite://.rebuno/rebuno.db").await?;
+//! let kernel = rebuno::Kernel::open("sqlite://.rebuno/embedded.db").await?;
 //! let _loops = kernel.start_http();
 //! let app = router(kernel, ServerOptions::default());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;

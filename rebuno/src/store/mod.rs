@@ -62,6 +62,16 @@ use async_trait::async_trait;
 use serde_json::Value;
 use std::any::Any;
 
+/// The directory the tools keep their local databases in (relative to the current
+/// directory); the only missing directory a SQLite store creates.
+pub const DEFAULT_DIR: &str = ".rebuno";
+
+/// The database of an embedded kernel ([`Runtime::open`](crate::Runtime::open)) in its
+/// documented default place. Not `rebuno dev`'s (`.rebuno/rebuno.db`): the two serve the same
+/// agent ids in different ways (in process, over webhooks), so sharing a file would make
+/// each re-register the other's agents.
+pub const EMBEDDED_DB_URL: &str = "sqlite://.rebuno/embedded.db";
+
 /// A storage failure (the kernel answers it with `500 internal_error`).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {

@@ -493,7 +493,7 @@ pub(super) async fn run(db: &Db, a: RunArgs, registry: Arc<Registry>) -> CliResu
     let run_stream = a
         .run_stream
         .unwrap_or_else(|| format!("{stream}/runs/{run_id}"));
-    let runtime = Arc::new(db.runtime(true).await?);
+    let runtime = Arc::new(db.runtime_serving(true).await?);
     let options = ControllerOptions {
         dispatcher: a.kernel.dispatcher()?,
         governance,

@@ -517,6 +517,9 @@ impl Tx for PgTx<'_> {
     fn sessions(&mut self) -> &mut dyn crate::store::SessionTx {
         self
     }
+    fn console_sessions(&mut self) -> &mut dyn crate::store::ConsoleSessionTx {
+        self
+    }
     fn resources(&mut self) -> &mut dyn crate::store::ResourceTx {
         self
     }
@@ -529,6 +532,7 @@ mod approvals;
 mod base;
 mod dispatches;
 mod events;
+mod console_sessions;
 mod keys;
 mod resources;
 mod sessions;

@@ -194,6 +194,30 @@ async fn the_inbox_offers_a_decision_only_to_who_may_decide_and_the_kernel_refus
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_keeps_at_most_a_hundred_sessions_and_a_new_login_ends_the_oldest() {
+    let f = fixture(Some(TOKEN)).await;
+    let bob = f.api_key("bob", vec![Scope::ExecutionsRead]).await;
+    let mut cookies = Vec::new();
+    for _ in 0..101 {
+        let mut b = Browser::new(&f.base);
+        assert_eq!(b.login(&bob, "").await.status, 303);
+        cookies.push(b.cookie.unwrap());
+    }
+    let mut b = Browser::new(&f.base);
+    b.cookie = Some(cookies[0].clone());
+    assert_eq!(b.get("/ui/executions").await.status, 303, "the oldest ended");
+    for cookie in [&cookies[1], &cookies[100]] {
+        b.cookie = Some(cookie.clone());
+        assert_eq!(b.get("/ui/executions").await.status, 200);
+    }
+    // The admin's sessions are counted apart.
+    let mut admin = Browser::new(&f.base);
+    admin.login(TOKEN, "root").await;
+    b.cookie = Some(cookies[1].clone());
+    assert_eq!(b.get("/ui/executions").await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grant_deny_and_cancel_refuse_cross_site_and_tokenless_forms() {
     let f = fixture(Some(TOKEN)).await;
     let alice = f.api_key("alice", vec![Scope::Admin]).await;

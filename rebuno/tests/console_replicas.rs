@@ -1,7 +1,8 @@
 //! The web console behind a load balancer: two `rebuno server` processes over one database (a
 //! SQLite file both open, or PostgreSQL), a browser's requests alternating between them. A login
 //! on one is valid on the other, its forms' CSRF token too; a logout on one, or a revoked key,
-//! ends the session on both.
+//! ends the session on both, and a replica with another server token honours no admin login
+//! made with the old one.
 
 #[path = "support/console.rs"]
 mod console;
@@ -86,6 +87,15 @@ async fn sessions_are_shared_by_replicas(db_url: &str, env: &[(&str, &str)], dir
     let page = on_b.get("/ui/agents/shop").await;
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(page.body.contains("admin as root"));
+    // A replica started with another server token does not honour the admin's session.
+    let rotated = Replica::start(
+        db_url,
+        &[env, &[("REBUNO_BEARER_TOKEN", "a-new-token")]].concat(),
+        &dir.join("c.log"),
+    );
+    let refused = browser_on(&rotated, &cookie).get("/ui/executions").await;
+    assert_eq!(refused.status, 303, "a session of the old token still works");
+    drop(rotated);
     let csrf = on_a.get("/ui/executions").await.csrf();
     let own_b = b.base.clone();
     let tested = on_b

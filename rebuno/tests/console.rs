@@ -160,15 +160,26 @@ async fn the_inbox_offers_a_decision_only_to_who_may_decide_and_the_kernel_refus
         );
         assert!(!page.body.contains(&grant), "no decision form");
         assert!(page.body.contains("You may not decide this approval"));
-        assert!(page.body.contains(&why.replace('"', "&quot;")), "{}", page.body);
-        assert!(page.body.contains("<strong>alice (by name or group)</strong>"));
+        assert!(
+            page.body.contains(&why.replace('"', "&quot;")),
+            "{}",
+            page.body
+        );
+        assert!(
+            page.body
+                .contains("<strong>alice (by name or group)</strong>")
+        );
         assert!(page.body.contains("<code>approvals:write</code>"));
         // A decision posted anyway, as the console's own form would send it, is refused by
         // the kernel, and nothing changes.
         let csrf = page.csrf();
         for path in [&grant, &deny] {
             let answer = b
-                .post(path, &[("csrf", &csrf), ("decided_by", "alice")], Some(&own))
+                .post(
+                    path,
+                    &[("csrf", &csrf), ("decided_by", "alice")],
+                    Some(&own),
+                )
                 .await;
             assert_eq!(answer.status, 403, "{path}: {}", answer.body);
         }
@@ -205,7 +216,11 @@ async fn a_key_keeps_at_most_a_hundred_sessions_and_a_new_login_ends_the_oldest(
     }
     let mut b = Browser::new(&f.base);
     b.cookie = Some(cookies[0].clone());
-    assert_eq!(b.get("/ui/executions").await.status, 303, "the oldest ended");
+    assert_eq!(
+        b.get("/ui/executions").await.status,
+        303,
+        "the oldest ended"
+    );
     for cookie in [&cookies[1], &cookies[100]] {
         b.cookie = Some(cookie.clone());
         assert_eq!(b.get("/ui/executions").await.status, 200);

@@ -94,7 +94,10 @@ async fn sessions_are_shared_by_replicas(db_url: &str, env: &[(&str, &str)], dir
         &dir.join("c.log"),
     );
     let refused = browser_on(&rotated, &cookie).get("/ui/executions").await;
-    assert_eq!(refused.status, 303, "a session of the old token still works");
+    assert_eq!(
+        refused.status, 303,
+        "a session of the old token still works"
+    );
     drop(rotated);
     let csrf = on_a.get("/ui/executions").await.csrf();
     let own_b = b.base.clone();
@@ -123,7 +126,10 @@ async fn sessions_are_shared_by_replicas(db_url: &str, env: &[(&str, &str)], dir
     let mut again_a = browser_on(&a, &cookie);
     let gone = again_a.get("/ui/executions").await;
     assert_eq!(gone.status, 303, "a logged-out session still works on A");
-    assert_eq!(browser_on(&b, &cookie).get("/ui/executions").await.status, 303);
+    assert_eq!(
+        browser_on(&b, &cookie).get("/ui/executions").await.status,
+        303
+    );
 
     // A key's session works on both until the key is revoked (on either), then on neither.
     let (status, key) = b
@@ -145,7 +151,11 @@ async fn sessions_are_shared_by_replicas(db_url: &str, env: &[(&str, &str)], dir
     }
     let id = key["id"].as_str().unwrap();
     let (status, _) = a
-        .api(reqwest::Method::DELETE, &format!("/v0/api-keys/{id}"), Value::Null)
+        .api(
+            reqwest::Method::DELETE,
+            &format!("/v0/api-keys/{id}"),
+            Value::Null,
+        )
         .await;
     assert_eq!(status, 204);
     for replica in [&a, &b] {
@@ -164,8 +174,9 @@ async fn a_login_on_one_sqlite_replica_is_valid_on_the_other_until_logout_or_rev
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL (REBUNO_TEST_PG_URL)"]
 async fn a_login_on_one_postgres_replica_is_valid_on_the_other_until_logout_or_revocation() {
-    let url = std::env::var("REBUNO_TEST_PG_URL")
-        .expect("REBUNO_TEST_PG_URL must name a PostgreSQL database (bash .ci/postgres starts one)");
+    let url = std::env::var("REBUNO_TEST_PG_URL").expect(
+        "REBUNO_TEST_PG_URL must name a PostgreSQL database (bash .ci/postgres starts one)",
+    );
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

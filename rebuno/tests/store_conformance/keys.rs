@@ -224,7 +224,11 @@ pub async fn console_sessions_round_trip_with_their_key(store: Dyn) {
     let session = |id: &str, key_id: &str, started: u32| ConsoleSession {
         id_hash: format!("sess-{id}"),
         key_id: key_id.into(),
-        admin_proof: if key_id.is_empty() { "proof".into() } else { String::new() },
+        admin_proof: if key_id.is_empty() {
+            "proof".into()
+        } else {
+            String::new()
+        },
         decides_as: format!("name {id}"),
         started_at: at(started),
         ends_at: at(started + 100),
@@ -249,7 +253,10 @@ pub async fn console_sessions_round_trip_with_their_key(store: Dyn) {
     assert_eq!(admin, Some((all[0].clone(), None)));
     let keyed = r(&store, |tx| tx.console_sessions().get("sess-b1")).await;
     assert_eq!(keyed, Some((all[2].clone(), Some(key("k1", None)))));
-    assert_eq!(r(&store, |tx| tx.console_sessions().get("nope")).await, None);
+    assert_eq!(
+        r(&store, |tx| tx.console_sessions().get("nope")).await,
+        None
+    );
     w(&store, |tx| tx.api_keys().revoke("k1", &at(6))).await;
     let (_, revoked) = r(&store, |tx| tx.console_sessions().get("sess-b1"))
         .await
@@ -257,14 +264,36 @@ pub async fn console_sessions_round_trip_with_their_key(store: Dyn) {
     assert_eq!(revoked.unwrap().revoked_at, Some(at(6)));
 
     // k1 keeps its newest two; the admin's are untouched.
-    assert_eq!(w(&store, |tx| tx.console_sessions().keep_newest("k1", 2)).await, 1);
-    assert_eq!(r(&store, |tx| tx.console_sessions().get("sess-b1")).await, None);
-    assert!(r(&store, |tx| tx.console_sessions().get("sess-a1")).await.is_some());
+    assert_eq!(
+        w(&store, |tx| tx.console_sessions().keep_newest("k1", 2)).await,
+        1
+    );
+    assert_eq!(
+        r(&store, |tx| tx.console_sessions().get("sess-b1")).await,
+        None
+    );
+    assert!(
+        r(&store, |tx| tx.console_sessions().get("sess-a1"))
+            .await
+            .is_some()
+    );
     // Sessions ending at or before at(102) go: a1 and a2.
-    assert_eq!(w(&store, |tx| tx.console_sessions().delete_expired(&at(102))).await, 2);
-    assert_eq!(r(&store, |tx| tx.console_sessions().get("sess-a2")).await, None);
+    assert_eq!(
+        w(&store, |tx| tx.console_sessions().delete_expired(&at(102))).await,
+        2
+    );
+    assert_eq!(
+        r(&store, |tx| tx.console_sessions().get("sess-a2")).await,
+        None
+    );
     assert!(w(&store, |tx| tx.console_sessions().delete("sess-b3")).await);
     assert!(!w(&store, |tx| tx.console_sessions().delete("sess-b3")).await);
-    assert_eq!(w(&store, |tx| tx.console_sessions().delete_of_key("k1")).await, 1);
-    assert_eq!(r(&store, |tx| tx.console_sessions().get("sess-b2")).await, None);
+    assert_eq!(
+        w(&store, |tx| tx.console_sessions().delete_of_key("k1")).await,
+        1
+    );
+    assert_eq!(
+        r(&store, |tx| tx.console_sessions().get("sess-b2")).await,
+        None
+    );
 }

@@ -47,9 +47,11 @@ use crate::web::{html, html_response};
 use super::AppState;
 use super::auth::require;
 use super::body::read_body;
+use crate::identity::{hex_lower, sha256_hex};
 use crate::kernel::KernelError;
 use crate::protocol::{Principal, Scope};
 use crate::signing::constant_time_eq;
+use crate::store::ConsoleSession;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -57,8 +59,6 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use crate::identity::{hex_lower, sha256_hex};
-use crate::store::ConsoleSession;
 use std::time::Duration;
 
 /// The session cookie's name.
@@ -99,7 +99,10 @@ fn random_id() -> String {
 
 /// Whether `token` has the shape of a session token (checked before any lookup).
 fn is_token(token: &str) -> bool {
-    token.len() == 64 && token.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    token.len() == 64
+        && token
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The CSRF token of the session whose token is `token`: derived from it, so every replica
@@ -510,7 +513,11 @@ mod tests {
         assert!(!is_token(&a[1..]) && !is_token(&a.to_uppercase()) && !is_token(""));
         assert_eq!(csrf_of(&a), csrf_of(&a));
         assert_ne!(csrf_of(&a), csrf_of(&b));
-        assert_ne!(csrf_of(&a), sha256_hex(a.as_bytes()), "the CSRF token is not the id hash");
+        assert_ne!(
+            csrf_of(&a),
+            sha256_hex(a.as_bytes()),
+            "the CSRF token is not the id hash"
+        );
         assert_ne!(admin_proof("t1", &a), admin_proof("t2", &a));
         assert_ne!(admin_proof("t1", &a), admin_proof("t1", &b));
     }

@@ -530,9 +530,9 @@ impl Tx for PgTx<'_> {
 
 mod approvals;
 mod base;
+mod console_sessions;
 mod dispatches;
 mod events;
-mod console_sessions;
 mod keys;
 mod resources;
 mod sessions;

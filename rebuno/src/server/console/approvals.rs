@@ -238,7 +238,6 @@ async fn decide(
     form: DecideForm,
     verdict: Verdict,
 ) -> Page {
-    // Whether the viewer may decide is the kernel's check, the one the inbox asked.
     check_mutation(&headers, &viewer, &form.csrf)?;
     let id = canonical_uuid(&raw).ok_or_else(|| {
         Failure(
@@ -249,6 +248,8 @@ async fn decide(
     let approval = s.kernel.approval(&id).await?;
     let rationale: String = form.rationale.trim().chars().take(MAX_RATIONALE).collect();
     let who = viewer.identity().to_owned();
+    // Whether the viewer may decide (scope and approvers) is the kernel's check, the one the
+    // inbox asked before it offered the form.
     match verdict {
         Verdict::Grant => {
             s.kernel

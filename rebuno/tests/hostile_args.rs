@@ -32,6 +32,7 @@ rules:
         cmd: {contains: "rm -rf"}
     then: {decision: deny, reason: destructive}
   - id: no-huge-payment
+    priority: 1
     when:
       target: pay
       arguments:

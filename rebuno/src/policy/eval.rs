@@ -214,7 +214,7 @@ mod tests {
             let value = step_args(raw.as_bytes()).unwrap().value;
             assert_eq!(go_value_string(&value), text, "{raw}");
         }
-        assert!(step_args(b"18446744073709551616").is_err());
+        assert!(step_args(b"18446744073709551617").is_err());
         assert!(step_args(b"-123456789012345678901234567890").is_err());
     }
 }

@@ -234,7 +234,13 @@ async fn integers_beyond_64_bits_are_refused_naming_the_field_and_the_reason() {
         "{e}"
     );
     assert!(e.to_string().len() < 400, "the literal is not echoed: {e}");
-    assert!(fx.kernel.steps(&fx.execution_id, false).await.unwrap().is_empty());
+    assert!(
+        fx.kernel
+            .steps(&fx.execution_id, false)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // Sent as strings, as the message says, they are recorded as sent and policy compares
     // them exactly: the rule's amount is denied, its float neighbour is not.

@@ -171,13 +171,18 @@ async fn the_dry_run_refuses_integers_beyond_64_bits_and_compares_the_rest_exact
         ),
         "{refused}"
     );
-    let long = test(&"9".repeat(1 << 20)).await.err(400, "validation_error");
+    let long = test(&"9".repeat(1 << 20))
+        .await
+        .err(400, "validation_error");
     assert!(
         long.contains("args.amount: number literal of 1048576 bytes is longer than 1100 bytes"),
         "{long}"
     );
     let max = test("18446744073709551615").await.ok(200);
-    assert_eq!((&max["decision"], &max["rule_id"]), (&json!("deny"), &json!("max")));
+    assert_eq!(
+        (&max["decision"], &max["rule_id"]),
+        (&json!("deny"), &json!("max"))
+    );
     let below = test("18446744073709551614").await.ok(200);
     assert_eq!(below["decision"], "allow", "{below}");
 }

@@ -187,7 +187,11 @@ async fn big_integer_args_are_refused_by_name(version: &str) {
     );
     assert_eq!(output["paid"], "paid 123456789012345678901234567890");
     let steps = kernel.steps(&exec.id, false).await.unwrap();
-    assert_eq!(steps.len(), 1, "the refused call recorded nothing: {steps:?}");
+    assert_eq!(
+        steps.len(),
+        1,
+        "the refused call recorded nothing: {steps:?}"
+    );
     assert_eq!(
         steps[0].args,
         Some(json!({"amount": "123456789012345678901234567890"}))

@@ -235,7 +235,9 @@ fn path_to(nodes: &[Node<'_>], target: usize, root: usize) -> Option<String> {
     };
     let mut path = String::from("args");
     if steps.len() > 2 * PATH_ENDS {
-        steps[..PATH_ENDS].iter().for_each(|s| path.push_str(&render(s)));
+        steps[..PATH_ENDS]
+            .iter()
+            .for_each(|s| path.push_str(&render(s)));
         path.push_str("…");
         steps[steps.len() - PATH_ENDS..]
             .iter()
@@ -326,7 +328,10 @@ mod tests {
             problem,
         };
         for (raw, want) in [
-            ("1e400", number("args", NumberError::OutOfRange("1e400".into()))),
+            (
+                "1e400",
+                number("args", NumberError::OutOfRange("1e400".into())),
+            ),
             (
                 "[-1E+309]",
                 number("args[0]", NumberError::OutOfRange("-1E+309".into())),
@@ -381,8 +386,7 @@ mod tests {
         }
         // The edges of 64 bits, and integers a float holds exactly, are recorded as they are.
         assert_eq!(
-            value("[18446744073709551615, -9223372036854775808, 18446744073709551616000]")
-                .unwrap(),
+            value("[18446744073709551615, -9223372036854775808, 18446744073709551616000]").unwrap(),
             json!([u64::MAX, i64::MIN, 18446744073709551616000.0])
         );
     }
@@ -418,12 +422,12 @@ mod tests {
         let msg = value(&format!(r#"{{"{key}":1e400}}"#))
             .unwrap_err()
             .to_string();
-        assert!(msg.starts_with(&format!(r#"args["{}"…]: "#, "k".repeat(40))), "{msg}");
-        // A number only in a value a later duplicate replaced is not recorded, so not refused.
-        assert_eq!(
-            value(r#"{"a":1e400,"a":2}"#).unwrap(),
-            json!({"a": 2})
+        assert!(
+            msg.starts_with(&format!(r#"args["{}"…]: "#, "k".repeat(40))),
+            "{msg}"
         );
+        // A number only in a value a later duplicate replaced is not recorded, so not refused.
+        assert_eq!(value(r#"{"a":1e400,"a":2}"#).unwrap(), json!({"a": 2}));
     }
 
     #[test]

@@ -68,6 +68,17 @@ async fn key(kernel: &Kernel, name: &str, scope: Scope) -> String {
     kernel.create_api_key(req, "").await.unwrap().secret
 }
 
+/// A kernel in memory served on loopback, with its background loops (webhooks) running.
+/// Client routes need the admin token or an API key; agents sign their requests (body-only
+/// signatures accepted, as SDKs 0.14 to 0.16 send them).
+async fn serve_memory_kernel() -> (Kernel, String, rebuno::kernel::Background) {
+    let kernel = Kernel::memory().await.unwrap();
+    let options = ServerOptions::with_bearer_token(ADMIN).legacy_signatures(true);
+    let base = serve_router(router(kernel.clone(), options)).await;
+    let background = kernel.start_http();
+    (kernel, base, background)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Python with rebuno==0.14.0 (REBUNO_PYTHON)"]
 async fn published_python_sdk_agent_runs_against_the_kernel() {
@@ -148,10 +159,7 @@ async fn python_sdk_0_29_agent_is_told_which_integer_is_beyond_64_bits() {
 async fn big_integer_args_are_refused_by_name(version: &str) {
     let python = python_with_sdk_version(version);
     let dir = tempfile::tempdir().unwrap();
-    let kernel = Kernel::memory().await.unwrap();
-    let options = ServerOptions::with_bearer_token(ADMIN).legacy_signatures(true);
-    let base = serve_router(router(kernel.clone(), options)).await;
-    let _background = kernel.start_http();
+    let (kernel, base, _background) = serve_memory_kernel().await;
     let (_agent, _) = python_agent(
         &kernel,
         &python,
@@ -204,11 +212,7 @@ async fn big_integer_args_are_refused_by_name(version: &str) {
 async fn runs_against_the_kernel(version: &str) {
     let python = python_with_sdk_version(version);
     let dir = tempfile::tempdir().unwrap();
-    let kernel = Kernel::memory().await.unwrap();
-    // Client routes need the admin token or an API key; agents sign their requests.
-    let options = ServerOptions::with_bearer_token(ADMIN).legacy_signatures(true);
-    let base = serve_router(router(kernel.clone(), options)).await;
-    let _background = kernel.start_http();
+    let (kernel, base, _background) = serve_memory_kernel().await;
     let calls = dir.path().join("calls.txt");
     let (_agent, _) = python_agent(
         &kernel,

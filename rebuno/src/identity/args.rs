@@ -238,7 +238,7 @@ fn path_to(nodes: &[Node<'_>], target: usize, root: usize) -> Option<String> {
         steps[..PATH_ENDS]
             .iter()
             .for_each(|s| path.push_str(&render(s)));
-        path.push_str("…");
+        path.push('…');
         steps[steps.len() - PATH_ENDS..]
             .iter()
             .for_each(|s| path.push_str(&render(s)));

@@ -31,6 +31,13 @@ rules:
       arguments:
         cmd: {contains: "rm -rf"}
     then: {decision: deny, reason: destructive}
+  - id: no-huge-payment
+    priority: 1
+    when:
+      target: pay
+      arguments:
+        amount: {equals: "123456789012345678901234567890"}
+    then: {decision: deny, reason: too much}
 "#;
 
 /// A kernel on loopback with one execution whose dispatch is claimed, and what policy saw last.
@@ -191,6 +198,66 @@ async fn a_denied_call_stays_denied_whatever_is_added_to_its_args() {
             s.args
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn integers_beyond_64_bits_are_refused_naming_the_field_and_the_reason() {
+    let fx = Fixture::start().await;
+    // Recorded as a 64-bit number this would round, and 2^97-ish neighbours would share a
+    // record and a policy match: the kernel refuses, naming the field, and records nothing.
+    for (raw, at, literal) in [
+        (
+            r#"{"amount": 123456789012345678901234567890, "refund": [-1]}"#,
+            "args.amount",
+            "123456789012345678901234567890",
+        ),
+        (
+            r#"{"amount": 1, "refund": [2, -123456789012345678901234567890]}"#,
+            "args.refund[1]",
+            "-123456789012345678901234567890",
+        ),
+    ] {
+        let e = fx.submit("pay", raw).await.expect_err(raw);
+        assert_eq!(e.code(), Some(ErrorCode::ValidationError), "{e}");
+        let want = format!("invalid args: {at}: integer {literal} has more than 64 bits");
+        assert!(e.to_string().contains(&want), "{e}");
+        assert!(e.to_string().contains("send it as a string"), "{e}");
+        assert_eq!(fx.take_evaluated(), None, "policy never saw {raw}");
+    }
+    // A megabyte of digits is refused for its length, before it is converted.
+    let megabyte = format!(r#"{{"amount": {}}}"#, "9".repeat(1 << 20));
+    let e = fx.submit("pay", &megabyte).await.expect_err("too long");
+    assert_eq!(e.code(), Some(ErrorCode::ValidationError), "{e}");
+    assert!(
+        e.to_string()
+            .contains("args.amount: number literal of 1048576 bytes is longer than 1100 bytes"),
+        "{e}"
+    );
+    assert!(e.to_string().len() < 400, "the literal is not echoed: {e}");
+    assert!(
+        fx.kernel
+            .steps(&fx.execution_id, false)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Sent as strings, as the message says, they are recorded as sent and policy compares
+    // them exactly: the rule's amount is denied, its float neighbour is not.
+    let raw = r#"{"amount":"123456789012345678901234567890","refund":["-123456789012345678901234567890"]}"#;
+    let denied = fx.submit("pay", raw).await.unwrap();
+    assert_eq!(denied.decision, Decision::Denied);
+    let step = fx
+        .transport
+        .step(&fx.execution_id, denied.step_id.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(serde_json::to_string(&step.args).unwrap(), raw);
+    let near = fx
+        .submit("pay", r#"{"amount":"123456789012345678901234567891"}"#)
+        .await
+        .unwrap();
+    assert_eq!(near.decision, Decision::Proceed);
 }
 
 /// JSON text of every shape a client can send: the numbers and strings serde_json and the

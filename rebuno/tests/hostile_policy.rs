@@ -143,3 +143,46 @@ async fn bundles_of_expensive_regexes_are_refused_on_every_route() {
         .ok(200);
     assert_eq!(stored["rule_id"], "mail");
 }
+
+/// The dry run reads `arguments` as a submit reads step args: an integer beyond 64 bits is
+/// refused naming the argument (it used to be rounded to a float and evaluated, so the dry run
+/// could allow what a submit refuses), and integers at the edge of 64 bits are compared
+/// exactly (2^64 - 1 and 2^64 - 2 round to the same float; only the first matches).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dry_run_refuses_integers_beyond_64_bits_and_compares_the_rest_exactly() {
+    let api = Api::start(Backend::Memory, Some(TOKEN)).await;
+    let agent = TestAgent::spawn("pol").await;
+    api.register(&agent).await;
+    let bundle = "default_action: allow\nrules:\n  - id: max\n    when: {target: pay, arguments: {amount: {equals: '18446744073709551615'}}}\n    then: {decision: deny}\n";
+    let test = |amount: &str| {
+        let body = format!(
+            r#"{{"target": "pay", "arguments": {{"amount": {amount}}}, "bundle": {}}}"#,
+            json!(bundle)
+        );
+        api.post_raw("/v0/policies/pol/test", body.into_bytes())
+    };
+    let refused = test("123456789012345678901234567890")
+        .await
+        .err(400, "validation_error");
+    assert!(
+        refused.contains(
+            "invalid arguments: args.amount: integer 123456789012345678901234567890 has more \
+             than 64 bits"
+        ),
+        "{refused}"
+    );
+    let long = test(&"9".repeat(1 << 20))
+        .await
+        .err(400, "validation_error");
+    assert!(
+        long.contains("args.amount: number literal of 1048576 bytes is longer than 1100 bytes"),
+        "{long}"
+    );
+    let max = test("18446744073709551615").await.ok(200);
+    assert_eq!(
+        (&max["decision"], &max["rule_id"]),
+        (&json!("deny"), &json!("max"))
+    );
+    let below = test("18446744073709551614").await.ok(200);
+    assert_eq!(below["decision"], "allow", "{below}");
+}

@@ -68,6 +68,17 @@ async fn key(kernel: &Kernel, name: &str, scope: Scope) -> String {
     kernel.create_api_key(req, "").await.unwrap().secret
 }
 
+/// A kernel in memory served on loopback, with its background loops (webhooks) running.
+/// Client routes need the admin token or an API key; agents sign their requests (body-only
+/// signatures accepted, as SDKs 0.14 to 0.16 send them).
+async fn serve_memory_kernel() -> (Kernel, String, rebuno::kernel::Background) {
+    let kernel = Kernel::memory().await.unwrap();
+    let options = ServerOptions::with_bearer_token(ADMIN).legacy_signatures(true);
+    let base = serve_router(router(kernel.clone(), options)).await;
+    let background = kernel.start_http();
+    (kernel, base, background)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Python with rebuno==0.14.0 (REBUNO_PYTHON)"]
 async fn published_python_sdk_agent_runs_against_the_kernel() {
@@ -92,17 +103,116 @@ async fn python_sdk_0_29_agent_runs_against_the_kernel() {
     runs_against_the_kernel("0.29.2").await;
 }
 
+/// A Python SDK agent whose tool is called with an integer beyond 64 bits (Python ints have
+/// no limit and `json.dumps` writes every digit), then with the same value as a string.
+const BIG_INT_AGENT: &str = r#"
+import os
+import uvicorn
+from rebuno import Agent, tool
+
+@tool("pay")
+async def pay(amount) -> str:
+    return f"paid {amount}"
+
+async def handler(name: str):
+    big = 123456789012345678901234567890
+    try:
+        await pay(amount=-big)
+        refused = ""
+    except Exception as err:
+        refused = str(err)
+    paid = await pay(amount=str(big))
+    return {"refused": refused, "paid": paid}
+
+agent = Agent("py", secret="py-secret", base_url=os.environ["REBUNO_URL"])
+agent.bind(handler)
+uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="warning")
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Python with rebuno==0.14.0 (REBUNO_PYTHON)"]
+async fn python_sdk_0_14_agent_is_told_which_integer_is_beyond_64_bits() {
+    big_integer_args_are_refused_by_name("0.14.0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a venv with rebuno==0.16.0 (REBUNO_SDK_VENVS)"]
+async fn python_sdk_0_16_agent_is_told_which_integer_is_beyond_64_bits() {
+    big_integer_args_are_refused_by_name("0.16.0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a venv with rebuno==0.22.0 (REBUNO_SDK_VENVS)"]
+async fn python_sdk_0_22_agent_is_told_which_integer_is_beyond_64_bits() {
+    big_integer_args_are_refused_by_name("0.22.0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a venv with rebuno==0.29.2 (REBUNO_SDK_VENVS)"]
+async fn python_sdk_0_29_agent_is_told_which_integer_is_beyond_64_bits() {
+    big_integer_args_are_refused_by_name("0.29.2").await;
+}
+
+/// The kernel records 64-bit numbers only: a Python agent's tool call with a larger integer is
+/// refused with an error naming the argument and the fix, nothing is recorded for it, and the
+/// value sent as a string is recorded digit for digit.
+async fn big_integer_args_are_refused_by_name(version: &str) {
+    let python = python_with_sdk_version(version);
+    let dir = tempfile::tempdir().unwrap();
+    let (kernel, base, _background) = serve_memory_kernel().await;
+    let (_agent, _) = python_agent(
+        &kernel,
+        &python,
+        dir.path(),
+        ("py", "py-secret"),
+        BIG_INT_AGENT,
+        &base,
+        &[],
+    )
+    .await;
+    let exec = kernel
+        .create_execution(CreateExecutionRequest {
+            agent_id: "py".into(),
+            input: Some(json!({"name": "big"})),
+            ..CreateExecutionRequest::default()
+        })
+        .await
+        .unwrap();
+    let terminal = [
+        ExecutionStatus::Completed,
+        ExecutionStatus::Failed,
+        ExecutionStatus::Cancelled,
+    ];
+    let done = wait_for(&kernel, &exec.id, &terminal).await;
+    assert_eq!(done.status, ExecutionStatus::Completed, "{done:?}");
+    let output = done.output.unwrap();
+    let refused = output["refused"].as_str().unwrap();
+    assert!(
+        refused.contains(
+            "invalid args: args.amount: integer -123456789012345678901234567890 has more than 64 bits"
+        ) && refused.contains("send it as a string"),
+        "{refused}"
+    );
+    assert_eq!(output["paid"], "paid 123456789012345678901234567890");
+    let steps = kernel.steps(&exec.id, false).await.unwrap();
+    assert_eq!(
+        steps.len(),
+        1,
+        "the refused call recorded nothing: {steps:?}"
+    );
+    assert_eq!(
+        steps[0].args,
+        Some(json!({"amount": "123456789012345678901234567890"}))
+    );
+}
+
 /// A run with a tool and a `step()` completes; `require_approval` blocks and a grant over
 /// HTTP resumes it, recorded steps replaying; a denial reaches the handler as the SDK's policy
 /// error and the tool never runs.
 async fn runs_against_the_kernel(version: &str) {
     let python = python_with_sdk_version(version);
     let dir = tempfile::tempdir().unwrap();
-    let kernel = Kernel::memory().await.unwrap();
-    // Client routes need the admin token or an API key; agents sign their requests.
-    let options = ServerOptions::with_bearer_token(ADMIN).legacy_signatures(true);
-    let base = serve_router(router(kernel.clone(), options)).await;
-    let _background = kernel.start_http();
+    let (kernel, base, _background) = serve_memory_kernel().await;
     let calls = dir.path().join("calls.txt");
     let (_agent, _) = python_agent(
         &kernel,

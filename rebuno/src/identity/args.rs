@@ -13,11 +13,23 @@
 //! * containers nested deeper than [`MAX_ARGS_DEPTH`] are refused: a step (and a list of steps)
 //!   holding them must still decode with serde_json's nesting limit of 127 levels;
 //! * integer literals must fit 64 bits, or be exactly a 64-bit float (`100000000000000000000`);
+//!   a larger integer (`123456789012345678901234567890`) is refused rather than rounded. The
+//!   recorded value is a [`serde_json::Value`], whose numbers are 64-bit: the store, the API,
+//!   the event log and policy all read it, so a rounded integer would be recorded as another
+//!   number, and two integers that round to the same float would match the same `equals` rule.
+//!   Holding such integers exactly would take serde_json's `arbitrary_precision` feature, which
+//!   Cargo turns on for every crate of a build, changing how each of them reads and compares
+//!   numbers (and breaking `#[serde(flatten)]` of numeric fields). Send such a value as a string;
 //! * other numbers must be finite 64-bit floats that are not rounded to zero (`1e400` and
 //!   `1e-400` are refused; `0.1` is the usual nearest float);
+//! * a number literal is at most [`MAX_NUMBER_BYTES`] long, so a megabyte of digits is refused
+//!   before it is converted;
 //! * strings are decoded as the canonical form decodes them (Go's rules: invalid UTF-8 and
 //!   unpaired surrogate escapes become U+FFFD), so the hash, the policy and the record agree;
-//! * duplicate keys keep their last value, as in the canonical form.
+//! * duplicate keys keep their last value, as in the canonical form (a number only in a
+//!   replaced value is neither recorded nor checked).
+//!
+//! A refused number is named by where it is (`args.amount`, `args.items[2]`, `args["a b"]`).
 
 use super::{IdentityError, Node, Parser, sha256_hex};
 use serde_json::{Map, Number, Value};
@@ -27,6 +39,17 @@ pub const MAX_ARGS_DEPTH: usize = 100;
 
 /// Longest number literal quoted in an error message.
 const QUOTED_LITERAL: usize = 40;
+
+/// Longest object key quoted in the path of an error message.
+const QUOTED_KEY: usize = 40;
+
+/// Path segments named at each end of a longer path in an error message.
+const PATH_ENDS: usize = 4;
+
+/// The longest number literal accepted in step args, in bytes. The exact decimal expansion of
+/// any 64-bit float fits (at most 1077 characters), so every number the kernel can record
+/// fits; a longer literal is refused before it is converted.
+pub const MAX_NUMBER_BYTES: usize = 1100;
 
 /// Why a step's args cannot be recorded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,6 +61,20 @@ pub enum ArgsError {
     /// Nested deeper than [`MAX_ARGS_DEPTH`].
     #[error("args are nested deeper than {MAX_ARGS_DEPTH} levels, which the kernel cannot record")]
     TooDeep,
+    /// A number the kernel cannot record exactly.
+    #[error("{at}: {problem}")]
+    Number {
+        /// Where the number is: `args`, `args.amount`, `args.items[2]`, `args["a b"]`.
+        at: String,
+        /// What is wrong with it.
+        problem: NumberError,
+    },
+}
+
+/// Why one number in step args cannot be recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NumberError {
     /// A number beyond the range of a 64-bit float.
     #[error("number {0} is outside the range of a 64-bit float and cannot be recorded")]
     OutOfRange(String),
@@ -45,8 +82,19 @@ pub enum ArgsError {
     #[error("number {0} is too small for a 64-bit float and would be recorded as 0")]
     Underflow(String),
     /// An integer beyond 64 bits that no 64-bit float holds exactly.
-    #[error("integer {0} has more than 64 bits and cannot be recorded exactly")]
+    #[error(
+        "integer {0} has more than 64 bits and cannot be recorded exactly: the kernel records, \
+         serves and evaluates policy on integers from -9223372036854775808 to \
+         18446744073709551615 (or that a 64-bit float holds exactly), and would round this one \
+         to another number; send it as a string"
+    )]
     InexactInteger(String),
+    /// A literal longer than [`MAX_NUMBER_BYTES`].
+    #[error(
+        "number literal of {0} bytes is longer than {MAX_NUMBER_BYTES} bytes, the most the \
+         kernel reads (enough for any 64-bit number); send it as a string"
+    )]
+    TooLong(usize),
 }
 
 /// Step args parsed once: the hash that goes into the step id and the value that policy
@@ -86,14 +134,23 @@ pub fn step_args(raw: &[u8]) -> Result<StepArgs, ArgsError> {
 
 /// Builds the value of `root` without recursion: the parser pushes every container after its
 /// children, so walking the arena in order finds each child's value already built.
-fn to_value(nodes: Vec<Node<'_>>, root: usize) -> Result<Value, ArgsError> {
+fn to_value(mut nodes: Vec<Node<'_>>, root: usize) -> Result<Value, ArgsError> {
     let mut built: Vec<(Value, usize)> = Vec::with_capacity(nodes.len());
-    for (index, node) in nodes.into_iter().enumerate() {
+    for index in 0..nodes.len() {
+        // Containers after `index` stay in place: a refused number's path is read from them.
+        let node = std::mem::replace(&mut nodes[index], Node::Literal(b"null"));
         let (value, depth) = match node {
             Node::Literal(b"true") => (Value::Bool(true), 0),
             Node::Literal(b"false") => (Value::Bool(false), 0),
             Node::Literal(_) => (Value::Null, 0),
-            Node::Number(literal) => (Value::Number(number(literal)?), 0),
+            Node::Number(literal) => match number(literal) {
+                Ok(n) => (Value::Number(n), 0),
+                Err(problem) => match path_to(&nodes, index, root) {
+                    Some(at) => return Err(ArgsError::Number { at, problem }),
+                    // Only in a value a later duplicate key replaced: never recorded.
+                    None => (Value::Null, 0),
+                },
+            },
             Node::String(s) => (Value::String(s), 0),
             Node::Array(items) => {
                 let mut depth = 0;
@@ -127,6 +184,70 @@ fn to_value(nodes: Vec<Node<'_>>, root: usize) -> Result<Value, ArgsError> {
         .unwrap_or(Value::Null))
 }
 
+/// Where node `target` is in the args (`args.amount`, `args.items[2]`), read from the
+/// containers after it in the arena (parents always follow their children); `None` when it is
+/// not part of the value at `root` (a value a duplicate key replaced).
+fn path_to(nodes: &[Node<'_>], target: usize, root: usize) -> Option<String> {
+    enum Step<'k> {
+        Key(&'k str),
+        Index(usize),
+    }
+    // One pass: each node's container and its place in it.
+    let mut parent: Vec<Option<(usize, Step<'_>)>> = Vec::new();
+    parent.resize_with(nodes.len(), || None);
+    for (index, node) in nodes.iter().enumerate().skip(target + 1) {
+        match node {
+            Node::Array(items) => {
+                for (i, &child) in items.iter().enumerate() {
+                    parent[child] = Some((index, Step::Index(i)));
+                }
+            }
+            Node::Object(members) => {
+                for (key, child) in members {
+                    parent[*child] = Some((index, Step::Key(key)));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut steps = Vec::new();
+    let mut at = target;
+    while at != root {
+        let (up, step) = parent[at].take()?;
+        steps.push(step);
+        at = up;
+    }
+    steps.reverse();
+    let render = |step: &Step<'_>| match step {
+        Step::Index(i) => format!("[{i}]"),
+        Step::Key(key)
+            if !key.is_empty()
+                && key.len() <= QUOTED_KEY
+                && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+        {
+            format!(".{key}")
+        }
+        Step::Key(key) => {
+            let shown: String = key.chars().take(QUOTED_KEY).collect();
+            let more = if shown.len() < key.len() { "…" } else { "" };
+            format!("[{}{more}]", serde_json::Value::String(shown))
+        }
+    };
+    let mut path = String::from("args");
+    if steps.len() > 2 * PATH_ENDS {
+        steps[..PATH_ENDS]
+            .iter()
+            .for_each(|s| path.push_str(&render(s)));
+        path.push('…');
+        steps[steps.len() - PATH_ENDS..]
+            .iter()
+            .for_each(|s| path.push_str(&render(s)));
+    } else {
+        steps.iter().for_each(|s| path.push_str(&render(s)));
+    }
+    Some(path)
+}
+
 /// Moves a child's value out of the arena (each child has exactly one parent).
 fn take(built: &mut [(Value, usize)], child: usize, parent: usize) -> (Value, usize) {
     debug_assert!(child < parent, "children are built before their container");
@@ -137,7 +258,10 @@ fn take(built: &mut [(Value, usize)], child: usize, parent: usize) -> (Value, us
 }
 
 /// The recorded number of a JSON number literal, or why it cannot be recorded.
-fn number(literal: &[u8]) -> Result<Number, ArgsError> {
+fn number(literal: &[u8]) -> Result<Number, NumberError> {
+    if literal.len() > MAX_NUMBER_BYTES {
+        return Err(NumberError::TooLong(literal.len()));
+    }
     // The parser only accepts ASCII digits, signs, `.` and exponents here.
     let text = std::str::from_utf8(literal).unwrap_or_default();
     let quoted = || {
@@ -156,23 +280,25 @@ fn number(literal: &[u8]) -> Result<Number, ArgsError> {
             return Ok(n.into());
         }
     }
-    let float: f64 = text.parse().map_err(|_| ArgsError::OutOfRange(quoted()))?;
+    let float: f64 = text
+        .parse()
+        .map_err(|_| NumberError::OutOfRange(quoted()))?;
     if !float.is_finite() {
-        return Err(ArgsError::OutOfRange(quoted()));
+        return Err(NumberError::OutOfRange(quoted()));
     }
     if integer {
         // JSON integers have no leading zeros, so the exact decimal expansion of the float
         // equals the literal exactly when the float holds the integer.
         if format!("{float:.0}") != text {
-            return Err(ArgsError::InexactInteger(quoted()));
+            return Err(NumberError::InexactInteger(quoted()));
         }
     } else if float == 0.0 {
         let mantissa = text.split(['e', 'E']).next().unwrap_or_default();
         if mantissa.bytes().any(|b| matches!(b, b'1'..=b'9')) {
-            return Err(ArgsError::Underflow(quoted()));
+            return Err(NumberError::Underflow(quoted()));
         }
     }
-    Number::from_f64(float).ok_or_else(|| ArgsError::OutOfRange(quoted()))
+    Number::from_f64(float).ok_or_else(|| NumberError::OutOfRange(quoted()))
 }
 
 #[cfg(test)]
@@ -197,20 +323,111 @@ mod tests {
         );
         assert_eq!(value("100000000000000000000").unwrap(), json!(1e20));
         assert_eq!(value("0e400").unwrap(), json!(0.0));
+        let number = |at: &str, problem| ArgsError::Number {
+            at: at.to_owned(),
+            problem,
+        };
         for (raw, want) in [
-            ("1e400", ArgsError::OutOfRange("1e400".into())),
-            ("-1E+309", ArgsError::OutOfRange("-1E+309".into())),
-            ("1e-400", ArgsError::Underflow("1e-400".into())),
             (
-                "18446744073709551617",
-                ArgsError::InexactInteger("18446744073709551617".into()),
+                "1e400",
+                number("args", NumberError::OutOfRange("1e400".into())),
+            ),
+            (
+                "[-1E+309]",
+                number("args[0]", NumberError::OutOfRange("-1E+309".into())),
+            ),
+            (
+                r#"{"a":{"b":[1,1e-400]}}"#,
+                number("args.a.b[1]", NumberError::Underflow("1e-400".into())),
+            ),
+            (
+                r#"{"amount":18446744073709551617}"#,
+                number(
+                    "args.amount",
+                    NumberError::InexactInteger("18446744073709551617".into()),
+                ),
+            ),
+            (
+                r#"{"a b":[{"x":-9223372036854775809}]}"#,
+                number(
+                    r#"args["a b"][0].x"#,
+                    NumberError::InexactInteger("-9223372036854775809".into()),
+                ),
             ),
         ] {
             assert_eq!(value(raw).unwrap_err(), want, "{raw}");
         }
-        let long = format!("1{}", "0".repeat(400));
+        let long = format!("1{}", "0".repeat(300));
         let msg = value(&long).unwrap_err().to_string();
-        assert!(msg.len() < 150, "long literals are shortened: {msg}");
+        assert!(msg.len() < 400, "long literals are shortened: {msg}");
+        assert!(msg.starts_with("args: integer 1000000000"), "{msg}");
+        assert!(msg.contains("send it as a string"), "{msg}");
+    }
+
+    #[test]
+    fn integers_beyond_64_bits_are_refused_not_rounded() {
+        // 2^64 + 1 rounds to 2^64 (which a float holds exactly): recording it rounded would
+        // let it match a rule written for 2^64.
+        for raw in [
+            "123456789012345678901234567890",
+            "-123456789012345678901234567890",
+            "18446744073709551617",
+            "-9223372036854775809",
+        ] {
+            let err = value(&format!(r#"{{"n":[{raw}]}}"#)).unwrap_err();
+            assert_eq!(
+                err,
+                ArgsError::Number {
+                    at: "args.n[0]".into(),
+                    problem: NumberError::InexactInteger(raw.into())
+                }
+            );
+            assert!(err.to_string().contains("more than 64 bits"), "{err}");
+        }
+        // The edges of 64 bits, and integers a float holds exactly, are recorded as they are.
+        assert_eq!(
+            value("[18446744073709551615, -9223372036854775808, 18446744073709551616000]").unwrap(),
+            json!([u64::MAX, i64::MIN, 18446744073709551616000.0])
+        );
+    }
+
+    #[test]
+    fn number_literals_are_bounded_before_conversion() {
+        let exact = format!("{:.1074}", f64::from_bits(1)); // the smallest subnormal, exactly
+        assert!(exact.len() <= MAX_NUMBER_BYTES, "{}", exact.len());
+        assert_eq!(value(&exact).unwrap(), json!(5e-324));
+        let megabyte = format!(r#"{{"big":{}}}"#, "9".repeat(1 << 20));
+        let err = value(&megabyte).unwrap_err();
+        assert_eq!(
+            err,
+            ArgsError::Number {
+                at: "args.big".into(),
+                problem: NumberError::TooLong(1 << 20)
+            }
+        );
+        let msg = err.to_string();
+        assert!(msg.contains("longer than 1100 bytes"), "{msg}");
+        assert!(msg.len() < 200, "{msg}");
+    }
+
+    #[test]
+    fn refused_numbers_are_named_by_a_bounded_path() {
+        let deep = format!("{}1e400{}", "[".repeat(50), "]".repeat(50));
+        let at = match value(&deep).unwrap_err() {
+            ArgsError::Number { at, .. } => at,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(at, "args[0][0][0][0]…[0][0][0][0]");
+        let key = "k".repeat(100);
+        let msg = value(&format!(r#"{{"{key}":1e400}}"#))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.starts_with(&format!(r#"args["{}"…]: "#, "k".repeat(40))),
+            "{msg}"
+        );
+        // A number only in a value a later duplicate replaced is not recorded, so not refused.
+        assert_eq!(value(r#"{"a":1e400,"a":2}"#).unwrap(), json!({"a": 2}));
     }
 
     #[test]

@@ -29,7 +29,7 @@
 
 mod args;
 
-pub use args::{ArgsError, MAX_ARGS_DEPTH, StepArgs, step_args};
+pub use args::{ArgsError, MAX_ARGS_DEPTH, MAX_NUMBER_BYTES, NumberError, StepArgs, step_args};
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -193,3 +193,28 @@ fn format_float(f: f64) -> String {
     };
     format!("{sign}{body}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::go_value_string;
+    use crate::identity::step_args;
+
+    /// Predicates compare the text of the recorded number: integers up to 64 bits are rendered
+    /// digit for digit, so neighbours a float cannot tell apart stay apart, and larger
+    /// integers never reach policy (the args are refused before).
+    #[test]
+    fn integers_are_rendered_exactly_to_the_edges_of_64_bits() {
+        for (raw, text) in [
+            ("18446744073709551615", "18446744073709551615"),
+            ("18446744073709551614", "18446744073709551614"),
+            ("-9223372036854775808", "-9223372036854775808"),
+            ("9007199254740993", "9007199254740993"),
+            ("100000000000000000000", "100000000000000000000"),
+        ] {
+            let value = step_args(raw.as_bytes()).unwrap().value;
+            assert_eq!(go_value_string(&value), text, "{raw}");
+        }
+        assert!(step_args(b"18446744073709551617").is_err());
+        assert!(step_args(b"-123456789012345678901234567890").is_err());
+    }
+}

@@ -143,7 +143,11 @@ pub struct SubmitStepRequest {
     /// Step target, as submitted.
     #[serde(default, deserialize_with = "null_as_default")]
     pub target: String,
-    /// Raw args; absent and `null` both hash as `null`.
+    /// Raw args; absent and `null` both hash as `null`. The kernel records them as a JSON value
+    /// whose numbers are 64-bit, and refuses what that would change (`400 validation_error`
+    /// naming the argument, see [`identity::step_args`]): an integer beyond 64 bits that no
+    /// 64-bit float holds exactly is refused, not rounded (send it as a string), as is a
+    /// number literal over [`identity::MAX_NUMBER_BYTES`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Box<RawValue>>,
     /// Declared idempotency; absent means `safe_to_retry`.
@@ -424,11 +428,13 @@ pub struct PolicyTestRequest {
     /// The tool or model id.
     #[serde(default, deserialize_with = "null_as_default")]
     pub target: String,
-    /// The step's arguments (rules match on an object's fields).
+    /// The step's arguments (rules match on an object's fields). Read from JSON text as a
+    /// submit reads step args ([`identity::step_args`]): what a submit would refuse (an
+    /// integer beyond 64 bits, say) is refused here, never evaluated rounded.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "present"
+        deserialize_with = "step_arguments"
     )]
     pub arguments: Option<Value>,
     /// A bundle (YAML) to evaluate instead of the agent's own; empty means the agent's.
@@ -438,6 +444,17 @@ pub struct PolicyTestRequest {
         deserialize_with = "null_as_default"
     )]
     pub bundle: String,
+}
+
+/// Reads [`PolicyTestRequest::arguments`] with [`identity::step_args`] (from JSON text only).
+fn step_arguments<'de, D>(deserializer: D) -> Result<Option<Value>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let raw = Box::<RawValue>::deserialize(deserializer)?;
+    identity::step_args(raw.get().as_bytes())
+        .map(|args| Some(args.value))
+        .map_err(|e| serde::de::Error::custom(format!("invalid arguments: {e}")))
 }
 
 /// Answer of `POST /v0/policies/{agent_id}/test`.

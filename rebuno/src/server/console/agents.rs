@@ -322,9 +322,14 @@ pub(super) async fn test_policy(
     let arguments = match form.arguments.trim() {
         "" => Ok(None),
         raw if raw.len() > MAX_ARGUMENTS => Err(format!("arguments over {MAX_ARGUMENTS} bytes")),
-        raw => serde_json::from_str(raw)
-            .map(Some)
-            .map_err(|e| format!("the arguments are not JSON: {e}")),
+        // Read as a submit reads step args, so the page never evaluates a rounded number.
+        raw => match crate::identity::step_args(raw.as_bytes()) {
+            Ok(args) => Ok(Some(args.value)),
+            Err(crate::identity::ArgsError::Syntax(e)) => {
+                Err(format!("the arguments are not JSON: {e}"))
+            }
+            Err(e) => Err(format!("invalid arguments: {e}")),
+        },
     };
     let outcome = match arguments {
         Err(message) => Err(message),

@@ -205,6 +205,7 @@ pub fn agent(id: &str) -> Agent {
         registered_at: at(0),
         metadata: None,
         lease_timeout_seconds: None,
+        dispatch_retry: None,
     }
 }
 
@@ -288,6 +289,7 @@ pub fn dispatch(id: &str, execution_id: &str, status: DispatchStatus, due: u32) 
         locked_at: None,
         created_at: at(due),
         updated_at: at(due),
+        last_error: String::new(),
     }
 }
 

@@ -270,6 +270,12 @@ ALTER TABLE executions ADD COLUMN policy_bundle_set_by TEXT NOT NULL DEFAULT '';
 // empty for none.
 "
 ALTER TABLE api_keys ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';
+",
+// 16: an agent's own dispatch retry policy (JSON; NULL: the kernel's), and why a dispatch's
+// last delivery failed (empty: none did), which the execution shows while it waits to retry.
+"
+ALTER TABLE agents ADD COLUMN dispatch_retry TEXT;
+ALTER TABLE dispatches ADD COLUMN last_error TEXT NOT NULL DEFAULT '';
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

@@ -305,4 +305,13 @@ ALTER TABLE executions ADD COLUMN policy_bundle_set_by text NOT NULL DEFAULT '';
 ALTER TABLE api_keys ADD COLUMN agent_id text NOT NULL DEFAULT '';
 "#,
     ),
+    (
+        14,
+        r#"
+-- An agent's own dispatch retry policy (JSON; NULL: the kernel's), and why a dispatch's last
+-- delivery failed (empty: none did), which the execution shows while it waits to retry.
+ALTER TABLE agents ADD COLUMN dispatch_retry text;
+ALTER TABLE dispatches ADD COLUMN last_error text NOT NULL DEFAULT '';
+"#,
+    ),
 ];

@@ -186,7 +186,10 @@ async fn ended(kernel: &Kernel, id: &str, limit: Duration) -> rebuno::protocol::
         if exec.status.is_terminal() {
             return exec;
         }
-        assert!(Instant::now() < deadline, "the execution did not end in {limit:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the execution did not end in {limit:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -249,7 +252,10 @@ async fn an_agent_that_publishes_its_metadata_gets_its_dispatch_before_the_next_
     let id = execution_for_down_agent(kernel, "back-now", port).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while failures(kernel, &id).await.len() < 5 {
-        assert!(Instant::now() < deadline, "five attempts did not fail in 60 s");
+        assert!(
+            Instant::now() < deadline,
+            "five attempts did not fail in 60 s"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let next_try = assert_waiting(kernel, base, &id, port).await;
@@ -282,7 +288,10 @@ async fn a_configured_attempt_limit_exhausts_naming_the_url_and_the_cause() {
         "dispatch_retry": { "max_attempts": 2, "backoff_cap_seconds": 0.2 },
     });
     let registered = post(base, "/v0/agents", body).await.ok(201);
-    assert_eq!(registered["DispatchRetry"]["max_attempts"], 2, "{registered}");
+    assert_eq!(
+        registered["DispatchRetry"]["max_attempts"], 2,
+        "{registered}"
+    );
     let id = kernel
         .create_execution(CreateExecutionRequest {
             agent_id: "limited".into(),
@@ -311,5 +320,8 @@ async fn a_configured_attempt_limit_exhausts_naming_the_url_and_the_cause() {
     let text = post(base, "/v0/agents", body)
         .await
         .err(400, "validation_error");
-    assert!(text.contains("dispatch_retry.backoff_cap_seconds"), "{text}");
+    assert!(
+        text.contains("dispatch_retry.backoff_cap_seconds"),
+        "{text}"
+    );
 }

@@ -151,6 +151,7 @@ conformance!(
     dispatches_round_trip_and_list,
     renewals_touch_only_the_attempt_in_flight,
     claims_filter_by_status_time_and_agent,
+    an_agent_back_wakes_only_its_waiting_dispatches,
     agent_leases_round_trip_and_reach_in_flight_rows,
     occurrence_counters_follow_the_attempt,
     a_submits_writes_in_one_transaction_all_land,

@@ -59,13 +59,13 @@
 //! Submodules: `deliver` (the [`Deliverer`] and the webhook it POSTs) and `reaper` (expired
 //! leases returned to the queue).
 
+use super::KernelConfig;
 use super::executions::{Ending, ended_in_tx};
 use super::histograms::DISPATCH_DELIVERY_DURATION;
 use super::subagents::lock_parent;
 use super::volatile::Ended;
 use super::{Events, Kernel, KernelResult, Lease, Metrics, payload};
 use crate::protocol::lease_duration;
-use super::KernelConfig;
 use crate::protocol::{
     Agent, Dispatch, DispatchEventPayload, DispatchRetry, DispatchStatus, DispatchWaiting,
     EventType, ExecutionEventPayload, ExecutionStatus, REASON_DISPATCH_EXHAUSTED, WebhookPayload,
@@ -189,9 +189,7 @@ impl RetryPolicy {
     /// limit means none).
     pub fn of(config: &KernelConfig, own: Option<&DispatchRetry>) -> Self {
         let own = own.copied().unwrap_or_default();
-        let max_attempts = own
-            .max_attempts
-            .unwrap_or(config.dispatch_max_attempts);
+        let max_attempts = own.max_attempts.unwrap_or(config.dispatch_max_attempts);
         let window = match own.retry_window_seconds {
             Some(seconds) => Duration::try_from_secs_f64(seconds).ok(),
             None => config.dispatch_retry_window,
@@ -453,9 +451,16 @@ impl Kernel {
 
     /// What execution `execution_id` waits for, if its delivery failed and waits for a retry:
     /// the attempts, the last error and the time of the next try.
-    pub async fn dispatch_waiting(&self, execution_id: &str) -> KernelResult<Option<DispatchWaiting>> {
+    pub async fn dispatch_waiting(
+        &self,
+        execution_id: &str,
+    ) -> KernelResult<Option<DispatchWaiting>> {
         let id = execution_id.to_owned();
-        let dispatches = self.inner.store.read(move |tx| tx.dispatches_of(&id)).await?;
+        let dispatches = self
+            .inner
+            .store
+            .read(move |tx| tx.dispatches_of(&id))
+            .await?;
         Ok(dispatches
             .into_iter()
             .rev()

@@ -315,8 +315,11 @@ pub trait Tx {
     /// Makes the failed dispatches of agent `agent_id`'s executions that wait for a retry due
     /// at `now` (their agent is back); answers them as `(dispatch_id, failed attempt)`. One
     /// statement, bounded by that agent's waiting dispatches.
-    fn wake_agent_dispatches(&mut self, agent_id: &str, now: &str)
-    -> StoreResult<Vec<(String, u32)>>;
+    fn wake_agent_dispatches(
+        &mut self,
+        agent_id: &str,
+        now: &str,
+    ) -> StoreResult<Vec<(String, u32)>>;
     /// Every in-flight dispatch, each with the lease length its agent registered (`None`:
     /// the kernel's global lease, also when the execution or the agent is gone).
     ///

@@ -77,8 +77,7 @@ fn check_ts(i: usize, text: String) -> rusqlite::Result<String> {
 }
 
 /// The columns [`agent_row`] reads.
-pub(super) const AGENT_COLS: &str =
-    "id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds, dispatch_retry";
+pub(super) const AGENT_COLS: &str = "id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds, dispatch_retry";
 /// An agent.
 pub(super) fn agent_row(r: &Row<'_>) -> rusqlite::Result<Agent> {
     let metadata: Option<String> = r.get(5)?;

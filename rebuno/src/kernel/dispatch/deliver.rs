@@ -113,11 +113,9 @@ impl Deliverer for HttpDeliverer {
             .header(HEADER_EXECUTION_ID, &payload.execution_id);
         let request = telemetry::with_traceparent(request);
         let url = || crate::telemetry::redact_url(&agent.webhook_url);
-        let response = request
-            .body(body.to_vec())
-            .send()
-            .await
-            .map_err(|e| DeliveryError(format!("POST {}: {}", url(), self.cause(&e.without_url()))))?;
+        let response = request.body(body.to_vec()).send().await.map_err(|e| {
+            DeliveryError(format!("POST {}: {}", url(), self.cause(&e.without_url())))
+        })?;
         let status = response.status();
         if status.is_success() {
             Ok(())
@@ -189,7 +187,10 @@ mod tests {
             }
         });
         let reason = deliver(format!("http://{addr}/hook")).await;
-        assert_eq!(reason, format!("POST http://{addr}/hook: timed out after 0.3 s"));
+        assert_eq!(
+            reason,
+            format!("POST http://{addr}/hook: timed out after 0.3 s")
+        );
         held.abort();
 
         let unavailable = axum::Router::new().route(

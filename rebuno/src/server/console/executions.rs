@@ -8,7 +8,8 @@
 use super::layout::{Nav, badge, csrf_field, empty, json_block, json_inline, time};
 use super::{Failure, Html, Page, Viewer, check_mutation, html::encode};
 use crate::protocol::{
-    Approval, DispatchWaiting, Event, EventType, Execution, ExecutionStatus, Scope, Step, canonical_uuid,
+    Approval, DispatchWaiting, Event, EventType, Execution, ExecutionStatus, Scope, Step,
+    canonical_uuid,
 };
 use crate::server::AppState;
 use crate::server::handlers::{changes_response, stream_response};

@@ -60,8 +60,7 @@ pub(super) fn int<T: TryFrom<i64>>(r: &Row, i: usize) -> Result<T, DecodeError> 
 }
 
 /// The columns [`agent_row`] reads.
-pub(super) const AGENT_COLS: &str =
-    "id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds, dispatch_retry";
+pub(super) const AGENT_COLS: &str = "id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds, dispatch_retry";
 /// An agent.
 pub(super) fn agent_row(r: &Row) -> Result<Agent, DecodeError> {
     let metadata: Option<String> = get(r, 5)?;

@@ -692,7 +692,7 @@ pub(crate) fn names_from_text(text: Option<&str>) -> Result<Vec<String>, serde_j
     text.map_or(Ok(Vec::new()), serde_json::from_str)
 }
 
-/// An agent's metadata as both stores keep it (JSON text); `None` for none.
+/// An agent's own retry policy as both stores keep it (JSON text); `None` for none.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn retry_text(agent: &crate::protocol::Agent) -> Option<String> {
     agent
@@ -703,11 +703,13 @@ pub(crate) fn retry_text(agent: &crate::protocol::Agent) -> Option<String> {
 
 /// An agent's stored retry policy (NULL: none); text that does not decode reads as none, so a
 /// damaged policy falls back to the kernel's instead of making the agent unreadable.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn retry_of(text: Option<String>) -> Option<crate::protocol::DispatchRetry> {
     text.and_then(|t| serde_json::from_str(&t).ok())
 }
 
-/// An agent's metadata column (NULL: none).
+/// An agent's metadata as both stores keep it (JSON text); `None` for none.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn metadata_text(agent: &crate::protocol::Agent) -> Option<String> {
     agent
         .metadata

@@ -1172,6 +1172,7 @@ async fn sdk_setup(
             id: AGENT.into(),
             webhook_url: hook_url.clone(),
             secret: SECRET.into(),
+            dispatch_retry: None,
             takeover: true,
             ..RegisterAgentRequest::default()
         })

@@ -106,8 +106,8 @@ async fn failing_webhooks_are_logged_with_their_execution_dispatch_and_reason() 
     drop(closed);
     let mut cases = Vec::new();
     for (agent, url, reason) in [
-        ("answers-500", failing_url, "answered 500"),
-        ("refuses", refused_url, "error sending request"),
+        ("answers-500", failing_url, "HTTP 500 Internal Server Error"),
+        ("refuses", refused_url, "connection refused"),
     ] {
         kernel
             .register_agent(rebuno::protocol::RegisterAgentRequest {

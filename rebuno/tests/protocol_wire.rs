@@ -316,6 +316,7 @@ fn dispatch_json() {
         locked_at: Some(TS.into()),
         created_at: TS.into(),
         updated_at: TS.into(),
+        last_error: String::new(),
     };
     round_trip(
         &row,
@@ -336,6 +337,7 @@ fn agent_uses_go_field_names() {
             registered_at: "0001-01-01T00:00:00Z".into(),
             metadata: None,
             lease_timeout_seconds: None,
+            dispatch_retry: None,
         },
         r#"{"ID":"hello","WebhookURL":"http://h/webhook","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00Z"}"#,
     );
@@ -353,6 +355,7 @@ fn agent_uses_go_field_names() {
                 output_schema: None,
             }),
             lease_timeout_seconds: None,
+            dispatch_retry: None,
         },
         r#"{"ID":"hello","WebhookURL":"u","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00Z","Metadata":{"description":"greets","input_schema":{"type":"object"}}}"#,
     );
@@ -370,6 +373,7 @@ fn agent_lease_is_written_when_set_and_omitted_when_not() {
         registered_at: "0001-01-01T00:00:00Z".into(),
         metadata: None,
         lease_timeout_seconds: lease,
+        dispatch_retry: None,
     };
     round_trip(
         &agent(Some(3.0)),

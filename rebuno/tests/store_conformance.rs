@@ -151,6 +151,7 @@ conformance!(
     dispatches_round_trip_and_list,
     renewals_touch_only_the_attempt_in_flight,
     claims_filter_by_status_time_and_agent,
+    an_agent_back_wakes_only_its_waiting_dispatches,
     agent_leases_round_trip_and_reach_in_flight_rows,
     occurrence_counters_follow_the_attempt,
     a_submits_writes_in_one_transaction_all_land,
@@ -206,6 +207,7 @@ pub fn agent(id: &str) -> Agent {
         registered_at: at(0),
         metadata: None,
         lease_timeout_seconds: None,
+        dispatch_retry: None,
     }
 }
 
@@ -289,6 +291,7 @@ pub fn dispatch(id: &str, execution_id: &str, status: DispatchStatus, due: u32) 
         locked_at: None,
         created_at: at(due),
         updated_at: at(due),
+        last_error: String::new(),
     }
 }
 

@@ -75,7 +75,11 @@ Environment (flags override the environment, which overrides the defaults):
   REBUNO_AUTH_FAILURE_WINDOW     that window (--auth-failure-window) [default: 1m]
   REBUNO_ALLOW_WEBHOOK_USERINFO  let POST /v0/agents register a webhook URL with user:password@,
                                  true or false (--allow-webhook-userinfo) [default: false]
-  REBUNO_DISPATCH_MAX_ATTEMPTS   delivery attempts per dispatch [default: 5]
+  REBUNO_DISPATCH_MAX_ATTEMPTS   delivery attempts per dispatch before its execution fails with
+                                 dispatch_exhausted, 0 for no limit [default: 0]
+  REBUNO_DISPATCH_RETRY_WINDOW   time after a dispatch was queued when a failed delivery is no
+                                 longer retried, 0 for no limit [default: 0]
+  REBUNO_DISPATCH_BACKOFF_CAP    longest wait between two delivery tries [default: 1m]
   REBUNO_DISPATCH_TIMEOUT        per-attempt webhook timeout [default: 30s]
   REBUNO_DISPATCH_CONCURRENCY    parallel webhook deliveries [default: 8]
   REBUNO_DISPATCH_AGENT_CONCURRENCY
@@ -613,6 +617,8 @@ fn log_start(mode: &Mode<'_>, kernel: &Kernel, options: &ServerOptions, serve: &
         max_pending_heads_per_address = serve.max_pending_heads_per_address,
         replica_id = %config.replica_id,
         dispatch_max_attempts = config.dispatch_max_attempts,
+        dispatch_retry_window = ?config.dispatch_retry_window,
+        dispatch_backoff_cap = ?config.dispatch_backoff_cap,
         dispatch_timeout = ?config.dispatch_timeout,
         dispatch_concurrency = config.dispatch_concurrency,
         dispatch_agent_concurrency = config.agent_delivery_cap(),

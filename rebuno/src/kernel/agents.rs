@@ -182,6 +182,9 @@ impl Kernel {
         if let Some(seconds) = req.lease_timeout_seconds {
             check_lease_seconds(seconds).map_err(KernelError::validation)?;
         }
+        if let Some(retry) = &req.dispatch_retry {
+            retry.check().map_err(KernelError::validation)?;
+        }
         check_webhook_url(&req.webhook_url, WebhookRules::IN_PROCESS)
             .map_err(KernelError::validation)?;
         let now = self.now_text();
@@ -214,12 +217,14 @@ impl Kernel {
                     webhook_url: req.webhook_url,
                     secret: req.secret,
                     lease_timeout_seconds: req.lease_timeout_seconds,
+                    dispatch_retry: req.dispatch_retry.filter(|r| !r.is_empty()),
                 };
                 tx.put_agent(&agent)?;
                 Ok(Ok((agent, replaced)))
             })
             .await?;
         let (agent, replaced) = outcome?;
+        self.wake_agent(&agent.id).await;
         if replaced {
             tracing::warn!(
                 agent_id = %agent.id,
@@ -273,7 +278,10 @@ impl Kernel {
                 Ok(Some(agent))
             })
             .await?;
-        agent.map(public).ok_or_else(KernelError::not_found)
+        let agent = agent.ok_or_else(KernelError::not_found)?;
+        // An agent publishes its metadata when it starts serving: it is back.
+        self.wake_agent(&agent.id).await;
+        Ok(public(agent))
     }
 
     /// Evaluates a proposed step for agent `agent_id` against its bundle (or the request's own

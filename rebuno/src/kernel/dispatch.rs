@@ -5,8 +5,23 @@
 //! `in_flight`, increments its attempt (the lease is the pair `(dispatch_id, attempt)`) and
 //! resets its occurrence counters; the webhook is then POSTed with the body signed by the
 //! agent's secret. A 2xx is `dispatch.acked` (the row stays in flight); anything else is
-//! `dispatch.failed` and a retry after `min(2^(a-1) s, 30 s)` plus up to 25 % jitter, until
-//! `max_attempts`, when the execution fails with `dispatch_exhausted`. The reaper returns
+//! `dispatch.failed` (with the attempt, the reason naming the URL and the cause, and the time
+//! of the next try) and a retry after `2^(a-1) s` plus up to 25 % jitter, at most the backoff
+//! cap (60 s by default).
+//!
+//! # Retry policy
+//!
+//! An agent that is down never ends an execution by default: a failed delivery is retried
+//! without limit. Only a limit that was set makes it give up, and the execution then fails with
+//! `dispatch_exhausted`: an attempt count or a window counted from when the dispatch was queued,
+//! each the agent's own (`dispatch_retry` of its registration or manifest entry) or else the
+//! kernel's ([`RetryPolicy`]). While a delivery waits for its retry, the dispatch row keeps the
+//! last error, and the execution shows it (`GET /v0/executions/{id}`'s `dispatch`, the console,
+//! the REPL). An agent that shows it is back (it publishes its metadata or registers again)
+//! makes its waiting dispatches due at once ([`Kernel::wake_agent`]), so it gets them without
+//! waiting out a long backoff.
+//!
+//! The reaper returns
 //! in-flight rows whose lease expired to `pending`; the next claim re-delivers them as a new
 //! attempt. Lease age and retry backoff are measured on the monotonic clock (the stored
 //! `next_attempt_at` and `locked_at` serve only a process that has no measurement of its own).
@@ -44,6 +59,7 @@
 //! Submodules: `deliver` (the [`Deliverer`] and the webhook it POSTs) and `reaper` (expired
 //! leases returned to the queue).
 
+use super::KernelConfig;
 use super::executions::{Ending, ended_in_tx};
 use super::histograms::DISPATCH_DELIVERY_DURATION;
 use super::subagents::lock_parent;
@@ -51,8 +67,8 @@ use super::volatile::Ended;
 use super::{Events, Kernel, KernelResult, Lease, Metrics, payload};
 use crate::protocol::lease_duration;
 use crate::protocol::{
-    Agent, Dispatch, DispatchEventPayload, DispatchStatus, EventType, ExecutionEventPayload,
-    ExecutionStatus, REASON_DISPATCH_EXHAUSTED, WebhookPayload,
+    Agent, Dispatch, DispatchEventPayload, DispatchRetry, DispatchStatus, DispatchWaiting,
+    EventType, ExecutionEventPayload, ExecutionStatus, REASON_DISPATCH_EXHAUSTED, WebhookPayload,
 };
 use crate::store::{StoreExt, StoreResult, Tx};
 use crate::telemetry::{self, TraceParent};
@@ -85,6 +101,7 @@ pub(crate) fn enqueue_dispatch(
         locked_at: None,
         created_at: now.to_owned(),
         updated_at: now.to_owned(),
+        last_error: String::new(),
     };
     tx.put_dispatch(&d)?;
     Ok((EventType::DispatchQueued, payload(&queued_payload(&d))))
@@ -155,19 +172,69 @@ impl Claimed {
     }
 }
 
-/// Backoff before retry after failed attempt `a` (1-based): `min(2^(a-1) s, 30 s)` plus a
-/// jitter in `[0, 25 %)`, in whole microseconds (the stored due time's precision, so the
-/// stored and the in-memory due time agree).
-fn backoff(attempt: u32, jitter_seed: u64) -> Duration {
-    let base =
-        Duration::from_secs(1u64 << attempt.saturating_sub(1).min(5)).min(Duration::from_secs(30));
-    let mut x = jitter_seed | 1;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    let frac = (x % 1000) as f64 / 4000.0; // [0, 0.25)
-    let total = base + base.mul_f64(frac);
-    Duration::from_micros(u64::try_from(total.as_micros()).unwrap_or(u64::MAX))
+/// How long a failed delivery keeps being retried: the agent's own `dispatch_retry` fields,
+/// each else the kernel's setting.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts before the execution fails with `dispatch_exhausted`; `None`: no limit.
+    pub max_attempts: Option<u32>,
+    /// How long after the dispatch was queued a failure is still retried; `None`: no limit.
+    pub window: Option<Duration>,
+    /// The longest wait between two tries.
+    pub backoff_cap: Duration,
+}
+
+impl RetryPolicy {
+    /// The policy for an agent with `own` settings under the kernel's `config` (0 in either
+    /// limit means none).
+    pub fn of(config: &KernelConfig, own: Option<&DispatchRetry>) -> Self {
+        let own = own.copied().unwrap_or_default();
+        let max_attempts = own.max_attempts.unwrap_or(config.dispatch_max_attempts);
+        let window = match own.retry_window_seconds {
+            Some(seconds) => Duration::try_from_secs_f64(seconds).ok(),
+            None => config.dispatch_retry_window,
+        };
+        let backoff_cap = own
+            .backoff_cap_seconds
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .unwrap_or(config.dispatch_backoff_cap);
+        RetryPolicy {
+            max_attempts: (max_attempts > 0).then_some(max_attempts),
+            window: window.filter(|w| !w.is_zero()),
+            backoff_cap,
+        }
+    }
+
+    /// Why no attempt after `attempt` may be made for dispatch `d` at `now`, if so.
+    fn spent(&self, d: &Dispatch, attempt: u32, now: std::time::SystemTime) -> Option<String> {
+        if let Some(max) = self.max_attempts
+            && attempt >= max
+        {
+            return Some(format!("{max} delivery attempts made"));
+        }
+        let window = self.window?;
+        let queued = crate::time::parse_rfc3339(&d.created_at)?;
+        (now.duration_since(queued).ok()? >= window).then(|| {
+            format!(
+                "the retry window of {} s since the dispatch was queued has passed",
+                window.as_secs_f64()
+            )
+        })
+    }
+
+    /// Backoff before retry after failed attempt `a` (1-based): `2^(a-1) s` plus a jitter in
+    /// `[0, 25 %)`, at most the cap, in whole microseconds (the stored due time's precision,
+    /// so the stored and the in-memory due time agree).
+    fn backoff(&self, attempt: u32, jitter_seed: u64) -> Duration {
+        let base = Duration::from_secs(1u64 << attempt.saturating_sub(1).min(20));
+        let mut x = jitter_seed | 1;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let frac = (x % 1000) as f64 / 4000.0; // [0, 0.25)
+        let total = (base + base.mul_f64(frac)).min(self.backoff_cap);
+        Duration::from_micros(u64::try_from(total.as_micros()).unwrap_or(u64::MAX))
+    }
 }
 
 impl Kernel {
@@ -199,12 +266,18 @@ impl Kernel {
         if terminal {
             return self.record_discard(d).await;
         }
-        if d.attempt > d.max_attempts {
+        let policy = RetryPolicy::of(
+            &self.inner.config,
+            agent.as_ref().and_then(|a| a.dispatch_retry.as_ref()),
+        );
+        // A claim past the attempt budget (a reclaimed last attempt, or a limit lowered since
+        // the last failure). The window is not checked here: a reclaim is no failed delivery.
+        if policy.max_attempts.is_some_and(|max| d.attempt > max) {
             return self.exhaust(d, None).await;
         }
         let Some(agent) = agent else {
             return self
-                .record_failure(d, "agent is not registered".into())
+                .record_failure(d, "agent is not registered".into(), policy)
                 .await;
         };
         let payload = WebhookPayload {
@@ -258,7 +331,7 @@ impl Kernel {
                 }
                 Err(e) => {
                     Metrics::inc(&self.inner.metrics.dispatch_failures);
-                    self.record_failure(d, e.0).await
+                    self.record_failure(d, e.0, policy).await
                 }
             }
         }
@@ -348,14 +421,86 @@ impl Kernel {
         Ok(())
     }
 
-    /// Records a failed delivery attempt: a retry after the backoff, or exhaustion after the
-    /// last attempt.
-    pub(crate) async fn record_failure(&self, d: Dispatch, error: String) -> KernelResult<()> {
-        if d.attempt >= d.max_attempts {
-            return self.exhaust(d, Some(error)).await;
+    /// Agent `agent_id` shows it is back (it published its metadata or registered): its
+    /// dispatches waiting for a retry become due now and the dispatcher (every replica's) is
+    /// woken, so they go out at once instead of at the end of their backoff. One update of
+    /// the store, bounded by that agent's waiting dispatches. A failure is only logged: the
+    /// retries still come at their time.
+    pub async fn wake_agent(&self, agent_id: &str) {
+        let (id, now) = (agent_id.to_owned(), self.now_text());
+        let woken = self
+            .inner
+            .store
+            .write(move |tx| tx.wake_agent_dispatches(&id, &now))
+            .await;
+        match woken {
+            Ok(woken) if !woken.is_empty() => {
+                tracing::info!(
+                    agent_id,
+                    dispatches = woken.len(),
+                    "agent is back: its waiting dispatches are retried now"
+                );
+                self.retry_now(&woken);
+                self.inner.queued.notify_one();
+                self.announce_dispatch();
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(agent_id, error = %e, "waking an agent's dispatches failed"),
         }
+    }
+
+    /// What execution `execution_id` waits for, if its delivery failed and waits for a retry:
+    /// the attempts, the last error and the time of the next try.
+    pub async fn dispatch_waiting(
+        &self,
+        execution_id: &str,
+    ) -> KernelResult<Option<DispatchWaiting>> {
+        let id = execution_id.to_owned();
+        let dispatches = self
+            .inner
+            .store
+            .read(move |tx| tx.dispatches_of(&id))
+            .await?;
+        Ok(dispatches
+            .into_iter()
+            .rev()
+            .find(|d| d.status == DispatchStatus::Failed)
+            .map(|d| DispatchWaiting {
+                status: "retrying".to_owned(),
+                attempt: d.attempt,
+                last_error: d.last_error,
+                next_attempt_at: d.next_attempt_at,
+            }))
+    }
+
+    /// The retry policy for the deliveries of execution `execution_id` (its agent's, or the
+    /// kernel's when the execution or the agent is gone).
+    pub(crate) async fn retry_policy_of(&self, execution_id: &str) -> KernelResult<RetryPolicy> {
+        let id = execution_id.to_owned();
+        let own = self
+            .inner
+            .store
+            .read_unsettled(move |tx| match tx.agent_of(&id)? {
+                Some(agent) => Ok(tx.agent(&agent)?.and_then(|a| a.dispatch_retry)),
+                None => Ok(None),
+            })
+            .await?;
+        Ok(RetryPolicy::of(&self.inner.config, own.as_ref()))
+    }
+
+    /// Records a failed delivery attempt: a retry after the backoff, or exhaustion when
+    /// `policy` has a limit and it is reached.
+    pub(crate) async fn record_failure(
+        &self,
+        d: Dispatch,
+        error: String,
+        policy: RetryPolicy,
+    ) -> KernelResult<()> {
         let now = self.now();
-        let wait = backoff(
+        if let Some(spent) = policy.spent(&d, d.attempt, now) {
+            return self.exhaust(d, Some(format!("{error} ({spent})"))).await;
+        }
+        let wait = policy.backoff(
             d.attempt,
             crate::time::micros(now) as u64 ^ u64::from(d.attempt),
         );
@@ -363,7 +508,7 @@ impl Kernel {
             execution_id = %d.execution_id,
             dispatch_id = %d.id,
             attempt = d.attempt,
-            max_attempts = d.max_attempts,
+            max_attempts = policy.max_attempts,
             retry_in_ms = wait.as_millis() as u64,
             reason = %error,
             "webhook delivery failed; retrying"
@@ -388,12 +533,14 @@ impl Kernel {
                 cur.locked_by = String::new();
                 cur.locked_at = None;
                 cur.updated_at = now.clone();
+                cur.last_error = error.clone();
                 tx.put_dispatch(&cur)?;
                 let mut p = payload(&DispatchEventPayload {
                     status: DispatchStatus::Failed,
                     ..queued_payload(&cur)
                 });
                 p["error"] = Value::String(error);
+                p["next_attempt_at"] = Value::String(cur.next_attempt_at.clone());
                 tx.record_events(&cur.execution_id, &now, &[(EventType::DispatchFailed, p)])?;
                 // In the transaction, so that it precedes any later one that ends the dispatch.
                 kernel.schedule_retry(&cur.id, cur.attempt, due);
@@ -411,7 +558,6 @@ impl Kernel {
             execution_id = %d.execution_id,
             dispatch_id = %d.id,
             attempt = d.attempt,
-            max_attempts = d.max_attempts,
             reason = error.as_deref().unwrap_or("no attempt left"),
             "dispatch exhausted: the execution fails with dispatch_exhausted"
         );
@@ -479,5 +625,61 @@ impl Kernel {
             Metrics::inc(&self.inner.metrics.dispatch_exhausted);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RetryPolicy;
+    use crate::kernel::KernelConfig;
+    use crate::protocol::DispatchRetry;
+    use std::time::Duration;
+
+    /// By default an agent that is down never ends an execution: no attempt limit, no window,
+    /// and the backoff doubles from 1 s up to a minute.
+    #[test]
+    fn the_default_policy_retries_without_limit_at_most_a_minute_apart() {
+        let policy = RetryPolicy::of(&KernelConfig::default(), None);
+        assert_eq!(
+            policy,
+            RetryPolicy {
+                max_attempts: None,
+                window: None,
+                backoff_cap: Duration::from_secs(60),
+            }
+        );
+        let first = policy.backoff(1, 7);
+        assert!(first >= Duration::from_secs(1) && first < Duration::from_millis(1250));
+        for attempt in [7, 30, 1000, u32::MAX] {
+            assert_eq!(policy.backoff(attempt, 7), Duration::from_secs(60));
+        }
+    }
+
+    /// The agent's own fields replace the kernel's one by one; 0 lifts a limit.
+    #[test]
+    fn an_agents_own_settings_replace_the_kernels() {
+        let config = KernelConfig {
+            dispatch_max_attempts: 5,
+            dispatch_retry_window: Some(Duration::from_secs(3600)),
+            ..KernelConfig::default()
+        };
+        let own = DispatchRetry {
+            max_attempts: Some(0),
+            retry_window_seconds: None,
+            backoff_cap_seconds: Some(0.5),
+        };
+        assert_eq!(
+            RetryPolicy::of(&config, Some(&own)),
+            RetryPolicy {
+                max_attempts: None,
+                window: Some(Duration::from_secs(3600)),
+                backoff_cap: Duration::from_millis(500),
+            }
+        );
+        assert_eq!(
+            RetryPolicy::of(&config, None).max_attempts,
+            Some(5),
+            "the kernel's limit, when the agent has none"
+        );
     }
 }

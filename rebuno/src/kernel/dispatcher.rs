@@ -244,10 +244,14 @@ impl Kernel {
             Err(panic) => {
                 tracing::error!(dispatch_id = %dispatch.id, error = %panic, "a delivery panicked");
                 Metrics::inc(&self.inner.metrics.dispatch_failures);
-                if let Err(e) = self
-                    .record_failure(dispatch, format!("delivery panicked: {panic}"))
-                    .await
-                {
+                let recorded = match self.retry_policy_of(&dispatch.execution_id).await {
+                    Ok(policy) => {
+                        let reason = format!("delivery panicked: {panic}");
+                        self.record_failure(dispatch, reason, policy).await
+                    }
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = recorded {
                     tracing::warn!(error = %e, "recording a panicked delivery failed");
                 }
             }

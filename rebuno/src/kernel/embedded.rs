@@ -150,6 +150,7 @@ impl Kernel {
                 uuid::Uuid::now_v7().simple()
             ),
             lease_timeout_seconds,
+            dispatch_retry: None,
             takeover: false,
         };
         // Each registration draws a new secret, so a restarted process registering its agents

@@ -59,7 +59,7 @@ pub use agents::{
 };
 pub use approvals::decision_refusal;
 pub use changes::{CHANGE_FEED_BUFFER, Change, ChangeFeed};
-pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};
+pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, RetryPolicy, sign};
 pub use embedded::{EMBEDDED_SCHEME, EmbeddedDeliverer, EmbeddedHandler};
 pub use executions::Started;
 pub use histograms::{
@@ -177,8 +177,16 @@ pub use crate::protocol::Lease;
 /// Kernel settings. [`KernelConfig::from_env`] reads the spec's `REBUNO_*` variables.
 #[derive(Debug, Clone)]
 pub struct KernelConfig {
-    /// Delivery attempts (claims) per dispatch (`REBUNO_DISPATCH_MAX_ATTEMPTS`, 5).
+    /// Delivery attempts (claims) per dispatch before the execution fails with
+    /// `dispatch_exhausted` (`REBUNO_DISPATCH_MAX_ATTEMPTS`); 0, the default, means no limit:
+    /// an agent that is down holds its executions until it is back.
     pub dispatch_max_attempts: u32,
+    /// How long after a dispatch was queued a failed delivery is still retried
+    /// (`REBUNO_DISPATCH_RETRY_WINDOW`); `None`, the default, means no limit.
+    pub dispatch_retry_window: Option<Duration>,
+    /// The longest wait between two delivery tries (`REBUNO_DISPATCH_BACKOFF_CAP`, 60 s): the
+    /// backoff doubles from 1 s up to it.
+    pub dispatch_backoff_cap: Duration,
     /// Per-attempt webhook timeout (`REBUNO_DISPATCH_TIMEOUT`, 30 s).
     pub dispatch_timeout: Duration,
     /// Parallel deliveries (`REBUNO_DISPATCH_CONCURRENCY`, 8).
@@ -216,7 +224,9 @@ pub struct KernelConfig {
 impl Default for KernelConfig {
     fn default() -> Self {
         KernelConfig {
-            dispatch_max_attempts: 5,
+            dispatch_max_attempts: 0,
+            dispatch_retry_window: None,
+            dispatch_backoff_cap: Duration::from_secs(60),
             dispatch_timeout: Duration::from_secs(30),
             dispatch_concurrency: 8,
             dispatch_agent_concurrency: None,
@@ -287,6 +297,18 @@ impl EnvReader {
         if parsed.is_none() {
             self.problems
                 .push(format!("{name}: {raw:?} is not a whole number above zero"));
+        }
+        parsed
+    }
+
+    /// A limit: a whole number, 0 for none.
+    fn limit(&mut self, name: &str) -> Option<u32> {
+        let raw = Self::raw(name)?;
+        let parsed = raw.trim().parse::<u32>().ok();
+        if parsed.is_none() {
+            self.problems.push(format!(
+                "{name}: {raw:?} is not a whole number (0 for no limit)"
+            ));
         }
         parsed
     }
@@ -373,8 +395,14 @@ impl KernelConfig {
 
     fn read_env(env: &mut EnvReader) -> Self {
         let mut c = KernelConfig::default();
-        if let Some(n) = env.count::<u32>("REBUNO_DISPATCH_MAX_ATTEMPTS") {
+        if let Some(n) = env.limit("REBUNO_DISPATCH_MAX_ATTEMPTS") {
             c.dispatch_max_attempts = n;
+        }
+        if let Some(d) = env.duration("REBUNO_DISPATCH_RETRY_WINDOW", true) {
+            c.dispatch_retry_window = (!d.is_zero()).then_some(d);
+        }
+        if let Some(d) = env.duration("REBUNO_DISPATCH_BACKOFF_CAP", false) {
+            c.dispatch_backoff_cap = d;
         }
         if let Some(d) = env.duration("REBUNO_DISPATCH_TIMEOUT", false) {
             c.dispatch_timeout = d;

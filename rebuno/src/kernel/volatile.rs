@@ -370,6 +370,20 @@ impl Kernel {
             .insert(dispatch_id.to_owned(), (attempt, due));
     }
 
+    /// The retries of `woken` (`(dispatch_id, failed attempt)`) are due now: their agent is
+    /// back. A retry of another attempt, or one this process does not know, is left alone.
+    pub(crate) fn retry_now(&self, woken: &[(String, u32)]) {
+        let now = self.inner.clock.monotonic();
+        let mut attempts = self.attempts();
+        for (id, attempt) in woken {
+            if let Some((known, due)) = attempts.retries.get_mut(id)
+                && *known == *attempt
+            {
+                *due = (*due).min(now);
+            }
+        }
+    }
+
     /// Retries known to this process: those due by the monotonic clock (claimable even if the
     /// wall clock stepped back) as `(dispatch_id, failed attempt)`, and the ids of those not
     /// due yet (not claimable even if the wall clock stepped forward).

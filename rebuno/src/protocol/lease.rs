@@ -144,6 +144,7 @@ mod tests {
             registered_at: "2024-01-01T00:00:00Z".into(),
             metadata: None,
             lease_timeout_seconds: None,
+            dispatch_retry: None,
         };
         let text = serde_json::to_string(&agent).unwrap();
         assert!(!text.contains("LeaseTimeoutSeconds"), "{text}");

@@ -133,6 +133,7 @@ mod kinds;
 mod lease;
 mod requests;
 mod resources;
+mod retry;
 mod status;
 
 pub use checkpoints::*;
@@ -146,6 +147,7 @@ pub use kinds::*;
 pub use lease::{MAX_LEASE_TIMEOUT_SECONDS, check_lease_seconds, lease_duration};
 pub use requests::*;
 pub use resources::*;
+pub use retry::*;
 pub use status::*;
 
 /// The token counts of an `llm_call` result; provider-format parsing lives in [`crate::llm`].

@@ -395,6 +395,10 @@ pub struct RegisterAgentRequest {
         deserialize_with = "optional_lease"
     )]
     pub lease_timeout_seconds: Option<f64>,
+    /// The agent's own dispatch retry policy; absent (or `null`) means the kernel's. No
+    /// published SDK sends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch_retry: Option<super::DispatchRetry>,
     /// Replace the registration of an agent already registered with another webhook URL or
     /// secret. Without it such a registration is `409 conflict` (unless the caller is the
     /// admin), so that no client with `agents:write` redirects an agent's deliveries by

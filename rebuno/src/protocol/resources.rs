@@ -257,7 +257,8 @@ pub struct Dispatch {
     pub status: DispatchStatus,
     /// Delivery attempts so far; incremented by every claim (0 when enqueued).
     pub attempt: u32,
-    /// Attempts allowed before the execution fails with `dispatch_exhausted`.
+    /// The kernel's attempt limit when it was queued (0: none). Informational: a failure is
+    /// judged by the retry policy in force then (the agent's own, else the kernel's).
     pub max_attempts: u32,
     /// Earliest time the row may be claimed.
     pub next_attempt_at: Timestamp,
@@ -271,6 +272,10 @@ pub struct Dispatch {
     pub created_at: Timestamp,
     /// Last change.
     pub updated_at: Timestamp,
+    /// Why the last failed delivery attempt failed; empty when none did. Shown while the
+    /// dispatch waits for its retry (`failed`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_error: String,
 }
 
 /// An agent as the admin routes write it: Go field names, because the Go type has no JSON tags.
@@ -307,6 +312,15 @@ pub struct Agent {
         deserialize_with = "super::lease::optional_lease"
     )]
     pub lease_timeout_seconds: Option<f64>,
+    /// The agent's own dispatch retry policy; omitted when it registered none (the kernel's
+    /// applies). Go field naming; `dispatch_retry` reads too.
+    #[serde(
+        rename = "DispatchRetry",
+        alias = "dispatch_retry",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub dispatch_retry: Option<super::DispatchRetry>,
 }
 
 /// What an agent says about itself: a description and the JSON Schemas of its input and

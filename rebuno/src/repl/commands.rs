@@ -152,6 +152,7 @@ impl Repl {
                         webhook_url: (*url).to_owned(),
                         secret: (*secret).to_owned(),
                         lease_timeout_seconds,
+                        dispatch_retry: None,
                         // The console is the operator's, who may replace a registration as
                         // the admin may over HTTP.
                         takeover: true,
@@ -216,7 +217,15 @@ impl Repl {
                     .execution(&id)
                     .await
                     .map_err(|e| e.to_string())?;
-                Ok(describe_execution(&exec))
+                let waiting = if exec.status.is_terminal() {
+                    None
+                } else {
+                    self.kernel
+                        .dispatch_waiting(&id)
+                        .await
+                        .map_err(|e| e.to_string())?
+                };
+                Ok(describe_execution(&exec, waiting.as_ref()))
             }
             ("events", [prefix]) => {
                 let id = self.resolve_execution(prefix).await?;

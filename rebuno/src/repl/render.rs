@@ -2,7 +2,7 @@
 //! agents, executions, events and approvals.
 
 use super::MIN_SHORT_ID;
-use crate::protocol::{Agent, Approval, Event, Execution};
+use crate::protocol::{Agent, Approval, DispatchWaiting, Event, Execution};
 use serde_json::Value;
 use std::fmt::Write as _;
 
@@ -161,6 +161,10 @@ pub(super) fn describe_agent(agent: &Agent) -> String {
     if let Some(seconds) = agent.lease_timeout_seconds {
         let _ = write!(out, "\nlease:       {seconds} s");
     }
+    if let Some(retry) = &agent.dispatch_retry {
+        let text = serde_json::to_string(retry).unwrap_or_default();
+        let _ = write!(out, "\nretry:       {text}");
+    }
     if let Some(meta) = &agent.metadata {
         if !meta.description.is_empty() {
             let _ = write!(out, "\ndescription: {}", meta.description);
@@ -183,7 +187,9 @@ pub(super) fn describe_agent(agent: &Agent) -> String {
     out
 }
 
-pub(super) fn describe_execution(exec: &Execution) -> String {
+/// An execution, and the delivery it waits to retry (`waiting`: its agent is down or refuses
+/// it).
+pub(super) fn describe_execution(exec: &Execution, waiting: Option<&DispatchWaiting>) -> String {
     let mut out = format!("id:       {}\nagent:    {}", exec.id, exec.agent_id);
     if !exec.agent_version.is_empty() {
         let _ = write!(out, " (version {})", exec.agent_version);
@@ -198,6 +204,13 @@ pub(super) fn describe_execution(exec: &Execution) -> String {
     }
     if !exec.failure_reason.is_empty() {
         let _ = write!(out, "\nreason:   {}", exec.failure_reason);
+    }
+    if let Some(w) = waiting {
+        let _ = write!(
+            out,
+            "\nwaiting:  for its agent: delivery attempt {} failed: {}\n          next try at {}",
+            w.attempt, w.last_error, w.next_attempt_at
+        );
     }
     if !exec.session.is_empty() {
         let _ = write!(out, "\nsession:  {}", exec.session);

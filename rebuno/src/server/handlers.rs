@@ -181,15 +181,30 @@ pub(super) async fn previous(State(s): State<AppState>, mut call: ReadCall) -> A
     Ok(ok(&serde_json::json!({ "state": state })))
 }
 
-/// Row 3: `GET /v0/executions/{id}` (bearer, or the owning agent's HMAC).
+/// Row 3: `GET /v0/executions/{id}` (bearer, or the owning agent's HMAC). A client reading an
+/// execution whose delivery failed and waits for a retry also gets `dispatch`
+/// ([`DispatchWaiting`](crate::protocol::DispatchWaiting)): the agent is down or refuses it.
 pub(super) async fn get_execution(State(s): State<AppState>, mut call: ReadCall) -> ApiResult {
     let raw: String = call.path().await?;
     let id = uuid_param(&raw, "execution id")?;
     let exec = match &call.reader {
         Reader::Client => s.kernel.execution(&id).await?,
-        Reader::Agent(agent_id) => s.owned_execution(agent_id, &id).await?,
+        // The agent's own read stays as the SDKs know it.
+        Reader::Agent(agent_id) => return Ok(ok(&s.owned_execution(agent_id, &id).await?)),
     };
-    Ok(ok(&exec))
+    let waiting = if exec.status.is_terminal() {
+        None
+    } else {
+        s.kernel.dispatch_waiting(&id).await?
+    };
+    match waiting {
+        Some(waiting) => {
+            let mut body = serde_json::to_value(&exec).unwrap_or_default();
+            body["dispatch"] = serde_json::to_value(waiting).unwrap_or_default();
+            Ok(ok(&body))
+        }
+        None => Ok(ok(&exec)),
+    }
 }
 
 /// Row 4: `GET /v0/executions/{id}/events?after_seq&limit`. Unparsable numbers count as 0

@@ -8,7 +8,14 @@
 //!     secret: ${RESEARCHER_SECRET}
 //!     policy_file: policies/research.yaml   # relative to the manifest's directory
 //!     lease_timeout_seconds: 30              # optional; default: the kernel's global lease
+//!     dispatch_retry:                        # optional; each field defaults to the kernel's
+//!       max_attempts: 0                      # 0: no limit (the kernel's default)
+//!       retry_window_seconds: 86400          # give up a day after the dispatch was queued
+//!       backoff_cap_seconds: 60              # longest wait between two tries
 //! ```
+//!
+//! `dispatch_retry` holds numbers (no `$VAR` expansion), checked as registration checks them
+//! ([`DispatchRetry::check`]).
 //!
 //! Every string value (`id`, `webhook_url`, `secret`, `policy`, `policy_file`, and
 //! `lease_timeout_seconds` when written as a string) goes through shell-style `$VAR` /
@@ -38,7 +45,7 @@
 use crate::Kernel;
 use crate::kernel::{WebhookRules, check_webhook_url};
 use crate::policy::Bundle;
-use crate::protocol::{Agent, RegisterAgentRequest, check_lease_seconds};
+use crate::protocol::{Agent, DispatchRetry, RegisterAgentRequest, check_lease_seconds};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -66,6 +73,8 @@ pub struct ManifestAgent {
     pub policy: String,
     /// The agent's own lease length in seconds, already checked; `None` for the global lease.
     pub lease_timeout_seconds: Option<f64>,
+    /// The agent's own dispatch retry policy, already checked; `None` for the kernel's.
+    pub dispatch_retry: Option<DispatchRetry>,
 }
 
 /// A loaded and validated manifest.
@@ -100,6 +109,8 @@ struct AgentEntry {
     /// A number, or a string (expanded, then read as a number).
     #[serde(default)]
     lease_timeout_seconds: Option<serde_yaml_ng::Value>,
+    #[serde(default)]
+    dispatch_retry: Option<DispatchRetry>,
 }
 
 /// The lease length of a manifest entry, expanded (a string) and checked; `None` when absent.
@@ -263,6 +274,9 @@ impl Manifest {
             }
             let lease_timeout_seconds = manifest_lease(entry.lease_timeout_seconds, &lookup)
                 .map_err(|e| format!("agent {id:?}: {e}"))?;
+            if let Some(retry) = &entry.dispatch_retry {
+                retry.check().map_err(|e| format!("agent {id:?}: {e}"))?;
+            }
             check_webhook_url(&webhook_url, WebhookRules::IN_PROCESS)
                 .map_err(|e| format!("agent {id:?}: {e}"))?;
             agents.push(ManifestAgent {
@@ -271,6 +285,7 @@ impl Manifest {
                 secret,
                 policy,
                 lease_timeout_seconds,
+                dispatch_retry: entry.dispatch_retry,
             });
         }
         Ok(agents)
@@ -286,6 +301,7 @@ impl Manifest {
                 webhook_url: agent.webhook_url.clone(),
                 secret: agent.secret.clone(),
                 lease_timeout_seconds: agent.lease_timeout_seconds,
+                dispatch_retry: agent.dispatch_retry,
                 // The manifest is the operator's: an agent it names is registered as it says,
                 // whatever registered it before.
                 takeover: true,
@@ -422,6 +438,34 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn an_agent_may_declare_its_dispatch_retry_policy() {
+        let dir = Path::new("/nonexistent-rebuno-dir");
+        let retry = |text: &str| {
+            Manifest::parse(
+                &format!("agents:\n  - id: a\n    webhook_url: http://h/x\n    secret: s\n{text}"),
+                dir,
+                |_: &str| None,
+            )
+            .map(|agents| agents[0].dispatch_retry)
+        };
+        assert_eq!(retry(""), Ok(None));
+        assert_eq!(
+            retry("    dispatch_retry:\n      max_attempts: 3\n      backoff_cap_seconds: 5\n"),
+            Ok(Some(DispatchRetry {
+                max_attempts: Some(3),
+                retry_window_seconds: None,
+                backoff_cap_seconds: Some(5.0),
+            }))
+        );
+        let err = retry("    dispatch_retry:\n      backoff_cap_seconds: 0\n").unwrap_err();
+        assert!(
+            err.starts_with("agent \"a\": dispatch_retry.backoff_cap_seconds "),
+            "{err}"
+        );
+        assert!(retry("    dispatch_retry:\n      retries: 3\n").is_err());
     }
 
     #[test]

@@ -285,6 +285,12 @@ CREATE TABLE console_sessions (
 );
 CREATE INDEX console_sessions_by_key ON console_sessions (key_id, started_at);
 CREATE INDEX console_sessions_by_end ON console_sessions (ends_at);
+",
+// 17: an agent's own dispatch retry policy (JSON; NULL: the kernel's), and why a dispatch's
+// last delivery failed (empty: none did), which the execution shows while it waits to retry.
+"
+ALTER TABLE agents ADD COLUMN dispatch_retry TEXT;
+ALTER TABLE dispatches ADD COLUMN last_error TEXT NOT NULL DEFAULT '';
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

@@ -322,6 +322,14 @@ pub trait Tx {
         limit: usize,
         skip_agents: &[String],
     ) -> StoreResult<Vec<(Dispatch, String)>>;
+    /// Makes the failed dispatches of agent `agent_id`'s executions that wait for a retry due
+    /// at `now` (their agent is back); answers them as `(dispatch_id, failed attempt)`. One
+    /// statement, bounded by that agent's waiting dispatches.
+    fn wake_agent_dispatches(
+        &mut self,
+        agent_id: &str,
+        now: &str,
+    ) -> StoreResult<Vec<(String, u32)>>;
     /// Every in-flight dispatch, each with the lease length its agent registered (`None`:
     /// the kernel's global lease, also when the execution or the agent is gone).
     ///
@@ -730,6 +738,22 @@ pub(crate) fn names_text(names: &[String]) -> Option<String> {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn names_from_text(text: Option<&str>) -> Result<Vec<String>, serde_json::Error> {
     text.map_or(Ok(Vec::new()), serde_json::from_str)
+}
+
+/// An agent's own retry policy as both stores keep it (JSON text); `None` for none.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn retry_text(agent: &crate::protocol::Agent) -> Option<String> {
+    agent
+        .dispatch_retry
+        .as_ref()
+        .map(|r| serde_json::to_string(r).expect("a retry policy serializes"))
+}
+
+/// An agent's stored retry policy (NULL: none); text that does not decode reads as none, so a
+/// damaged policy falls back to the kernel's instead of making the agent unreadable.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn retry_of(text: Option<String>) -> Option<crate::protocol::DispatchRetry> {
+    text.and_then(|t| serde_json::from_str(&t).ok())
 }
 
 /// An agent's metadata as both stores keep it (JSON text); `None` for none.

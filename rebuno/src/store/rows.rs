@@ -77,13 +77,13 @@ fn check_ts(i: usize, text: String) -> rusqlite::Result<String> {
 }
 
 /// The columns [`agent_row`] reads.
-pub(super) const AGENT_COLS: &str =
-    "id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds";
+pub(super) const AGENT_COLS: &str = "id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds, dispatch_retry";
 /// An agent.
 pub(super) fn agent_row(r: &Row<'_>) -> rusqlite::Result<Agent> {
     let metadata: Option<String> = r.get(5)?;
     Ok(Agent {
         lease_timeout_seconds: r.get(6)?,
+        dispatch_retry: crate::store::retry_of(r.get(7)?),
         id: r.get(0)?,
         webhook_url: r.get(1)?,
         secret: r.get(2)?,
@@ -188,7 +188,7 @@ pub(super) fn approval_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
 }
 
 /// The columns [`dispatch_row`] reads.
-pub(super) const DISPATCH_COLS: &str = "id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at";
+pub(super) const DISPATCH_COLS: &str = "id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at, last_error";
 /// A dispatch.
 pub(super) fn dispatch_row(r: &Row<'_>) -> rusqlite::Result<Dispatch> {
     Ok(Dispatch {
@@ -202,6 +202,7 @@ pub(super) fn dispatch_row(r: &Row<'_>) -> rusqlite::Result<Dispatch> {
         locked_at: r.get(7)?,
         created_at: r.get(8)?,
         updated_at: r.get(9)?,
+        last_error: r.get(10)?,
     })
 }
 

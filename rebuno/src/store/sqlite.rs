@@ -167,8 +167,8 @@ impl Tx for SqliteTx<'_> {
     }
     fn put_agent(&mut self, a: &Agent) -> StoreResult<()> {
         self.exec(
-            "INSERT OR REPLACE INTO agents (id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![a.id, a.webhook_url, a.secret, a.policy_bundle, a.registered_at, super::metadata_text(a), a.lease_timeout_seconds],
+            "INSERT OR REPLACE INTO agents (id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds, dispatch_retry) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![a.id, a.webhook_url, a.secret, a.policy_bundle, a.registered_at, super::metadata_text(a), a.lease_timeout_seconds, super::retry_text(a)],
         )?;
         Ok(())
     }
@@ -599,8 +599,8 @@ impl Tx for SqliteTx<'_> {
     }
     fn put_dispatch(&mut self, d: &Dispatch) -> StoreResult<()> {
         self.exec(
-            "INSERT OR REPLACE INTO dispatches (id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT OR REPLACE INTO dispatches (id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at, last_error)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 d.id,
                 d.execution_id,
@@ -611,7 +611,8 @@ impl Tx for SqliteTx<'_> {
                 d.locked_by,
                 d.locked_at,
                 d.created_at,
-                d.updated_at
+                d.updated_at,
+                d.last_error
             ],
         )?;
         // Counters belong to the attempt in flight: gone once it ends or is superseded.
@@ -644,13 +645,28 @@ impl Tx for SqliteTx<'_> {
         all(
             self.conn,
             "SELECT d.id, d.execution_id, d.status, d.attempt, d.max_attempts, d.next_attempt_at,
-                    d.locked_by, d.locked_at, d.created_at, d.updated_at, coalesce(e.agent_id, '')
+                    d.locked_by, d.locked_at, d.created_at, d.updated_at, d.last_error, coalesce(e.agent_id, '')
              FROM dispatches d LEFT JOIN executions e ON e.id = d.execution_id
              WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= ?1
                AND coalesce(e.agent_id, '') NOT IN (SELECT value FROM json_each(?3))
              ORDER BY d.next_attempt_at LIMIT ?2",
             params![now, i64::try_from(limit).unwrap_or(i64::MAX), skip],
-            |r| Ok((dispatch_row(r)?, r.get(10)?)),
+            |r| Ok((dispatch_row(r)?, r.get(11)?)),
+        )
+    }
+    fn wake_agent_dispatches(
+        &mut self,
+        agent_id: &str,
+        now: &str,
+    ) -> StoreResult<Vec<(String, u32)>> {
+        all(
+            self.conn,
+            "UPDATE dispatches SET next_attempt_at = ?2
+             WHERE status = 'failed' AND next_attempt_at > ?2
+               AND execution_id IN (SELECT id FROM executions WHERE agent_id = ?1)
+             RETURNING id, attempt",
+            params![agent_id, now],
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
     }
     fn in_flight_leases(&mut self) -> StoreResult<Vec<(Dispatch, Option<f64>)>> {
@@ -660,7 +676,7 @@ impl Tx for SqliteTx<'_> {
                 "SELECT {DISPATCH_COLS}, {AGENT_LEASE} FROM dispatches WHERE status = 'in_flight'"
             ),
             [],
-            |r| Ok((dispatch_row(r)?, r.get(10)?)),
+            |r| Ok((dispatch_row(r)?, r.get(11)?)),
         )
     }
     fn queue_depth(&mut self) -> StoreResult<u64> {

@@ -27,6 +27,7 @@ async fn concurrent_writes_are_all_answered_and_survive_a_reopen() {
                         registered_at: "2026-01-01T00:00:00Z".into(),
                         metadata: None,
                         lease_timeout_seconds: None,
+                        dispatch_retry: None,
                     };
                     store.write(move |tx| tx.put_agent(&agent)).await.unwrap();
                 }
@@ -58,6 +59,7 @@ fn agent(id: &str) -> Agent {
         registered_at: "2026-01-01T00:00:00Z".into(),
         metadata: None,
         lease_timeout_seconds: None,
+        dispatch_retry: None,
     }
 }
 

@@ -300,6 +300,7 @@ mod tests {
         Agent {
             metadata: None,
             lease_timeout_seconds: None,
+            dispatch_retry: None,
             id: id.into(),
             webhook_url: "http://127.0.0.1:9/".into(),
             secret,

@@ -82,6 +82,48 @@ pub async fn renewals_touch_only_the_attempt_in_flight(store: Dyn) {
     assert_eq!(r(&store, |tx| tx.dispatch("d1")).await, Some(d));
 }
 
+/// An agent that is back makes its own failed dispatches that wait for a later retry due now,
+/// keeping their last error; nothing else moves.
+pub async fn an_agent_back_wakes_only_its_waiting_dispatches(store: Dyn) {
+    for (id, agent_id) in [("e1", "alpha"), ("e2", "alpha"), ("e3", "beta")] {
+        let e = execution(id, agent_id, ExecutionStatus::Running);
+        w(&store, move |tx| tx.put_execution(&e)).await;
+    }
+    let mut waiting = dispatch("d-wait", "e1", DispatchStatus::Failed, 50);
+    waiting.attempt = 4;
+    waiting.last_error = "POST http://h/webhook: connection refused".into();
+    let rows = [
+        waiting.clone(),
+        dispatch("d-due", "e2", DispatchStatus::Failed, 5),
+        dispatch("d-pending", "e2", DispatchStatus::Pending, 50),
+        dispatch("d-busy", "e1", DispatchStatus::InFlight, 50),
+        dispatch("d-other", "e3", DispatchStatus::Failed, 50),
+    ];
+    for d in rows {
+        w(&store, move |tx| tx.put_dispatch(&d)).await;
+    }
+    let woken = w(&store, |tx| tx.wake_agent_dispatches("alpha", &at(10))).await;
+    assert_eq!(woken, [("d-wait".to_owned(), 4)]);
+    let row = r(&store, |tx| tx.dispatch("d-wait")).await.unwrap();
+    assert_eq!(row.next_attempt_at, at(10));
+    assert_eq!(row.last_error, waiting.last_error);
+    assert_eq!(row.attempt, 4);
+    for (id, due) in [
+        ("d-due", 5),
+        ("d-pending", 50),
+        ("d-busy", 50),
+        ("d-other", 50),
+    ] {
+        let row = r(&store, move |tx| tx.dispatch(id)).await.unwrap();
+        assert_eq!(row.next_attempt_at, at(due), "{id}");
+    }
+    assert!(
+        w(&store, |tx| tx.wake_agent_dispatches("nobody", &at(10)))
+            .await
+            .is_empty()
+    );
+}
+
 pub async fn claims_filter_by_status_time_and_agent(store: Dyn) {
     for (id, agent_id) in [("e1", "alpha"), ("e2", "beta"), ("e3", "gamma")] {
         let e = execution(id, agent_id, ExecutionStatus::Running);

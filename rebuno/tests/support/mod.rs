@@ -180,6 +180,7 @@ pub async fn python_agent(
             webhook_url: hook.clone(),
             secret: secret.into(),
             // A restarted agent listens on a new port: the harness moves it, as an operator would.
+            dispatch_retry: None,
             takeover: true,
             ..Default::default()
         })

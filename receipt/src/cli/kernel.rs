@@ -217,6 +217,7 @@ pub(super) async fn worker(db: &Db, a: WorkerArgs, registry: Arc<Registry>) -> C
                 webhook_url: webhook_url.clone(),
                 secret: secret.clone(),
                 lease_timeout_seconds: a.lease,
+                dispatch_retry: None,
                 // The group's agent is this worker's: a worker started again replaces its
                 // registration.
                 takeover: true,

@@ -164,6 +164,7 @@ impl KernelWorker {
                 webhook_url: webhook_url.to_owned(),
                 secret: secret.to_owned(),
                 lease_timeout_seconds: self.lease.map(|l| l.as_secs_f64()),
+                dispatch_retry: None,
                 // The group's agent is this worker's: a worker started again (elsewhere, or
                 // with another secret) replaces its registration.
                 takeover: true,

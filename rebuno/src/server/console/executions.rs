@@ -8,7 +8,8 @@
 use super::layout::{Nav, badge, csrf_field, empty, json_block, json_inline, time};
 use super::{Failure, Html, Page, Viewer, check_mutation, html::encode};
 use crate::protocol::{
-    Approval, Event, EventType, Execution, ExecutionStatus, Scope, Step, canonical_uuid,
+    Approval, DispatchWaiting, Event, EventType, Execution, ExecutionStatus, Scope, Step,
+    canonical_uuid,
 };
 use crate::server::AppState;
 use crate::server::handlers::{changes_response, stream_response};
@@ -291,6 +292,11 @@ pub(super) async fn show(
     viewer.require(Scope::ExecutionsRead)?;
     let id = execution_id(&raw)?;
     let exec = s.kernel.execution(&id).await?;
+    let waiting = if exec.status.is_terminal() {
+        None
+    } else {
+        s.kernel.dispatch_waiting(&id).await?
+    };
     let mut log = Vec::new();
     while log.len() < SCAN_EVENTS {
         let after = log.last().map_or(0, |e: &Event| e.event_seq);
@@ -373,6 +379,7 @@ pub(super) async fn show(
                 &Related {
                     children: &children.executions,
                     forks: &forks.executions,
+                    waiting: waiting.as_ref(),
                 },
             );
             approvals_section(h, &approvals);
@@ -408,6 +415,8 @@ fn cancel_form(h: &mut Html, viewer: &Viewer, id: &str) {
 struct Related<'a> {
     children: &'a [Execution],
     forks: &'a [Execution],
+    /// The delivery waiting for a retry, if it failed.
+    waiting: Option<&'a DispatchWaiting>,
 }
 
 /// A list of `executions`, each linked, with its status.
@@ -430,6 +439,15 @@ fn summary(h: &mut Html, exec: &Execution, related: &Related<'_>) {
             h.el("dd", &[], value);
         };
         row(h, "Status", &|h| badge(h, exec.status.as_str()));
+        if let Some(w) = related.waiting {
+            row(h, "Waiting for agent", &|h| {
+                h.text(&format!(
+                    "delivery attempt {} failed: {}; next try ",
+                    w.attempt, w.last_error
+                ));
+                time(h, &w.next_attempt_at);
+            });
+        }
         row(h, "Agent", &|h| {
             h.link(
                 &format!("/ui/agents/{}", encode(&exec.agent_id)),

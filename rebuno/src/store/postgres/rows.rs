@@ -60,13 +60,13 @@ pub(super) fn int<T: TryFrom<i64>>(r: &Row, i: usize) -> Result<T, DecodeError> 
 }
 
 /// The columns [`agent_row`] reads.
-pub(super) const AGENT_COLS: &str =
-    "id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds";
+pub(super) const AGENT_COLS: &str = "id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds, dispatch_retry";
 /// An agent.
 pub(super) fn agent_row(r: &Row) -> Result<Agent, DecodeError> {
     let metadata: Option<String> = get(r, 5)?;
     Ok(Agent {
         lease_timeout_seconds: get(r, 6)?,
+        dispatch_retry: crate::store::retry_of(get(r, 7)?),
         id: get(r, 0)?,
         webhook_url: get(r, 1)?,
         secret: get(r, 2)?,
@@ -160,7 +160,7 @@ pub(super) fn approval_row(r: &Row) -> Result<Approval, DecodeError> {
 }
 
 /// The columns [`dispatch_row`] reads.
-pub(super) const DISPATCH_COLS: &str = "id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at";
+pub(super) const DISPATCH_COLS: &str = "id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at, last_error";
 /// A dispatch.
 pub(super) fn dispatch_row(r: &Row) -> Result<Dispatch, DecodeError> {
     Ok(Dispatch {
@@ -174,6 +174,7 @@ pub(super) fn dispatch_row(r: &Row) -> Result<Dispatch, DecodeError> {
         locked_at: get(r, 7)?,
         created_at: get(r, 8)?,
         updated_at: get(r, 9)?,
+        last_error: get(r, 10)?,
     })
 }
 

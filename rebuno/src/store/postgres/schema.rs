@@ -323,4 +323,13 @@ CREATE INDEX console_sessions_by_key ON console_sessions (key_id, started_at);
 CREATE INDEX console_sessions_by_end ON console_sessions (ends_at);
 "#,
     ),
+    (
+        15,
+        r#"
+-- An agent's own dispatch retry policy (JSON; NULL: the kernel's), and why a dispatch's last
+-- delivery failed (empty: none did), which the execution shows while it waits to retry.
+ALTER TABLE agents ADD COLUMN dispatch_retry text;
+ALTER TABLE dispatches ADD COLUMN last_error text NOT NULL DEFAULT '';
+"#,
+    ),
 ];

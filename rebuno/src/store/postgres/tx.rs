@@ -107,16 +107,18 @@ impl Tx for PgTx<'_> {
     fn put_agent(&mut self, a: &Agent) -> StoreResult<()> {
         self.defer(
             "INSERT INTO agents (id, webhook_url, secret, policy_bundle, registered_at, metadata,
-               lease_timeout_seconds)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+               lease_timeout_seconds, dispatch_retry)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (id) DO UPDATE SET webhook_url = excluded.webhook_url,
                secret = excluded.secret, policy_bundle = excluded.policy_bundle,
                registered_at = excluded.registered_at, metadata = excluded.metadata,
-               lease_timeout_seconds = excluded.lease_timeout_seconds",
+               lease_timeout_seconds = excluded.lease_timeout_seconds,
+               dispatch_retry = excluded.dispatch_retry",
             params![a.id => TEXT, a.webhook_url => TEXT, a.secret => TEXT,
                     a.policy_bundle => TEXT, a.registered_at => TEXT,
                     crate::store::metadata_text(a) => TEXT,
-                    a.lease_timeout_seconds => FLOAT8],
+                    a.lease_timeout_seconds => FLOAT8,
+                    crate::store::retry_text(a) => TEXT],
         )
     }
     fn delete_agent(&mut self, id: &str) -> StoreResult<bool> {
@@ -481,6 +483,13 @@ impl Tx for PgTx<'_> {
         skip_agents: &[String],
     ) -> StoreResult<Vec<(Dispatch, String)>> {
         dispatches::claimable_dispatches_except(self, now, limit, skip_agents)
+    }
+    fn wake_agent_dispatches(
+        &mut self,
+        agent_id: &str,
+        now: &str,
+    ) -> StoreResult<Vec<(String, u32)>> {
+        dispatches::wake_agent_dispatches(self, agent_id, now)
     }
     fn in_flight_leases(&mut self) -> StoreResult<Vec<(Dispatch, Option<f64>)>> {
         dispatches::in_flight_leases(self)

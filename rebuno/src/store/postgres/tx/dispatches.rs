@@ -49,13 +49,14 @@ pub(super) fn put_dispatch(tx: &mut PgTx<'_>, d: &Dispatch) -> StoreResult<()> {
     let ended = d.status != DispatchStatus::InFlight;
     tx.defer(
         "WITH up AS (
-           INSERT INTO dispatches (id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+           INSERT INTO dispatches (id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at, last_error)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12)
            ON CONFLICT (id) DO UPDATE SET execution_id = excluded.execution_id,
              status = excluded.status, attempt = excluded.attempt,
              max_attempts = excluded.max_attempts, next_attempt_at = excluded.next_attempt_at,
              locked_by = excluded.locked_by, locked_at = excluded.locked_at,
-             created_at = excluded.created_at, updated_at = excluded.updated_at
+             created_at = excluded.created_at, updated_at = excluded.updated_at,
+             last_error = excluded.last_error
            RETURNING id)
          DELETE FROM dispatch_step_counters
          WHERE dispatch_id = $1 AND (attempt <> $4 OR $11)",
@@ -71,6 +72,7 @@ pub(super) fn put_dispatch(tx: &mut PgTx<'_>, d: &Dispatch) -> StoreResult<()> {
             d.created_at => TEXT,
             d.updated_at => TEXT,
             ended => BOOL,
+            d.last_error => TEXT,
         ],
     )
 }
@@ -120,7 +122,7 @@ pub(super) fn claimable_dispatches_except(
     // two replicas claiming at once never get the same row, and neither waits.
     let sql = format!(
         "SELECT d.id, d.execution_id, d.status, d.attempt, d.max_attempts, d.next_attempt_at,
-                d.locked_by, d.locked_at, d.created_at, d.updated_at, coalesce(e.agent_id, '')
+                d.locked_by, d.locked_at, d.created_at, d.updated_at, d.last_error, coalesce(e.agent_id, '')
          FROM dispatches d LEFT JOIN executions e ON e.id = d.execution_id
          WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= $1
            AND coalesce(e.agent_id, '') <> ALL($3)
@@ -134,7 +136,24 @@ pub(super) fn claimable_dispatches_except(
     tx.all(
         &sql,
         params![now => TEXT, big(limit) => INT8, skip_agents => TEXT_ARRAY],
-        |r| Ok((dispatch_row(r)?, r.try_get(10).map_err(|e| e.to_string())?)),
+        |r| Ok((dispatch_row(r)?, r.try_get(11).map_err(|e| e.to_string())?)),
+    )
+}
+
+pub(super) fn wake_agent_dispatches(
+    tx: &mut PgTx<'_>,
+    agent_id: &str,
+    now: &str,
+) -> StoreResult<Vec<(String, u32)>> {
+    // A row a claim holds is being claimed anyway: skipped rather than waited for.
+    tx.all(
+        "UPDATE dispatches SET next_attempt_at = $2
+         WHERE id IN (SELECT d.id FROM dispatches d JOIN executions e ON e.id = d.execution_id
+                      WHERE e.agent_id = $1 AND d.status = 'failed' AND d.next_attempt_at > $2
+                      FOR UPDATE OF d SKIP LOCKED)
+         RETURNING id, attempt",
+        params![agent_id => TEXT, now => TEXT],
+        |r| Ok((r.try_get(0).map_err(|e| e.to_string())?, int(r, 1)?)),
     )
 }
 
@@ -148,7 +167,7 @@ pub(super) fn in_flight_leases(tx: &mut PgTx<'_>) -> StoreResult<Vec<(Dispatch, 
     tx.all(&sql, &[], |r| {
         Ok((
             dispatch_row(r)?,
-            r.try_get(10).map_err(|e| format!("column 10: {e}"))?,
+            r.try_get(11).map_err(|e| format!("column 11: {e}"))?,
         ))
     })
 }

@@ -8,9 +8,8 @@ mod agent_support;
 mod kernel_support;
 
 use agent_support::*;
-use kernel_support::processes::{Child, Files, child_command, child_main, role};
+use kernel_support::processes::{Child, Files, child_command, child_main, printed, role};
 use kernel_support::*;
-use serde_json::Value;
 use std::process::Stdio;
 
 /// The command line of a `cli` child, as JSON.
@@ -43,16 +42,6 @@ fn receipt(args: &[&str]) -> std::process::Command {
     all.extend(args);
     command.env(ARGS_ENV, serde_json::to_string(&all).unwrap());
     command
-}
-
-/// The JSON object a command printed (after the test harness's own lines).
-fn printed(stdout: &[u8]) -> Value {
-    let text = String::from_utf8_lossy(stdout);
-    let start = text
-        .find('{')
-        .unwrap_or_else(|| panic!("no JSON in {text:?}"));
-    let end = text.rfind('}').unwrap();
-    serde_json::from_str(&text[start..=end]).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -165,6 +165,16 @@ pub fn child_command(role: &str) -> Process {
     command
 }
 
+/// The JSON object a child printed on stdout (after the test harness's own lines).
+pub fn printed(stdout: &[u8]) -> serde_json::Value {
+    let text = String::from_utf8_lossy(stdout);
+    let start = text
+        .find('{')
+        .unwrap_or_else(|| panic!("no JSON in {text:?}"));
+    let end = text.rfind('}').unwrap();
+    serde_json::from_str(&text[start..=end]).unwrap()
+}
+
 /// The body of the ignored `child_process_role` test: plays the role [`ROLE_ENV`] names, forever.
 pub fn child_main() {
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -163,7 +163,10 @@ fn a_run_resumes_without_its_problem_and_refuses_another() {
         &db,
         &["run", "test-agent", "--problem", "hi", "--run-id", "r1"],
     ));
-    assert_eq!((code, &first["status"]), (0, &serde_json::json!("completed")));
+    assert_eq!(
+        (code, &first["status"]),
+        (0, &serde_json::json!("completed"))
+    );
     let stream = "agents/test-agent/runs/r1";
     let before = stream_types(&db, stream);
 
@@ -191,7 +194,10 @@ fn a_run_resumes_without_its_problem_and_refuses_another() {
         &db,
         &["run", "test-agent", "--problem", "bye", "--run-id", "r1"],
     ));
-    assert!(message.contains("run 'r1' was started with another problem (\"hi\")"), "{message}");
+    assert!(
+        message.contains("run 'r1' was started with another problem (\"hi\")"),
+        "{message}"
+    );
     assert!(message.contains("--problem \"bye\" differs"), "{message}");
     assert!(message.contains("omit --problem to resume"), "{message}");
     assert_eq!(stream_types(&db, stream), before);
@@ -201,12 +207,18 @@ fn a_run_resumes_without_its_problem_and_refuses_another() {
 fn a_new_run_needs_a_problem_and_says_how_to_resume_instead() {
     let (_dir, db) = scratch();
     let message = error(&receipt(&db, &["run", "test-agent"]));
-    assert!(message.starts_with("--problem is required to start a run"), "{message}");
+    assert!(
+        message.starts_with("--problem is required to start a run"),
+        "{message}"
+    );
     assert!(message.contains("pass its --run-id"), "{message}");
     assert!(!db.exists(), "a refused run opens no database");
 
     // A run id that names no run: there is nothing to resume.
-    receipt(&db, &["run", "test-agent", "--problem", "hi", "--run-id", "r1"]);
+    receipt(
+        &db,
+        &["run", "test-agent", "--problem", "hi", "--run-id", "r1"],
+    );
     let message = error(&receipt(&db, &["run", "test-agent", "--run-id", "r2"]));
     assert_eq!(
         message,
@@ -250,7 +262,10 @@ fn an_agent_without_a_seed_type_is_refused_naming_what_it_declares() {
     assert!(!db.exists(), "a refused run writes nothing");
 
     // Seeded by hand as the message says, the run resumes by its id.
-    let out = receipt(&db, &["append", "agents/ping-agent/runs/p1", "ping.received", "{}"]);
+    let out = receipt(
+        &db,
+        &["append", "agents/ping-agent/runs/p1", "ping.received", "{}"],
+    );
     assert!(out.status.success(), "{out:?}");
     let (code, done) = report(&receipt(&db, &["run", "ping-agent", "--run-id", "p1"]));
     assert_eq!(code, 0, "{done}");

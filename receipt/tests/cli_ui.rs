@@ -161,14 +161,19 @@ async fn json_logs_hold_the_console_address() {
     });
     let wait = std::time::Duration::from_secs(60);
     let url = loop {
-        let line = lines.recv_timeout(wait).expect("no console address on stderr");
+        let line = lines
+            .recv_timeout(wait)
+            .expect("no console address on stderr");
         let event = logs::json_log_line(&line);
         if let Some(url) = event["fields"]["url"].as_str() {
             assert_eq!(event["level"], "INFO", "{line}");
             break url.to_owned();
         }
     };
-    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/ui"), "{url}");
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/ui"),
+        "{url}"
+    );
     let (status, _, body) = get(&format!("{url}/streams")).await;
     assert_eq!(status, 200);
     assert!(body.contains(RUN));

@@ -20,7 +20,8 @@
 //! otherwise. A `postgres://` URL is PostgreSQL (the `db` module): several processes and
 //! machines may share it, and its password is never printed.
 //!
-//! Errors are one line, `error: <message>` on stderr, with exit code 1. Stream arguments `<t>`
+//! Errors are one line, `error: <message>` on stderr (with `--log-format json`, a JSON log
+//! line at level `ERROR` holding the message), with exit code 1. Stream arguments `<t>`
 //! resolve in the `target` module: a value containing `/` is a stream name, otherwise an exact
 //! stream name, otherwise the run stream ending in `/runs/<value>`.
 //!

@@ -8,7 +8,9 @@ mod agent_support;
 mod kernel_support;
 
 use agent_support::*;
-use kernel_support::processes::{Child, Files, child_command, child_main, printed, role};
+use kernel_support::processes::{
+    Child, Files, child_command, child_main, exit_with, printed, role,
+};
 use kernel_support::*;
 use std::process::Stdio;
 
@@ -25,14 +27,7 @@ fn child_process_role() {
     let db = args.iter().position(|a| a == "--db").map(|i| &args[i + 1]);
     let dir = std::path::Path::new(db.unwrap()).parent().unwrap();
     let code = receipt::cli::main_with_args(registry("1.0.0", Payments::in_dir(dir)), args);
-    use std::process::ExitCode;
-    std::process::exit(if code == ExitCode::SUCCESS {
-        0
-    } else if code == ExitCode::from(2) {
-        2
-    } else {
-        1
-    })
+    exit_with(code)
 }
 
 /// `receipt <args>` with the `pay-agent` registered, as a child process.

@@ -5,14 +5,16 @@
 //! refused naming the types it declares.
 
 mod agent_support;
+mod cli_support;
 mod kernel_support;
 
 use agent_support::*;
-use kernel_support::processes::{child_command, child_main, printed, role};
+use cli_support::{Cli, expect_err};
+use kernel_support::processes::{child_command, child_main, exit_with, printed, role};
 use receipt::Receipt;
 use receipt::agent::{Action, AgentSpec, AgentTypes, AgentView, ReceiptSet, Registry};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::sync::Arc;
 
@@ -89,14 +91,7 @@ fn child_process_role() {
     registry.register(basic_spec()).unwrap();
     registry.register(ping_spec()).unwrap();
     let code = receipt::cli::main_with_args(registry, args);
-    use std::process::ExitCode;
-    std::process::exit(if code == ExitCode::SUCCESS {
-        0
-    } else if code == ExitCode::from(2) {
-        2
-    } else {
-        1
-    })
+    exit_with(code)
 }
 
 /// Runs `receipt --db <db> <args>` with `test-agent` and `ping-agent` registered.
@@ -113,13 +108,6 @@ fn receipt(db: &Path, args: &[&str]) -> Output {
         .expect("run the receipt CLI")
 }
 
-/// A scratch directory and its database (not created until a command creates it).
-fn scratch() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("receipts.db");
-    (dir, db)
-}
-
 /// The status of a `run` that reported, and its report.
 fn report(out: &Output) -> (i32, serde_json::Value) {
     let code = out.status.code().unwrap();
@@ -132,15 +120,8 @@ fn report(out: &Output) -> (i32, serde_json::Value) {
 }
 
 /// The message of the one `error:` line a refused command wrote; it exited 1.
-fn error(out: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    stderr
-        .strip_prefix("error: ")
-        .unwrap_or_else(|| panic!("no error: line: {stderr}"))
-        .trim_end()
-        .to_owned()
+fn error(out: Output) -> String {
+    expect_err(out, "receipt run")
 }
 
 /// The event types of `stream`, read through the library.
@@ -158,7 +139,7 @@ fn stream_types(db: &Path, stream: &str) -> Vec<String> {
 
 #[test]
 fn a_run_resumes_without_its_problem_and_refuses_another() {
-    let (_dir, db) = scratch();
+    let Cli { dir: _dir, db } = Cli::new();
     let (code, first) = report(&receipt(
         &db,
         &["run", "test-agent", "--problem", "hi", "--run-id", "r1"],
@@ -190,7 +171,7 @@ fn a_run_resumes_without_its_problem_and_refuses_another() {
     );
 
     // Another problem is refused, naming both; the run is unchanged.
-    let message = error(&receipt(
+    let message = error(receipt(
         &db,
         &["run", "test-agent", "--problem", "bye", "--run-id", "r1"],
     ));
@@ -205,8 +186,8 @@ fn a_run_resumes_without_its_problem_and_refuses_another() {
 
 #[test]
 fn a_new_run_needs_a_problem_and_says_how_to_resume_instead() {
-    let (_dir, db) = scratch();
-    let message = error(&receipt(&db, &["run", "test-agent"]));
+    let Cli { dir: _dir, db } = Cli::new();
+    let message = error(receipt(&db, &["run", "test-agent"]));
     assert!(
         message.starts_with("--problem is required to start a run"),
         "{message}"
@@ -219,7 +200,7 @@ fn a_new_run_needs_a_problem_and_says_how_to_resume_instead() {
         &db,
         &["run", "test-agent", "--problem", "hi", "--run-id", "r1"],
     );
-    let message = error(&receipt(&db, &["run", "test-agent", "--run-id", "r2"]));
+    let message = error(receipt(&db, &["run", "test-agent", "--run-id", "r2"]));
     assert_eq!(
         message,
         "run 'r2' does not exist (agents/test-agent/runs/r2 holds no receipt): --problem is \
@@ -228,20 +209,20 @@ fn a_new_run_needs_a_problem_and_says_how_to_resume_instead() {
     assert!(stream_types(&db, "agents/test-agent/runs/r2").is_empty());
 
     assert_eq!(
-        error(&receipt(&db, &["run", "test-agent", "--problem", ""])),
+        error(receipt(&db, &["run", "test-agent", "--problem", ""])),
         "--problem must not be empty"
     );
 }
 
 #[test]
 fn an_agent_without_a_seed_type_is_refused_naming_what_it_declares() {
-    let (_dir, db) = scratch();
+    let Cli { dir: _dir, db } = Cli::new();
     for args in [
         &["run", "ping-agent", "--problem", "hi"][..],
         &["run", "ping-agent", "--problem", "hi", "--run-id", "p1"],
         &["run", "ping-agent"],
     ] {
-        let message = error(&receipt(&db, args));
+        let message = error(receipt(&db, args));
         assert!(
             message.starts_with("agent 'ping-agent' declares no seed receipt type"),
             "{args:?}: {message}"

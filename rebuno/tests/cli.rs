@@ -522,6 +522,19 @@ async fn wait_until_up(url: &str) -> (u16, String) {
     }
 }
 
+/// Registers agent `id` with webhook `hook` on the kernel at `base` (no bearer token).
+async fn register_webhook_agent(base: &str, id: &str, hook: &str) {
+    let agent = serde_json::json!({"id": id, "webhook_url": hook, "secret": "s"});
+    let r = reqwest::Client::new()
+        .post(format!("{base}/v0/agents"))
+        .header("Content-Type", "application/json")
+        .body(agent.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -565,16 +578,8 @@ async fn sigterm_stops_a_kernel_with_a_live_stream_open() {
     ]));
     let base = format!("http://127.0.0.1:{port}");
     wait_until_up(&format!("{base}/v0/health")).await;
+    register_webhook_agent(&base, "a", "http://127.0.0.1:9/").await;
     let http = reqwest::Client::new();
-    let agent = serde_json::json!({"id": "a", "webhook_url": "http://127.0.0.1:9/", "secret": "s"});
-    let r = http
-        .post(format!("{base}/v0/agents"))
-        .header("Content-Type", "application/json")
-        .body(agent.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 201);
     let exec: serde_json::Value = http
         .post(format!("{base}/v0/executions"))
         .header("Content-Type", "application/json")
@@ -1093,6 +1098,226 @@ async fn cookie_and_throttle_settings_come_from_flags_and_environment() {
     running.terminate();
     #[cfg(not(unix))]
     drop(running);
+}
+
+/// Runs `cmd` (a kernel that should not start) and returns its stderr once it exits, which it
+/// must within the deadline.
+fn refused_start(cmd: &mut Command) -> String {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start rebuno");
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > DEADLINE {
+            let _ = child.kill();
+            panic!("rebuno kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "rebuno exited successfully");
+    stderr(&out)
+}
+
+/// A SQLite URL under a directory that does not exist is refused, naming the directory and
+/// creating nothing, for `server` and `dev` alike; an unsupported URL lists the schemes.
+#[test]
+fn a_database_under_a_missing_directory_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing/dir");
+    let url = format!("sqlite://{}/x.db", missing.display());
+    let server_on = |url: &str| {
+        refused_start(rebuno().args([
+            "server",
+            "--bearer-token",
+            "t",
+            "--listen-addr",
+            "127.0.0.1:0",
+            "--db-url",
+            url,
+        ]))
+    };
+    let server = server_on(&url);
+    let dev =
+        refused_start(rebuno().args(["dev", "--listen-addr", "127.0.0.1:0", "--db-url", &url]));
+    let dev_file = refused_start(
+        rebuno()
+            .args(["dev", "--listen-addr", "127.0.0.1:0", "--db"])
+            .arg(missing.join("x.db")),
+    );
+    for err in [server, dev, dev_file] {
+        assert!(err.contains(&missing.display().to_string()), "{err}");
+        assert!(err.contains("does not exist"), "{err}");
+    }
+    assert!(!dir.path().join("missing").exists(), "nothing is created");
+    // The library's openers refuse it alike.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let err = runtime
+        .block_on(rebuno::Runtime::open(&url))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&missing.display().to_string()), "{err}");
+    assert!(!dir.path().join("missing").exists(), "nothing is created");
+
+    let err = server_on("mysql://db/x");
+    for scheme in ["unsupported database URL", "sqlite://", "postgres://"] {
+        assert!(err.contains(scheme), "{scheme} missing from {err}");
+    }
+}
+
+/// Creating a database file says so in one log line; opening it again does not.
+#[test]
+fn a_new_database_file_is_logged_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("k.db");
+    let url = format!("sqlite://{}", db.display());
+    let created = |lines: &[String]| {
+        lines
+            .iter()
+            .filter(|l| {
+                l.contains("created new database at") && l.contains(&db.display().to_string())
+            })
+            .count()
+    };
+    let first =
+        startup_lines(rebuno().args(["dev", "--listen-addr", "127.0.0.1:0", "--db-url", &url]));
+    assert_eq!(created(&first), 1, "{first:#?}");
+    let again =
+        startup_lines(rebuno().args(["dev", "--listen-addr", "127.0.0.1:0", "--db-url", &url]));
+    assert_eq!(created(&again), 0, "{again:#?}");
+    // `dev`'s default directory is its own: created with the file.
+    let default = startup_lines(rebuno().current_dir(dir.path()).args([
+        "dev",
+        "--listen-addr",
+        "127.0.0.1:0",
+    ]));
+    assert!(
+        default
+            .iter()
+            .any(|l| l.contains("created new database at") && l.contains(".rebuno/rebuno.db")),
+        "{default:#?}"
+    );
+}
+
+/// `rebuno dev` and an embedded runtime in one directory keep their own files; an embedded
+/// runtime on a database where a webhook registration owns an agent id refuses to take it
+/// over, naming the agent, the webhook and what to do, and the registration is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_runtime_does_not_take_over_a_dev_kernels_agent() {
+    use rebuno::agent::{Runtime, handler_fn};
+    let dir = tempfile::tempdir().unwrap();
+    let running = Running::spawn(rebuno().current_dir(dir.path()).args([
+        "dev",
+        "--listen-addr",
+        "127.0.0.1:0",
+    ]));
+    let base = running.base_url();
+    let hook = "http://127.0.0.1:9/billing-hook";
+    register_webhook_agent(&base, "billing", hook).await;
+    let echo = || handler_fn("billing", |input| async move { Ok::<_, String>(input) });
+
+    // The embedded default, resolved in the same directory: another file.
+    let embedded = rebuno::store::EMBEDDED_DB_URL
+        .strip_prefix("sqlite://")
+        .unwrap();
+    assert_ne!(embedded, ".rebuno/rebuno.db");
+    let rt = Runtime::open(&format!("sqlite://{}", dir.path().join(embedded).display()))
+        .await
+        .unwrap();
+    rt.register(echo()).await.unwrap();
+    rt.shutdown().await;
+
+    // On the dev kernel's own file, the webhook registration is kept.
+    let shared = format!(
+        "sqlite://{}",
+        dir.path().join(".rebuno/rebuno.db").display()
+    );
+    let rt = Runtime::open(&shared).await.unwrap();
+    let err = rt.register(echo()).await.unwrap_err().to_string();
+    for needle in [
+        "\"billing\"",
+        "http://127.0.0.1:9/billing-hook",
+        "another agent id",
+        "another database",
+        embedded,
+    ] {
+        assert!(err.contains(needle), "{needle} missing from {err}");
+    }
+    assert!(rt.kernel().agent("billing").await.is_ok());
+    rt.shutdown().await;
+    drop(rt);
+    let (status, body) = get(&format!("{base}/v0/agents/billing"), None)
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let shown: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(shown["WebhookURL"], hook, "the registration is unchanged");
+    #[cfg(unix)]
+    running.terminate();
+    #[cfg(not(unix))]
+    drop(running);
+}
+
+/// The port of a PostgreSQL that is not running: nothing listens on it.
+fn stopped_postgres_port() -> u16 {
+    free_port()
+}
+
+/// An unreachable PostgreSQL is named with its cause (connection refused) at the first
+/// failure, while the server keeps retrying for `REBUNO_DB_RECONNECT`.
+#[test]
+fn an_unreachable_postgres_is_logged_with_its_cause_at_once() {
+    let port = stopped_postgres_port();
+    let running = Running::spawn(
+        rebuno()
+            .env("REBUNO_BEARER_TOKEN", "t")
+            .env("REBUNO_DB_RECONNECT", "2m")
+            .env(
+                "REBUNO_DB_URL",
+                format!("postgres://u:hunter2@127.0.0.1:{port}/rebuno?sslmode=disable"),
+            )
+            .args(["server", "--listen-addr", "127.0.0.1:0"]),
+    );
+    let started = std::time::Instant::now();
+    let mut seen = Vec::new();
+    let warning = loop {
+        let line = running
+            .lines
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("no cause logged within 20 s: {seen:#?}"));
+        if line.to_lowercase().contains("connection refused") {
+            break line;
+        }
+        seen.push(line);
+    };
+    // Well before the 2 minutes of retrying are over (the old silence lasted the whole window).
+    assert!(started.elapsed() < Duration::from_secs(20));
+    for needle in ["cannot connect to PostgreSQL", "retrying", "attempt"] {
+        assert!(warning.contains(needle), "{needle} missing from {warning}");
+    }
+    assert!(!warning.contains("hunter2"), "{warning}");
+}
+
+/// A user the server does not know: authentication failed, naming the user, at once.
+#[test]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+fn a_postgres_login_that_fails_is_named_at_once() {
+    let url = std::env::var("REBUNO_TEST_PG_URL").expect("REBUNO_TEST_PG_URL");
+    let url = url.replacen("://postgres@", "://no_such_user_x:wrong@", 1);
+    assert!(url.contains("no_such_user_x"), "{url}");
+    let started = std::time::Instant::now();
+    let err = refused_start(
+        rebuno()
+            .env("REBUNO_BEARER_TOKEN", "t")
+            .env("REBUNO_DB_URL", &url)
+            .args(["server", "--listen-addr", "127.0.0.1:0"]),
+    );
+    assert!(started.elapsed() < Duration::from_secs(20), "{err}");
+    assert!(err.contains("authentication failed"), "{err}");
+    assert!(err.contains("no_such_user_x"), "{err}");
+    assert!(!err.contains("wrong@"), "{err}");
 }
 
 /// Runs `cmd` (a kernel on `127.0.0.1:0` logging JSON) until it answers, sends it one request

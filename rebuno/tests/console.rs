@@ -134,6 +134,105 @@ async fn a_revoked_key_ends_its_session_and_scopes_are_the_keys() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_offers_a_decision_only_to_who_may_decide_and_the_kernel_refuses_the_rest() {
+    let f = fixture(Some(TOKEN)).await;
+    let (_, approval) = f.blocked_refund(json!({"order": 5})).await;
+    let reader = f.api_key("bob", vec![Scope::ApprovalsRead]).await;
+    let outsider = f.api_key("carol", vec![Scope::ApprovalsWrite]).await;
+    let alice = f.api_key("alice", vec![Scope::ApprovalsWrite]).await;
+    let own = f.base.clone();
+    let grant = format!("/ui/approvals/{approval}/grant");
+    let deny = format!("/ui/approvals/{approval}/deny");
+    // Without approvals:write, or not among the approvers: no Grant or Deny, but who may.
+    for (secret, why) in [
+        (&reader, "lacks scope approvals:write"),
+        (&outsider, "\"carol\" is not an approver"),
+    ] {
+        let mut b = Browser::new(&f.base);
+        assert_eq!(b.login(secret, "").await.status, 303);
+        let page = b.get("/ui/approvals").await;
+        assert_eq!(page.status, 200);
+        assert!(page.body.contains(&format!("approval-{approval}")));
+        assert!(
+            !page.body.contains(">Grant<") && !page.body.contains(">Deny<"),
+            "{}",
+            page.body
+        );
+        assert!(!page.body.contains(&grant), "no decision form");
+        assert!(page.body.contains("You may not decide this approval"));
+        assert!(
+            page.body.contains(&why.replace('"', "&quot;")),
+            "{}",
+            page.body
+        );
+        assert!(
+            page.body
+                .contains("<strong>alice (by name or group)</strong>")
+        );
+        assert!(page.body.contains("<code>approvals:write</code>"));
+        // A decision posted anyway, as the console's own form would send it, is refused by
+        // the kernel, and nothing changes.
+        let csrf = page.csrf();
+        for path in [&grant, &deny] {
+            let answer = b
+                .post(
+                    path,
+                    &[("csrf", &csrf), ("decided_by", "alice")],
+                    Some(&own),
+                )
+                .await;
+            assert_eq!(answer.status, 403, "{path}: {}", answer.body);
+        }
+        assert_eq!(
+            f.kernel.approval(&approval).await.unwrap().status,
+            ApprovalStatus::Pending
+        );
+    }
+    // The approver sees the decision form, and it works.
+    let mut b = Browser::new(&f.base);
+    b.login(&alice, "").await;
+    let page = b.get("/ui/approvals").await;
+    assert!(page.body.contains(">Grant<") && page.body.contains(">Deny<"));
+    assert!(page.body.contains(&grant));
+    assert!(!page.body.contains("You may not decide"));
+    let answer = b.post(&grant, &[("csrf", &page.csrf())], Some(&own)).await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+    let decided = f.kernel.approval(&approval).await.unwrap();
+    assert_eq!(
+        (decided.status, decided.decided_by.as_str()),
+        (ApprovalStatus::Granted, "alice")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_keeps_at_most_a_hundred_sessions_and_a_new_login_ends_the_oldest() {
+    let f = fixture(Some(TOKEN)).await;
+    let bob = f.api_key("bob", vec![Scope::ExecutionsRead]).await;
+    let mut cookies = Vec::new();
+    for _ in 0..101 {
+        let mut b = Browser::new(&f.base);
+        assert_eq!(b.login(&bob, "").await.status, 303);
+        cookies.push(b.cookie.unwrap());
+    }
+    let mut b = Browser::new(&f.base);
+    b.cookie = Some(cookies[0].clone());
+    assert_eq!(
+        b.get("/ui/executions").await.status,
+        303,
+        "the oldest ended"
+    );
+    for cookie in [&cookies[1], &cookies[100]] {
+        b.cookie = Some(cookie.clone());
+        assert_eq!(b.get("/ui/executions").await.status, 200);
+    }
+    // The admin's sessions are counted apart.
+    let mut admin = Browser::new(&f.base);
+    admin.login(TOKEN, "root").await;
+    b.cookie = Some(cookies[1].clone());
+    assert_eq!(b.get("/ui/executions").await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grant_deny_and_cancel_refuse_cross_site_and_tokenless_forms() {
     let f = fixture(Some(TOKEN)).await;
     let alice = f.api_key("alice", vec![Scope::Admin]).await;

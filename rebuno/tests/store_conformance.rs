@@ -158,6 +158,7 @@ conformance!(
     a_failing_closure_keeps_nothing,
     a_panicking_closure_keeps_nothing,
     api_keys_round_trip_by_hash_page_and_revoke,
+    console_sessions_round_trip_with_their_key,
     identity_fields_round_trip,
     session_fork_and_spawn_fields_round_trip,
     session_turns_and_latest_completed,

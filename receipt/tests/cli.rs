@@ -443,6 +443,7 @@ fn help_documents_every_command_and_flag() {
 fn the_database_comes_from_the_flag_then_the_env_then_the_default() {
     let cli = Cli::new();
     let env_db = cli.dir.path().join("env/receipts.db");
+    std::fs::create_dir(cli.dir.path().join("env")).unwrap();
     let out = cli
         .bare()
         .env("RECEIPT_DB", &env_db)
@@ -541,4 +542,29 @@ fn streams_lists_streams_and_empty_branches() {
     assert!(lines[0].starts_with("NAME"));
     assert!(lines[2].starts_with("agents/a/b ") && lines[2].ends_with(&format!("{RUN}@1")));
     assert!(lines[3].starts_with(RUN) && lines[3].contains(hash_of(&appended[2])));
+}
+
+/// A new database file under a directory that does not exist is refused, naming the
+/// directory, and nothing is created; the default directory is created with its file.
+#[test]
+fn a_database_under_a_missing_directory_is_refused_naming_it() {
+    let cli = Cli::new();
+    let missing = cli.dir.path().join("missing/dir");
+    let out = cli
+        .bare()
+        .arg("--db")
+        .arg(missing.join("receipts.db"))
+        .args(["append", RUN, "a", "{}"])
+        .output()
+        .unwrap();
+    let message = expect_err(out, &"append under a missing directory");
+    assert!(
+        message.contains(&missing.display().to_string()),
+        "{message}"
+    );
+    assert!(message.contains("does not exist"), "{message}");
+    assert!(
+        !cli.dir.path().join("missing").exists(),
+        "nothing is created"
+    );
 }

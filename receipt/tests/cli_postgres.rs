@@ -57,6 +57,56 @@ fn an_unreachable_database_is_named_without_its_password() {
     assert!(!message.contains("hunter22"), "{message}");
 }
 
+/// `receipt --db <url> streams` (a one-shot command, `RECEIPT_DB_RECONNECT` unset), expected
+/// to fail within seconds (the old default retried silently for a 30 s window): its message.
+fn one_shot_failure(url: &str) -> String {
+    let started = std::time::Instant::now();
+    let out = Command::new(binary())
+        .env_remove("RECEIPT_DB_RECONNECT")
+        .env_remove("RECEIPT_DB")
+        .env_remove("RECEIPT_POSTGRES_SCHEMA")
+        .stdin(Stdio::null())
+        .args(["--db", url, "streams"])
+        .output()
+        .unwrap();
+    let message = expect_err(out, "streams");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "{:?}: {message}",
+        started.elapsed()
+    );
+    message
+}
+
+/// A one-shot command on a PostgreSQL that is not running fails within seconds (one attempt)
+/// and says why; `RECEIPT_DB_RECONNECT` is not needed for that.
+#[test]
+fn an_unreachable_database_fails_at_once_with_its_cause() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let message = one_shot_failure(&format!(
+        "postgres://app@127.0.0.1:{port}/receipts?sslmode=disable"
+    ));
+    assert!(
+        message.to_lowercase().contains("connection refused"),
+        "{message}"
+    );
+}
+
+/// A user the server does not know: the command fails at once saying authentication failed.
+#[test]
+#[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
+fn a_login_that_fails_says_authentication_failed() {
+    let url = pg_url().replacen("://postgres@", "://no_such_receipt_user:wrong@", 1);
+    assert!(url.contains("no_such_receipt_user"), "{url}");
+    let message = one_shot_failure(&url);
+    assert!(message.contains("authentication failed"), "{message}");
+    assert!(message.contains("no_such_receipt_user"), "{message}");
+}
+
 #[test]
 #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
 fn the_commands_work_on_postgres() {

@@ -244,7 +244,7 @@ impl Transport for EmbeddedTransport {
 /// quickest way to run durable agents with no server.
 ///
 /// ```ignore
-/// let rt = rebuno::Runtime::open("sqlite://.rebuno/rebuno.db").await?;
+/// let rt = rebuno::Runtime::open("sqlite://.rebuno/embedded.db").await?;
 /// rt.register(billing).await?;
 /// rt.start();
 /// let run = rt.client().create("billing", json!({"customer": "c1", "cents": 500})).await?;
@@ -265,20 +265,15 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Opens a kernel on `url` (`sqlite://<path>`, `sqlite::memory:` or `memory`). Register
+    /// Opens a kernel on `url` (`sqlite://<path>`, `sqlite::memory:` or `memory`; see
+    /// [`Kernel::open`]). The default place is
+    /// [`EMBEDDED_DB_URL`](crate::store::EMBEDDED_DB_URL) (`sqlite://.rebuno/embedded.db`,
+    /// its directory created if missing); another path's directory must exist. Register
     /// agents and set their policies, then [`Runtime::start`] delivering; executions left
     /// running by a previous process resume then. Needs the `sqlite` feature; with `kernel`
     /// alone, build the [`Kernel`] over a store of your own and use [`Runtime::new`].
     #[cfg(feature = "sqlite")]
     pub async fn open(url: &str) -> Result<Runtime> {
-        if let Some(path) = url.strip_prefix("sqlite://")
-            && let Some(dir) = std::path::Path::new(path).parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                crate::error::Error::Config(format!("create {}: {e}", dir.display()))
-            })?;
-        }
         Ok(Runtime::new(Kernel::open(url).await?))
     }
 

@@ -34,7 +34,8 @@ Environment (flags override the environment, which overrides the defaults):
   REBUNO_DB_MAX_CONNS            PostgreSQL connections per replica
                                  [default: 2 x REBUNO_DISPATCH_CONCURRENCY + 10]
   REBUNO_DB_RECONNECT            how long an unreachable PostgreSQL is retried, at start and
-                                 when a connection drops [default: 30s]
+                                 when a connection drops, each failure logged with its cause
+                                 [default: 30s]
   REBUNO_REPLICA_ID              this replica's name, unique among those sharing a database
                                  [default: rebuno-<pid>-<random>]
   REBUNO_BEARER_TOKEN            `server` admin bearer token (--bearer-token; API keys: /v0/api-keys); `dev` ignores it
@@ -144,7 +145,8 @@ struct DevArgs {
     /// Keep everything in memory; nothing survives the process.
     #[arg(long, conflicts_with_all = ["db", "db_url"])]
     memory: bool,
-    /// SQLite database file, created if missing [default: .rebuno/rebuno.db]
+    /// SQLite database file, created if missing (its directory must exist)
+    /// [default: .rebuno/rebuno.db]
     #[arg(long, value_name = "PATH", conflicts_with = "db_url")]
     db: Option<PathBuf>,
     /// Database URL instead of a file: sqlite://<path> or postgres://… [env: REBUNO_DB_URL]
@@ -466,7 +468,9 @@ fn parse_bool_flag(raw: &str) -> Result<bool, String> {
     parse_bool(raw).ok_or_else(|| format!("{raw:?} is not true or false"))
 }
 
-/// Default database of `rebuno dev`.
+/// Default database of `rebuno dev` (kept where earlier versions put it, so a dev kernel's
+/// data stays). An embedded runtime's default is another file
+/// ([`rebuno::store::EMBEDDED_DB_URL`]): in one file, each would re-register the other's agents.
 const DEV_DB: &str = ".rebuno/rebuno.db";
 /// Default listen address of `rebuno dev`: loopback only, because dev mode has no bearer auth.
 const DEV_LISTEN: &str = "127.0.0.1:8080";

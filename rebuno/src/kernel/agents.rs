@@ -151,15 +151,27 @@ impl Kernel {
     /// set it.)
     pub async fn register_agent(&self, req: RegisterAgentRequest) -> KernelResult<Agent> {
         let takeover = req.takeover;
-        self.put_registration(req, move |_| takeover).await
+        self.put_registration(req, move |existing| {
+            if takeover {
+                return Ok(());
+            }
+            Err(format!(
+                "agent {:?} is registered with another webhook_url or secret; registering it \
+                 with these replaces that registration, which needs \"takeover\": true (or \
+                 the admin)",
+                existing.id
+            ))
+        })
+        .await
     }
 
     /// [`Kernel::register_agent`], where `may_replace` decides, inside the transaction,
-    /// whether an existing registration with another webhook URL or secret may be replaced.
+    /// whether an existing registration with another webhook URL or secret may be replaced:
+    /// `Err(why)` refuses it as `409 conflict` with that message, and changes nothing.
     pub(super) async fn put_registration(
         &self,
         req: RegisterAgentRequest,
-        may_replace: impl FnOnce(&Agent) -> bool + Send + 'static,
+        may_replace: impl FnOnce(&Agent) -> Result<(), String> + Send + 'static,
     ) -> KernelResult<Agent> {
         if req.id.trim().is_empty() {
             return Err(KernelError::validation("agent id is required"));
@@ -185,13 +197,11 @@ impl Kernel {
                             req.secret.as_bytes(),
                         )
                 });
-                if replaced && !existing.as_ref().is_some_and(may_replace) {
-                    return Ok(Err(KernelError::conflict(format!(
-                        "agent {:?} is registered with another webhook_url or secret; \
-                         registering it with these replaces that registration, which needs \
-                         \"takeover\": true (or the admin)",
-                        req.id
-                    ))));
+                if replaced
+                    && let Some(existing) = &existing
+                    && let Err(why) = may_replace(existing)
+                {
+                    return Ok(Err(KernelError::conflict(why)));
                 }
                 let agent = Agent {
                     policy_bundle: existing

@@ -10,7 +10,7 @@ use super::supervise::supervise;
 use super::{Kernel, KernelError, KernelResult, Metrics, payload};
 use crate::protocol::{
     Approval, ApprovalEventPayload, ApprovalStatus, EventType, Principal, RATIONALE_TIMEOUT,
-    REASON_APPROVAL_DENIED, REASON_APPROVAL_TIMEOUT, StepEventPayload, StepStatus,
+    REASON_APPROVAL_DENIED, REASON_APPROVAL_TIMEOUT, Scope, StepEventPayload, StepStatus,
 };
 use crate::store::{StoreExt, StoreResult, Tx};
 use crate::time::parse_rfc3339;
@@ -63,6 +63,31 @@ impl Decider {
             groups: principal.groups.clone(),
         }
     }
+}
+
+/// Why `principal`, deciding as `decided_by` (an API key decides as its subject and groups,
+/// the admin token as `decided_by`), may not grant or deny `approval`: it lacks scope
+/// `approvals:write`, or it is not among the approval's approvers. `None` when it may. Every
+/// decision passes this check (whether the approval is still pending is checked apart), and
+/// the console asks it before it offers one.
+pub fn decision_refusal(
+    approval: &Approval,
+    principal: &Principal,
+    decided_by: &str,
+) -> Option<KernelError> {
+    if !principal.allows(Scope::ApprovalsWrite) {
+        return Some(KernelError::forbidden(format!(
+            "this API key lacks scope {}",
+            Scope::ApprovalsWrite
+        )));
+    }
+    let decider = Decider::new(principal, decided_by);
+    (!approval.may_decide_in(&decider.decided_by, &decider.groups)).then(|| {
+        KernelError::forbidden(format!(
+            "{:?} is not an approver for this approval",
+            decider.decided_by
+        ))
+    })
 }
 
 /// How an approval is resolved.
@@ -173,7 +198,8 @@ impl Kernel {
 
     /// Grants a pending approval as `principal`. An API key decides as its subject (and its
     /// groups): `decided_by` is only recorded as `asserted_by`. The admin token decides as
-    /// `decided_by`. Same errors as [`Kernel::grant`].
+    /// `decided_by`. Same errors as [`Kernel::grant`], and `403` for a principal without scope
+    /// `approvals:write` ([`decision_refusal`]).
     pub async fn grant_as(
         &self,
         id: &str,
@@ -181,8 +207,8 @@ impl Kernel {
         decided_by: &str,
         rationale: &str,
     ) -> KernelResult<()> {
-        let decider = Decider::new(principal, decided_by);
-        self.decide(id, Resolution::Grant, decider, rationale).await
+        self.decide(id, Resolution::Grant, principal, decided_by, rationale)
+            .await
     }
 
     /// Denies a pending approval as `principal` (see [`Kernel::grant_as`]).
@@ -193,17 +219,20 @@ impl Kernel {
         decided_by: &str,
         rationale: &str,
     ) -> KernelResult<()> {
-        let decider = Decider::new(principal, decided_by);
-        self.decide(id, Resolution::Deny, decider, rationale).await
+        self.decide(id, Resolution::Deny, principal, decided_by, rationale)
+            .await
     }
 
     async fn decide(
         &self,
         id: &str,
         how: Resolution,
-        decider: Decider,
+        principal: &Principal,
+        decided_by: &str,
         rationale: &str,
     ) -> KernelResult<()> {
+        let decider = Decider::new(principal, decided_by);
+        let (principal, decided_by) = (principal.clone(), decided_by.to_owned());
         let approval = self.approval(id).await?;
         let created = parse_rfc3339(&approval.created_at);
         let (execution_id, step_id) = (approval.execution_id.clone(), approval.step_id.clone());
@@ -226,11 +255,8 @@ impl Kernel {
                 if let Err(e) = approval.status.transition(to) {
                     return Ok(Err(KernelError::from(&e)));
                 }
-                if !approval.may_decide_in(&decider.decided_by, &decider.groups) {
-                    return Ok(Err(KernelError::forbidden(format!(
-                        "{:?} is not an approver for this approval",
-                        decider.decided_by
-                    ))));
+                if let Some(refusal) = decision_refusal(&approval, &principal, &decided_by) {
+                    return Ok(Err(refusal));
                 }
                 resolve_in_tx(tx, approval, how, &decider, &rationale, &now, max_attempts)?;
                 Ok(Ok(()))

@@ -153,8 +153,29 @@ impl Kernel {
             takeover: false,
         };
         // Each registration draws a new secret, so a restarted process registering its agents
-        // again always replaces the registration: the in-process caller may. (This predicate
-        // is where an embedded registration would be kept from replacing a webhook one.)
-        self.put_registration(req, |_existing| true).await
+        // again always replaces an embedded registration. A webhook registration belongs to an
+        // agent served elsewhere (a `rebuno dev` or server on the same database): taking it
+        // over would silently cut that agent off, so it is refused.
+        let registered = self.put_registration(req, embedded_may_replace).await;
+        if registered.is_err() {
+            deliverer.uninstall(agent_id);
+        }
+        registered
     }
+}
+
+/// Whether an in-process registration may replace `existing`: only another in-process one.
+fn embedded_may_replace(existing: &Agent) -> Result<(), String> {
+    if existing.webhook_url.starts_with(EMBEDDED_SCHEME) {
+        return Ok(());
+    }
+    Err(format!(
+        "agent {:?} is registered in this database with webhook {} (an agent served over HTTP, \
+         by a `rebuno dev` or `rebuno server` on the same database); an embedded runtime does \
+         not take it over. Use another agent id, or another database for the embedded runtime \
+         (its default is {})",
+        existing.id,
+        crate::telemetry::redact_url(&existing.webhook_url),
+        crate::store::EMBEDDED_DB_URL,
+    ))
 }

@@ -35,6 +35,12 @@ fn is_secret(token: &str) -> bool {
     })
 }
 
+/// The principal `key` authenticates as at `now`; `None` once it is revoked or expired.
+pub(super) fn active_principal(key: &ApiKey, now: &str) -> Option<Principal> {
+    let live = key.revoked_at.is_none() && key.expires_at.as_deref().is_none_or(|at| at > now);
+    live.then(|| Principal::of_key(key))
+}
+
 /// Refuses a name, subject or group that is empty, too long or holds control characters.
 fn check_name(what: &str, value: &str) -> KernelResult<()> {
     if value.is_empty() {
@@ -178,19 +184,19 @@ impl Kernel {
     }
 
     /// Revokes an API key (`404` if unknown): from now on it authenticates nothing, on every
-    /// replica. Revoking a revoked key changes nothing. Answers the key as it now is.
+    /// replica, and its console sessions are gone. Revoking a revoked key changes nothing. Answers the key as it now is.
     pub async fn revoke_api_key(&self, id: &str) -> KernelResult<ApiKey> {
         let (key_id, now) = (id.to_owned(), self.now_text());
         let found = self
             .inner
             .store
             .write(move |tx| {
-                let keys = tx.api_keys();
-                if keys.revoke(&key_id, &now)? {
-                    keys.get(&key_id)
-                } else {
-                    Ok(None)
+                if !tx.api_keys().revoke(&key_id, &now)? {
+                    return Ok(None);
                 }
+                // Its console logins end with it, on every replica.
+                tx.console_sessions().delete_of_key(&key_id)?;
+                tx.api_keys().get(&key_id)
             })
             .await?;
         if found.is_some() {
@@ -212,10 +218,7 @@ impl Kernel {
             .store
             .read(move |tx| tx.api_keys().by_hash(&hash))
             .await?;
-        Ok(key
-            .filter(|k| k.revoked_at.is_none())
-            .filter(|k| k.expires_at.as_deref().is_none_or(|at| at > now.as_str()))
-            .map(|k| Principal::of_key(&k)))
+        Ok(key.and_then(|k| active_principal(&k, &now)))
     }
 
     /// The id of the key whose secret `token` is, revoked or expired alike; `None` when it is

@@ -37,6 +37,7 @@ mod forks;
 mod histograms;
 mod keys;
 mod listing;
+mod logins;
 mod metrics;
 mod outcomes;
 mod record;
@@ -56,6 +57,7 @@ pub use agents::{
     MAX_POLICY_TEST_ARGUMENTS_BYTES, MAX_WEBHOOK_URL_BYTES, WebhookRules, check_webhook_url,
     redact_webhook_url,
 };
+pub use approvals::decision_refusal;
 pub use changes::{CHANGE_FEED_BUFFER, Change, ChangeFeed};
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, sign};
 pub use embedded::{EMBEDDED_SCHEME, EmbeddedDeliverer, EmbeddedHandler};

@@ -41,7 +41,7 @@
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use rebuno::server::{ServeOptions, ServerOptions, router, serve};
-//! let kernel = rebuno::Kernel::open("sqlite://.rebuno/rebuno.db").await?;
+//! let kernel = rebuno::Kernel::open("sqlite://.rebuno/embedded.db").await?;
 //! let _loops = kernel.start_http();
 //! let app = router(kernel, ServerOptions::default());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
@@ -244,8 +244,6 @@ pub(crate) struct AppState {
     pub(crate) streams: Arc<limits::StreamSlots>,
     /// Whether a registration's webhook URL may carry user information.
     pub(crate) allow_webhook_userinfo: bool,
-    /// The web console's sessions.
-    pub(crate) console: Arc<console::Sessions>,
     /// The `Host` names answered.
     pub(crate) hosts: Arc<AllowedHosts>,
     /// Whether the console's session cookie is `Secure`.
@@ -273,7 +271,6 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
         ),
         streams: limits::StreamSlots::new(options.max_streams_per_key),
         allow_webhook_userinfo: options.allow_webhook_userinfo,
-        console: Arc::default(),
         hosts: Arc::new(options.allowed_hosts),
         secure_cookies: options.secure_cookies,
         failures: Arc::new(throttle::Failures::new(

@@ -270,6 +270,21 @@ ALTER TABLE executions ADD COLUMN policy_bundle_set_by TEXT NOT NULL DEFAULT '';
 // empty for none.
 "
 ALTER TABLE api_keys ADD COLUMN agent_id TEXT NOT NULL DEFAULT '';
+",
+// 16: the web console's logins, shared by every kernel on the database: the SHA-256 of the
+// session token (never the token), the API key used (empty for the admin), a proof tied to the
+// server's token for an admin login, the name it decides approvals as, and its start and end.
+"
+CREATE TABLE console_sessions (
+    id_hash TEXT PRIMARY KEY,
+    key_id TEXT NOT NULL,
+    admin_proof TEXT NOT NULL,
+    decides_as TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    ends_at TEXT NOT NULL
+);
+CREATE INDEX console_sessions_by_key ON console_sessions (key_id, started_at);
+CREATE INDEX console_sessions_by_end ON console_sessions (ends_at);
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

@@ -62,6 +62,16 @@ use async_trait::async_trait;
 use serde_json::Value;
 use std::any::Any;
 
+/// The directory the tools keep their local databases in (relative to the current
+/// directory); the only missing directory a SQLite store creates.
+pub const DEFAULT_DIR: &str = ".rebuno";
+
+/// The database of an embedded kernel ([`Runtime::open`](crate::Runtime::open)) in its
+/// documented default place. Not `rebuno dev`'s (`.rebuno/rebuno.db`): the two serve the same
+/// agent ids in different ways (in process, over webhooks), so sharing a file would make
+/// each re-register the other's agents.
+pub const EMBEDDED_DB_URL: &str = "sqlite://.rebuno/embedded.db";
+
 /// A storage failure (the kernel answers it with `500 internal_error`).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -381,6 +391,8 @@ pub trait Tx {
     fn api_keys(&mut self) -> &mut dyn ApiKeyTx;
     /// The session operations of this transaction.
     fn sessions(&mut self) -> &mut dyn SessionTx;
+    /// The web console's login sessions.
+    fn console_sessions(&mut self) -> &mut dyn ConsoleSessionTx;
     /// The external-resource operations of this transaction.
     fn resources(&mut self) -> &mut dyn ResourceTx;
     /// The subagent operations of this transaction.
@@ -439,6 +451,42 @@ pub trait ApiKeyTx {
     fn revoke(&mut self, id: &str, now: &str) -> StoreResult<bool>;
     /// How many keys are neither revoked nor expired at `now`.
     fn active_count(&mut self, now: &str) -> StoreResult<u64>;
+}
+
+/// A web console login as stored ([`Tx::console_sessions`]): never its token, only the token's
+/// SHA-256, so a stolen database holds no usable session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSession {
+    /// The lowercase hex SHA-256 of the session token the browser's cookie holds.
+    pub id_hash: String,
+    /// The API key the login used; empty for the admin (the server's token, or dev mode).
+    pub key_id: String,
+    /// For an admin login with the server's token: a hash of that token with the session
+    /// token, so the session ends when the server's token changes; else empty.
+    pub admin_proof: String,
+    /// Who an admin login decides approvals as (the name given at login).
+    pub decides_as: String,
+    /// When the login was made (RFC 3339).
+    pub started_at: String,
+    /// When the session ends (RFC 3339).
+    pub ends_at: String,
+}
+
+/// The console session operations of a transaction ([`Tx::console_sessions`]).
+pub trait ConsoleSessionTx {
+    /// Inserts a new session.
+    fn insert(&mut self, session: &ConsoleSession) -> StoreResult<()>;
+    /// The session whose token hashes to `id_hash`, expired or not, with the API key it logged
+    /// in with (revoked or not; `None` for an admin login or a key that is gone), in one read.
+    fn get(&mut self, id_hash: &str) -> StoreResult<Option<(ConsoleSession, Option<ApiKey>)>>;
+    /// Deletes a session; whether it existed.
+    fn delete(&mut self, id_hash: &str) -> StoreResult<bool>;
+    /// Deletes every session of API key `key_id`; how many.
+    fn delete_of_key(&mut self, key_id: &str) -> StoreResult<u64>;
+    /// Deletes every session whose end is at or before `now`; how many.
+    fn delete_expired(&mut self, now: &str) -> StoreResult<u64>;
+    /// Deletes the sessions of `key_id` (empty: the admin's) but its newest `keep`; how many.
+    fn keep_newest(&mut self, key_id: &str, keep: usize) -> StoreResult<u64>;
 }
 
 /// A read [`Tx::prefetch`] can announce: each names the [`Tx`] call it answers.

@@ -710,6 +710,9 @@ impl Tx for SqliteTx<'_> {
     fn sessions(&mut self) -> &mut dyn super::SessionTx {
         self
     }
+    fn console_sessions(&mut self) -> &mut dyn super::ConsoleSessionTx {
+        self
+    }
     fn resources(&mut self) -> &mut dyn super::ResourceTx {
         self
     }
@@ -722,6 +725,7 @@ impl Tx for SqliteTx<'_> {
 #[path = "sqlite_tests.rs"]
 mod tests;
 
+mod console_sessions;
 mod keys;
 mod open;
 mod resources;

@@ -2,7 +2,7 @@
 
 use crate::{Dyn, approval, at, execution, r, w};
 use rebuno::protocol::{ApiKey, ApprovalStatus, ExecutionStatus, Scope, SpawnedBy};
-use rebuno::store::StoreExt;
+use rebuno::store::{ConsoleSession, StoreExt};
 
 fn key(id: &str, expires: Option<u32>) -> ApiKey {
     ApiKey {
@@ -212,5 +212,88 @@ pub async fn session_turns_and_latest_completed(store: Dyn) {
     assert_eq!(
         r(&store, |tx| tx.sessions().last_completed("a", "s")).await,
         Some("t2".to_owned())
+    );
+}
+
+/// A console session is found by its hash with its key in one read (none for an admin login,
+/// the key as it now is once revoked); a principal keeps only its newest sessions when asked,
+/// ended sessions are swept, and a key's or one session's rows are deleted.
+pub async fn console_sessions_round_trip_with_their_key(store: Dyn) {
+    let k = key("k1", None);
+    w(&store, move |tx| tx.api_keys().insert(&k, "hash-k1")).await;
+    let session = |id: &str, key_id: &str, started: u32| ConsoleSession {
+        id_hash: format!("sess-{id}"),
+        key_id: key_id.into(),
+        admin_proof: if key_id.is_empty() {
+            "proof".into()
+        } else {
+            String::new()
+        },
+        decides_as: format!("name {id}"),
+        started_at: at(started),
+        ends_at: at(started + 100),
+    };
+    let all = [
+        session("a1", "", 1),
+        session("a2", "", 2),
+        session("b1", "k1", 3),
+        session("b2", "k1", 4),
+        session("b3", "k1", 5),
+    ];
+    for s in all.clone() {
+        w(&store, move |tx| tx.console_sessions().insert(&s)).await;
+    }
+    let twin = session("a1", "", 9);
+    let refused = store
+        .write(move |tx| tx.console_sessions().insert(&twin))
+        .await;
+    assert!(refused.is_err(), "two sessions with one hash");
+
+    let admin = r(&store, |tx| tx.console_sessions().get("sess-a1")).await;
+    assert_eq!(admin, Some((all[0].clone(), None)));
+    let keyed = r(&store, |tx| tx.console_sessions().get("sess-b1")).await;
+    assert_eq!(keyed, Some((all[2].clone(), Some(key("k1", None)))));
+    assert_eq!(
+        r(&store, |tx| tx.console_sessions().get("nope")).await,
+        None
+    );
+    w(&store, |tx| tx.api_keys().revoke("k1", &at(6))).await;
+    let (_, revoked) = r(&store, |tx| tx.console_sessions().get("sess-b1"))
+        .await
+        .unwrap();
+    assert_eq!(revoked.unwrap().revoked_at, Some(at(6)));
+
+    // k1 keeps its newest two; the admin's are untouched.
+    assert_eq!(
+        w(&store, |tx| tx.console_sessions().keep_newest("k1", 2)).await,
+        1
+    );
+    assert_eq!(
+        r(&store, |tx| tx.console_sessions().get("sess-b1")).await,
+        None
+    );
+    assert!(
+        r(&store, |tx| tx.console_sessions().get("sess-a1"))
+            .await
+            .is_some()
+    );
+    // Sessions ending at or before at(102) go: a1 and a2.
+    assert_eq!(
+        w(&store, |tx| tx.console_sessions().delete_expired(&at(102))).await,
+        2
+    );
+    assert_eq!(
+        r(&store, |tx| tx.console_sessions().get("sess-a2")).await,
+        None
+    );
+    assert!(w(&store, |tx| tx.console_sessions().delete("sess-b3")).await);
+    assert!(!w(&store, |tx| tx.console_sessions().delete("sess-b3")).await);
+    assert_eq!(
+        w(&store, |tx| tx.console_sessions().delete_of_key("k1")).await,
+        1
+    );
+    assert_eq!(
+        r(&store, |tx| tx.console_sessions().get("sess-b2")).await,
+        None
     );
 }

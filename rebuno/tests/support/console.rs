@@ -3,7 +3,7 @@
 //! console) on a loopback port in dev mode or with a bearer token, and a small cookie-keeping
 //! HTTP client for the console's pages and forms.
 
-#![allow(dead_code)] // each test binary uses a subset
+#![allow(dead_code, unused_imports)] // each test binary uses a subset
 
 pub use rebuno::protocol::{ApprovalStatus, CreateApiKeyRequest, ExecutionStatus, Scope};
 pub use serde_json::{Value, json};

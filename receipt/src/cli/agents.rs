@@ -541,7 +541,7 @@ pub(super) async fn run(db: &Db, a: RunArgs, registry: Arc<Registry>) -> CliResu
         .run_stream
         .unwrap_or_else(|| format!("{stream}/runs/{run_id}"));
     // Without a problem, only an existing run can be resumed: its database must exist.
-    let runtime = Arc::new(db.runtime(problem.is_some()).await?);
+    let runtime = Arc::new(db.runtime_serving(problem.is_some()).await?);
     let options = ControllerOptions {
         dispatcher: a.kernel.dispatcher()?,
         governance,

@@ -4,11 +4,12 @@
 //! [`PgStore::options`](crate::store::PgStore::options)). Also what may be printed of it: a
 //! URL's password never is.
 
-use super::{CliResult, Failure};
+use super::{CliResult, DEFAULT_DB, Failure};
 use crate::store::PgStore;
+use crate::store::postgres::RECONNECT_ENV;
 use crate::{ReceiptStore, Runtime, SqliteStore};
 use durable_support::pg::redact_url;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A receipt database named on the command line.
@@ -31,12 +32,26 @@ impl Db {
         }
     }
 
-    /// Opens the store. A file is created only when `create` is set (and its directory with
-    /// it); PostgreSQL tables are created (in their schema) by whichever command connects first.
+    /// Opens the store for a command that runs once. A file is created only when `create` is
+    /// set, in a directory that exists (the default directory [`DEFAULT_DIR`] is created);
+    /// PostgreSQL tables are created (in their schema) by whichever command connects first.
+    /// An unreachable PostgreSQL is reported with its cause within seconds (one attempt, unless
+    /// `$RECEIPT_DB_RECONNECT` asks for retries).
     pub(super) async fn open(&self, create: bool) -> CliResult<Arc<dyn ReceiptStore>> {
+        self.open_as(create, false).await
+    }
+
+    /// [`Db::open`] for a command that keeps running (a worker, the UI, an agent's run): an
+    /// unreachable PostgreSQL is retried for the reconnect window, each failure logged.
+    pub(super) async fn open_serving(&self, create: bool) -> CliResult<Arc<dyn ReceiptStore>> {
+        self.open_as(create, true).await
+    }
+
+    async fn open_as(&self, create: bool, serving: bool) -> CliResult<Arc<dyn ReceiptStore>> {
         match self {
             Db::File(path) => {
                 let store = if create {
+                    check_dir(path)?;
                     SqliteStore::open(path)?
                 } else {
                     SqliteStore::open_existing(path)?
@@ -44,7 +59,14 @@ impl Db {
                 Ok(Arc::new(store))
             }
             Db::Postgres(url) => {
-                let options = PgStore::options(url.clone())?;
+                let mut options = PgStore::options(url.clone())?;
+                if !serving {
+                    let reconnect = options.reconnect_for;
+                    options = options.one_shot();
+                    if std::env::var_os(RECONNECT_ENV).is_some_and(|v| !v.is_empty()) {
+                        options.reconnect_for = reconnect;
+                    }
+                }
                 let store = PgStore::connect(options).await.map_err(|e| {
                     Failure::Message(format!("cannot open {}: {e}", redact_url(url)))
                 })?;
@@ -56,6 +78,11 @@ impl Db {
     /// A runtime over the store (see [`Db::open`]).
     pub(super) async fn runtime(&self, create: bool) -> CliResult<Runtime> {
         Ok(Runtime::new(self.open(create).await?))
+    }
+
+    /// A runtime over the store, for a command that keeps running (see [`Db::open_serving`]).
+    pub(super) async fn runtime_serving(&self, create: bool) -> CliResult<Runtime> {
+        Ok(Runtime::new(self.open_serving(create).await?))
     }
 
     /// `message` with the URL's password, wherever it appears, replaced by `***`.
@@ -70,6 +97,28 @@ impl Db {
             _ => message,
         }
     }
+}
+
+/// Refuses a new database file whose directory is missing (a mistyped path, far more often
+/// than a wish for new directories), naming the directory; the default directory is created.
+fn check_dir(path: &Path) -> CliResult<()> {
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    if dir.is_dir() || path.exists() {
+        return Ok(());
+    }
+    if Path::new(DEFAULT_DB).parent() == Some(dir) {
+        return std::fs::create_dir_all(dir)
+            .map_err(|e| Failure::Message(format!("cannot create {}: {e}", dir.display())));
+    }
+    Err(Failure::Message(format!(
+        "cannot create the database {}: directory {} does not exist (create it first, e.g. \
+         mkdir -p {})",
+        path.display(),
+        dir.display(),
+        dir.display()
+    )))
 }
 
 /// The password of a URL's `user:password@` part, if it has one.

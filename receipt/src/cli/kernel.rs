@@ -191,7 +191,8 @@ pub(super) async fn worker(db: &Db, a: WorkerArgs, registry: Arc<Registry>) -> C
                 .clone()
                 .unwrap_or_else(|| DEFAULT_TARGET_GROUP.to_owned());
             let agent_id = worker_agent_id(&group)?;
-            let mut worker = KernelWorker::new(registry, db.runtime(true).await?).group(&group);
+            let mut worker =
+                KernelWorker::new(registry, db.runtime_serving(true).await?).group(&group);
             if let Some(lease) = lease {
                 worker = worker.lease(lease);
             }

@@ -47,7 +47,7 @@ pub(super) async fn ui(db: &Db, a: UiArgs, format: LogFormat) -> CliResult {
         Ok(listed) => listed,
         Err(e) => return fail(format!("--allowed-hosts: {e}")),
     };
-    let store = db.open(false).await?;
+    let store = db.open_serving(false).await?;
     let listener = match tokio::net::TcpListener::bind(&a.listen).await {
         Ok(l) => l,
         Err(e) => return fail(format!("cannot listen on {}: {e}", a.listen)),

@@ -1,10 +1,13 @@
 //! The approvals inbox: every pending approval with its message, the step waiting on it, its
-//! approvers and the time left, and a form to grant or deny it with a rationale. The decision
-//! is made as the login (see [`Viewer`]), never as a name the form sends.
+//! approvers and the time left, and a form to grant or deny it with a rationale, offered only
+//! to a viewer the kernel would let decide it ([`decision_refusal`]); others see who may. The
+//! decision is made as the login (see [`Viewer`]), never as a name the form sends, and the
+//! kernel checks it again when it is posted.
 
 use super::executions::execution_href;
 use super::layout::{Nav, csrf_field, empty, json_inline, time};
 use super::{Failure, Html, Page, Viewer, check_mutation, html::encode};
+use crate::kernel::decision_refusal;
 use crate::protocol::{Approval, Scope, Step, canonical_uuid};
 use crate::server::AppState;
 use axum::extract::{Path, Query, State};
@@ -146,6 +149,10 @@ fn approval_card(h: &mut Html, viewer: &Viewer, a: &Approval, step: Option<&Step
                     );
                 });
             });
+            if let Some(refusal) = decision_refusal(a, &viewer.principal, viewer.identity()) {
+                who_may_decide(h, a, &refusal.message);
+                return;
+            }
             let base = format!("/ui/approvals/{}", encode(&a.id));
             h.el(
                 "form",
@@ -189,6 +196,23 @@ fn approval_card(h: &mut Html, viewer: &Viewer, a: &Approval, step: Option<&Step
     );
 }
 
+/// In place of the decision form, for a viewer who may not decide: why not, and who may.
+fn who_may_decide(h: &mut Html, a: &Approval, why: &str) {
+    let who = match a.approver_list() {
+        Some(list) => format!("{} (by name or group)", list.join(", ")),
+        None => "anyone".to_owned(),
+    };
+    h.el("p", &[("class", Some("hint not-yours"))], |h| {
+        h.text("You may not decide this approval: ");
+        h.text(why);
+        h.text(". It may be decided by ");
+        h.el_text("strong", &[], &who);
+        h.text(" with scope ");
+        h.el_text("code", &[], Scope::ApprovalsWrite.as_str());
+        h.text(".");
+    });
+}
+
 /// The decision form.
 #[derive(Debug, Deserialize)]
 pub(super) struct DecideForm {
@@ -215,7 +239,6 @@ async fn decide(
     verdict: Verdict,
 ) -> Page {
     check_mutation(&headers, &viewer, &form.csrf)?;
-    viewer.require(Scope::ApprovalsWrite)?;
     let id = canonical_uuid(&raw).ok_or_else(|| {
         Failure(
             StatusCode::BAD_REQUEST,
@@ -225,6 +248,8 @@ async fn decide(
     let approval = s.kernel.approval(&id).await?;
     let rationale: String = form.rationale.trim().chars().take(MAX_RATIONALE).collect();
     let who = viewer.identity().to_owned();
+    // Whether the viewer may decide (scope and approvers) is the kernel's check, the one the
+    // inbox asked before it offered the form.
     match verdict {
         Verdict::Grant => {
             s.kernel

@@ -1,6 +1,6 @@
 //! Login and logout: `GET /ui/login` (the form), `POST /ui/login` (the bearer token or an API
-//! key, checked exactly as the API checks it, then kept server-side under a new session id) and
-//! `POST /ui/logout`.
+//! key, checked exactly as the API checks it, then a new session in the store, which every
+//! replica shares) and `POST /ui/logout` (the session deleted there, so it ends everywhere).
 
 use super::layout::{self, Nav};
 use super::{
@@ -135,7 +135,8 @@ pub(super) async fn login_page(State(s): State<AppState>, Query(q): Query<Next>)
 
 /// `POST /ui/login`: `401` with the form again for a token the API would refuse (logged and
 /// counted against the source address), `429` with the form while the address has failed too
-/// often; otherwise a new session and a redirect to `next`.
+/// often; otherwise a new session (whom the login authenticated as, never its secret) and a
+/// redirect to `next`.
 pub(super) async fn login(
     State(s): State<AppState>,
     peer: Peer,
@@ -182,11 +183,8 @@ pub(super) async fn login(
             return Ok(refused("that token or API key is not valid"));
         }
     };
-    // An admin login in dev mode needs nothing kept; a key or the server's token is kept.
-    let kept =
-        (!token.is_empty() && (s.bearer.is_some() || !principal.is_admin_token())).then_some(token);
     let name: String = form.name.trim().chars().take(MAX_NAME).collect();
-    let id = s.console.start(kept, name);
+    let id = super::start_session(&s, &principal, name).await?;
     let mut response = Redirect::to(&next).into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie_value(&id, s.secure_cookies)) {
         response.headers_mut().append(header::SET_COOKIE, value);
@@ -202,8 +200,8 @@ pub(super) async fn logout(
     super::BoundedForm(form): super::BoundedForm<LogoutForm>,
 ) -> Page {
     check_mutation(&headers, &viewer, &form.csrf)?;
-    if let Some(id) = &viewer.session {
-        s.console.end(id);
+    if let Some(id_hash) = &viewer.session {
+        s.kernel.end_console_session(id_hash).await?;
     }
     let mut response = Redirect::to("/ui/login").into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie_value("", s.secure_cookies)) {

@@ -3,24 +3,33 @@
 //! that only enhances (local times, live updates over Server-Sent Events); every form works
 //! without it.
 //!
-//! This module owns what every page shares: the routes, sessions and login
-//! (`Sessions`, `Viewer`) and the cross-site checks of mutations (`check_mutation`); the
-//! escaping writer, the assets, the document and the security headers are [`crate::web`]'s,
-//! which `receipt ui` shares. The pages live one group
-//! per file: `executions` (list, execution, cancel, live feeds), `approvals` (inbox, grant,
-//! deny), `agents` (registrations, policy test), `auth` (login, logout), written with
-//! [`Html`], whose only way to insert a run-time value escapes it.
+//! This module owns what every page shares: the routes, sessions and login (`Viewer`) and the
+//! cross-site checks of mutations (`check_mutation`); the escaping writer, the assets, the
+//! document and the security headers are [`crate::web`]'s, which `receipt ui` shares. The pages
+//! live one group per file: `executions` (list, execution, cancel, live feeds), `approvals`
+//! (inbox, grant, deny), `agents` (registrations, policy test), `auth` (login, logout), written
+//! with [`Html`], whose only way to insert a run-time value escapes it.
 //!
 //! Authentication is the API's: with a bearer token configured (`rebuno server`) a viewer logs
-//! in with that token or an API key; the console keeps it server-side under a random session id,
-//! sent as an `HttpOnly; SameSite=Strict` cookie (also `Secure` with
-//! [`super::ServerOptions::secure_cookies`]), and re-authenticates it on every request (a
-//! revoked key ends its sessions). A refused login counts as a failed authentication of its
-//! source address, as a refused API token does (`throttle`). Without a token (`rebuno dev`) the console is open, as the
-//! API is. Grant, deny and cancel are `POST` forms that must come from this origin (`Origin`, or
-//! `Referer` when a browser sends no `Origin`) and carry the session's CSRF token; anything else
-//! is `403` and changes nothing. An approval is decided as the login: an API key as its subject,
-//! the admin token as the name given at login.
+//! in with that token or an API key. The login is kept in the kernel's store, so every replica
+//! over the same database knows it (a load balancer need not pin a browser to one replica): the
+//! store holds the SHA-256 of a random session token, whom it acts as (the API key's id, or the
+//! admin with a proof tied to the server's token), the name it decides as and when it ends,
+//! never the secret logged in with. The browser holds the token as an `HttpOnly;
+//! SameSite=Strict` cookie (also `Secure` with [`super::ServerOptions::secure_cookies`]). Every
+//! request reads its session and its key in one indexed read, with no cache: a logout on one
+//! replica, a revoked or expired key, or a changed server token ends the session on every
+//! replica at its next request. A login sweeps ended sessions and keeps at most
+//! `MAX_SESSIONS_PER_PRINCIPAL` per key (and for the admin). A refused login counts as a failed
+//! authentication of its source address, as a refused API token does (`throttle`).
+//!
+//! Without a token (`rebuno dev`) the console is open, as the API is: a viewer who has not
+//! logged in (with a name or a key) is the admin, and nothing is stored for them. Grant, deny
+//! and cancel are `POST` forms that must come from this origin (`Origin`, or `Referer` when a
+//! browser sends no `Origin`) and carry the session's CSRF token, derived from the session
+//! token (so any replica checks it); anything else is `403` and changes nothing. An approval is
+//! decided as the login: an API key as its subject, the admin token as the name given at login;
+//! the inbox offers a decision only to a viewer the kernel would let decide.
 //!
 //! Every form is read as the API reads its bodies (`BoundedForm`): at most 64 KiB
 //! (`MAX_FORM_BYTES`), 8 KiB for the login, which anyone may send (`MAX_LOGIN_FORM_BYTES`),
@@ -36,11 +45,13 @@ pub use crate::web::{CONTENT_SECURITY_POLICY, Html};
 use crate::web::{html, html_response};
 
 use super::AppState;
-use super::auth::{authenticate_client, require};
+use super::auth::require;
 use super::body::read_body;
+use crate::identity::{hex_lower, sha256_hex};
 use crate::kernel::KernelError;
 use crate::protocol::{Principal, Scope};
 use crate::signing::constant_time_eq;
+use crate::store::ConsoleSession;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -48,9 +59,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The session cookie's name.
 pub(crate) const COOKIE: &str = "rebuno_console";
@@ -58,8 +67,9 @@ pub(crate) const COOKIE: &str = "rebuno_console";
 /// How long a session lasts after login.
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
-/// At most this many live sessions; the oldest is dropped to make room.
-const MAX_SESSIONS: usize = 10_000;
+/// At most this many sessions per principal (each API key, and the admin); a new login
+/// ends the principal's oldest beyond it.
+const MAX_SESSIONS_PER_PRINCIPAL: usize = 100;
 
 /// The most bytes of a console form (a CSRF token, a rationale, a policy test's arguments);
 /// a larger one is `413`.
@@ -69,27 +79,14 @@ pub(crate) const MAX_FORM_BYTES: usize = 64 * 1024;
 /// read before anything authenticates; a larger one is `413`.
 pub(crate) const MAX_LOGIN_FORM_BYTES: usize = 8 * 1024;
 
-/// One console session, kept in memory (a restart logs everyone out).
+/// One console session, as a request found it in the store.
 struct Session {
-    /// The bearer token or API key secret the viewer logged in with; `None` for an open
-    /// (dev-mode) session. Never leaves the server.
-    token: Option<String>,
-    /// Who an admin-token login decides approvals as (an API key decides as its subject).
+    /// The SHA-256 of its token, by which the store knows it.
+    id_hash: String,
+    /// Whom it acts as.
+    principal: Principal,
+    /// Who an admin login decides approvals as.
     name: String,
-    /// The token every mutation form carries.
-    csrf: String,
-    /// When the session ends.
-    expires: Instant,
-}
-
-/// The console's sessions, by id.
-#[derive(Default)]
-pub(crate) struct Sessions(Mutex<HashMap<String, Session>>);
-
-impl std::fmt::Debug for Sessions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Sessions(<redacted>)")
-    }
 }
 
 /// 32 random bytes as 64 hex digits.
@@ -97,48 +94,79 @@ fn random_id() -> String {
     let mut bytes = [0u8; 32];
     // The operating system's generator; without one there is no safe session id to give.
     getrandom::fill(&mut bytes).expect("the operating system's random generator failed");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex_lower(&bytes)
 }
 
-impl Sessions {
-    /// Starts a session and answers its id.
-    fn start(&self, token: Option<String>, name: String) -> String {
-        let id = random_id();
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        map.retain(|_, s| s.expires > now);
-        if map.len() >= MAX_SESSIONS
-            && let Some(oldest) = map
-                .iter()
-                .min_by_key(|(_, s)| s.expires)
-                .map(|(k, _)| k.clone())
-        {
-            map.remove(&oldest);
-        }
-        map.insert(
-            id.clone(),
-            Session {
-                token,
-                name,
-                csrf: random_id(),
-                expires: now + SESSION_TTL,
-            },
-        );
-        id
-    }
+/// Whether `token` has the shape of a session token (checked before any lookup).
+fn is_token(token: &str) -> bool {
+    token.len() == 64
+        && token
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
 
-    /// The live session `id`: its token, name and CSRF token.
-    fn get(&self, id: &str) -> Option<(Option<String>, String, String)> {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(id)
-            .filter(|s| s.expires > Instant::now())
-            .map(|s| (s.token.clone(), s.name.clone(), s.csrf.clone()))
-    }
+/// The CSRF token of the session whose token is `token`: derived from it, so every replica
+/// computes the same one and none needs storing, while a page of another origin, which cannot
+/// read the `HttpOnly` cookie, cannot compute it.
+fn csrf_of(token: &str) -> String {
+    sha256_hex(format!("rebuno console csrf\0{token}").as_bytes())
+}
 
-    /// Ends session `id`.
-    fn end(&self, id: &str) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+/// What an admin login with the server's token `bearer` stores beside session `token`: its
+/// hash with the token, so the session ends when the server's token changes, and the store
+/// holds nothing that tells the token.
+fn admin_proof(bearer: &str, token: &str) -> String {
+    sha256_hex(format!("rebuno console admin\0{bearer}\0{token}").as_bytes())
+}
+
+/// Records a new login as `principal` deciding as `name`, and answers its token.
+async fn start_session(
+    state: &AppState,
+    principal: &Principal,
+    name: String,
+) -> Result<String, Failure> {
+    let token = random_id();
+    let admin_proof = match (&state.bearer, principal.is_admin_token()) {
+        (Some(bearer), true) => admin_proof(bearer, &token),
+        _ => String::new(),
+    };
+    let session = ConsoleSession {
+        id_hash: sha256_hex(token.as_bytes()),
+        key_id: principal.key_id.clone(),
+        admin_proof,
+        decides_as: name,
+        started_at: String::new(),
+        ends_at: String::new(),
+    };
+    state
+        .kernel
+        .start_console_session(session, SESSION_TTL, MAX_SESSIONS_PER_PRINCIPAL)
+        .await?;
+    Ok(token)
+}
+
+/// The live session whose token is `token`: `None` when the store knows none, it has ended, its
+/// key no longer authenticates, or it is an admin login made with another server token than
+/// this one's.
+async fn find_session(state: &AppState, token: &str) -> Result<Option<Session>, Failure> {
+    let id_hash = sha256_hex(token.as_bytes());
+    let Some((stored, principal)) = state.kernel.console_session(&id_hash).await? else {
+        return Ok(None);
+    };
+    if principal.is_admin_token()
+        && let Some(bearer) = &state.bearer
+        && !constant_time_eq(
+            stored.admin_proof.as_bytes(),
+            admin_proof(bearer, token).as_bytes(),
+        )
+    {
+        return Ok(None);
     }
+    Ok(Some(Session {
+        id_hash,
+        principal,
+        name: stored.decides_as,
+    }))
 }
 
 /// The session id a request's cookie names.
@@ -167,7 +195,8 @@ fn cookie_value(id: &str, secure: bool) -> String {
 }
 
 /// Who is viewing: the principal the session authenticates as, the name it decides approvals
-/// as, its CSRF token, and the cookie to set when the request started an open session.
+/// as, its CSRF token, the cookie to set when the request started an open session, and the
+/// stored session's token hash (`None` for an anonymous open viewer).
 pub(crate) struct Viewer {
     principal: Principal,
     name: String,
@@ -219,41 +248,39 @@ impl FromRequestParts<AppState> for Viewer {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
         let path = parts.uri.path().to_owned();
-        if let Some(id) = session_cookie(&parts.headers)
-            && let Some((token, name, csrf)) = state.console.get(id)
+        let token = session_cookie(&parts.headers).filter(|t| is_token(t));
+        if let Some(token) = token
+            && let Some(session) = find_session(state, token)
+                .await
+                .map_err(IntoResponse::into_response)?
         {
-            let mut headers = HeaderMap::new();
-            if let Some(token) = &token
-                && let Ok(value) = HeaderValue::from_str(&format!("Bearer {token}"))
-            {
-                headers.insert(header::AUTHORIZATION, value);
-            }
-            return match authenticate_client(state, &headers).await {
-                Ok(principal) => Ok(Viewer {
-                    principal,
-                    name,
-                    csrf,
-                    set_cookie: None,
-                    session: Some(id.to_owned()),
-                }),
-                Err(_) => {
-                    state.console.end(id);
-                    Err(to_login(&path))
-                }
-            };
+            return Ok(Viewer {
+                principal: session.principal,
+                name: session.name,
+                csrf: csrf_of(token),
+                set_cookie: None,
+                session: Some(session.id_hash),
+            });
         }
         if state.bearer.is_some() {
             return Err(to_login(&path));
         }
-        // Open (dev) mode: an anonymous session, so that forms have a CSRF token.
-        let id = state.console.start(None, String::new());
-        let (_, name, csrf) = state.console.get(&id).unwrap_or_default();
+        // Open (dev) mode: an anonymous viewer, nothing stored; its cookie's token gives its
+        // forms a CSRF token.
+        let (token, set_cookie) = match token {
+            Some(token) => (token.to_owned(), None),
+            None => {
+                let token = random_id();
+                let cookie = cookie_value(&token, state.secure_cookies);
+                (token, Some(cookie))
+            }
+        };
         Ok(Viewer {
             principal: Principal::admin(),
-            name,
-            csrf,
-            set_cookie: Some(cookie_value(&id, state.secure_cookies)),
-            session: Some(id),
+            name: String::new(),
+            csrf: csrf_of(&token),
+            set_cookie,
+            session: None,
         })
     }
 }
@@ -479,14 +506,19 @@ mod tests {
     }
 
     #[test]
-    fn sessions_end_and_ids_are_random() {
-        let s = Sessions::default();
-        let a = s.start(Some("k".into()), "n".into());
-        let b = s.start(None, String::new());
+    fn tokens_are_random_and_their_csrf_and_proofs_are_bound_to_them() {
+        let (a, b) = (random_id(), random_id());
         assert_ne!(a, b);
-        assert_eq!(a.len(), 64);
-        assert_eq!(s.get(&a).unwrap().0.as_deref(), Some("k"));
-        s.end(&a);
-        assert!(s.get(&a).is_none() && s.get(&b).is_some());
+        assert!(is_token(&a) && is_token(&b));
+        assert!(!is_token(&a[1..]) && !is_token(&a.to_uppercase()) && !is_token(""));
+        assert_eq!(csrf_of(&a), csrf_of(&a));
+        assert_ne!(csrf_of(&a), csrf_of(&b));
+        assert_ne!(
+            csrf_of(&a),
+            sha256_hex(a.as_bytes()),
+            "the CSRF token is not the id hash"
+        );
+        assert_ne!(admin_proof("t1", &a), admin_proof("t2", &a));
+        assert_ne!(admin_proof("t1", &a), admin_proof("t1", &b));
     }
 }

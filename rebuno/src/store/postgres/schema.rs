@@ -305,4 +305,22 @@ ALTER TABLE executions ADD COLUMN policy_bundle_set_by text NOT NULL DEFAULT '';
 ALTER TABLE api_keys ADD COLUMN agent_id text NOT NULL DEFAULT '';
 "#,
     ),
+    (
+        14,
+        r#"
+-- The web console's logins, shared by every replica: the SHA-256 of the session token (never
+-- the token), the API key used (empty for the admin), a proof tied to the server's token for
+-- an admin login, the name it decides approvals as, and its start and end.
+CREATE TABLE console_sessions (
+    id_hash text COLLATE "C" PRIMARY KEY,
+    key_id text COLLATE "C" NOT NULL,
+    admin_proof text NOT NULL,
+    decides_as text NOT NULL,
+    started_at text COLLATE "C" NOT NULL,
+    ends_at text COLLATE "C" NOT NULL
+);
+CREATE INDEX console_sessions_by_key ON console_sessions (key_id, started_at);
+CREATE INDEX console_sessions_by_end ON console_sessions (ends_at);
+"#,
+    ),
 ];

@@ -517,6 +517,9 @@ impl Tx for PgTx<'_> {
     fn sessions(&mut self) -> &mut dyn crate::store::SessionTx {
         self
     }
+    fn console_sessions(&mut self) -> &mut dyn crate::store::ConsoleSessionTx {
+        self
+    }
     fn resources(&mut self) -> &mut dyn crate::store::ResourceTx {
         self
     }
@@ -527,6 +530,7 @@ impl Tx for PgTx<'_> {
 
 mod approvals;
 mod base;
+mod console_sessions;
 mod dispatches;
 mod events;
 mod keys;

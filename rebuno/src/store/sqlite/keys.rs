@@ -8,7 +8,7 @@ use crate::store::{ApiKeyTx, Page, StoreResult};
 use rusqlite::{Row, params};
 
 /// The columns [`key_row`] reads.
-const KEY_COLS: &str =
+pub(super) const KEY_COLS: &str =
     "id, name, subject, groups, scopes, created_at, created_by, expires_at, revoked_at, agent_id";
 
 /// Column `i`, a JSON array, as a list.
@@ -20,7 +20,7 @@ fn list<T: serde::de::DeserializeOwned>(r: &Row<'_>, i: usize) -> rusqlite::Resu
 }
 
 /// An API key.
-fn key_row(r: &Row<'_>) -> rusqlite::Result<ApiKey> {
+pub(super) fn key_row(r: &Row<'_>) -> rusqlite::Result<ApiKey> {
     Ok(ApiKey {
         id: r.get(0)?,
         name: r.get(1)?,

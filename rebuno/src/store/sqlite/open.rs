@@ -42,12 +42,14 @@ fn plan_once(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 impl SqliteStore {
-    /// Opens (creating and migrating if needed) the kernel database at `path`.
+    /// Opens (creating and migrating if needed) the kernel database at `path`. Its directory
+    /// must exist (a missing one is an error naming it), except the default directory
+    /// [`DEFAULT_DIR`](crate::store::DEFAULT_DIR), which is created. Creating the file is
+    /// logged (`created new database at …`).
     pub fn open(path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
         let path = path.as_ref();
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| db_err(dir, e))?;
-        }
+        ensure_dir(path)?;
+        let created = !path.exists();
         let writer = Connection::open(path).map_err(|e| db_err(path, e))?;
         writer.busy_timeout(std::time::Duration::from_secs(30))?;
         plan_once(&writer)?;
@@ -59,6 +61,9 @@ impl SqliteStore {
         // each one stalls every write waiting behind it.
         writer.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)?;
         migrate(&writer, path)?;
+        if created {
+            tracing::info!(path = %path.display(), "created new database at {}", path.display());
+        }
         // The migration committed, so the WAL file exists: open it for the syncer. Without it
         // (a platform that names it otherwise), SQLite syncs each commit itself.
         let wal = std::fs::OpenOptions::new()
@@ -126,7 +131,8 @@ impl SqliteStore {
             .or_else(|| url.strip_prefix("sqlite:"))
             .ok_or_else(|| {
                 StoreError::Database(format!(
-                    "unsupported database URL '{url}' (use sqlite://<path>)"
+                    "unsupported database URL '{url}' (use sqlite://<path>, sqlite::memory:, \
+                     or postgres://user:password@host:port/dbname?sslmode=…)"
                 ))
             })?;
         Self::open(path)
@@ -168,6 +174,35 @@ impl SqliteStore {
             Ok(out)
         });
         self.readers.run(job).await
+    }
+}
+
+/// Checks that the directory of the database file `path` exists: a database under a missing
+/// directory is a mistyped path far more often than a wish for new directories, so it is an
+/// error naming the directory. The default directory (`.rebuno`, relative) is the tools' own
+/// and is created.
+fn ensure_dir(path: &Path) -> StoreResult<()> {
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    if dir == Path::new(crate::store::DEFAULT_DIR) {
+        return std::fs::create_dir_all(dir).map_err(|e| db_err(dir, e));
+    }
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(StoreError::Database(format!(
+            "cannot create the database {}: {} is not a directory",
+            path.display(),
+            dir.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StoreError::Database(format!(
+            "cannot create the database {}: directory {} does not exist (create it first, \
+                 e.g. mkdir -p {})",
+            path.display(),
+            dir.display(),
+            dir.display()
+        ))),
+        Err(e) => Err(db_err(dir, e)),
     }
 }
 

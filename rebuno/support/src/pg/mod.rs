@@ -89,13 +89,69 @@ impl From<postgres::Error> for PgError {
     }
 }
 
-/// An error's message with the server's detail (the bare `Display` of a database error says
-/// only "db error").
+/// An error's message with its cause: the server's detail for a database error (whose bare
+/// `Display` says only "db error"), else every error of the source chain (the bare `Display`
+/// of a failed connection says only "error connecting to server"), led by the cause in plain
+/// words where it is a common one (connection refused, DNS name not found, TLS, timed out).
 pub fn describe(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
+    if let Some(db) = e.as_db_error() {
+        let code = db.code().code();
+        // Class 28 is a refused login: a wrong password, or a user the server does not know
+        // (whose message, "role … does not exist", does not say it is about logging in).
+        if code.starts_with("28") && !db.message().contains("authentication failed") {
+            return format!("authentication failed: {} ({code})", db.message());
+        }
+        return format!("{} ({code})", db.message());
     }
+    let mut chain = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !chain.contains(&text) {
+            chain.push_str(": ");
+            chain.push_str(&text);
+        }
+        source = cause.source();
+    }
+    match plain_cause(e) {
+        Some(plain) if !chain.to_lowercase().contains(plain) => format!("{plain}: {chain}"),
+        _ => chain,
+    }
+}
+
+/// The common causes of a failed connection, in plain words, found in `e`'s source chain.
+fn plain_cause(e: &postgres::Error) -> Option<&'static str> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => return Some("connection refused"),
+                std::io::ErrorKind::TimedOut => return Some("timed out"),
+                _ => {}
+            }
+        }
+        let text = cause.to_string();
+        // The resolver's failures are I/O errors of no particular kind; their text says it.
+        if text.contains("failed to lookup address")
+            || text.contains("Name or service not known")
+            || text.contains("nodename nor servname")
+        {
+            return Some("DNS name not found");
+        }
+        if cause.downcast_ref::<rustls::Error>().is_some()
+            || text.starts_with("error performing TLS")
+        {
+            return Some("TLS handshake failed");
+        }
+        if text.starts_with("authentication error") {
+            return Some("authentication failed");
+        }
+        if text.starts_with("timeout waiting for server") {
+            return Some("timed out");
+        }
+        source = cause.source();
+    }
+    None
 }
 
 /// Whether the error means the connection is unusable (closed, reset, the server shutting
@@ -138,21 +194,38 @@ pub struct PgOptions {
     /// Connections open at most at once (at least 1).
     pub max_connections: usize,
     /// How long a new connection, or a transaction whose connection turned out to be dead,
-    /// keeps trying before the error is returned (the server restarting, say).
+    /// keeps trying before the error is returned (the server restarting, say). Each failed
+    /// attempt to connect is logged (`warn`) with its cause while it is retried.
     pub reconnect_for: Duration,
+    /// How long one attempt to connect may take, unless the URL sets `connect_timeout`.
+    pub connect_timeout: Duration,
 }
 
 impl PgOptions {
-    /// Options for `url` with the defaults: no schema, 16 connections, 30 s of reconnecting.
+    /// Options for `url` with the defaults: no schema, 16 connections, 30 s of reconnecting,
+    /// 5 s for one attempt to connect.
     pub fn new(url: impl Into<String>) -> Self {
         PgOptions {
             url: url.into(),
             schema: None,
             max_connections: 16,
             reconnect_for: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
         }
     }
+
+    /// The options of a command that runs once and reports to someone waiting for it: one
+    /// attempt to connect, of at most [`ONE_SHOT_CONNECT_TIMEOUT`], so an unreachable database
+    /// is reported with its cause within seconds instead of retried for the reconnect window.
+    pub fn one_shot(mut self) -> Self {
+        self.reconnect_for = Duration::ZERO;
+        self.connect_timeout = ONE_SHOT_CONNECT_TIMEOUT;
+        self
+    }
 }
+
+/// How long a one-shot command waits for a connection ([`PgOptions::one_shot`]).
+pub const ONE_SHOT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A database URL as it may be printed: the password, if any, replaced by `***`.
 pub fn redact_url(url: &str) -> String {
@@ -222,6 +295,25 @@ mod tests {
         assert!(!valid_schema_name("a;drop"));
         assert!(!valid_schema_name(""));
         assert!(!valid_schema_name(&"a".repeat(64)));
+    }
+
+    #[test]
+    fn a_refused_connection_says_so_at_once() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("postgres://u@127.0.0.1:{port}/db?sslmode=disable");
+        let started = std::time::Instant::now();
+        let e = PgPool::connect(&PgOptions::new(url).one_shot()).unwrap_err();
+        assert!(
+            started.elapsed() < ONE_SHOT_CONNECT_TIMEOUT * 3,
+            "one attempt"
+        );
+        let text = e.to_string();
+        assert!(text.contains("cannot connect"), "{text}");
+        assert!(text.to_lowercase().contains("connection refused"), "{text}");
     }
 
     #[test]

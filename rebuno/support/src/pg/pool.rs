@@ -112,7 +112,7 @@ impl PgPool {
         let mut config = tokio_postgres::Config::from_str(&options.url)
             .map_err(|e| PgError::Config(format!("invalid database URL: {e}")))?;
         if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(5));
+            config.connect_timeout(options.connect_timeout);
         }
         if let Some(schema) = &options.schema {
             if !valid_schema_name(schema) {
@@ -194,7 +194,7 @@ impl PgPool {
             };
             match attempt {
                 Ok(client) => return Ok(client),
-                Err(e) if is_connection_error(&e) && retry.again() => {}
+                Err(e) if is_connection_error(&e) && retry.again_after(&e) => {}
                 Err(e) => return Err(PgError::Connect(describe(&e))),
             }
         }
@@ -214,7 +214,7 @@ impl PgPool {
         loop {
             match self.open_once() {
                 Ok(conn) => return Ok(conn),
-                Err(PgError::Db(e)) if is_connection_error(&e) && retry.again() => {}
+                Err(PgError::Db(e)) if is_connection_error(&e) && retry.again_after(&e) => {}
                 Err(PgError::Db(e)) => return Err(PgError::Connect(describe(&e))),
                 Err(e) => return Err(e),
             }
@@ -411,6 +411,8 @@ impl PgPool {
 pub(super) struct Backoff {
     deadline: Instant,
     pause: Duration,
+    /// Attempts that failed so far.
+    failed: u32,
 }
 
 impl Backoff {
@@ -418,7 +420,27 @@ impl Backoff {
         Backoff {
             deadline: Instant::now() + window,
             pause: Duration::from_millis(50),
+            failed: 0,
         }
+    }
+
+    /// After an attempt to connect failed with `error`: like [`Backoff::again`], logging the
+    /// cause (`warn`) with the attempt and the delay before the next one when there is time
+    /// for another, so an operator sees why at once rather than when the window ends.
+    pub(super) fn again_after(&mut self, error: &postgres::Error) -> bool {
+        self.failed += 1;
+        let now = Instant::now();
+        if now >= self.deadline {
+            return false;
+        }
+        tracing::warn!(
+            attempt = self.failed,
+            retry_in = ?self.pause,
+            retrying_for = ?(self.deadline - now),
+            "cannot connect to PostgreSQL: {}; retrying",
+            describe(error)
+        );
+        self.again()
     }
 
     /// Sleeps and answers `true` if there is time for another attempt.

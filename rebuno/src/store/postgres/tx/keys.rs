@@ -11,11 +11,11 @@ use durable_support::pg::postgres::Row;
 use durable_support::pg::postgres::types::{ToSql, Type};
 
 /// The columns [`key_row`] reads.
-const KEY_COLS: &str =
+pub(super) const KEY_COLS: &str =
     "id, name, subject, groups, scopes, created_at, created_by, expires_at, revoked_at, agent_id";
 
 /// An API key.
-fn key_row(r: &Row) -> Result<ApiKey, DecodeError> {
+pub(super) fn key_row(r: &Row) -> Result<ApiKey, DecodeError> {
     let text = |i: usize| {
         r.try_get::<_, String>(i)
             .map_err(|e| format!("column {i}: {e}"))

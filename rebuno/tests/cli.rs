@@ -3,6 +3,11 @@
 //! aborts the boot with the file and the reason, and `dev` / `server` serve the API
 //! until SIGTERM; without a terminal on stdin there is no REPL, only HTTP.
 
+#[path = "support/logs.rs"]
+mod logs;
+
+use logs::json_log_line;
+use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -1313,4 +1318,132 @@ fn a_postgres_login_that_fails_is_named_at_once() {
     assert!(err.contains("authentication failed"), "{err}");
     assert!(err.contains("no_such_user_x"), "{err}");
     assert!(!err.contains("wrong@"), "{err}");
+}
+
+/// Runs `cmd` (a kernel on `127.0.0.1:0` logging JSON) until it answers, sends it one request
+/// (with `token`), and returns every line it wrote on stderr meanwhile, each parsed as the JSON
+/// log line it must be.
+async fn json_log_of_a_start(cmd: &mut Command, token: Option<&str>) -> Vec<Value> {
+    let running = Running::spawn(cmd);
+    let mut events = Vec::new();
+    let base = loop {
+        let line = running
+            .lines
+            .recv_timeout(DEADLINE)
+            .expect("no `listening on` event on stderr");
+        let event = json_log_line(&line);
+        let listening = event["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("listening on http://"));
+        let url = event["fields"]["url"].as_str().map(str::to_owned);
+        events.push(event);
+        if listening {
+            break url.unwrap_or_else(|| panic!("no url field: {line}"));
+        }
+    };
+    wait_until_up(&format!("{base}/v0/health")).await;
+    let (status, _) = get(&format!("{base}/v0/agents"), token).await.unwrap();
+    assert_eq!(status, 200);
+    // What start-up and the request still had to say.
+    while let Ok(line) = running.lines.recv_timeout(Duration::from_millis(1500)) {
+        events.push(json_log_line(&line));
+    }
+    #[cfg(unix)]
+    running.terminate();
+    #[cfg(not(unix))]
+    drop(running);
+    events
+}
+
+/// The messages of `events` at `level`.
+fn messages(events: &[Value], level: &str) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["level"] == level)
+        .map(|e| e["fields"]["message"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// With `--log-format json` (or `REBUNO_LOG_FORMAT=json`) every line `dev` and `server` write on
+/// stderr is one JSON object with a level and a message, from the first line on: the warning
+/// about an unread variable, the configuration, where the kernel listens and its console, the
+/// legacy-signature warning, what a request logs.
+#[tokio::test]
+async fn json_logs_are_json_from_the_first_line() {
+    let mut dev = rebuno();
+    dev.args(["dev", "--memory", "--listen-addr", "127.0.0.1:0"])
+        .args(["--log-format", "json"])
+        .env("RUST_LOG", "debug")
+        .env("REBUNO_NOT_A_SETTING", "1");
+    let events = json_log_of_a_start(&mut dev, None).await;
+    let info = messages(&events, "INFO");
+    for expected in [
+        "kernel configuration",
+        "listening on http://",
+        "web console at http://",
+    ] {
+        assert!(
+            info.iter().any(|m| m.starts_with(expected)),
+            "no {expected:?} in {info:#?}"
+        );
+    }
+    let warnings = messages(&events, "WARN");
+    assert!(
+        warnings.iter().any(|w| w.contains("REBUNO_NOT_A_SETTING")),
+        "{warnings:#?}"
+    );
+    let legacy: Vec<&String> = warnings.iter().filter(|w| w.contains("legacy")).collect();
+    assert_eq!(legacy.len(), 1, "{warnings:#?}");
+    assert!(
+        legacy[0].contains("--legacy-signatures=false"),
+        "{legacy:?}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = rebuno();
+    server
+        .args(["server", "--listen-addr", "127.0.0.1:0", "--db-url"])
+        .arg(format!("sqlite://{}", dir.path().join("k.db").display()))
+        .env("REBUNO_BEARER_TOKEN", "tok")
+        .env("REBUNO_LOG_FORMAT", "json")
+        .env_remove("RUST_LOG")
+        .env_remove("REBUNO_LOG_LEVEL");
+    let events = json_log_of_a_start(&mut server, Some("tok")).await;
+    let info = messages(&events, "INFO");
+    assert!(
+        info.iter().any(|m| m.starts_with("listening on http://")),
+        "{info:#?}"
+    );
+    // The schema was created: its migrations are logged among the JSON lines.
+    assert!(
+        events.iter().any(|e| e["target"] == "rebuno::migrations"),
+        "{events:#?}"
+    );
+    let warnings = messages(&events, "WARN");
+    assert!(
+        !warnings.iter().any(|w| w.contains("legacy")),
+        "server accepts no legacy signatures: {warnings:#?}"
+    );
+}
+
+/// The error a start fails on is a JSON line too, an `ERROR` naming the cause, even when
+/// `RUST_LOG` silences every other line.
+#[test]
+fn a_failed_start_reports_its_error_as_a_json_line() {
+    for filter in ["info", "off"] {
+        let out = run(rebuno()
+            .args(["--log-format", "json", "dev", "--memory"])
+            .args(["--listen-addr", "256.0.0.1:1"])
+            .env("RUST_LOG", filter));
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        let events: Vec<Value> = err.lines().map(json_log_line).collect();
+        let last = events.last().unwrap_or_else(|| panic!("nothing on stderr"));
+        assert_eq!(last["level"], "ERROR", "{err}");
+        let message = last["fields"]["message"].as_str().unwrap();
+        assert!(message.contains("cannot listen on 256.0.0.1:1"), "{err}");
+        if filter == "off" {
+            assert_eq!(events.len(), 1, "{err}");
+        }
+    }
 }

@@ -3,6 +3,8 @@
 //! `fork` are in `cli_verify_fork.rs`.)
 
 mod cli_support;
+#[path = "../../rebuno/tests/support/logs.rs"]
+mod logs;
 
 use cli_support::*;
 use receipt::Receipt;
@@ -312,13 +314,96 @@ fn unknown_commands_and_usage_errors_are_one_line() {
     let out = cli.bare().arg("trcae").output().unwrap();
     assert_eq!(expect_err(out, &"trcae"), "Unknown command 'trcae'");
 
-    let msg = cli.err(&["trace"]);
-    assert!(msg.contains("<T>"), "{msg}");
     let msg = cli.err(&["trace", RUN, "--bogus"]);
     assert!(msg.contains("--bogus"), "{msg}");
     let msg = cli.err(&["fork", RUN, "1", "--at", "1"]);
     assert!(msg.contains("--at"), "{msg}");
     assert!(cli.err(&[]).contains("receipt --help"));
+}
+
+/// A command that reads a stream, given none, says what it needs and where to find one, and
+/// exits 1; its help still shows the argument as required.
+#[test]
+fn a_missing_stream_argument_is_explained() {
+    let cli = Cli::new();
+    cli.append(RUN, "a", "{}");
+    for command in ["trace", "replay", "inspect", "verify"] {
+        let msg = cli.err(&[command]);
+        assert_eq!(
+            msg,
+            format!(
+                "receipt {command} needs a stream name or a run id: `receipt {command} \
+                 <stream|run-id>` (`receipt streams` lists the streams; an agent run's is \
+                 agents/<agent-id>/runs/<run-id>, and `receipt run` prints its runId)"
+            )
+        );
+        let help = expect_ok(
+            cli.bare().args([command, "--help"]).output().unwrap(),
+            &command,
+        );
+        assert!(
+            help.contains(&format!("Usage: receipt {command} [OPTIONS] <T>")),
+            "{help}"
+        );
+        assert!(help.contains("receipt streams"), "{help}");
+    }
+}
+
+/// The target group a worker serves, and a remote action goes to, unless told otherwise is
+/// named in the help of `receipt`, `run` and `worker`.
+#[test]
+fn help_names_the_default_worker_group() {
+    let cli = Cli::new();
+    for args in [&["--help"][..], &["run", "--help"], &["worker", "--help"]] {
+        let help = expect_ok(cli.bare().args(args).output().unwrap(), &args);
+        assert!(
+            help.contains(receipt::agent::DEFAULT_TARGET_GROUP),
+            "{args:?} does not name the default group: {help}"
+        );
+    }
+    let run = expect_ok(cli.bare().args(["run", "--help"]).output().unwrap(), &"run");
+    for words in ["resumes", "--run-id", "recorded", "stdout"] {
+        assert!(run.contains(words), "run --help lacks {words}: {run}");
+    }
+}
+
+/// With `--log-format json` the error a command fails on is one JSON line too, whatever the
+/// filter; its output is still on stdout.
+#[test]
+fn json_logs_make_the_error_line_json() {
+    let cli = Cli::new();
+    cli.append(RUN, "a", "{}");
+    for filter in ["trace", "off"] {
+        let out = cli
+            .bare()
+            .env("RUST_LOG", filter)
+            .arg("--db")
+            .arg(&cli.db)
+            .args(["--log-format", "json", "verify", "nowhere/at-all"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert!(out.stdout.is_empty());
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        let events: Vec<Value> = stderr.lines().map(logs::json_log_line).collect();
+        let last = events.last().expect("a line on stderr");
+        assert_eq!(last["level"], "ERROR", "{stderr}");
+        assert_eq!(
+            last["fields"]["message"], "Unknown stream 'nowhere/at-all'",
+            "{stderr}"
+        );
+    }
+    let out = cli
+        .bare()
+        .env("RECEIPT_LOG_FORMAT", "json")
+        .arg("--db")
+        .arg(&cli.db)
+        .args(["trace", RUN])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(out.stderr.is_empty());
+    assert!(String::from_utf8(out.stdout).unwrap().ends_with("  a\n"));
 }
 
 #[test]

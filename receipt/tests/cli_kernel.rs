@@ -8,9 +8,10 @@ mod agent_support;
 mod kernel_support;
 
 use agent_support::*;
-use kernel_support::processes::{Child, Files, child_command, child_main, role};
+use kernel_support::processes::{
+    Child, Files, child_command, child_main, exit_with, printed, role,
+};
 use kernel_support::*;
-use serde_json::Value;
 use std::process::Stdio;
 
 /// The command line of a `cli` child, as JSON.
@@ -26,14 +27,7 @@ fn child_process_role() {
     let db = args.iter().position(|a| a == "--db").map(|i| &args[i + 1]);
     let dir = std::path::Path::new(db.unwrap()).parent().unwrap();
     let code = receipt::cli::main_with_args(registry("1.0.0", Payments::in_dir(dir)), args);
-    use std::process::ExitCode;
-    std::process::exit(if code == ExitCode::SUCCESS {
-        0
-    } else if code == ExitCode::from(2) {
-        2
-    } else {
-        1
-    })
+    exit_with(code)
 }
 
 /// `receipt <args>` with the `pay-agent` registered, as a child process.
@@ -43,16 +37,6 @@ fn receipt(args: &[&str]) -> std::process::Command {
     all.extend(args);
     command.env(ARGS_ENV, serde_json::to_string(&all).unwrap());
     command
-}
-
-/// The JSON object a command printed (after the test harness's own lines).
-fn printed(stdout: &[u8]) -> Value {
-    let text = String::from_utf8_lossy(stdout);
-    let start = text
-        .find('{')
-        .unwrap_or_else(|| panic!("no JSON in {text:?}"));
-    let end = text.rfind('}').unwrap();
-    serde_json::from_str(&text[start..=end]).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

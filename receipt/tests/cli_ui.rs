@@ -6,6 +6,8 @@
 //! WebDriver helper and saves screenshots under `target/console-screenshots/`.
 
 mod cli_support;
+#[path = "../../rebuno/tests/support/logs.rs"]
+mod logs;
 #[path = "../../rebuno/tests/support/webdriver.rs"]
 mod webdriver;
 
@@ -126,6 +128,59 @@ async fn a_tampered_chain_shows_its_failing_index_and_runs_show_their_steps() {
         get(&format!("{}/ui/stream?name=missing", ui.base)).await.0,
         404
     );
+}
+
+/// With `--log-format json` every line `receipt ui` writes on stderr is one JSON object from
+/// the first on: the console's address is a log event (field `url`), and what serving a page
+/// logs follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_hold_the_console_address() {
+    let cli = Cli::new();
+    cli.append(RUN, "a", "{}");
+    let mut child = cli
+        .bare()
+        .env("RUST_LOG", "debug")
+        .arg("--db")
+        .arg(&cli.db)
+        .args(["--log-format", "json", "ui", "--listen", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start receipt ui");
+    let stderr = child.stderr.take().unwrap();
+    let served = Served {
+        child,
+        base: String::new(),
+    };
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait = std::time::Duration::from_secs(60);
+    let url = loop {
+        let line = lines
+            .recv_timeout(wait)
+            .expect("no console address on stderr");
+        let event = logs::json_log_line(&line);
+        if let Some(url) = event["fields"]["url"].as_str() {
+            assert_eq!(event["level"], "INFO", "{line}");
+            break url.to_owned();
+        }
+    };
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/ui"),
+        "{url}"
+    );
+    let (status, _, body) = get(&format!("{url}/streams")).await;
+    assert_eq!(status, 200);
+    assert!(body.contains(RUN));
+    while let Ok(line) = lines.recv_timeout(std::time::Duration::from_millis(1500)) {
+        logs::json_log_line(&line);
+    }
+    drop(served);
 }
 
 /// `GET /ui/streams` sent raw to `base` with `Host: host`: the status and the body.

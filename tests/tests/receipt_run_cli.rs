@@ -248,11 +248,12 @@ fn run_refuses_a_missing_problem_and_an_unknown_agent() {
     let cli = Cli::new();
     assert_eq!(
         error(&cli.run(&["run", "hello-agent"])),
-        "--problem is required"
+        "--problem is required to start a run; to resume one, pass its --run-id (`receipt \
+         streams` lists the runs: agents/<agent-id>/runs/<run-id>)"
     );
     assert_eq!(
         error(&cli.run(&["run", "hello-agent", "--problem", ""])),
-        "--problem is required"
+        "--problem must not be empty"
     );
     assert_eq!(
         error(&cli.run(&["run", "nope", "--problem", "x"])),

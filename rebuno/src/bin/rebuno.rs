@@ -109,7 +109,10 @@ REBUNO_AGENT_SECRET are read by agents and clients, not by the kernel. Any other
 that is set is warned about at start-up. Not used by this build: REBUNO_DB_MIN_CONNS,
 REBUNO_DEADLINE_CHECK_INTERVAL, REBUNO_LEADER_LOCK_KEY, REBUNO_OTEL_ENDPOINT (use
 OTEL_EXPORTER_OTLP_ENDPOINT), REBUNO_OTEL_SAMPLE_RATE, REBUNO_OTEL_INSECURE and REBUNO_DEV.
-Logs go to stderr; metrics are served on /metrics.";
+Logs go to stderr, metrics are served on /metrics. With --log-format json every line on stderr is
+one JSON object (level, fields.message, target): the start-up lines, warnings and the error the
+process exits on included; stdout holds only what a command prints as its result (`version`, the
+REPL's answers).";
 
 /// Durable AI agents: the step-replay kernel.
 #[derive(Parser)]
@@ -499,7 +502,7 @@ fn load_manifest(path: Option<PathBuf>) -> Result<Option<Manifest>, String> {
         .transpose()
 }
 
-async fn dev(args: DevArgs, exporting: bool) -> Result<(), String> {
+async fn dev(args: DevArgs, exporting: bool, log_format: LogFormat) -> Result<(), String> {
     // Refused before anything is opened: a `REBUNO_*` value that does not parse.
     let (options, serve) = args.edge.options(true)?;
     let manifest = load_manifest(args.config)?;
@@ -531,6 +534,7 @@ async fn dev(args: DevArgs, exporting: bool) -> Result<(), String> {
             store: &format!("{store}; bearer auth off"),
             exporting,
             local_hosts: true,
+            log_format,
         },
         kernel,
         (options, serve),
@@ -540,7 +544,7 @@ async fn dev(args: DevArgs, exporting: bool) -> Result<(), String> {
     .await
 }
 
-async fn server(args: ServerArgs, exporting: bool) -> Result<(), String> {
+async fn server(args: ServerArgs, exporting: bool, log_format: LogFormat) -> Result<(), String> {
     let token = args
         .bearer_token
         .filter(|t| !t.is_empty())
@@ -570,6 +574,7 @@ async fn server(args: ServerArgs, exporting: bool) -> Result<(), String> {
             store: &db_url,
             exporting,
             local_hosts: false,
+            log_format,
         },
         kernel,
         (options, serve),
@@ -590,6 +595,8 @@ struct Mode<'a> {
     /// Whether only the listen address's local names (and those listed) are answered, even
     /// when no name is listed: `dev`, whose API and console are open to whoever reaches them.
     local_hosts: bool,
+    /// The format of the log lines, which the start-up lines follow.
+    log_format: LogFormat,
 }
 
 /// Logs the configuration the kernel starts with. No secret: the bearer token, agent secrets
@@ -645,6 +652,7 @@ async fn run(
         name: mode,
         store,
         local_hosts,
+        log_format,
         ..
     } = mode;
     if let Some(manifest) = &manifest {
@@ -663,15 +671,7 @@ async fn run(
         options.allowed_hosts = options.allowed_hosts.listening_on(addr);
     }
     let mut background = kernel.start_http();
-    eprintln!("rebuno {mode}: listening on http://{addr} ({store})");
-    eprintln!("rebuno {mode}: web console at http://{addr}/ui");
-    if options.legacy_signatures {
-        eprintln!(
-            "rebuno {mode}: warning: legacy body-only agent signatures (sha256=, Python SDK \
-             0.14-0.16) are accepted, and a captured one can be replayed at any time; turn them \
-             off with --legacy-signatures=false or REBUNO_LEGACY_SIGNATURES=false"
-        );
-    }
+    announce(log_format, mode, addr, store, options.legacy_signatures);
     // The REPL only with a terminal on stdin; otherwise (CI, pipes) only HTTP is served.
     let shutdown: Pin<Box<dyn Future<Output = ()> + Send>> = if std::io::stdin().is_terminal() {
         let (quit_tx, quit_rx) = tokio::sync::oneshot::channel();
@@ -690,6 +690,43 @@ async fn run(
     serve_with_shutdown(listener, router(kernel, options), &serve, shutdown).await;
     background.stop();
     Ok(())
+}
+
+/// The warning of a kernel that accepts legacy signatures.
+const LEGACY_WARNING: &str = "legacy body-only agent signatures (sha256=, Python SDK 0.14-0.16) \
+     are accepted, and a captured one can be replayed at any time; turn them off with \
+     --legacy-signatures=false or REBUNO_LEGACY_SIGNATURES=false";
+
+/// Says where the kernel listens and serves its console (and warns when it accepts legacy
+/// signatures): plain lines that a person reads for `pretty`, log events like every other line
+/// for `json`, so that each line on stderr is one JSON object.
+fn announce(format: LogFormat, mode: &str, addr: std::net::SocketAddr, store: &str, legacy: bool) {
+    let (api, console) = (format!("http://{addr}"), format!("http://{addr}/ui"));
+    match format {
+        LogFormat::Pretty => {
+            eprintln!("rebuno {mode}: listening on {api} ({store})");
+            eprintln!("rebuno {mode}: web console at {console}");
+            if legacy {
+                eprintln!("rebuno {mode}: warning: {LEGACY_WARNING}");
+            }
+        }
+        LogFormat::Json => {
+            tracing::info!(mode, url = %api, store, "listening on {api}");
+            tracing::info!(mode, url = %console, "web console at {console}");
+            if legacy {
+                tracing::warn!(mode, "{LEGACY_WARNING}");
+            }
+        }
+    }
+}
+
+/// Reports the error the process exits on: `rebuno: <error>` for `pretty`, an `ERROR` event
+/// for `json`. Whatever `RUST_LOG` says, it is written.
+fn report_error(format: LogFormat, error: &str) {
+    match format {
+        LogFormat::Pretty => eprintln!("rebuno: {error}"),
+        LogFormat::Json => rebuno::telemetry::unfiltered(format, || tracing::error!("{error}")),
+    }
 }
 
 /// Resolves on Ctrl-C; never if Ctrl-C cannot be watched.
@@ -758,7 +795,7 @@ fn start_repl(kernel: Kernel, quit: tokio::sync::oneshot::Sender<bool>) -> Inter
             let _ = quit.send(leave);
         });
     if let Err(e) = spawned {
-        eprintln!("rebuno: cannot start the REPL ({e}); serving HTTP only");
+        tracing::warn!("cannot start the REPL ({e}); serving HTTP only");
     }
     interrupt
 }
@@ -770,7 +807,7 @@ fn repl_loop(mut repl: Repl, handle: &tokio::runtime::Handle) -> bool {
     let mut editor = match rustyline::DefaultEditor::new() {
         Ok(editor) => editor,
         Err(e) => {
-            eprintln!("rebuno: no REPL ({e}); serving HTTP only");
+            tracing::warn!("no REPL ({e}); serving HTTP only");
             return false;
         }
     };
@@ -790,7 +827,7 @@ fn repl_loop(mut repl: Repl, handle: &tokio::runtime::Handle) -> bool {
                     if let Some(path) = &history
                         && let Err(e) = editor.save_history(path)
                     {
-                        eprintln!("rebuno: cannot save the history to {}: {e}", path.display());
+                        tracing::warn!("cannot save the history to {}: {e}", path.display());
                     }
                 }
                 repl.set_width(terminal_width());
@@ -806,7 +843,7 @@ fn repl_loop(mut repl: Repl, handle: &tokio::runtime::Handle) -> bool {
             }
             Err(ReadlineError::Interrupted | ReadlineError::Eof) => return true,
             Err(e) => {
-                eprintln!("rebuno: the REPL stopped ({e}); serving HTTP until a signal");
+                tracing::warn!("the REPL stopped ({e}); serving HTTP until a signal");
                 return false;
             }
         }
@@ -817,7 +854,7 @@ fn repl_loop(mut repl: Repl, handle: &tokio::runtime::Handle) -> bool {
 /// `REBUNO_LOG_FORMAT`, else pretty), filtered by `RUST_LOG`, and exports spans when built with
 /// `otel` and configured by `OTEL_*` (see [`rebuno::telemetry::init`]). Internal details the
 /// HTTP answers leave out (store errors, background loop failures) are logged here.
-fn init_logging(flag: Option<LogFormat>) -> Result<Telemetry, String> {
+fn init_logging(format: LogFormat) -> Result<Telemetry, String> {
     // `REBUNO_LOG_LEVEL` is read when `RUST_LOG` is not set: refused if it does not parse.
     if env_nonempty("RUST_LOG").is_none()
         && let Some(raw) = env_nonempty("REBUNO_LOG_LEVEL")
@@ -826,23 +863,34 @@ fn init_logging(flag: Option<LogFormat>) -> Result<Telemetry, String> {
             format!("invalid environment: REBUNO_LOG_LEVEL: {raw:?} is not a level or filter directives such as info,rebuno::kernel=debug ({e})")
         })?;
     }
-    let format = match flag {
-        Some(format) => format,
-        None => match env_nonempty("REBUNO_LOG_FORMAT") {
-            Some(raw) => raw.parse().map_err(|e| format!("REBUNO_LOG_FORMAT: {e}"))?,
-            None => LogFormat::default(),
-        },
-    };
     rebuno::telemetry::init("rebuno", format)
+}
+
+/// The log format: the flag, else `REBUNO_LOG_FORMAT`, else pretty.
+fn log_format(flag: Option<LogFormat>) -> Result<LogFormat, String> {
+    match flag {
+        Some(format) => Ok(format),
+        None => match env_nonempty("REBUNO_LOG_FORMAT") {
+            Some(raw) => raw.parse().map_err(|e| format!("REBUNO_LOG_FORMAT: {e}")),
+            None => Ok(LogFormat::default()),
+        },
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Held to the end: dropping it exports the spans still buffered.
-    let telemetry = match init_logging(cli.log_format) {
-        Ok(telemetry) => telemetry,
+    let format = match log_format(cli.log_format) {
+        Ok(format) => format,
         Err(e) => {
             eprintln!("rebuno: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Held to the end: dropping it exports the spans still buffered.
+    let telemetry = match init_logging(format) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            report_error(format, &e);
             return ExitCode::FAILURE;
         }
     };
@@ -866,15 +914,15 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("rebuno: cannot start the runtime: {e}");
+            report_error(format, &format!("cannot start the runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
     let exporting = telemetry.exporting();
     let result = runtime.block_on(async move {
         match command {
-            Command::Dev(args) => dev(args, exporting).await,
-            Command::Server(args) => server(args, exporting).await,
+            Command::Dev(args) => dev(args, exporting, format).await,
+            Command::Server(args) => server(args, exporting, format).await,
             Command::Version => Ok(()),
         }
     });
@@ -883,7 +931,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rebuno: {e}");
+            report_error(format, &e);
             ExitCode::FAILURE
         }
     }

@@ -29,7 +29,7 @@ pub use otel::{OtelConfig, OtelGuard};
 #[cfg(feature = "telemetry")]
 pub use progress::Progress;
 #[cfg(any(feature = "telemetry", feature = "otel"))]
-pub use subscriber::{LogFilter, LogFormat, Telemetry, init, init_with};
+pub use subscriber::{LogFilter, LogFormat, Telemetry, init, init_with, unfiltered};
 
 use std::fmt;
 use std::future::Future;

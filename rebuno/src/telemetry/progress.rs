@@ -6,6 +6,7 @@
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressFinish, ProgressStyle};
 use std::io::IsTerminal as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tracing::field::{Field, Visit};
@@ -14,6 +15,15 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
+
+/// Set when the log lines are JSON: no bar is drawn among them, even on a terminal.
+static NEVER_DRAW: AtomicBool = AtomicBool::new(false);
+
+/// From now on no bar is drawn (every [`Progress`] is hidden): the log lines on stderr are for
+/// a machine.
+pub(super) fn never_draw() {
+    NEVER_DRAW.store(true, Ordering::Relaxed);
+}
 
 /// How often a spinner turns.
 const SPIN: Duration = Duration::from_millis(120);
@@ -24,10 +34,11 @@ static BARS: OnceLock<MultiProgress> = OnceLock::new();
 
 /// A progress bar, or a spinner when the amount of work is not known, on stderr.
 ///
-/// It is drawn only when stderr is a terminal: otherwise every method does nothing, so a
-/// command's output is the same in a pipe, a file, CI or a test. Log lines written by the
-/// subscriber of [`init`](super::init) while it is drawn are printed above it. Clones share the
-/// bar; it is cleared by [`Progress::finish`], or when the last clone is dropped.
+/// It is drawn only when stderr is a terminal and the log lines of [`init`](super::init) are
+/// not JSON: otherwise every method does nothing, so a command's output is the same in a pipe,
+/// a file, CI or a test. Log lines written by the subscriber of [`init`](super::init) while it
+/// is drawn are printed above it. Clones share the bar; it is cleared by [`Progress::finish`],
+/// or when the last clone is dropped.
 ///
 /// ```no_run
 /// let progress = rebuno::telemetry::Progress::bar("verifying", 10_000);
@@ -79,7 +90,7 @@ impl Progress {
     }
 
     fn draw(label: &str, len: Option<u64>) -> Progress {
-        if !std::io::stderr().is_terminal() {
+        if !std::io::stderr().is_terminal() || NEVER_DRAW.load(Ordering::Relaxed) {
             return Progress::hidden();
         }
         let (bar, template) = match len {

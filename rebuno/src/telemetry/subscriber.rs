@@ -98,17 +98,16 @@ pub fn init(service: &str, format: LogFormat) -> Result<Telemetry, String> {
 /// default, the spans it always exports).
 pub fn init_with(service: &str, format: LogFormat, filter: LogFilter) -> Result<Telemetry, String> {
     let _ = service;
+    let registry =
+        tracing_subscriber::registry().with(fmt_layer(format).with_filter(filter.env_filter()));
+    // A bar drawn between JSON lines would corrupt what a log collector reads off a terminal.
     #[cfg(feature = "telemetry")]
-    let fmt = tracing_subscriber::fmt::layer().with_writer(super::progress::Stderr);
-    #[cfg(not(feature = "telemetry"))]
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let fmt = match format {
-        LogFormat::Pretty => fmt.with_ansi(false).boxed(),
-        LogFormat::Json => fmt.json().boxed(),
+    let registry = {
+        if format == LogFormat::Json {
+            super::progress::never_draw();
+        }
+        registry.with(super::progress::layer())
     };
-    let registry = tracing_subscriber::registry().with(fmt.with_filter(filter.env_filter()));
-    #[cfg(feature = "telemetry")]
-    let registry = registry.with(super::progress::layer());
     #[allow(unused_mut)]
     let mut telemetry = Telemetry::default();
     #[cfg(feature = "otel")]
@@ -127,4 +126,29 @@ pub fn init_with(service: &str, format: LogFormat, filter: LogFilter) -> Result<
         .try_init()
         .map_err(|e| format!("cannot install the log subscriber: {e}"))?;
     Ok(telemetry)
+}
+
+/// The layer writing log lines to stderr in `format` (above any progress bar, with
+/// `telemetry`).
+fn fmt_layer<S>(format: LogFormat) -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    #[cfg(feature = "telemetry")]
+    let fmt = tracing_subscriber::fmt::layer().with_writer(super::progress::Stderr);
+    #[cfg(not(feature = "telemetry"))]
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    match format {
+        LogFormat::Pretty => fmt.with_ansi(false).boxed(),
+        LogFormat::Json => fmt.json().boxed(),
+    }
+}
+
+/// Runs `f` with every event it emits written to stderr in `format`, whatever the filter of
+/// the process's subscriber (or without one): for what a binary must tell its operator even
+/// when `RUST_LOG` silences its logs, such as the error it exits on, in the format of its other
+/// lines (with [`LogFormat::Json`], one object with `level`, `fields.message` and `target`).
+pub fn unfiltered<R>(format: LogFormat, f: impl FnOnce() -> R) -> R {
+    let subscriber = tracing_subscriber::registry().with(fmt_layer(format));
+    tracing::subscriber::with_default(subscriber, f)
 }

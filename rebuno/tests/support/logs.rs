@@ -82,3 +82,13 @@ pub async fn closed(name: &str, found: impl Fn(&str) -> bool) -> String {
     .await;
     closed_span(&line, name).unwrap_or_default().to_owned()
 }
+
+/// `line`, a line a binary wrote on stderr with `--log-format json`, as the JSON object it must
+/// be: with a `level` and a message (`fields.message`). Panics, showing the line, otherwise.
+pub fn json_log_line(line: &str) -> serde_json::Value {
+    let event: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+    assert!(event["level"].is_string(), "no level: {line}");
+    assert!(event["fields"]["message"].is_string(), "no message: {line}");
+    event
+}

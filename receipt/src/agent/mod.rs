@@ -128,7 +128,7 @@ pub use merge::{
     MergeCandidate, MergeContext, MergeDecision, MergePolicy, MergeResultContext, MergeScoreVector,
     ScoredCandidate, merge, rebracket,
 };
-pub use registry::{DynAgent, Registry, erase};
+pub use registry::{DynAgent, Registry, SEED_TYPES, erase};
 pub use remote::{
     DEFAULT_TARGET_GROUP, Delivery, InProcessDispatcher, REMOTE_FUNCTION, REMOTE_FUNCTION_VERSION,
     REMOTE_TIMEOUT_MS, RemoteCall, RemoteDispatcher, RemotePayload, RemoteRefusal, RemoteResult,

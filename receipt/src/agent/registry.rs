@@ -10,6 +10,10 @@ use async_trait::async_trait;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock, RwLock};
 
+/// The receipt types `receipt run --problem` can seed a new run with (`{"prompt": <text>}`),
+/// in order of preference.
+pub const SEED_TYPES: [&str; 2] = ["task.requested", "prompt.received"];
+
 /// An agent spec with its Rust types erased: enough to run a controller or serve a remote call.
 #[async_trait]
 pub trait DynAgent: Send + Sync + 'static {
@@ -21,11 +25,11 @@ pub trait DynAgent: Send + Sync + 'static {
     fn receipt_types(&self) -> &'static [&'static str];
     /// The action ids, in declaration order.
     fn action_ids(&self) -> Vec<String>;
-    /// The type of the receipt `receipt run` seeds a new run with: `task.requested` when declared, else
-    /// `prompt.received` when declared, else none.
+    /// The type of the receipt `receipt run` seeds a new run with: the first of
+    /// [`SEED_TYPES`] the agent declares, else none.
     fn seed_type(&self) -> Option<&'static str> {
         let types = self.receipt_types();
-        ["task.requested", "prompt.received"]
+        SEED_TYPES
             .into_iter()
             .find_map(|t| types.iter().copied().find(|d| *d == t))
     }

@@ -8,7 +8,7 @@ use super::report::{print_json, print_text};
 use super::{CliResult, Failure, fail};
 use crate::Command;
 use crate::Error;
-use crate::agent::{AgentError, ControllerOptions, Registry, RunOutcome};
+use crate::agent::{AgentError, ControllerOptions, DynAgent, Registry, RunOutcome, SEED_TYPES};
 use crate::receipt::base36;
 use crate::sim::{Clock, EntropySource, OsEntropy, SystemClock};
 use clap::Args;
@@ -30,16 +30,20 @@ pub(super) struct NewArgs {
     dir: Option<PathBuf>,
 }
 
-/// `receipt run <agent-id> --problem <text> [--run-id] [--stream] [--run-stream]
+/// `receipt run <agent-id> [--problem <text>] [--run-id] [--stream] [--run-stream]
 /// [--kernel-url <url> [--kernel-api-key <key>]]`.
 #[derive(Debug, Args)]
+#[command(after_help = RUN_HELP)]
 pub(super) struct RunArgs {
     /// The id of an agent registered in this binary
     agent_id: String,
-    /// The problem to seed the run with (required)
+    /// The problem a new run is seeded with (its task.requested or prompt.received receipt);
+    /// required to start a run. A resumed run keeps the problem it was started with: omit it,
+    /// or give the same text
     #[arg(long, alias = "prompt", value_name = "TEXT")]
     problem: Option<String>,
     /// The run id (default run_<base36 now>_<4 random base36 chars>); an existing run resumes
+    /// (`receipt streams` lists the runs: agents/<agent-id>/runs/<run-id>)
     #[arg(long, value_name = "ID")]
     run_id: Option<String>,
     /// The agent's base stream (default agents/<agent-id>)
@@ -59,6 +63,20 @@ pub(super) struct RunArgs {
     #[command(flatten)]
     govern: GovernArgs,
 }
+
+/// The end of `receipt run --help`.
+const RUN_HELP: &str = "\
+Starting and resuming: `run <agent> --problem <text>` starts a new run, seeded with the agent's
+task.requested receipt (else prompt.received) holding {\"prompt\": <text>}; `run <agent> --run-id
+<id>` resumes that run, whose problem is recorded. An agent that declares neither seed type is
+started by appending its first receipts with `receipt append`, then resumed with --run-id.
+
+Remote actions run on the workers of their target group (`receipt worker --group <group>`,
+through --kernel-url); an action that names no group is served by the default group,
+receipt-chat.
+
+The run's JSON report is the command's output, on stdout; exit 0 when it completed, 2 when it
+stopped without completing (blocked, failed), 1 on an error.";
 
 /// `hello-agent` -> `HelloAgent`.
 fn camel(id: &str) -> String {
@@ -455,6 +473,20 @@ struct RunReport<'a> {
     error: Option<&'a str>,
 }
 
+/// The refusal to seed a run of `agent`, which declares neither seed type.
+fn no_seed_type(agent: &dyn DynAgent, stream: &str) -> String {
+    format!(
+        "agent '{}' declares no seed receipt type: `receipt run --problem` seeds a run with {}, \
+         and it declares {}; append a run's first receipt yourself (`receipt append \
+         {stream}/runs/<run-id> <type> <json>`), then resume it with `receipt run {} --run-id \
+         <run-id>`",
+        agent.id(),
+        SEED_TYPES.join(" or "),
+        agent.receipt_types().join(", "),
+        agent.id(),
+    )
+}
+
 /// `run_<base36 now>_<4 random base36 chars>`.
 fn default_run_id() -> String {
     let now = u64::try_from(SystemClock.now_ms()).unwrap_or(0);
@@ -468,8 +500,9 @@ fn default_run_id() -> String {
 }
 
 pub(super) async fn run(db: &Db, a: RunArgs, registry: Arc<Registry>) -> CliResult {
-    let Some(problem) = a.problem.filter(|p| !p.is_empty()) else {
-        return fail("--problem is required");
+    let problem = match a.problem {
+        Some(p) if p.is_empty() => return fail("--problem must not be empty"),
+        other => other,
     };
     let Some(agent) = registry.get(&a.agent_id) else {
         let known = registry.ids();
@@ -486,14 +519,29 @@ pub(super) async fn run(db: &Db, a: RunArgs, registry: Arc<Registry>) -> CliResu
             )
         });
     };
+    let stream = a.stream.unwrap_or_else(|| format!("agents/{}", a.agent_id));
+    // Refused before anything is opened: a run that cannot be started as asked.
+    let seed = agent.seed_type();
+    match (seed, &problem, &a.run_id) {
+        (None, Some(_), _) | (None, None, None) => {
+            return fail(no_seed_type(&*agent, &stream));
+        }
+        (Some(_), None, None) => {
+            return fail(
+                "--problem is required to start a run; to resume one, pass its --run-id \
+                 (`receipt streams` lists the runs: agents/<agent-id>/runs/<run-id>)",
+            );
+        }
+        _ => {}
+    }
     // Refused before anything is written: a policy file that cannot be read.
     let governance = a.govern.governance(&a.kernel, &a.agent_id)?;
     let run_id = a.run_id.unwrap_or_else(default_run_id);
-    let stream = a.stream.unwrap_or_else(|| format!("agents/{}", a.agent_id));
     let run_stream = a
         .run_stream
         .unwrap_or_else(|| format!("{stream}/runs/{run_id}"));
-    let runtime = Arc::new(db.runtime_serving(true).await?);
+    // Without a problem, only an existing run can be resumed: its database must exist.
+    let runtime = Arc::new(db.runtime_serving(problem.is_some()).await?);
     let options = ControllerOptions {
         dispatcher: a.kernel.dispatcher()?,
         governance,
@@ -511,10 +559,37 @@ pub(super) async fn run(db: &Db, a: RunArgs, registry: Arc<Registry>) -> CliResu
         }
         other => other?,
     }
-    if let Some(seed) = agent.seed_type() {
-        let command = Command::new(vec![json!({"type": seed, "prompt": problem})])
-            .event_id(format!("seed:{run_id}"));
-        runtime.execute(&run_stream, command).await?;
+    // A resumed run keeps the problem it was started with: it is what its receipts answer.
+    let recorded = runtime.read(&run_stream).await?;
+    let seeded = seed.and_then(|t| recorded.iter().find(|r| r.event_type() == t));
+    match (seed, problem, seeded) {
+        (Some(_), Some(problem), Some(seeded)) => {
+            let started_with = seeded.body().get("prompt").and_then(|p| p.as_str());
+            if started_with != Some(problem.as_str()) {
+                return fail(format!(
+                    "run '{run_id}' was started with another problem ({}): --problem {problem:?} \
+                     differs; omit --problem to resume the run, or start a new run without \
+                     --run-id",
+                    started_with.map_or_else(|| "no prompt".to_owned(), |p| format!("{p:?}")),
+                ));
+            }
+        }
+        (Some(seed), Some(problem), None) => {
+            let command = Command::new(vec![json!({"type": seed, "prompt": problem})])
+                .event_id(format!("seed:{run_id}"));
+            runtime.execute(&run_stream, command).await?;
+        }
+        (seed, None, _) if recorded.is_empty() => {
+            return fail(match seed {
+                Some(seed) => format!(
+                    "run '{run_id}' does not exist ({run_stream} holds no receipt): --problem is \
+                     required to start it (recorded as its {seed} receipt)"
+                ),
+                None => no_seed_type(&*agent, &stream),
+            });
+        }
+        // Resumed from what its stream holds.
+        _ => {}
     }
     let progress = super::progress::RunProgress::start(&runtime, &run_id, &run_stream);
     let outcome = agent

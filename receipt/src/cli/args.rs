@@ -17,9 +17,11 @@ names it; its tables live in the schema $RECEIPT_POSTGRES_SCHEMA (default: recei
 Stream arguments <t>: a value containing '/' is used as the stream name; otherwise an exact
 stream name, otherwise the stream ending in '/runs/<value>' (a run id).
 
-Errors print one line `error: <message>` on stderr and exit with status 1.
+Errors print one line `error: <message>` on stderr and exit with status 1 (with --log-format json,
+one JSON object: level ERROR, the message in fields.message).
 
-Logs go to stderr (stdout keeps the command's output): --log-format pretty|json, else
+Logs go to stderr; stdout keeps the command's output (a trace, a report, a receipt, `worker`'s
+status), which is never a log line: --log-format pretty|json, else
 $RECEIPT_LOG_FORMAT; filtered by $RUST_LOG, else $RECEIPT_LOG_LEVEL (a level or directives such as
 warn,receipt::agent=debug), else `info` for `worker` and `error` for the other commands. A
 stream of 10,000 receipts or more, and a `run`, show progress when stderr is a terminal.";
@@ -47,12 +49,16 @@ pub(super) enum Cmd {
     /// Append one event to a stream and print the new receipt as JSON
     Append(AppendArgs),
     /// List a stream's receipts: index, ISO timestamp and event type
+    #[command(override_usage = "receipt trace [OPTIONS] <T>")]
     Trace(TraceArgs),
     /// Print a stream's full receipts as JSON
+    #[command(override_usage = "receipt replay [OPTIONS] <T>")]
     Replay(ReportArgs),
     /// Print a stream's receipt count and its last receipt as JSON
+    #[command(override_usage = "receipt inspect [OPTIONS] <T>")]
     Inspect(ReportArgs),
     /// Verify a stream's hash chain (exit 1 when it is broken)
+    #[command(override_usage = "receipt verify [OPTIONS] <T>")]
     Verify(VerifyArgs),
     /// Fork a stream at an index into a new branch (writes metadata only)
     Fork(ForkArgs),
@@ -62,7 +68,8 @@ pub(super) enum Cmd {
     New(NewArgs),
     /// Run (or resume) an agent registered in this binary on a new or existing run
     Run(RunArgs),
-    /// Serve this binary's remote actions of one target group as a rebuno kernel's worker agent
+    /// Serve this binary's remote actions of one target group (default receipt-chat) as a
+    /// rebuno kernel's worker agent
     Worker(WorkerArgs),
     /// Serve a read-only web console over the database (streams, chains with their verify
     /// result, branches, agent runs) until interrupted
@@ -105,9 +112,10 @@ pub(super) struct AppendArgs {
 
 #[derive(Debug, Args)]
 pub(super) struct TraceArgs {
-    /// Stream name or run id
+    /// Stream name or run id (required; `receipt streams` lists the streams, an agent run's is
+    /// agents/<agent-id>/runs/<run-id>)
     #[arg(value_name = "T")]
-    pub(super) target: String,
+    pub(super) target: Option<String>,
     /// Print JSON: { stream, receipts: [{ index, ts, isoTs, type }] }
     #[arg(long)]
     pub(super) json: bool,
@@ -118,9 +126,10 @@ pub(super) struct TraceArgs {
 
 #[derive(Debug, Args)]
 pub(super) struct ReportArgs {
-    /// Stream name or run id
+    /// Stream name or run id (required; `receipt streams` lists the streams, an agent run's is
+    /// agents/<agent-id>/runs/<run-id>)
     #[arg(value_name = "T")]
-    pub(super) target: String,
+    pub(super) target: Option<String>,
     /// Accepted for symmetry; the output is always JSON
     #[arg(long)]
     pub(super) json: bool,
@@ -131,9 +140,10 @@ pub(super) struct ReportArgs {
 
 #[derive(Debug, Args)]
 pub(super) struct VerifyArgs {
-    /// Stream name or run id
+    /// Stream name or run id (required; `receipt streams` lists the streams, an agent run's is
+    /// agents/<agent-id>/runs/<run-id>)
     #[arg(value_name = "T")]
-    pub(super) target: String,
+    pub(super) target: Option<String>,
     /// Print the result as JSON on stdout (a failure still exits 1)
     #[arg(long)]
     pub(super) json: bool,

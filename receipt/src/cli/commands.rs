@@ -7,7 +7,7 @@ use super::report::{
     DuplicateReport, ForkReport, InspectReport, ReplayReport, StreamEntry, TraceEntry, TraceReport,
     VerifyFailed, VerifyOk, emit_report, print_json, print_text,
 };
-use super::target::{read_target, resolve, resolve_existing};
+use super::target::{read_target, required, resolve, resolve_existing};
 use super::time::iso_ts;
 use super::{CliResult, Failure, fail};
 use crate::receipt::base36;
@@ -108,7 +108,8 @@ fn json_kind(v: &Value) -> &'static str {
 
 /// `trace`: index, ISO timestamp and event type of each receipt (or JSON).
 pub(super) async fn trace(db: &Db, a: TraceArgs) -> CliResult {
-    let (stream, chain) = read_target(db, &a.target).await?;
+    let target = required("trace", a.target)?;
+    let (stream, chain) = read_target(db, &target).await?;
     if a.json || a.output_file.is_some() {
         let receipts = chain
             .iter()
@@ -140,7 +141,8 @@ pub(super) async fn trace(db: &Db, a: TraceArgs) -> CliResult {
 
 /// `replay`: the full receipts as JSON.
 pub(super) async fn replay(db: &Db, a: ReportArgs) -> CliResult {
-    let (stream, chain) = read_target(db, &a.target).await?;
+    let target = required("replay", a.target)?;
+    let (stream, chain) = read_target(db, &target).await?;
     let report = ReplayReport {
         stream: &stream,
         receipts: &chain,
@@ -150,9 +152,10 @@ pub(super) async fn replay(db: &Db, a: ReportArgs) -> CliResult {
 
 /// `inspect`: the receipt count and the last receipt.
 pub(super) async fn inspect(db: &Db, a: ReportArgs) -> CliResult {
+    let target = required("inspect", a.target)?;
     let rt = db.runtime(false).await?;
     let store = rt.store();
-    let stream = resolve_existing(&**store, &a.target).await?;
+    let stream = resolve_existing(&**store, &target).await?;
     // A plain stream's count and last receipt come from its tail: reading the whole chain
     // would take memory in proportion to its length. A branch has to be materialized.
     let (count, head) = match store.branch(&stream).await? {
@@ -181,8 +184,9 @@ pub(super) async fn inspect(db: &Db, a: ReportArgs) -> CliResult {
 
 /// `verify`: checks the hash chain; a broken chain is an error.
 pub(super) async fn verify_cmd(db: &Db, a: VerifyArgs) -> CliResult {
+    let target = required("verify", a.target)?;
     let rt = db.runtime(false).await?;
-    let stream = resolve_existing(&**rt.store(), &a.target).await?;
+    let stream = resolve_existing(&**rt.store(), &target).await?;
     match verify_stream(&**rt.store(), &stream).await? {
         Ok(v) => {
             if a.json {

@@ -12,6 +12,10 @@
 //!
 //! A process that already has a subscriber (a binary embedding the CLI that installed its own,
 //! or a test) keeps it.
+//!
+//! With `json`, every line the CLI writes on stderr is one JSON object: the log events, the
+//! console's address (`ui`) and the `error:` line a failure ends with (an `ERROR` event whose
+//! message is the error); stdout keeps the command's output (a trace, a report, a receipt).
 
 use super::{CliResult, fail};
 use rebuno::telemetry::{LogFilter, LogFormat, Telemetry};
@@ -26,22 +30,23 @@ pub(super) fn parse_format(raw: &str) -> Result<LogFormat, String> {
     raw.parse()
 }
 
-/// Installs the subscriber for a command: `server` for one that serves until stopped.
-/// `None` when the process already has one.
-pub(super) fn init(flag: Option<LogFormat>, server: bool) -> CliResult<Option<Telemetry>> {
-    let format = match flag {
-        Some(format) => format,
+/// The log format: `--log-format`, else [`FORMAT_ENV`], else pretty.
+pub(super) fn format(flag: Option<LogFormat>) -> CliResult<LogFormat> {
+    match flag {
+        Some(format) => Ok(format),
         None => match std::env::var(FORMAT_ENV)
             .ok()
             .filter(|v| !v.trim().is_empty())
         {
-            Some(raw) => match raw.parse() {
-                Ok(format) => format,
-                Err(e) => return fail(format!("{FORMAT_ENV}: {e}")),
-            },
-            None => LogFormat::default(),
+            Some(raw) => raw.parse().or_else(|e| fail(format!("{FORMAT_ENV}: {e}"))),
+            None => Ok(LogFormat::default()),
         },
-    };
+    }
+}
+
+/// Installs the subscriber writing `format` for a command: `server` for one that serves until
+/// stopped. `None` when the process already has one.
+pub(super) fn init(format: LogFormat, server: bool) -> CliResult<Option<Telemetry>> {
     if tracing::dispatcher::has_been_set() {
         return Ok(None);
     }

@@ -20,7 +20,8 @@
 //! otherwise. A `postgres://` URL is PostgreSQL (the `db` module): several processes and
 //! machines may share it, and its password is never printed.
 //!
-//! Errors are one line, `error: <message>` on stderr, with exit code 1. Stream arguments `<t>`
+//! Errors are one line, `error: <message>` on stderr (with `--log-format json`, a JSON log
+//! line at level `ERROR` holding the message), with exit code 1. Stream arguments `<t>`
 //! resolve in the `target` module: a value containing `/` is a stream name, otherwise an exact
 //! stream name, otherwise the run stream ending in `/runs/<value>`.
 //!
@@ -51,6 +52,7 @@ use args::{Cli, Cmd};
 use clap::Parser;
 use commands::{append, fork, inspect, replay, streams, trace, verify_cmd};
 use db::Db;
+use rebuno::telemetry::LogFormat;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -110,36 +112,50 @@ where
         Ok(cli) => cli,
         Err(e) => return clap_exit(e),
     };
+    let format = match logs::format(cli.log_format) {
+        Ok(format) => format,
+        Err(failure) => return exit(Err(failure), LogFormat::Pretty),
+    };
     // Held to the end: dropping it exports the spans still buffered.
     let serves = matches!(cli.command, Some(Cmd::Worker(_) | Cmd::Ui(_)));
-    let telemetry = match logs::init(cli.log_format, serves) {
+    let telemetry = match logs::init(format, serves) {
         Ok(telemetry) => telemetry,
-        Err(failure) => return exit(Err(failure)),
+        Err(failure) => return exit(Err(failure), format),
     };
     // A bug must still end as one `error:` line with status 1: the hook stays quiet and the
     // payload is reported below.
     std::panic::set_hook(Box::new(|_| {}));
-    let outcome = std::panic::catch_unwind(|| run(cli, registry)).unwrap_or_else(|payload| {
-        let what = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".to_owned());
-        fail(format!("internal error: {}", one_line(&what)))
-    });
+    let outcome =
+        std::panic::catch_unwind(|| run(cli, registry, format)).unwrap_or_else(|payload| {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_owned());
+            fail(format!("internal error: {}", one_line(&what)))
+        });
     if let Some(telemetry) = telemetry {
         telemetry.finish();
     }
-    exit(outcome)
+    exit(outcome, format)
 }
 
-/// The exit status of `outcome`, with its `error:` line.
-fn exit(outcome: CliResult) -> ExitCode {
+/// The exit status of `outcome`, with its `error:` line (for `json` logs, an `ERROR` event
+/// holding the message, written whatever the filter).
+fn exit(outcome: CliResult, format: LogFormat) -> ExitCode {
     match outcome {
         Ok(()) | Err(Failure::BrokenPipe) => ExitCode::SUCCESS,
         Err(Failure::NotCompleted) => ExitCode::from(2),
         Err(Failure::Message(message)) => {
-            let _ = writeln!(io::stderr(), "error: {}", one_line(&message));
+            let message = one_line(&message);
+            match format {
+                LogFormat::Pretty => {
+                    let _ = writeln!(io::stderr(), "error: {message}");
+                }
+                LogFormat::Json => {
+                    rebuno::telemetry::unfiltered(format, || tracing::error!("{message}"));
+                }
+            }
             ExitCode::FAILURE
         }
     }
@@ -173,8 +189,8 @@ fn one_line(s: &str) -> String {
     s.trim_end().replace(['\r', '\n'], " ")
 }
 
-/// Runs the parsed command line.
-fn run(cli: Cli, registry: Arc<Registry>) -> CliResult {
+/// Runs the parsed command line; `format` is the log lines'.
+fn run(cli: Cli, registry: Arc<Registry>, format: LogFormat) -> CliResult {
     let Some(command) = cli.command else {
         return fail("Missing command; run 'receipt --help' for the list of commands");
     };
@@ -206,7 +222,7 @@ fn run(cli: Cli, registry: Arc<Registry>) -> CliResult {
             Cmd::Streams(a) => streams(&db, a).await,
             Cmd::Run(a) => agents::run(&db, a, registry).await,
             Cmd::Worker(a) => kernel::worker(&db, a, registry).await,
-            Cmd::Ui(a) => ui::ui(&db, a).await,
+            Cmd::Ui(a) => ui::ui(&db, a, format).await,
             // Handled before the database is resolved.
             Cmd::New(_) => Ok(()),
             // Reported as an unknown command above.

@@ -47,6 +47,18 @@ pub(super) async fn resolve_existing(store: &dyn ReceiptStore, value: &str) -> C
     Ok(stream)
 }
 
+/// The `<t>` argument of `command`, which it cannot run without.
+pub(super) fn required(command: &str, target: Option<String>) -> CliResult<String> {
+    match target {
+        Some(target) => Ok(target),
+        None => fail(format!(
+            "receipt {command} needs a stream name or a run id: `receipt {command} <stream|run-id>` \
+             (`receipt streams` lists the streams; an agent run's is \
+             agents/<agent-id>/runs/<run-id>, and `receipt run` prints its runId)"
+        )),
+    }
+}
+
 /// Opens the database, resolves `<t>` and reads its materialized chain (with progress on a
 /// terminal when it is large).
 pub(super) async fn read_target(db: &Db, target: &str) -> CliResult<(String, Vec<Receipt>)> {

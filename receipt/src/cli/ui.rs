@@ -25,6 +25,7 @@ use axum::middleware::Next;
 use axum::response::{Redirect, Response};
 use axum::routing::get;
 use rebuno::server::{ServeOptions, serve_with_shutdown};
+use rebuno::telemetry::LogFormat;
 use rebuno::web::hosts::AllowedHosts;
 use rebuno::web::{self, Html, badge, empty, encode, json_block};
 use serde::Deserialize;
@@ -40,7 +41,7 @@ struct Ui {
 }
 
 /// `receipt ui`: serves the console until interrupted.
-pub(super) async fn ui(db: &Db, a: UiArgs) -> CliResult {
+pub(super) async fn ui(db: &Db, a: UiArgs, format: LogFormat) -> CliResult {
     // Checked before anything is opened: a name that is not a host.
     let listed = match AllowedHosts::any().with(&a.allowed_hosts) {
         Ok(listed) => listed,
@@ -56,7 +57,12 @@ pub(super) async fn ui(db: &Db, a: UiArgs) -> CliResult {
         Err(e) => return fail(format!("cannot listen on {}: {e}", a.listen)),
     };
     let app = router(store, listed.listening_on(addr));
-    eprintln!("receipt ui: http://{addr}/ui");
+    // Where to point a browser: a line a person reads, or a log event among the JSON lines.
+    let url = format!("http://{addr}/ui");
+    match format {
+        LogFormat::Pretty => eprintln!("receipt ui: {url}"),
+        LogFormat::Json => tracing::info!(url = %url, "receipt ui: {url}"),
+    }
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -165,6 +165,28 @@ pub fn child_command(role: &str) -> Process {
     command
 }
 
+/// The JSON object a child printed on stdout (after the test harness's own lines).
+pub fn printed(stdout: &[u8]) -> serde_json::Value {
+    let text = String::from_utf8_lossy(stdout);
+    let start = text
+        .find('{')
+        .unwrap_or_else(|| panic!("no JSON in {text:?}"));
+    let end = text.rfind('}').unwrap();
+    serde_json::from_str(&text[start..=end]).unwrap()
+}
+
+/// Ends a child that ran the CLI with the status `code` stands for (0, 2, or 1).
+pub fn exit_with(code: std::process::ExitCode) -> ! {
+    use std::process::ExitCode;
+    std::process::exit(if code == ExitCode::SUCCESS {
+        0
+    } else if code == ExitCode::from(2) {
+        2
+    } else {
+        1
+    })
+}
+
 /// The body of the ignored `child_process_role` test: plays the role [`ROLE_ENV`] names, forever.
 pub fn child_main() {
     let rt = tokio::runtime::Builder::new_multi_thread()

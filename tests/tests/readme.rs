@@ -96,8 +96,18 @@ fn metadata(deps: &str) -> Result<Value, String> {
     std::fs::create_dir(dir.path().join("src")).expect("mkdir src");
     std::fs::write(dir.path().join("src/lib.rs"), "").expect("write lib.rs");
     std::fs::copy(root().join("Cargo.lock"), dir.path().join("Cargo.lock")).expect("copy lock");
+    // This platform's packages only: others' (wasm, Windows) are not in the local cache.
+    let rustc = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .arg("-vV")
+        .output()
+        .expect("run rustc -vV");
+    let host = String::from_utf8_lossy(&rustc.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        .expect("rustc -vV names the host");
     let out = Command::new(env!("CARGO"))
         .args(["metadata", "--offline", "--format-version", "1"])
+        .args(["--filter-platform", &host])
         .current_dir(dir.path())
         .stdin(Stdio::null())
         .output()
@@ -535,7 +545,7 @@ fn normalize(text: &str) -> String {
 /// The quickstart runs to completion; its effect lines and event log are aligned columns
 /// (every row's columns start where the first row's do); its event log shows the crash: the
 /// first delivery (attempt 1) and the one after the reclaim (attempt 2); and the README's
-/// sample output is what a run prints, up to ids, paths and ports.
+/// sample output is what a run prints (some lines left out), up to ids, paths and ports.
 #[test]
 fn quickstart_output_lines_up_and_shows_the_crash() {
     let exe = cargo_build::build("examples", "example", "quickstart");
@@ -580,10 +590,16 @@ fn quickstart_output_lines_up_and_shows_the_crash() {
         log.join("\n")
     );
 
-    let sample = block(&readme(), "quickstart-output");
-    assert_eq!(
-        normalize(&sample),
-        normalize(&stdout),
-        "the README's quickstart sample differs from a run; replace it with:\n{stdout}"
-    );
+    // The README's sample: each of its lines is a line of the run, in order (`…` stands for
+    // lines left out).
+    let sample = normalize(&block(&readme(), "quickstart-output"));
+    let run = normalize(&stdout);
+    let mut run_lines = run.lines().filter(|l| !l.is_empty());
+    for line in sample.lines().filter(|l| !l.is_empty() && *l != "…") {
+        assert!(
+            run_lines.any(|r| r == line),
+            "the README's quickstart sample has {line:?}, which a run does not print there; \
+             a run prints:\n{stdout}"
+        );
+    }
 }

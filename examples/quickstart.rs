@@ -217,7 +217,11 @@ async fn main() -> anyhow::Result<()> {
             (None, Some(attempt)) if attempt > 0 => format!("attempt {attempt}"),
             _ => String::new(),
         };
-        rows.push(vec![e.event_seq.to_string(), e.event_type.to_string(), detail]);
+        rows.push(vec![
+            e.event_seq.to_string(),
+            e.event_type.to_string(),
+            detail,
+        ]);
     }
     for line in output::table(&rows) {
         println!("  {line}");

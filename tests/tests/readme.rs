@@ -40,7 +40,10 @@ fn block(readme: &str, name: &str) -> String {
         .unwrap_or_else(|| panic!("README.md has no {marker}"));
     let mut lines = readme[at + marker.len()..].lines().skip(1);
     let fence = lines.next().unwrap_or_default();
-    assert!(fence.starts_with("```"), "{marker} is not followed by a code block: {fence:?}");
+    assert!(
+        fence.starts_with("```"),
+        "{marker} is not followed by a code block: {fence:?}"
+    );
     lines
         .take_while(|l| !l.starts_with("```"))
         .map(|l| format!("{l}\n"))
@@ -65,7 +68,12 @@ fn commands(block: &str) -> Vec<String> {
             Some(part) => current.push_str(part),
             None => {
                 current.push_str(line);
-                out.push(std::mem::take(&mut current).split_whitespace().collect::<Vec<_>>().join(" "));
+                out.push(
+                    std::mem::take(&mut current)
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                );
             }
         }
     }
@@ -206,7 +214,10 @@ fn readme_dependency_lines_resolve_to_this_checkout() {
         for (name, features) in resolved(&meta, &["rebuno", "receipt"]) {
             let asked = asked_features(&line_of(form, &name));
             assert!(!asked.is_empty(), "{what} form: {name} names no features");
-            assert!(asked.is_subset(&features), "{what} form: {name} asks {asked:?}, resolved {features:?}");
+            assert!(
+                asked.is_subset(&features),
+                "{what} form: {name} asks {asked:?}, resolved {features:?}"
+            );
         }
     }
 
@@ -223,7 +234,11 @@ fn readme_dependency_lines_resolve_to_this_checkout() {
         if krate != "rebuno" && krate != "receipt" {
             continue;
         }
-        let feature = feature.split_whitespace().next().unwrap_or_default().trim_matches('`');
+        let feature = feature
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .trim_matches('`');
         if feature == "(none)" {
             continue;
         }
@@ -234,7 +249,10 @@ fn readme_dependency_lines_resolve_to_this_checkout() {
         );
         named += 1;
     }
-    assert!(named >= 10, "the Features table was not found ({named} rows)");
+    assert!(
+        named >= 10,
+        "the Features table was not found ({named} rows)"
+    );
 
     // No line anywhere depends on the crates by version alone.
     for line in readme.lines() {
@@ -264,7 +282,13 @@ fn called_tools(command: &str) -> Vec<String> {
     command
         .split("--call ")
         .skip(1)
-        .map(|c| c.trim_start_matches(['\'', '"']).split('=').next().unwrap().to_owned())
+        .map(|c| {
+            c.trim_start_matches(['\'', '"'])
+                .split('=')
+                .next()
+                .unwrap()
+                .to_owned()
+        })
         .collect()
 }
 
@@ -283,7 +307,11 @@ fn readme_mcp_example_runs_twice_and_the_second_replays() {
     assert_eq!(runs.len(), 2, "two runs of the example:\n{block}");
     let (first, second) = (&runs[0], &runs[1]);
     assert_eq!(flag(first, "--crash-after"), Some("1"), "{first}");
-    assert_eq!(flag(second, "--crash-after"), None, "the second run crashes again: {second}");
+    assert_eq!(
+        flag(second, "--crash-after"),
+        None,
+        "the second run crashes again: {second}"
+    );
     assert_eq!(
         first.replace("--crash-after 1 ", ""),
         *second,
@@ -292,7 +320,9 @@ fn readme_mcp_example_runs_twice_and_the_second_replays() {
     assert!(flag(first, "--execution-key").is_some(), "{first}");
 
     let ci = std::fs::read_to_string(root().join(".ci/run")).expect("read .ci/run");
-    let start = ci.find("--example mcp-agent").expect("CI runs the MCP example");
+    let start = ci
+        .find("--example mcp-agent")
+        .expect("CI runs the MCP example");
     // The paragraph of .ci/run that runs it (up to the next blank line).
     let ci = &ci[ci[..start].rfind("\n\n").map_or(0, |i| i + 2)..];
     let ci = &ci[..ci.find("\n\n").unwrap_or(ci.len())];
@@ -313,7 +343,10 @@ fn readme_mcp_example_runs_twice_and_the_second_replays() {
         .collect();
     assert!(expected.len() >= 2, "{ci}");
     for line in expected {
-        assert!(block.contains(line), "README's MCP block does not show {line:?}:\n{block}");
+        assert!(
+            block.contains(line),
+            "README's MCP block does not show {line:?}:\n{block}"
+        );
     }
 }
 
@@ -413,8 +446,14 @@ async fn readme_recipe_runs_an_agent_against_rebuno_dev_through_a_kill() {
     let readme = readme();
     let recipe = block(&readme, "recipe");
     let steps = commands(&recipe);
-    assert!(steps.iter().any(|c| c == "cargo run -p rebuno -- dev"), "{recipe}");
-    assert!(steps.iter().any(|c| c == "cargo run --example my-agent"), "{recipe}");
+    assert!(
+        steps.iter().any(|c| c == "cargo run -p rebuno -- dev"),
+        "{recipe}"
+    );
+    assert!(
+        steps.iter().any(|c| c == "cargo run --example my-agent"),
+        "{recipe}"
+    );
     let curl = steps
         .iter()
         .find(|c| c.starts_with("curl") && c.contains("-d '"))
@@ -439,7 +478,10 @@ async fn readme_recipe_runs_an_agent_against_rebuno_dev_through_a_kill() {
         .next()
         .unwrap()
         .to_owned();
-    assert!(dir.path().join(".rebuno/rebuno.db").exists(), "dev's default database");
+    assert!(
+        dir.path().join(".rebuno/rebuno.db").exists(),
+        "dev's default database"
+    );
 
     let agent_addr = format!("127.0.0.1:{}", free_port());
     let start_agent = || {
@@ -458,13 +500,19 @@ async fn readme_recipe_runs_an_agent_against_rebuno_dev_through_a_kill() {
 
     let client = Client::new(&url, None).unwrap();
     let agent_id = body["agent_id"].as_str().expect("agent_id");
-    let exec = client.create(agent_id, body["input"].clone()).await.unwrap();
+    let exec = client
+        .create(agent_id, body["input"].clone())
+        .await
+        .unwrap();
 
     // Kill the agent once a part is recorded.
     let end = Instant::now() + DEADLINE;
     loop {
         let steps = client.steps(&exec.id).await.unwrap();
-        if steps.iter().any(|s| s.target == "work" && s.status == StepStatus::Succeeded) {
+        if steps
+            .iter()
+            .any(|s| s.target == "work" && s.status == StepStatus::Succeeded)
+        {
             break;
         }
         assert!(Instant::now() < end, "no part recorded: {steps:?}");
@@ -476,13 +524,29 @@ async fn readme_recipe_runs_an_agent_against_rebuno_dev_through_a_kill() {
     let after = second.kill();
     assert_eq!(done.status, ExecutionStatus::Completed, "{done:?}");
     let output = done.output.clone().unwrap_or_default();
-    assert_eq!(output["parts"].as_array().map(Vec::len), Some(parts as usize), "{output}");
+    assert_eq!(
+        output["parts"].as_array().map(Vec::len),
+        Some(parts as usize),
+        "{output}"
+    );
 
     let body_of_part_1 = "work(\"durable agents\", 1) runs";
-    assert!(before.iter().any(|l| l.contains(body_of_part_1)), "{before:?}");
-    assert!(!after.iter().any(|l| l.contains(body_of_part_1)), "part 1 ran twice: {after:?}");
-    assert!(after.iter().any(|l| l.contains("replayed tool_call work")), "{after:?}");
-    assert!(after.iter().any(|l| l.contains("ran      tool_call work")), "{after:?}");
+    assert!(
+        before.iter().any(|l| l.contains(body_of_part_1)),
+        "{before:?}"
+    );
+    assert!(
+        !after.iter().any(|l| l.contains(body_of_part_1)),
+        "part 1 ran twice: {after:?}"
+    );
+    assert!(
+        after.iter().any(|l| l.contains("replayed tool_call work")),
+        "{after:?}"
+    );
+    assert!(
+        after.iter().any(|l| l.contains("ran      tool_call work")),
+        "{after:?}"
+    );
     let acked = client
         .all_events(&exec.id)
         .await
@@ -490,7 +554,10 @@ async fn readme_recipe_runs_an_agent_against_rebuno_dev_through_a_kill() {
         .into_iter()
         .filter(|e| e.event_type.to_string() == "dispatch.acked")
         .count();
-    assert!(acked >= 2, "the run was delivered again after the kill ({acked} deliveries)");
+    assert!(
+        acked >= 2,
+        "the run was delivered again after the kill ({acked} deliveries)"
+    );
     drop(kernel);
 }
 
@@ -549,9 +616,16 @@ fn normalize(text: &str) -> String {
 #[test]
 fn quickstart_output_lines_up_and_shows_the_crash() {
     let exe = cargo_build::build("examples", "example", "quickstart");
-    let out = Command::new(exe).stdin(Stdio::null()).output().expect("run quickstart");
+    let out = Command::new(exe)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run quickstart");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // The effect lines, as the observer printed them.
     let effects: Vec<&str> = stdout
@@ -566,7 +640,12 @@ fn quickstart_output_lines_up_and_shows_the_crash() {
     let first = column_starts(effects[0]);
     for l in &effects {
         let starts = column_starts(l);
-        assert_eq!(starts[..first.len().min(starts.len())], first[..first.len().min(starts.len())], "effect columns:\n{}", effects.join("\n"));
+        assert_eq!(
+            starts[..first.len().min(starts.len())],
+            first[..first.len().min(starts.len())],
+            "effect columns:\n{}",
+            effects.join("\n")
+        );
     }
 
     let log = section(&stdout, "4. the event log");
@@ -582,10 +661,19 @@ fn quickstart_output_lines_up_and_shows_the_crash() {
             log.join("\n")
         );
     }
-    let acked: Vec<&&str> = log.iter().filter(|r| r.contains("dispatch.acked")).collect();
-    assert!(acked.iter().any(|r| r.contains("attempt 1")), "{}", log.join("\n"));
+    let acked: Vec<&&str> = log
+        .iter()
+        .filter(|r| r.contains("dispatch.acked"))
+        .collect();
     assert!(
-        acked.iter().any(|r| r.contains("attempt 2") && r.contains("reclaimed")),
+        acked.iter().any(|r| r.contains("attempt 1")),
+        "{}",
+        log.join("\n")
+    );
+    assert!(
+        acked
+            .iter()
+            .any(|r| r.contains("attempt 2") && r.contains("reclaimed")),
         "the event log does not show the crashed attempt's reclaim:\n{}",
         log.join("\n")
     );

@@ -430,14 +430,6 @@ impl Drop for Proc {
 // "Run your own agent against `rebuno dev`", for real.
 // ------------------------------------------------------------------------------------------
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The README's recipe: the real `rebuno dev` in a scratch directory, the real `my-agent`
 /// example, the execution the README's `curl` submits. The agent is SIGKILLed once a part is
 /// recorded and started again: the recorded part replays, the rest run, the run completes.
@@ -483,7 +475,11 @@ async fn readme_recipe_runs_an_agent_against_rebuno_dev_through_a_kill() {
         "dev's default database"
     );
 
-    let agent_addr = format!("127.0.0.1:{}", free_port());
+    // A free port for the agent, the same for both of its processes.
+    let agent_addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .to_string();
     let start_agent = || {
         let mut p = Proc::start(
             Command::new(&agent_exe)

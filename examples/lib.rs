@@ -136,3 +136,54 @@ pub mod fake_llm {
         .into_response()
     }
 }
+
+pub mod output {
+    //! What the examples print: effect lines and tables whose columns line up whatever the
+    //! ids and names in them.
+
+    use rebuno::agent::{Effect, EffectOutcome};
+
+    /// The word for an effect's outcome.
+    pub fn outcome(outcome: EffectOutcome) -> &'static str {
+        match outcome {
+            EffectOutcome::Ran => "ran",
+            EffectOutcome::Replayed => "replayed",
+            EffectOutcome::Blocked => "blocked",
+            EffectOutcome::Failed => "failed",
+            _ => "refused",
+        }
+    }
+
+    /// One effect as `OUTCOME KIND TARGET`: the outcome and kind padded to the longest word
+    /// each can be, so that lines printed one at a time, as effects happen, line up; the
+    /// target, the only column of unbounded width, comes last.
+    pub fn effect_line(e: &Effect) -> String {
+        const OUTCOMES: [&str; 5] = ["ran", "replayed", "blocked", "failed", "refused"];
+        const KINDS: [&str; 3] = ["tool_call", "llm_call", "local"];
+        let w1 = OUTCOMES.iter().map(|w| w.len()).max().unwrap_or(0);
+        let w2 = KINDS.iter().map(|w| w.len()).max().unwrap_or(0);
+        let kind = e.kind.to_string();
+        format!("{:<w1$} {kind:<w2$} {}", outcome(e.outcome), e.target)
+    }
+
+    /// `rows` as lines of columns two spaces apart, each column as wide as its widest cell
+    /// (the last column unpadded), so every column starts at the same offset on every line.
+    pub fn table(rows: &[Vec<String>]) -> Vec<String> {
+        let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..columns)
+            .map(|c| {
+                rows.iter()
+                    .filter_map(|r| r.get(c))
+                    .map(|s| s.chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        rows.iter()
+            .map(|r| {
+                let cells = r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}"));
+                cells.collect::<Vec<_>>().join("  ").trim_end().to_owned()
+            })
+            .collect()
+    }
+}

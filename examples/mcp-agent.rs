@@ -21,15 +21,15 @@
 //!
 //! ```text
 //! npm install --prefix target/mcp-servers @modelcontextprotocol/server-filesystem
-//! cargo run --example mcp-agent -- --execution-key demo --crash-after 1 \
+//! cargo run --example mcp-agent -- --crash-after 1 --execution-key demo \
 //!     --call 'write_file={"path":"/tmp/mcp-demo/a.txt","content":"hello"}' \
 //!     --call 'read_text_file={"path":"/tmp/mcp-demo/a.txt"}' \
 //!     -- target/mcp-servers/node_modules/.bin/mcp-server-filesystem /tmp/mcp-demo
-//! # the same command again: write_file is replayed, read_text_file runs
+//! # the same command without --crash-after: write_file is replayed, read_text_file runs
 //! ```
 
 use anyhow::{Context as _, bail};
-use rebuno::agent::{Effect, EffectOutcome, handler_fn};
+use rebuno::agent::{Effect, handler_fn};
 use rebuno::mcp::{McpServer, model_name, text};
 use rebuno::protocol::{ExecutionStatus, StepKind};
 use rebuno::{Agent, Runtime};
@@ -97,14 +97,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> anyhow::Result<Args> {
 
 /// Prints an effect as the kernel decides it.
 fn print_effect(e: &Effect) {
-    let what = match e.outcome {
-        EffectOutcome::Ran => "ran",
-        EffectOutcome::Replayed => "replayed",
-        EffectOutcome::Blocked => "blocked",
-        EffectOutcome::Failed => "failed",
-        _ => "refused",
-    };
-    println!("{what:<8} {} {}", e.kind, e.target);
+    println!("{}", examples::output::effect_line(e));
 }
 
 /// The handler: lists the server's tools, then makes each call of the input in order. A tool

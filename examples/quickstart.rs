@@ -12,13 +12,15 @@
 //! 2. This process opens the same SQLite file: the kernel reclaims the dead delivery and runs
 //!    the handler again from the top. Every recorded effect replays; nothing runs twice.
 //! 3. `send_reply` needs an approval: the run blocks, the example grants it, the run completes.
-//! 4. The execution's event log is printed.
+//! 4. The execution's event log is printed: the crashed process's delivery is attempt 1, the
+//!    kernel's re-delivery after reclaiming it attempt 2.
 //!
 //! Registering the agent publishes its metadata (the doc comment, the input and output JSON
 //! Schemas), which step 2 prints.
 
 use examples::fake_llm;
-use rebuno::agent::{Effect, EffectOutcome};
+use examples::output;
+use rebuno::agent::Effect;
 use rebuno::llm::OpenAi;
 use rebuno::protocol::ExecutionStatus;
 use rebuno::{Agent, Runtime};
@@ -95,14 +97,7 @@ async fn support(order_id: String, question: String) -> Result<serde_json::Value
 }
 
 fn print_effect(e: &Effect) {
-    let what = match e.outcome {
-        EffectOutcome::Ran => "ran     ",
-        EffectOutcome::Replayed => "replayed",
-        EffectOutcome::Blocked => "blocked ",
-        EffectOutcome::Failed => "failed  ",
-        _ => "refused ",
-    };
-    println!("  {what} {:<9} {:<14} ({})", e.kind, e.target, e.decision);
+    println!("  {}", output::effect_line(e));
 }
 
 async fn open(db: &str) -> anyhow::Result<Runtime> {
@@ -204,18 +199,32 @@ async fn main() -> anyhow::Result<()> {
         llm.calls()
     );
 
-    println!("4. the event log");
+    println!("4. the event log: the first delivery (attempt 1) died with the process");
+    let mut rows = vec![vec!["seq".into(), "event".into(), "detail".into()]];
     for e in client.all_events(&run.id).await? {
-        let target = e
-            .payload
-            .get("target")
-            .and_then(|t| t.as_str())
-            .unwrap_or("");
-        println!(
-            "  {:>3} {:<22} {target}",
-            e.event_seq,
-            e.event_type.to_string()
-        );
+        let p = &e.payload;
+        let detail = match (p.get("target"), p.get("attempt").and_then(|a| a.as_u64())) {
+            (Some(target), _) => format!(
+                "{} {}",
+                p["step_type"].as_str().unwrap_or_default(),
+                target.as_str().unwrap_or_default()
+            ),
+            // Each delivery is an attempt; one after the first means the kernel reclaimed
+            // the one before it (here: the crashed process's).
+            (None, Some(attempt)) if attempt > 1 => {
+                format!("attempt {attempt} (attempt {} reclaimed)", attempt - 1)
+            }
+            (None, Some(attempt)) if attempt > 0 => format!("attempt {attempt}"),
+            _ => String::new(),
+        };
+        rows.push(vec![
+            e.event_seq.to_string(),
+            e.event_type.to_string(),
+            detail,
+        ]);
+    }
+    for line in output::table(&rows) {
+        println!("  {line}");
     }
     rt.shutdown().await;
     if done.status != ExecutionStatus::Completed {

@@ -206,6 +206,80 @@ async fn big_integer_args_are_refused_by_name(version: &str) {
     );
 }
 
+/// A Python SDK agent whose tool returns an integer beyond 64 bits, uncaught by its handler.
+const BIG_RESULT_AGENT: &str = r#"
+import os
+import uvicorn
+from rebuno import Agent, tool
+
+@tool("quote")
+async def quote() -> dict:
+    return {"amount": 2 ** 64}
+
+async def handler(name: str):
+    return await quote()
+
+agent = Agent("py", secret="py-secret", base_url=os.environ["REBUNO_URL"])
+agent.bind(handler)
+uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="warning")
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Python with rebuno==0.14.0 (REBUNO_PYTHON)"]
+async fn python_sdk_0_14_agent_is_told_its_tool_result_is_beyond_64_bits() {
+    big_integer_result_fails_the_execution_by_name("0.14.0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a venv with rebuno==0.29.2 (REBUNO_SDK_VENVS)"]
+async fn python_sdk_0_29_agent_is_told_its_tool_result_is_beyond_64_bits() {
+    big_integer_result_fails_the_execution_by_name("0.29.2").await;
+}
+
+/// A tool result with 2^64 (a Python int) is refused on `complete` naming `result.amount`;
+/// the SDK raises it in the handler, which fails the execution with that message (it ends,
+/// rather than retrying), and the step's result was never recorded.
+async fn big_integer_result_fails_the_execution_by_name(version: &str) {
+    let python = python_with_sdk_version(version);
+    let dir = tempfile::tempdir().unwrap();
+    let (kernel, base, _background) = serve_memory_kernel().await;
+    let (_agent, _) = python_agent(
+        &kernel,
+        &python,
+        dir.path(),
+        ("py", "py-secret"),
+        BIG_RESULT_AGENT,
+        &base,
+        &[],
+    )
+    .await;
+    let exec = kernel
+        .create_execution(CreateExecutionRequest {
+            agent_id: "py".into(),
+            input: Some(json!({"name": "big"})),
+            ..CreateExecutionRequest::default()
+        })
+        .await
+        .unwrap();
+    let terminal = [
+        ExecutionStatus::Completed,
+        ExecutionStatus::Failed,
+        ExecutionStatus::Cancelled,
+    ];
+    let done = wait_for(&kernel, &exec.id, &terminal).await;
+    assert_eq!(done.status, ExecutionStatus::Failed, "{done:?}");
+    assert!(
+        done.failure_reason.contains(
+            "invalid result: result.amount: integer 18446744073709551616 has more than 64 bits"
+        ) && done.failure_reason.contains("send it as a string"),
+        "{}",
+        done.failure_reason
+    );
+    let steps = kernel.steps(&exec.id, false).await.unwrap();
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert_eq!(steps[0].result, None, "{steps:?}");
+}
+
 /// A run with a tool and a `step()` completes; `require_approval` blocks and a grant over
 /// HTTP resumes it, recorded steps replaying; a denial reaches the handler as the SDK's policy
 /// error and the tool never runs.

@@ -121,10 +121,17 @@ async fn a_step_result_or_failure_beyond_64_bits_is_refused_and_the_step_stays_e
     let step = run.api.get(&run.step_path).await.ok(200);
     assert_eq!(step["status"], json!("succeeded"));
     assert_eq!(step["result"], json!({"amount": 1e20}));
+    let complete = format!("{}/complete", run.exec_path);
+    run.agent_post(&complete, r#"{"output": {"total": 1.5e19}}"#)
+        .await
+        .ok(204);
+    let exec = run.api.get(&run.exec_path).await.ok(200);
+    assert_eq!(exec["status"], json!("completed"));
+    assert_eq!(exec["output"], json!({"total": 1.5e19}));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_execution_input_or_output_beyond_64_bits_is_refused_and_nothing_changes() {
+async fn an_execution_input_or_output_beyond_64_bits_is_refused_naming_it_and_not_recorded() {
     let run = Running::start().await;
     // Input: no execution is created.
     for (body, at, literal) in [
@@ -146,7 +153,8 @@ async fn an_execution_input_or_output_beyond_64_bits_is_refused_and_nothing_chan
     let listed = listed.get("executions").unwrap_or(&listed);
     assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
 
-    // Output: the execution stays running, and completes with a float literal.
+    // Output: refused and not recorded; the execution fails naming it (a re-delivery would
+    // only run the agent to the same output again).
     let complete = format!("{}/complete", run.exec_path);
     let body = format!(r#"{{"output": {{"total": {BIG}}}}}"#);
     assert_refused(
@@ -156,13 +164,15 @@ async fn an_execution_input_or_output_beyond_64_bits_is_refused_and_nothing_chan
         BIG,
     );
     let exec = run.api.get(&run.exec_path).await.ok(200);
-    assert_eq!(exec["status"], json!("running"));
-    run.agent_post(&complete, r#"{"output": {"total": 1.5e19}}"#)
-        .await
-        .ok(204);
-    let exec = run.api.get(&run.exec_path).await.ok(200);
-    assert_eq!(exec["status"], json!("completed"));
-    assert_eq!(exec["output"], json!({"total": 1.5e19}));
+    assert_eq!(exec["status"], json!("failed"), "{exec}");
+    assert_eq!(exec.get("output"), None, "{exec}");
+    let reason = exec["failure_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with(&format!(
+            "the output could not be recorded: invalid output: output.total: integer {BIG}"
+        )),
+        "{exec}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -206,7 +206,8 @@ async fn big_integer_args_are_refused_by_name(version: &str) {
     );
 }
 
-/// A Python SDK agent whose tool returns an integer beyond 64 bits, uncaught by its handler.
+/// A Python SDK agent whose tool returns an integer beyond 64 bits, uncaught by its handler
+/// (or, for input `output`, whose handler returns one).
 const BIG_RESULT_AGENT: &str = r#"
 import os
 import uvicorn
@@ -217,6 +218,8 @@ async def quote() -> dict:
     return {"amount": 2 ** 64}
 
 async def handler(name: str):
+    if name == "output":
+        return {"total": -(2 ** 64)}
     return await quote()
 
 agent = Agent("py", secret="py-secret", base_url=os.environ["REBUNO_URL"])
@@ -238,7 +241,9 @@ async fn python_sdk_0_29_agent_is_told_its_tool_result_is_beyond_64_bits() {
 
 /// A tool result with 2^64 (a Python int) is refused on `complete` naming `result.amount`;
 /// the SDK raises it in the handler, which fails the execution with that message (it ends,
-/// rather than retrying), and the step's result was never recorded.
+/// rather than retrying), and the step's result was never recorded. An output with -2^64 is
+/// refused too: the SDK only logs that, and the kernel fails the execution naming it, so it
+/// ends instead of being re-delivered to the same output again and again.
 async fn big_integer_result_fails_the_execution_by_name(version: &str) {
     let python = python_with_sdk_version(version);
     let dir = tempfile::tempdir().unwrap();
@@ -253,31 +258,43 @@ async fn big_integer_result_fails_the_execution_by_name(version: &str) {
         &[],
     )
     .await;
-    let exec = kernel
-        .create_execution(CreateExecutionRequest {
-            agent_id: "py".into(),
-            input: Some(json!({"name": "big"})),
-            ..CreateExecutionRequest::default()
-        })
-        .await
-        .unwrap();
     let terminal = [
         ExecutionStatus::Completed,
         ExecutionStatus::Failed,
         ExecutionStatus::Cancelled,
     ];
-    let done = wait_for(&kernel, &exec.id, &terminal).await;
-    assert_eq!(done.status, ExecutionStatus::Failed, "{done:?}");
-    assert!(
-        done.failure_reason.contains(
-            "invalid result: result.amount: integer 18446744073709551616 has more than 64 bits"
-        ) && done.failure_reason.contains("send it as a string"),
-        "{}",
-        done.failure_reason
-    );
-    let steps = kernel.steps(&exec.id, false).await.unwrap();
-    assert_eq!(steps.len(), 1, "{steps:?}");
-    assert_eq!(steps[0].result, None, "{steps:?}");
+    for (name, want) in [
+        (
+            "result",
+            "invalid result: result.amount: integer 18446744073709551616 has more than 64 bits",
+        ),
+        (
+            "output",
+            "the output could not be recorded: invalid output: output.total: integer \
+             -18446744073709551616 has more than 64 bits",
+        ),
+    ] {
+        let exec = kernel
+            .create_execution(CreateExecutionRequest {
+                agent_id: "py".into(),
+                input: Some(json!({ "name": name })),
+                ..CreateExecutionRequest::default()
+            })
+            .await
+            .unwrap();
+        let done = wait_for(&kernel, &exec.id, &terminal).await;
+        assert_eq!(done.status, ExecutionStatus::Failed, "{done:?}");
+        assert!(
+            done.failure_reason.contains(want)
+                && done.failure_reason.contains("send it as a string"),
+            "{}",
+            done.failure_reason
+        );
+        assert_eq!(done.output, None);
+        let steps = kernel.steps(&exec.id, false).await.unwrap();
+        let recorded: Vec<_> = steps.iter().filter(|s| s.result.is_some()).collect();
+        assert!(recorded.is_empty(), "{steps:?}");
+    }
 }
 
 /// A run with a tool and a `step()` completes; `require_approval` blocks and a grant over

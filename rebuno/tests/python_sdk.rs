@@ -153,10 +153,14 @@ async fn python_sdk_0_29_agent_is_told_which_integer_is_beyond_64_bits() {
     big_integer_args_are_refused_by_name("0.29.2").await;
 }
 
-/// The kernel records 64-bit numbers only: a Python agent's tool call with a larger integer is
-/// refused with an error naming the argument and the fix, nothing is recorded for it, and the
-/// value sent as a string is recorded digit for digit.
-async fn big_integer_args_are_refused_by_name(version: &str) {
+/// Runs `script` as the agent `py` (secret `py-secret`) with the Python SDK `version` against
+/// a kernel in memory, and one execution for each name in `names` (input `{"name": …}`) to its
+/// end; answers the kernel and the ended executions.
+async fn run_python_to_end(
+    version: &str,
+    script: &str,
+    names: &[&str],
+) -> (Kernel, Vec<rebuno::protocol::Execution>) {
     let python = python_with_sdk_version(version);
     let dir = tempfile::tempdir().unwrap();
     let (kernel, base, _background) = serve_memory_kernel().await;
@@ -165,27 +169,39 @@ async fn big_integer_args_are_refused_by_name(version: &str) {
         &python,
         dir.path(),
         ("py", "py-secret"),
-        BIG_INT_AGENT,
+        script,
         &base,
         &[],
     )
     .await;
-    let exec = kernel
-        .create_execution(CreateExecutionRequest {
-            agent_id: "py".into(),
-            input: Some(json!({"name": "big"})),
-            ..CreateExecutionRequest::default()
-        })
-        .await
-        .unwrap();
     let terminal = [
         ExecutionStatus::Completed,
         ExecutionStatus::Failed,
         ExecutionStatus::Cancelled,
     ];
-    let done = wait_for(&kernel, &exec.id, &terminal).await;
+    let mut ended = Vec::new();
+    for name in names {
+        let exec = kernel
+            .create_execution(CreateExecutionRequest {
+                agent_id: "py".into(),
+                input: Some(json!({ "name": name })),
+                ..CreateExecutionRequest::default()
+            })
+            .await
+            .unwrap();
+        ended.push(wait_for(&kernel, &exec.id, &terminal).await);
+    }
+    (kernel, ended)
+}
+
+/// The kernel records 64-bit numbers only: a Python agent's tool call with a larger integer is
+/// refused with an error naming the argument and the fix, nothing is recorded for it, and the
+/// value sent as a string is recorded digit for digit.
+async fn big_integer_args_are_refused_by_name(version: &str) {
+    let (kernel, ended) = run_python_to_end(version, BIG_INT_AGENT, &["big"]).await;
+    let done = &ended[0];
     assert_eq!(done.status, ExecutionStatus::Completed, "{done:?}");
-    let output = done.output.unwrap();
+    let output = done.output.clone().unwrap();
     let refused = output["refused"].as_str().unwrap();
     assert!(
         refused.contains(
@@ -194,7 +210,7 @@ async fn big_integer_args_are_refused_by_name(version: &str) {
         "{refused}"
     );
     assert_eq!(output["paid"], "paid 123456789012345678901234567890");
-    let steps = kernel.steps(&exec.id, false).await.unwrap();
+    let steps = kernel.steps(&done.id, false).await.unwrap();
     assert_eq!(
         steps.len(),
         1,
@@ -245,44 +261,12 @@ async fn python_sdk_0_29_agent_is_told_its_tool_result_is_beyond_64_bits() {
 /// refused too: the SDK only logs that, and the kernel fails the execution naming it, so it
 /// ends instead of being re-delivered to the same output again and again.
 async fn big_integer_result_fails_the_execution_by_name(version: &str) {
-    let python = python_with_sdk_version(version);
-    let dir = tempfile::tempdir().unwrap();
-    let (kernel, base, _background) = serve_memory_kernel().await;
-    let (_agent, _) = python_agent(
-        &kernel,
-        &python,
-        dir.path(),
-        ("py", "py-secret"),
-        BIG_RESULT_AGENT,
-        &base,
-        &[],
-    )
-    .await;
-    let terminal = [
-        ExecutionStatus::Completed,
-        ExecutionStatus::Failed,
-        ExecutionStatus::Cancelled,
-    ];
-    for (name, want) in [
-        (
-            "result",
-            "invalid result: result.amount: integer 18446744073709551616 has more than 64 bits",
-        ),
-        (
-            "output",
-            "the output could not be recorded: invalid output: output.total: integer \
-             -18446744073709551616 has more than 64 bits",
-        ),
-    ] {
-        let exec = kernel
-            .create_execution(CreateExecutionRequest {
-                agent_id: "py".into(),
-                input: Some(json!({ "name": name })),
-                ..CreateExecutionRequest::default()
-            })
-            .await
-            .unwrap();
-        let done = wait_for(&kernel, &exec.id, &terminal).await;
+    let (kernel, ended) = run_python_to_end(version, BIG_RESULT_AGENT, &["result", "output"]).await;
+    for (done, want) in ended.iter().zip([
+        "invalid result: result.amount: integer 18446744073709551616 has more than 64 bits",
+        "the output could not be recorded: invalid output: output.total: integer \
+         -18446744073709551616 has more than 64 bits",
+    ]) {
         assert_eq!(done.status, ExecutionStatus::Failed, "{done:?}");
         assert!(
             done.failure_reason.contains(want)
@@ -291,7 +275,7 @@ async fn big_integer_result_fails_the_execution_by_name(version: &str) {
             done.failure_reason
         );
         assert_eq!(done.output, None);
-        let steps = kernel.steps(&exec.id, false).await.unwrap();
+        let steps = kernel.steps(&done.id, false).await.unwrap();
         let recorded: Vec<_> = steps.iter().filter(|s| s.result.is_some()).collect();
         assert!(recorded.is_empty(), "{steps:?}");
     }

@@ -104,7 +104,8 @@ async fn python_sdk_0_29_agent_runs_against_the_kernel() {
 }
 
 /// A Python SDK agent whose tool is called with an integer beyond 64 bits (Python ints have
-/// no limit and `json.dumps` writes every digit), then with the same value as a string.
+/// no limit and `json.dumps` writes every digit), then with the same value as a string; for
+/// input `result` its tool returns one, and for `output` its handler does (both uncaught).
 const BIG_INT_AGENT: &str = r#"
 import os
 import uvicorn
@@ -114,7 +115,15 @@ from rebuno import Agent, tool
 async def pay(amount) -> str:
     return f"paid {amount}"
 
+@tool("quote")
+async def quote() -> dict:
+    return {"amount": 2 ** 64}
+
 async def handler(name: str):
+    if name == "result":
+        return await quote()
+    if name == "output":
+        return {"total": -(2 ** 64)}
     big = 123456789012345678901234567890
     try:
         await pay(amount=-big)
@@ -222,27 +231,6 @@ async fn big_integer_args_are_refused_by_name(version: &str) {
     );
 }
 
-/// A Python SDK agent whose tool returns an integer beyond 64 bits, uncaught by its handler
-/// (or, for input `output`, whose handler returns one).
-const BIG_RESULT_AGENT: &str = r#"
-import os
-import uvicorn
-from rebuno import Agent, tool
-
-@tool("quote")
-async def quote() -> dict:
-    return {"amount": 2 ** 64}
-
-async def handler(name: str):
-    if name == "output":
-        return {"total": -(2 ** 64)}
-    return await quote()
-
-agent = Agent("py", secret="py-secret", base_url=os.environ["REBUNO_URL"])
-agent.bind(handler)
-uvicorn.run(agent.app, host="127.0.0.1", port=int(os.environ["PORT"]), log_level="warning")
-"#;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Python with rebuno==0.14.0 (REBUNO_PYTHON)"]
 async fn python_sdk_0_14_agent_is_told_its_tool_result_is_beyond_64_bits() {
@@ -261,7 +249,7 @@ async fn python_sdk_0_29_agent_is_told_its_tool_result_is_beyond_64_bits() {
 /// refused too: the SDK only logs that, and the kernel fails the execution naming it, so it
 /// ends instead of being re-delivered to the same output again and again.
 async fn big_integer_result_fails_the_execution_by_name(version: &str) {
-    let (kernel, ended) = run_python_to_end(version, BIG_RESULT_AGENT, &["result", "output"]).await;
+    let (kernel, ended) = run_python_to_end(version, BIG_INT_AGENT, &["result", "output"]).await;
     for (done, want) in ended.iter().zip([
         "invalid result: result.amount: integer 18446744073709551616 has more than 64 bits",
         "the output could not be recorded: invalid output: output.total: integer \

@@ -166,8 +166,8 @@ async fn the_dry_run_refuses_integers_beyond_64_bits_and_compares_the_rest_exact
         .err(400, "validation_error");
     assert!(
         refused.contains(
-            "invalid arguments: args.amount: integer 123456789012345678901234567890 has more \
-             than 64 bits"
+            "invalid arguments: arguments.amount: integer 123456789012345678901234567890 has \
+             more than 64 bits"
         ),
         "{refused}"
     );
@@ -175,7 +175,9 @@ async fn the_dry_run_refuses_integers_beyond_64_bits_and_compares_the_rest_exact
         .await
         .err(400, "validation_error");
     assert!(
-        long.contains("args.amount: number literal of 1048576 bytes is longer than 1100 bytes"),
+        long.contains(
+            "arguments.amount: number literal of 1048576 bytes is longer than 1100 bytes"
+        ),
         "{long}"
     );
     let max = test("18446744073709551615").await.ok(200);

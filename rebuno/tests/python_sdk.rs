@@ -104,7 +104,8 @@ async fn python_sdk_0_29_agent_runs_against_the_kernel() {
 }
 
 /// A Python SDK agent whose tool is called with an integer beyond 64 bits (Python ints have
-/// no limit and `json.dumps` writes every digit), then with the same value as a string.
+/// no limit and `json.dumps` writes every digit), then with the same value as a string; for
+/// input `result` its tool returns one, and for `output` its handler does (both uncaught).
 const BIG_INT_AGENT: &str = r#"
 import os
 import uvicorn
@@ -114,7 +115,15 @@ from rebuno import Agent, tool
 async def pay(amount) -> str:
     return f"paid {amount}"
 
+@tool("quote")
+async def quote() -> dict:
+    return {"amount": 2 ** 64}
+
 async def handler(name: str):
+    if name == "result":
+        return await quote()
+    if name == "output":
+        return {"total": -(2 ** 64)}
     big = 123456789012345678901234567890
     try:
         await pay(amount=-big)
@@ -153,10 +162,14 @@ async fn python_sdk_0_29_agent_is_told_which_integer_is_beyond_64_bits() {
     big_integer_args_are_refused_by_name("0.29.2").await;
 }
 
-/// The kernel records 64-bit numbers only: a Python agent's tool call with a larger integer is
-/// refused with an error naming the argument and the fix, nothing is recorded for it, and the
-/// value sent as a string is recorded digit for digit.
-async fn big_integer_args_are_refused_by_name(version: &str) {
+/// Runs `script` as the agent `py` (secret `py-secret`) with the Python SDK `version` against
+/// a kernel in memory, and one execution for each name in `names` (input `{"name": …}`) to its
+/// end; answers the kernel and the ended executions.
+async fn run_python_to_end(
+    version: &str,
+    script: &str,
+    names: &[&str],
+) -> (Kernel, Vec<rebuno::protocol::Execution>) {
     let python = python_with_sdk_version(version);
     let dir = tempfile::tempdir().unwrap();
     let (kernel, base, _background) = serve_memory_kernel().await;
@@ -165,27 +178,39 @@ async fn big_integer_args_are_refused_by_name(version: &str) {
         &python,
         dir.path(),
         ("py", "py-secret"),
-        BIG_INT_AGENT,
+        script,
         &base,
         &[],
     )
     .await;
-    let exec = kernel
-        .create_execution(CreateExecutionRequest {
-            agent_id: "py".into(),
-            input: Some(json!({"name": "big"})),
-            ..CreateExecutionRequest::default()
-        })
-        .await
-        .unwrap();
     let terminal = [
         ExecutionStatus::Completed,
         ExecutionStatus::Failed,
         ExecutionStatus::Cancelled,
     ];
-    let done = wait_for(&kernel, &exec.id, &terminal).await;
+    let mut ended = Vec::new();
+    for name in names {
+        let exec = kernel
+            .create_execution(CreateExecutionRequest {
+                agent_id: "py".into(),
+                input: Some(json!({ "name": name })),
+                ..CreateExecutionRequest::default()
+            })
+            .await
+            .unwrap();
+        ended.push(wait_for(&kernel, &exec.id, &terminal).await);
+    }
+    (kernel, ended)
+}
+
+/// The kernel records 64-bit numbers only: a Python agent's tool call with a larger integer is
+/// refused with an error naming the argument and the fix, nothing is recorded for it, and the
+/// value sent as a string is recorded digit for digit.
+async fn big_integer_args_are_refused_by_name(version: &str) {
+    let (kernel, ended) = run_python_to_end(version, BIG_INT_AGENT, &["big"]).await;
+    let done = &ended[0];
     assert_eq!(done.status, ExecutionStatus::Completed, "{done:?}");
-    let output = done.output.unwrap();
+    let output = done.output.clone().unwrap();
     let refused = output["refused"].as_str().unwrap();
     assert!(
         refused.contains(
@@ -194,7 +219,7 @@ async fn big_integer_args_are_refused_by_name(version: &str) {
         "{refused}"
     );
     assert_eq!(output["paid"], "paid 123456789012345678901234567890");
-    let steps = kernel.steps(&exec.id, false).await.unwrap();
+    let steps = kernel.steps(&done.id, false).await.unwrap();
     assert_eq!(
         steps.len(),
         1,
@@ -204,6 +229,44 @@ async fn big_integer_args_are_refused_by_name(version: &str) {
         steps[0].args,
         Some(json!({"amount": "123456789012345678901234567890"}))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Python with rebuno==0.14.0 (REBUNO_PYTHON)"]
+async fn python_sdk_0_14_agent_is_told_its_tool_result_is_beyond_64_bits() {
+    big_integer_result_fails_the_execution_by_name("0.14.0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a venv with rebuno==0.29.2 (REBUNO_SDK_VENVS)"]
+async fn python_sdk_0_29_agent_is_told_its_tool_result_is_beyond_64_bits() {
+    big_integer_result_fails_the_execution_by_name("0.29.2").await;
+}
+
+/// A tool result with 2^64 (a Python int) is refused on `complete` naming `result.amount`;
+/// the SDK raises it in the handler, which fails the execution with that message (it ends,
+/// rather than retrying), and the step's result was never recorded. An output with -2^64 is
+/// refused too: the SDK only logs that, and the kernel fails the execution naming it, so it
+/// ends instead of being re-delivered to the same output again and again.
+async fn big_integer_result_fails_the_execution_by_name(version: &str) {
+    let (kernel, ended) = run_python_to_end(version, BIG_INT_AGENT, &["result", "output"]).await;
+    for (done, want) in ended.iter().zip([
+        "invalid result: result.amount: integer 18446744073709551616 has more than 64 bits",
+        "the output could not be recorded: invalid output: output.total: integer \
+         -18446744073709551616 has more than 64 bits",
+    ]) {
+        assert_eq!(done.status, ExecutionStatus::Failed, "{done:?}");
+        assert!(
+            done.failure_reason.contains(want)
+                && done.failure_reason.contains("send it as a string"),
+            "{}",
+            done.failure_reason
+        );
+        assert_eq!(done.output, None);
+        let steps = kernel.steps(&done.id, false).await.unwrap();
+        let recorded: Vec<_> = steps.iter().filter(|s| s.result.is_some()).collect();
+        assert!(recorded.is_empty(), "{steps:?}");
+    }
 }
 
 /// A run with a tool and a `step()` completes; `require_approval` blocks and a grant over

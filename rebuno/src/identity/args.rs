@@ -12,8 +12,10 @@
 //!
 //! * containers nested deeper than [`MAX_ARGS_DEPTH`] are refused: a step (and a list of steps)
 //!   holding them must still decode with serde_json's nesting limit of 127 levels;
-//! * integer literals must fit 64 bits, or be exactly a 64-bit float (`100000000000000000000`);
-//!   a larger integer (`123456789012345678901234567890`) is refused rather than rounded. The
+//! * integer literals (no fraction, no exponent) must fit 64 bits: a larger one is refused
+//!   rather than recorded as a float, rounded (`123456789012345678901234567890`) or exact but
+//!   served back as a float (`18446744073709551616` as `1.8446744073709552e19`, a type change
+//!   for an agent that sent an integer); float literals such as `1e20` are floats. The
 //!   recorded value is a [`serde_json::Value`], whose numbers are 64-bit: the store, the API,
 //!   the event log and policy all read it, so a rounded integer would be recorded as another
 //!   number, and two integers that round to the same float would match the same `equals` rule.
@@ -30,6 +32,9 @@
 //!   replaced value is neither recorded nor checked).
 //!
 //! A refused number is named by where it is (`args.amount`, `args.items[2]`, `args["a b"]`).
+//!
+//! [`check_numbers`] applies the same number rules to every other JSON value the kernel records
+//! (every `/v0` request body is checked with it before it is decoded).
 
 use super::{IdentityError, Node, Parser, sha256_hex};
 use serde_json::{Map, Number, Value};
@@ -71,7 +76,7 @@ pub enum ArgsError {
     },
 }
 
-/// Why one number in step args cannot be recorded.
+/// Why one number in step args (or another recorded JSON value) cannot be recorded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum NumberError {
@@ -81,12 +86,12 @@ pub enum NumberError {
     /// A non-zero number that a 64-bit float rounds to zero.
     #[error("number {0} is too small for a 64-bit float and would be recorded as 0")]
     Underflow(String),
-    /// An integer beyond 64 bits that no 64-bit float holds exactly.
+    /// An integer literal (no fraction, no exponent) outside the 64-bit range.
     #[error(
         "integer {0} has more than 64 bits and cannot be recorded exactly: the kernel records, \
          serves and evaluates policy on integers from -9223372036854775808 to \
-         18446744073709551615 (or that a 64-bit float holds exactly), and would round this one \
-         to another number; send it as a string"
+         18446744073709551615, and would record this one as a float (another number, or \
+         served back as a float); send it as a string"
     )]
     InexactInteger(String),
     /// A literal longer than [`MAX_NUMBER_BYTES`].
@@ -132,46 +137,84 @@ pub fn step_args(raw: &[u8]) -> Result<StepArgs, ArgsError> {
     })
 }
 
+/// Checks every number of a JSON document that the kernel decodes into [`serde_json::Value`]s
+/// and records (a `/v0` request body: a step's result, an execution's input or output, a
+/// signal's payload…), by the rules of step args: a number a 64-bit value would change (an
+/// integer beyond 64 bits, a float out of range or rounded to zero, an overlong literal) is
+/// refused, named from the document's root (`result.amount`, `input.items[3]`; `""` for the
+/// root itself). serde_json would otherwise record such an integer as a rounded float.
+///
+/// One pass over the bytes with the canonicalizer's tokenizer. Text that is not JSON passes:
+/// the caller's decoder reports it in its own words.
+///
+/// ```
+/// let err = rebuno::identity::check_numbers(br#"{"result": {"n": [1, 18446744073709551616]}}"#);
+/// assert!(err.unwrap_err().to_string().starts_with("result.n[1]: integer 18446744073709551616"));
+/// assert!(rebuno::identity::check_numbers(br#"{"result": 1e20}"#).is_ok());
+/// ```
+pub fn check_numbers(raw: &[u8]) -> Result<(), ArgsError> {
+    let Ok(tree) = Parser::new(raw).parse() else {
+        return Ok(());
+    };
+    let mut places = None;
+    for (index, node) in tree.nodes.iter().enumerate() {
+        if let Node::Number(literal) = node
+            && let Err(problem) = number(literal)
+        {
+            let places = places.get_or_insert_with(|| Places::new(&tree.nodes, index, tree.root));
+            if let Some(at) = places.path(&tree.nodes, index, "") {
+                return Err(ArgsError::Number { at, problem });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Builds the value of `root` without recursion: the parser pushes every container after its
 /// children, so walking the arena in order finds each child's value already built.
 fn to_value(mut nodes: Vec<Node<'_>>, root: usize) -> Result<Value, ArgsError> {
     let mut built: Vec<(Value, usize)> = Vec::with_capacity(nodes.len());
+    // Read at the first refused number, from the containers after it (still in place).
+    let mut places: Option<Places> = None;
     for index in 0..nodes.len() {
-        // Containers after `index` stay in place: a refused number's path is read from them.
-        let node = std::mem::replace(&mut nodes[index], Node::Literal(b"null"));
-        let (value, depth) = match node {
-            Node::Literal(b"true") => (Value::Bool(true), 0),
-            Node::Literal(b"false") => (Value::Bool(false), 0),
-            Node::Literal(_) => (Value::Null, 0),
+        let (value, depth) = match &nodes[index] {
             Node::Number(literal) => match number(literal) {
                 Ok(n) => (Value::Number(n), 0),
-                Err(problem) => match path_to(&nodes, index, root) {
-                    Some(at) => return Err(ArgsError::Number { at, problem }),
-                    // Only in a value a later duplicate key replaced: never recorded.
-                    None => (Value::Null, 0),
-                },
+                Err(problem) => {
+                    let places = places.get_or_insert_with(|| Places::new(&nodes, index, root));
+                    match places.path(&nodes, index, "args") {
+                        Some(at) => return Err(ArgsError::Number { at, problem }),
+                        // Only in a value a later duplicate key replaced: never recorded.
+                        None => (Value::Null, 0),
+                    }
+                }
             },
-            Node::String(s) => (Value::String(s), 0),
-            Node::Array(items) => {
-                let mut depth = 0;
-                let mut values = Vec::with_capacity(items.len());
-                for child in items {
-                    let (value, d) = take(&mut built, child, index);
-                    depth = depth.max(d);
-                    values.push(value);
+            _ => match std::mem::replace(&mut nodes[index], Node::Literal(b"null")) {
+                Node::Literal(b"true") => (Value::Bool(true), 0),
+                Node::Literal(b"false") => (Value::Bool(false), 0),
+                Node::Literal(_) | Node::Number(_) => (Value::Null, 0),
+                Node::String(s) => (Value::String(s), 0),
+                Node::Array(items) => {
+                    let mut depth = 0;
+                    let mut values = Vec::with_capacity(items.len());
+                    for child in items {
+                        let (value, d) = take(&mut built, child, index);
+                        depth = depth.max(d);
+                        values.push(value);
+                    }
+                    (Value::Array(values), depth + 1)
                 }
-                (Value::Array(values), depth + 1)
-            }
-            Node::Object(members) => {
-                let mut depth = 0;
-                let mut map = Map::new();
-                for (key, child) in members {
-                    let (value, d) = take(&mut built, child, index);
-                    depth = depth.max(d);
-                    map.insert(key, value);
+                Node::Object(members) => {
+                    let mut depth = 0;
+                    let mut map = Map::new();
+                    for (key, child) in members {
+                        let (value, d) = take(&mut built, child, index);
+                        depth = depth.max(d);
+                        map.insert(key, value);
+                    }
+                    (Value::Object(map), depth + 1)
                 }
-                (Value::Object(map), depth + 1)
-            }
+            },
         };
         if depth > MAX_ARGS_DEPTH {
             return Err(ArgsError::TooDeep);
@@ -184,68 +227,112 @@ fn to_value(mut nodes: Vec<Node<'_>>, root: usize) -> Result<Value, ArgsError> {
         .unwrap_or(Value::Null))
 }
 
-/// Where node `target` is in the args (`args.amount`, `args.items[2]`), read from the
-/// containers after it in the arena (parents always follow their children); `None` when it is
-/// not part of the value at `root` (a value a duplicate key replaced).
-fn path_to(nodes: &[Node<'_>], target: usize, root: usize) -> Option<String> {
-    enum Step<'k> {
-        Key(&'k str),
-        Index(usize),
-    }
-    // One pass: each node's container and its place in it.
-    let mut parent: Vec<Option<(usize, Step<'_>)>> = Vec::new();
-    parent.resize_with(nodes.len(), || None);
-    for (index, node) in nodes.iter().enumerate().skip(target + 1) {
-        match node {
-            Node::Array(items) => {
-                for (i, &child) in items.iter().enumerate() {
-                    parent[child] = Some((index, Step::Index(i)));
+/// Where the nodes after some index are: each one's container and its position there, and
+/// whether it is part of the value at the root (not a value a duplicate key replaced). Built
+/// once, in one pass, at the first refused number, so naming refused numbers stays linear
+/// however many there are.
+struct Places {
+    /// `(container, position in it)`; `None` for the root and for replaced values.
+    parent: Vec<Option<(usize, usize)>>,
+    /// Whether each node is part of the value at the root.
+    reachable: Vec<bool>,
+    root: usize,
+}
+
+impl Places {
+    /// Reads the containers from `from` on (parents always follow their children).
+    fn new(nodes: &[Node<'_>], from: usize, root: usize) -> Places {
+        let mut parent = vec![None; nodes.len()];
+        for (index, node) in nodes.iter().enumerate().skip(from + 1) {
+            match node {
+                Node::Array(items) => {
+                    for (i, &child) in items.iter().enumerate() {
+                        parent[child] = Some((index, i));
+                    }
                 }
-            }
-            Node::Object(members) => {
-                for (key, child) in members {
-                    parent[*child] = Some((index, Step::Key(key)));
+                Node::Object(members) => {
+                    for (i, (_, child)) in members.iter().enumerate() {
+                        parent[*child] = Some((index, i));
+                    }
                 }
+                _ => {}
             }
-            _ => {}
+        }
+        // Containers come after their children: walking back reaches each parent first.
+        let mut reachable = vec![false; nodes.len()];
+        for index in (0..nodes.len()).rev() {
+            reachable[index] = index == root
+                || parent[index].is_some_and(|(up, _)| reachable.get(up).copied() == Some(true));
+        }
+        Places {
+            parent,
+            reachable,
+            root,
         }
     }
-    let mut steps = Vec::new();
-    let mut at = target;
-    while at != root {
-        let (up, step) = parent[at].take()?;
-        steps.push(step);
-        at = up;
-    }
-    steps.reverse();
-    let render = |step: &Step<'_>| match step {
-        Step::Index(i) => format!("[{i}]"),
-        Step::Key(key)
-            if !key.is_empty()
-                && key.len() <= QUOTED_KEY
-                && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
-        {
-            format!(".{key}")
+
+    /// The path of node `target` from the root named `label` (`args.amount`, `args.items[2]`;
+    /// with an empty label `amount`, `items[2]`), or `None` when it is not part of the value
+    /// at the root. The containers after `target` must still be in `nodes`.
+    fn path(&self, nodes: &[Node<'_>], target: usize, label: &str) -> Option<String> {
+        if !self.reachable.get(target).copied().unwrap_or(false) {
+            return None;
         }
-        Step::Key(key) => {
-            let shown: String = key.chars().take(QUOTED_KEY).collect();
-            let more = if shown.len() < key.len() { "…" } else { "" };
-            format!("[{}{more}]", serde_json::Value::String(shown))
+        let mut steps = Vec::new();
+        let mut at = target;
+        while at != self.root {
+            let (up, position) = self.parent[at]?;
+            steps.push(match &nodes[up] {
+                Node::Object(members) => {
+                    Step::Key(members.get(position).map_or("", |(k, _)| k.as_str()))
+                }
+                _ => Step::Index(position),
+            });
+            at = up;
         }
-    };
-    let mut path = String::from("args");
-    if steps.len() > 2 * PATH_ENDS {
-        steps[..PATH_ENDS]
-            .iter()
-            .for_each(|s| path.push_str(&render(s)));
-        path.push('…');
-        steps[steps.len() - PATH_ENDS..]
-            .iter()
-            .for_each(|s| path.push_str(&render(s)));
-    } else {
-        steps.iter().for_each(|s| path.push_str(&render(s)));
+        steps.reverse();
+        let mut path = String::from(label);
+        if steps.len() > 2 * PATH_ENDS {
+            steps[..PATH_ENDS].iter().for_each(|s| s.render(&mut path));
+            path.push('…');
+            steps[steps.len() - PATH_ENDS..]
+                .iter()
+                .for_each(|s| s.render(&mut path));
+        } else {
+            steps.iter().for_each(|s| s.render(&mut path));
+        }
+        Some(path)
     }
-    Some(path)
+}
+
+/// One step of a path: an object key or an array index.
+enum Step<'k> {
+    Key(&'k str),
+    Index(usize),
+}
+
+impl Step<'_> {
+    /// Appends `[2]`, `.key` or `["odd key"]` (`key` alone at the start of a path).
+    fn render(&self, path: &mut String) {
+        match self {
+            Step::Index(i) => path.push_str(&format!("[{i}]")),
+            Step::Key(key)
+                if !key.is_empty()
+                    && key.len() <= QUOTED_KEY
+                    && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+            {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+            }
+            Step::Key(key) => {
+                let shown: String = key.chars().take(QUOTED_KEY).collect();
+                let more = if shown.len() < key.len() { "…" } else { "" };
+                path.push_str(&format!("[{}{more}]", serde_json::Value::String(shown)));
+            }
+        }
+    }
 }
 
 /// Moves a child's value out of the arena (each child has exactly one parent).
@@ -271,14 +358,17 @@ fn number(literal: &[u8]) -> Result<Number, NumberError> {
             text.to_owned()
         }
     };
-    let integer = !literal.iter().any(|b| matches!(b, b'.' | b'e' | b'E'));
-    if integer {
+    if !literal.iter().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+        // An integer literal stays an integer or is refused: recorded as a float it would be
+        // served back as one (`1.8446744073709552e19`), a type change even when the float
+        // holds it exactly.
         if let Ok(n) = text.parse::<u64>() {
             return Ok(n.into());
         }
         if let Ok(n) = text.parse::<i64>() {
             return Ok(n.into());
         }
+        return Err(NumberError::InexactInteger(quoted()));
     }
     let float: f64 = text
         .parse()
@@ -286,13 +376,7 @@ fn number(literal: &[u8]) -> Result<Number, NumberError> {
     if !float.is_finite() {
         return Err(NumberError::OutOfRange(quoted()));
     }
-    if integer {
-        // JSON integers have no leading zeros, so the exact decimal expansion of the float
-        // equals the literal exactly when the float holds the integer.
-        if format!("{float:.0}") != text {
-            return Err(NumberError::InexactInteger(quoted()));
-        }
-    } else if float == 0.0 {
+    if float == 0.0 {
         let mantissa = text.split(['e', 'E']).next().unwrap_or_default();
         if mantissa.bytes().any(|b| matches!(b, b'1'..=b'9')) {
             return Err(NumberError::Underflow(quoted()));
@@ -321,7 +405,7 @@ mod tests {
             value("[1.0, 1e5, 2.5E-3, -0.0, 5e-324]").unwrap(),
             json!([1.0, 100000.0, 0.0025, -0.0, 5e-324])
         );
-        assert_eq!(value("100000000000000000000").unwrap(), json!(1e20));
+        assert_eq!(value("[1e20, 1.5e19]").unwrap(), json!([1e20, 1.5e19]));
         assert_eq!(value("0e400").unwrap(), json!(0.0));
         let number = |at: &str, problem| ArgsError::Number {
             at: at.to_owned(),
@@ -384,9 +468,20 @@ mod tests {
             );
             assert!(err.to_string().contains("more than 64 bits"), "{err}");
         }
-        // The edges of 64 bits, and integers a float holds exactly, are recorded as they are.
+        // An integer a float holds exactly would be served back as a float: refused too.
+        for raw in ["18446744073709551616", "100000000000000000000"] {
+            assert_eq!(
+                value(raw).unwrap_err(),
+                ArgsError::Number {
+                    at: "args".into(),
+                    problem: NumberError::InexactInteger(raw.into())
+                }
+            );
+        }
+        // The edges of 64 bits are recorded as they are; float literals are floats.
         assert_eq!(
-            value("[18446744073709551615, -9223372036854775808, 18446744073709551616000]").unwrap(),
+            value("[18446744073709551615, -9223372036854775808, 1.8446744073709551616e22]")
+                .unwrap(),
             json!([u64::MAX, i64::MIN, 18446744073709551616000.0])
         );
     }
@@ -428,6 +523,34 @@ mod tests {
         );
         // A number only in a value a later duplicate replaced is not recorded, so not refused.
         assert_eq!(value(r#"{"a":1e400,"a":2}"#).unwrap(), json!({"a": 2}));
+    }
+
+    #[test]
+    fn documents_name_refused_numbers_from_their_root_and_once_each() {
+        assert_eq!(
+            check_numbers(br#"{"input":{"items":[1,2,3,18446744073709551616]}}"#).unwrap_err(),
+            ArgsError::Number {
+                at: "input.items[3]".into(),
+                problem: NumberError::InexactInteger("18446744073709551616".into())
+            }
+        );
+        let root = check_numbers(b"-9223372036854775809").unwrap_err();
+        assert!(
+            matches!(root, ArgsError::Number { ref at, .. } if at.is_empty()),
+            "{root:?}"
+        );
+        for ok in [
+            &br#"{"a":[1e20,-0,1.5]}"#[..],
+            b"{not json",
+            b"",
+            br#"{"a":1e400,"a":1}"#,
+        ] {
+            assert_eq!(check_numbers(ok), Ok(()));
+        }
+        // Many refused numbers only in replaced values: the places are read once (linear).
+        let replaced = format!("{{{}\"a\":1}}", r#""a":[1e400],"#.repeat(100_000));
+        assert_eq!(check_numbers(replaced.as_bytes()), Ok(()));
+        assert_eq!(value(&replaced).unwrap(), json!({"a": 1}));
     }
 
     #[test]

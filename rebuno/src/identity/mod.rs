@@ -29,7 +29,9 @@
 
 mod args;
 
-pub use args::{ArgsError, MAX_ARGS_DEPTH, MAX_NUMBER_BYTES, NumberError, StepArgs, step_args};
+pub use args::{
+    ArgsError, MAX_ARGS_DEPTH, MAX_NUMBER_BYTES, NumberError, StepArgs, check_numbers, step_args,
+};
 
 use std::collections::BTreeMap;
 use std::fmt;

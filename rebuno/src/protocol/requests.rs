@@ -145,9 +145,9 @@ pub struct SubmitStepRequest {
     pub target: String,
     /// Raw args; absent and `null` both hash as `null`. The kernel records them as a JSON value
     /// whose numbers are 64-bit, and refuses what that would change (`400 validation_error`
-    /// naming the argument, see [`identity::step_args`]): an integer beyond 64 bits that no
-    /// 64-bit float holds exactly is refused, not rounded (send it as a string), as is a
-    /// number literal over [`identity::MAX_NUMBER_BYTES`].
+    /// naming the argument, see [`identity::step_args`]): an integer literal beyond 64 bits
+    /// is refused, not recorded as a float (send it as a string), as is a number literal over
+    /// [`identity::MAX_NUMBER_BYTES`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Box<RawValue>>,
     /// Declared idempotency; absent means `safe_to_retry`.

@@ -15,6 +15,7 @@ use super::auth::{authenticate_agent, authenticate_client_from, has_agent_header
 use super::body::read_body;
 use super::error::ApiError;
 use super::throttle::Peer;
+use crate::identity;
 use crate::kernel::Lease;
 use crate::protocol::{
     HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID, Principal, Scope, canonical_uuid,
@@ -28,8 +29,9 @@ use std::marker::PhantomData;
 
 /// Decodes a request body strictly: unknown fields, bad JSON and an empty body are
 /// `400 validation_error`. Like Go's decoder, only the first JSON value is read, so bytes after
-/// the top-level value are ignored.
+/// the top-level value are ignored. Every number is checked first ([`recordable_numbers`]).
 pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    recordable_numbers(bytes)?;
     let mut values = serde_json::Deserializer::from_slice(bytes).into_iter::<T>();
     match values.next() {
         Some(Ok(value)) => Ok(value),
@@ -39,6 +41,30 @@ pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErro
         Some(Err(e)) => Err(ApiError::validation(format!("invalid request body: {e}"))),
         None => Err(ApiError::validation("request body is empty")),
     }
+}
+
+/// `400 validation_error` unless every number of a body can be recorded as sent
+/// ([`identity::check_numbers`]). The values a body carries (a step's result, an execution's
+/// input or output, a signal's payload…) are decoded into 64-bit numbers and recorded, so an
+/// integer beyond 64 bits would be recorded rounded, or as a float: such a body is refused,
+/// naming the number (`invalid result: result.amount: …`), before anything of it is used.
+pub(crate) fn recordable_numbers(bytes: &[u8]) -> Result<(), ApiError> {
+    identity::check_numbers(bytes).map_err(|e| match e {
+        identity::ArgsError::Number { at, problem } if at.is_empty() => {
+            ApiError::validation(format!("invalid request body: {problem}"))
+        }
+        identity::ArgsError::Number { at, problem } => {
+            // Named after the body's field (`invalid args: args.amount: …`), as step args are.
+            let field = at.split(['.', '[', '…']).next().unwrap_or_default();
+            let field = if field.is_empty() {
+                "request body"
+            } else {
+                field
+            };
+            ApiError::validation(format!("invalid {field}: {at}: {problem}"))
+        }
+        other => ApiError::validation(format!("invalid request body: {other}")),
+    })
 }
 
 /// `415 unsupported_media_type` unless a non-empty body is declared `application/json`
@@ -275,6 +301,11 @@ impl AgentCall {
     /// The body, strictly decoded.
     pub(crate) fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
         parse_json(&self.body)
+    }
+
+    /// Whether the body's numbers can all be recorded ([`recordable_numbers`]).
+    pub(crate) fn numbers_recordable(&self) -> bool {
+        recordable_numbers(&self.body).is_ok()
     }
 }
 

@@ -482,14 +482,28 @@ pub(super) async fn suspend(State(s): State<AppState>, mut call: AgentCall) -> A
     Ok(ok(&serde_json::json!({ "suspended": suspended })))
 }
 
-/// Row 14: `POST /v0/executions/{id}/complete` (204).
+/// Row 14: `POST /v0/executions/{id}/complete` (204). An output with a number the kernel
+/// cannot record (an integer beyond 64 bits) is refused (`400`) and fails the execution with
+/// that message: the SDKs do not fail an execution whose completion is refused, and every
+/// re-delivery would run the handler to the same output again, so it would never end.
 pub(super) async fn complete_execution(
     State(s): State<AppState>,
     mut call: AgentCall,
 ) -> ApiResult {
     let id = agent_exec_id(&mut call).await?;
     let lease = call.lease()?;
-    let req: CompleteExecutionRequest = call.json()?;
+    let req: CompleteExecutionRequest = match call.json() {
+        Ok(req) => req,
+        Err(refused) if !call.numbers_recordable() => {
+            s.check_owner(&call.agent_id, &id).await?;
+            let why = &refused.0.message;
+            let why = why.strip_prefix("validation error: ").unwrap_or(why);
+            let reason = format!("the output could not be recorded: {why}");
+            s.kernel.fail_execution(&id, &lease, reason).await?;
+            return Err(refused);
+        }
+        Err(e) => return Err(e),
+    };
     s.check_owner(&call.agent_id, &id).await?;
     s.kernel.complete_execution_with(&id, &lease, req).await?;
     Ok(no_content())

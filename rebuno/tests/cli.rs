@@ -5,6 +5,7 @@
 
 #[path = "support/logs.rs"]
 mod logs;
+mod support;
 
 use logs::json_log_line;
 use serde_json::Value;
@@ -13,6 +14,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+use support::{free_port, stopped_pg_port};
 
 /// Bounds every wait for the child process; it measures nothing.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -533,14 +535,6 @@ async fn register_webhook_agent(base: &str, id: &str, hook: &str) {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 201);
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test]
@@ -1260,16 +1254,25 @@ async fn an_embedded_runtime_does_not_take_over_a_dev_kernels_agent() {
     drop(running);
 }
 
-/// The port of a PostgreSQL that is not running: nothing listens on it.
-fn stopped_postgres_port() -> u16 {
-    free_port()
-}
-
-/// An unreachable PostgreSQL is named with its cause (connection refused) at the first
-/// failure, while the server keeps retrying for `REBUNO_DB_RECONNECT`.
+/// An unreachable PostgreSQL (nothing listens on a free port) is named with its cause
+/// (connection refused) at the first failure, while the server keeps retrying for
+/// `REBUNO_DB_RECONNECT`.
 #[test]
 fn an_unreachable_postgres_is_logged_with_its_cause_at_once() {
-    let port = stopped_postgres_port();
+    assert_the_server_names_why_it_cannot_connect(free_port());
+}
+
+/// The same with a real cluster that was started once and then stopped (`.ci/postgres
+/// stopped` makes one and exports its URL).
+#[test]
+#[ignore = "needs a stopped PostgreSQL cluster: set REBUNO_TEST_PG_STOPPED_URL (bash .ci/postgres stopped)"]
+fn a_stopped_postgres_cluster_is_logged_with_its_cause_at_once() {
+    assert_the_server_names_why_it_cannot_connect(stopped_pg_port());
+}
+
+/// Starts `rebuno server` on a PostgreSQL at `port` that does not answer; the first failure is
+/// logged with its cause within seconds, without the password.
+fn assert_the_server_names_why_it_cannot_connect(port: u16) {
     let running = Running::spawn(
         rebuno()
             .env("REBUNO_BEARER_TOKEN", "t")

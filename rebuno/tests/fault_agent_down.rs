@@ -16,6 +16,7 @@ use support::{Kill, free_port};
 
 use rebuno::kernel::KernelConfig;
 use rebuno::protocol::{CreateExecutionRequest, EventType, ExecutionStatus, RegisterAgentRequest};
+use rebuno::repl::{Outcome, Repl};
 use rebuno::server::{ServerOptions, router};
 use rebuno::store::SqliteStore;
 use rebuno::time::parse_rfc3339;
@@ -210,6 +211,24 @@ async fn assert_waiting(kernel: &Kernel, base: &str, id: &str, port: u16) -> Sys
     assert_eq!(last["error"], reason.as_str(), "{last}");
     assert_eq!(last["attempt"], dispatch["attempt"], "{last} {body}");
     assert_eq!(last["next_attempt_at"], next, "{last}");
+
+    // The operator sees the same: the console's execution page and the REPL's `exec get`.
+    let page = reqwest::get(format!("{base}/ui/executions/{id}"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Waiting for agent"), "{page}");
+    assert!(page.contains(&reason), "{page}");
+    let mut repl = Repl::new(kernel.clone(), 200);
+    let Outcome::Print(shown) = repl.run_line(&format!("exec get {id}")).await else {
+        panic!("exec get ended the REPL");
+    };
+    assert!(
+        shown.contains("waiting:") && shown.contains(&reason),
+        "{shown}"
+    );
     parse_rfc3339(next).unwrap()
 }
 

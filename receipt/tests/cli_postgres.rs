@@ -4,7 +4,9 @@
 
 mod cli_support;
 
-use cli_support::{PgSchema, binary, expect_err, expect_ok, hash_of, pg_url};
+use cli_support::{
+    PgSchema, binary, expect_err, expect_ok, free_port, hash_of, pg_url, stopped_pg_port,
+};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 
@@ -15,11 +17,7 @@ fn json(out: std::process::Output, what: &str) -> Value {
 
 #[test]
 fn an_unreachable_database_is_named_without_its_password() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let url = format!("postgres://app:hunter22@127.0.0.1:{port}/receipts?sslmode=disable");
     for via_env in [false, true] {
         let mut c = Command::new(binary());
@@ -82,11 +80,17 @@ fn one_shot_failure(url: &str) -> String {
 /// and says why; `RECEIPT_DB_RECONNECT` is not needed for that.
 #[test]
 fn an_unreachable_database_fails_at_once_with_its_cause() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    assert_a_one_shot_command_names_the_refusal(free_port());
+}
+
+/// The same with a real cluster that was started once and then stopped.
+#[test]
+#[ignore = "needs a stopped PostgreSQL cluster: set REBUNO_TEST_PG_STOPPED_URL (bash .ci/postgres stopped)"]
+fn a_stopped_cluster_fails_at_once_with_its_cause() {
+    assert_a_one_shot_command_names_the_refusal(stopped_pg_port());
+}
+
+fn assert_a_one_shot_command_names_the_refusal(port: u16) {
     let message = one_shot_failure(&format!(
         "postgres://app@127.0.0.1:{port}/receipts?sslmode=disable"
     ));

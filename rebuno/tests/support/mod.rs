@@ -69,6 +69,17 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The port of the stopped PostgreSQL cluster `REBUNO_TEST_PG_STOPPED_URL` names (`bash
+/// .ci/postgres stopped` makes one: initialised, started once and stopped).
+pub fn stopped_pg_port() -> u16 {
+    let url = std::env::var("REBUNO_TEST_PG_STOPPED_URL")
+        .expect("REBUNO_TEST_PG_STOPPED_URL (bash .ci/postgres stopped)");
+    let host_port = url.split('@').next_back().unwrap_or(&url);
+    let port = host_port.split([':', '/']).nth(1).unwrap_or_default();
+    port.parse()
+        .unwrap_or_else(|_| panic!("no port in REBUNO_TEST_PG_STOPPED_URL={url}"))
+}
+
 /// Blocks until something listens on the loopback `port` (at most 30 s).
 pub fn wait_listening(port: u16, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);

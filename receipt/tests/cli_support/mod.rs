@@ -220,3 +220,23 @@ impl Drop for PgSchema {
         }
     }
 }
+
+/// A loopback port nothing listens on.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The port of the stopped PostgreSQL cluster `REBUNO_TEST_PG_STOPPED_URL` names (`bash
+/// .ci/postgres stopped` makes one: initialised, started once and stopped).
+pub fn stopped_pg_port() -> u16 {
+    let url = std::env::var("REBUNO_TEST_PG_STOPPED_URL")
+        .expect("REBUNO_TEST_PG_STOPPED_URL (bash .ci/postgres stopped)");
+    let host_port = url.split('@').next_back().unwrap_or(&url);
+    let port = host_port.split([':', '/']).nth(1).unwrap_or_default();
+    port.parse()
+        .unwrap_or_else(|_| panic!("no port in REBUNO_TEST_PG_STOPPED_URL={url}"))
+}

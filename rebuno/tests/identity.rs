@@ -1,8 +1,8 @@
 //! Step identity: Go-compatible canonical JSON, args hashes and step ids.
 //!
-//! Every vector of `shared/spec/canon_vectors.json` is checked twice: from the inline copy
-//! below, always, and from the file by `file_vectors`, which is ignored by default because the
-//! file lives beside the checkout, not in it (CI runs it; it fails if the file is missing).
+//! Every vector of the canonical-JSON vector file is checked twice: from the inline copy below,
+//! and from the file itself (`tests/data/canon_vectors.json`, a byte-for-byte copy of the
+//! project's vectors) by `file_vectors`.
 
 use proptest::prelude::*;
 use rebuno::identity::{
@@ -15,10 +15,7 @@ use sha2::{Digest, Sha256};
 const EXECUTION_ID: &str = "0192f1a0-0000-7000-8000-000000000000";
 const KIND: &str = "tool_call";
 const TARGET: &str = "t";
-const VECTORS_PATH: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/spec/canon_vectors.json"
-);
+const VECTORS_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/canon_vectors.json");
 
 struct Vector {
     args_raw: &'static [u8],
@@ -155,8 +152,8 @@ fn hex_decode(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// The vector file: `$REBUNO_SPEC_DIR/canon_vectors.json`, or `shared/spec/` beside the checkout
-/// (where `.ci/run` finds it).
+/// The vector file: `$REBUNO_SPEC_DIR/canon_vectors.json` (to check against another copy), or
+/// the one in `tests/data/`.
 fn vectors_path() -> std::path::PathBuf {
     match std::env::var_os("REBUNO_SPEC_DIR") {
         Some(dir) => std::path::Path::new(&dir).join("canon_vectors.json"),
@@ -165,7 +162,6 @@ fn vectors_path() -> std::path::PathBuf {
 }
 
 #[test]
-#[ignore = "needs shared/spec/canon_vectors.json beside the checkout (or REBUNO_SPEC_DIR)"]
 fn file_vectors() {
     let path = vectors_path();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {

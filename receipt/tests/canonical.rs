@@ -88,11 +88,10 @@ fn rfc8785_examples() {
     }
 }
 
-/// The scheme authors' conformance files in `../shared/spec/jcs/` (input -> output).
+/// The scheme authors' conformance files, copied into `tests/data/jcs/` (input -> output).
 #[test]
-#[ignore = "needs shared/spec/jcs beside the checkout"]
 fn jcs_conformance_files() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/spec/jcs");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/jcs");
     let Ok(entries) = std::fs::read_dir(root.join("input")) else {
         panic!("conformance data missing at {}", root.display());
     };

@@ -187,14 +187,18 @@ async fn killed_kernel_restarts_and_every_execution_completes() {
     }
     assert_eq!(runs.len(), RUNS * 4, "every step ran: {runs:?}");
     // The handler is sequential: step i+1 starts only after step i's outcome was recorded, so
-    // of the calls started before the kill only each run's last one can have been in flight.
+    // of the calls started before the kill only each run's last one can have been in flight;
+    // every earlier one had been recorded as succeeded and must never run again. A call that
+    // started after the kill may run twice (an attempt in flight across the restart and the
+    // re-dispatched handler's, both of a safe_to_retry tool: SDK 0.14.0 carries no lease that
+    // could tell them apart).
     let mut in_flight: HashMap<&str, &str> = HashMap::new();
     for b in &before {
         in_flight.insert(b.split(':').next().unwrap(), b.as_str());
     }
     for (key, n) in &runs {
         assert!(*n <= 2, "{key} ran {n} times");
-        if *n == 2 {
+        if *n == 2 && before.iter().any(|b| b == key) {
             let run = key.split(':').next().unwrap();
             assert_eq!(
                 in_flight.get(run),

@@ -72,10 +72,10 @@ pub use receipt_macros::{action, agent, body, goal, receipts, view};
 #[path = "macros_support.rs"]
 pub mod __private;
 
-/// The workspace README, whose `rust` code blocks (the receipt agent and its run, governance)
-/// are doctests of this crate: the README's snippets compile as written. Only for `rustdoc
-/// --test`; the governance snippet needs the `kernel` feature and an embedded rebuno kernel
-/// (a dev-dependency).
+/// The receipt guide (`docs/receipt.md`), whose `rust` code blocks (the receipt agent and its
+/// run, governance) are doctests of this crate: the guide's snippets compile as written. Only
+/// for `rustdoc --test`; the governance snippet needs the `kernel` feature and an embedded
+/// rebuno kernel (a dev-dependency).
 #[cfg(all(doctest, feature = "kernel"))]
-#[doc = include_str!("../../README.md")]
-mod readme {}
+#[doc = include_str!("../../docs/receipt.md")]
+mod receipt_guide {}

@@ -1,9 +1,11 @@
-//! The README's instructions for a new user, run for real: the `[dependencies]` lines resolve
-//! (and name features the crates have), the recipe "run your own agent against `rebuno dev`"
-//! works with the real `rebuno` binary and the real `my-agent` example (killed mid-run and
-//! started again), the MCP example's two commands agree with CI's and the second one replays,
-//! and the quickstart's output lines up and shows its crash. The README marks each block a
-//! test reads with an HTML comment `<!-- readme-test: NAME -->` on the line before it.
+//! The README's and the guides' instructions for a new user, run for real: the
+//! `[dependencies]` lines resolve (and name features the crates have), the recipe "run your own
+//! agent against `rebuno dev`" works with the real `rebuno` binary and the real `my-agent`
+//! example (killed mid-run and started again), the MCP example's two commands (in
+//! `docs/mcp.md`) agree with CI's and the second one replays, and the quickstart's output lines
+//! up and shows its crash. Each block a test reads is marked with an HTML comment
+//! `<!-- readme-test: NAME -->` on the line before it, in `README.md` or in a guide under
+//! `docs/`; a test finds the block wherever it is.
 
 mod cargo_build;
 
@@ -32,13 +34,49 @@ fn readme() -> String {
     std::fs::read_to_string(root().join("README.md")).expect("read README.md")
 }
 
-/// The fenced code block right after `<!-- readme-test: NAME -->`, without its fences.
-fn block(readme: &str, name: &str) -> String {
+/// The README and every guide under `docs/`, each with its path relative to the checkout.
+fn documents() -> Vec<(String, String)> {
+    let mut docs = vec![("README.md".to_owned(), readme())];
+    let mut guides: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .expect("read docs/")
+        .map(|e| e.expect("a docs/ entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    guides.sort();
+    for path in guides {
+        let text = std::fs::read_to_string(&path).expect("read a guide");
+        let name = format!("docs/{}", path.file_name().unwrap().to_string_lossy());
+        docs.push((name, text));
+    }
+    docs
+}
+
+/// The fenced code block right after `<!-- readme-test: NAME -->`, in the README or in the
+/// one guide that holds the marker.
+fn marked_block(name: &str) -> String {
     let marker = format!("<!-- readme-test: {name} -->");
-    let at = readme
+    let holders: Vec<(String, String)> = documents()
+        .into_iter()
+        .filter(|(_, text)| text.contains(&marker))
+        .collect();
+    match holders.as_slice() {
+        [(_, text)] => block(text, name),
+        [] => panic!("neither README.md nor a guide in docs/ has {marker}"),
+        _ => panic!(
+            "{marker} is in more than one document: {:?}",
+            holders.iter().map(|(p, _)| p).collect::<Vec<_>>()
+        ),
+    }
+}
+
+/// The fenced code block right after `<!-- readme-test: NAME -->` in `text`, without its
+/// fences.
+fn block(text: &str, name: &str) -> String {
+    let marker = format!("<!-- readme-test: {name} -->");
+    let at = text
         .find(&marker)
-        .unwrap_or_else(|| panic!("README.md has no {marker}"));
-    let mut lines = readme[at + marker.len()..].lines().skip(1);
+        .unwrap_or_else(|| panic!("no {marker} in the document"));
+    let mut lines = text[at + marker.len()..].lines().skip(1);
     let fence = lines.next().unwrap_or_default();
     assert!(
         fence.starts_with("```"),
@@ -178,7 +216,7 @@ fn asked_features(line: &str) -> BTreeSet<String> {
 #[test]
 fn readme_dependency_lines_resolve_to_this_checkout() {
     let readme = readme();
-    let deps = block(&readme, "dependencies");
+    let deps = marked_block("dependencies");
     let root = root().display().to_string();
     assert!(deps.contains(CLONE_PLACEHOLDER), "{deps}");
     assert!(deps.contains(URL_PLACEHOLDER), "{deps}");
@@ -254,14 +292,16 @@ fn readme_dependency_lines_resolve_to_this_checkout() {
         "the Features table was not found ({named} rows)"
     );
 
-    // No line anywhere depends on the crates by version alone.
-    for line in readme.lines() {
-        let line = line.trim_start_matches("# ").trim();
-        if (line.starts_with("rebuno = ") || line.starts_with("receipt = "))
-            && !line.contains("path = ")
-            && !line.contains("git = ")
-        {
-            panic!("README depends on a crate by version alone (crates.io): {line}");
+    // No line anywhere (the README or a guide) depends on the crates by version alone.
+    for (path, text) in documents() {
+        for line in text.lines() {
+            let line = line.trim_start_matches("# ").trim();
+            if (line.starts_with("rebuno = ") || line.starts_with("receipt = "))
+                && !line.contains("path = ")
+                && !line.contains("git = ")
+            {
+                panic!("{path} depends on a crate by version alone (crates.io): {line}");
+            }
         }
     }
 }
@@ -292,14 +332,13 @@ fn called_tools(command: &str) -> Vec<String> {
         .collect()
 }
 
-/// The README runs the MCP example twice with the same execution key: the first crashes after
+/// The MCP guide runs the example twice with the same execution key: the first crashes after
 /// its first call (`--crash-after 1`), the second is the same command without it (so it
 /// replays instead of crashing again), and the lines it is said to print are those CI checks.
 /// CI runs the same two commands (the same name, calls and crash point).
 #[test]
 fn readme_mcp_example_runs_twice_and_the_second_replays() {
-    let readme = readme();
-    let block = block(&readme, "mcp-agent");
+    let block = marked_block("mcp-agent");
     let runs: Vec<String> = commands(&block)
         .into_iter()
         .filter(|c| c.starts_with("cargo run --example mcp-agent"))
@@ -345,7 +384,7 @@ fn readme_mcp_example_runs_twice_and_the_second_replays() {
     for line in expected {
         assert!(
             block.contains(line),
-            "README's MCP block does not show {line:?}:\n{block}"
+            "the MCP guide's block does not show {line:?}:\n{block}"
         );
     }
 }
@@ -435,8 +474,7 @@ impl Drop for Proc {
 /// recorded and started again: the recorded part replays, the rest run, the run completes.
 #[tokio::test(flavor = "multi_thread")]
 async fn readme_recipe_runs_an_agent_against_rebuno_dev_through_a_kill() {
-    let readme = readme();
-    let recipe = block(&readme, "recipe");
+    let recipe = marked_block("recipe");
     let steps = commands(&recipe);
     assert!(
         steps.iter().any(|c| c == "cargo run -p rebuno -- dev"),
@@ -676,7 +714,7 @@ fn quickstart_output_lines_up_and_shows_the_crash() {
 
     // The README's sample: each of its lines is a line of the run, in order (`…` stands for
     // lines left out).
-    let sample = normalize(&block(&readme(), "quickstart-output"));
+    let sample = normalize(&marked_block("quickstart-output"));
     let run = normalize(&stdout);
     let mut run_lines = run.lines().filter(|l| !l.is_empty());
     for line in sample.lines().filter(|l| !l.is_empty() && *l != "…") {

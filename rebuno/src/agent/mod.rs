@@ -12,45 +12,52 @@
 //! `lease_superseded`.
 //!
 //! `resources` holds the resource drivers (capture a resource into a checkpoint ref, re-create
-//! it from one), a directory driver, and their use from a handler ([`resources::resource`]):
-//! declared on first use, re-created from the latest checkpoint after a crash, captured with
-//! the outcome of a step that names them when a checkpoint is due, and on completion.
+//! it from one), a directory driver and the checkpoint policy; a handler uses them through
+//! [`context::resource`]: declared on first use, re-created from the latest checkpoint after a
+//! crash, captured with the outcome of a step that names them when a checkpoint is due, and on
+//! completion.
 //!
 //! When it starts serving, an agent publishes its handler's description and input/output JSON
 //! Schemas to the kernel (see `metadata` for when, and what a failure does).
 //!
-//! `builder` holds [`AgentBuilder`]. `Runtime` (feature `kernel`, in `embedded`) is the
+//! `builder` holds [`AgentBuilder`]. `Runtime` (feature `kernel`, in `runtime`) is the
 //! embedded form: a kernel in this process, its background loops, and agents registered on it
 //! that receive dispatches as direct calls through `EmbeddedTransport`.
+//!
+//! The other submodules, bottom to top (each imports only those before it): `step_error` (the
+//! record of a failed step), `observe` (what an effect observer is told, and the SDK's spans,
+//! logs and metrics), `transport` (how an agent talks to its kernel: [`Transport`] and its HTTP
+//! and in-process implementations), `background` (records a dispatch finishes in the
+//! background), `resources` (resource drivers and the checkpoint policy), `context` (the
+//! [`ExecutionContext`] every effect goes through, and the resources a dispatch declared),
+//! `subagent` (other agents run as children of a tool step). This module, `builder`, `metadata` and `runtime` sit on top:
+//! the [`Agent`] that serves dispatches.
 
 mod background;
 mod builder;
 pub mod context;
-#[cfg(feature = "kernel")]
-mod embedded;
 mod metadata;
 pub(crate) mod observe;
 pub mod resources;
+#[cfg(feature = "kernel")]
+mod runtime;
 mod step_error;
 mod subagent;
 pub mod transport;
 
 pub use builder::AgentBuilder;
-pub use context::{
-    Effect, EffectObserver, EffectOutcome, ExecutionContext, HOLD_RESULT_FOR, Submitted, execution,
-    spawn,
-};
-#[cfg(feature = "kernel")]
-pub use embedded::{EmbeddedTransport, Runtime};
+pub use context::{ExecutionContext, Submitted, current_step, execution, spawn};
 pub use metadata::metadata_of;
-pub use subagent::{
-    SubagentOptions, current_step, spawn_subagent, spawn_subagent_with, subagent, subagent_with,
-};
-pub use transport::{HttpTransport, Submission, Transport};
+pub use observe::{Effect, EffectObserver, EffectOutcome};
+#[cfg(feature = "kernel")]
+pub use runtime::Runtime;
+pub use subagent::{SubagentOptions, spawn_subagent, spawn_subagent_with, subagent, subagent_with};
+#[cfg(feature = "kernel")]
+pub use transport::EmbeddedTransport;
+pub use transport::{Call, HOLD_RESULT_FOR, HttpTransport, Reply, Submission, Transport};
 
 use crate::error::{Error, Result};
 use crate::protocol::{Lease, WebhookPayload};
-use crate::tool::BoxFuture;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -61,6 +68,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::task::TaskTracker;
+
+/// A boxed, sendable future: what a handler (and a tool, see [`crate::tool`]) returns.
+pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
 
 /// An agent's handler: `#[rebuno::agent]` implements it for the type of the same name as the
 /// function; [`handler_fn`] builds one from a closure.

@@ -69,7 +69,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::task::TaskTracker;
 
-/// A boxed, sendable future: what a handler (and a tool, see [`crate::tool`]) returns.
+/// A boxed, sendable future: what a handler (and a tool, see [`crate::tool`](mod@crate::tool)) returns.
 pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
 
 /// An agent's handler: `#[rebuno::agent]` implements it for the type of the same name as the

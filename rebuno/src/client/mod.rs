@@ -56,7 +56,7 @@
 //! # }
 //! ```
 //!
-//! Submodules: `backend` (the [`Backend`] contract both backends implement: one method per
+//! Submodules: `backend` (the `Backend` contract both backends implement: one method per
 //! call, ids already checked), `http` (the HTTP backend: requests, paging, the mapping of HTTP
 //! answers to [`Error`], and the change feed an HTTP client's waits share), `embedded` (feature
 //! `kernel`: the in-process backend, and `Kernel::client`), `builder` (HTTP configuration:

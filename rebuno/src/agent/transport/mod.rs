@@ -244,6 +244,9 @@ pub enum Call<'a> {
 /// What the kernel answered a [`Call`] (each call's documentation says which).
 #[derive(Debug)]
 #[non_exhaustive]
+// A reply lives for one call and is unpacked at once: boxing the large variants would only add
+// an allocation per call.
+#[allow(clippy::large_enum_variant)]
 pub enum Reply {
     /// Taken, with nothing to answer.
     Done,

@@ -82,7 +82,8 @@ pub mod web;
 
 #[cfg(feature = "kernel")]
 pub use agent::Runtime;
-pub use agent::resources::{CheckpointPolicy, resource};
+pub use agent::context::resource;
+pub use agent::resources::CheckpointPolicy;
 pub use agent::{
     Agent, AgentBuilder, AgentHandler, ExecutionContext, execution, handler_fn, spawn, subagent,
 };

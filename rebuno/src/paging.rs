@@ -23,11 +23,12 @@ pub(crate) fn encode_cursor(s: &str) -> String {
 
 /// Every item of a paged array listing at `url`: `fetch` answers one page (its items and the
 /// [`HEADER_NEXT_CURSOR`] cursor), asked for `url` and then with `after=<cursor>` for each
-/// next page. A kernel that does not page answers everything in its first page.
-pub(crate) async fn follow_pages<T, F, Fut>(url: &Url, mut fetch: F) -> crate::error::Result<Vec<T>>
+/// next page. A kernel that does not page answers everything in its first page. The first
+/// error of `fetch` is answered as is (this layer knows no error type of its own).
+pub(crate) async fn follow_pages<T, E, F, Fut>(url: &Url, mut fetch: F) -> Result<Vec<T>, E>
 where
     F: FnMut(Url) -> Fut,
-    Fut: Future<Output = crate::error::Result<(Vec<T>, Option<String>)>>,
+    Fut: Future<Output = Result<(Vec<T>, Option<String>), E>>,
 {
     let mut all = Vec::new();
     let mut after: Option<String> = None;

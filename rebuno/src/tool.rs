@@ -18,6 +18,9 @@
 //! let answer = tools.call_for_model("weather", args).await?; // run what the model asked
 //! ```
 
+/// A boxed, sendable future (defined with the agent runtime, whose handlers return it too).
+pub use crate::agent::BoxFuture;
+
 use crate::agent::context::{execution, raw_args};
 use crate::error::{Error, Result};
 use crate::protocol::{Idempotency, StepKind};
@@ -25,11 +28,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-
-/// A boxed, sendable future.
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// What an LLM needs to call a tool: its name, description and the JSON Schema of its
 /// arguments (an object keyed by parameter name), plus its idempotency.

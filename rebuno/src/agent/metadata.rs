@@ -9,7 +9,7 @@
 //! did not know the agent yet (`401`: served before it was registered), the next delivery
 //! tries again, as the Python SDK (0.28 and later) does; any other refusal is final.
 
-use super::AgentHandler;
+use super::handler::AgentHandler;
 use crate::error::{Error, Result};
 use crate::protocol::{AgentMetadata, ErrorCode};
 use serde_json::Value;

@@ -12,45 +12,55 @@
 //! `lease_superseded`.
 //!
 //! `resources` holds the resource drivers (capture a resource into a checkpoint ref, re-create
-//! it from one), a directory driver, and their use from a handler ([`resources::resource`]):
-//! declared on first use, re-created from the latest checkpoint after a crash, captured with
-//! the outcome of a step that names them when a checkpoint is due, and on completion.
+//! it from one), a directory driver and the checkpoint policy; a handler uses them through
+//! [`context::resource`]: declared on first use, re-created from the latest checkpoint after a
+//! crash, captured with the outcome of a step that names them when a checkpoint is due, and on
+//! completion.
 //!
 //! When it starts serving, an agent publishes its handler's description and input/output JSON
 //! Schemas to the kernel (see `metadata` for when, and what a failure does).
 //!
-//! `builder` holds [`AgentBuilder`]. `Runtime` (feature `kernel`, in `embedded`) is the
+//! `builder` holds [`AgentBuilder`]. `Runtime` (feature `kernel`, in `runtime`) is the
 //! embedded form: a kernel in this process, its background loops, and agents registered on it
 //! that receive dispatches as direct calls through `EmbeddedTransport`.
+//!
+//! The other submodules, bottom to top (each imports only those before it): `step_error` (the
+//! record of a failed step), `observe` (what an effect observer is told, and the SDK's spans,
+//! logs and metrics), `transport` (how an agent talks to its kernel: [`Transport`] and its HTTP
+//! and in-process implementations), `background` (records a dispatch finishes in the
+//! background), `resources` (resource drivers and the checkpoint policy), `context` (the
+//! [`ExecutionContext`] every effect goes through, and the resources a dispatch declared),
+//! `subagent` (other agents run as children of a tool step), `handler` (the [`AgentHandler`]
+//! trait and [`handler_fn`]). This module, `builder`, `metadata` and `runtime` sit on top: the
+//! [`Agent`] that serves dispatches.
 
 mod background;
 mod builder;
 pub mod context;
-#[cfg(feature = "kernel")]
-mod embedded;
+mod handler;
 mod metadata;
 pub(crate) mod observe;
 pub mod resources;
+#[cfg(feature = "kernel")]
+mod runtime;
 mod step_error;
 mod subagent;
 pub mod transport;
 
 pub use builder::AgentBuilder;
-pub use context::{
-    Effect, EffectObserver, EffectOutcome, ExecutionContext, HOLD_RESULT_FOR, Submitted, execution,
-    spawn,
-};
-#[cfg(feature = "kernel")]
-pub use embedded::{EmbeddedTransport, Runtime};
+pub use context::{ExecutionContext, Submitted, current_step, execution, spawn};
+pub use handler::{AgentHandler, BoxFuture, FnHandler, handler_fn};
 pub use metadata::metadata_of;
-pub use subagent::{
-    SubagentOptions, current_step, spawn_subagent, spawn_subagent_with, subagent, subagent_with,
-};
-pub use transport::{HttpTransport, Submission, Transport};
+pub use observe::{Effect, EffectObserver, EffectOutcome};
+#[cfg(feature = "kernel")]
+pub use runtime::Runtime;
+pub use subagent::{SubagentOptions, spawn_subagent, spawn_subagent_with, subagent, subagent_with};
+#[cfg(feature = "kernel")]
+pub use transport::EmbeddedTransport;
+pub use transport::{Call, HOLD_RESULT_FOR, HttpTransport, Reply, Submission, Transport};
 
 use crate::error::{Error, Result};
 use crate::protocol::{Lease, WebhookPayload};
-use crate::tool::BoxFuture;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -61,120 +71,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::task::TaskTracker;
-
-/// An agent's handler: `#[rebuno::agent]` implements it for the type of the same name as the
-/// function; [`handler_fn`] builds one from a closure.
-pub trait AgentHandler: Send + Sync + 'static {
-    /// The agent id.
-    fn id(&self) -> &str;
-    /// What the agent does (the handler's doc comment).
-    fn description(&self) -> &str {
-        ""
-    }
-    /// JSON Schema of the execution input (`{}`, any JSON, when unknown).
-    fn input_schema(&self) -> Value {
-        Value::Object(serde_json::Map::new())
-    }
-    /// JSON Schema of the execution output, what the handler returns (`{}`, any JSON, when
-    /// unknown).
-    fn output_schema(&self) -> Value {
-        Value::Object(serde_json::Map::new())
-    }
-    /// Runs the handler on an execution's input; the output or error ends the execution.
-    fn call(&self, input: Value) -> BoxFuture<Result<Value>>;
-}
-
-impl<H: AgentHandler + ?Sized> AgentHandler for Arc<H> {
-    fn id(&self) -> &str {
-        (**self).id()
-    }
-    fn description(&self) -> &str {
-        (**self).description()
-    }
-    fn input_schema(&self) -> Value {
-        (**self).input_schema()
-    }
-    fn output_schema(&self) -> Value {
-        (**self).output_schema()
-    }
-    fn call(&self, input: Value) -> BoxFuture<Result<Value>> {
-        (**self).call(input)
-    }
-}
-
-/// A handler from a closure over the raw input (see [`handler_fn`]). What it publishes about
-/// itself is set with [`FnHandler::description`], [`FnHandler::input_schema`] and
-/// [`FnHandler::output_schema`] (nothing by default).
-pub struct FnHandler {
-    id: String,
-    description: String,
-    input_schema: Value,
-    output_schema: Value,
-    f: Box<dyn Fn(Value) -> BoxFuture<Result<Value>> + Send + Sync>,
-}
-
-impl FnHandler {
-    /// What the agent does, published as its metadata's description.
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = description.into();
-        self
-    }
-
-    /// The JSON Schema of the execution input, published with the agent's metadata.
-    pub fn input_schema(mut self, schema: Value) -> Self {
-        self.input_schema = schema;
-        self
-    }
-
-    /// The JSON Schema of the execution output, published with the agent's metadata.
-    pub fn output_schema(mut self, schema: Value) -> Self {
-        self.output_schema = schema;
-        self
-    }
-}
-
-impl std::fmt::Debug for FnHandler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FnHandler").field("id", &self.id).finish()
-    }
-}
-
-/// A handler for agent `id` from an async closure over the execution input.
-pub fn handler_fn<F, Fut, E>(id: impl Into<String>, f: F) -> FnHandler
-where
-    F: Fn(Value) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = std::result::Result<Value, E>> + Send + 'static,
-    E: std::fmt::Display + 'static,
-{
-    FnHandler {
-        id: id.into(),
-        description: String::new(),
-        input_schema: Value::Object(serde_json::Map::new()),
-        output_schema: Value::Object(serde_json::Map::new()),
-        f: Box::new(move |input| {
-            let fut = f(input);
-            Box::pin(async move { fut.await.map_err(context::into_error) })
-        }),
-    }
-}
-
-impl AgentHandler for FnHandler {
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn description(&self) -> &str {
-        &self.description
-    }
-    fn input_schema(&self) -> Value {
-        self.input_schema.clone()
-    }
-    fn output_schema(&self) -> Value {
-        self.output_schema.clone()
-    }
-    fn call(&self, input: Value) -> BoxFuture<Result<Value>> {
-        (self.f)(input)
-    }
-}
 
 /// What [`Agent::dispatch`] did with a delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

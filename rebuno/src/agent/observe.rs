@@ -1,4 +1,7 @@
-//! The agent SDK's spans, logs and metrics.
+//! The agent SDK's observation layer: what an effect observer is told ([`Effect`],
+//! [`EffectOutcome`], [`EffectObserver`]), and the SDK's spans, logs and metrics. The layers
+//! above report into it: the execution context each effect decision, the LLM interception its
+//! span and the token usage of a recorded answer ([`llm_span`], [`llm_usage`]).
 //!
 //! Spans: `rebuno.agent.handle` for each handler run (one delivery: execution, dispatch,
 //! attempt, agent, outcome), continuing the trace of the delivery's `traceparent`;
@@ -16,10 +19,51 @@
 //! and `rebuno_sdk_effects_total{kind, outcome}` (a counter: each effect decision,
 //! `executed`, `replayed` or `refused`).
 
-use super::context::EffectOutcome;
-use crate::protocol::{StepDecision, StepKind};
+use crate::protocol::{Decision, StepDecision, StepKind};
+use std::sync::Arc;
 use std::time::Duration;
 use tracing::field::Empty;
+
+/// What happened to one effect, as reported to an [`EffectObserver`]: its decision (`Ran`,
+/// `Replayed`, `Blocked`, `Refused`), and then, for a body that ran and failed, `Failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EffectOutcome {
+    /// The kernel said `proceed` and the body ran now.
+    Ran,
+    /// The kernel said `replay`: the recorded outcome (a result or an error) was returned and
+    /// the body did not run.
+    Replayed,
+    /// The kernel holds it (`blocked`: an approval, or a rate-limit park): the dispatch
+    /// unwinds, and the execution resumes with a new dispatch once that is resolved.
+    Blocked,
+    /// The kernel refused it (denied, rate limited, or the execution is terminal): the effect
+    /// fails with that refusal.
+    Refused,
+    /// Reported after `Ran` for the same step: the body failed, and its error is recorded as
+    /// the step's (a replay of it reports `Replayed`).
+    Failed,
+}
+
+/// One effect of an execution, as reported to an [`EffectObserver`].
+#[derive(Debug, Clone)]
+pub struct Effect {
+    /// The execution.
+    pub execution_id: String,
+    /// `tool_call`, `llm_call` or `local`.
+    pub kind: StepKind,
+    /// The tool, model or step name.
+    pub target: String,
+    /// The step id, when the decision was recorded.
+    pub step_id: Option<String>,
+    /// What happened.
+    pub outcome: EffectOutcome,
+    /// The decision as the kernel sent it.
+    pub decision: Decision,
+}
+
+/// Called with every effect decision of the executions an agent runs (logging, metrics, demos).
+pub type EffectObserver = Arc<dyn Fn(&Effect) + Send + Sync>;
 
 /// Handler runs, by agent and outcome.
 pub const SDK_HANDLER_DURATION: &str = "rebuno_sdk_handler_duration_seconds";
@@ -102,7 +146,7 @@ fn current_effect_span() -> Option<tracing::Span> {
 /// Records the token usage of a recorded LLM response (a whole answer, or an event stream's
 /// text) on the current LLM span.
 pub(crate) fn llm_usage(record: &serde_json::Value) {
-    if let Some((input, output)) = crate::llm::token_usage(record)
+    if let Some((input, output)) = crate::protocol::token_usage(record)
         && let Some(span) = current_effect_span()
     {
         span.record("gen_ai.usage.input_tokens", input);

@@ -2,7 +2,7 @@
 //! step and answers its output (the flow of the Python SDK's `subagent()`).
 //!
 //! The runtime knows the running tool step: [`ExecutionContext::invoke`] runs a body that the
-//! kernel said `proceed` to inside [`in_step`], so [`current_step`] names it. [`subagent`]
+//! kernel said `proceed` to inside a scope naming the step, so [`current_step`] names it. [`subagent`]
 //! creates the child with `spawned_by {execution, step}` (a repeat, from a body that runs again
 //! after a crash, answers the child the step already has and starts nothing), then asks the
 //! kernel to `suspend` the execution:
@@ -26,26 +26,11 @@
 //! does), so it reads the state the session's previous turn completed with and hands its own on
 //! to the next.
 
-use super::context::{ExecutionContext, error_data, error_message, execution};
+use super::context::{ExecutionContext, current_step, error_data, error_message, execution};
 use crate::error::{Error, Result};
 use crate::protocol::{CreateExecutionRequest, Execution, SpawnedBy, StepStatus};
 use serde::Serialize;
 use serde_json::Value;
-use std::future::Future;
-
-tokio::task_local! {
-    static CURRENT_STEP: String;
-}
-
-/// Runs `body` as the body of tool step `step_id` (so [`current_step`] names it inside).
-pub(crate) fn in_step<F: Future>(step_id: String, body: F) -> impl Future<Output = F::Output> {
-    CURRENT_STEP.scope(step_id, body)
-}
-
-/// The step id of the tool (or other effect) whose body is running, or `None` outside one.
-pub fn current_step() -> Option<String> {
-    CURRENT_STEP.try_with(Clone::clone).ok()
-}
 
 /// The current execution and running step, or an error naming what `agent_id`'s spawn lacks.
 fn spawner(agent_id: &str) -> Result<(ExecutionContext, String)> {

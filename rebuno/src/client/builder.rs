@@ -7,10 +7,8 @@ use std::time::Duration;
 use reqwest::Url;
 use reqwest::header::HeaderValue;
 
-use super::http::Http;
-use super::{
-    Backend, Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, ENV_API_KEY, ENV_URL, WAIT_RECHECK,
-};
+use super::http::{Http, HttpBackend};
+use super::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, ENV_API_KEY, ENV_URL, WAIT_RECHECK};
 use crate::error::{Error, Result};
 
 /// Builds an HTTP [`Client`]: [`Client::builder`], then [`ClientBuilder::build`].
@@ -88,12 +86,7 @@ impl ClientBuilder {
             .build()
             .map_err(|e| Error::Config(format!("cannot set up the HTTP client: {e}")))?;
         Ok(Client {
-            backend: Backend::Http(Http {
-                http,
-                base,
-                auth,
-                feed: Default::default(),
-            }),
+            backend: std::sync::Arc::new(HttpBackend::new(Http { http, base, auth })),
             wait_recheck: WAIT_RECHECK,
         })
     }

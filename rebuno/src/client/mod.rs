@@ -56,39 +56,40 @@
 //! # }
 //! ```
 //!
-//! Submodules: `builder` (HTTP configuration: [`ClientBuilder`], the base URL, the environment),
-//! `http` (requests, paging and the mapping of HTTP answers to [`Error`]), `wait` (waiting on
-//! an execution or an approval: [`Client::wait`], [`Client::wait_until`],
-//! [`Client::wait_approval`], woken by the kernel's change notifications) and `feed` (the one
-//! subscription to the kernel's change feed that an HTTP client's waits share).
+//! Submodules: `backend` (the `Backend` contract both backends implement: one method per
+//! call, ids already checked), `http` (the HTTP backend: requests, paging, the mapping of HTTP
+//! answers to [`Error`], and the change feed an HTTP client's waits share), `embedded` (feature
+//! `kernel`: the in-process backend, and `Kernel::client`), `builder` (HTTP configuration:
+//! [`ClientBuilder`], the base URL, the environment) and `wait` (waiting on an execution or an
+//! approval: [`Client::wait`], [`Client::wait_until`], [`Client::wait_approval`], woken by the
+//! kernel's change notifications).
 
+mod backend;
 mod builder;
-mod feed;
+#[cfg(feature = "kernel")]
+mod embedded;
 mod http;
 #[cfg(test)]
 mod tests;
 mod wait;
 
 pub use builder::ClientBuilder;
-pub use feed::FEED_LINGER;
+pub use http::FEED_LINGER;
 pub use wait::WAIT_RECHECK;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::Method;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-#[cfg(feature = "kernel")]
-use crate::kernel::Kernel;
 use crate::protocol::{
-    ApiKey, Approval, CreateApiKeyRequest, CreateExecutionRequest, CreatedApiKey,
-    DecideApprovalRequest, ErrorEnvelope, Event, Execution, ExecutionList, ExecutionStatus,
-    ForkExecutionRequest, PolicyTestRequest, PolicyTestResponse, RegisterAgentRequest,
-    SetPolicyRequest, Step, canonical_uuid,
+    ApiKey, Approval, CreateApiKeyRequest, CreateExecutionRequest, CreatedApiKey, ErrorEnvelope,
+    Event, Execution, ExecutionList, ExecutionStatus, ForkExecutionRequest, PolicyTestRequest,
+    PolicyTestResponse, RegisterAgentRequest, Step, canonical_uuid,
 };
-use http::Http;
+use backend::{Backend, ListQuery};
 
 /// Environment variable with the kernel's base URL ([`Client::from_env`]; required).
 pub const ENV_URL: &str = "REBUNO_URL";
@@ -104,15 +105,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// closing at that moment (which fails the request).
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// First pause between two polls of a wait whose change feed is closed; it doubles up to
-/// [`POLL_MAX`].
-const POLL_INITIAL: Duration = Duration::from_millis(25);
-/// Longest pause between two polls of a wait whose change feed is closed.
-const POLL_MAX: Duration = Duration::from_millis(250);
 /// Page size [`Client::all_events`] asks for (the kernel's cap).
 const EVENTS_PAGE: usize = 1000;
-/// How much of an unexpected body an error message quotes.
-const BODY_SNIPPET: usize = 512;
 
 /// What [`Client::fork`] may change in the fork; the default keeps the original's session and
 /// policy.
@@ -132,33 +126,15 @@ pub struct ForkOptions {
 /// or the kernel).
 #[derive(Clone)]
 pub struct Client {
-    backend: Backend,
+    /// What carries the calls: HTTP, or the kernel in process.
+    backend: Arc<dyn Backend>,
     /// How often a wait reads again while it relies on notifications ([`WAIT_RECHECK`]).
     wait_recheck: Duration,
 }
 
-#[derive(Clone)]
-enum Backend {
-    Http(Http),
-    #[cfg(feature = "kernel")]
-    Embedded(Kernel),
-}
-
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.backend {
-            // Never print the key.
-            Backend::Http(h) => f
-                .debug_struct("Client")
-                .field("base_url", &h.base.as_str())
-                .field("api_key", &h.auth.as_ref().map(|_| "<redacted>"))
-                .finish(),
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(_) => f
-                .debug_struct("Client")
-                .field("backend", &"embedded")
-                .finish(),
-        }
+        self.backend.describe(f)
     }
 }
 
@@ -278,23 +254,9 @@ impl Client {
         builder::from_lookup(|name| std::env::var(name).ok())
     }
 
-    /// A client calling `kernel` in process: no HTTP and no authentication, otherwise the same
-    /// answers and errors as the HTTP backend.
-    #[cfg(feature = "kernel")]
-    pub fn embedded(kernel: Kernel) -> Client {
-        Client {
-            backend: Backend::Embedded(kernel),
-            wait_recheck: WAIT_RECHECK,
-        }
-    }
-
     /// The kernel's base URL, for an HTTP client; `None` when embedded.
     pub fn base_url(&self) -> Option<&str> {
-        match &self.backend {
-            Backend::Http(h) => Some(h.base.as_str().trim_end_matches('/')),
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(_) => None,
-        }
+        self.backend.base_url()
     }
 
     // -----------------------------------------------------------------------------------------
@@ -372,24 +334,13 @@ impl Client {
     /// Starts an execution from a full request (with an `agent_version`, an
     /// `idempotency_key`, or without `input`).
     pub async fn create_with(&self, request: CreateExecutionRequest) -> Result<Execution> {
-        match &self.backend {
-            Backend::Http(h) => {
-                h.json(Method::POST, h.url(&["executions"]), Some(&request))
-                    .await
-            }
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.create_execution(request).await?),
-        }
+        self.backend.create(request).await
     }
 
     /// An execution (`404 not_found` if unknown).
     pub async fn get(&self, id: &str) -> Result<Execution> {
         let id = uuid_id(id, "execution id")?;
-        match &self.backend {
-            Backend::Http(h) => h.get(h.url(&["executions", &id])).await,
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.execution(&id).await?),
-        }
+        self.backend.get(&id).await
     }
 
     /// One page of executions, newest first. Pass the answer's `next_cursor` as
@@ -407,55 +358,17 @@ impl Client {
             Some(raw) => Some(uuid_id(&raw, "forked_from")?),
         };
         let cursor = non_empty(&options.cursor);
-        match &self.backend {
-            Backend::Http(h) => {
-                let mut url = h.url(&["executions"]);
-                {
-                    let mut q = url.query_pairs_mut();
-                    if let Some(agent) = &agent_id {
-                        q.append_pair("agent_id", agent);
-                    }
-                    if let Some(session) = &session {
-                        q.append_pair("session", session);
-                    }
-                    if let Some(parent) = &spawned_by {
-                        q.append_pair("spawned_by", parent);
-                    }
-                    if let Some(origin) = &forked_from {
-                        q.append_pair("forked_from", origin);
-                    }
-                    if let Some(status) = options.status {
-                        q.append_pair("status", status.as_str());
-                    }
-                    if let Some(cursor) = &cursor {
-                        q.append_pair("cursor", cursor);
-                    }
-                    if let Some(limit) = options.limit {
-                        q.append_pair("limit", &limit.to_string());
-                    }
-                }
-                h.get(url).await
-            }
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => {
-                let cursor = match cursor {
-                    None => None,
-                    Some(raw) => Some(canonical_uuid(&raw).ok_or_else(|| {
-                        Error::from(ErrorEnvelope::validation(format!("invalid cursor {raw:?}")))
-                    })?),
-                };
-                let query = crate::store::ExecutionQuery {
-                    agent_id,
-                    status: options.status.map(|s| s.as_str().to_owned()),
-                    session,
-                    spawned_by,
-                    forked_from,
-                    before_id: cursor,
-                    limit: options.limit.unwrap_or(0),
-                };
-                Ok(k.list_executions_matching(query).await?)
-            }
-        }
+        self.backend
+            .list(ListQuery {
+                agent_id,
+                status: options.status,
+                session,
+                spawned_by,
+                forked_from,
+                cursor,
+                limit: options.limit,
+            })
+            .await
     }
 
     /// Every execution matching `options`, newest first, walking the pages from
@@ -479,19 +392,7 @@ impl Client {
     /// already completed, failed or been cancelled.
     pub async fn cancel(&self, id: &str) -> Result<()> {
         let id = uuid_id(id, "execution id")?;
-        match &self.backend {
-            Backend::Http(h) => {
-                h.send(
-                    Method::POST,
-                    h.url(&["executions", &id, "cancel"]),
-                    None::<&()>,
-                )
-                .await?;
-                Ok(())
-            }
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.cancel(&id).await?),
-        }
+        self.backend.cancel(&id).await
     }
 
     /// Forks an execution at its event `at_seq`: a new execution of the same agent and input
@@ -508,20 +409,7 @@ impl Client {
             session: options.session,
             policy_bundle: options.policy_bundle,
         };
-        match &self.backend {
-            Backend::Http(h) => {
-                h.json(
-                    Method::POST,
-                    h.url(&["executions", &id, "fork"]),
-                    Some(&request),
-                )
-                .await
-            }
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k
-                .fork(&id, request, &crate::protocol::Principal::admin())
-                .await?),
-        }
+        self.backend.fork(&id, request).await
     }
 
     /// The events with `event_seq > after_seq`, ascending, at most `limit` of them (0 means
@@ -529,17 +417,7 @@ impl Client {
     /// events (the kernel answers `null`, not `404`).
     pub async fn events(&self, id: &str, after_seq: u64, limit: usize) -> Result<Vec<Event>> {
         let id = uuid_id(id, "execution id")?;
-        match &self.backend {
-            Backend::Http(h) => {
-                let mut url = h.url(&["executions", &id, "events"]);
-                url.query_pairs_mut()
-                    .append_pair("after_seq", &after_seq.to_string())
-                    .append_pair("limit", &limit.to_string());
-                h.list(url).await
-            }
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.events(&id, after_seq, limit).await?),
-        }
+        self.backend.events(&id, after_seq, limit).await
     }
 
     /// The whole event log of an execution, walking [`Client::events`] pages.
@@ -573,17 +451,7 @@ impl Client {
 
     async fn list_steps(&self, id: &str, terminal_only: bool) -> Result<Vec<Step>> {
         let id = uuid_id(id, "execution id")?;
-        match &self.backend {
-            Backend::Http(h) => {
-                let mut url = h.url(&["executions", &id, "steps"]);
-                if terminal_only {
-                    url.query_pairs_mut().append_pair("status", "terminal");
-                }
-                h.list_pages(url).await
-            }
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.steps(&id, terminal_only).await?),
-        }
+        self.backend.steps(&id, terminal_only).await
     }
 
     /// One step of an execution: `404 not_found` if the step is unknown or belongs to another
@@ -591,11 +459,7 @@ impl Client {
     pub async fn step(&self, execution_id: &str, step_id: &str) -> Result<Step> {
         let id = uuid_id(execution_id, "execution id")?;
         let step_id = step_segment(step_id)?;
-        match &self.backend {
-            Backend::Http(h) => h.get(h.url(&["executions", &id, "steps", step_id])).await,
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.step(&id, step_id).await?),
-        }
+        self.backend.step(&id, step_id).await
     }
 
     // -----------------------------------------------------------------------------------------
@@ -604,21 +468,13 @@ impl Client {
 
     /// Every pending approval, oldest first, however many pages the kernel answers them in.
     pub async fn approvals(&self) -> Result<Vec<Approval>> {
-        match &self.backend {
-            Backend::Http(h) => h.list_pages(h.url(&["approvals"])).await,
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.pending_approvals().await?),
-        }
+        self.backend.approvals().await
     }
 
     /// An approval, pending or decided (`404 not_found` if unknown).
     pub async fn approval(&self, id: &str) -> Result<Approval> {
         let id = uuid_id(id, "approval id")?;
-        match &self.backend {
-            Backend::Http(h) => h.get(h.url(&["approvals", &id])).await,
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.approval(&id).await?),
-        }
+        self.backend.approval(&id).await
     }
 
     /// Grants a pending approval as `decided_by`, with an optional `rationale` (`""` for none);
@@ -636,23 +492,7 @@ impl Client {
 
     async fn decide(&self, id: &str, how: &str, decided_by: &str, rationale: &str) -> Result<()> {
         let id = uuid_id(id, "approval id")?;
-        match &self.backend {
-            Backend::Http(h) => {
-                let body = DecideApprovalRequest {
-                    decided_by: decided_by.to_owned(),
-                    rationale: rationale.to_owned(),
-                };
-                h.send(Method::POST, h.url(&["approvals", &id, how]), Some(&body))
-                    .await?;
-                Ok(())
-            }
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) if how == "grant" => {
-                Ok(k.grant(&id, decided_by, rationale).await?)
-            }
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.deny(&id, decided_by, rationale).await?),
-        }
+        self.backend.decide(&id, how, decided_by, rationale).await
     }
 }
 
@@ -665,18 +505,7 @@ impl Client {
     /// `POST /v0/policies/{agent_id}` (scope `policies:write`). `400 validation_error` for a
     /// bundle that does not load (checked first), `404 not_found` for an unknown agent.
     pub async fn set_policy(&self, agent_id: &str, bundle: &str) -> Result<()> {
-        match &self.backend {
-            Backend::Http(h) => {
-                let body = SetPolicyRequest {
-                    bundle: bundle.to_owned(),
-                };
-                h.send(Method::POST, h.url(&["policies", agent_id]), Some(&body))
-                    .await?;
-                Ok(())
-            }
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.set_policy(agent_id, bundle).await?),
-        }
+        self.backend.set_policy(agent_id, bundle).await
     }
 
     /// What a step proposed by agent `agent_id` would be decided under its policy bundle (or
@@ -687,14 +516,7 @@ impl Client {
         agent_id: &str,
         request: &PolicyTestRequest,
     ) -> Result<PolicyTestResponse> {
-        match &self.backend {
-            Backend::Http(h) => {
-                let url = h.url(&["policies", agent_id, "test"]);
-                h.json(Method::POST, url, Some(request)).await
-            }
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.test_policy(agent_id, request.clone()).await?),
-        }
+        self.backend.test_policy(agent_id, request).await
     }
 
     // -----------------------------------------------------------------------------------------
@@ -713,24 +535,13 @@ impl Client {
         &self,
         request: &RegisterAgentRequest,
     ) -> Result<crate::protocol::Agent> {
-        match &self.backend {
-            Backend::Http(h) => {
-                h.json(Method::POST, h.url(&["agents"]), Some(request))
-                    .await
-            }
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.register_agent(request.clone()).await?),
-        }
+        self.backend.register_agent(request).await
     }
 
     /// A registered agent (scope `agents:read`; `404 not_found` if unknown). The answer never
     /// carries the secret.
     pub async fn agent(&self, id: &str) -> Result<crate::protocol::Agent> {
-        match &self.backend {
-            Backend::Http(h) => h.get(h.url(&["agents", id])).await,
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.agent(id).await?),
-        }
+        self.backend.agent(id).await
     }
 
     // -----------------------------------------------------------------------------------------
@@ -740,68 +551,23 @@ impl Client {
     /// Creates an API key. The answer carries its secret, which no later call shows again.
     /// `400 validation_error` for an empty name or scope list or a field over its bound.
     pub async fn create_api_key(&self, request: &CreateApiKeyRequest) -> Result<CreatedApiKey> {
-        match &self.backend {
-            Backend::Http(h) => {
-                h.json(Method::POST, h.url(&["api-keys"]), Some(request))
-                    .await
-            }
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.create_api_key(request.clone(), "").await?),
-        }
+        self.backend.create_api_key(request).await
     }
 
     /// Every API key (revoked ones included, never their secrets), oldest first.
     pub async fn api_keys(&self) -> Result<Vec<ApiKey>> {
-        match &self.backend {
-            Backend::Http(h) => h.list_pages(h.url(&["api-keys"])).await,
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => {
-                let mut all = Vec::new();
-                let mut after: Option<String> = None;
-                loop {
-                    let page = k.api_keys_page(after.as_deref(), 0).await?;
-                    all.extend(page.items);
-                    match page.next {
-                        Some(next) => after = Some(next),
-                        None => return Ok(all),
-                    }
-                }
-            }
-        }
+        self.backend.api_keys().await
     }
 
     /// An API key (`404 not_found` if unknown).
     pub async fn api_key(&self, id: &str) -> Result<ApiKey> {
         let id = uuid_id(id, "API key id")?;
-        match &self.backend {
-            Backend::Http(h) => h.get(h.url(&["api-keys", &id])).await,
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Ok(k.api_key(&id).await?),
-        }
+        self.backend.api_key(&id).await
     }
 
     /// Revokes an API key (`404 not_found` if unknown): it authenticates nothing from now on.
     pub async fn revoke_api_key(&self, id: &str) -> Result<()> {
         let id = uuid_id(id, "API key id")?;
-        match &self.backend {
-            Backend::Http(h) => {
-                h.send(Method::DELETE, h.url(&["api-keys", &id]), None::<&()>)
-                    .await?;
-                Ok(())
-            }
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => {
-                k.revoke_api_key(&id).await?;
-                Ok(())
-            }
-        }
-    }
-}
-
-#[cfg(feature = "kernel")]
-impl Kernel {
-    /// A [`Client`] calling this kernel in process ([`Client::embedded`] over a clone).
-    pub fn client(&self) -> Client {
-        Client::embedded(self.clone())
+        self.backend.revoke_api_key(&id).await
     }
 }

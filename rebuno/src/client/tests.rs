@@ -1,17 +1,20 @@
 //! Unit tests of the client: URLs, configuration, id checks and the mapping of HTTP answers.
 
 use super::builder::from_lookup;
-use super::http::{error_answer, snippet};
+use super::http::{BODY_SNIPPET, Http, HttpBackend, error_answer, snippet};
 use super::*;
 use crate::error::ApiError;
 use crate::protocol::ErrorCode;
 
+/// The HTTP backend of an HTTP client.
+fn backend(client: &Client) -> &HttpBackend {
+    (client.backend.as_ref() as &dyn std::any::Any)
+        .downcast_ref::<HttpBackend>()
+        .unwrap()
+}
+
 fn http(base: &str) -> Http {
-    match Client::new(base, None).unwrap().backend {
-        Backend::Http(h) => h,
-        #[cfg(feature = "kernel")]
-        Backend::Embedded(_) => unreachable!(),
-    }
+    backend(&Client::new(base, None).unwrap()).http.clone()
 }
 
 #[test]
@@ -74,9 +77,7 @@ fn from_env_needs_the_url_and_takes_an_optional_key() {
 
     let plain = from_lookup(|n| (n == ENV_URL).then(|| "http://k:1/".to_owned())).unwrap();
     assert_eq!(plain.base_url(), Some("http://k:1"));
-    let Backend::Http(h) = &plain.backend else {
-        unreachable!()
-    };
+    let h = &backend(&plain).http;
     assert!(h.auth.is_none());
 
     let keyed = from_lookup(|n| match n {
@@ -85,9 +86,7 @@ fn from_env_needs_the_url_and_takes_an_optional_key() {
         _ => None,
     })
     .unwrap();
-    let Backend::Http(h) = &keyed.backend else {
-        unreachable!()
-    };
+    let h = &backend(&keyed).http;
     assert_eq!(h.auth.as_ref().unwrap().to_str().unwrap(), "Bearer sekrit");
     assert!(h.auth.as_ref().unwrap().is_sensitive());
     assert!(!format!("{keyed:?}").contains("sekrit"));

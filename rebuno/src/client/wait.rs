@@ -5,7 +5,7 @@
 //! A wait registers as a waiter on the execution before it reads anything, then reads the
 //! execution once, and again only when the kernel says the execution changed (it blocked,
 //! resumed or ended): in process through the kernel's table of waiters, over HTTP through the
-//! client's one change feed (`feed`), which all its waits share. It still reads once every
+//! client's one change feed (`http::feed`), which all its waits share. It still reads once every
 //! [`WAIT_RECHECK`] (see [`Client::with_wait_recheck`]) in case a notification was lost. When
 //! an HTTP client's feed is closed (the kernel refused it, is unreachable, or predates it) the
 //! wait polls instead, 25 ms apart at first and slowing to 250 ms, until the feed is back.
@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Backend, Client, POLL_INITIAL, POLL_MAX, uuid_id};
+use super::backend::Backend;
+use super::{Client, uuid_id};
 use crate::error::{Error, Result};
 use crate::protocol::{Approval, ApprovalStatus, Execution};
 use crate::waiters::Waiter;
@@ -23,18 +24,24 @@ use crate::waiters::Waiter;
 /// How often, by default, a wait reads again while it relies on notifications: a safety net
 /// for a lost notification, not how changes are seen.
 pub const WAIT_RECHECK: Duration = Duration::from_secs(10);
+/// First pause between two polls of a wait whose change feed is closed; it doubles up to
+/// [`POLL_MAX`].
+const POLL_INITIAL: Duration = Duration::from_millis(25);
+/// Longest pause between two polls of a wait whose change feed is closed.
+const POLL_MAX: Duration = Duration::from_millis(250);
 
 /// A registered wait on one execution.
 struct Watch<'c> {
     waiter: Waiter,
-    /// The HTTP client's feed (`None` in process, where notifications never stop).
-    feed: Option<&'c super::feed::Feed>,
+    /// The client's backend, which says whether its notifications are coming (an HTTP
+    /// client's feed may be closed; in process they never stop).
+    backend: &'c dyn Backend,
 }
 
 impl Watch<'_> {
     /// Whether notifications are coming (otherwise the wait polls).
     fn live(&self) -> bool {
-        self.feed.is_none_or(|f| f.is_live())
+        self.backend.notifications_live()
     }
 }
 
@@ -108,16 +115,9 @@ impl Client {
     /// Registers a wait on execution `id` (a canonical id): in the kernel's table in process,
     /// in this client's (with its feed) over HTTP.
     fn watch(&self, id: &str) -> Watch<'_> {
-        match &self.backend {
-            Backend::Http(h) => Watch {
-                waiter: h.feed.watch(id, h),
-                feed: Some(&h.feed),
-            },
-            #[cfg(feature = "kernel")]
-            Backend::Embedded(k) => Watch {
-                waiter: k.watch(id),
-                feed: None,
-            },
+        Watch {
+            waiter: self.backend.watch(id),
+            backend: self.backend.as_ref(),
         }
     }
 

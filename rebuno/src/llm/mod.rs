@@ -21,7 +21,8 @@
 //! <text>}`: the whole response text, also for a streamed (`text/event-stream`) answer, whose
 //! bytes are teed live to the caller and, as deltas of at most 7,000 bytes, to the kernel's
 //! stream endpoint while the stream runs. The kernel reads token usage from that `body` with
-//! [`token_usage`] (in `usage`, the module that knows each provider's field names).
+//! [`token_usage`] (in [`crate::protocol`], which knows each provider's field names, since the
+//! kernel reads it too).
 //!
 //! Outside an execution (or for a body that is not a JSON object with a string `model`) the
 //! request passes through untouched and nothing is recorded.
@@ -54,13 +55,12 @@ mod anthropic;
 mod openai;
 mod sse;
 mod tee;
-mod usage;
 
+pub use crate::protocol::token_usage;
 pub use crate::sse::MAX_EVENT_BYTES as MAX_STREAM_EVENT_BYTES;
 pub use anthropic::{ANTHROPIC_VERSION, Anthropic, MessagesResponse};
 pub use openai::{ChatResponse, OpenAi};
 pub use sse::ChatStream;
-pub use usage::token_usage;
 
 use crate::agent::context::{ExecutionContext, Submitted, error_message, execution, raw_args};
 use crate::error::{Error, Result};

@@ -140,7 +140,7 @@ pub struct StepEventPayload {
     )]
     pub error: Option<Value>,
     /// `step.succeeded` of an `llm_call`: input tokens read from the result
-    /// ([`token_usage`](crate::llm::token_usage)).
+    /// ([`token_usage`](crate::protocol::token_usage)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_input: Option<u64>,
     /// `step.succeeded` of an `llm_call`: output tokens read from the result.

@@ -19,7 +19,10 @@
 //! * `decisions`: the step decisions and the reasons of refusals;
 //! * `events`: event types and their payloads;
 //! * `ids`: UUID and step-id syntax;
-//! * `keys`: API key scopes and resources, and the principal a client request acts as.
+//! * `keys`: API key scopes and resources, and the principal a client request acts as;
+//! * `retry`: the delivery retry policy an agent may register and what a waiting delivery shows;
+//! * `usage`: the token counts of a recorded `llm_call` result, in every provider's format
+//!   (the kernel charges them to the token budget; the SDK notes them on its LLM spans).
 //!
 //! This module itself holds the `wire_enum!` table every fixed-name enum is declared with, and
 //! the serde helpers the submodules share.
@@ -135,6 +138,7 @@ mod requests;
 mod resources;
 mod retry;
 mod status;
+mod usage;
 
 pub use checkpoints::*;
 pub use decisions::*;
@@ -149,6 +153,4 @@ pub use requests::*;
 pub use resources::*;
 pub use retry::*;
 pub use status::*;
-
-/// The token counts of an `llm_call` result; provider-format parsing lives in [`crate::llm`].
-pub use crate::llm::token_usage;
+pub use usage::token_usage;

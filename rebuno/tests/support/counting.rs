@@ -3,13 +3,8 @@
 
 #![allow(dead_code)] // each user reads a different subset
 
-use rebuno::agent::{Submission, Transport};
-use rebuno::protocol::{
-    AgentMetadata, Checkpoints, CreateExecutionRequest, DeclareResourceRequest, Execution,
-    ResourceView, Step, StepDecision,
-};
-use rebuno::{Lease, Result};
-use serde_json::Value;
+use rebuno::Result;
+use rebuno::agent::{Call, Reply, Transport};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -50,106 +45,19 @@ impl Counting {
     }
 }
 
+/// Only `call` is implemented: every typed method of [`Transport`] goes through it.
 #[async_trait::async_trait]
 impl Transport for Counting {
-    async fn execution(&self, id: &str) -> Result<Execution> {
-        Self::tick(&self.reads);
-        self.inner.execution(id).await
-    }
-    async fn submit_step(&self, id: &str, lease: &Lease, s: Submission) -> Result<StepDecision> {
-        Self::tick(&self.submits);
-        self.inner.submit_step(id, lease, s).await
-    }
-    async fn complete_step(
-        &self,
-        id: &str,
-        step: &str,
-        lease: &Lease,
-        result: Value,
-        cps: Checkpoints,
-    ) -> Result<StepDecision> {
-        Self::tick(&self.other);
-        self.inner.complete_step(id, step, lease, result, cps).await
-    }
-    async fn fail_step(
-        &self,
-        id: &str,
-        step: &str,
-        lease: &Lease,
-        error: Value,
-        cps: Checkpoints,
-    ) -> Result<StepDecision> {
-        Self::tick(&self.other);
-        self.inner.fail_step(id, step, lease, error, cps).await
-    }
-    async fn declare_resource(
-        &self,
-        id: &str,
-        lease: &Lease,
-        req: &DeclareResourceRequest,
-    ) -> Result<ResourceView> {
-        Self::tick(&self.other);
-        self.inner.declare_resource(id, lease, req).await
-    }
-    async fn bind_resource(
-        &self,
-        id: &str,
-        key: &str,
-        lease: &Lease,
-        binding: Value,
-    ) -> Result<()> {
-        Self::tick(&self.other);
-        self.inner.bind_resource(id, key, lease, binding).await
-    }
-    async fn publish_checkpoints(&self, id: &str, lease: &Lease, cps: Checkpoints) -> Result<()> {
-        Self::tick(&self.other);
-        self.inner.publish_checkpoints(id, lease, cps).await
-    }
-    async fn heartbeat(&self, id: &str, lease: &Lease) -> Result<()> {
-        Self::tick(&self.other);
-        self.inner.heartbeat(id, lease).await
-    }
-    async fn complete_execution(
-        &self,
-        id: &str,
-        lease: &Lease,
-        output: Value,
-        state: Option<Value>,
-    ) -> Result<()> {
-        Self::tick(&self.other);
-        self.inner
-            .complete_execution(id, lease, output, state)
-            .await
-    }
-    async fn fail_execution(&self, id: &str, lease: &Lease, error: String) -> Result<()> {
-        Self::tick(&self.other);
-        self.inner.fail_execution(id, lease, error).await
-    }
-    async fn stream_delta(&self, id: &str, step: &str, seq: i64, data: String) -> Result<()> {
-        Self::tick(&self.other);
-        self.inner.stream_delta(id, step, seq, data).await
-    }
-    async fn steps(&self, id: &str) -> Result<Vec<Step>> {
-        Self::tick(&self.reads);
-        self.inner.steps(id).await
-    }
-    async fn step(&self, id: &str, step: &str) -> Result<Step> {
-        Self::tick(&self.reads);
-        self.inner.step(id, step).await
-    }
-    async fn previous_state(&self, id: &str) -> Result<Value> {
-        Self::tick(&self.reads);
-        self.inner.previous_state(id).await
-    }
-    async fn create_child(&self, req: &CreateExecutionRequest, lease: &Lease) -> Result<Execution> {
-        Self::tick(&self.other);
-        self.inner.create_child(req, lease).await
-    }
-    async fn suspend(&self, id: &str, lease: &Lease) -> Result<bool> {
-        Self::tick(&self.other);
-        self.inner.suspend(id, lease).await
-    }
-    async fn set_metadata(&self, agent_id: &str, metadata: &AgentMetadata) -> Result<()> {
-        self.inner.set_metadata(agent_id, metadata).await
+    async fn call(&self, call: Call<'_>) -> Result<Reply> {
+        match &call {
+            Call::SubmitStep { .. } => Self::tick(&self.submits),
+            Call::Execution { .. }
+            | Call::Steps { .. }
+            | Call::Step { .. }
+            | Call::PreviousState { .. } => Self::tick(&self.reads),
+            Call::SetMetadata { .. } => {}
+            _ => Self::tick(&self.other),
+        }
+        self.inner.call(call).await
     }
 }

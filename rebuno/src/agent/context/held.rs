@@ -7,13 +7,6 @@ use crate::error::Result;
 use crate::protocol::{Checkpoints, StepCompletion};
 use serde_json::Value;
 
-/// How long a `safe_to_retry` step's result waits for the next submission to carry it before
-/// it is sent on its own (see [`ExecutionContext::flush`]), by default
-/// ([`AgentBuilder::hold_results_for`](crate::AgentBuilder::hold_results_for) sets another).
-/// Back-to-back steps are a few microseconds apart; a handler that pauses longer gets its
-/// result recorded at once.
-pub const HOLD_RESULT_FOR: std::time::Duration = std::time::Duration::from_millis(5);
-
 impl ExecutionContext {
     /// Sends the result of a `safe_to_retry` step that is waiting to go with the next
     /// submission, on its own and durably; does nothing when none waits. The runtime calls it
@@ -27,7 +20,7 @@ impl ExecutionContext {
     /// transaction, durable before it is answered) instead of two. Until it is sent, losing it (the
     /// agent or the kernel dies) means only that the step runs again on the next dispatch,
     /// which `safe_to_retry` allows. A result no submission has carried within
-    /// [`HOLD_RESULT_FOR`] is sent on its own. `at_most_once` results, failures and results with
+    /// [`HOLD_RESULT_FOR`](crate::agent::HOLD_RESULT_FOR) is sent on its own. `at_most_once` results, failures and results with
     /// resource checkpoints are always sent at once.
     pub async fn flush(&self) -> Result<()> {
         let mut deferred = self.inner.deferred.lock().await;
@@ -48,7 +41,7 @@ impl ExecutionContext {
 
     /// Keeps `step_id`'s result to go with the next submission (see
     /// [`ExecutionContext::flush`]), sending the one kept before on its own first. If no
-    /// submission comes within [`HOLD_RESULT_FOR`], the result is sent on its own: a handler
+    /// submission comes within [`HOLD_RESULT_FOR`](crate::agent::HOLD_RESULT_FOR), the result is sent on its own: a handler
     /// that waits after a step (a poll, a sleep, a slow computation) finds it recorded, as
     /// though it had never been held.
     pub(super) async fn defer_completion(&self, step_id: &str, result: Value) -> Result<()> {

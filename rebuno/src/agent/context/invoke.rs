@@ -169,7 +169,7 @@ impl ExecutionContext {
                 }),
             },
             Submitted::Proceed { step_id } => {
-                match crate::agent::subagent::in_step(step_id.clone(), body).await {
+                match super::in_step(step_id.clone(), body).await {
                     Ok(v) => {
                         let json = match serde_json::to_value(&v) {
                             Ok(json) => json,

@@ -1,32 +1,32 @@
-//! The HTTP backend of a [`Client`](super::Client): `/v0` URLs, bearer-authenticated requests,
-//! paged listings, and the mapping of every HTTP answer to a value or an [`Error`] (an error
-//! envelope to its typed error, anything else to [`Error::Network`]).
+//! The HTTP connection of a [`Client`](crate::client::Client): `/v0` URLs, bearer-authenticated
+//! requests, paged listings, and the mapping of every HTTP answer to a value or an [`Error`] (an
+//! error envelope to its typed error, anything else to [`Error::Network`]).
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use reqwest::{Method, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::BODY_SNIPPET;
 use crate::error::{Error, Result};
 use crate::protocol::ErrorCode;
 
-/// The HTTP backend: a connection pool, the base URL and the bearer header.
+/// How much of an unexpected body an error message quotes.
+pub(in crate::client) const BODY_SNIPPET: usize = 512;
+
+/// The HTTP connection: a connection pool, the base URL and the bearer header.
 #[derive(Clone)]
-pub(super) struct Http {
-    pub(super) http: reqwest::Client,
+pub(in crate::client) struct Http {
+    pub(in crate::client) http: reqwest::Client,
     /// Base URL without a trailing `/`, query or fragment; routes are appended as segments.
-    pub(super) base: Url,
+    pub(in crate::client) base: Url,
     /// `Bearer <key>`, marked sensitive; `None` without a key.
-    pub(super) auth: Option<HeaderValue>,
-    /// The change feed the client's waits share.
-    pub(super) feed: std::sync::Arc<super::feed::Feed>,
+    pub(in crate::client) auth: Option<HeaderValue>,
 }
 
 impl Http {
     /// `<base>/v0/<segments…>`, each segment percent-encoded (a `/` in an id stays inside its
     /// segment).
-    pub(super) fn url(&self, segments: &[&str]) -> Url {
+    pub(in crate::client) fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
         // The base was checked to be a base URL at construction, so this always applies.
         if let Ok(mut path) = url.path_segments_mut() {
@@ -163,7 +163,7 @@ fn network(what: &str, err: reqwest::Error) -> Error {
 
 /// The error of a non-2xx answer: the envelope's typed error, or [`Error::Network`] when the
 /// body is not an envelope with a known code.
-pub(super) fn error_answer(what: &str, status: u16, body: &[u8]) -> Error {
+pub(in crate::client) fn error_answer(what: &str, status: u16, body: &[u8]) -> Error {
     #[derive(serde::Deserialize)]
     struct Envelope {
         code: String,
@@ -183,7 +183,7 @@ pub(super) fn error_answer(what: &str, status: u16, body: &[u8]) -> Error {
 }
 
 /// The start of a body, as text, for an error message.
-pub(super) fn snippet(body: &[u8]) -> String {
+pub(in crate::client) fn snippet(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
     match text.char_indices().nth(BODY_SNIPPET) {

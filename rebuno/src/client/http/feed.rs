@@ -18,7 +18,7 @@ use reqwest::Method;
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use super::http::Http;
+use super::request::Http;
 use crate::waiters::{Waiter, Waiters};
 
 /// How long the feed stays open after the last wait ended.
@@ -47,7 +47,7 @@ struct Notification {
 
 /// A client's change feed and its waiters.
 #[derive(Debug, Default)]
-pub(super) struct Feed {
+pub(in crate::client) struct Feed {
     waiters: Arc<Waiters>,
     /// Whether a task follows the feed (or tries to open it), and which one (each task started
     /// gets the next number).
@@ -283,9 +283,9 @@ mod tests {
                 tokio::spawn(async move { c.wait(&id, Duration::from_secs(60)).await })
             })
             .collect();
-        let super::super::Backend::Http(h) = &client.backend else {
-            unreachable!()
-        };
+        let h = (client.backend.as_ref() as &dyn std::any::Any)
+            .downcast_ref::<super::super::HttpBackend>()
+            .unwrap();
         for id in &ids {
             kernel.cancel(id).await.unwrap();
         }

@@ -8,18 +8,21 @@
 //!
 //! This module owns the context itself (its state, accessors and observer reports); its
 //! submodules own the rest: `submit` (an effect's decision, from the kernel or the local copy
-//! of the record), `invoke` (running a body and recording its outcome) and `held` (results held
-//! to go with the next submission).
+//! of the record), `invoke` (running a body and recording its outcome), `held` (results held
+//! to go with the next submission) and `resources` (the resources the dispatch declared, and
+//! their captures).
 
 pub(crate) use super::background::Background;
+pub use super::observe::{Effect, EffectObserver, EffectOutcome};
 pub use super::step_error::{
     ERROR_DATA_KEY, ERROR_RETRYABLE_KEY, error_data, error_message, error_retryable, into_error,
     recorded_error,
 };
+pub use super::transport::HOLD_RESULT_FOR;
 use super::transport::Transport;
 use crate::error::{Error, Result};
 use crate::protocol::Lease;
-use crate::protocol::{Decision, Step, StepCompletion, StepDecision, StepKind};
+use crate::protocol::{Step, StepCompletion, StepDecision, StepKind};
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -30,53 +33,16 @@ use std::sync::{Arc, Mutex};
 
 tokio::task_local! {
     static CURRENT: ExecutionContext;
+    /// The step whose body runs now: [`ExecutionContext::invoke`] runs a body the kernel said
+    /// `proceed` to inside [`in_step`], so a subagent spawned there is its child.
+    static CURRENT_STEP: String;
 }
 
 mod held;
 mod invoke;
+mod resources;
 mod submit;
-pub use held::HOLD_RESULT_FOR;
-
-/// What happened to one effect, as reported to an [`EffectObserver`]: its decision (`Ran`,
-/// `Replayed`, `Blocked`, `Refused`), and then, for a body that ran and failed, `Failed`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum EffectOutcome {
-    /// The kernel said `proceed` and the body ran now.
-    Ran,
-    /// The kernel said `replay`: the recorded outcome (a result or an error) was returned and
-    /// the body did not run.
-    Replayed,
-    /// The kernel holds it (`blocked`: an approval, or a rate-limit park): the dispatch
-    /// unwinds, and the execution resumes with a new dispatch once that is resolved.
-    Blocked,
-    /// The kernel refused it (denied, rate limited, or the execution is terminal): the effect
-    /// fails with that refusal.
-    Refused,
-    /// Reported after `Ran` for the same step: the body failed, and its error is recorded as
-    /// the step's (a replay of it reports `Replayed`).
-    Failed,
-}
-
-/// One effect of an execution, as reported to an [`EffectObserver`].
-#[derive(Debug, Clone)]
-pub struct Effect {
-    /// The execution.
-    pub execution_id: String,
-    /// `tool_call`, `llm_call` or `local`.
-    pub kind: StepKind,
-    /// The tool, model or step name.
-    pub target: String,
-    /// The step id, when the decision was recorded.
-    pub step_id: Option<String>,
-    /// What happened.
-    pub outcome: EffectOutcome,
-    /// The decision as the kernel sent it.
-    pub decision: Decision,
-}
-
-/// Called with every effect decision of the executions an agent runs (logging, metrics, demos).
-pub type EffectObserver = Arc<dyn Fn(&Effect) + Send + Sync>;
+pub use resources::resource;
 
 /// What a submission asks the caller to do next.
 #[derive(Debug, Clone)]
@@ -121,8 +87,8 @@ struct Inner {
     background: Background,
     /// The state the execution completes with, for its session's next turn.
     state: Mutex<Option<Value>>,
-    /// The resources this dispatch declared (see [`super::resources`]).
-    resources: super::resources::Managed,
+    /// The resources this dispatch declared (see `resources`).
+    resources: resources::Managed,
     /// The steps whose bodies run now, for an observer's `Failed` report (kept only with an
     /// observer).
     running: Mutex<HashMap<String, (StepKind, String)>>,
@@ -145,7 +111,7 @@ impl Inner {
             observer: self.observer.clone(),
             background: Background::default(),
             state: Mutex::new(None),
-            resources: super::resources::Managed::default(),
+            resources: resources::Managed::default(),
             running: Mutex::default(),
             deferred: tokio::sync::Mutex::new(None),
             local: self.local.as_ref().map(|_| LocalReplay {
@@ -171,6 +137,16 @@ impl fmt::Debug for ExecutionContext {
             .field("dispatch_attempt", &self.inner.lease.attempt)
             .finish()
     }
+}
+
+/// Runs `body` as the body of tool step `step_id` (so [`current_step`] names it inside).
+pub(crate) fn in_step<F: Future>(step_id: String, body: F) -> impl Future<Output = F::Output> {
+    CURRENT_STEP.scope(step_id, body)
+}
+
+/// The step id of the tool (or other effect) whose body is running, or `None` outside one.
+pub fn current_step() -> Option<String> {
+    CURRENT_STEP.try_with(Clone::clone).ok()
 }
 
 /// The current execution, or [`Error::NoExecution`] outside an agent handler.
@@ -216,7 +192,7 @@ impl ExecutionContext {
                 local: None,
                 background: Background::default(),
                 state: Mutex::new(None),
-                resources: super::resources::Managed::default(),
+                resources: resources::Managed::default(),
                 running: Mutex::default(),
                 deferred: tokio::sync::Mutex::new(None),
             }),
@@ -341,7 +317,7 @@ impl ExecutionContext {
     }
 
     /// The resources this dispatch declared.
-    pub(crate) fn managed(&self) -> &super::resources::Managed {
+    pub(crate) fn managed(&self) -> &resources::Managed {
         &self.inner.resources
     }
 

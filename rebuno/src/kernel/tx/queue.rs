@@ -43,7 +43,7 @@ pub(crate) fn queued_payload(d: &Dispatch) -> DispatchEventPayload {
 
 /// Retires every live dispatch of an execution (`exhausted`); returns the attempts it ended,
 /// whose volatile state the caller drops after the commit
-/// ([`Kernel::forget_attempts`](super::Kernel)).
+/// ([`Kernel::forget_attempts`](crate::kernel::Kernel)).
 pub(crate) fn retire_dispatches(
     tx: &mut dyn Tx,
     execution_id: &str,

@@ -7,6 +7,7 @@ use crate::protocol::{EventType, Step, StepEventPayload, StepKind, StepStatus};
 use crate::store::{StoreResult, Tx};
 use serde_json::Value;
 
+/// A step kind as policy rules name it (`None` for a kind the SDKs do not send).
 pub(crate) fn policy_kind(kind: &StepKind) -> Option<policy::StepKind> {
     match kind {
         StepKind::ToolCall => Some(policy::StepKind::ToolCall),
@@ -16,6 +17,7 @@ pub(crate) fn policy_kind(kind: &StepKind) -> Option<policy::StepKind> {
     }
 }
 
+/// The `step.*` event payload naming `step`.
 pub(crate) fn step_event(step: &Step) -> StepEventPayload {
     StepEventPayload::new(&step.step_id, step.kind.clone(), &step.target)
 }

@@ -92,23 +92,6 @@ impl From<KernelError> for crate::error::Error {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::Error;
-
-    #[test]
-    fn envelopes_map_to_typed_errors() {
-        assert_eq!(
-            Error::from(KernelError::lease_superseded()),
-            Error::LeaseSuperseded
-        );
-        let nf = Error::from(KernelError::not_found());
-        assert!(nf.is_not_found());
-        assert_eq!(nf.to_string(), "[not_found] not found (HTTP 404)");
-    }
-}
-
 /// Logs a refused lease: another attempt owns the dispatch (the agent's attempt is over).
 pub(super) fn note_superseded<T>(
     out: &KernelResult<T>,
@@ -128,5 +111,22 @@ pub(super) fn note_superseded<T>(
             request = what,
             "lease superseded: another attempt owns the dispatch"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    #[test]
+    fn envelopes_map_to_typed_errors() {
+        assert_eq!(
+            Error::from(KernelError::lease_superseded()),
+            Error::LeaseSuperseded
+        );
+        let nf = Error::from(KernelError::not_found());
+        assert!(nf.is_not_found());
+        assert_eq!(nf.to_string(), "[not_found] not found (HTTP 404)");
     }
 }

@@ -138,6 +138,35 @@ impl Histograms {
     }
 }
 
+/// A step kind as a metric label: the three the SDKs send, else `other` (kinds are client
+/// input, and a label's values must stay few).
+pub(super) fn kind_label(kind: &StepKind) -> &'static str {
+    match kind {
+        StepKind::ToolCall => "tool_call",
+        StepKind::LlmCall => "llm_call",
+        StepKind::Local => "local",
+        StepKind::Other(_) => "other",
+    }
+}
+
+/// A decision (or the failure) as a label.
+pub(super) fn decision_label(out: &KernelResult<StepDecision>) -> &'static str {
+    match out {
+        Ok(d) => match d.decision {
+            Decision::Proceed => "proceed",
+            Decision::Replay => "replay",
+            Decision::Denied => "denied",
+            Decision::Blocked => "blocked",
+            Decision::ExecutionBlocked => "execution_blocked",
+            Decision::RateLimited => "rate_limited",
+            Decision::ExecutionTerminal => "execution_terminal",
+            Decision::Recorded => "recorded",
+        },
+        Err(e) if e.code == ErrorCode::LeaseSuperseded => "lease_superseded",
+        Err(_) => "error",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,34 +199,5 @@ mod tests {
             "{}",
             b.render()
         );
-    }
-}
-
-/// A step kind as a metric label: the three the SDKs send, else `other` (kinds are client
-/// input, and a label's values must stay few).
-pub(super) fn kind_label(kind: &StepKind) -> &'static str {
-    match kind {
-        StepKind::ToolCall => "tool_call",
-        StepKind::LlmCall => "llm_call",
-        StepKind::Local => "local",
-        StepKind::Other(_) => "other",
-    }
-}
-
-/// A decision (or the failure) as a label.
-pub(super) fn decision_label(out: &KernelResult<StepDecision>) -> &'static str {
-    match out {
-        Ok(d) => match d.decision {
-            Decision::Proceed => "proceed",
-            Decision::Replay => "replay",
-            Decision::Denied => "denied",
-            Decision::Blocked => "blocked",
-            Decision::ExecutionBlocked => "execution_blocked",
-            Decision::RateLimited => "rate_limited",
-            Decision::ExecutionTerminal => "execution_terminal",
-            Decision::Recorded => "recorded",
-        },
-        Err(e) if e.code == ErrorCode::LeaseSuperseded => "lease_superseded",
-        Err(_) => "error",
     }
 }

@@ -133,7 +133,7 @@ impl Kernel {
         out
     }
 
-    /// The outcome of a step (see `traced`, which wraps it in its span).
+    /// The outcome of a step (see [`Kernel::finish_step`], which wraps it in its span).
     pub(super) async fn record_step_outcome(
         &self,
         execution_id: &str,

@@ -13,7 +13,8 @@
 //! execution's lock across processes, first, unless this process holds it: a request that
 //! lands on another replica than the one before (a load balancer) takes no lock held across
 //! transactions. Everything else the snapshot decides, or a lock another process holds, goes
-//! the way every store takes, under the store's lock (`snapshot`; the record itself is `record`). A store of one process keeps the snapshot on its readers, so its writer
+//! the way every store takes, under the store's lock (`snapshot`; the record itself is
+//! `record`). A store of one process keeps the snapshot on its readers, so its writer
 //! is not held while reads and policy run.
 //!
 //! Durability of a new step's record follows what its loss would cost (see [`defers`]): a
@@ -192,7 +193,7 @@ impl Kernel {
         out
     }
 
-    /// [`Kernel::submit_step`] without its span, timing and logs (see `traced`).
+    /// [`Kernel::submit_step`] without its span, timing and logs (see [`Kernel::submit_step`]).
     pub(super) async fn decide_step(
         &self,
         execution_id: &str,

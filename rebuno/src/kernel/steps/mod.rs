@@ -42,7 +42,6 @@ mod snapshot;
 
 use super::error::note_superseded;
 use super::histograms::{STEP_DECISION_DURATION, decision_label, kind_label};
-use super::resources::check_step_keys;
 use super::tx::{
     Ended, Events, check_batched, lease_holds, payload, policy_kind, retire_dispatches, step_event,
 };
@@ -202,7 +201,7 @@ impl Kernel {
     ) -> KernelResult<StepDecision> {
         // The snapshot may see writes not yet durable. An answer that records something is
         // durable after all of them; any other waits until they are.
-        check_step_keys(&req.resources)?;
+        super::resources::check_step_keys(&req.resources)?;
         let keys = std::mem::take(&mut req.resources);
         let mut wrote = false;
         let mut out = self

@@ -8,8 +8,6 @@
 //! (`Blocked`, `Terminated`, `LeaseSuperseded`). Control-flow errors are also remembered by the
 //! execution context, so a handler that swallows one still unwinds.
 
-#[cfg(feature = "kernel")]
-use crate::kernel::KernelError;
 use crate::protocol::{ErrorCode, ErrorEnvelope};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -230,13 +228,6 @@ impl From<ErrorEnvelope> for Error {
     }
 }
 
-#[cfg(feature = "kernel")]
-impl From<KernelError> for Error {
-    fn from(e: KernelError) -> Self {
-        Error::from(ErrorEnvelope::new(e.code, e.message))
-    }
-}
-
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Self {
         Error::Serialization(e.to_string())
@@ -280,17 +271,5 @@ mod tests {
             Error::Other("boom".into()).failure_reason(),
             "agent_error: boom"
         );
-    }
-
-    #[test]
-    #[cfg(feature = "kernel")]
-    fn envelopes_map_to_typed_errors() {
-        assert_eq!(
-            Error::from(KernelError::lease_superseded()),
-            Error::LeaseSuperseded
-        );
-        let nf = Error::from(KernelError::not_found());
-        assert!(nf.is_not_found());
-        assert_eq!(nf.to_string(), "[not_found] not found (HTTP 404)");
     }
 }

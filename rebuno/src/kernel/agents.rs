@@ -312,7 +312,7 @@ impl Kernel {
         let input = EvalInput {
             agent_id,
             execution_id: "",
-            step_kind: super::steps::policy_kind(&kind),
+            step_kind: super::tx::policy_kind(&kind),
             target: &req.target,
             arguments: &arguments,
         };

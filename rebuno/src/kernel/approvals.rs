@@ -4,10 +4,10 @@
 //! Expiry runs on time: a timer sleeps until the earliest pending timeout (woken whenever an
 //! approval is created), instead of the Go kernel's ten-minute sweep.
 
-use super::steps::deny_step;
 use super::subagents::resume_if_idle;
 use super::supervise::supervise;
-use super::{Kernel, KernelError, KernelResult, Metrics, payload};
+use super::tx::{deny_step, payload};
+use super::{Kernel, KernelError, KernelResult, Metrics};
 use crate::protocol::{
     Approval, ApprovalEventPayload, ApprovalStatus, EventType, Principal, RATIONALE_TIMEOUT,
     REASON_APPROVAL_DENIED, REASON_APPROVAL_TIMEOUT, Scope, StepEventPayload, StepStatus,

@@ -1,142 +1,25 @@
 //! Executions: create, read, list, events, steps, cancel, and the agent's own complete / fail /
 //! heartbeat (lease-fenced).
 
-use super::dispatch::{enqueue_dispatch, lease_holds, retire_dispatches};
-use super::outcomes::record_batched;
-use super::sessions::{Admission, admit, check_request, note_completed, start_next_turn};
-use super::steps::deny_step;
-use super::subagents::{Asker, admit_child, child_settled, children_to_cancel, lock_parent};
-use super::volatile::{Ended, renew_in};
-use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
-use crate::protocol::{
-    ApprovalEventPayload, ApprovalStatus, CompleteExecutionRequest, CreateExecutionRequest,
-    EventType, Execution, ExecutionEventPayload, ExecutionStatus, MAX_IDEMPOTENCY_KEY_BYTES,
-    MAX_IDENTITY_BYTES, Principal, REASON_CLIENT_CANCELLED, REASON_EXECUTION_CANCELLED, Step,
-    StepCompletion, StepEventPayload, StepStatus,
+use super::effects::{Ending, cancel_in_tx, ended_in_tx, insert_and_enqueue};
+use super::error::note_superseded;
+use super::sessions::note_completed;
+use super::tx::{
+    Admission, Asker, admit, admit_child, check_request, lease_holds, lock_parent, payload,
+    record_batched, renew_in, retire_dispatches,
 };
-use crate::store::{StoreExt, Tx};
+use super::{Kernel, KernelError, KernelResult, Lease, Metrics};
+use crate::protocol::{
+    CompleteExecutionRequest, CreateExecutionRequest, EventType, Execution, ExecutionEventPayload,
+    ExecutionStatus, MAX_IDEMPOTENCY_KEY_BYTES, MAX_IDENTITY_BYTES, Principal, Step,
+    StepCompletion,
+};
+use crate::store::StoreExt;
 use crate::time::rfc3339;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Executions one retention write deletes at most.
 const RETENTION_BATCH: usize = 256;
-
-fn cancelled_error() -> Value {
-    json!({ "reason": REASON_EXECUTION_CANCELLED })
-}
-
-/// What a transaction that ended executions leaves to do once it committed (see
-/// [`Kernel::after_ending`]).
-#[derive(Debug, Default)]
-pub(crate) struct Ending {
-    /// The dispatch attempts it retired.
-    pub(crate) attempts: Ended,
-    /// The executions it ended (their live streams end).
-    pub(crate) executions: Vec<String>,
-    /// The executions it gave a new dispatch: a session's next turn, a parent whose children
-    /// settled.
-    pub(crate) dispatched: Vec<String>,
-}
-
-/// After `exec` reached a terminal status (in the same transaction): its session's next turn
-/// starts and, when it is a subagent, its parent learns its outcome. Noted in `ending`.
-pub(crate) fn ended_in_tx(
-    tx: &mut dyn Tx,
-    exec: &Execution,
-    now: &str,
-    max_attempts: u32,
-    ending: &mut Ending,
-) -> crate::store::StoreResult<()> {
-    ending.executions.push(exec.id.clone());
-    ending
-        .dispatched
-        .extend(start_next_turn(tx, exec, now, max_attempts)?);
-    ending
-        .dispatched
-        .extend(child_settled(tx, exec, now, max_attempts)?);
-    Ok(())
-}
-
-/// Cancels `exec` inside `tx` (client cancel or deadline): `execution.cancelled`, retired
-/// dispatches, pending approvals expired with their steps denied, executing steps cancelled,
-/// its unsettled subagents cancelled in turn (see `subagents`), and the session's next turn
-/// started.
-pub(crate) fn cancel_in_tx(
-    tx: &mut dyn Tx,
-    exec: Execution,
-    now: &str,
-    max_attempts: u32,
-) -> crate::store::StoreResult<Ending> {
-    let mut ending = Ending::default();
-    cancel_tree(tx, exec, now, max_attempts, 0, &mut ending)?;
-    Ok(ending)
-}
-
-/// [`cancel_in_tx`] of `exec`, a descendant `depth` levels below the cancelled execution.
-fn cancel_tree(
-    tx: &mut dyn Tx,
-    mut exec: Execution,
-    now: &str,
-    max_attempts: u32,
-    depth: usize,
-    ending: &mut Ending,
-) -> crate::store::StoreResult<()> {
-    exec.status = ExecutionStatus::Cancelled;
-    exec.failure_reason = REASON_CLIENT_CANCELLED.to_owned();
-    exec.updated_at = now.to_owned();
-    tx.put_execution(&exec)?;
-    let mut events: Events = vec![(
-        EventType::ExecutionCancelled,
-        payload(&ExecutionEventPayload {
-            reason: Some(REASON_CLIENT_CANCELLED.to_owned()),
-            ..ExecutionEventPayload::new(&exec.id, ExecutionStatus::Cancelled)
-        }),
-    )];
-    ending
-        .attempts
-        .extend(retire_dispatches(tx, &exec.id, now)?);
-    for mut approval in tx.pending_approvals(Some(&exec.id))? {
-        approval.status = ApprovalStatus::Expired;
-        approval.rationale = REASON_EXECUTION_CANCELLED.to_owned();
-        approval.decided_at = Some(now.to_owned());
-        tx.put_approval(&approval)?;
-        events.push((
-            EventType::ApprovalExpired,
-            payload(&ApprovalEventPayload {
-                approval_id: approval.id.clone(),
-                step_id: approval.step_id.clone(),
-                execution_id: exec.id.clone(),
-                status: ApprovalStatus::Expired,
-                decided_by: None,
-                asserted_by: None,
-                rationale: Some(REASON_EXECUTION_CANCELLED.to_owned()),
-            }),
-        ));
-        if let Some(mut step) = tx.step(&approval.execution_id, &approval.step_id)?
-            && !step.status.is_terminal()
-        {
-            events.push(deny_step(tx, &mut step, cancelled_error(), "", now)?);
-        }
-    }
-    for mut step in tx.steps_in_status(&exec.id, StepStatus::Executing.as_str())? {
-        step.status = StepStatus::Cancelled;
-        step.error = Some(cancelled_error());
-        step.completed_at = Some(now.to_owned());
-        tx.put_step(&step)?;
-        events.push((
-            EventType::StepCancelled,
-            payload(
-                &StepEventPayload::new(&step.step_id, step.kind.clone(), &step.target)
-                    .with_error(cancelled_error()),
-            ),
-        ));
-    }
-    tx.record_events(&exec.id, now, &events)?;
-    for child in children_to_cancel(tx, &exec.id, depth)? {
-        cancel_tree(tx, child, now, max_attempts, depth + 1, ending)?;
-    }
-    ended_in_tx(tx, &exec, now, max_attempts, ending)
-}
 
 /// How the agent ends its execution.
 enum Outcome {
@@ -147,42 +30,6 @@ enum Outcome {
     },
     /// `failed`, with the reason.
     Failed(String),
-}
-
-/// Records the new execution `exec` (built by [`Kernel::fresh_execution`]) in `tx`, appending
-/// `execution.created` (a fork's names `forked_from` and `fork_seq`); when its status is
-/// `running` it also starts, with `execution.started` and its first dispatch queued, while a
-/// `pending` turn waits for its session (see `sessions`). Every new execution, created or
-/// forked, starts here.
-pub(super) fn insert_and_enqueue(
-    tx: &mut dyn Tx,
-    exec: &Execution,
-    max_attempts: u32,
-) -> crate::store::StoreResult<()> {
-    tx.put_execution(exec)?;
-    let (id, now) = (&exec.id, &exec.created_at);
-    let fork = !exec.forked_from.is_empty();
-    let mut events: Events = vec![(
-        EventType::ExecutionCreated,
-        payload(&ExecutionEventPayload {
-            deadline_at: exec.deadline_at.clone(),
-            forked_from: fork.then(|| exec.forked_from.clone()),
-            fork_seq: fork.then_some(exec.fork_seq),
-            ..ExecutionEventPayload::new(id, ExecutionStatus::Pending)
-        }),
-    )];
-    if exec.status == ExecutionStatus::Running {
-        events.push((
-            EventType::ExecutionStarted,
-            payload(&ExecutionEventPayload {
-                deadline_at: exec.deadline_at.clone(),
-                ..ExecutionEventPayload::new(id, ExecutionStatus::Running)
-            }),
-        ));
-        events.push(enqueue_dispatch(tx, id, now, now, max_attempts)?);
-    }
-    tx.record_events(id, now, &events)?;
-    Ok(())
 }
 
 /// What [`Kernel::start_execution`] did.
@@ -607,7 +454,7 @@ impl Kernel {
                 "execution ended"
             ),
             Err(e) => {
-                super::traced::note_superseded(&out, "finish_execution", id, lease);
+                note_superseded(&out, "finish_execution", id, lease);
                 tracing::debug!(execution_id = id, error = %e, "ending the execution refused");
             }
         }
@@ -686,24 +533,6 @@ impl Kernel {
         Ok(status)
     }
 
-    /// After a transaction that ended executions committed: drops the retired attempts'
-    /// volatile state, ends the ended executions' live streams (which wakes their waiters),
-    /// wakes the waiters of the executions it started or resumed, and wakes the dispatcher
-    /// (and, on a shared store, the other replicas') for the new dispatches.
-    pub(crate) fn after_ending(&self, ending: Ending) {
-        self.forget_attempts(&ending.attempts);
-        for id in &ending.executions {
-            self.end_streams(id);
-        }
-        for id in &ending.dispatched {
-            self.note_changed(id);
-        }
-        if !ending.dispatched.is_empty() {
-            self.inner.queued.notify_one();
-            self.announce_dispatch();
-        }
-    }
-
     /// Renews exactly the leased attempt (`409 lease_superseded` otherwise).
     ///
     /// The lease is checked first, so a refused heartbeat records nothing. A reaper that
@@ -711,7 +540,7 @@ impl Kernel {
     /// one that committed first has ended the attempt, and the renewal then changes nothing.
     pub async fn heartbeat(&self, id: &str, lease: &Lease) -> KernelResult<()> {
         let out = self.renew_lease(id, lease).await;
-        super::traced::note_superseded(&out, "heartbeat", id, lease);
+        note_superseded(&out, "heartbeat", id, lease);
         out
     }
 

@@ -35,8 +35,8 @@
 //! them (`{key: {generation, checkpoint_ref}}`). A resource without a checkpoint by then starts
 //! fresh.
 
-use super::executions::insert_and_enqueue;
-use super::sessions::{self, Admission, admit};
+use super::effects::insert_and_enqueue;
+use super::tx::{self, Admission, admit};
 use super::{Kernel, KernelError, KernelResult};
 use crate::identity;
 use crate::policy::Bundle;
@@ -78,7 +78,7 @@ fn check_request(req: &ForkExecutionRequest, principal: &Principal) -> KernelRes
     }
     let at_seq = u64::try_from(req.at_seq)
         .map_err(|_| KernelError::validation(format!("at_seq {} is negative", req.at_seq)))?;
-    sessions::check_request(&req.session, "")?;
+    tx::check_request(&req.session, "")?;
     if req.policy_bundle.len() > MAX_REQUEST_BODY_BYTES {
         return Err(KernelError::validation(format!(
             "policy_bundle is over {MAX_REQUEST_BODY_BYTES} bytes"

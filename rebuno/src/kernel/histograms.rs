@@ -20,6 +20,8 @@
 //! - `rebuno_store_sync_duration_seconds{backend}`: one `fdatasync` of the SQLite write-ahead
 //!   log (file stores only; a sync over one second is also logged as a warning).
 
+use super::KernelResult;
+use crate::protocol::{Decision, ErrorCode, StepDecision, StepKind};
 use metrics::{Key, Label, Metadata, Recorder as _, SharedString, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -133,6 +135,35 @@ impl Histograms {
     /// `_sum` and `_count`).
     pub fn render(&self) -> String {
         self.recorder.handle().render()
+    }
+}
+
+/// A step kind as a metric label: the three the SDKs send, else `other` (kinds are client
+/// input, and a label's values must stay few).
+pub(super) fn kind_label(kind: &StepKind) -> &'static str {
+    match kind {
+        StepKind::ToolCall => "tool_call",
+        StepKind::LlmCall => "llm_call",
+        StepKind::Local => "local",
+        StepKind::Other(_) => "other",
+    }
+}
+
+/// A decision (or the failure) as a label.
+pub(super) fn decision_label(out: &KernelResult<StepDecision>) -> &'static str {
+    match out {
+        Ok(d) => match d.decision {
+            Decision::Proceed => "proceed",
+            Decision::Replay => "replay",
+            Decision::Denied => "denied",
+            Decision::Blocked => "blocked",
+            Decision::ExecutionBlocked => "execution_blocked",
+            Decision::RateLimited => "rate_limited",
+            Decision::ExecutionTerminal => "execution_terminal",
+            Decision::Recorded => "recorded",
+        },
+        Err(e) if e.code == ErrorCode::LeaseSuperseded => "lease_superseded",
+        Err(_) => "error",
     }
 }
 

@@ -1,5 +1,6 @@
-//! Read-only figures for the `/metrics` route that live in the store rather than in the
-//! [`super::Metrics`] counters: executions by status and the dispatch queue depth.
+//! The figures of the `/metrics` route: the kernel's [`Metrics`] counters, and the read-only
+//! figures that live in the store rather than in them: executions by status and the dispatch
+//! queue depth.
 //!
 //! Counting them scans tables, so a scrape does not recompute them: [`Kernel::store_figures`]
 //! answers figures at most [`STORE_FIGURES_MAX_AGE`] old, and one caller at a time refreshes
@@ -8,6 +9,7 @@
 use super::{Kernel, KernelResult};
 use crate::store::StoreExt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How old the figures [`Kernel::store_figures`] answers may be.
@@ -65,5 +67,40 @@ impl Kernel {
         let figures = Arc::new(figures);
         *last = Some((Instant::now(), Arc::clone(&figures)));
         Ok(figures)
+    }
+}
+
+/// Counters behind `/metrics`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Submits answered from the record (`replay`, recorded `denied`/`blocked`).
+    pub replay_hits: AtomicU64,
+    /// Submits that created a step.
+    pub replay_misses: AtomicU64,
+    /// Steps submitted.
+    pub steps_submitted: AtomicU64,
+    /// Executions created.
+    pub executions_created: AtomicU64,
+    /// Webhook deliveries that succeeded.
+    pub dispatch_success: AtomicU64,
+    /// Webhook deliveries that failed.
+    pub dispatch_failures: AtomicU64,
+    /// Dispatches exhausted.
+    pub dispatch_exhausted: AtomicU64,
+    /// Dispatches reclaimed by the reaper.
+    pub dispatches_reclaimed: AtomicU64,
+    /// Policy evaluations and their total time in ns.
+    pub policy_evaluations: AtomicU64,
+    /// Total policy evaluation time, ns.
+    pub policy_nanos: AtomicU64,
+    /// Approvals resolved, and their total wait in ms.
+    pub approvals_resolved: AtomicU64,
+    /// Total approval wait, ms.
+    pub approval_wait_ms: AtomicU64,
+}
+
+impl Metrics {
+    pub(super) fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 }

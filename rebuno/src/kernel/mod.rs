@@ -2,23 +2,59 @@
 //! decides what each effect may do, resolves approvals and drives dispatches.
 //!
 //! [`Kernel`] is the whole engine; the HTTP server is a thin layer over its methods, and an
-//! embedded agent calls them directly. Every state change is one [`StoreExt::write`](crate::store::StoreExt::write) transaction
-//! (events and projections together), taken under the execution's lock. A few pieces of state
-//! are deliberately not durable, because they matter only within one delivery attempt and a
+//! embedded agent calls them directly. Every state change is one
+//! [`StoreExt::write`](crate::store::StoreExt::write) transaction (events and projections
+//! together), taken under the execution's lock. A few pieces of state are deliberately not durable, because they matter only within one delivery attempt and a
 //! kernel restart reclaims every attempt anyway: the occurrence counters of a dispatch, the
 //! time its lease was last renewed and the monotonic due time of its retry (`volatile`). That
 //! is what lets a replay answer from one indexed read with no durable write.
 //!
-//! Submodules: `steps` (submit, complete, fail), `approvals` (grant, deny, expiry),
-//! `dispatch` (queue, delivery, retries, the reaper), `changes` (notifications that an
-//! execution changed, for waiters in process and the change feed), `dispatcher` (claims and the delivery
-//! loop, fair between agents), `executions` (create, read, cancel, complete, fail), `listing`
-//! (paged reads of every list), `agents` (registration and policy bundles), `keys` (API keys
-//! and the principal a bearer token authenticates as), `sessions` (turns of a conversation:
-//! one open at a time, the state handed to the next), `metrics` (the
-//! store figures of `/metrics`), `histograms` (this kernel's latency histograms), `stream` (live output deltas, best effort, never persisted),
-//! `volatile` (the in-process maps and their bounds), `supervise` (restarting a background
-//! loop that panicked) and `sweep` (the periodic loops and the sweeps over due rows).
+//! # Layers
+//!
+//! Imports go down only, never sideways between operations:
+//!
+//! 1. `error` and `config`, which import nothing of the kernel;
+//! 2. `tx`, the in-transaction primitives every operation shares, which imports only `error`;
+//! 3. the kernel's own machinery (`volatile`, `changes`, `stream`, `histograms`, `metrics`,
+//!    `supervise`, `sweep`, `replicas`) and the in-transaction rules of one concern
+//!    (`sessions`, `subagents`, `resources`), over `tx`;
+//! 4. `effects`, what starting or ending an execution sets off, over the rules of 3;
+//! 5. the operations (`steps`, `outcomes`, `executions`, `forks`, `approvals`, `dispatch`,
+//!    `agents`, `keys`, `logins`, `listing`, `embedded`), each its public entry points and
+//!    their logic in one file, over everything below. Where two operations need one piece,
+//!    it moves down into `tx` or `effects`; only a few reads of the admin operations go
+//!    between them, one way (`listing` reads agents as `agents` shows them, `keys` pages as
+//!    `listing` does, `logins` checks a key as `keys` does).
+//!
+//! # Submodules
+//!
+//! - `error`: [`KernelError`], [`KernelResult`], the wire codes they carry;
+//! - `config`: [`KernelConfig`], its defaults and the `REBUNO_*` environment ([`check_env`]);
+//! - `tx`: in-transaction primitives (leases, the dispatch queue, step events and denials,
+//!   outcomes and batched completions, checkpoints, parent locks, admission);
+//! - `volatile`: the in-process maps (execution locks, attempt state) and their bounds;
+//! - `changes`: notifications that an execution changed, for waiters and the change feed;
+//! - `stream`: live output deltas, best effort, never persisted;
+//! - `histograms`: this kernel's latency histograms and their labels;
+//! - `metrics`: the [`Metrics`] counters and the store figures of `/metrics`;
+//! - `supervise`: restarting a background loop that panicked;
+//! - `sweep`: the periodic loops and the sweeps over due rows;
+//! - `replicas`: messages between kernels sharing a store;
+//! - `sessions`: turns of a conversation, one open at a time, the state handed to the next;
+//! - `subagents`: child executions spawned by a parent's tool step;
+//! - `resources`: external resources declared, bound and checkpointed;
+//! - `effects`: an execution started, cancelled or ended, inside its transaction and after;
+//! - `steps`: submit (identity, replay, policy, recording);
+//! - `outcomes`: a step's outcome (complete, fail);
+//! - `executions`: create, read, cancel, the agent's complete, fail and heartbeat, retention;
+//! - `forks`: a new execution replaying another's effects up to a point;
+//! - `approvals`: grant, deny, expiry and the approval timer;
+//! - `dispatch`: the queue's deliveries, retries, the dispatcher and the reaper;
+//! - `embedded`: agents called in process instead of over a webhook;
+//! - `agents`: registration, policy bundles and webhook URL rules;
+//! - `keys`: API keys and the principal a bearer token authenticates as;
+//! - `logins`: the web console's logins;
+//! - `listing`: paged reads of every list.
 //!
 //! Logs and spans (see [`crate::telemetry`]): each step decision is a `rebuno.step.decide` span
 //! and each webhook delivery a `rebuno.dispatch.deliver` span, with the execution, dispatch and
@@ -29,9 +65,11 @@
 mod agents;
 mod approvals;
 mod changes;
+mod config;
 mod dispatch;
-mod dispatcher;
+mod effects;
 mod embedded;
+mod error;
 mod executions;
 mod forks;
 mod histograms;
@@ -40,17 +78,15 @@ mod listing;
 mod logins;
 mod metrics;
 mod outcomes;
-mod record;
 mod replicas;
 mod resources;
 mod sessions;
-mod snapshot;
 mod steps;
 mod stream;
 mod subagents;
 mod supervise;
 mod sweep;
-mod traced;
+mod tx;
 mod volatile;
 
 pub use agents::{
@@ -59,8 +95,10 @@ pub use agents::{
 };
 pub use approvals::decision_refusal;
 pub use changes::{CHANGE_FEED_BUFFER, Change, ChangeFeed};
+pub use config::{EnvError, KernelConfig, check_env};
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, RetryPolicy, sign};
 pub use embedded::{EMBEDDED_SCHEME, EmbeddedDeliverer, EmbeddedHandler};
+pub use error::{KernelError, KernelResult};
 pub use executions::Started;
 pub use histograms::{
     DISPATCH_DELIVERY_DURATION, HTTP_REQUEST_DURATION, Histograms, STEP_DECISION_DURATION,
@@ -71,410 +109,25 @@ pub use listing::{
     ARRAY_DEFAULT_LIMIT, ARRAY_MAX_LIMIT, EVENTS_DEFAULT_LIMIT, EVENTS_MAX_LIMIT,
     LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT,
 };
-pub use metrics::{STORE_FIGURES_MAX_AGE, StoreFigures};
+pub use metrics::{Metrics, STORE_FIGURES_MAX_AGE, StoreFigures};
 pub use stream::{SUBSCRIBER_BUFFER, Subscription};
 #[doc(hidden)]
 pub use volatile::MemoryFootprint;
 
+use crate::policy::PolicyEngine;
 use crate::policy::ratelimit::{MemoryRateLimiter, RateLimiter};
-use crate::policy::{MissingBundle, PolicyEngine};
-use crate::protocol::{ErrorCode, ErrorEnvelope, EventType, TransitionError};
 #[cfg(feature = "sqlite")]
 use crate::store::SqliteStore;
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 use crate::time::{Clock, SystemClock, rfc3339};
-use serde_json::Value;
+#[cfg(feature = "postgres")]
+use config::{EnvReader, PgEnv};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
-use sweep::FirstRound;
-
-/// A kernel error: an [`ErrorCode`] (hence an HTTP status) and the message the Go kernel
-/// would send.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct KernelError {
-    /// The wire code.
-    pub code: ErrorCode,
-    /// The message.
-    pub message: String,
-}
-
-impl KernelError {
-    /// An error with a code and message.
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        KernelError {
-            code,
-            message: message.into(),
-        }
-    }
-    /// `400 validation_error`, message `validation error: <detail>`.
-    pub fn validation(detail: impl std::fmt::Display) -> Self {
-        Self::from_envelope(ErrorEnvelope::validation(detail))
-    }
-    /// `404 not_found`.
-    pub fn not_found() -> Self {
-        Self::from_envelope(ErrorEnvelope::not_found())
-    }
-    /// The error a wire envelope stands for (its `details`, never set by the kernel, dropped).
-    fn from_envelope(envelope: ErrorEnvelope) -> Self {
-        Self::new(envelope.code, envelope.message)
-    }
-    /// `409 conflict`.
-    pub fn conflict(detail: impl std::fmt::Display) -> Self {
-        Self::new(ErrorCode::Conflict, format!("conflict: {detail}"))
-    }
-    /// `409 execution_terminal`.
-    pub fn terminal() -> Self {
-        Self::new(ErrorCode::ExecutionTerminal, "execution is terminal")
-    }
-    /// `409 lease_superseded`.
-    pub fn lease_superseded() -> Self {
-        Self::new(ErrorCode::LeaseSuperseded, "lease superseded")
-    }
-    /// `403 forbidden`.
-    pub fn forbidden(detail: impl std::fmt::Display) -> Self {
-        Self::new(ErrorCode::Forbidden, format!("forbidden: {detail}"))
-    }
-    /// `429 too_many_requests`.
-    pub fn too_many_requests(detail: impl std::fmt::Display) -> Self {
-        Self::new(
-            ErrorCode::TooManyRequests,
-            format!("too many requests: {detail}"),
-        )
-    }
-    /// `500 internal_error`.
-    pub fn internal(detail: impl std::fmt::Display) -> Self {
-        Self::new(ErrorCode::InternalError, detail.to_string())
-    }
-    /// The wire envelope.
-    pub fn envelope(&self) -> ErrorEnvelope {
-        ErrorEnvelope::new(self.code, self.message.clone())
-    }
-}
-
-impl From<StoreError> for KernelError {
-    fn from(e: StoreError) -> Self {
-        tracing::warn!(error = %e, "a store operation failed");
-        KernelError::internal(e)
-    }
-}
-
-impl From<&TransitionError> for KernelError {
-    fn from(e: &TransitionError) -> Self {
-        let env = ErrorEnvelope::from(e);
-        KernelError::new(env.code, env.message)
-    }
-}
-
-/// Result alias for kernel operations.
-pub type KernelResult<T> = Result<T, KernelError>;
+use std::time::SystemTime;
 
 /// The `(dispatch_id, dispatch_attempt)` pair an agent mutation carries (defined with the wire
 /// protocol, which the agent SDK shares).
 pub use crate::protocol::Lease;
-
-/// Kernel settings. [`KernelConfig::from_env`] reads the spec's `REBUNO_*` variables.
-#[derive(Debug, Clone)]
-pub struct KernelConfig {
-    /// Delivery attempts (claims) per dispatch before the execution fails with
-    /// `dispatch_exhausted` (`REBUNO_DISPATCH_MAX_ATTEMPTS`); 0, the default, means no limit:
-    /// an agent that is down holds its executions until it is back.
-    pub dispatch_max_attempts: u32,
-    /// How long after a dispatch was queued a failed delivery is still retried
-    /// (`REBUNO_DISPATCH_RETRY_WINDOW`); `None`, the default, means no limit.
-    pub dispatch_retry_window: Option<Duration>,
-    /// The longest wait between two delivery tries (`REBUNO_DISPATCH_BACKOFF_CAP`, 60 s): the
-    /// backoff doubles from 1 s up to it.
-    pub dispatch_backoff_cap: Duration,
-    /// Per-attempt webhook timeout (`REBUNO_DISPATCH_TIMEOUT`, 30 s).
-    pub dispatch_timeout: Duration,
-    /// Parallel deliveries (`REBUNO_DISPATCH_CONCURRENCY`, 8).
-    pub dispatch_concurrency: usize,
-    /// Parallel deliveries to any one agent (`REBUNO_DISPATCH_AGENT_CONCURRENCY`), so an
-    /// agent whose webhook hangs cannot hold every delivery slot. `None` (the default) means
-    /// half of `dispatch_concurrency`, at least 1; values above `dispatch_concurrency` act as
-    /// `dispatch_concurrency`.
-    pub dispatch_agent_concurrency: Option<usize>,
-    /// Lease length before the reaper reclaims (`REBUNO_DISPATCH_LEASE_TIMEOUT`, 2 min), for
-    /// the agents that registered no lease of their own (`lease_timeout_seconds`).
-    pub lease_timeout: Duration,
-    /// Default approval timeout (`REBUNO_APPROVAL_TIMEOUT`, 15 min).
-    pub approval_timeout: Duration,
-    /// Maximum execution lifetime (`REBUNO_DEADLINE_TIMEOUT`, off).
-    pub deadline_timeout: Option<Duration>,
-    /// Retention of terminal executions, counted from when each ended (`REBUNO_RETENTION`,
-    /// 24 h; `None` disables).
-    pub retention: Option<Duration>,
-    /// Background sweep interval (`REBUNO_CLEANUP_INTERVAL`, 10 min).
-    pub cleanup_interval: Duration,
-    /// This replica's name (`locked_by`; `REBUNO_REPLICA_ID`, default `rebuno-<pid>-<random>`).
-    /// Must differ between the kernels sharing a database.
-    pub replica_id: String,
-    /// Agents without a policy bundle: allowed everything (the spec's behaviour) or denied.
-    pub missing_bundle: MissingBundle,
-    /// Live-stream subscribers of one execution (`REBUNO_STREAM_SUBSCRIBERS_PER_EXECUTION`,
-    /// 16); more are refused with `429`.
-    pub stream_subscribers_per_execution: usize,
-    /// Live-stream subscribers in total (`REBUNO_STREAM_SUBSCRIBERS`, 1024); more are refused
-    /// with `429`.
-    pub stream_subscribers: usize,
-}
-
-impl Default for KernelConfig {
-    fn default() -> Self {
-        KernelConfig {
-            dispatch_max_attempts: 0,
-            dispatch_retry_window: None,
-            dispatch_backoff_cap: Duration::from_secs(60),
-            dispatch_timeout: Duration::from_secs(30),
-            dispatch_concurrency: 8,
-            dispatch_agent_concurrency: None,
-            lease_timeout: Duration::from_secs(120),
-            approval_timeout: Duration::from_secs(15 * 60),
-            deadline_timeout: None,
-            retention: Some(Duration::from_secs(24 * 3600)),
-            cleanup_interval: Duration::from_secs(600),
-            replica_id: default_replica_id(),
-            missing_bundle: MissingBundle::AllowAll,
-            stream_subscribers_per_execution: 16,
-            stream_subscribers: 1024,
-        }
-    }
-}
-
-/// A replica name unique among the kernels sharing a database: the process id and a random
-/// suffix (process ids repeat across hosts and restarts).
-fn default_replica_id() -> String {
-    let mut bytes = [0u8; 3];
-    let _ = getrandom::fill(&mut bytes);
-    format!(
-        "rebuno-{}-{:02x}{:02x}{:02x}",
-        std::process::id(),
-        bytes[0],
-        bytes[1],
-        bytes[2]
-    )
-}
-
-/// Reads `REBUNO_*` variables: an unset or blank one is absent, and one that does not parse
-/// is absent too, with the problem noted (what [`check_env`] reports).
-#[derive(Debug, Default)]
-struct EnvReader {
-    problems: Vec<String>,
-}
-
-impl EnvReader {
-    /// The trimmed value of `name`, unless unset or blank.
-    fn raw(name: &str) -> Option<String> {
-        let raw = std::env::var(name).ok()?;
-        let raw = raw.trim();
-        (!raw.is_empty()).then(|| raw.to_owned())
-    }
-
-    /// A duration in Go's syntax (`500ms`, `2m`, `1h30m`); zero only when `zero` allows it.
-    fn duration(&mut self, name: &str, zero: bool) -> Option<Duration> {
-        let raw = Self::raw(name)?;
-        let parsed = crate::policy::GoDuration::parse(&raw)
-            .ok()
-            .and_then(|d| d.to_std())
-            .filter(|d| zero || !d.is_zero());
-        if parsed.is_none() {
-            let what = if zero {
-                "a duration such as 500ms, 30s or 2m"
-            } else {
-                "a duration above zero such as 500ms, 30s or 2m"
-            };
-            self.problems.push(format!("{name}: {raw:?} is not {what}"));
-        }
-        parsed
-    }
-
-    /// A whole number above zero.
-    fn count<T: std::str::FromStr + Default + PartialOrd>(&mut self, name: &str) -> Option<T> {
-        let raw = Self::raw(name)?;
-        let parsed = raw.parse::<T>().ok().filter(|n| *n > T::default());
-        if parsed.is_none() {
-            self.problems
-                .push(format!("{name}: {raw:?} is not a whole number above zero"));
-        }
-        parsed
-    }
-
-    /// A limit: a whole number, 0 for none.
-    fn limit(&mut self, name: &str) -> Option<u32> {
-        let raw = Self::raw(name)?;
-        let parsed = raw.trim().parse::<u32>().ok();
-        if parsed.is_none() {
-            self.problems.push(format!(
-                "{name}: {raw:?} is not a whole number (0 for no limit)"
-            ));
-        }
-        parsed
-    }
-
-    /// The problems noted, as one error.
-    fn finish(self) -> Result<(), EnvError> {
-        if self.problems.is_empty() {
-            Ok(())
-        } else {
-            Err(EnvError {
-                problems: self.problems,
-            })
-        }
-    }
-}
-
-/// `REBUNO_*` variables that are set but do not parse ([`check_env`],
-/// [`KernelConfig::try_from_env`]); each problem names its variable and value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvError {
-    /// One line per variable.
-    pub problems: Vec<String>,
-}
-
-impl std::fmt::Display for EnvError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "invalid environment: {}", self.problems.join("; "))
-    }
-}
-
-impl std::error::Error for EnvError {}
-
-/// Checks every `REBUNO_*` variable the kernel reads (its [`KernelConfig`] and, for
-/// PostgreSQL, `REBUNO_DB_MAX_CONNS` and `REBUNO_DB_RECONNECT`): the `rebuno` binary refuses
-/// to start on any that is set and does not parse, instead of running on the default. The
-/// library's own readers ([`KernelConfig::from_env`], [`Kernel::open`]) still skip such a
-/// value.
-pub fn check_env() -> Result<(), EnvError> {
-    let mut env = EnvReader::default();
-    KernelConfig::read_env(&mut env);
-    PgEnv::read(&mut env);
-    env.finish()
-}
-
-/// The PostgreSQL pool's variables.
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-struct PgEnv {
-    max_connections: Option<usize>,
-    reconnect: Option<Duration>,
-}
-
-impl PgEnv {
-    fn read(env: &mut EnvReader) -> PgEnv {
-        PgEnv {
-            max_connections: env.count("REBUNO_DB_MAX_CONNS"),
-            reconnect: env.duration("REBUNO_DB_RECONNECT", true),
-        }
-    }
-}
-
-impl KernelConfig {
-    /// The per-agent delivery cap in effect: `dispatch_agent_concurrency`, or half of
-    /// `dispatch_concurrency`, within `1..=dispatch_concurrency`.
-    pub fn agent_delivery_cap(&self) -> usize {
-        let slots = self.dispatch_concurrency.max(1);
-        self.dispatch_agent_concurrency
-            .unwrap_or(slots / 2)
-            .clamp(1, slots)
-    }
-
-    /// Defaults overridden by the `REBUNO_*` environment; a value that does not parse is
-    /// skipped ([`KernelConfig::try_from_env`] refuses it instead).
-    pub fn from_env() -> Self {
-        Self::read_env(&mut EnvReader::default())
-    }
-
-    /// [`KernelConfig::from_env`], refusing every variable that is set and does not parse
-    /// (each named, with its value).
-    pub fn try_from_env() -> Result<Self, EnvError> {
-        let mut env = EnvReader::default();
-        let config = Self::read_env(&mut env);
-        env.finish().map(|()| config)
-    }
-
-    fn read_env(env: &mut EnvReader) -> Self {
-        let mut c = KernelConfig::default();
-        if let Some(n) = env.limit("REBUNO_DISPATCH_MAX_ATTEMPTS") {
-            c.dispatch_max_attempts = n;
-        }
-        if let Some(d) = env.duration("REBUNO_DISPATCH_RETRY_WINDOW", true) {
-            c.dispatch_retry_window = (!d.is_zero()).then_some(d);
-        }
-        if let Some(d) = env.duration("REBUNO_DISPATCH_BACKOFF_CAP", false) {
-            c.dispatch_backoff_cap = d;
-        }
-        if let Some(d) = env.duration("REBUNO_DISPATCH_TIMEOUT", false) {
-            c.dispatch_timeout = d;
-        }
-        if let Some(n) = env.count::<usize>("REBUNO_DISPATCH_CONCURRENCY") {
-            c.dispatch_concurrency = n;
-        }
-        if let Some(n) = env.count::<usize>("REBUNO_DISPATCH_AGENT_CONCURRENCY") {
-            c.dispatch_agent_concurrency = Some(n);
-        }
-        if let Some(n) = env.count::<usize>("REBUNO_STREAM_SUBSCRIBERS_PER_EXECUTION") {
-            c.stream_subscribers_per_execution = n;
-        }
-        if let Some(n) = env.count::<usize>("REBUNO_STREAM_SUBSCRIBERS") {
-            c.stream_subscribers = n;
-        }
-        if let Some(d) = env.duration("REBUNO_DISPATCH_LEASE_TIMEOUT", false) {
-            c.lease_timeout = d;
-        }
-        if let Some(d) = env.duration("REBUNO_APPROVAL_TIMEOUT", false) {
-            c.approval_timeout = d;
-        }
-        if let Some(d) = env.duration("REBUNO_DEADLINE_TIMEOUT", true) {
-            c.deadline_timeout = (!d.is_zero()).then_some(d);
-        }
-        if let Some(d) = env.duration("REBUNO_RETENTION", true) {
-            c.retention = (!d.is_zero()).then_some(d);
-        }
-        if let Some(d) = env.duration("REBUNO_CLEANUP_INTERVAL", false) {
-            c.cleanup_interval = d;
-        }
-        if let Some(id) = EnvReader::raw("REBUNO_REPLICA_ID") {
-            c.replica_id = id;
-        }
-        c
-    }
-}
-
-/// Counters behind `/metrics`.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    /// Submits answered from the record (`replay`, recorded `denied`/`blocked`).
-    pub replay_hits: AtomicU64,
-    /// Submits that created a step.
-    pub replay_misses: AtomicU64,
-    /// Steps submitted.
-    pub steps_submitted: AtomicU64,
-    /// Executions created.
-    pub executions_created: AtomicU64,
-    /// Webhook deliveries that succeeded.
-    pub dispatch_success: AtomicU64,
-    /// Webhook deliveries that failed.
-    pub dispatch_failures: AtomicU64,
-    /// Dispatches exhausted.
-    pub dispatch_exhausted: AtomicU64,
-    /// Dispatches reclaimed by the reaper.
-    pub dispatches_reclaimed: AtomicU64,
-    /// Policy evaluations and their total time in ns.
-    pub policy_evaluations: AtomicU64,
-    /// Total policy evaluation time, ns.
-    pub policy_nanos: AtomicU64,
-    /// Approvals resolved, and their total wait in ms.
-    pub approvals_resolved: AtomicU64,
-    /// Total approval wait, ms.
-    pub approval_wait_ms: AtomicU64,
-}
-
-impl Metrics {
-    fn inc(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-}
 
 pub(crate) struct Inner {
     pub(crate) store: Arc<dyn Store>,
@@ -487,7 +140,7 @@ pub(crate) struct Inner {
     pub(crate) histograms: Histograms,
     volatile: volatile::Volatile,
     /// Deliveries in progress, by agent (the dispatcher's fairness).
-    pub(crate) deliveries: dispatcher::Deliveries,
+    pub(crate) deliveries: dispatch::Deliveries,
     /// Wakes the dispatcher when a dispatch is queued.
     pub(crate) queued: tokio::sync::Notify,
     /// Wakes the approval timer when an approval is created.
@@ -585,7 +238,7 @@ impl KernelBuilder {
                 clock: self.clock,
                 metrics: Metrics::default(),
                 volatile: volatile::Volatile::default(),
-                deliveries: dispatcher::Deliveries::default(),
+                deliveries: dispatch::Deliveries::default(),
                 queued: tokio::sync::Notify::new(),
                 approvals_changed: tokio::sync::Notify::new(),
                 streams: stream::Bus::default(),
@@ -703,14 +356,6 @@ pub fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
-/// A batch of events to append in one transaction.
-pub(crate) type Events = Vec<(EventType, Value)>;
-
-/// Serializes an event payload (payload types are plain data; failure is a bug).
-pub(crate) fn payload<T: serde::Serialize>(p: &T) -> Value {
-    serde_json::to_value(p).unwrap_or(Value::Null)
-}
-
 /// The kernel's background loops (dispatcher, reaper, approval timer, deadline and retention
 /// sweeps). Dropping it stops them.
 #[derive(Debug)]
@@ -746,33 +391,6 @@ impl Kernel {
         ];
         handles.extend(self.spawn_replica_links());
         Background { handles }
-    }
-
-    /// Runs the sweeps until aborted, every `cleanup_interval` (at most 30 s): deadlines,
-    /// retention, and rate-limit buckets that have refilled (whether or not retention is on).
-    /// A panic restarts it (see `supervise`).
-    pub fn spawn_sweeper(&self) -> tokio::task::JoinHandle<()> {
-        let period = self
-            .inner
-            .config
-            .cleanup_interval
-            .min(Duration::from_secs(30));
-        self.spawn_periodic(
-            "sweeper",
-            move |_| period,
-            FirstRound::Now,
-            |kernel| async move {
-                if let Err(e) = kernel.cancel_past_deadline().await {
-                    tracing::warn!(error = %e, "cancelling executions past their deadline failed");
-                }
-                if let Err(e) = kernel.sweep_retention().await {
-                    tracing::warn!(error = %e, "the retention sweep failed");
-                }
-                if let Err(e) = kernel.inner.limiter.sweep_refilled().await {
-                    tracing::warn!(error = %e, "sweeping rate-limit buckets failed");
-                }
-            },
-        )
     }
 
     /// Starts the background loops with webhook delivery over HTTP.

@@ -15,84 +15,11 @@
 //! cancelled turn hands nothing on). A turn's parent never changes once it runs, so reading its
 //! previous state again on a re-delivery answers the same.
 
-use super::dispatch::enqueue_dispatch;
-use super::{Events, Kernel, KernelError, KernelResult, payload};
-use crate::protocol::{
-    EventType, Execution, ExecutionEventPayload, ExecutionStatus, MAX_SESSION_BYTES, canonical_uuid,
-};
+use super::tx::{Events, enqueue_dispatch, payload};
+use super::{Kernel, KernelError, KernelResult};
+use crate::protocol::{EventType, Execution, ExecutionEventPayload, ExecutionStatus};
 use crate::store::{StoreExt, StoreResult, Tx};
 use serde_json::Value;
-
-/// Checks a create's (or fork's) `session` and `parent_execution_id` before anything is
-/// written: the session at most [`MAX_SESSION_BYTES`] bytes without control characters, the
-/// parent a UUID.
-pub(super) fn check_request(session: &str, parent: &str) -> KernelResult<()> {
-    if session.len() > MAX_SESSION_BYTES {
-        return Err(KernelError::validation(format!(
-            "session is over {MAX_SESSION_BYTES} bytes"
-        )));
-    }
-    if session.chars().any(char::is_control) {
-        return Err(KernelError::validation("session holds a control character"));
-    }
-    if !parent.is_empty() && canonical_uuid(parent).is_none() {
-        return Err(KernelError::validation(format!(
-            "invalid parent_execution_id {parent:?}"
-        )));
-    }
-    Ok(())
-}
-
-/// How a new turn enters its session.
-pub(super) enum Admission {
-    /// No session, or none of its turns is open: the turn starts now.
-    Start,
-    /// Another turn is open: the turn waits as `pending`.
-    Wait,
-}
-
-/// Admits a new execution of `agent_id` into its session inside the create's transaction.
-/// A parent must be an execution of the same agent (`400` otherwise); an execution without a
-/// session joins its parent's, and one naming another session than its parent's is `400`.
-/// `session` is updated to the session the turn joins, and `parent`, when the turn starts now
-/// without one, to the session's latest completed turn.
-pub(super) fn admit(
-    tx: &mut dyn Tx,
-    agent_id: &str,
-    session: &mut String,
-    parent: &mut String,
-) -> StoreResult<KernelResult<Admission>> {
-    if !parent.is_empty() {
-        let parent_session = match tx.execution(parent)? {
-            Some(p) if p.agent_id == agent_id => p.session,
-            _ => {
-                return Ok(Err(KernelError::validation(format!(
-                    "parent_execution_id {parent:?} is not an execution of agent {agent_id:?}"
-                ))));
-            }
-        };
-        if session.is_empty() {
-            *session = parent_session;
-        } else if *session != parent_session {
-            return Ok(Err(KernelError::validation(format!(
-                "parent_execution_id {parent:?} is a turn of another session"
-            ))));
-        }
-    }
-    if session.is_empty() {
-        return Ok(Ok(Admission::Start));
-    }
-    if !tx.sessions().open_turns(agent_id, session, 1)?.is_empty() {
-        return Ok(Ok(Admission::Wait));
-    }
-    if parent.is_empty() {
-        *parent = tx
-            .sessions()
-            .last_completed(agent_id, session)?
-            .unwrap_or_default();
-    }
-    Ok(Ok(Admission::Start))
-}
 
 /// Records a completed turn as its session's latest (in the completing transaction).
 pub(super) fn note_completed(tx: &mut dyn Tx, turn: &Execution) -> StoreResult<()> {

@@ -26,11 +26,11 @@
 //! Cancelling a parent cancels its unsettled children, and theirs, down to
 //! [`MAX_CASCADE_DEPTH`] levels.
 
-use super::dispatch::{enqueue_dispatch, lease_holds, retire_dispatches};
-use super::{Events, Kernel, KernelError, KernelResult, Lease, payload};
+use super::tx::{Events, enqueue_dispatch, lease_holds, payload, retire_dispatches};
+use super::{Kernel, KernelError, KernelResult, Lease};
 use crate::protocol::{
-    EventType, Execution, ExecutionEventPayload, ExecutionStatus, Principal,
-    REASON_SUBAGENT_FAILED, Scope, SpawnedBy, StepEventPayload, StepKind, StepStatus,
+    EventType, Execution, ExecutionEventPayload, ExecutionStatus, REASON_SUBAGENT_FAILED,
+    StepEventPayload, StepStatus,
 };
 use crate::store::{StoreExt, StoreResult, Tx};
 use serde_json::{Value, json};
@@ -40,123 +40,9 @@ pub(super) const MAX_CASCADE_DEPTH: usize = 32;
 /// How many unsettled children of one execution a cancel cascades to.
 const MAX_CASCADE_CHILDREN: usize = 4096;
 
-/// Who asks to create an execution, as a `spawned_by` is checked against it.
-#[derive(Debug, Clone)]
-pub(crate) enum Asker {
-    /// A client: the admin, or an API key (which may be bound to an agent).
-    Client(Principal),
-    /// An agent's own signed request, under a lease it holds.
-    Agent {
-        /// The authenticated agent.
-        agent_id: String,
-        /// The lease its request carries.
-        lease: Lease,
-    },
-}
-
-/// Checks a create's `spawned_by` inside its transaction, as `asker` asks (see the module
-/// docs): `400` unless it names a non-terminal execution and an executing `tool_call` step of
-/// it, `403` for a client that may not spawn there, `409 lease_superseded` for an agent whose
-/// lease of the parent does not hold, `409 conflict` for a key-bound create while the parent
-/// does not run. Answers the child the step already spawned (`409` if that one runs another
-/// agent than `agent_id`), or `None` when the step may spawn one.
-pub(super) fn admit_child(
-    tx: &mut dyn Tx,
-    agent_id: &str,
-    spawned: &SpawnedBy,
-    asker: &Asker,
-) -> StoreResult<KernelResult<Option<Execution>>> {
-    let bad = |detail: String| Ok(Err(KernelError::validation(detail)));
-    if spawned.execution_id.is_empty() || spawned.step_id.is_empty() {
-        return bad("spawned_by needs execution_id and step_id".to_owned());
-    }
-    let no_execution = || format!("spawned_by: no execution {:?}", spawned.execution_id);
-    let Some(parent) = tx.execution(&spawned.execution_id)? else {
-        return bad(no_execution());
-    };
-    // Who asks, first: nothing else of the parent is told to a caller that may not spawn there.
-    let must_run = match asker {
-        Asker::Client(p) if p.allows(Scope::Admin) => false,
-        Asker::Client(p) if !p.agent_id.is_empty() && p.agent_id == parent.agent_id => true,
-        Asker::Client(_) => {
-            return Ok(Err(KernelError::forbidden(format!(
-                "spawned_by: only agent {:?} (its signed request under the lease of execution \
-                 {}, or an API key bound to it) or an admin may create a child of that \
-                 execution's steps; this API key may not",
-                parent.agent_id, parent.id
-            ))));
-        }
-        Asker::Agent {
-            agent_id: asking, ..
-        } if *asking != parent.agent_id => {
-            // To an agent only its own executions exist.
-            return bad(no_execution());
-        }
-        Asker::Agent { lease, .. } => {
-            if !parent.status.is_terminal() && !lease_holds(tx, &parent.id, lease, true)? {
-                return Ok(Err(KernelError::lease_superseded()));
-            }
-            false
-        }
-    };
-    if parent.status.is_terminal() {
-        return bad(format!(
-            "spawned_by: execution {:?} is terminal",
-            spawned.execution_id
-        ));
-    }
-    let Some(step) = tx.step(&parent.id, &spawned.step_id)? else {
-        return bad(format!(
-            "spawned_by: execution {:?} has no step {:?}",
-            parent.id, spawned.step_id
-        ));
-    };
-    if let Some(child) = tx.subagents().child(&parent.id, &step.step_id)? {
-        if child.agent_id != agent_id {
-            return Ok(Err(KernelError::conflict(format!(
-                "step {:?} already spawned execution {} of agent {:?}",
-                step.step_id, child.id, child.agent_id
-            ))));
-        }
-        return Ok(Ok(Some(child)));
-    }
-    if step.kind != StepKind::ToolCall {
-        return bad(format!(
-            "spawned_by: step {:?} is a {} step; only a tool_call step (the tool body that \
-             calls subagent) spawns a child",
-            step.step_id,
-            step.kind.as_str()
-        ));
-    }
-    if step.status != StepStatus::Executing {
-        return bad(format!(
-            "spawned_by: step {:?} is {}, not executing",
-            step.step_id,
-            step.status.as_str()
-        ));
-    }
-    if must_run && parent.status != ExecutionStatus::Running {
-        return Ok(Err(KernelError::conflict(format!(
-            "spawned_by: execution {} is {}: its agent creates a child only while it runs it",
-            parent.id,
-            parent.status.as_str()
-        ))));
-    }
-    Ok(Ok(None))
-}
-
 /// Whether execution `id` has a child that is not terminal.
 fn has_open_children(tx: &mut dyn Tx, id: &str) -> StoreResult<bool> {
     tx.subagents().has_open_children(id)
-}
-
-/// Locks the parent of execution `id`, if it has one, before a transaction that may end `id`
-/// reads it (on a shared store, locks go from parent to child, as a cancel cascades).
-pub(crate) fn lock_parent(tx: &mut dyn Tx, id: &str) -> StoreResult<()> {
-    if let Some(parent) = tx.subagents().parent_of(id)? {
-        tx.execution(&parent)?;
-    }
-    Ok(())
 }
 
 /// Resumes `exec` when it is blocked and nothing holds it any more (no pending approval, no

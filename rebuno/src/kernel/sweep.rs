@@ -1,6 +1,7 @@
 //! The shapes the kernel's periodic work shares, written once: a supervised loop that runs a
 //! round at a fixed period ([`Kernel::spawn_periodic`], for the reaper and the sweeper), and a
-//! sweep over due rows ([`Kernel::sweep_due`], for deadlines and approval timeouts).
+//! sweep over due rows ([`Kernel::sweep_due`], for deadlines and approval timeouts); and the
+//! sweeper itself ([`Kernel::spawn_sweeper`]: deadlines, retention, rate-limit buckets).
 
 use super::supervise::supervise;
 use super::{Kernel, KernelResult};
@@ -95,5 +96,34 @@ impl Kernel {
             }
         }
         Ok(n)
+    }
+}
+
+impl Kernel {
+    /// Runs the sweeps until aborted, every `cleanup_interval` (at most 30 s): deadlines,
+    /// retention, and rate-limit buckets that have refilled (whether or not retention is on).
+    /// A panic restarts it (see `supervise`).
+    pub fn spawn_sweeper(&self) -> tokio::task::JoinHandle<()> {
+        let period = self
+            .inner
+            .config
+            .cleanup_interval
+            .min(Duration::from_secs(30));
+        self.spawn_periodic(
+            "sweeper",
+            move |_| period,
+            FirstRound::Now,
+            |kernel| async move {
+                if let Err(e) = kernel.cancel_past_deadline().await {
+                    tracing::warn!(error = %e, "cancelling executions past their deadline failed");
+                }
+                if let Err(e) = kernel.sweep_retention().await {
+                    tracing::warn!(error = %e, "the retention sweep failed");
+                }
+                if let Err(e) = kernel.inner.limiter.sweep_refilled().await {
+                    tracing::warn!(error = %e, "sweeping rate-limit buckets failed");
+                }
+            },
+        )
     }
 }

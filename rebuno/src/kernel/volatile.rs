@@ -19,16 +19,14 @@
 //! one leaves (a waiter whose request is cancelled leaves too), so it is empty whenever no one
 //! holds or waits for a lock.
 
+use super::tx::record_progress;
 use super::{Kernel, KernelResult, Lease};
-use crate::store::{StoreExt, StoreResult, Tx};
+use crate::store::StoreExt;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 pub(crate) use crate::store::OccurrenceKey;
-
-/// Dispatch attempts a transaction ended, as `(dispatch_id, attempt)`.
-pub(crate) type Ended = Vec<(String, u32)>;
 
 /// The volatile state of the attempt being delivered.
 #[derive(Debug)]
@@ -400,26 +398,6 @@ impl Kernel {
         }
         (due, waiting)
     }
-}
-
-/// Renews the leased attempt inside a write (shared stores): its dispatch's `locked_at`, which
-/// the reaper of every replica reads, becomes `now`. Nothing unless the dispatch is in flight
-/// with exactly that attempt.
-pub(crate) fn renew_in(tx: &mut dyn Tx, lease: &Lease, now: &str) -> StoreResult<()> {
-    tx.record_renewal(&lease.dispatch_id, lease.attempt, now)
-}
-
-/// What a submit leaves behind on a shared store, inside a write: occurrence `occ` of `key` is
-/// handed out to the leased attempt, and its lease is renewed.
-pub(crate) fn record_progress(
-    tx: &mut dyn Tx,
-    lease: &Lease,
-    key: &OccurrenceKey,
-    occ: u64,
-    now: &str,
-) -> StoreResult<()> {
-    tx.advance_attempt_occurrence(&lease.dispatch_id, lease.attempt, key, occ)?;
-    renew_in(tx, lease, now)
 }
 
 #[cfg(test)]

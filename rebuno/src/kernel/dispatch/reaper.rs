@@ -3,7 +3,7 @@
 //! reclaims every in-flight dispatch when the kernel starts.
 
 use crate::kernel::sweep::FirstRound;
-use crate::kernel::volatile::Ended;
+use crate::kernel::tx::Ended;
 use crate::kernel::{Kernel, KernelResult, Metrics};
 use crate::protocol::{Dispatch, DispatchStatus, lease_duration};
 use crate::store::StoreExt;

@@ -4,9 +4,9 @@
 //! store, inside the write transaction that records the step, its rows locked (see
 //! `kernel::steps`).
 
-use super::Lease;
-use super::dispatch::lease_holds;
 use crate::identity;
+use crate::kernel::Lease;
+use crate::kernel::tx::lease_holds;
 use crate::protocol::{ExecutionStatus, Step, StepKind, StepStatus};
 use crate::store::{Lookup, OccurrenceKey, StoreResult, Tx};
 

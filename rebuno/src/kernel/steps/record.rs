@@ -3,11 +3,11 @@
 //! a shared store, and a batched completion recorded first. Written by the submit on every
 //! store (`kernel::steps`).
 
-use super::dispatch::{lease_holds, retire_dispatches};
-use super::outcomes::record_batched;
-use super::steps::{deny_step, step_event};
-use super::volatile::{Ended, record_progress};
-use super::{Events, KernelError, KernelResult, Lease, payload};
+use crate::kernel::tx::{
+    Ended, Events, deny_step, lease_holds, payload, record_batched, record_progress,
+    retire_dispatches, step_event,
+};
+use crate::kernel::{KernelError, KernelResult, Lease};
 use crate::policy::{self, Action};
 use crate::protocol::{
     Approval, ApprovalEventPayload, ApprovalStatus, EventType, ExecutionEventPayload,

@@ -14,8 +14,9 @@
 //! in a crash gave its attempt to nobody alive, and the dispatch is claimed again.
 //! [`Kernel::claim_dispatches`], whose caller gets the leases, is durable.
 
-use super::supervise::{catch_panic, supervise};
-use super::{Claimed, Deliverer, Kernel, KernelResult, Metrics};
+use super::{Claimed, Deliverer};
+use crate::kernel::supervise::{catch_panic, supervise};
+use crate::kernel::{Kernel, KernelResult, Metrics};
 use crate::protocol::{Dispatch, DispatchStatus};
 use crate::store::{StoreExt, Tx};
 use std::collections::{HashMap, HashSet};

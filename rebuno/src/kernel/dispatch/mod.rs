@@ -56,21 +56,21 @@
 //! park) locks the execution before checking the lease on the dispatch, and the claim of a due
 //! retry, which holds the dispatch row, reads the execution's agent without locking its row.
 //!
-//! Submodules: `deliver` (the [`Deliverer`] and the webhook it POSTs) and `reaper` (expired
-//! leases returned to the queue).
+//! Submodules: `deliver` (the [`Deliverer`] and the webhook it POSTs), `dispatcher` (claims
+//! and the delivery loop, fair between agents) and `reaper` (expired leases returned to the
+//! queue).
 
 use super::KernelConfig;
-use super::executions::{Ending, ended_in_tx};
+use super::effects::{Ending, ended_in_tx};
 use super::histograms::DISPATCH_DELIVERY_DURATION;
-use super::subagents::lock_parent;
-use super::volatile::Ended;
-use super::{Events, Kernel, KernelResult, Lease, Metrics, payload};
+use super::tx::{Events, lock_parent, payload, queued_payload, retire_dispatches};
+use super::{Kernel, KernelResult, Lease, Metrics};
 use crate::protocol::lease_duration;
 use crate::protocol::{
     Agent, Dispatch, DispatchEventPayload, DispatchRetry, DispatchStatus, DispatchWaiting,
     EventType, ExecutionEventPayload, ExecutionStatus, REASON_DISPATCH_EXHAUSTED, WebhookPayload,
 };
-use crate::store::{StoreExt, StoreResult, Tx};
+use crate::store::{StoreExt, Tx};
 use crate::telemetry::{self, TraceParent};
 use crate::time::rfc3339;
 use serde_json::Value;
@@ -79,79 +79,10 @@ use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
 mod deliver;
+mod dispatcher;
 mod reaper;
 pub use deliver::{Deliverer, DeliveryError, HttpDeliverer, sign};
-
-/// Queues a new dispatch for `execution_id` due at `due`; returns its `dispatch.queued` event.
-pub(crate) fn enqueue_dispatch(
-    tx: &mut dyn Tx,
-    execution_id: &str,
-    now: &str,
-    due: &str,
-    max_attempts: u32,
-) -> StoreResult<(EventType, Value)> {
-    let d = Dispatch {
-        id: uuid::Uuid::now_v7().to_string(),
-        execution_id: execution_id.to_owned(),
-        status: DispatchStatus::Pending,
-        attempt: 0,
-        max_attempts,
-        next_attempt_at: due.to_owned(),
-        locked_by: String::new(),
-        locked_at: None,
-        created_at: now.to_owned(),
-        updated_at: now.to_owned(),
-        last_error: String::new(),
-    };
-    tx.put_dispatch(&d)?;
-    Ok((EventType::DispatchQueued, payload(&queued_payload(&d))))
-}
-
-fn queued_payload(d: &Dispatch) -> DispatchEventPayload {
-    DispatchEventPayload {
-        dispatch_id: d.id.clone(),
-        execution_id: d.execution_id.clone(),
-        status: DispatchStatus::Pending,
-        attempt: d.attempt,
-    }
-}
-
-/// Retires every live dispatch of an execution (`exhausted`); returns the attempts it ended,
-/// whose volatile state the caller drops after the commit
-/// ([`Kernel::forget_attempts`](super::Kernel)).
-pub(crate) fn retire_dispatches(
-    tx: &mut dyn Tx,
-    execution_id: &str,
-    now: &str,
-) -> StoreResult<Ended> {
-    let mut ended = Vec::new();
-    for mut d in tx.dispatches_of(execution_id)? {
-        if d.status != DispatchStatus::Exhausted {
-            d.status = DispatchStatus::Exhausted;
-            d.updated_at = now.to_owned();
-            tx.put_dispatch(&d)?;
-            ended.push((d.id, d.attempt));
-        }
-    }
-    Ok(ended)
-}
-
-/// The lease fences. `in_flight_only` is RenewLease (the attempt must still be in flight);
-/// otherwise CheckLease (the same attempt, whatever its status).
-pub(crate) fn lease_holds(
-    tx: &mut dyn Tx,
-    execution_id: &str,
-    lease: &Lease,
-    in_flight_only: bool,
-) -> StoreResult<bool> {
-    Ok(tx
-        .dispatch_lease(&lease.dispatch_id)?
-        .is_some_and(|(exec, attempt, status)| {
-            exec == execution_id
-                && attempt == lease.attempt
-                && (!in_flight_only || status == DispatchStatus::InFlight)
-        }))
-}
+pub(crate) use dispatcher::Deliveries;
 
 /// A claimed dispatch, ready to deliver.
 #[derive(Debug, Clone)]

@@ -1,4 +1,5 @@
-//! Steps: submit (identity, replay, policy, recording), complete and fail.
+//! Steps: submit (identity, replay, policy, recording); a step's outcome (complete, fail) is in
+//! `outcomes`.
 //!
 //! Submission follows one fixed order: lease, execution lock, terminal check, lease
 //! renewal, args hash, occurrence, step id; an existing step answers from its record, a new one
@@ -12,8 +13,8 @@
 //! execution's lock across processes, first, unless this process holds it: a request that
 //! lands on another replica than the one before (a load balancer) takes no lock held across
 //! transactions. Everything else the snapshot decides, or a lock another process holds, goes
-//! the way every store takes, under the store's lock (`kernel::snapshot`; the record itself is
-//! `kernel::record`). A store of one process keeps the snapshot on its readers, so its writer
+//! the way every store takes, under the store's lock (`snapshot`; the record itself is
+//! `record`). A store of one process keeps the snapshot on its readers, so its writer
 //! is not held while reads and policy run.
 //!
 //! Durability of a new step's record follows what its loss would cost (see [`defers`]): a
@@ -26,60 +27,41 @@
 //! recorded `executing`, so a crash during it leaves the step to be failed `indeterminate`),
 //! denials, approvals, rate-limit refusals and parks, and proceeds that took a token. An
 //! outcome (complete / fail) is durable before it is answered.
+//!
+//! Each decision is a `rebuno.step.decide` span (execution, dispatch, step ids, kind, target,
+//! decision) timed into `rebuno_step_decision_duration_seconds` ([`Kernel::submit_step`]). The
+//! span, and the decision's own event, are at `debug` (one per step: logging at `info` formats
+//! nothing per step); what an operator acts on is logged at `info` (a policy denial, a step
+//! waiting for approval, a rate limit) or `warn` (a superseded lease), with its ids.
+//!
+//! Submodules: `snapshot` (what a submission reads before it decides) and `record` (a new
+//! step's record with its policy decision).
 
-use super::dispatch::{lease_holds, retire_dispatches};
-use super::outcomes::check_batched;
-use super::record::{Record, record_step};
-use super::snapshot::{Ask, Snapshot, read_snapshot};
-use super::volatile::{Ended, ExecGuard};
-use super::{Events, Kernel, KernelError, KernelResult, Lease, Metrics, payload};
+mod record;
+mod snapshot;
+
+use super::error::note_superseded;
+use super::histograms::{STEP_DECISION_DURATION, decision_label, kind_label};
+use super::tx::{
+    Ended, Events, check_batched, lease_holds, payload, policy_kind, retire_dispatches, step_event,
+};
+use super::volatile::ExecGuard;
+use super::{Kernel, KernelError, KernelResult, Lease, Metrics};
 use crate::policy::{self, Action, EvalInput, enforce_rate_limits};
 use crate::protocol::{
-    EventType, ExecutionStatus, Idempotency, REASON_INDETERMINATE_RETRY, RULE_INDETERMINATE_RETRY,
-    Step, StepCompletion, StepDecision, StepEventPayload, StepKind, StepStatus, SubmitStepRequest,
-    denial_error, indeterminate_error,
+    Decision, EventType, ExecutionStatus, Idempotency, REASON_INDETERMINATE_RETRY,
+    RULE_INDETERMINATE_RETRY, Step, StepCompletion, StepDecision, StepEventPayload, StepKind,
+    StepStatus, SubmitStepRequest, denial_error, indeterminate_error,
 };
-use crate::store::{Lookup, StoreExt, StoreResult, Tx};
+use crate::store::{Lookup, StoreExt, Tx};
 use crate::time::rfc3339;
+use metrics::Label;
+use record::{Record, record_step};
 use serde_json::Value;
+use snapshot::{Ask, Snapshot, read_snapshot};
 use std::time::Instant;
-
-pub(super) fn policy_kind(kind: &StepKind) -> Option<policy::StepKind> {
-    match kind {
-        StepKind::ToolCall => Some(policy::StepKind::ToolCall),
-        StepKind::LlmCall => Some(policy::StepKind::LlmCall),
-        StepKind::Local => Some(policy::StepKind::Local),
-        StepKind::Other(_) => None,
-    }
-}
-
-pub(super) fn step_event(step: &Step) -> StepEventPayload {
-    StepEventPayload::new(&step.step_id, step.kind.clone(), &step.target)
-}
-
-/// Records `step` as denied: status `denied`, `error` (what a replay answers with), completed
-/// now. Returns the `step.denied` event to append, naming `rule_id` (empty when no policy rule
-/// decided it: an approval denied or expired, an execution cancelled).
-pub(super) fn deny_step(
-    tx: &mut dyn Tx,
-    step: &mut Step,
-    error: Value,
-    rule_id: &str,
-    now: &str,
-) -> StoreResult<(EventType, Value)> {
-    step.status = StepStatus::Denied;
-    step.error = Some(error.clone());
-    step.completed_at = Some(now.to_owned());
-    tx.put_step(step)?;
-    let event = StepEventPayload::denied(
-        &step.step_id,
-        step.kind.clone(),
-        &step.target,
-        rule_id,
-        Some(error),
-    );
-    Ok((EventType::StepDenied, payload(&event)))
-}
+use tracing::Instrument as _;
+use tracing::field::Empty;
 
 /// Whether a new step's record may be answered before it is durable: it is allowed, declared
 /// `safe_to_retry`, and takes no rate-limit token (a bucket outside the step record, which a
@@ -131,7 +113,86 @@ fn answer_from_record(
 }
 
 impl Kernel {
-    /// [`Kernel::submit_step`] without its span, timing and logs (see `traced`).
+    /// Submits a step for the leased dispatch of execution `execution_id` and answers the
+    /// decision (`proceed`, `replay`, `denied`, `blocked`, `execution_blocked`,
+    /// `rate_limited`, `execution_terminal`).
+    pub async fn submit_step(
+        &self,
+        execution_id: &str,
+        lease: &Lease,
+        req: SubmitStepRequest,
+    ) -> KernelResult<StepDecision> {
+        let started = Instant::now();
+        let kind = kind_label(&req.kind);
+        let span = tracing::debug_span!(
+            "rebuno.step.decide",
+            execution_id,
+            dispatch_id = %lease.dispatch_id,
+            attempt = lease.attempt,
+            step.kind = kind,
+            step.target = %req.target,
+            step_id = Empty,
+            decision = Empty,
+        );
+        let out = self
+            .decide_step(execution_id, lease, req)
+            .instrument(span.clone())
+            .await;
+        let decision = decision_label(&out);
+        self.inner.histograms.record(
+            STEP_DECISION_DURATION,
+            vec![Label::new("kind", kind), Label::new("decision", decision)],
+            started.elapsed(),
+        );
+        span.record("decision", decision);
+        if let Ok(d) = &out
+            && let Some(step_id) = &d.step_id
+        {
+            span.record("step_id", step_id.as_str());
+        }
+        let _entered = span.enter();
+        // The span is at `debug`: what is logged at `info` names its ids itself.
+        let step_id = out
+            .as_ref()
+            .ok()
+            .and_then(|d| d.step_id.as_deref())
+            .unwrap_or("");
+        let dispatch_id = lease.dispatch_id.as_str();
+        match &out {
+            Ok(d) if d.decision == Decision::Denied => tracing::info!(
+                execution_id,
+                dispatch_id,
+                step_id,
+                reason = d.reason.as_deref().unwrap_or(""),
+                "step denied"
+            ),
+            Ok(d) if d.decision == Decision::Blocked => tracing::info!(
+                execution_id,
+                dispatch_id,
+                step_id,
+                approval_id = d.approval_id.as_deref().unwrap_or(""),
+                reason = d.reason.as_deref().unwrap_or(""),
+                "step blocked"
+            ),
+            Ok(d) if d.decision == Decision::RateLimited => tracing::info!(
+                execution_id,
+                dispatch_id,
+                step_id,
+                reason = d.reason.as_deref().unwrap_or(""),
+                "step rate limited"
+            ),
+            Ok(_) => tracing::debug!("step decided"),
+            Err(e) => tracing::debug!(error = %e, "step refused"),
+        }
+        note_superseded(&out, "submit_step", execution_id, lease);
+        if matches!(&out, Ok(d) if d.decision == Decision::Blocked) {
+            // Blocked on an approval (or parked): waiters of the execution look again.
+            self.note_changed(execution_id);
+        }
+        out
+    }
+
+    /// [`Kernel::submit_step`] without its span, timing and logs (see [`Kernel::submit_step`]).
     pub(super) async fn decide_step(
         &self,
         execution_id: &str,
@@ -644,7 +705,7 @@ impl Kernel {
                             return Ok(Err(KernelError::lease_superseded()));
                         }
                         ended = retire_dispatches(tx, &exec_id, &now)?;
-                        events.push(super::dispatch::enqueue_dispatch(
+                        events.push(super::tx::enqueue_dispatch(
                             tx,
                             &exec_id,
                             &now,

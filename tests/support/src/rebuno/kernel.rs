@@ -56,6 +56,12 @@ pub fn config() -> KernelConfig {
 /// A directory removed on drop (the crate has no `tempfile` dev-dependency).
 pub struct TempDir(pub PathBuf);
 
+impl Default for TempDir {
+    fn default() -> TempDir {
+        TempDir::new()
+    }
+}
+
 impl TempDir {
     pub fn new() -> TempDir {
         static N: AtomicUsize = AtomicUsize::new(0);

@@ -25,7 +25,7 @@ use rebuno::{Kernel, signing};
 use serde_json::json;
 use std::io::Write;
 use std::time::{Duration, Instant};
-use support::serve;
+use test_support::rebuno::serve_router as serve;
 
 const SECRET: &str = "bench-secret";
 const ROUNDS: usize = 2_000;

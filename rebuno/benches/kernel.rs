@@ -23,7 +23,6 @@ use support::kernel::{execution, kernel, proceed_steps, step};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use rebuno::Lease;
 use rebuno::protocol::Decision;
-use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,21 +32,6 @@ fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-fn bench_reference(c: &mut Criterion) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut f = std::fs::File::create(dir.path().join("f")).unwrap();
-    let buf = [b'x'; 200];
-    let mut g = c.benchmark_group("reference");
-    g.sample_size(20).measurement_time(Duration::from_secs(4));
-    g.bench_function("append_200b_fdatasync", |b| {
-        b.iter(|| {
-            f.write_all(&buf).unwrap();
-            f.sync_data().unwrap();
-        })
-    });
-    g.finish();
 }
 
 /// Replays: a new attempt re-submits 1,000 recorded steps; each answer comes from the record.
@@ -139,5 +123,10 @@ fn bench_proceed(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_reference, bench_replay, bench_proceed);
+criterion_group!(
+    benches,
+    test_support::bench::reference_fsync,
+    bench_replay,
+    bench_proceed
+);
 criterion_main!(benches);

@@ -18,7 +18,7 @@ use rebuno::{Kernel, signing};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::serve;
+use test_support::rebuno::serve_router as serve;
 
 const SECRET: &str = "load-secret";
 const EXECUTIONS: usize = 200;

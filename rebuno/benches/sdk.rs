@@ -10,8 +10,7 @@
 //! replays the same `N` recorded steps under a fresh delivery attempt, as a resumed handler
 //! does. The kernel runs on a SQLite file (the embedded default) with durable commits.
 
-#[path = "../tests/support/counting.rs"]
-mod counting;
+use test_support::rebuno::counting;
 mod support;
 
 use counting::Counting;
@@ -187,7 +186,7 @@ async fn main() {
 
     // Over HTTP: the kernel's /v0 API on loopback.
     let app = rebuno::server::router(kernel.clone(), rebuno::server::ServerOptions::default());
-    let base = support::serve(app).await;
+    let base = test_support::rebuno::serve_router(app).await;
     let http: Arc<dyn Transport> = Arc::new(HttpTransport::new(&base, "bench", SECRET).unwrap());
     let mut remote = Vec::new();
     let mut local = Vec::new();

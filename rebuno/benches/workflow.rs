@@ -187,16 +187,8 @@ impl Drop for Kill {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn http(dir: &std::path::Path) {
-    let port = free_port();
+    let port = test_support::process::free_port();
     // `REBUNO_BENCH_KERNEL_WRAP="valgrind --tool=callgrind"` runs the kernel under a profiler;
     // `REBUNO_BENCH_KERNEL_BIN` runs another build of `rebuno` (a commit before, for a
     // before/after pair in one session).

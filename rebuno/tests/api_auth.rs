@@ -1,10 +1,8 @@
 //! The `/v0` API over real HTTP, authentication: the bearer token, dev mode, agent request
 //! signatures over the raw body, and agents confined to their own executions. Uses the shared
-//! harness (`support/api.rs`).
+//! harness (`test_support::rebuno::api`).
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::api as harness;
 
 use harness::*;
 

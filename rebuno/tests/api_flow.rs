@@ -1,10 +1,8 @@
 //! The `/v0` API over real HTTP, end to end: the main flow on both stores (agents, policies,
 //! executions, steps, approvals, events, dispatch over signed webhooks), and the probes and
-//! metrics. Uses the shared harness (`support/api.rs`).
+//! metrics. Uses the shared harness (`test_support::rebuno::api`).
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::api as harness;
 
 use harness::*;
 

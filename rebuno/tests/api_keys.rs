@@ -1,10 +1,8 @@
 //! The `/v0` API over real HTTP, identity: scoped API keys (`/v0/api-keys`), the scope every
 //! client route checks, and what a key's identity records on executions and approvals. Uses the
-//! shared harness (`support/api.rs`).
+//! shared harness (`test_support::rebuno::api`).
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::api as harness;
 
 use harness::*;
 use serde_json::Value;

@@ -1,10 +1,8 @@
 //! The resource routes over real HTTP, signed as the published SDK signs them: declare, bind,
 //! a decision's `resources`, captures with a step completion, the checkpoints route, and the
-//! validation, ownership (404), lease and signature errors (each changing nothing). Uses `support/api.rs`.
+//! validation, ownership (404), lease and signature errors (each changing nothing). Uses `test_support::rebuno::api`.
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::api as harness;
 
 use harness::*;
 

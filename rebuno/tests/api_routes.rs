@@ -1,10 +1,8 @@
 //! The `/v0` API over real HTTP, route by route: lease headers, validation of ids, queries
 //! and bodies, body size limits, the execution, agent, policy and approval routes. Uses the
-//! shared harness (`support/api.rs`).
+//! shared harness (`test_support::rebuno::api`).
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::api as harness;
 
 use harness::*;
 

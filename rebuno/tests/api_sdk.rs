@@ -1,10 +1,8 @@
 //! The `/v0` routes the later Python SDKs (0.25 to 0.29.2) and their operators use, over real
 //! HTTP: agent metadata, idempotent starts and the policy test. Uses the shared harness
-//! (`support/api.rs`).
+//! (`test_support::rebuno::api`).
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::api as harness;
 
 use harness::*;
 

@@ -1,11 +1,9 @@
 //! The `/v0` API over real HTTP, sessions: turns created in a session wait their turn, an agent
 //! completes with `state` and the next turn reads it from `GET …/previous` (signed by its own
 //! agent; another agent gets `404`, a client needs `executions:read`), and executions list by
-//! session. Uses the shared harness (`support/api.rs`).
+//! session. Uses the shared harness (`test_support::rebuno::api`).
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::api as harness;
 
 use harness::*;
 

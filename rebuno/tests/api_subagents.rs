@@ -1,11 +1,9 @@
 //! Subagents over HTTP: a create with `spawned_by` (`201`, then `200` with the same child for a
 //! repeat, `400` for a step that cannot spawn), `POST …/suspend` with its empty body answering
 //! `{"suspended": true|false}` under the lease, and the child's outcome read by the parent with
-//! `GET …/steps/{sid}`. Uses the shared harness (`support/api.rs`).
+//! `GET …/steps/{sid}`. Uses the shared harness (`test_support::rebuno::api`).
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::api as harness;
 
 use harness::*;
 

@@ -3,9 +3,8 @@
 //! aborts the boot with the file and the reason, and `dev` / `server` serve the API
 //! until SIGTERM; without a terminal on stdin there is no REPL, only HTTP.
 
-#[path = "support/logs.rs"]
-mod logs;
-mod support;
+use test_support::logs;
+use test_support::rebuno as support;
 
 use logs::json_log_line;
 use serde_json::Value;
@@ -90,11 +89,7 @@ fn server_refuses_to_start_without_token_and_database() {
 
     // An unreachable PostgreSQL is retried for REBUNO_DB_RECONNECT, then named without its
     // password.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let out = run(rebuno()
         .arg("server")
         .env("REBUNO_BEARER_TOKEN", "t")

@@ -9,7 +9,7 @@
 //! HTTP-only behaviour (bearer refusals, unreachable kernels, peers that do not speak the
 //! protocol, Go's `null` lists) has its own tests at the end.
 
-mod support;
+use test_support::rebuno as support;
 
 use axum::Router;
 use axum::http::StatusCode;

@@ -3,7 +3,7 @@
 //! `404`). The kernel's background loops are not started: dispatches stay queued, and the
 //! scenarios claim them and submit steps through the kernel API, as an agent would.
 
-mod support;
+use test_support::rebuno as support;
 
 use rebuno::Kernel;
 use rebuno::client::{Client, ForkOptions};

@@ -1,9 +1,8 @@
 //! The web console over plain HTTP (no browser): security headers, the session cookie, the
 //! login redirect, escaping, and the cross-site and CSRF refusals of grant, deny and cancel.
-//! The browser tests are in `console_browser.rs`; the fixture in `support/console.rs`.
+//! The browser tests are in `console_browser.rs`; the fixture in `test_support::rebuno::console`.
 
-#[path = "support/console.rs"]
-mod console;
+use test_support::rebuno::console;
 
 use console::*;
 use rebuno::server::console::CONTENT_SECURITY_POLICY;

@@ -5,14 +5,12 @@
 //! another site is refused. Each page is saved as a screenshot at 1440 and 390 pixels wide under
 //! `target/console-screenshots/`.
 
-#[path = "support/console.rs"]
-mod console;
-#[path = "support/webdriver.rs"]
-mod webdriver;
+use test_support::browser;
+use test_support::rebuno::console;
 
+use browser::{Driver, WAIT};
 use console::*;
 use rebuno::protocol::StreamFrame;
-use webdriver::{Driver, WAIT};
 
 /// The two widths every page is checked and photographed at.
 const WIDTHS: [(u32, u32, &str); 2] = [(1440, 900, "1440"), (390, 844, "390")];

@@ -4,9 +4,8 @@
 //! ends the session on both, and a replica with another server token honours no admin login
 //! made with the old one.
 
-#[path = "support/console.rs"]
-mod console;
-mod support;
+use test_support::rebuno as support;
+use test_support::rebuno::console;
 
 use console::*;
 use std::path::Path;
@@ -174,14 +173,8 @@ async fn a_login_on_one_sqlite_replica_is_valid_on_the_other_until_logout_or_rev
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL (REBUNO_TEST_PG_URL)"]
 async fn a_login_on_one_postgres_replica_is_valid_on_the_other_until_logout_or_revocation() {
-    let url = std::env::var("REBUNO_TEST_PG_URL").expect(
-        "REBUNO_TEST_PG_URL must name a PostgreSQL database (bash .ci/postgres starts one)",
-    );
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let schema = format!("console_{}_{nanos}", std::process::id());
+    let url = test_support::pg::pg_url();
+    let schema = test_support::pg::unique_name("console", "");
     let dir = tempfile::tempdir().unwrap();
     sessions_are_shared_by_replicas(&url, &[("REBUNO_DB_SCHEMA", &schema)], dir.path()).await;
 }

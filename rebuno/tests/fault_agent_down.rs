@@ -7,9 +7,8 @@
 //! Real processes: the kernel serves `/v0` over TCP; the agent is this test binary run again
 //! as a child process ([`child_process_down_agent`]), a Rust SDK agent serving its webhook.
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno as support;
+use test_support::rebuno::api as harness;
 
 use harness::{AbortOnDrop, Resp, send, serve};
 use support::{Kill, free_port};

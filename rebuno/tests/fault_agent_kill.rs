@@ -7,7 +7,7 @@
 //! HTTP, once per SDK generation (0.14.0, 0.16.0, 0.22.0, 0.29.2). `.ci/run` provides the venvs
 //! (`REBUNO_PYTHON`, `REBUNO_SDK_VENVS`).
 
-mod support;
+use test_support::rebuno as support;
 
 use support::{Kill, file_lines, free_port, python_with_sdk_version, until};
 

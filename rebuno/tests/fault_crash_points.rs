@@ -25,7 +25,7 @@
 //! `child_process_crash_kernel` alone: an embedded kernel and an in-process agent whose effects
 //! and acknowledgements go to a journal file (appended line by line, so a kill keeps them).
 
-mod support;
+use test_support::rebuno as support;
 
 use rebuno::Kernel;
 use rebuno::agent::{Agent, handler_fn};

@@ -6,7 +6,7 @@
 //! Real processes: an agent written with the published Python SDK 0.14.0 (passes without
 //! running, and says so, when no Python with that SDK is found; `.ci/run` provides one).
 
-mod support;
+use test_support::rebuno as support;
 
 use support::{file_lines, python_agent, python_with_sdk, serve_kernel};
 

@@ -2,7 +2,7 @@
 //! target that comes back before the attempts run out gets the dispatch (and the execution
 //! completes), one that never does ends the execution with `dispatch_exhausted`.
 
-mod support;
+use test_support::rebuno as support;
 
 use support::free_port;
 

@@ -2,11 +2,9 @@
 //! `agents:write` never sees the credentials a webhook URL carries (nor anyone the secret);
 //! registering an agent again with another webhook URL or secret needs `takeover` or the admin,
 //! while the same registration again stays idempotent; and the webhook URL itself is checked.
-//! Uses the shared harness (`support/api.rs`).
+//! Uses the shared harness (`test_support::rebuno::api`).
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::api as harness;
 
 use harness::*;
 use rebuno::kernel::EmbeddedDeliverer;

@@ -17,7 +17,7 @@
 //! * the Rust SDK signs v1 (it runs an execution against a kernel with legacy signing off), and
 //!   its webhook receiver ignores a delivery of an older dispatch than the one it runs.
 
-mod support;
+use test_support::rebuno as support;
 
 use rebuno::agent::{Agent, handler_fn};
 use rebuno::protocol::{

@@ -4,11 +4,9 @@
 //! only `executions:write` that asks for an allow-all bundle is refused (`403`) and nothing is
 //! created; a `policies:write` key's bundle cannot let through a step the agent's bundle
 //! denies or gates on an approval, and the fork shows its bundle and who set it, in the API
-//! and on the console's page. Uses the shared harness (`support/api.rs`).
+//! and on the console's page. Uses the shared harness (`test_support::rebuno::api`).
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::api as harness;
 
 use harness::*;
 

@@ -13,7 +13,7 @@ use rebuno::protocol::{
     Agent, CreateExecutionRequest, Decision, DispatchStatus, ErrorCode, ExecutionStatus,
     RegisterAgentRequest, StepDecision, SubmitStepRequest, WebhookPayload,
 };
-use rebuno::server::{ServerOptions, router};
+
 use rebuno::store::{SqliteStore, StoreExt};
 use rebuno::time::{Clock, ManualClock};
 use rebuno::{Kernel, KernelConfig, Lease};
@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use test_support::rebuno::serve_until_dropped as serve;
 use tokio::sync::mpsc;
 
 /// How long any asynchronous wait may take before the test fails. It only bounds a hang; it
@@ -413,24 +414,6 @@ async fn rate_limit_buckets_are_swept_with_retention_off() {
 // ---------------------------------------------------------------------------------------------
 // Live streams over HTTP.
 // ---------------------------------------------------------------------------------------------
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-async fn serve(kernel: &Kernel) -> (String, AbortOnDrop) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = router(kernel.clone(), ServerOptions::default());
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (format!("http://{addr}"), AbortOnDrop(task))
-}
 
 async fn subscribe(base: &str, exec: &str) -> reqwest::Response {
     reqwest::get(format!("{base}/v0/executions/{exec}/stream"))

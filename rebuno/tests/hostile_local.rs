@@ -12,9 +12,8 @@
 //!   id, never the secret) and, past the limit, answered `429` with `Retry-After`, whatever
 //!   credentials the address sends; another address is not affected.
 
-#[path = "support/logs.rs"]
-mod logs;
-mod support;
+use test_support::logs;
+use test_support::rebuno as support;
 
 use rebuno::Kernel;
 use rebuno::protocol::{

@@ -18,8 +18,6 @@
 //!   that broke is not resumed (`GET` with `Last-Event-Id`) however its events were numbered.
 //!   An error status with an endless body fails fast too, with the start of the body.
 
-mod support;
-
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::StatusCode;

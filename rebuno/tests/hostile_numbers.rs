@@ -4,11 +4,9 @@
 //! answers another number) or exact but served back as a float (`1.8446744073709552e19` for an
 //! integer the agent sent). Such a request is refused with `400 validation_error` naming the
 //! number and saying to send it as a string, and nothing of it is recorded. Uses the shared
-//! `/v0` harness (`support/api.rs`).
+//! `/v0` harness (`test_support::rebuno::api`).
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::api as harness;
 
 use harness::*;
 

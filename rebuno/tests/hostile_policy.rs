@@ -2,11 +2,9 @@
 //! take seconds of CPU and hundreds of megabytes to compile is refused with a `400` naming the
 //! limit, by the dry run that a `policies:read` key reaches and by every other route that takes
 //! a bundle; a bundle with a few ordinary regexes works as before. Uses the shared harness
-//! (`support/api.rs`).
+//! (`test_support::rebuno::api`).
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::api as harness;
 
 use harness::*;
 

@@ -28,13 +28,7 @@ const APPROVAL_BUNDLE: &str = "default_action: allow\nrules:\n  - id: pay\n    w
 // Harness.
 // ---------------------------------------------------------------------------------------------
 
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+use test_support::rebuno::{AbortOnDrop, serve_until_dropped};
 
 /// A kernel served on a loopback port. No background loops run: the tests claim dispatches
 /// themselves, and nothing reads the store behind their backs.
@@ -46,16 +40,11 @@ struct Served {
 
 impl Served {
     async fn start(kernel: Kernel) -> Served {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let app = rebuno::server::router(kernel, rebuno::server::ServerOptions::default());
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (base, server) = serve_until_dropped(&kernel).await;
         Served {
             base,
             http: reqwest::Client::new(),
-            _server: AbortOnDrop(task),
+            _server: server,
         }
     }
 

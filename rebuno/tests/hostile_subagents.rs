@@ -4,11 +4,9 @@
 //! that is executing. A plain `executions:write` key and another agent's bound key (`403`),
 //! another agent's signed request (`400`: to it the parent does not exist), another
 //! execution's lease (`409`), an `llm_call` step, an ended step and a lapsed lease are refused,
-//! and nothing is created; the step keeps its own outcome. Uses the shared harness (`support/api.rs`).
+//! and nothing is created; the step keeps its own outcome. Uses the shared harness (`test_support::rebuno::api`).
 
-#[path = "support/api.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::api as harness;
 
 use harness::*;
 

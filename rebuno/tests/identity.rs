@@ -2,7 +2,7 @@
 //!
 //! Every vector of the canonical-JSON vector file is checked twice: from the inline copy below,
 //! and from the file itself (`tests/data/canon_vectors.json`, a byte-for-byte copy of the
-//! project's vectors) by `file_vectors`.
+//! project's vectors, its source named in the README beside it) by `file_vectors`.
 
 use proptest::prelude::*;
 use rebuno::identity::{
@@ -15,7 +15,6 @@ use sha2::{Digest, Sha256};
 const EXECUTION_ID: &str = "0192f1a0-0000-7000-8000-000000000000";
 const KIND: &str = "tool_call";
 const TARGET: &str = "t";
-const VECTORS_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/canon_vectors.json");
 
 struct Vector {
     args_raw: &'static [u8],
@@ -157,7 +156,7 @@ fn hex_decode(s: &str) -> Vec<u8> {
 fn vectors_path() -> std::path::PathBuf {
     match std::env::var_os("REBUNO_SPEC_DIR") {
         Some(dir) => std::path::Path::new(&dir).join("canon_vectors.json"),
-        None => VECTORS_PATH.into(),
+        None => test_support::vectors::canon_vectors(),
     }
 }
 

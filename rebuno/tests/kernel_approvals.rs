@@ -1,9 +1,8 @@
 //! Kernel conformance, approvals and cancellation: grant, deny and expiry resume the
 //! execution; cancellation and deadlines end it, expiring its approvals. Driven in process by
-//! the shared harness (`support/kernel.rs`).
+//! the shared harness (`test_support::rebuno::kernel`).
 
-#[path = "support/kernel.rs"]
-mod harness;
+use test_support::rebuno::kernel as harness;
 
 use harness::*;
 

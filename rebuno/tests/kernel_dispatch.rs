@@ -1,9 +1,8 @@
 //! Kernel conformance, dispatch: the queue, claims and attempts, delivery and its retries, the
 //! reaper, restarts on a SQLite file, and retention of ended executions. Driven in process by
-//! the shared harness (`support/kernel.rs`).
+//! the shared harness (`test_support::rebuno::kernel`).
 
-#[path = "support/kernel.rs"]
-mod harness;
+use test_support::rebuno::kernel as harness;
 
 use harness::*;
 

@@ -1,9 +1,8 @@
 //! Kernel conformance, fencing: a superseded attempt is refused everywhere, orphaned steps are
 //! re-run or failed by their idempotency, and races between attempts and deliveries change
-//! nothing they should not. Driven in process by the shared harness (`support/kernel.rs`).
+//! nothing they should not. Driven in process by the shared harness (`test_support::rebuno::kernel`).
 
-#[path = "support/kernel.rs"]
-mod harness;
+use test_support::rebuno::kernel as harness;
 
 use harness::*;
 

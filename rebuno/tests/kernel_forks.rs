@@ -3,10 +3,9 @@
 //! its own when given one (only by a principal that may set policy, recorded as its setter);
 //! the original is untouched; a bad request is `400` (`403`, `404`) and creates nothing. On
 //! every store: SQLite in memory and on a file, and PostgreSQL (ignored unless
-//! `REBUNO_TEST_PG_URL` is set). Driven in process by the shared harness (`support/kernel.rs`).
+//! `REBUNO_TEST_PG_URL` is set). Driven in process by the shared harness (`test_support::rebuno::kernel`).
 
-#[path = "support/kernel.rs"]
-mod harness;
+use test_support::rebuno::kernel as harness;
 
 use harness::*;
 use rebuno::protocol::{EventType, ForkExecutionRequest, Principal, Scope};
@@ -243,13 +242,8 @@ async fn fork_replays_the_prefix_and_runs_the_rest_afresh() {
 #[tokio::test]
 #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
 async fn fork_replays_the_prefix_and_runs_the_rest_afresh_on_postgres() {
-    let url = std::env::var("REBUNO_TEST_PG_URL").expect("REBUNO_TEST_PG_URL is not set");
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let mut options = durable_support::pg::PgOptions::new(url);
-    options.schema = Some(format!("kernel_forks_{}_{}", std::process::id(), nanos));
+    let mut options = durable_support::pg::PgOptions::new(test_support::pg::pg_url());
+    options.schema = Some(test_support::pg::unique_name("kernel_forks", ""));
     let store = rebuno::store::PgStore::connect(options).await.unwrap();
     let clock = Arc::new(ManualClock::new(t0()));
     let config = config();

@@ -1,38 +1,19 @@
 //! The kernel on PostgreSQL as two replicas: two kernels, each with a store (and pool) of its
 //! own, on one schema, sharing a manual clock. What one replica records or renews, the other
 //! sees: occurrence counters, replays, lease renewals, claims, cancellation, live deltas and the
-//! end of a stream. Driven in process by the shared harness (`support/kernel.rs`); the
+//! end of a stream. Driven in process by the shared harness (`test_support::rebuno::kernel`); the
 //! process-level faults are in `replicas_pg.rs`.
 
-#[path = "support/kernel.rs"]
-mod harness;
+use test_support::rebuno::kernel as harness;
 
 use harness::*;
 use rebuno::store::PgStore;
 
-fn pg_options(schema: &str) -> durable_support::pg::PgOptions {
-    let url = std::env::var("REBUNO_TEST_PG_URL").expect(
-        "REBUNO_TEST_PG_URL must name a PostgreSQL database (bash .ci/postgres starts one)",
-    );
-    let mut options = durable_support::pg::PgOptions::new(url);
-    options.schema = Some(schema.to_owned());
-    options.max_connections = 8;
-    options
-}
+use test_support::pg::options as pg_options;
 
 /// A schema name no other test uses.
 fn fresh_schema() -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!(
-        "kernel_pg_{}_{}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst),
-        nanos % 1_000_000
-    )
+    test_support::pg::unique_name("kernel_pg", "")
 }
 
 /// Two kernels on one fresh schema (replicas `a` and `b`), sharing one manual clock.

@@ -1,9 +1,8 @@
 //! Kernel conformance, policy: bundles deciding steps, rate limits (answers, events,
 //! occurrences), and a failing limiter backend failing open or closed as its rule says. Driven
-//! in process by the shared harness (`support/kernel.rs`).
+//! in process by the shared harness (`test_support::rebuno::kernel`).
 
-#[path = "support/kernel.rs"]
-mod harness;
+use test_support::rebuno::kernel as harness;
 
 use harness::*;
 

@@ -4,8 +4,7 @@
 //! nothing. Each body runs on SQLite in memory and on a file, and on PostgreSQL (ignored unless
 //! `REBUNO_TEST_PG_URL` is set).
 
-#[path = "support/kernel.rs"]
-mod harness;
+use test_support::rebuno::kernel as harness;
 
 use harness::*;
 use rebuno::protocol::{
@@ -430,18 +429,7 @@ async fn invalid_resource_calls_are_refused_and_change_nothing() {
 
 /// A kernel on a fresh PostgreSQL schema.
 async fn pg_env() -> Env {
-    let url = std::env::var("REBUNO_TEST_PG_URL").expect("REBUNO_TEST_PG_URL");
-    let mut options = durable_support::pg::PgOptions::new(url);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    options.schema = Some(format!(
-        "kernel_res_{}_{}",
-        std::process::id(),
-        nanos % 1_000_000_000
-    ));
-    options.max_connections = 8;
+    let options = test_support::pg::options(&test_support::pg::unique_name("kernel_res", ""));
     let store = PgStore::connect(options).await.unwrap();
     let clock = Arc::new(ManualClock::new(t0()));
     let config = config();

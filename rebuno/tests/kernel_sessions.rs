@@ -3,8 +3,7 @@
 //! open one ends however it ends, the state a turn completes with read by the next
 //! (`previous_state`), `parent_execution_id` continuing from an earlier turn, and the refusals.
 
-#[path = "support/kernel.rs"]
-mod harness;
+use test_support::rebuno::kernel as harness;
 
 use harness::*;
 use rebuno::protocol::{ErrorCode, EventType, Execution, ExecutionStatus};

@@ -1,9 +1,8 @@
 //! Kernel conformance, steps: step identity and occurrences, and the decisions a submission
 //! gets (proceed, replay, denied, blocked, execution blocked, execution terminal) with what
-//! each records. Driven in process by the shared harness (`support/kernel.rs`).
+//! each records. Driven in process by the shared harness (`test_support::rebuno::kernel`).
 
-#[path = "support/kernel.rs"]
-mod harness;
+use test_support::rebuno::kernel as harness;
 
 use harness::*;
 

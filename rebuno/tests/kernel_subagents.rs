@@ -4,8 +4,7 @@
 //! `subagent_failed` error), the parent re-dispatched only once no child is unsettled, the
 //! cancel cascade, a restart in the middle, and the refusals.
 
-#[path = "support/kernel.rs"]
-mod harness;
+use test_support::rebuno::kernel as harness;
 
 use harness::*;
 use rebuno::protocol::{Execution, Principal, SpawnedBy};

@@ -6,10 +6,9 @@
 //! interceptor's callers as `rebuno_refusal` HTTP errors, and nothing is recorded outside an
 //! execution.
 //!
-//! The fake provider and the harness are in `support/llm.rs`.
+//! The fake provider and the harness are in `test_support::rebuno::llm`.
 
-#[path = "support/llm.rs"]
-mod harness;
+use test_support::rebuno::llm as harness;
 
 use harness::*;
 

@@ -1,17 +1,15 @@
 //! The GenAI attributes of LLM call spans (`rebuno.llm`) without span export: the log capture
-//! of `support/logs.rs` shows each span's fields as it closes. A streamed answer's span carries
+//! of `test_support::logs` shows each span's fields as it closes. A streamed answer's span carries
 //! the token usage the stream's events reported, recorded when the stream ends (whether the
 //! handler read it to the end or dropped it early), like a whole answer's.
 //!
-//! The fake provider and the harness are in `support/llm.rs`.
+//! The fake provider and the harness are in `test_support::rebuno::llm`.
 
-#[path = "support/llm.rs"]
-mod harness;
+use test_support::rebuno::llm as harness;
 
 use harness::*;
 
-#[path = "support/logs.rs"]
-mod logs;
+use test_support::logs;
 
 /// The fields of the closed `rebuno.llm` span of a call to `model`.
 async fn llm_span(model: &str) -> String {

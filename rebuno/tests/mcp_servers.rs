@@ -19,7 +19,7 @@
 //!
 //! Without the servers: an unreachable server is a retryable tool error, recorded so.
 
-mod support;
+use test_support::rebuno as support;
 
 use rebuno::agent::{Effect, EffectOutcome, handler_fn};
 use rebuno::mcp::{McpServer, text};

@@ -1,6 +1,6 @@
 //! Observability: what the kernel, server and SDK log (failing deliveries with their ids and
 //! reason; never a secret, at any level) and the latency histograms `/metrics` shows. Every log
-//! line of this test binary goes to one buffer, at TRACE, for every target (`support/logs.rs`).
+//! line of this test binary goes to one buffer, at TRACE, for every target (`test_support::logs`).
 
 use rebuno::agent::handler_fn;
 use rebuno::protocol::{CreateApiKeyRequest, ExecutionStatus, Scope};
@@ -11,9 +11,8 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
-#[path = "support/logs.rs"]
-mod logs;
 use logs::{log_line, logs};
+use test_support::logs;
 
 const TOKEN: &str = "obs-bearer-token-2d9f7c";
 const AGENT_SECRET: &str = "obs-agent-secret-81b3e5";

@@ -2,8 +2,7 @@
 //! actions, how the engine resolves an agent's bundle, and how an execution's own bundle
 //! narrows its agent's.
 
-#[path = "support/policy.rs"]
-mod harness;
+use test_support::rebuno::policy as harness;
 
 use harness::*;
 

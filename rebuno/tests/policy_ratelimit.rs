@@ -1,8 +1,7 @@
 //! Rate limiting: the token bucket under a manual clock, bucket keys, and how a limit and a
 //! failing backend turn into allowed or refused calls.
 
-#[path = "support/policy.rs"]
-mod harness;
+use test_support::rebuno::policy as harness;
 
 use harness::*;
 

@@ -1,8 +1,7 @@
 //! Policy bundles as written: Go `path.Match` globs, Go durations, the `%v` rendering of
 //! argument values, and every load-time validation and syntax error.
 
-#[path = "support/policy.rs"]
-mod harness;
+use test_support::rebuno::policy as harness;
 
 use harness::*;
 

@@ -1,8 +1,7 @@
 //! Wire names of the enums, event payloads, the legal/illegal transition tables of the state
 //! machines (executions, steps, approvals, dispatches), ids and token usage.
 
-#[path = "support/protocol.rs"]
-mod harness;
+use test_support::rebuno::protocol as harness;
 
 use harness::*;
 

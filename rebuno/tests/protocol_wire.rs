@@ -1,8 +1,7 @@
 //! Wire types: the error envelope, resources, the webhook, step decisions and requests, with
 //! exact JSON field names, round trips and strict request bodies.
 
-#[path = "support/protocol.rs"]
-mod harness;
+use test_support::rebuno::protocol as harness;
 
 use harness::*;
 

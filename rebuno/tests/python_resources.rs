@@ -10,7 +10,7 @@
 //!
 //! Needs the SDK's venv: `REBUNO_SDK_VENVS/sdk-0.29.2` (`.ci/run` builds it).
 
-mod support;
+use test_support::rebuno as support;
 
 use support::{
     Kill, file_lines, free_port, python_with_sdk_version, serve_kernel, until, wait_for,

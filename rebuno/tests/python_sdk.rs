@@ -9,17 +9,16 @@
 //! Each test needs a Python with its SDK version: `.ci/run` builds one venv per version from
 //! PyPI (`REBUNO_PYTHON` for 0.14.0, `REBUNO_SDK_VENVS/sdk-<version>` for the others).
 
-mod support;
+use test_support::rebuno as support;
 
 use support::{
-    GREET_AGENT, python_agent, python_with_sdk_version, run_client, serve_router, wait_for,
+    GREET_AGENT, python_agent, python_with_sdk_version, run_client, serve_memory_kernel, wait_for,
 };
 
 use rebuno::Kernel;
 use rebuno::protocol::{
     CreateApiKeyRequest, CreateExecutionRequest, ExecutionStatus, Scope, StepStatus,
 };
-use rebuno::server::{ServerOptions, router};
 use serde_json::json;
 
 /// The server's admin token in these tests.
@@ -66,17 +65,6 @@ async fn key(kernel: &Kernel, name: &str, scope: Scope) -> String {
         ..CreateApiKeyRequest::default()
     };
     kernel.create_api_key(req, "").await.unwrap().secret
-}
-
-/// A kernel in memory served on loopback, with its background loops (webhooks) running.
-/// Client routes need the admin token or an API key; agents sign their requests (body-only
-/// signatures accepted, as SDKs 0.14 to 0.16 send them).
-async fn serve_memory_kernel() -> (Kernel, String, rebuno::kernel::Background) {
-    let kernel = Kernel::memory().await.unwrap();
-    let options = ServerOptions::with_bearer_token(ADMIN).legacy_signatures(true);
-    let base = serve_router(router(kernel.clone(), options)).await;
-    let background = kernel.start_http();
-    (kernel, base, background)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,7 +160,7 @@ async fn run_python_to_end(
 ) -> (Kernel, Vec<rebuno::protocol::Execution>) {
     let python = python_with_sdk_version(version);
     let dir = tempfile::tempdir().unwrap();
-    let (kernel, base, _background) = serve_memory_kernel().await;
+    let (kernel, base, _background) = serve_memory_kernel(ADMIN).await;
     let (_agent, _) = python_agent(
         &kernel,
         &python,
@@ -275,7 +263,7 @@ async fn big_integer_result_fails_the_execution_by_name(version: &str) {
 async fn runs_against_the_kernel(version: &str) {
     let python = python_with_sdk_version(version);
     let dir = tempfile::tempdir().unwrap();
-    let (kernel, base, _background) = serve_memory_kernel().await;
+    let (kernel, base, _background) = serve_memory_kernel(ADMIN).await;
     let calls = dir.path().join("calls.txt");
     let (_agent, _) = python_agent(
         &kernel,

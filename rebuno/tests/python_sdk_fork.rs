@@ -7,17 +7,15 @@
 //!
 //! Needs `REBUNO_SDK_VENVS/sdk-0.29.2` (`.ci/run` builds it from PyPI).
 
-mod support;
+use test_support::rebuno as support;
 
 use support::{
-    GREET_AGENT, python_agent, python_with_sdk_version, run_client, serve_router, wait_for,
+    GREET_AGENT, python_agent, python_with_sdk_version, run_client, serve_memory_kernel, wait_for,
 };
 
-use rebuno::Kernel;
 use rebuno::protocol::{
     CreateApiKeyRequest, CreateExecutionRequest, EventType, ExecutionStatus, Scope, StepStatus,
 };
-use rebuno::server::{ServerOptions, router};
 use serde_json::json;
 
 /// Forks `EXEC_ID` at `AT_SEQ` (with `BUNDLE` when set) through the SDK's `Client.fork`;
@@ -48,10 +46,7 @@ const TERMINAL: [ExecutionStatus; 3] = [
 async fn python_sdk_0_29_forks_replay_the_prefix() {
     let python = python_with_sdk_version("0.29.2");
     let dir = tempfile::tempdir().unwrap();
-    let kernel = Kernel::memory().await.unwrap();
-    let options = ServerOptions::with_bearer_token("py-admin").legacy_signatures(true);
-    let base = serve_router(router(kernel.clone(), options)).await;
-    let _background = kernel.start_http();
+    let (kernel, base, _background) = serve_memory_kernel("py-admin").await;
     let calls = dir.path().join("calls.txt");
     let (_agent, _) = python_agent(
         &kernel,

@@ -7,7 +7,7 @@
 //! Each test needs a venv with its SDK version (`REBUNO_SDK_VENVS/sdk-<version>`; `.ci/run`
 //! builds them).
 
-mod support;
+use test_support::rebuno as support;
 
 use support::{python_agent, python_with_sdk_version, serve_kernel};
 

@@ -11,9 +11,9 @@
 //! Needs a venv with the SDK (`REBUNO_SDK_VENVS/sdk-0.29.2`; `.ci/run` builds them). The first
 //! test's server runs without a token, so the SDK's `Client` needs no API key there.
 
-mod support;
+use test_support::rebuno as support;
 
-use support::{python_agent, python_with_sdk_version, serve_kernel, serve_router};
+use support::{python_agent, python_with_sdk_version, serve_kernel, serve_memory_kernel};
 
 use rebuno::Kernel;
 use rebuno::protocol::ExecutionStatus;
@@ -211,11 +211,7 @@ async fn python_sdk_0_29_subagent_needs_a_key_bound_to_the_parents_agent() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let (runs, go) = (dirs[0].path().join("runs"), dirs[0].path().join("go"));
     std::fs::write(&go, "").unwrap();
-    let kernel = Kernel::memory().await.unwrap();
-    let options =
-        rebuno::server::ServerOptions::with_bearer_token("py-admin").legacy_signatures(true);
-    let base = serve_router(rebuno::server::router(kernel.clone(), options)).await;
-    let _background = kernel.start_http();
+    let (kernel, base, _background) = serve_memory_kernel("py-admin").await;
     let key = |name: &str, agent_id: &str| {
         let request = CreateApiKeyRequest {
             name: name.into(),

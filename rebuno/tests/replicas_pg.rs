@@ -6,11 +6,10 @@
 //! Real processes and components throughout: the `rebuno` binary, PostgreSQL (the URL in
 //! `REBUNO_TEST_PG_URL`, a fresh schema per test; the restart test starts a cluster of its
 //! own), agents written with the published Python SDK 0.14.0 and with this crate's SDK over
-//! HTTP, and an HTTP balancer in front of the replicas (`support/proxy.rs`).
+//! HTTP, and an HTTP balancer in front of the replicas (`test_support::rebuno::proxy`).
 
-#[path = "support/proxy.rs"]
-mod proxy;
-mod support;
+use test_support::rebuno as support;
+use test_support::rebuno::proxy;
 
 use rebuno::{Agent, AgentHandler, Error, ToolDef, handler_fn, wrap_tool};
 use serde_json::{Value, json};
@@ -23,22 +22,11 @@ use support::{Kill, file_lines, free_port, python_with_sdk, wait_listening};
 
 const TOKEN: &str = "replica-test-token";
 
-fn pg_url() -> String {
-    std::env::var("REBUNO_TEST_PG_URL")
-        .expect("REBUNO_TEST_PG_URL must name a PostgreSQL database (bash .ci/postgres starts one)")
-}
+use test_support::pg::pg_url;
 
 /// A schema no other test uses.
 fn fresh_schema(name: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!(
-        "replicas_{name}_{}_{}",
-        std::process::id(),
-        nanos % 1_000_000_000
-    )
+    test_support::pg::unique_name("replicas", name)
 }
 
 /// One `rebuno server` replica.

@@ -3,8 +3,7 @@
 //! the dispatch is re-delivered); the next worker is told to re-create the resource from the
 //! latest checkpoint, and finds exactly what the recorded steps wrote.
 
-#[path = "support/kernel.rs"]
-mod harness;
+use test_support::rebuno::kernel as harness;
 
 use harness::*;
 use rebuno::agent::resources::{DirectoryDriver, ResourceDriver};

@@ -2,13 +2,10 @@
 //! webhook in, signed requests out) and against an embedded kernel (direct calls), and must
 //! behave the same.
 //!
-//! The harness is in `support/sdk.rs`.
+//! The harness is in `test_support::rebuno::sdk`.
 
-#[path = "support/counting.rs"]
-mod counting;
-#[path = "support/sdk.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::counting;
+use test_support::rebuno::sdk as harness;
 
 use counting::Counting;
 use harness::*;
@@ -357,12 +354,6 @@ async fn a_superseded_lease_aborts_the_handler_at_its_next_heartbeat() {
             ExecutionStatus::Running,
             "{mode:?}: nothing was recorded"
         );
-    }
-}
-
-impl Harness {
-    fn agent_dispatch(&self, payload: WebhookPayload) -> DispatchAck {
-        self.agent.dispatch(payload)
     }
 }
 

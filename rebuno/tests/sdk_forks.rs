@@ -3,11 +3,9 @@
 //! 0 it runs both again; a fork under a deny-all bundle gets the SDK's policy error for the
 //! new call while the recorded one still replays.
 //!
-//! The harness is in `support/sdk.rs`.
+//! The harness is in `test_support::rebuno::sdk`.
 
-#[path = "support/sdk.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::sdk as harness;
 
 use harness::*;
 use rebuno::client::ForkOptions;

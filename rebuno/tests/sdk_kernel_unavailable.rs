@@ -5,8 +5,7 @@
 //!
 //! Real HTTP between agent and kernel, through a balancer that answers one request with a 500.
 
-#[path = "support/proxy.rs"]
-mod proxy;
+use test_support::rebuno::proxy;
 
 use rebuno::protocol::{CreateExecutionRequest, ExecutionStatus, RegisterAgentRequest};
 use rebuno::store::{SqliteStore, StoreExt};

@@ -8,8 +8,7 @@
 //! directory. A `#[rebuno::tool(resources = [...])]` tool is checkpointed exactly as the
 //! `wrap_tool` form of the same tool is.
 
-#[path = "support/sdk.rs"]
-mod harness;
+use test_support::rebuno::sdk as harness;
 
 use harness::*;
 use rebuno::agent::resources::DirectoryDriver;

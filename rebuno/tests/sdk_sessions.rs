@@ -4,11 +4,9 @@
 //! first runs) and lists them. A re-delivered turn reads the same previous state and sets its
 //! state again.
 //!
-//! The harness is in `support/sdk.rs`.
+//! The harness is in `test_support::rebuno::sdk`.
 
-#[path = "support/sdk.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::sdk as harness;
 
 use harness::*;
 use serde::{Deserialize, Serialize};

@@ -5,8 +5,7 @@
 //! a kernel with an admin token, the agent creates the child by its own signed request under
 //! the parent's lease, with no API key.
 
-#[path = "support/sdk.rs"]
-mod harness;
+use test_support::rebuno::sdk as harness;
 
 use harness::*;
 

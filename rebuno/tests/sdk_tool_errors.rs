@@ -5,11 +5,9 @@
 //! only); a `wrap_tool` body opts in with `Error::typed`. The effect observer reports the
 //! failed body (`Failed` after `Ran`) and the approval wait (`Blocked`) as such.
 //!
-//! Each scenario runs in both modes (the harness is in `support/sdk.rs`).
+//! Each scenario runs in both modes (the harness is in `test_support::rebuno::sdk`).
 
-#[path = "support/sdk.rs"]
-mod harness;
-mod support;
+use test_support::rebuno::sdk as harness;
 
 use harness::*;
 use serde::{Deserialize, Serialize};

@@ -17,7 +17,6 @@ use receipt::{
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::hint::black_box;
-use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -108,22 +107,6 @@ fn bench_build(c: &mut Criterion) {
             )
         })
     });
-}
-
-/// The machine's floor for a durable append: write 200 bytes and fdatasync.
-fn bench_reference_fsync(c: &mut Criterion) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut f = std::fs::File::create(dir.path().join("f")).unwrap();
-    let buf = [b'x'; 200];
-    let mut g = c.benchmark_group("reference");
-    g.sample_size(20).measurement_time(Duration::from_secs(4));
-    g.bench_function("append_200b_fdatasync", |b| {
-        b.iter(|| {
-            f.write_all(&buf).unwrap();
-            f.sync_data().unwrap();
-        })
-    });
-    g.finish();
 }
 
 /// Durable appends to SQLite (`synchronous=FULL`): one receipt per command, many events per
@@ -314,7 +297,7 @@ criterion_group!(
     benches,
     bench_verify,
     bench_build,
-    bench_reference_fsync,
+    test_support::bench::reference_fsync,
     bench_sqlite_appends,
     bench_incremental_fold
 );

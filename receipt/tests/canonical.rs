@@ -88,10 +88,11 @@ fn rfc8785_examples() {
     }
 }
 
-/// The scheme authors' conformance files, copied into `tests/data/jcs/` (input -> output).
+/// The scheme authors' conformance files, copied into `tests/data/jcs/` (input -> output; the
+/// README there names their source).
 #[test]
 fn jcs_conformance_files() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/jcs");
+    let root = test_support::vectors::jcs_dir();
     let Ok(entries) = std::fs::read_dir(root.join("input")) else {
         panic!("conformance data missing at {}", root.display());
     };

@@ -3,8 +3,7 @@
 //! `fork` are in `cli_verify_fork.rs`.)
 
 mod cli_support;
-#[path = "../../rebuno/tests/support/logs.rs"]
-mod logs;
+use test_support::logs;
 
 use cli_support::*;
 use receipt::Receipt;

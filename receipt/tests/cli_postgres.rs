@@ -4,11 +4,10 @@
 
 mod cli_support;
 
-use cli_support::{
-    PgSchema, binary, expect_err, expect_ok, free_port, hash_of, pg_url, stopped_pg_port,
-};
+use cli_support::{PgSchema, binary, expect_err, expect_ok, hash_of, pg_url};
 use serde_json::Value;
 use std::process::{Command, Stdio};
+use test_support::process::{free_port, stopped_pg_port};
 
 fn json(out: std::process::Output, what: &str) -> Value {
     let text = expect_ok(out, what);

@@ -6,10 +6,8 @@
 //! WebDriver helper and saves screenshots under `target/console-screenshots/`.
 
 mod cli_support;
-#[path = "../../rebuno/tests/support/logs.rs"]
-mod logs;
-#[path = "../../rebuno/tests/support/webdriver.rs"]
-mod webdriver;
+use test_support::browser;
+use test_support::logs;
 
 use cli_support::*;
 use std::io::{BufRead, BufReader};
@@ -249,7 +247,7 @@ async fn a_tampered_receipt_shows_its_failing_index_in_a_browser() {
     let cli = Cli::new();
     damaged(&cli);
     let ui = serve(&cli);
-    let mut d = webdriver::Driver::start(1440, 900).await;
+    let mut d = browser::Driver::start(1440, 900).await;
     for (w, h, label) in [(1440, 900, "1440"), (390, 844, "390")] {
         d.resize(w, h).await;
         d.goto(&format!("{}/ui/streams", ui.base)).await;

@@ -194,30 +194,12 @@ fn two_controller_processes_race_runs_on_one_sqlite_file() {
     race(db.to_str().unwrap(), None, 5);
 }
 
-/// A PostgreSQL schema of its own, dropped with everything in it when the guard goes.
-struct Schema(String);
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        use durable_support::pg::postgres;
-        let Ok(url) = std::env::var("REBUNO_TEST_PG_URL") else {
-            return;
-        };
-        let dropped = postgres::Client::connect(&url, postgres::NoTls).and_then(|mut c| {
-            c.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.0))
-        });
-        if let Err(e) = dropped {
-            eprintln!("could not drop test schema {}: {e}", self.0);
-        }
-    }
-}
-
 #[test]
 #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
 fn two_controller_processes_race_runs_on_one_postgres_database() {
-    let url = std::env::var("REBUNO_TEST_PG_URL").unwrap_or_else(|_| {
-        panic!("REBUNO_TEST_PG_URL is not set: start a server with `eval \"$(bash .ci/postgres)\"`")
-    });
-    let schema = Schema(format!("race_{}", std::process::id()));
-    race(&url, Some(&schema.0), 5);
+    let url = test_support::pg::pg_url();
+    let schema = test_support::pg::Schema {
+        name: format!("race_{}", std::process::id()),
+    };
+    race(&url, Some(&schema.name), 5);
 }

@@ -3,14 +3,13 @@
 //! log line of a remote action through a kernel (worker secret, bearer token) holds a
 //! credential, and the `receipt` binary's JSON log lines on stderr beside its JSON output.
 //! Every log line of this test binary goes to one buffer, at TRACE, for every target (rebuno's
-//! `tests/support/logs.rs`).
+//! `test_support::logs`).
 
 mod agent_support;
 mod cli_support;
 mod kernel_support;
 
-#[path = "../../rebuno/tests/support/logs.rs"]
-mod logs;
+use test_support::logs;
 
 use agent_support::*;
 use kernel_support::*;

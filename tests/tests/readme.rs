@@ -514,10 +514,7 @@ async fn readme_recipe_runs_an_agent_against_rebuno_dev_through_a_kill() {
     );
 
     // A free port for the agent, the same for both of its processes.
-    let agent_addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .to_string();
+    let agent_addr = format!("127.0.0.1:{}", test_support::process::free_port());
     let start_agent = || {
         let mut p = Proc::start(
             Command::new(&agent_exe)

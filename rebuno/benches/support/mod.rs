@@ -1,6 +1,6 @@
-//! What the benchmarks share: serving a router with the kernel's own serve loop, signing an
-//! agent's POST v1 as the SDKs do, and the logging (and span export) the observability
-//! figures are measured with.
+//! What the benchmarks share: signing an agent's POST v1 as the SDKs do, and the logging (and
+//! span export) the observability figures are measured with. Serving a router with the
+//! kernel's own serve loop is `test_support::rebuno::serve_router`.
 
 #![allow(dead_code)] // each benchmark uses a different subset
 
@@ -53,16 +53,6 @@ pub fn telemetry() -> Telemetry {
         #[cfg(feature = "otel")]
         _otel: otel,
     }
-}
-
-/// Serves `app` on a loopback port through `rebuno::server::serve`; answers the base URL.
-pub async fn serve(app: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        rebuno::server::serve(listener, app, &rebuno::server::ServeOptions::default()).await;
-    });
-    format!("http://{addr}")
 }
 
 /// A JSON POST of `body` to `url` from agent `agent_id`, signed v1 with `secret` and carrying

@@ -4,7 +4,7 @@
 //! hears. Also: replicas starting together migrate once, and a transaction whose statement
 //! failed is never reported committed.
 
-use crate::{Schema, agent, at, dispatch, execution};
+use crate::{Schema, SchemaStore, agent, at, dispatch, execution};
 use rebuno::protocol::{DispatchStatus, EventType, ExecutionStatus};
 use rebuno::store::{PgStore, Store, StoreExt, StoreMessage, channels};
 use serde_json::json;

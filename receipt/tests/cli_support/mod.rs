@@ -164,30 +164,18 @@ pub fn hash_of(receipt: &Value) -> &str {
     receipt["hash"].as_str().expect("hash")
 }
 
-/// The PostgreSQL test server's URL; panics with the way to get one if unset.
-pub fn pg_url() -> String {
-    std::env::var("REBUNO_TEST_PG_URL").unwrap_or_else(|_| {
-        panic!("REBUNO_TEST_PG_URL is not set: start a server with `eval \"$(bash .ci/postgres)\"`")
-    })
-}
+pub use test_support::pg::pg_url;
 
 /// A PostgreSQL schema of its own for one test (the `RECEIPT_POSTGRES_SCHEMA` of the processes
 /// it runs), dropped with everything in it when the guard goes.
-pub struct PgSchema {
-    /// The schema's name.
-    pub name: String,
-}
+pub struct PgSchema(test_support::pg::Schema);
 
 impl PgSchema {
     /// A fresh, unique schema name for test `tag`.
     pub fn new(tag: &str) -> PgSchema {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        PgSchema {
-            name: format!("rc_{tag}_{}_{nanos}", std::process::id()),
-        }
+        PgSchema(test_support::pg::Schema {
+            name: test_support::pg::unique_name("rc", tag),
+        })
     }
 
     /// `receipt --db <test server URL> <args>` with this schema.
@@ -203,40 +191,10 @@ impl PgSchema {
     }
 }
 
-impl Drop for PgSchema {
-    fn drop(&mut self) {
-        use durable_support::pg::postgres;
-        let Ok(url) = std::env::var("REBUNO_TEST_PG_URL") else {
-            return;
-        };
-        let mut client = match postgres::Client::connect(&url, postgres::NoTls) {
-            Ok(c) => c,
-            Err(e) => return eprintln!("could not drop test schema {}: {e}", self.name),
-        };
-        if let Err(e) =
-            client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.name))
-        {
-            eprintln!("could not drop test schema {}: {e}", self.name);
-        }
+impl std::ops::Deref for PgSchema {
+    type Target = test_support::pg::Schema;
+
+    fn deref(&self) -> &test_support::pg::Schema {
+        &self.0
     }
-}
-
-/// A loopback port nothing listens on.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The port of the stopped PostgreSQL cluster `REBUNO_TEST_PG_STOPPED_URL` names (`bash
-/// .ci/postgres stopped` makes one: initialised, started once and stopped).
-pub fn stopped_pg_port() -> u16 {
-    let url = std::env::var("REBUNO_TEST_PG_STOPPED_URL")
-        .expect("REBUNO_TEST_PG_STOPPED_URL (bash .ci/postgres stopped)");
-    let host_port = url.split('@').next_back().unwrap_or(&url);
-    let port = host_port.split([':', '/']).nth(1).unwrap_or_default();
-    port.parse()
-        .unwrap_or_else(|_| panic!("no port in REBUNO_TEST_PG_STOPPED_URL={url}"))
 }

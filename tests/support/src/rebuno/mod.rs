@@ -1,93 +1,37 @@
-//! Helpers shared by the tests that run real processes or talk to a served kernel: finding a
-//! Python with the published SDK (or failing, saying what is missing), killing children on
-//! drop, free ports, waiting for a listener, serving a kernel, signing agent requests v1 by
-//! hand, running a script against the SDK's `Client`, waiting for an execution's status or
-//! any condition, and reading the lines a child process appended to a file.
-//! The kernel conformance harness is `kernel.rs` beside it.
+//! The fixtures of rebuno's tests and benchmarks. Here, what the tests that run real processes
+//! or talk to a served kernel share: serving a kernel, signing agent requests v1 by hand,
+//! running a Python agent or a script against the SDK's `Client`, and waiting for an
+//! execution's status or any condition. It re-exports the process harness and the Python
+//! locator, so that a test file says `use test_support::rebuno as support;`.
+//!
+//! Submodules, each a harness a group of test files shares (a test file starts with
+//! `use test_support::rebuno::<harness> as harness; use harness::*;`):
+//! - `api`: the `/v0` API served on loopback, a signed test agent, raw signed requests.
+//! - `console`: a kernel with an approval-blocked agent, served with the web console, and a
+//!   cookie-keeping client.
+//! - `counting`: a transport counting an agent's requests to its kernel (tests and benches).
+//! - `kernel`: the in-process kernel conformance harness, once per store.
+//! - `llm`: a fake LLM provider on loopback and agents calling it.
+//! - `policy`: evaluation inputs, bundles and a limiter that never waits.
+//! - `protocol`: the wire-type fixtures and round trips.
+//! - `proxy`: a round-robin HTTP load balancer with retries and faults.
+//! - `sdk`: a kernel with one agent served over HTTP or embedded, and what it observed.
 
-#![allow(dead_code)] // each test binary uses a different subset
+pub mod api;
+pub mod console;
+pub mod counting;
+pub mod kernel;
+pub mod llm;
+pub mod policy;
+pub mod protocol;
+pub mod proxy;
+pub mod sdk;
 
-use std::process::{Child, Command, Stdio};
+pub use crate::process::{Kill, file_lines, free_port, stopped_pg_port, wait_listening};
+pub use crate::python::{python_with_sdk, python_with_sdk_version};
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A Python whose `rebuno` is the published SDK 0.14.0: `REBUNO_PYTHON` (which `.ci/run` sets),
-/// or else `python3`. Panics, saying what is missing, when neither has it: the tests that call
-/// this are `#[ignore]`d, so they run only when asked for, and then must not pass untested.
-pub fn python_with_sdk() -> String {
-    python_with_sdk_version("0.14.0")
-}
-
-/// A Python with the published `rebuno` SDK `version` installed: for 0.14.0 `REBUNO_PYTHON`
-/// (or `python3`), for any version `$REBUNO_SDK_VENVS/sdk-<version>/bin/python` (`.ci/run`
-/// builds those venvs). Panics with the way to get one if there is none.
-pub fn python_with_sdk_version(version: &str) -> String {
-    let from_env = std::env::var("REBUNO_PYTHON").ok();
-    let venv = std::env::var("REBUNO_SDK_VENVS")
-        .ok()
-        .map(|dir| format!("{dir}/sdk-{version}/bin/python"));
-    let mut candidates: Vec<String> = venv.into_iter().collect();
-    if version == "0.14.0" {
-        candidates.extend(from_env.clone());
-        candidates.push("python3".to_owned());
-    }
-    let check = format!(
-        "import rebuno, importlib.metadata as m; assert m.version('rebuno') == '{version}'"
-    );
-    for python in candidates {
-        let ok = Command::new(&python)
-            .args(["-c", &check])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return python;
-        }
-    }
-    panic!(
-        "this test needs a Python with rebuno=={version}: set REBUNO_SDK_VENVS to a directory \
-         holding sdk-{version}/ (or REBUNO_PYTHON for 0.14.0); .ci/run builds them"
-    )
-}
-
-/// Kills (SIGKILL) and reaps the child when dropped.
-pub struct Kill(pub Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The port of the stopped PostgreSQL cluster `REBUNO_TEST_PG_STOPPED_URL` names (`bash
-/// .ci/postgres stopped` makes one: initialised, started once and stopped).
-pub fn stopped_pg_port() -> u16 {
-    let url = std::env::var("REBUNO_TEST_PG_STOPPED_URL")
-        .expect("REBUNO_TEST_PG_STOPPED_URL (bash .ci/postgres stopped)");
-    let host_port = url.split('@').next_back().unwrap_or(&url);
-    let port = host_port.split([':', '/']).nth(1).unwrap_or_default();
-    port.parse()
-        .unwrap_or_else(|_| panic!("no port in REBUNO_TEST_PG_STOPPED_URL={url}"))
-}
-
-/// Blocks until something listens on the loopback `port` (at most 30 s).
-pub fn wait_listening(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not start listening");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// Serves `app` on a loopback port with the kernel's own serve loop (default limits); returns
 /// the base URL.
@@ -107,6 +51,40 @@ pub async fn serve_kernel(kernel: &rebuno::Kernel) -> (String, rebuno::kernel::B
     let options = rebuno::server::ServerOptions::default().legacy_signatures(true);
     let base = serve_router(rebuno::server::router(kernel.clone(), options)).await;
     (base, kernel.start_http())
+}
+
+/// Aborts the task when dropped.
+pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Serves `kernel`'s `/v0` API (default options, no token) with `axum::serve` on a loopback
+/// port and no background loops; answers the base URL and the guard that stops the server.
+pub async fn serve_until_dropped(kernel: &rebuno::Kernel) -> (String, AbortOnDrop) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = rebuno::server::router(kernel.clone(), rebuno::server::ServerOptions::default());
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), AbortOnDrop(task))
+}
+
+/// A kernel in memory served on loopback with the admin bearer `token`, legacy `sha256=` agent
+/// signatures accepted (SDKs 0.14 to 0.16 send them), and its background loops (webhook
+/// delivery) running: the kernel, its base URL and the loops' guard.
+pub async fn serve_memory_kernel(
+    token: &str,
+) -> (rebuno::Kernel, String, rebuno::kernel::Background) {
+    let kernel = rebuno::Kernel::memory().await.unwrap();
+    let options = rebuno::server::ServerOptions::with_bearer_token(token).legacy_signatures(true);
+    let base = serve_router(rebuno::server::router(kernel.clone(), options)).await;
+    let background = kernel.start_http();
+    (kernel, base, background)
 }
 
 /// The current Unix time in seconds, as a v1 signer stamps it.
@@ -262,16 +240,6 @@ pub async fn wait_for(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// The lines of the file at `path` so far (none while it does not exist): what a child process
-/// has appended to it.
-pub fn file_lines(path: &std::path::Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
 }
 
 /// Waits until `done` holds, checking every 25 ms; panics, naming `what`, after 60 s.

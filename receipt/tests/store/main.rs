@@ -11,13 +11,9 @@
 //! eval "$(bash .ci/postgres)"; cargo test -p receipt --test store -- --ignored
 //! ```
 
-#[path = "store/appends.rs"]
 mod appends;
-#[path = "store/branches.rs"]
 mod branches;
-#[path = "store/runtime.rs"]
 mod runtime;
-#[path = "store/shared.rs"]
 mod shared;
 
 use receipt::sim::{FixedClock, SeededEntropy};
@@ -100,74 +96,27 @@ impl Backend {
 
 #[cfg(feature = "postgres")]
 mod pg {
-    //! A schema of its own per PostgreSQL test.
+    //! A schema of its own per PostgreSQL test, and a receipt store in it.
 
-    use durable_support::pg::{PgOptions, postgres};
     use receipt::store::PgStore;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    pub use test_support::pg::Schema;
 
-    /// The test server's URL; panics with the way to get one if unset.
-    pub fn pg_url() -> String {
-        std::env::var("REBUNO_TEST_PG_URL").unwrap_or_else(|_| {
-            panic!(
-                "REBUNO_TEST_PG_URL is not set: start a server with `eval \"$(bash .ci/postgres)\"`"
-            )
-        })
+    /// A store in a test's schema.
+    pub trait SchemaStore {
+        /// Connects a store to the schema.
+        async fn store(&self) -> PgStore;
     }
 
-    /// A fresh schema, dropped (with everything in it) when the guard goes.
-    pub struct Schema {
-        pub name: String,
-    }
-
-    impl Schema {
-        pub fn new(tag: &str) -> Schema {
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos();
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let tag: String = tag
-                .chars()
-                .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .take(30)
-                .collect::<String>()
-                .to_ascii_lowercase();
-            Schema {
-                name: format!("r_{tag}_{}_{n}_{nanos}", std::process::id()),
-            }
-        }
-
-        pub fn options(&self) -> PgOptions {
-            let mut options = PgOptions::new(pg_url());
-            options.schema = Some(self.name.clone());
-            options.max_connections = 8;
-            options
-        }
-
-        pub async fn store(&self) -> PgStore {
+    impl SchemaStore for Schema {
+        async fn store(&self) -> PgStore {
             PgStore::connect(self.options())
                 .await
                 .expect("connect to the test PostgreSQL server")
         }
     }
-
-    impl Drop for Schema {
-        fn drop(&mut self) {
-            let (url, name) = (pg_url(), self.name.clone());
-            // On a thread of its own: the blocking client must not run on an async worker.
-            let dropped = std::thread::spawn(move || {
-                let mut client = postgres::Client::connect(&url, postgres::NoTls)?;
-                client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
-            })
-            .join();
-            if let Ok(Err(e)) = dropped {
-                eprintln!("could not drop test schema {}: {e}", self.name);
-            }
-        }
-    }
 }
+#[cfg(feature = "postgres")]
+use pg::SchemaStore;
 
 /// One test per body and backend (`<backend>::<body>`).
 macro_rules! conformance {

@@ -11,7 +11,9 @@
 //!
 //! It re-exports what the tests use, so a test file starts with `use harness::*;`.
 
-#![allow(dead_code, unused_imports)] // each test binary uses a different subset
+// Written for test binaries, where the lint does not apply: the module doc and the names say
+// what each item is.
+#![allow(missing_docs)]
 
 pub use rebuno::identity;
 pub use rebuno::kernel::{Claimed, Deliverer, DeliveryError};
@@ -53,6 +55,12 @@ pub fn config() -> KernelConfig {
 
 /// A directory removed on drop (the crate has no `tempfile` dev-dependency).
 pub struct TempDir(pub PathBuf);
+
+impl Default for TempDir {
+    fn default() -> TempDir {
+        TempDir::new()
+    }
+}
 
 impl TempDir {
     pub fn new() -> TempDir {

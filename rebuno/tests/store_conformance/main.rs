@@ -9,18 +9,12 @@
 //! eval "$(bash .ci/postgres)"; cargo test -p rebuno --test store_conformance -- --ignored
 //! ```
 
-#[path = "store_conformance/dispatches.rs"]
 mod dispatches;
-#[path = "store_conformance/keys.rs"]
 mod keys;
-#[path = "store_conformance/records.rs"]
 mod records;
-#[path = "store_conformance/replicas.rs"]
 mod replicas;
-#[path = "store_conformance/resources.rs"]
 mod resources;
 
-use durable_support::pg::{PgOptions, postgres};
 use rebuno::protocol::{
     Agent, Approval, ApprovalStatus, Dispatch, DispatchStatus, Execution, ExecutionStatus,
     Idempotency, Step, StepKind, StepStatus,
@@ -28,72 +22,20 @@ use rebuno::protocol::{
 use rebuno::store::{PgStore, Store, StoreExt, StoreResult, Tx};
 use serde_json::Value;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The reason PostgreSQL tests are ignored by default.
-pub const NEEDS_PG: &str = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)";
+pub use test_support::pg::{NEEDS_PG, Schema, pg_url};
 
-/// The test server's URL; panics with the way to get one if unset.
-pub fn pg_url() -> String {
-    std::env::var("REBUNO_TEST_PG_URL").unwrap_or_else(|_| {
-        panic!("REBUNO_TEST_PG_URL is not set: start a server with `eval \"$(bash .ci/postgres)\"`")
-    })
+/// A store (a replica) in a test's schema.
+trait SchemaStore {
+    /// Connects a store to the schema.
+    async fn store(&self) -> PgStore;
 }
 
-/// A schema of its own for one test, dropped (with everything in it) when the guard goes.
-pub struct Schema {
-    /// The schema's name.
-    pub name: String,
-}
-
-impl Schema {
-    /// A fresh, unique schema name for test `tag`.
-    pub fn new(tag: &str) -> Schema {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let tag: String = tag
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .take(30)
-            .collect::<String>()
-            .to_ascii_lowercase();
-        Schema {
-            name: format!("t_{tag}_{}_{n}_{nanos}", std::process::id()),
-        }
-    }
-
-    /// Options for a store (a replica) in this schema.
-    pub fn options(&self) -> PgOptions {
-        let mut options = PgOptions::new(pg_url());
-        options.schema = Some(self.name.clone());
-        options.max_connections = 8;
-        options
-    }
-
-    /// A store (a replica) in this schema.
-    pub async fn store(&self) -> PgStore {
+impl SchemaStore for Schema {
+    async fn store(&self) -> PgStore {
         PgStore::connect(self.options())
             .await
             .expect("connect to the test PostgreSQL server")
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        let (url, name) = (pg_url(), self.name.clone());
-        // On a thread of its own: the blocking client must not run on an async worker.
-        let dropped = std::thread::spawn(move || {
-            let mut client = postgres::Client::connect(&url, postgres::NoTls)?;
-            client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
-        })
-        .join();
-        if let Ok(Err(e)) = dropped {
-            eprintln!("could not drop test schema {}: {e}", self.name);
-        }
     }
 }
 
@@ -125,7 +67,7 @@ macro_rules! conformance {
                 #[ignore = "needs PostgreSQL: set REBUNO_TEST_PG_URL (bash .ci/postgres)"]
                 async fn $name() {
                     let schema = crate::Schema::new(stringify!($name));
-                    crate::$name(std::sync::Arc::new(schema.store().await)).await;
+                    crate::$name(std::sync::Arc::new(crate::SchemaStore::store(&schema).await)).await;
                 }
             )*
         }

@@ -1,7 +1,9 @@
 //! What the agent SDK tests (`sdk.rs`) use: a kernel with one agent served in either mode
 //! (over real HTTP, or embedded) and what the agent observed, plus counting tools and waits.
 
-#![allow(dead_code, unused_imports)] // the test binary uses a subset
+// Written for test binaries, where the lint does not apply: the module doc and the names say
+// what each item is.
+#![allow(missing_docs)]
 
 pub use rebuno::agent::{DispatchAck, Effect, EffectOutcome, handler_fn};
 pub use rebuno::protocol::{
@@ -146,6 +148,11 @@ pub async fn serve_agent_at(kernel: &Kernel, base: &str, builder: rebuno::AgentB
 }
 
 impl Harness {
+    /// Hands `payload` to the agent as its webhook would (`Agent::dispatch`).
+    pub fn agent_dispatch(&self, payload: WebhookPayload) -> DispatchAck {
+        self.agent.dispatch(payload)
+    }
+
     /// A harness over `kernel` and `agent` that the test set up itself (no loops of its own).
     pub fn of(kernel: &Kernel, agent: Agent) -> Harness {
         Harness {

@@ -1,8 +1,6 @@
 //! A transport that counts the requests an agent makes to its kernel (by kind) and passes them
 //! on; shared by `tests/sdk.rs` and `benches/sdk.rs`.
 
-#![allow(dead_code)] // each user reads a different subset
-
 use rebuno::Result;
 use rebuno::agent::{Call, Reply, Transport};
 use std::sync::Arc;

@@ -1,10 +1,8 @@
 //! Log capture for tests (rebuno's and receipt's): every event of the test binary, at TRACE and
 //! for every target, and the close of every span with the fields it holds by then, as the
-//! human-readable lines of `tracing_subscriber::fmt`, in one buffer. Include it with
-//! `#[path = ".../support/logs.rs"] mod logs;` and call [`logs`] first in each test (it
-//! installs the capture once per binary).
-
-#![allow(dead_code)] // each test binary uses a subset
+//! human-readable lines of `tracing_subscriber::fmt`, in one buffer. A test file says
+//! `use test_support::logs;` and calls [`logs()`] first in each test (it installs the capture
+//! once per binary).
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};

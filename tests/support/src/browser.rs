@@ -5,8 +5,6 @@
 //! taken from a WebDriver crate: the tests need eight commands, and `reqwest` is already a
 //! dependency.
 
-#![allow(dead_code)] // each test binary uses a subset
-
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -36,11 +34,7 @@ impl Driver {
     pub async fn start(width: u32, height: u32) -> Driver {
         let driver = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
         let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::process::free_port();
         let child = Command::new(&driver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -286,7 +280,7 @@ async fn send_json(req: reqwest::RequestBuilder, body: &Value) -> Value {
 pub fn screenshot_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
     target.join("console-screenshots")
 }
 

@@ -1,4 +1,4 @@
-//! Execution locks ([`Store::lock_execution`](crate::store::Store::lock_execution)): session
+//! Execution locks ([`Replicated::lock_execution`](crate::store::Replicated::lock_execution)): session
 //! advisory locks, each held on a connection of a pool of their own for as long as its guard
 //! lives, and handed over within the process.
 //!
@@ -33,7 +33,7 @@
 //!
 //! # A lock for one transaction
 //!
-//! [`Tx::try_lock_execution`](crate::store::Tx::try_lock_execution) takes the same lock as a
+//! [`ExecutionTx::try_lock`](crate::store::ExecutionTx::try_lock) takes the same lock as a
 //! transaction-level advisory lock on the transaction's own connection
 //! ([`TRY_LOCK_IN_TRANSACTION`]): no wait, no round trip of its own (it leaves with the
 //! transaction's first reads) and no release to send (the server drops it when the
@@ -155,7 +155,7 @@ impl ExecutionLocks {
     }
 }
 
-/// [`Tx::try_lock_execution`](crate::store::Tx::try_lock_execution) of the execution with
+/// [`ExecutionTx::try_lock`](crate::store::ExecutionTx::try_lock) of the execution with
 /// lock key `$1` and transaction key `$2`, in its write transaction: the lock for the rest of
 /// the transaction if no one holds it (the server releases it when the transaction ends, so
 /// it costs no round trip of its own and is never left behind), and then, as [`LOCK`] does,

@@ -47,6 +47,8 @@ pub use sqlite::SqliteStore;
 #[doc(hidden)]
 pub use sqlite::{SyncObserver, SyncPoint};
 pub use timing::{SLOW_SYNC, StoreTimings};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use tx::groups_on_self;
 pub use tx::{
     AgentTx, ApiKeyTx, ApprovalTx, ConsoleSession, ConsoleSessionTx, DispatchTx, EventTx,
     ExecutionQuery, ExecutionTx, Lookup, OccurrenceKey, SessionTx, StepTx, SubagentTx, Tx,

@@ -421,3 +421,46 @@ pub enum Lookup<'a> {
 
 /// An occurrence counter's key: `(kind, target, args_hash)`.
 pub type OccurrenceKey = (String, String, String);
+
+/// The accessors of [`Tx`] for a backend whose transaction type implements every group itself
+/// (each hands out the transaction): `impl Tx for MyTx<'_> { groups_on_self!(); }`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+macro_rules! groups_on_self {
+    () => {
+        fn agents(&mut self) -> &mut dyn $crate::store::AgentTx {
+            self
+        }
+        fn executions(&mut self) -> &mut dyn $crate::store::ExecutionTx {
+            self
+        }
+        fn events(&mut self) -> &mut dyn $crate::store::EventTx {
+            self
+        }
+        fn steps(&mut self) -> &mut dyn $crate::store::StepTx {
+            self
+        }
+        fn approvals(&mut self) -> &mut dyn $crate::store::ApprovalTx {
+            self
+        }
+        fn dispatches(&mut self) -> &mut dyn $crate::store::DispatchTx {
+            self
+        }
+        fn api_keys(&mut self) -> &mut dyn $crate::store::ApiKeyTx {
+            self
+        }
+        fn sessions(&mut self) -> &mut dyn $crate::store::SessionTx {
+            self
+        }
+        fn console_sessions(&mut self) -> &mut dyn $crate::store::ConsoleSessionTx {
+            self
+        }
+        fn resources(&mut self) -> &mut dyn $crate::store::ResourceTx {
+            self
+        }
+        fn subagents(&mut self) -> &mut dyn $crate::store::SubagentTx {
+            self
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use groups_on_self;

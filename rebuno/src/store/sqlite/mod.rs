@@ -154,49 +154,7 @@ fn fetch(limit: usize) -> i64 {
 }
 
 impl Tx for SqliteTx<'_> {
-    fn agents(&mut self) -> &mut dyn AgentTx {
-        self
-    }
-
-    fn executions(&mut self) -> &mut dyn ExecutionTx {
-        self
-    }
-
-    fn events(&mut self) -> &mut dyn EventTx {
-        self
-    }
-
-    fn steps(&mut self) -> &mut dyn StepTx {
-        self
-    }
-
-    fn approvals(&mut self) -> &mut dyn ApprovalTx {
-        self
-    }
-
-    fn dispatches(&mut self) -> &mut dyn DispatchTx {
-        self
-    }
-
-    fn api_keys(&mut self) -> &mut dyn super::ApiKeyTx {
-        self
-    }
-
-    fn sessions(&mut self) -> &mut dyn super::SessionTx {
-        self
-    }
-
-    fn console_sessions(&mut self) -> &mut dyn super::ConsoleSessionTx {
-        self
-    }
-
-    fn resources(&mut self) -> &mut dyn super::ResourceTx {
-        self
-    }
-
-    fn subagents(&mut self) -> &mut dyn super::SubagentTx {
-        self
-    }
+    crate::store::groups_on_self!();
 }
 
 impl AgentTx for SqliteTx<'_> {

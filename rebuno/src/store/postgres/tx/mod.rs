@@ -97,52 +97,10 @@ fn big(n: usize) -> i64 {
 }
 
 impl Tx for PgTx<'_> {
-    fn agents(&mut self) -> &mut dyn AgentTx {
-        self
-    }
-
-    fn executions(&mut self) -> &mut dyn ExecutionTx {
-        self
-    }
-
-    fn events(&mut self) -> &mut dyn EventTx {
-        self
-    }
-
-    fn steps(&mut self) -> &mut dyn StepTx {
-        self
-    }
-
-    fn approvals(&mut self) -> &mut dyn ApprovalTx {
-        self
-    }
-
-    fn dispatches(&mut self) -> &mut dyn DispatchTx {
-        self
-    }
+    crate::store::groups_on_self!();
 
     fn prefetch(&mut self, lookups: &[Lookup<'_>]) -> StoreResult<()> {
         self.announce(lookups)
-    }
-
-    fn api_keys(&mut self) -> &mut dyn crate::store::ApiKeyTx {
-        self
-    }
-
-    fn sessions(&mut self) -> &mut dyn crate::store::SessionTx {
-        self
-    }
-
-    fn console_sessions(&mut self) -> &mut dyn crate::store::ConsoleSessionTx {
-        self
-    }
-
-    fn resources(&mut self) -> &mut dyn crate::store::ResourceTx {
-        self
-    }
-
-    fn subagents(&mut self) -> &mut dyn crate::store::SubagentTx {
-        self
     }
 }
 

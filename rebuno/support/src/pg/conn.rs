@@ -282,8 +282,9 @@ impl Drop for PgConn {
     }
 }
 
-/// The rows of a statement as they arrive ([`Queries::query_typed_raw`]). Dropping it early
-/// leaves the rest to be read, and dropped, by the connection's next use.
+/// The rows of a statement as they arrive
+/// ([`Queries::query_typed_raw`](super::Queries::query_typed_raw)). Dropping it early leaves
+/// the rest to be read, and dropped, by the connection's next use.
 pub struct RowIter<'a> {
     conn: &'a mut PgConn,
     stream: Pin<Box<RowStream>>,

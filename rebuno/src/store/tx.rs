@@ -120,12 +120,13 @@ pub trait ExecutionTx {
     fn delete_terminal_before(&mut self, cutoff: &str, limit: usize) -> StoreResult<u64>;
     /// Counts executions by status.
     fn counts(&mut self) -> StoreResult<Vec<(String, u64)>>;
-    /// Takes the execution's lock ([`Replicated::lock_execution`](super::Replicated::lock_execution)'s) until this transaction ends,
-    /// if no other process holds it, without waiting; answers whether it did. Once it is
+    /// Takes the execution's lock
+    /// ([`Replicated::lock_execution`](super::Replicated::lock_execution)'s) until this transaction
+    /// ends, if no other process holds it, without waiting; answers whether it did. Once it is
     /// taken, the transaction's reads see every commit of the lock's previous holders. A
-    /// transaction that asks must do so before it reads anything of the execution (announced
-    /// first, with [`Lookup::ExecutionLock`], when it announces), and must not act on what it
-    /// read if the answer is `false`. Stores one process owns have no such lock: `true`.
+    /// transaction that asks must do so before it reads anything of the execution (announced first,
+    /// with [`Lookup::ExecutionLock`], when it announces), and must not act on what it read if the
+    /// answer is `false`. Stores one process owns have no such lock: `true`.
     fn try_lock(&mut self, _execution_id: &str) -> StoreResult<bool> {
         Ok(true)
     }

@@ -1,6 +1,6 @@
-//! Execution locks ([`Replicated::lock_execution`](crate::store::Replicated::lock_execution)): session
-//! advisory locks, each held on a connection of a pool of their own for as long as its guard
-//! lives, and handed over within the process.
+//! Execution locks ([`Replicated::lock_execution`](crate::store::Replicated::lock_execution)):
+//! session advisory locks, each held on a connection of a pool of their own for as long as its
+//! guard lives, and handed over within the process.
 //!
 //! Taking a lock is `pg_advisory_lock` of [`advisory_key`]`(prefix + "execution:" + id)` (the
 //! prefix is the schema when one is pinned, so deployments in different schemas of one database
@@ -22,14 +22,13 @@
 //! The lock lives on a connection of its own, so it can end before a transaction its holder
 //! started: a replica killed while its commit was on the wire loses its lock at once (the server
 //! ends that session) while the server still runs the commit, which lands a moment later. A new
-//! holder that read in that moment would decide on a state about to change under it (the step
-//! it is about to record appears, recorded by the dead replica). So every write transaction that
-//! locks an execution's row first holds the execution's transaction key ([`transaction_key`])
-//! shared, in the same statement as that read and before the row is locked, hence before it can
-//! send its `COMMIT`; and taking the
-//! lock takes and drops that key exclusively in the same statement as the lock itself, after it,
-//! which waits for every such transaction still running. A lock handed over within the process never left
-//! it, so it does not wait.
+//! holder that read in that moment would decide on a state about to change under it (the step it is
+//! about to record appears, recorded by the dead replica). So every write transaction that locks an
+//! execution's row first holds the execution's transaction key ([`transaction_key`]) shared, in the
+//! same statement as that read and before the row is locked, hence before it can send its `COMMIT`;
+//! and taking the lock takes and drops that key exclusively in the same statement as the lock
+//! itself, after it, which waits for every such transaction still running. A lock handed over
+//! within the process never left it, so it does not wait.
 //!
 //! # A lock for one transaction
 //!

@@ -99,8 +99,8 @@ impl Durable {
 
     /// Waits until every commit a snapshot taken before now could have seen is durable, except
     /// the deferred commits nothing has asked to be durable yet (see
-    /// [`Store::settle_durable_writes`](crate::store::Store::settle_durable_writes)); never asks for
-    /// a sync.
+    /// [`Store::settle_durable_writes`](crate::store::Store::settle_durable_writes)); never asks
+    /// for a sync.
     pub(super) async fn settle_durable_writes(&self) -> StoreResult<()> {
         let seen = self.begun.load(Ordering::SeqCst);
         // Every group with a durable write was requested before it was begun.

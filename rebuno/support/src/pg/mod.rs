@@ -1,9 +1,9 @@
-//! PostgreSQL connections for the kernel store and the receipt store: the URL and its TLS
-//! (rustls, never OpenSSL), a bounded pool of connections used from blocking threads
-//! ([`PgPool`], in `pool.rs`), transactions whose statements are pipelined ([`PgTransaction`],
-//! in `transaction.rs`), statements prepared once per connection ([`Queries`], in
-//! `queries.rs`, over `statements.rs`), a pinned schema, migrations under an advisory lock, advisory-lock keys,
-//! and a LISTEN connection that reconnects ([`Listener`]; in `listen.rs`).
+//! PostgreSQL connections for the kernel store and the receipt store: the URL and its TLS (rustls,
+//! never OpenSSL), a bounded pool of connections used from blocking threads ([`PgPool`], in
+//! `pool.rs`), transactions whose statements are pipelined ([`PgTransaction`], in
+//! `transaction.rs`), statements prepared once per connection ([`Queries`], in `queries.rs`, over
+//! `statements.rs`), a pinned schema, migrations under an advisory lock, advisory-lock keys, and a
+//! LISTEN connection that reconnects ([`Listener`]; in `listen.rs`).
 //!
 //! # Driver
 //!

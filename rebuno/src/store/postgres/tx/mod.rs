@@ -12,12 +12,13 @@
 //!
 //! Statements are prepared once per connection, with their parameter types, and kept: PostgreSQL
 //! neither parses nor (after their first executions) plans them again. What costs is the round
-//! trip, so a transaction waits for as few as it can: a write whose answer the kernel does not
-//! use (every `put_*`, [`EventTx::record`](crate::store::EventTx::record), [`DispatchTx::record_renewal`](crate::store::DispatchTx::record_renewal), the occurrence counters,
-//! the advisory locks) is held back and sent with the next read, or with `COMMIT`; `BEGIN` goes
-//! with the first statement; and the reads the kernel announces ([`Tx::prefetch`]) go in one
-//! batch. The server still runs every statement in the order the kernel made the calls, so the
-//! locks are taken in the same order, and the first statement that fails is the error (see
+//! trip, so a transaction waits for as few as it can: a write whose answer the kernel does not use
+//! (every `put_*`, [`EventTx::record`](crate::store::EventTx::record),
+//! [`DispatchTx::record_renewal`](crate::store::DispatchTx::record_renewal), the occurrence
+//! counters, the advisory locks) is held back and sent with the next read, or with `COMMIT`;
+//! `BEGIN` goes with the first statement; and the reads the kernel announces ([`Tx::prefetch`]) go
+//! in one batch. The server still runs every statement in the order the kernel made the calls, so
+//! the locks are taken in the same order, and the first statement that fails is the error (see
 //! [`PgTransaction`]).
 //!
 //! The server's time goes by statement as well (each is bound, run and answered on its own), so

@@ -84,7 +84,7 @@ fn cancel_tree(
     exec.status = ExecutionStatus::Cancelled;
     exec.failure_reason = REASON_CLIENT_CANCELLED.to_owned();
     exec.updated_at = now.to_owned();
-    tx.put_execution(&exec)?;
+    tx.executions().put(&exec)?;
     let mut events: Events = vec![(
         EventType::ExecutionCancelled,
         payload(&ExecutionEventPayload {
@@ -95,11 +95,11 @@ fn cancel_tree(
     ending
         .attempts
         .extend(retire_dispatches(tx, &exec.id, now)?);
-    for mut approval in tx.pending_approvals(Some(&exec.id))? {
+    for mut approval in tx.approvals().pending(Some(&exec.id))? {
         approval.status = ApprovalStatus::Expired;
         approval.rationale = REASON_EXECUTION_CANCELLED.to_owned();
         approval.decided_at = Some(now.to_owned());
-        tx.put_approval(&approval)?;
+        tx.approvals().put(&approval)?;
         events.push((
             EventType::ApprovalExpired,
             payload(&ApprovalEventPayload {
@@ -112,17 +112,17 @@ fn cancel_tree(
                 rationale: Some(REASON_EXECUTION_CANCELLED.to_owned()),
             }),
         ));
-        if let Some(mut step) = tx.step(&approval.execution_id, &approval.step_id)?
+        if let Some(mut step) = tx.steps().get(&approval.execution_id, &approval.step_id)?
             && !step.status.is_terminal()
         {
             events.push(deny_step(tx, &mut step, cancelled_error(), "", now)?);
         }
     }
-    for mut step in tx.steps_in_status(&exec.id, StepStatus::Executing.as_str())? {
+    for mut step in tx.steps().in_status(&exec.id, StepStatus::Executing)? {
         step.status = StepStatus::Cancelled;
         step.error = Some(cancelled_error());
         step.completed_at = Some(now.to_owned());
-        tx.put_step(&step)?;
+        tx.steps().put(&step)?;
         events.push((
             EventType::StepCancelled,
             payload(
@@ -131,7 +131,7 @@ fn cancel_tree(
             ),
         ));
     }
-    tx.record_events(&exec.id, now, &events)?;
+    tx.events().record(&exec.id, now, &events)?;
     for child in children_to_cancel(tx, &exec.id, depth)? {
         cancel_tree(tx, child, now, max_attempts, depth + 1, ending)?;
     }
@@ -159,7 +159,7 @@ pub(super) fn insert_and_enqueue(
     exec: &Execution,
     max_attempts: u32,
 ) -> crate::store::StoreResult<()> {
-    tx.put_execution(exec)?;
+    tx.executions().put(exec)?;
     let (id, now) = (&exec.id, &exec.created_at);
     let fork = !exec.forked_from.is_empty();
     let mut events: Events = vec![(
@@ -181,7 +181,7 @@ pub(super) fn insert_and_enqueue(
         ));
         events.push(enqueue_dispatch(tx, id, now, now, max_attempts)?);
     }
-    tx.record_events(id, now, &events)?;
+    tx.events().record(id, now, &events)?;
     Ok(())
 }
 
@@ -298,7 +298,7 @@ impl Kernel {
                 let found = self
                     .inner
                     .store
-                    .read(move |tx| tx.execution_by_idempotency_key(&creator, &key))
+                    .read(move |tx| tx.executions().by_idempotency_key(&creator, &key))
                     .await?;
                 match found {
                     Some(existing) => repeated(existing, &req),
@@ -336,12 +336,13 @@ impl Kernel {
             .store
             .write(move |tx| {
                 if !req.idempotency_key.is_empty()
-                    && let Some(existing) =
-                        tx.execution_by_idempotency_key(&created_by, &req.idempotency_key)?
+                    && let Some(existing) = tx
+                        .executions()
+                        .by_idempotency_key(&created_by, &req.idempotency_key)?
                 {
                     return Ok(Ok(Err(existing)));
                 }
-                if tx.agent(&req.agent_id)?.is_none() {
+                if tx.agents().get(&req.agent_id)?.is_none() {
                     return Ok(Err(KernelError::not_found()));
                 }
                 if let Some(spawned) = &req.spawned_by {
@@ -458,7 +459,7 @@ impl Kernel {
         let id = id.to_owned();
         self.inner
             .store
-            .read(move |tx| tx.execution(&id))
+            .read(move |tx| tx.executions().get(&id))
             .await?
             .ok_or_else(KernelError::not_found)
     }
@@ -473,7 +474,7 @@ impl Kernel {
         let exec = self
             .inner
             .store
-            .read_unsettled(move |tx| tx.execution(&id))
+            .read_unsettled(move |tx| tx.executions().get(&id))
             .await?
             .ok_or_else(KernelError::not_found)?;
         self.inner.store.settle_durable_writes().await?;
@@ -499,7 +500,7 @@ impl Kernel {
         let id = id.to_owned();
         self.inner
             .store
-            .read_unsettled(move |tx| tx.execution_state(&id))
+            .read_unsettled(move |tx| tx.executions().state(&id))
             .await?
             .ok_or_else(KernelError::not_found)
     }
@@ -510,7 +511,7 @@ impl Kernel {
         let (execution_id, step_id) = (execution_id.to_owned(), step_id.to_owned());
         self.inner
             .store
-            .read(move |tx| tx.step(&execution_id, &step_id))
+            .read(move |tx| tx.steps().get(&execution_id, &step_id))
             .await?
             .ok_or_else(KernelError::not_found)
     }
@@ -526,7 +527,7 @@ impl Kernel {
             .store
             .write(move |tx| {
                 lock_parent(tx, &id)?;
-                let Some(exec) = tx.execution(&id)? else {
+                let Some(exec) = tx.executions().get(&id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
                 if let Err(e) = exec.status.transition(ExecutionStatus::Cancelled) {
@@ -634,7 +635,7 @@ impl Kernel {
             .store
             .write(move |tx| {
                 lock_parent(tx, &id)?;
-                let Some(mut exec) = tx.execution(&id)? else {
+                let Some(mut exec) = tx.executions().get(&id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
                 // The execution state machine refuses a terminal execution with
@@ -667,7 +668,7 @@ impl Kernel {
                         event.reason = Some(reason).filter(|r| !r.is_empty());
                     }
                 }
-                tx.put_execution(&exec)?;
+                tx.executions().put(&exec)?;
                 let mut ending = Ending {
                     attempts: retire_dispatches(tx, &id, &now)?,
                     ..Ending::default()
@@ -677,7 +678,7 @@ impl Kernel {
                 } else {
                     EventType::ExecutionFailed
                 };
-                tx.record_events(&id, &now, &[(ty, payload(&event))])?;
+                tx.events().record(&id, &now, &[(ty, payload(&event))])?;
                 ended_in_tx(tx, &exec, &now, max_attempts, &mut ending)?;
                 Ok(Ok(ending))
             })
@@ -756,11 +757,11 @@ impl Kernel {
     pub async fn cancel_past_deadline(&self) -> KernelResult<usize> {
         let max_attempts = self.inner.config.dispatch_max_attempts;
         self.sweep_due(
-            |tx, now, limit| tx.executions_past_deadline(now, limit),
+            |tx, now, limit| tx.executions().past_deadline(now, limit),
             |exec| &exec.id,
             move |tx, exec, now| {
                 lock_parent(tx, &exec.id)?;
-                let Some(exec) = tx.execution(&exec.id)? else {
+                let Some(exec) = tx.executions().get(&exec.id)? else {
                     return Ok(None);
                 };
                 if exec.status.is_terminal() {
@@ -790,7 +791,10 @@ impl Kernel {
             let deleted = self
                 .inner
                 .store
-                .write(move |tx| tx.delete_terminal_executions_before(&cutoff, RETENTION_BATCH))
+                .write(move |tx| {
+                    tx.executions()
+                        .delete_terminal_before(&cutoff, RETENTION_BATCH)
+                })
                 .await?;
             n += deleted;
             if deleted < RETENTION_BATCH as u64 {

@@ -63,7 +63,7 @@ pub(super) fn admit(
     parent: &mut String,
 ) -> StoreResult<KernelResult<Admission>> {
     if !parent.is_empty() {
-        let parent_session = match tx.execution(parent)? {
+        let parent_session = match tx.executions().get(parent)? {
             Some(p) if p.agent_id == agent_id => p.session,
             _ => {
                 return Ok(Err(KernelError::validation(format!(
@@ -132,7 +132,7 @@ pub(crate) fn start_next_turn(
             .last_completed(&next.agent_id, &next.session)?
             .unwrap_or_default();
     }
-    tx.put_execution(&next)?;
+    tx.executions().put(&next)?;
     let events: Events = vec![
         (
             EventType::ExecutionStarted,
@@ -143,7 +143,7 @@ pub(crate) fn start_next_turn(
         ),
         enqueue_dispatch(tx, &next.id, now, now, max_attempts)?,
     ];
-    tx.record_events(&next.id, now, &events)?;
+    tx.events().record(&next.id, now, &events)?;
     Ok(Some(next.id))
 }
 
@@ -157,13 +157,14 @@ impl Kernel {
             .inner
             .store
             .read(move |tx| {
-                let Some(exec) = tx.execution(&id)? else {
+                let Some(exec) = tx.executions().get(&id)? else {
                     return Ok(None);
                 };
                 let previous = if exec.parent_execution_id.is_empty() {
                     None
                 } else {
-                    tx.execution(&exec.parent_execution_id)?
+                    tx.executions()
+                        .get(&exec.parent_execution_id)?
                         .filter(|p| p.status == ExecutionStatus::Completed)
                 };
                 Ok(Some(previous.and_then(|p| p.state).unwrap_or(Value::Null)))

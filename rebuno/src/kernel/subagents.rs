@@ -71,7 +71,7 @@ pub(super) fn admit_child(
         return bad("spawned_by needs execution_id and step_id".to_owned());
     }
     let no_execution = || format!("spawned_by: no execution {:?}", spawned.execution_id);
-    let Some(parent) = tx.execution(&spawned.execution_id)? else {
+    let Some(parent) = tx.executions().get(&spawned.execution_id)? else {
         return bad(no_execution());
     };
     // Who asks, first: nothing else of the parent is told to a caller that may not spawn there.
@@ -105,7 +105,7 @@ pub(super) fn admit_child(
             spawned.execution_id
         ));
     }
-    let Some(step) = tx.step(&parent.id, &spawned.step_id)? else {
+    let Some(step) = tx.steps().get(&parent.id, &spawned.step_id)? else {
         return bad(format!(
             "spawned_by: execution {:?} has no step {:?}",
             parent.id, spawned.step_id
@@ -154,7 +154,7 @@ fn has_open_children(tx: &mut dyn Tx, id: &str) -> StoreResult<bool> {
 /// reads it (on a shared store, locks go from parent to child, as a cancel cascades).
 pub(crate) fn lock_parent(tx: &mut dyn Tx, id: &str) -> StoreResult<()> {
     if let Some(parent) = tx.subagents().parent_of(id)? {
-        tx.execution(&parent)?;
+        tx.executions().get(&parent)?;
     }
     Ok(())
 }
@@ -170,14 +170,14 @@ pub(super) fn resume_if_idle(
     events: &mut Events,
 ) -> StoreResult<bool> {
     if exec.status != ExecutionStatus::Blocked
-        || !tx.pending_approvals(Some(&exec.id))?.is_empty()
+        || !tx.approvals().pending(Some(&exec.id))?.is_empty()
         || has_open_children(tx, &exec.id)?
     {
         return Ok(false);
     }
     exec.status = ExecutionStatus::Running;
     exec.updated_at = now.to_owned();
-    tx.put_execution(exec)?;
+    tx.executions().put(exec)?;
     events.push((
         EventType::ExecutionResumed,
         payload(&ExecutionEventPayload::new(
@@ -211,14 +211,14 @@ pub(crate) fn child_settled(
         return Ok(None);
     };
     // Read (and, on a shared store, locked) first: settlements of one parent take turns.
-    let Some(mut parent) = tx.execution(&spawned.execution_id)? else {
+    let Some(mut parent) = tx.executions().get(&spawned.execution_id)? else {
         return Ok(None);
     };
     if parent.status.is_terminal() {
         return Ok(None);
     }
     let mut events: Events = Vec::new();
-    if let Some(mut step) = tx.step(&parent.id, &spawned.step_id)?
+    if let Some(mut step) = tx.steps().get(&parent.id, &spawned.step_id)?
         && step.status == StepStatus::Executing
     {
         let event = if child.status == ExecutionStatus::Completed {
@@ -239,7 +239,7 @@ pub(crate) fn child_settled(
             )
         };
         step.completed_at = Some(now.to_owned());
-        tx.put_step(&step)?;
+        tx.steps().put(&step)?;
         events.push((event.0, payload(&event.1)));
     }
     let mut settled = payload(&ExecutionEventPayload {
@@ -249,7 +249,7 @@ pub(crate) fn child_settled(
     settled["step_id"] = Value::String(spawned.step_id.clone());
     events.push((EventType::SubagentSettled, settled));
     let resumed = resume_if_idle(tx, &mut parent, now, max_attempts, &mut events)?;
-    tx.record_events(&parent.id, now, &events)?;
+    tx.events().record(&parent.id, now, &events)?;
     Ok(resumed.then(|| parent.id.clone()))
 }
 
@@ -280,7 +280,7 @@ impl Kernel {
             .inner
             .store
             .write(move |tx| {
-                let Some(mut exec) = tx.execution(&exec_id)? else {
+                let Some(mut exec) = tx.executions().get(&exec_id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
                 if exec.status.is_terminal() {
@@ -294,9 +294,9 @@ impl Kernel {
                 }
                 exec.status = ExecutionStatus::Blocked;
                 exec.updated_at = now.clone();
-                tx.put_execution(&exec)?;
+                tx.executions().put(&exec)?;
                 let ended = retire_dispatches(tx, &exec_id, &now)?;
-                tx.record_events(
+                tx.events().record(
                     &exec_id,
                     &now,
                     &[(

@@ -161,11 +161,10 @@ async fn execution_locks_exclude_across_replicas() {
     let (a, b) = two(&schema).await;
     let held = a.replicas().unwrap().lock_execution("e1").await.unwrap();
     // Another execution is not blocked.
-    let other = tokio::time::timeout(DEADLINE, b.replicas().unwrap().lock_execution("e2"))
+    let _other = tokio::time::timeout(DEADLINE, b.replicas().unwrap().lock_execution("e2"))
         .await
         .unwrap()
         .unwrap();
-    assert!(other.is_some());
     let waiting = tokio::spawn({
         let b = b.clone();
         async move { b.replicas().unwrap().lock_execution("e1").await }
@@ -181,11 +180,10 @@ async fn execution_locks_exclude_across_replicas() {
         .expect("the lock passes once released")
         .unwrap()
         .unwrap();
-    assert!(got.is_some());
     // And back: released by the second replica, the first takes it again.
     drop(got);
     let again = tokio::time::timeout(DEADLINE, a.replicas().unwrap().lock_execution("e1")).await;
-    assert!(again.unwrap().unwrap().is_some());
+    again.unwrap().unwrap();
     // Many lock holders do not starve transactions: the locks have their own connections.
     let mut guards = Vec::new();
     for i in 0..8 {

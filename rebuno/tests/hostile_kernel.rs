@@ -539,7 +539,7 @@ async fn a_hanging_agent_cannot_hold_every_delivery_slot() {
     let in_flight = env
         .k
         .store()
-        .read(|tx| tx.in_flight_dispatches())
+        .read(|tx| tx.dispatches().in_flight())
         .await
         .unwrap();
     let slow_in_flight = in_flight

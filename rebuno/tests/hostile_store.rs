@@ -263,7 +263,7 @@ async fn retention_counts_from_when_an_execution_ended() {
     let mut rewritten = kernel.execution(&long_run).await.unwrap();
     rewritten.updated_at = rebuno::time::rfc3339(clock.now() + 10 * hour);
     store
-        .write(move |tx| tx.put_execution(&rewritten))
+        .write(move |tx| tx.executions().put(&rewritten))
         .await
         .unwrap();
 
@@ -564,7 +564,7 @@ async fn a_read_waiting_for_the_database_does_not_stall_the_runtime() {
     }
     let read = {
         let store = Arc::clone(&store);
-        tokio::spawn(async move { store.read(|tx| tx.agent("nobody")).await })
+        tokio::spawn(async move { store.read(|tx| tx.agents().get("nobody")).await })
     };
     let ping = {
         let store = Arc::clone(&store);

@@ -207,7 +207,8 @@ async fn deliver_once(in_process: bool) -> (u64, u64, u64) {
         // Unsettled: a settled read would sync what it sees.
         let acked = store
             .read_unsettled(move |tx| {
-                tx.has_event(&exec, rebuno::protocol::EventType::DispatchAcked)
+                tx.events()
+                    .has(&exec, rebuno::protocol::EventType::DispatchAcked)
             })
             .await
             .unwrap();

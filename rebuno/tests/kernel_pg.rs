@@ -189,7 +189,7 @@ async fn a_lock_held_by_another_replica_holds_back_a_submit_and_a_complete() {
     let before = a.events(&exec).await.len();
     // Each request in turn, while replica B holds the lock.
     for request in 0..2 {
-        let held = sb.lock_execution(&exec).await.unwrap();
+        let held = sb.replicas().unwrap().lock_execution(&exec).await.unwrap();
         let locks = lock_statements(&sa);
         let (k, id, lease, first) = (a.k.clone(), exec.clone(), lease.clone(), first.clone());
         let mut answer = tokio::spawn(async move {

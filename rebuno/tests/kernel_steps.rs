@@ -465,9 +465,9 @@ async fn blocked_execution_answers_blocked_for_the_awaiting_step_and_execution_b
         env.k
             .store()
             .write(move |tx| {
-                let mut d = tx.dispatch(&dispatch_id)?.unwrap();
+                let mut d = tx.dispatches().get(&dispatch_id)?.unwrap();
                 d.status = DispatchStatus::Pending;
-                tx.put_dispatch(&d)
+                tx.dispatches().put(&d)
             })
             .await
             .unwrap();

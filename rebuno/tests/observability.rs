@@ -74,7 +74,7 @@ async fn dispatch_of(kernel: &Kernel, id: &str) -> String {
     let id = id.to_owned();
     let dispatches = kernel
         .store()
-        .read(move |tx| tx.dispatches_of(&id))
+        .read(move |tx| tx.dispatches().of_execution(&id))
         .await
         .unwrap();
     dispatches[0].id.clone()

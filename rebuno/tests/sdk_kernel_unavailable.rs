@@ -106,7 +106,7 @@ async fn a_kernel_failure_abandons_the_attempt_and_the_next_attempt_finishes() {
     let exec_id = id.clone();
     let dispatches = kernel
         .store()
-        .read(move |tx| tx.dispatches_of(&exec_id))
+        .read(move |tx| tx.dispatches().of_execution(&exec_id))
         .await
         .unwrap();
     assert_eq!(dispatches.len(), 1);

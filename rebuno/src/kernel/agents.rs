@@ -192,7 +192,7 @@ impl Kernel {
             .inner
             .store
             .write(move |tx| {
-                let existing = tx.agent(&req.id)?;
+                let existing = tx.agents().get(&req.id)?;
                 let replaced = existing.as_ref().is_some_and(|a| {
                     a.webhook_url != req.webhook_url
                         || !crate::signing::constant_time_eq(
@@ -219,7 +219,7 @@ impl Kernel {
                     lease_timeout_seconds: req.lease_timeout_seconds,
                     dispatch_retry: req.dispatch_retry.filter(|r| !r.is_empty()),
                 };
-                tx.put_agent(&agent)?;
+                tx.agents().put(&agent)?;
                 Ok(Ok((agent, replaced)))
             })
             .await?;
@@ -270,11 +270,11 @@ impl Kernel {
             .inner
             .store
             .write(move |tx| {
-                let Some(mut agent) = tx.agent(&id)? else {
+                let Some(mut agent) = tx.agents().get(&id)? else {
                     return Ok(None);
                 };
                 agent.metadata = Some(metadata);
-                tx.put_agent(&agent)?;
+                tx.agents().put(&agent)?;
                 Ok(Some(agent))
             })
             .await?;
@@ -345,14 +345,22 @@ impl Kernel {
     /// An agent, without its secret.
     pub async fn agent(&self, id: &str) -> KernelResult<Agent> {
         let id = id.to_owned();
-        let agent = self.inner.store.read(move |tx| tx.agent(&id)).await?;
+        let agent = self
+            .inner
+            .store
+            .read(move |tx| tx.agents().get(&id))
+            .await?;
         agent.map(public).ok_or_else(KernelError::not_found)
     }
 
     /// An agent with its secret (for signing and verifying; never sent over HTTP).
     pub async fn agent_with_secret(&self, id: &str) -> KernelResult<Option<Agent>> {
         let id = id.to_owned();
-        Ok(self.inner.store.read(move |tx| tx.agent(&id)).await?)
+        Ok(self
+            .inner
+            .store
+            .read(move |tx| tx.agents().get(&id))
+            .await?)
     }
 
     /// An agent's HMAC secret, for verifying its requests (never sent over HTTP).
@@ -365,7 +373,7 @@ impl Kernel {
         Ok(self
             .inner
             .store
-            .read_unsettled(move |tx| tx.agent_secret(&id))
+            .read_unsettled(move |tx| tx.agents().secret(&id))
             .await?)
     }
 
@@ -376,16 +384,16 @@ impl Kernel {
             .inner
             .store
             .write(move |tx| {
-                if tx.agent(&id)?.is_none() {
+                if tx.agents().get(&id)?.is_none() {
                     return Ok(Err(KernelError::not_found()));
                 }
-                let n = tx.agent_execution_count(&id)?;
+                let n = tx.agents().execution_count(&id)?;
                 if n > 0 {
                     return Ok(Err(KernelError::conflict(format!(
                         "agent {id:?} still has {n} executions"
                     ))));
                 }
-                tx.delete_agent(&id)?;
+                tx.agents().delete(&id)?;
                 Ok(Ok(()))
             })
             .await?;
@@ -407,11 +415,11 @@ impl Kernel {
             .inner
             .store
             .write(move |tx| {
-                let Some(mut agent) = tx.agent(&id)? else {
+                let Some(mut agent) = tx.agents().get(&id)? else {
                     return Ok(false);
                 };
                 agent.policy_bundle = text;
-                tx.put_agent(&agent)?;
+                tx.agents().put(&agent)?;
                 Ok(true)
             })
             .await?;

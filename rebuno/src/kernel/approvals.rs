@@ -120,7 +120,7 @@ fn resolve_in_tx(
     approval.asserted_by = decider.asserted_by.clone();
     approval.decided_at = Some(now.to_owned());
     approval.rationale = rationale.to_owned();
-    tx.put_approval(&approval)?;
+    tx.approvals().put(&approval)?;
     let mut events = vec![(
         event,
         payload(&ApprovalEventPayload {
@@ -133,12 +133,12 @@ fn resolve_in_tx(
             rationale: Some(rationale.to_owned()).filter(|r| !r.is_empty()),
         }),
     )];
-    if let Some(mut step) = tx.step(&approval.execution_id, &approval.step_id)?
+    if let Some(mut step) = tx.steps().get(&approval.execution_id, &approval.step_id)?
         && !step.status.is_terminal()
     {
         if how == Resolution::Grant {
             step.status = StepStatus::Allowed;
-            tx.put_step(&step)?;
+            tx.steps().put(&step)?;
             events.push((
                 EventType::StepAllowed,
                 payload(&StepEventPayload::new(
@@ -164,10 +164,10 @@ fn resolve_in_tx(
     }
     // Other approvals of the execution may still be pending, or subagents unsettled; it
     // resumes when none are.
-    if let Some(mut exec) = tx.execution(&approval.execution_id)? {
+    if let Some(mut exec) = tx.executions().get(&approval.execution_id)? {
         resume_if_idle(tx, &mut exec, now, max_attempts, &mut events)?;
     }
-    tx.record_events(&approval.execution_id, now, &events)?;
+    tx.events().record(&approval.execution_id, now, &events)?;
     Ok(())
 }
 
@@ -177,7 +177,7 @@ impl Kernel {
         let id = id.to_owned();
         self.inner
             .store
-            .read(move |tx| tx.approval(&id))
+            .read(move |tx| tx.approvals().get(&id))
             .await?
             .ok_or_else(KernelError::not_found)
     }
@@ -244,7 +244,7 @@ impl Kernel {
         self.inner
             .store
             .write(move |tx| {
-                let Some(approval) = tx.approval(&id)? else {
+                let Some(approval) = tx.approvals().get(&id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
                 let to = if how == Resolution::Grant {
@@ -292,10 +292,10 @@ impl Kernel {
         let max_attempts = self.inner.config.dispatch_max_attempts;
         let n = self
             .sweep_due(
-                |tx, now, limit| tx.due_approvals(now, limit),
+                |tx, now, limit| tx.approvals().due(now, limit),
                 |approval| &approval.execution_id,
                 move |tx, approval, now| {
-                    let Some(cur) = tx.approval(&approval.id)? else {
+                    let Some(cur) = tx.approvals().get(&approval.id)? else {
                         return Ok(None);
                     };
                     if cur.status != ApprovalStatus::Pending || cur.timeout_at.as_str() > now {
@@ -352,7 +352,12 @@ impl Kernel {
                     false
                 }
             };
-            let next = match self.inner.store.read(|tx| tx.next_approval_timeout()).await {
+            let next = match self
+                .inner
+                .store
+                .read(|tx| tx.approvals().next_timeout())
+                .await
+            {
                 Ok(next) => next.as_deref().and_then(parse_rfc3339),
                 Err(e) => {
                     tracing::warn!(error = %e, "reading the next approval timeout failed");

@@ -80,7 +80,7 @@ fn cancel_tree(
     exec.status = ExecutionStatus::Cancelled;
     exec.failure_reason = REASON_CLIENT_CANCELLED.to_owned();
     exec.updated_at = now.to_owned();
-    tx.put_execution(&exec)?;
+    tx.executions().put(&exec)?;
     let mut events: Events = vec![(
         EventType::ExecutionCancelled,
         payload(&ExecutionEventPayload {
@@ -91,11 +91,11 @@ fn cancel_tree(
     ending
         .attempts
         .extend(retire_dispatches(tx, &exec.id, now)?);
-    for mut approval in tx.pending_approvals(Some(&exec.id))? {
+    for mut approval in tx.approvals().pending(Some(&exec.id))? {
         approval.status = ApprovalStatus::Expired;
         approval.rationale = REASON_EXECUTION_CANCELLED.to_owned();
         approval.decided_at = Some(now.to_owned());
-        tx.put_approval(&approval)?;
+        tx.approvals().put(&approval)?;
         events.push((
             EventType::ApprovalExpired,
             payload(&ApprovalEventPayload {
@@ -108,17 +108,17 @@ fn cancel_tree(
                 rationale: Some(REASON_EXECUTION_CANCELLED.to_owned()),
             }),
         ));
-        if let Some(mut step) = tx.step(&approval.execution_id, &approval.step_id)?
+        if let Some(mut step) = tx.steps().get(&approval.execution_id, &approval.step_id)?
             && !step.status.is_terminal()
         {
             events.push(deny_step(tx, &mut step, cancelled_error(), "", now)?);
         }
     }
-    for mut step in tx.steps_in_status(&exec.id, StepStatus::Executing.as_str())? {
+    for mut step in tx.steps().in_status(&exec.id, StepStatus::Executing)? {
         step.status = StepStatus::Cancelled;
         step.error = Some(cancelled_error());
         step.completed_at = Some(now.to_owned());
-        tx.put_step(&step)?;
+        tx.steps().put(&step)?;
         events.push((
             EventType::StepCancelled,
             payload(
@@ -127,7 +127,7 @@ fn cancel_tree(
             ),
         ));
     }
-    tx.record_events(&exec.id, now, &events)?;
+    tx.events().record(&exec.id, now, &events)?;
     for child in children_to_cancel(tx, &exec.id, depth)? {
         cancel_tree(tx, child, now, max_attempts, depth + 1, ending)?;
     }
@@ -144,7 +144,7 @@ pub(super) fn insert_and_enqueue(
     exec: &Execution,
     max_attempts: u32,
 ) -> crate::store::StoreResult<()> {
-    tx.put_execution(exec)?;
+    tx.executions().put(exec)?;
     let (id, now) = (&exec.id, &exec.created_at);
     let fork = !exec.forked_from.is_empty();
     let mut events: Events = vec![(
@@ -166,7 +166,7 @@ pub(super) fn insert_and_enqueue(
         ));
         events.push(enqueue_dispatch(tx, id, now, now, max_attempts)?);
     }
-    tx.record_events(id, now, &events)?;
+    tx.events().record(id, now, &events)?;
     Ok(())
 }
 

@@ -145,7 +145,7 @@ impl Kernel {
                 let found = self
                     .inner
                     .store
-                    .read(move |tx| tx.execution_by_idempotency_key(&creator, &key))
+                    .read(move |tx| tx.executions().by_idempotency_key(&creator, &key))
                     .await?;
                 match found {
                     Some(existing) => repeated(existing, &req),
@@ -183,12 +183,13 @@ impl Kernel {
             .store
             .write(move |tx| {
                 if !req.idempotency_key.is_empty()
-                    && let Some(existing) =
-                        tx.execution_by_idempotency_key(&created_by, &req.idempotency_key)?
+                    && let Some(existing) = tx
+                        .executions()
+                        .by_idempotency_key(&created_by, &req.idempotency_key)?
                 {
                     return Ok(Ok(Err(existing)));
                 }
-                if tx.agent(&req.agent_id)?.is_none() {
+                if tx.agents().get(&req.agent_id)?.is_none() {
                     return Ok(Err(KernelError::not_found()));
                 }
                 if let Some(spawned) = &req.spawned_by {
@@ -305,7 +306,7 @@ impl Kernel {
         let id = id.to_owned();
         self.inner
             .store
-            .read(move |tx| tx.execution(&id))
+            .read(move |tx| tx.executions().get(&id))
             .await?
             .ok_or_else(KernelError::not_found)
     }
@@ -320,7 +321,7 @@ impl Kernel {
         let exec = self
             .inner
             .store
-            .read_unsettled(move |tx| tx.execution(&id))
+            .read_unsettled(move |tx| tx.executions().get(&id))
             .await?
             .ok_or_else(KernelError::not_found)?;
         self.inner.store.settle_durable_writes().await?;
@@ -346,7 +347,7 @@ impl Kernel {
         let id = id.to_owned();
         self.inner
             .store
-            .read_unsettled(move |tx| tx.execution_state(&id))
+            .read_unsettled(move |tx| tx.executions().state(&id))
             .await?
             .ok_or_else(KernelError::not_found)
     }
@@ -357,7 +358,7 @@ impl Kernel {
         let (execution_id, step_id) = (execution_id.to_owned(), step_id.to_owned());
         self.inner
             .store
-            .read(move |tx| tx.step(&execution_id, &step_id))
+            .read(move |tx| tx.steps().get(&execution_id, &step_id))
             .await?
             .ok_or_else(KernelError::not_found)
     }
@@ -373,7 +374,7 @@ impl Kernel {
             .store
             .write(move |tx| {
                 lock_parent(tx, &id)?;
-                let Some(exec) = tx.execution(&id)? else {
+                let Some(exec) = tx.executions().get(&id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
                 if let Err(e) = exec.status.transition(ExecutionStatus::Cancelled) {
@@ -481,7 +482,7 @@ impl Kernel {
             .store
             .write(move |tx| {
                 lock_parent(tx, &id)?;
-                let Some(mut exec) = tx.execution(&id)? else {
+                let Some(mut exec) = tx.executions().get(&id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
                 // The execution state machine refuses a terminal execution with
@@ -514,7 +515,7 @@ impl Kernel {
                         event.reason = Some(reason).filter(|r| !r.is_empty());
                     }
                 }
-                tx.put_execution(&exec)?;
+                tx.executions().put(&exec)?;
                 let mut ending = Ending {
                     attempts: retire_dispatches(tx, &id, &now)?,
                     ..Ending::default()
@@ -524,7 +525,7 @@ impl Kernel {
                 } else {
                     EventType::ExecutionFailed
                 };
-                tx.record_events(&id, &now, &[(ty, payload(&event))])?;
+                tx.events().record(&id, &now, &[(ty, payload(&event))])?;
                 ended_in_tx(tx, &exec, &now, max_attempts, &mut ending)?;
                 Ok(Ok(ending))
             })
@@ -585,11 +586,11 @@ impl Kernel {
     pub async fn cancel_past_deadline(&self) -> KernelResult<usize> {
         let max_attempts = self.inner.config.dispatch_max_attempts;
         self.sweep_due(
-            |tx, now, limit| tx.executions_past_deadline(now, limit),
+            |tx, now, limit| tx.executions().past_deadline(now, limit),
             |exec| &exec.id,
             move |tx, exec, now| {
                 lock_parent(tx, &exec.id)?;
-                let Some(exec) = tx.execution(&exec.id)? else {
+                let Some(exec) = tx.executions().get(&exec.id)? else {
                     return Ok(None);
                 };
                 if exec.status.is_terminal() {
@@ -619,7 +620,10 @@ impl Kernel {
             let deleted = self
                 .inner
                 .store
-                .write(move |tx| tx.delete_terminal_executions_before(&cutoff, RETENTION_BATCH))
+                .write(move |tx| {
+                    tx.executions()
+                        .delete_terminal_before(&cutoff, RETENTION_BATCH)
+                })
                 .await?;
             n += deleted;
             if deleted < RETENTION_BATCH as u64 {

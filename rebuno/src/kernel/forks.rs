@@ -110,7 +110,7 @@ fn completed_by(
     let mut prefix = Prefix::default();
     let mut after = 0;
     loop {
-        let page = tx.events(execution_id, after, SCAN_PAGE)?;
+        let page = tx.events().page(execution_id, after, SCAN_PAGE)?;
         for event in &page.items {
             if event.event_seq > at_seq {
                 return Ok((prefix, Some(event.event_seq)));
@@ -215,7 +215,7 @@ impl Kernel {
             .inner
             .store
             .write(move |tx| {
-                let Some(original) = tx.execution(&id)? else {
+                let Some(original) = tx.executions().get(&id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
                 let (prefix, last) = completed_by(tx, &id, at_seq)?;
@@ -263,10 +263,10 @@ impl Kernel {
                     seed_resources(tx, &id, &fork.id, &prefix.checkpoints, &fork.created_at)?;
                 insert_and_enqueue(tx, &fork, max_attempts)?;
                 for step_id in prefix.steps {
-                    if let Some(step) = tx.step(&id, &step_id)?
+                    if let Some(step) = tx.steps().get(&id, &step_id)?
                         && matches!(step.status, StepStatus::Succeeded | StepStatus::Failed)
                     {
-                        tx.put_step(&copied(step, &fork.id))?;
+                        tx.steps().put(&copied(step, &fork.id))?;
                     }
                 }
                 Ok(Ok(fork))

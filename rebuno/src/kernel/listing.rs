@@ -81,7 +81,7 @@ impl Kernel {
         let page = self
             .inner
             .store
-            .read(move |tx| tx.list_executions(&query))
+            .read(move |tx| tx.executions().page(&query))
             .await?;
         Ok(ExecutionList {
             executions: page.items,
@@ -106,7 +106,7 @@ impl Kernel {
         Ok(self
             .inner
             .store
-            .read(move |tx| tx.events(&id, after_seq, limit))
+            .read(move |tx| tx.events().page(&id, after_seq, limit))
             .await?)
     }
 
@@ -160,7 +160,7 @@ impl Kernel {
         let limit = page_size(limit, ARRAY_DEFAULT_LIMIT, ARRAY_MAX_LIMIT);
         let (id, after) = (id.to_owned(), after.map(str::to_owned));
         let read = move |tx: &mut dyn crate::store::Tx| {
-            tx.steps_page(&id, after.as_deref(), terminal_only, limit)
+            tx.steps().page(&id, after.as_deref(), terminal_only, limit)
         };
         let store = &self.inner.store;
         Ok(if settled {
@@ -187,7 +187,7 @@ impl Kernel {
         let page = self
             .inner
             .store
-            .read(move |tx| tx.agents_page(after.as_deref(), limit))
+            .read(move |tx| tx.agents().page(after.as_deref(), limit))
             .await?;
         Ok(Page {
             items: page.items.into_iter().map(public).collect(),
@@ -213,7 +213,7 @@ impl Kernel {
             let cursor = cursor.clone();
             self.inner
                 .store
-                .read(move |tx| tx.pending_approvals_page(cursor.as_deref(), limit))
+                .read(move |tx| tx.approvals().pending_page(cursor.as_deref(), limit))
                 .await?
         };
         page.ok_or_else(|| {

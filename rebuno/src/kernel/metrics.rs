@@ -37,13 +37,17 @@ impl Kernel {
     /// Statuses with no execution are absent. Counted now (a table scan); `/metrics` uses
     /// [`Kernel::store_figures`].
     pub async fn execution_counts(&self) -> KernelResult<Vec<(String, u64)>> {
-        Ok(self.inner.store.read(|tx| tx.execution_counts()).await?)
+        Ok(self.inner.store.read(|tx| tx.executions().counts()).await?)
     }
 
     /// Dispatches still to deliver or being delivered (pending, failed or in flight). Counted
     /// now; `/metrics` uses [`Kernel::store_figures`].
     pub async fn queue_depth(&self) -> KernelResult<u64> {
-        Ok(self.inner.store.read(|tx| tx.queue_depth()).await?)
+        Ok(self
+            .inner
+            .store
+            .read(|tx| tx.dispatches().queue_depth())
+            .await?)
     }
 
     /// The store's figures, read at most [`STORE_FIGURES_MAX_AGE`] ago.
@@ -59,8 +63,8 @@ impl Kernel {
             .store
             .read(|tx| {
                 Ok(StoreFigures {
-                    executions_by_status: tx.execution_counts()?,
-                    queue_depth: tx.queue_depth()?,
+                    executions_by_status: tx.executions().counts()?,
+                    queue_depth: tx.dispatches().queue_depth()?,
                 })
             })
             .await?;

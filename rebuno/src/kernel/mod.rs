@@ -218,7 +218,7 @@ impl KernelBuilder {
         // A shared store's buckets are shared by every replica; otherwise they live here.
         let limiter = self
             .limiter
-            .or_else(|| self.store.rate_limiter())
+            .or_else(|| self.store.replicas().map(|r| r.rate_limiter()))
             .unwrap_or_else(|| Arc::new(MemoryRateLimiter::new(Arc::clone(&self.clock))));
         let histograms = Histograms::default();
         if let Some(timings) = self.store.timings() {

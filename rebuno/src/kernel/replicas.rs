@@ -1,4 +1,4 @@
-//! What a kernel does when other kernels share its store ([`Store::shared`]): the messages
+//! What a kernel does when other kernels share its store ([`Store::replicas`]): the messages
 //! replicas send each other through the store, and the task that turns what it hears into
 //! local wake-ups and live-stream deltas.
 //!
@@ -15,7 +15,7 @@
 //!   database again, and every waiter and change feed resyncs. Deltas missed meanwhile are lost, as deltas may be (the event log is the
 //!   truth).
 //!
-//! [`Store::shared`]: crate::store::Store::shared
+//! [`Store::replicas`]: crate::store::Store::replicas
 
 use super::Kernel;
 use crate::protocol::StreamFrame;
@@ -65,7 +65,7 @@ impl Default for Outbox {
 impl Kernel {
     /// Whether other kernels share the store.
     pub(crate) fn shared(&self) -> bool {
-        self.inner.store.shared()
+        self.inner.store.replicas().is_some()
     }
 
     fn post(&self, channel: &'static str, payload: String) {
@@ -126,7 +126,7 @@ impl Kernel {
     /// Starts the tasks that connect this kernel to the other replicas: the outbox sender and
     /// the listener. `None` for stores one process owns.
     pub(crate) fn spawn_replica_links(&self) -> Vec<tokio::task::JoinHandle<()>> {
-        let Some(mut heard) = self.inner.store.subscribe() else {
+        let Some(mut heard) = self.inner.store.replicas().map(|r| r.subscribe()) else {
             return Vec::new();
         };
         let mut handles = Vec::new();
@@ -141,7 +141,7 @@ impl Kernel {
             let kernel = self.clone();
             handles.push(tokio::spawn(async move {
                 while let Some((channel, payload)) = outbox.recv().await {
-                    if let Err(e) = kernel.inner.store.publish(channel, payload).await {
+                    if let Err(e) = match kernel.inner.store.replicas() { Some(r) => r.publish(channel, payload).await, None => Ok(()) } {
                         tracing::warn!(channel, error = %e, "publishing to the other replicas failed");
                     }
                 }

@@ -82,7 +82,7 @@ fn check_leased(
     execution_id: &str,
     lease: &Lease,
 ) -> StoreResult<KernelResult<()>> {
-    match tx.execution_state(execution_id)? {
+    match tx.executions().state(execution_id)? {
         None => return Ok(Err(KernelError::not_found())),
         Some((_, status)) if status.is_terminal() => return Ok(Err(KernelError::terminal())),
         Some(_) => {}
@@ -189,7 +189,7 @@ impl Kernel {
                     let (kind, mut p) = event(EventType::ResourceDeclared, &r.key, r.generation);
                     p.driver_id = r.driver_id.clone();
                     p.checkpoint_ref = r.checkpoint_ref.clone();
-                    tx.record_events(&exec, &now, &[(kind, payload(&p))])?;
+                    tx.events().record(&exec, &now, &[(kind, payload(&p))])?;
                 }
                 Ok(Ok(view(&r)))
             })
@@ -268,7 +268,7 @@ impl Kernel {
         self.inner
             .store
             .read(move |tx| {
-                if tx.execution_state(&exec)?.is_none() {
+                if tx.executions().state(&exec)?.is_none() {
                     return Ok(Err(KernelError::not_found()));
                 }
                 Ok(Ok(tx.resources().list(&exec)?))

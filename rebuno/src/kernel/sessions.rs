@@ -59,7 +59,7 @@ pub(crate) fn start_next_turn(
             .last_completed(&next.agent_id, &next.session)?
             .unwrap_or_default();
     }
-    tx.put_execution(&next)?;
+    tx.executions().put(&next)?;
     let events: Events = vec![
         (
             EventType::ExecutionStarted,
@@ -70,7 +70,7 @@ pub(crate) fn start_next_turn(
         ),
         enqueue_dispatch(tx, &next.id, now, now, max_attempts)?,
     ];
-    tx.record_events(&next.id, now, &events)?;
+    tx.events().record(&next.id, now, &events)?;
     Ok(Some(next.id))
 }
 
@@ -84,13 +84,14 @@ impl Kernel {
             .inner
             .store
             .read(move |tx| {
-                let Some(exec) = tx.execution(&id)? else {
+                let Some(exec) = tx.executions().get(&id)? else {
                     return Ok(None);
                 };
                 let previous = if exec.parent_execution_id.is_empty() {
                     None
                 } else {
-                    tx.execution(&exec.parent_execution_id)?
+                    tx.executions()
+                        .get(&exec.parent_execution_id)?
                         .filter(|p| p.status == ExecutionStatus::Completed)
                 };
                 Ok(Some(previous.and_then(|p| p.state).unwrap_or(Value::Null)))

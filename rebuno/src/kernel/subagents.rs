@@ -56,14 +56,14 @@ pub(super) fn resume_if_idle(
     events: &mut Events,
 ) -> StoreResult<bool> {
     if exec.status != ExecutionStatus::Blocked
-        || !tx.pending_approvals(Some(&exec.id))?.is_empty()
+        || !tx.approvals().pending(Some(&exec.id))?.is_empty()
         || has_open_children(tx, &exec.id)?
     {
         return Ok(false);
     }
     exec.status = ExecutionStatus::Running;
     exec.updated_at = now.to_owned();
-    tx.put_execution(exec)?;
+    tx.executions().put(exec)?;
     events.push((
         EventType::ExecutionResumed,
         payload(&ExecutionEventPayload::new(
@@ -97,14 +97,14 @@ pub(crate) fn child_settled(
         return Ok(None);
     };
     // Read (and, on a shared store, locked) first: settlements of one parent take turns.
-    let Some(mut parent) = tx.execution(&spawned.execution_id)? else {
+    let Some(mut parent) = tx.executions().get(&spawned.execution_id)? else {
         return Ok(None);
     };
     if parent.status.is_terminal() {
         return Ok(None);
     }
     let mut events: Events = Vec::new();
-    if let Some(mut step) = tx.step(&parent.id, &spawned.step_id)?
+    if let Some(mut step) = tx.steps().get(&parent.id, &spawned.step_id)?
         && step.status == StepStatus::Executing
     {
         let event = if child.status == ExecutionStatus::Completed {
@@ -125,7 +125,7 @@ pub(crate) fn child_settled(
             )
         };
         step.completed_at = Some(now.to_owned());
-        tx.put_step(&step)?;
+        tx.steps().put(&step)?;
         events.push((event.0, payload(&event.1)));
     }
     let mut settled = payload(&ExecutionEventPayload {
@@ -135,7 +135,7 @@ pub(crate) fn child_settled(
     settled["step_id"] = Value::String(spawned.step_id.clone());
     events.push((EventType::SubagentSettled, settled));
     let resumed = resume_if_idle(tx, &mut parent, now, max_attempts, &mut events)?;
-    tx.record_events(&parent.id, now, &events)?;
+    tx.events().record(&parent.id, now, &events)?;
     Ok(resumed.then(|| parent.id.clone()))
 }
 
@@ -166,7 +166,7 @@ impl Kernel {
             .inner
             .store
             .write(move |tx| {
-                let Some(mut exec) = tx.execution(&exec_id)? else {
+                let Some(mut exec) = tx.executions().get(&exec_id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
                 if exec.status.is_terminal() {
@@ -180,9 +180,9 @@ impl Kernel {
                 }
                 exec.status = ExecutionStatus::Blocked;
                 exec.updated_at = now.clone();
-                tx.put_execution(&exec)?;
+                tx.executions().put(&exec)?;
                 let ended = retire_dispatches(tx, &exec_id, &now)?;
-                tx.record_events(
+                tx.events().record(
                     &exec_id,
                     &now,
                     &[(

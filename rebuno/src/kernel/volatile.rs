@@ -123,7 +123,10 @@ impl ExecGuard<'_> {
     /// Takes the store's lock of this guard's execution as well, unless it is held.
     pub(crate) async fn share(&mut self, kernel: &Kernel) -> KernelResult<()> {
         if self.shared.is_none() {
-            self.shared = kernel.inner.store.lock_execution(&self.ticket.id).await?;
+            self.shared = match kernel.inner.store.replicas() {
+                Some(r) => Some(r.lock_execution(&self.ticket.id).await?),
+                None => None,
+            };
         }
         Ok(())
     }
@@ -196,14 +199,14 @@ impl Kernel {
     }
 
     /// The execution's lock in this process, and the store's only if this process still
-    /// holds it (a hand-over without a round trip, [`Store::held_execution_lock`]). On a
+    /// holds it (a hand-over without a round trip, [`Replicated::held_execution_lock`]). On a
     /// shared store, a change made under it alone must take the store's lock in its own
-    /// write transaction ([`Tx::try_lock_execution`]), or [`ExecGuard::share`] first: one
+    /// write transaction ([`ExecutionTx::try_lock`]), or [`ExecGuard::share`] first: one
     /// transaction holds the lock across processes at no cost of its own, where the store's
     /// lock held across transactions costs a round trip to take and one to release.
     ///
-    /// [`Store::held_execution_lock`]: crate::store::Store::held_execution_lock
-    /// [`Tx::try_lock_execution`]: crate::store::Tx::try_lock_execution
+    /// [`Replicated::held_execution_lock`]: crate::store::Replicated::held_execution_lock
+    /// [`ExecutionTx::try_lock`]: crate::store::ExecutionTx::try_lock
     pub(crate) async fn lock_execution_here(&self, id: &str) -> ExecGuard<'_> {
         let locks = &self.inner.volatile.locks;
         let mutex = {
@@ -219,7 +222,11 @@ impl Kernel {
         };
         let guard = mutex.lock_owned().await;
         ExecGuard {
-            shared: self.inner.store.held_execution_lock(id),
+            shared: self
+                .inner
+                .store
+                .replicas()
+                .and_then(|r| r.held_execution_lock(id)),
             _guard: guard,
             ticket,
         }

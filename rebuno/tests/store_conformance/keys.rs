@@ -77,14 +77,14 @@ pub async fn identity_fields_round_trip(store: Dyn) {
     a.asserted_by = "bob".into();
     let (e2, p2, a2) = (e.clone(), plain.clone(), a.clone());
     w(&store, move |tx| {
-        tx.put_execution(&e2)?;
-        tx.put_execution(&p2)?;
-        tx.put_approval(&a2)
+        tx.executions().put(&e2)?;
+        tx.executions().put(&p2)?;
+        tx.approvals().put(&a2)
     })
     .await;
-    assert_eq!(r(&store, |tx| tx.execution("e1")).await, Some(e));
-    assert_eq!(r(&store, |tx| tx.execution("e2")).await, Some(plain));
-    assert_eq!(r(&store, |tx| tx.approval("p1")).await, Some(a));
+    assert_eq!(r(&store, |tx| tx.executions().get("e1")).await, Some(e));
+    assert_eq!(r(&store, |tx| tx.executions().get("e2")).await, Some(plain));
+    assert_eq!(r(&store, |tx| tx.approvals().get("p1")).await, Some(a));
 }
 
 /// A turn's session, parent, fork origin, restoration, own policy bundle, spawning step and
@@ -103,33 +103,39 @@ pub async fn session_fork_and_spawn_fields_round_trip(store: Dyn) {
         step_id: "s".into(),
     });
     let e2 = e.clone();
-    w(&store, move |tx| tx.put_execution(&e2)).await;
-    assert_eq!(r(&store, |tx| tx.execution("e1")).await, Some(e.clone()));
+    w(&store, move |tx| tx.executions().put(&e2)).await;
     assert_eq!(
-        r(&store, |tx| tx.execution_policy_bundle("e1")).await,
+        r(&store, |tx| tx.executions().get("e1")).await,
+        Some(e.clone())
+    );
+    assert_eq!(
+        r(&store, |tx| tx.executions().policy_bundle("e1")).await,
         Some(e.policy_bundle.clone())
     );
     assert_eq!(
-        r(&store, |tx| tx.execution_policy_bundle("nope")).await,
+        r(&store, |tx| tx.executions().policy_bundle("nope")).await,
         None
     );
     e.status = ExecutionStatus::Completed;
     e.state = Some(serde_json::json!({"turns": 1}));
     let e3 = e.clone();
-    w(&store, move |tx| tx.put_execution(&e3)).await;
-    assert_eq!(r(&store, |tx| tx.execution("e1")).await, Some(e.clone()));
+    w(&store, move |tx| tx.executions().put(&e3)).await;
+    assert_eq!(
+        r(&store, |tx| tx.executions().get("e1")).await,
+        Some(e.clone())
+    );
     let q = rebuno::store::ExecutionQuery {
         spawned_by: Some("p".into()),
         limit: 10,
         ..Default::default()
     };
-    let children = r(&store, move |tx| tx.list_executions(&q)).await;
+    let children = r(&store, move |tx| tx.executions().page(&q)).await;
     assert_eq!(children.items, vec![e.clone()]);
     let mut twin = execution("e2", "a", ExecutionStatus::Running);
     twin.spawned_by = e.spawned_by.clone();
-    let refused = store.write(move |tx| tx.put_execution(&twin)).await;
+    let refused = store.write(move |tx| tx.executions().put(&twin)).await;
     assert!(refused.is_err(), "two children of one step");
-    assert_eq!(r(&store, |tx| tx.execution("e2")).await, None);
+    assert_eq!(r(&store, |tx| tx.executions().get("e2")).await, None);
 }
 
 /// A session's open turns come oldest first (terminal ones and other agents' left out), its
@@ -147,7 +153,7 @@ pub async fn session_turns_and_latest_completed(store: Dyn) {
     for (id, agent, session, status) in turns {
         let mut e = execution(id, agent, status);
         e.session = session.into();
-        w(&store, move |tx| tx.put_execution(&e)).await;
+        w(&store, move |tx| tx.executions().put(&e)).await;
     }
     let open = r(&store, |tx| tx.sessions().open_turns("a", "s", 10)).await;
     let ids: Vec<&str> = open.iter().map(|e| e.id.as_str()).collect();
@@ -190,7 +196,7 @@ pub async fn session_turns_and_latest_completed(store: Dyn) {
         limit: 10,
         ..Default::default()
     };
-    let listed = r(&store, move |tx| tx.list_executions(&q)).await;
+    let listed = r(&store, move |tx| tx.executions().page(&q)).await;
     let ids: Vec<&str> = listed.items.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(ids, ["t5", "t3", "t2", "t1"]);
 
@@ -201,7 +207,7 @@ pub async fn session_turns_and_latest_completed(store: Dyn) {
     })
     .await;
     let n = w(&store, |tx| {
-        tx.delete_terminal_executions_before(&at(1000), 10)
+        tx.executions().delete_terminal_before(&at(1000), 10)
     })
     .await;
     assert_eq!(n, 1);

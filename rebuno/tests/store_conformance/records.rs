@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 pub async fn agents_round_trip_page_and_delete(store: Dyn) {
     for id in ["b", "a", "c", "d"] {
         let a = agent(id);
-        w(&store, move |tx| tx.put_agent(&a)).await;
+        w(&store, move |tx| tx.agents().put(&a)).await;
     }
     let mut replaced = agent("b");
     replaced.webhook_url = "http://127.0.0.1:9/new".into();
@@ -22,9 +22,13 @@ pub async fn agents_round_trip_page_and_delete(store: Dyn) {
         output_schema: Some(serde_json::json!(true)),
     });
     let put = replaced.clone();
-    w(&store, move |tx| tx.put_agent(&put)).await;
+    w(&store, move |tx| tx.agents().put(&put)).await;
     let (got, secret, missing) = r(&store, |tx| {
-        Ok((tx.agent("b")?, tx.agent_secret("b")?, tx.agent("zz")?))
+        Ok((
+            tx.agents().get("b")?,
+            tx.agents().secret("b")?,
+            tx.agents().get("zz")?,
+        ))
     })
     .await;
     assert_eq!(got, Some(replaced));
@@ -32,32 +36,32 @@ pub async fn agents_round_trip_page_and_delete(store: Dyn) {
     assert_eq!(missing, None);
 
     // Pages by id, each continuing after the cursor.
-    let first = r(&store, |tx| tx.agents_page(None, 3)).await;
+    let first = r(&store, |tx| tx.agents().page(None, 3)).await;
     let ids: Vec<_> = first.items.iter().map(|a| a.id.as_str()).collect();
     assert_eq!(ids, ["a", "b", "c"]);
     assert_eq!(first.next.as_deref(), Some("c"));
-    let rest = r(&store, |tx| tx.agents_page(Some("c"), 3)).await;
+    let rest = r(&store, |tx| tx.agents().page(Some("c"), 3)).await;
     assert_eq!(rest.items.len(), 1);
     assert_eq!(rest.items[0].id, "d");
     assert_eq!(rest.next, None);
 
     let e = execution("e1", "a", ExecutionStatus::Running);
-    w(&store, move |tx| tx.put_execution(&e)).await;
+    w(&store, move |tx| tx.executions().put(&e)).await;
     let (count_a, count_b) = r(&store, |tx| {
         Ok((
-            tx.agent_execution_count("a")?,
-            tx.agent_execution_count("b")?,
+            tx.agents().execution_count("a")?,
+            tx.agents().execution_count("b")?,
         ))
     })
     .await;
     assert_eq!((count_a, count_b), (1, 0));
 
     let (gone, again) = w(&store, |tx| {
-        Ok((tx.delete_agent("d")?, tx.delete_agent("d")?))
+        Ok((tx.agents().delete("d")?, tx.agents().delete("d")?))
     })
     .await;
     assert!(gone && !again, "delete answers whether the agent existed");
-    assert_eq!(r(&store, |tx| tx.agent("d")).await, None);
+    assert_eq!(r(&store, |tx| tx.agents().get("d")).await, None);
 }
 
 pub async fn executions_round_trip_byte_exact(store: Dyn) {
@@ -74,8 +78,8 @@ pub async fn executions_round_trip_byte_exact(store: Dyn) {
     e.policy_bundle = "default_action: deny\n".into();
     e.policy_bundle_set_by = "gov".into();
     let put = e.clone();
-    w(&store, move |tx| tx.put_execution(&put)).await;
-    let got = r(&store, |tx| tx.execution("e1")).await.unwrap();
+    w(&store, move |tx| tx.executions().put(&put)).await;
+    let got = r(&store, |tx| tx.executions().get("e1")).await.unwrap();
     assert_eq!(got, e);
     assert_eq!(text(&got.input), text(&input));
 
@@ -93,12 +97,12 @@ pub async fn executions_round_trip_byte_exact(store: Dyn) {
     put.trace_parent = String::new();
     put.policy_bundle = String::new();
     put.policy_bundle_set_by = String::new();
-    w(&store, move |tx| tx.put_execution(&put)).await;
+    w(&store, move |tx| tx.executions().put(&put)).await;
     let (got, state, missing) = r(&store, |tx| {
         Ok((
-            tx.execution("e1")?,
-            tx.execution_state("e1")?,
-            tx.execution_state("nope")?,
+            tx.executions().get("e1")?,
+            tx.executions().state("e1")?,
+            tx.executions().state("nope")?,
         ))
     })
     .await;
@@ -109,8 +113,8 @@ pub async fn executions_round_trip_byte_exact(store: Dyn) {
     let mut e2 = execution("e2", "a", ExecutionStatus::Running);
     e2.output = Some(json!({"ok": true}));
     let put = e2.clone();
-    w(&store, move |tx| tx.put_execution(&put)).await;
-    assert_eq!(r(&store, |tx| tx.execution("e2")).await, Some(e2));
+    w(&store, move |tx| tx.executions().put(&put)).await;
+    assert_eq!(r(&store, |tx| tx.executions().get("e2")).await, Some(e2));
 }
 
 pub async fn executions_list_in_pages_with_filters(store: Dyn) {
@@ -122,7 +126,7 @@ pub async fn executions_list_in_pages_with_filters(store: Dyn) {
             ExecutionStatus::Running
         };
         let e = execution(&format!("e{i:02}"), agent_id, status);
-        w(&store, move |tx| tx.put_execution(&e)).await;
+        w(&store, move |tx| tx.executions().put(&e)).await;
     }
     let list = |agent_id: Option<&str>, status: Option<&str>, before: Option<String>| {
         let q = ExecutionQuery {
@@ -135,7 +139,7 @@ pub async fn executions_list_in_pages_with_filters(store: Dyn) {
             limit: 3,
         };
         let store = store.clone();
-        async move { r(&store, move |tx| tx.list_executions(&q)).await }
+        async move { r(&store, move |tx| tx.executions().page(&q)).await }
     };
     let ids = |p: &rebuno::store::Page<rebuno::protocol::Execution>| {
         p.items.iter().map(|e| e.id.clone()).collect::<Vec<_>>()
@@ -166,7 +170,7 @@ pub async fn executions_list_in_pages_with_filters(store: Dyn) {
         let mut f = execution(id, "odd", ExecutionStatus::Running);
         f.forked_from = origin.to_owned();
         f.fork_seq = 3;
-        w(&store, move |tx| tx.put_execution(&f)).await;
+        w(&store, move |tx| tx.executions().put(&f)).await;
     }
     let forks = |origin: &str, before: Option<String>| {
         let q = ExecutionQuery {
@@ -176,7 +180,7 @@ pub async fn executions_list_in_pages_with_filters(store: Dyn) {
             ..ExecutionQuery::default()
         };
         let store = store.clone();
-        async move { r(&store, move |tx| tx.list_executions(&q)).await }
+        async move { r(&store, move |tx| tx.executions().page(&q)).await }
     };
     let first = forks("e01", None).await;
     assert_eq!(ids(&first), ["f4", "f3"]);
@@ -200,18 +204,18 @@ pub async fn executions_past_deadline_and_counts(store: Dyn) {
     for (id, status, deadline) in cases {
         let mut e = execution(id, "a", status);
         e.deadline_at = deadline.map(at);
-        w(&store, move |tx| tx.put_execution(&e)).await;
+        w(&store, move |tx| tx.executions().put(&e)).await;
     }
     let now = at(20);
-    let due = w(&store, move |tx| tx.executions_past_deadline(&now, 10)).await;
+    let due = w(&store, move |tx| tx.executions().past_deadline(&now, 10)).await;
     let ids: Vec<_> = due.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(ids, ["e2", "e1", "e6"], "due, not terminal, earliest first");
     let now = at(20);
-    let first = r(&store, move |tx| tx.executions_past_deadline(&now, 1)).await;
+    let first = r(&store, move |tx| tx.executions().past_deadline(&now, 1)).await;
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].id, "e2");
 
-    let counts = r(&store, |tx| tx.execution_counts()).await;
+    let counts = r(&store, |tx| tx.executions().counts()).await;
     assert_eq!(
         counts,
         [
@@ -225,12 +229,12 @@ pub async fn executions_past_deadline_and_counts(store: Dyn) {
 
 pub async fn events_are_gapless_and_paged(store: Dyn) {
     let e = execution("e1", "a", ExecutionStatus::Running);
-    w(&store, move |tx| tx.put_execution(&e)).await;
+    w(&store, move |tx| tx.executions().put(&e)).await;
     let payload: Value =
         serde_json::from_str(r#"{"step_id":"s","b":2,"a":"\u00e9\u0000","n":1.0}"#).unwrap();
     let p = payload.clone();
     let last = w(&store, move |tx| {
-        tx.append_events(
+        tx.events().append(
             "e1",
             &at(3),
             &[
@@ -242,50 +246,60 @@ pub async fn events_are_gapless_and_paged(store: Dyn) {
     .await;
     assert_eq!(last, 2);
     let last = w(&store, |tx| {
-        tx.append_events("e1", &at(4), &[(EventType::StepProposed, json!({}))])
+        tx.events()
+            .append("e1", &at(4), &[(EventType::StepProposed, json!({}))])
     })
     .await;
     assert_eq!(last, 3);
     // Nothing to append answers the last number and writes nothing.
-    assert_eq!(w(&store, |tx| tx.append_events("e1", &at(5), &[])).await, 3);
+    assert_eq!(
+        w(&store, |tx| tx.events().append("e1", &at(5), &[])).await,
+        3
+    );
     // Another execution (even one without a row) numbers from 1.
     let other = w(&store, |tx| {
-        tx.append_events("ghost", &at(5), &[(EventType::StepProposed, json!({}))])
+        tx.events()
+            .append("ghost", &at(5), &[(EventType::StepProposed, json!({}))])
     })
     .await;
     assert_eq!(other, 1);
 
     let (has, has_not) = r(&store, |tx| {
         Ok((
-            tx.has_event("e1", EventType::ExecutionStarted)?,
-            tx.has_event("e1", EventType::ExecutionCompleted)?,
+            tx.events().has("e1", EventType::ExecutionStarted)?,
+            tx.events().has("e1", EventType::ExecutionCompleted)?,
         ))
     })
     .await;
     assert!(has && !has_not);
 
-    let first = r(&store, |tx| tx.events("e1", 0, 2)).await;
+    let first = r(&store, |tx| tx.events().page("e1", 0, 2)).await;
     let seqs: Vec<_> = first.items.iter().map(|e| e.event_seq).collect();
     assert_eq!(seqs, [1, 2]);
     assert_eq!(first.next.as_deref(), Some("2"));
     assert_eq!(first.items[1].event_type, EventType::ExecutionStarted);
     assert_eq!(text(&first.items[1].payload), text(&payload));
     assert_eq!(first.items[0].occurred_at, at(3));
-    let rest = r(&store, |tx| tx.events("e1", 2, 2)).await;
+    let rest = r(&store, |tx| tx.events().page("e1", 2, 2)).await;
     assert_eq!(rest.items.len(), 1);
     assert_eq!(rest.items[0].event_seq, 3);
     assert_eq!(rest.next, None);
-    assert!(r(&store, |tx| tx.events("e1", 3, 2)).await.items.is_empty());
+    assert!(
+        r(&store, |tx| tx.events().page("e1", 3, 2))
+            .await
+            .items
+            .is_empty()
+    );
 }
 
 pub async fn steps_keep_terminal_outcomes(store: Dyn) {
     let s = step("e1", "s1", StepStatus::Executing);
-    w(&store, move |tx| tx.put_step(&s)).await;
+    w(&store, move |tx| tx.steps().put(&s)).await;
     let mut done = step("e1", "s1", StepStatus::Succeeded);
     done.result = Some(json!({"hits": 3, "a": "é"}));
     done.completed_at = Some(at(4));
     let put = done.clone();
-    w(&store, move |tx| tx.put_step(&put)).await;
+    w(&store, move |tx| tx.steps().put(&put)).await;
     // A later write of a non-terminal status keeps the outcome, and takes the rest.
     let mut late = step("e1", "s1", StepStatus::Executing);
     late.args = Some(json!({"q": "y"}));
@@ -293,8 +307,8 @@ pub async fn steps_keep_terminal_outcomes(store: Dyn) {
     late.idempotency = rebuno::protocol::Idempotency::AtMostOnce;
     late.started_at = Some(at(5));
     let put = late.clone();
-    w(&store, move |tx| tx.put_step(&put)).await;
-    let got = r(&store, |tx| tx.step("e1", "s1")).await.unwrap();
+    w(&store, move |tx| tx.steps().put(&put)).await;
+    let got = r(&store, |tx| tx.steps().get("e1", "s1")).await.unwrap();
     assert_eq!(got.status, StepStatus::Succeeded);
     assert_eq!(got.result, done.result);
     assert_eq!(got.error, None);
@@ -306,19 +320,19 @@ pub async fn steps_keep_terminal_outcomes(store: Dyn) {
     // A step id is found only under its own execution.
     let (exists, elsewhere, other) = r(&store, |tx| {
         Ok((
-            tx.step_exists("e1", "s1")?,
-            tx.step_exists("e2", "s1")?,
-            tx.step("e2", "s1")?,
+            tx.steps().exists("e1", "s1")?,
+            tx.steps().exists("e2", "s1")?,
+            tx.steps().get("e2", "s1")?,
         ))
     })
     .await;
     assert!(exists && !elsewhere && other.is_none());
     // The same id under another execution is another step.
     let s = step("e2", "s1", StepStatus::Proposed);
-    w(&store, move |tx| tx.put_step(&s)).await;
-    let other = r(&store, |tx| tx.step("e2", "s1")).await.unwrap();
+    w(&store, move |tx| tx.steps().put(&s)).await;
+    let other = r(&store, |tx| tx.steps().get("e2", "s1")).await.unwrap();
     assert_eq!(other.status, StepStatus::Proposed);
-    let mine = r(&store, |tx| tx.step("e1", "s1")).await.unwrap();
+    let mine = r(&store, |tx| tx.steps().get("e1", "s1")).await.unwrap();
     assert_eq!(mine.status, StepStatus::Succeeded);
 }
 
@@ -335,29 +349,35 @@ pub async fn steps_page_and_filter(store: Dyn) {
         let mut s = step("e1", id, status);
         s.kind = StepKind::Other("custom kind".into());
         s.occurrence = 7;
-        w(&store, move |tx| tx.put_step(&s)).await;
+        w(&store, move |tx| tx.steps().put(&s)).await;
     }
     let s = step("e2", "s0", StepStatus::Succeeded);
-    w(&store, move |tx| tx.put_step(&s)).await;
-    let all = r(&store, |tx| tx.steps_page("e1", None, false, 4)).await;
+    w(&store, move |tx| tx.steps().put(&s)).await;
+    let all = r(&store, |tx| tx.steps().page("e1", None, false, 4)).await;
     let ids: Vec<_> = all.items.iter().map(|s| s.step_id.as_str()).collect();
     assert_eq!(ids, ["s1", "s2", "s3", "s4"]);
     assert_eq!(all.next.as_deref(), Some("s4"));
     assert_eq!(all.items[0].kind, StepKind::Other("custom kind".into()));
     assert_eq!(all.items[0].occurrence, 7);
-    let rest = r(&store, |tx| tx.steps_page("e1", Some("s4"), false, 4)).await;
+    let rest = r(&store, |tx| tx.steps().page("e1", Some("s4"), false, 4)).await;
     assert_eq!(rest.items.len(), 2);
     assert_eq!(rest.next, None);
-    let terminal = r(&store, |tx| tx.steps_page("e1", None, true, 10)).await;
+    let terminal = r(&store, |tx| tx.steps().page("e1", None, true, 10)).await;
     let ids: Vec<_> = terminal.items.iter().map(|s| s.step_id.as_str()).collect();
     assert_eq!(ids, ["s1", "s3", "s4", "s6"]);
-    let executing = r(&store, |tx| tx.steps_in_status("e1", "executing")).await;
+    let executing = r(&store, |tx| {
+        tx.steps()
+            .in_status("e1", rebuno::protocol::StepStatus::Executing)
+    })
+    .await;
     assert_eq!(executing.len(), 1);
     assert_eq!(executing[0].step_id, "s2");
     assert!(
-        r(&store, |tx| tx.steps_in_status("e1", "proposed"))
-            .await
-            .is_empty()
+        r(&store, |tx| tx
+            .steps()
+            .in_status("e1", rebuno::protocol::StepStatus::Proposed))
+        .await
+        .is_empty()
     );
 }
 
@@ -371,17 +391,23 @@ pub async fn indeterminate_failures_are_found(store: Dyn) {
     nested.args_hash = "h3".into();
     nested.error = Some(json!({"detail": {"reason": "indeterminate"}}));
     for s in [failed, other, nested] {
-        w(&store, move |tx| tx.put_step(&s)).await;
+        w(&store, move |tx| tx.steps().put(&s)).await;
     }
     let found = r(&store, |tx| {
         let kind = StepKind::ToolCall;
         Ok([
-            tx.has_indeterminate_failure("e1", &kind, "search", "h1")?,
-            tx.has_indeterminate_failure("e1", &kind, "search", "h2")?,
-            tx.has_indeterminate_failure("e1", &kind, "search", "h3")?,
-            tx.has_indeterminate_failure("e1", &kind, "other", "h1")?,
-            tx.has_indeterminate_failure("e2", &kind, "search", "h1")?,
-            tx.has_indeterminate_failure("e1", &StepKind::LlmCall, "search", "h1")?,
+            tx.steps()
+                .has_indeterminate_failure("e1", &kind, "search", "h1")?,
+            tx.steps()
+                .has_indeterminate_failure("e1", &kind, "search", "h2")?,
+            tx.steps()
+                .has_indeterminate_failure("e1", &kind, "search", "h3")?,
+            tx.steps()
+                .has_indeterminate_failure("e1", &kind, "other", "h1")?,
+            tx.steps()
+                .has_indeterminate_failure("e2", &kind, "search", "h1")?,
+            tx.steps()
+                .has_indeterminate_failure("e1", &StepKind::LlmCall, "search", "h1")?,
         ])
     })
     .await;
@@ -397,7 +423,7 @@ pub async fn approvals_pending_in_order_and_paged(store: Dyn) {
         approval("ap2a", "e2", "s4", 20),
     ];
     for a in rows.clone() {
-        w(&store, move |tx| tx.put_approval(&a)).await;
+        w(&store, move |tx| tx.approvals().put(&a)).await;
     }
     let mut decided = approval("ap0", "e1", "s0", 5);
     decided.status = ApprovalStatus::Granted;
@@ -406,39 +432,42 @@ pub async fn approvals_pending_in_order_and_paged(store: Dyn) {
     decided.rationale = "fine".into();
     decided.approvers = None;
     let put = decided.clone();
-    w(&store, move |tx| tx.put_approval(&put)).await;
-    assert_eq!(r(&store, |tx| tx.approval("ap0")).await, Some(decided));
+    w(&store, move |tx| tx.approvals().put(&put)).await;
     assert_eq!(
-        r(&store, |tx| tx.approval("ap3")).await,
+        r(&store, |tx| tx.approvals().get("ap0")).await,
+        Some(decided)
+    );
+    assert_eq!(
+        r(&store, |tx| tx.approvals().get("ap3")).await,
         Some(rows[0].clone())
     );
 
     let ids = |v: &[rebuno::protocol::Approval]| v.iter().map(|a| a.id.clone()).collect::<Vec<_>>();
-    let all = r(&store, |tx| tx.pending_approvals(None)).await;
+    let all = r(&store, |tx| tx.approvals().pending(None)).await;
     assert_eq!(ids(&all), ["ap1", "ap2a", "ap2b", "ap3"]);
-    let e2 = r(&store, |tx| tx.pending_approvals(Some("e2"))).await;
+    let e2 = r(&store, |tx| tx.approvals().pending(Some("e2"))).await;
     assert_eq!(ids(&e2), ["ap2a", "ap2b"]);
 
-    let p1 = r(&store, |tx| tx.pending_approvals_page(None, 2))
+    let p1 = r(&store, |tx| tx.approvals().pending_page(None, 2))
         .await
         .unwrap();
     assert_eq!(ids(&p1.items), ["ap1", "ap2a"]);
     assert_eq!(p1.next.as_deref(), Some("ap2a"));
-    let p2 = r(&store, |tx| tx.pending_approvals_page(Some("ap2a"), 2))
+    let p2 = r(&store, |tx| tx.approvals().pending_page(Some("ap2a"), 2))
         .await
         .unwrap();
     assert_eq!(ids(&p2.items), ["ap2b", "ap3"]);
     assert_eq!(p2.next, None);
     assert_eq!(
-        r(&store, |tx| tx.pending_approvals_page(Some("nope"), 2)).await,
+        r(&store, |tx| tx.approvals().pending_page(Some("nope"), 2)).await,
         None,
         "an unknown cursor is no page"
     );
 
     let (for_step, none) = r(&store, |tx| {
         Ok((
-            tx.pending_approval_for_step("s2")?,
-            tx.pending_approval_for_step("s0")?,
+            tx.approvals().pending_for_step("s2")?,
+            tx.approvals().pending_for_step("s0")?,
         ))
     })
     .await;
@@ -446,7 +475,7 @@ pub async fn approvals_pending_in_order_and_paged(store: Dyn) {
     assert_eq!(none, None, "a decided approval is not pending");
 
     let now = at(120);
-    let due = r(&store, move |tx| tx.due_approvals(&now, 10)).await;
+    let due = r(&store, move |tx| tx.approvals().due(&now, 10)).await;
     let mut due_ids = ids(&due);
     due_ids[1..].sort();
     assert_eq!(
@@ -454,7 +483,7 @@ pub async fn approvals_pending_in_order_and_paged(store: Dyn) {
         ["ap1", "ap2a", "ap2b"],
         "timeouts at 110, 120, 120 are due at 120"
     );
-    let next = r(&store, |tx| tx.next_approval_timeout()).await;
+    let next = r(&store, |tx| tx.approvals().next_timeout()).await;
     assert_eq!(next, Some(at(110)));
 }
 
@@ -471,44 +500,48 @@ pub async fn terminal_executions_are_deleted_with_their_children(store: Dyn) {
         e.updated_at = at(ended);
         let id = id.to_owned();
         w(&store, move |tx| {
-            tx.put_execution(&e)?;
-            tx.append_events(&id, &at(1), &[(EventType::ExecutionCreated, json!({}))])?;
-            tx.put_step(&step(&id, "s1", StepStatus::Succeeded))?;
-            tx.put_approval(&approval(&format!("ap-{id}"), &id, "s1", 1))?;
-            tx.put_dispatch(&dispatch(&format!("d-{id}"), &id, DispatchStatus::Acked, 1))
+            tx.executions().put(&e)?;
+            tx.events()
+                .append(&id, &at(1), &[(EventType::ExecutionCreated, json!({}))])?;
+            tx.steps().put(&step(&id, "s1", StepStatus::Succeeded))?;
+            tx.approvals()
+                .put(&approval(&format!("ap-{id}"), &id, "s1", 1))?;
+            tx.dispatches()
+                .put(&dispatch(&format!("d-{id}"), &id, DispatchStatus::Acked, 1))
         })
         .await;
     }
     // A later update of a terminal execution does not move its end.
     let mut touched = execution("old1", "a", ExecutionStatus::Completed);
     touched.updated_at = at(95);
-    w(&store, move |tx| tx.put_execution(&touched)).await;
+    w(&store, move |tx| tx.executions().put(&touched)).await;
 
     let cutoff = at(50);
     let first = w(&store, move |tx| {
-        tx.delete_terminal_executions_before(&cutoff, 2)
+        tx.executions().delete_terminal_before(&cutoff, 2)
     })
     .await;
     assert_eq!(first, 2, "a batch is at most the limit, oldest end first");
     let (old1, old2, old3) = r(&store, |tx| {
         Ok((
-            tx.execution("old1")?,
-            tx.execution("old2")?,
-            tx.execution("old3")?,
+            tx.executions().get("old1")?,
+            tx.executions().get("old2")?,
+            tx.executions().get("old3")?,
         ))
     })
     .await;
     assert!(old1.is_none() && old2.is_none() && old3.is_some());
     let cutoff = at(50);
     let second = w(&store, move |tx| {
-        tx.delete_terminal_executions_before(&cutoff, 10)
+        tx.executions().delete_terminal_before(&cutoff, 10)
     })
     .await;
     assert_eq!(second, 1);
     let cutoff = at(50);
     assert_eq!(
         w(&store, move |tx| tx
-            .delete_terminal_executions_before(&cutoff, 10))
+            .executions()
+            .delete_terminal_before(&cutoff, 10))
         .await,
         0
     );
@@ -517,10 +550,10 @@ pub async fn terminal_executions_are_deleted_with_their_children(store: Dyn) {
         let left = r(&store, move |tx| {
             let id = owned;
             Ok((
-                tx.events(&id, 0, 10)?.items.len(),
-                tx.step(&id, "s1")?,
-                tx.approval(&format!("ap-{id}"))?,
-                tx.dispatches_of(&id)?,
+                tx.events().page(&id, 0, 10)?.items.len(),
+                tx.steps().get(&id, "s1")?,
+                tx.approvals().get(&format!("ap-{id}"))?,
+                tx.dispatches().of_execution(&id)?,
             ))
         })
         .await;
@@ -531,11 +564,11 @@ pub async fn terminal_executions_are_deleted_with_their_children(store: Dyn) {
         let kept = r(&store, move |tx| {
             let id = owned;
             Ok((
-                tx.execution(&id)?.is_some(),
-                tx.events(&id, 0, 10)?.items.len(),
-                tx.step_exists(&id, "s1")?,
-                tx.approval(&format!("ap-{id}"))?.is_some(),
-                tx.dispatches_of(&id)?.len(),
+                tx.executions().get(&id)?.is_some(),
+                tx.events().page(&id, 0, 10)?.items.len(),
+                tx.steps().exists(&id, "s1")?,
+                tx.approvals().get(&format!("ap-{id}"))?.is_some(),
+                tx.dispatches().of_execution(&id)?.len(),
             ))
         })
         .await;
@@ -546,21 +579,28 @@ pub async fn terminal_executions_are_deleted_with_their_children(store: Dyn) {
 pub async fn a_failing_closure_keeps_nothing(store: Dyn) {
     let failed = store
         .write(|tx| {
-            tx.put_agent(&agent("a"))?;
-            tx.put_execution(&execution("e1", "a", ExecutionStatus::Running))?;
-            tx.append_events("e1", &at(1), &[(EventType::ExecutionCreated, json!({}))])?;
+            tx.agents().put(&agent("a"))?;
+            tx.executions()
+                .put(&execution("e1", "a", ExecutionStatus::Running))?;
+            tx.events()
+                .append("e1", &at(1), &[(EventType::ExecutionCreated, json!({}))])?;
             Err::<(), _>(StoreError::Database("the change gives up".into()))
         })
         .await;
     assert!(failed.is_err());
     let (a, e, events) = r(&store, |tx| {
-        Ok((tx.agent("a")?, tx.execution("e1")?, tx.events("e1", 0, 10)?))
+        Ok((
+            tx.agents().get("a")?,
+            tx.executions().get("e1")?,
+            tx.events().page("e1", 0, 10)?,
+        ))
     })
     .await;
     assert!(a.is_none() && e.is_none() && events.items.is_empty());
     // The store goes on: the next write numbers events from 1.
     let last = w(&store, |tx| {
-        tx.append_events("e1", &at(2), &[(EventType::ExecutionCreated, json!({}))])
+        tx.events()
+            .append("e1", &at(2), &[(EventType::ExecutionCreated, json!({}))])
     })
     .await;
     assert_eq!(last, 1);
@@ -569,17 +609,17 @@ pub async fn a_failing_closure_keeps_nothing(store: Dyn) {
 pub async fn a_panicking_closure_keeps_nothing(store: Dyn) {
     let failed = store
         .write(|tx| {
-            tx.put_agent(&agent("a"))?;
-            if tx.agent("a")?.is_some() {
+            tx.agents().put(&agent("a"))?;
+            if tx.agents().get("a")?.is_some() {
                 panic!("a change panics halfway");
             }
             Ok(())
         })
         .await;
     assert!(failed.is_err());
-    assert_eq!(r(&store, |tx| tx.agent("a")).await, None);
-    w(&store, |tx| tx.put_agent(&agent("b"))).await;
-    assert!(r(&store, |tx| tx.agent("b")).await.is_some());
+    assert_eq!(r(&store, |tx| tx.agents().get("a")).await, None);
+    w(&store, |tx| tx.agents().put(&agent("b"))).await;
+    assert!(r(&store, |tx| tx.agents().get("b")).await.is_some());
 }
 
 /// Executions are found by (creator, idempotency key); a key is unique per creator only, and
@@ -592,14 +632,14 @@ pub async fn idempotency_keys_are_unique_per_creator(store: Dyn) {
     elsewhere.created_by = "key-2".into();
     let plain = execution("e3", "a", ExecutionStatus::Running);
     for e in [first.clone(), elsewhere.clone(), plain] {
-        w(&store, move |tx| tx.put_execution(&e)).await;
+        w(&store, move |tx| tx.executions().put(&e)).await;
     }
     let (found, other, none, empty) = r(&store, |tx| {
         Ok((
-            tx.execution_by_idempotency_key("", "k")?,
-            tx.execution_by_idempotency_key("key-2", "k")?,
-            tx.execution_by_idempotency_key("", "zz")?,
-            tx.execution_by_idempotency_key("", "")?,
+            tx.executions().by_idempotency_key("", "k")?,
+            tx.executions().by_idempotency_key("key-2", "k")?,
+            tx.executions().by_idempotency_key("", "zz")?,
+            tx.executions().by_idempotency_key("", "")?,
         ))
     })
     .await;
@@ -610,12 +650,12 @@ pub async fn idempotency_keys_are_unique_per_creator(store: Dyn) {
     // refused and leaves nothing.
     let mut done = first.clone();
     done.status = ExecutionStatus::Completed;
-    w(&store, move |tx| tx.put_execution(&done)).await;
+    w(&store, move |tx| tx.executions().put(&done)).await;
     let mut twin = execution("e4", "a", ExecutionStatus::Running);
     twin.idempotency_key = "k".into();
-    let refused = store.write(move |tx| tx.put_execution(&twin)).await;
+    let refused = store.write(move |tx| tx.executions().put(&twin)).await;
     assert!(refused.is_err());
-    assert_eq!(r(&store, |tx| tx.execution("e4")).await, None);
-    let found = r(&store, |tx| tx.execution_by_idempotency_key("", "k")).await;
+    assert_eq!(r(&store, |tx| tx.executions().get("e4")).await, None);
+    let found = r(&store, |tx| tx.executions().by_idempotency_key("", "k")).await;
     assert_eq!(found.map(|e| e.id), Some("e1".to_owned()));
 }

@@ -26,11 +26,11 @@ async fn two(schema: &Schema) -> (Arc<PgStore>, Arc<PgStore>) {
 async fn replicas_starting_together_migrate_once() {
     let schema = Schema::new("migrate_together");
     let (a, b, c) = tokio::join!(schema.store(), schema.store(), schema.store());
-    a.write(|tx| tx.put_agent(&agent("x"))).await.unwrap();
-    assert!(b.read(|tx| tx.agent("x")).await.unwrap().is_some());
-    assert!(c.read(|tx| tx.agent("x")).await.unwrap().is_some());
+    a.write(|tx| tx.agents().put(&agent("x"))).await.unwrap();
+    assert!(b.read(|tx| tx.agents().get("x")).await.unwrap().is_some());
+    assert!(c.read(|tx| tx.agents().get("x")).await.unwrap().is_some());
     assert_eq!(a.backend(), "postgres");
-    assert!(a.shared());
+    assert!(a.replicas().is_some());
     a.ping().await.unwrap();
 }
 
@@ -43,8 +43,9 @@ async fn two_replicas_never_claim_the_same_dispatch() {
     a.write(|tx| {
         for i in 0..ROWS {
             let e = format!("e{i:03}");
-            tx.put_execution(&execution(&e, "agent", ExecutionStatus::Running))?;
-            tx.put_dispatch(&dispatch(
+            tx.executions()
+                .put(&execution(&e, "agent", ExecutionStatus::Running))?;
+            tx.dispatches().put(&dispatch(
                 &format!("d{i:03}"),
                 &e,
                 DispatchStatus::Pending,
@@ -69,13 +70,13 @@ async fn two_replicas_never_claim_the_same_dispatch() {
             loop {
                 let claimed = store
                     .write(move |tx| {
-                        let rows = tx.claimable_dispatches_except(&at(10), 3, &[])?;
+                        let rows = tx.dispatches().claimable_except(&at(10), 3, &[])?;
                         std::thread::sleep(Duration::from_millis(5));
                         for (mut d, _) in rows.clone() {
                             d.status = DispatchStatus::InFlight;
                             d.attempt += 1;
                             d.locked_by = format!("claimer-{n}");
-                            tx.put_dispatch(&d)?;
+                            tx.dispatches().put(&d)?;
                         }
                         Ok(rows.into_iter().map(|(d, _)| d.id).collect::<Vec<_>>())
                     })
@@ -95,7 +96,7 @@ async fn two_replicas_never_claim_the_same_dispatch() {
         }
     }
     assert_eq!(seen.len(), ROWS, "every row was claimed once");
-    let rows = b.read(|tx| tx.in_flight_dispatches()).await.unwrap();
+    let rows = b.read(|tx| tx.dispatches().in_flight()).await.unwrap();
     assert_eq!(rows.len(), ROWS);
     assert!(
         rows.iter().all(|d| d.attempt == 1),
@@ -108,9 +109,12 @@ async fn two_replicas_never_claim_the_same_dispatch() {
 async fn concurrent_appends_stay_gapless() {
     let schema = Schema::new("appends");
     let (a, b) = two(&schema).await;
-    a.write(|tx| tx.put_execution(&execution("e1", "agent", ExecutionStatus::Running)))
-        .await
-        .unwrap();
+    a.write(|tx| {
+        tx.executions()
+            .put(&execution("e1", "agent", ExecutionStatus::Running))
+    })
+    .await
+    .unwrap();
     // One execution with a row, one without: both are numbered without gaps or clashes.
     for exec in ["e1", "no-row"] {
         let mut tasks = Vec::new();
@@ -119,7 +123,7 @@ async fn concurrent_appends_stay_gapless() {
                 for _ in 0..8 {
                     store
                         .write(move |tx| {
-                            tx.append_events(
+                            tx.events().append(
                                 exec,
                                 &at(1),
                                 &[
@@ -136,7 +140,10 @@ async fn concurrent_appends_stay_gapless() {
         for t in tasks {
             tokio::time::timeout(DEADLINE, t).await.unwrap().unwrap();
         }
-        let events = a.read(move |tx| tx.events(exec, 0, 1000)).await.unwrap();
+        let events = a
+            .read(move |tx| tx.events().page(exec, 0, 1000))
+            .await
+            .unwrap();
         let seqs: Vec<u64> = events.items.iter().map(|e| e.event_seq).collect();
         assert_eq!(seqs, (1..=12 * 8 * 2).collect::<Vec<u64>>(), "{exec}");
         // Each batch is contiguous: a proposed event is always followed by its allowed one.
@@ -152,20 +159,15 @@ async fn concurrent_appends_stay_gapless() {
 async fn execution_locks_exclude_across_replicas() {
     let schema = Schema::new("locks");
     let (a, b) = two(&schema).await;
-    let held = a
-        .lock_execution("e1")
-        .await
-        .unwrap()
-        .expect("a shared store locks");
+    let held = a.replicas().unwrap().lock_execution("e1").await.unwrap();
     // Another execution is not blocked.
-    let other = tokio::time::timeout(DEADLINE, b.lock_execution("e2"))
+    let _other = tokio::time::timeout(DEADLINE, b.replicas().unwrap().lock_execution("e2"))
         .await
         .unwrap()
         .unwrap();
-    assert!(other.is_some());
     let waiting = tokio::spawn({
         let b = b.clone();
-        async move { b.lock_execution("e1").await }
+        async move { b.replicas().unwrap().lock_execution("e1").await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
@@ -178,17 +180,22 @@ async fn execution_locks_exclude_across_replicas() {
         .expect("the lock passes once released")
         .unwrap()
         .unwrap();
-    assert!(got.is_some());
     // And back: released by the second replica, the first takes it again.
     drop(got);
-    let again = tokio::time::timeout(DEADLINE, a.lock_execution("e1")).await;
-    assert!(again.unwrap().unwrap().is_some());
+    let again = tokio::time::timeout(DEADLINE, a.replicas().unwrap().lock_execution("e1")).await;
+    again.unwrap().unwrap();
     // Many lock holders do not starve transactions: the locks have their own connections.
     let mut guards = Vec::new();
     for i in 0..8 {
-        guards.push(a.lock_execution(&format!("x{i}")).await.unwrap());
+        guards.push(
+            a.replicas()
+                .unwrap()
+                .lock_execution(&format!("x{i}"))
+                .await
+                .unwrap(),
+        );
     }
-    tokio::time::timeout(DEADLINE, a.write(|tx| tx.put_agent(&agent("still"))))
+    tokio::time::timeout(DEADLINE, a.write(|tx| tx.agents().put(&agent("still"))))
         .await
         .unwrap()
         .unwrap();
@@ -210,7 +217,7 @@ async fn a_lock_released_and_taken_again_at_once_stays_exclusive() {
             let inside = Arc::clone(&inside);
             tokio::spawn(async move {
                 for _ in 0..30 {
-                    let guard = store.lock_execution("e").await.unwrap();
+                    let guard = store.replicas().unwrap().lock_execution("e").await.unwrap();
                     assert_eq!(inside.fetch_add(1, SeqCst), 0, "two holders at once");
                     tokio::task::yield_now().await;
                     inside.fetch_sub(1, SeqCst);
@@ -231,22 +238,25 @@ async fn a_new_lock_holder_waits_for_the_last_holders_transactions() {
     use std::sync::mpsc;
     let schema = Schema::new("lock_drain");
     let (a, b) = two(&schema).await;
-    a.write(|tx| tx.put_execution(&execution("e", "agent", ExecutionStatus::Running)))
-        .await
-        .unwrap();
+    a.write(|tx| {
+        tx.executions()
+            .put(&execution("e", "agent", ExecutionStatus::Running))
+    })
+    .await
+    .unwrap();
     // Replica B's lock ends while a write transaction it started on the execution is still
     // open, as when a replica dies with its commit on the wire.
-    let held = b.lock_execution("e").await.unwrap();
+    let held = b.replicas().unwrap().lock_execution("e").await.unwrap();
     let (opened, is_open) = mpsc::channel();
     let (go, may_commit) = mpsc::channel::<()>();
     let writing = tokio::spawn({
         let b = Arc::clone(&b);
         async move {
             b.write(move |tx| {
-                tx.execution_state("e")?;
+                tx.executions().state("e")?;
                 opened.send(()).unwrap();
                 may_commit.recv().unwrap();
-                tx.put_agent(&agent("late"))
+                tx.agents().put(&agent("late"))
             })
             .await
         }
@@ -259,8 +269,12 @@ async fn a_new_lock_holder_waits_for_the_last_holders_transactions() {
     let locking = tokio::spawn({
         let a = Arc::clone(&a);
         async move {
-            let guard = a.lock_execution("e").await.unwrap();
-            let seen = a.read(|tx| tx.agent("late")).await.unwrap().is_some();
+            let guard = a.replicas().unwrap().lock_execution("e").await.unwrap();
+            let seen = a
+                .read(|tx| tx.agents().get("late"))
+                .await
+                .unwrap()
+                .is_some();
             drop(guard);
             seen
         }
@@ -304,7 +318,10 @@ async fn a_new_lock_holder_waits_for_the_last_holders_transactions() {
 async fn the_rate_limiter_allows_exactly_n_across_replicas() {
     let schema = Schema::new("ratelimit");
     let (a, b) = two(&schema).await;
-    let limiters = [a.rate_limiter().unwrap(), b.rate_limiter().unwrap()];
+    let limiters = [
+        a.replicas().unwrap().rate_limiter(),
+        b.replicas().unwrap().rate_limiter(),
+    ];
     const N: u64 = 10;
     let window = Duration::from_secs(3600);
     let mut tasks = Vec::new();
@@ -364,11 +381,13 @@ async fn the_rate_limiter_allows_exactly_n_across_replicas() {
 async fn what_one_replica_publishes_the_other_hears() {
     let schema = Schema::new("publish");
     let (a, b) = two(&schema).await;
-    let mut heard = b.subscribe().expect("a shared store subscribes");
+    let mut heard = b.replicas().unwrap().subscribe();
     // The LISTEN connection may still be starting: publish until the message arrives.
     let got = tokio::time::timeout(DEADLINE, async {
         loop {
-            a.publish(channels::STREAM, "{\"exec_id\":\"e1\"}".into())
+            a.replicas()
+                .unwrap()
+                .publish(channels::STREAM, "{\"exec_id\":\"e1\"}".into())
                 .await
                 .unwrap();
             let wait = tokio::time::sleep(Duration::from_millis(200));
@@ -396,9 +415,13 @@ async fn what_one_replica_publishes_the_other_hears() {
 
     // The publisher hears itself too, on its own channel. Its own earlier STREAM messages (the
     // loop above may have sent several) can still be on their way: wait for the DISPATCH one.
-    let mut own = a.subscribe().unwrap();
+    let mut own = a.replicas().unwrap().subscribe();
     let got = tokio::time::timeout(DEADLINE, async {
-        a.publish(channels::DISPATCH, "d1".into()).await.unwrap();
+        a.replicas()
+            .unwrap()
+            .publish(channels::DISPATCH, "d1".into())
+            .await
+            .unwrap();
         loop {
             if let StoreMessage::Published { channel, payload } = own.recv().await.unwrap()
                 && channel != channels::STREAM
@@ -413,8 +436,20 @@ async fn what_one_replica_publishes_the_other_hears() {
 
     // A payload PostgreSQL would refuse is refused before it is sent.
     let big = "x".repeat(8000);
-    assert!(a.publish(channels::STREAM, big).await.is_err());
-    assert!(a.publish(channels::STREAM, "y".repeat(7999)).await.is_ok());
+    assert!(
+        a.replicas()
+            .unwrap()
+            .publish(channels::STREAM, big)
+            .await
+            .is_err()
+    );
+    assert!(
+        a.replicas()
+            .unwrap()
+            .publish(channels::STREAM, "y".repeat(7999))
+            .await
+            .is_ok()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -428,19 +463,25 @@ async fn a_failed_statement_is_never_committed() {
     bad.id = "nul\0id".into();
     let out = store
         .write(move |tx| {
-            tx.put_agent(&agent("good"))?;
-            let _ = tx.put_agent(&bad);
+            tx.agents().put(&agent("good"))?;
+            let _ = tx.agents().put(&bad);
             Ok(())
         })
         .await;
     let err = out.unwrap_err().to_string();
     assert!(err.contains("rolled back"), "{err}");
-    assert!(store.read(|tx| tx.agent("good")).await.unwrap().is_none());
+    assert!(
+        store
+            .read(|tx| tx.agents().get("good"))
+            .await
+            .unwrap()
+            .is_none()
+    );
     // A read transaction cannot write.
-    let out = store.read(|tx| tx.put_agent(&agent("r"))).await;
+    let out = store.read(|tx| tx.agents().put(&agent("r"))).await;
     assert!(out.is_err());
     store
-        .write(|tx| tx.put_agent(&agent("after")))
+        .write(|tx| tx.agents().put(&agent("after")))
         .await
         .unwrap();
 }

@@ -56,7 +56,7 @@ pub async fn resources_round_trip_and_go_with_their_execution(store: Dyn) {
         e.updated_at = at(10);
         let id = id.to_owned();
         w(&store, move |tx| {
-            tx.put_execution(&e)?;
+            tx.executions().put(&e)?;
             tx.resources().put(&resource(&id, "sandbox"))?;
             tx.resources().put(&resource(&id, "cache"))?;
             tx.resources()
@@ -115,7 +115,7 @@ pub async fn resources_round_trip_and_go_with_their_execution(store: Dyn) {
     // Retention deletes a terminal execution's resources and checkpoints, and only those.
     let cutoff = at(50);
     let deleted = w(&store, move |tx| {
-        tx.delete_terminal_executions_before(&cutoff, 10)
+        tx.executions().delete_terminal_before(&cutoff, 10)
     })
     .await;
     assert_eq!(deleted, 1);

@@ -120,11 +120,14 @@ impl Kernel {
             let mut stale = Vec::new();
             // Retries due by the monotonic clock come first, whatever the wall clock says.
             for (id, attempt) in due_retries {
-                match tx.dispatch(&id)? {
+                match tx.dispatches().get(&id)? {
                     Some(d) if d.status == DispatchStatus::Failed && d.attempt == attempt => {
                         // Not `execution_state`: that would lock the execution's row after
                         // the dispatch's, against the lock order (see `kernel::dispatch`).
-                        let agent = tx.agent_of(&d.execution_id)?.unwrap_or_default();
+                        let agent = tx
+                            .executions()
+                            .agent_of(&d.execution_id)?
+                            .unwrap_or_default();
                         candidates.push((d, agent));
                     }
                     _ => stale.push((id, attempt)),
@@ -134,7 +137,7 @@ impl Kernel {
             let page = limit
                 .saturating_add(waiting.len())
                 .saturating_add(candidates.len());
-            candidates.extend(tx.claimable_dispatches_except(&now, page, &full)?);
+            candidates.extend(tx.dispatches().claimable_except(&now, page, &full)?);
             let mut taken: HashMap<String, usize> = HashMap::new();
             let mut seen = HashSet::new();
             let mut out = Vec::new();
@@ -156,7 +159,7 @@ impl Kernel {
                 d.locked_by = replica.clone();
                 d.locked_at = Some(now.clone());
                 d.updated_at = now.clone();
-                tx.put_dispatch(&d)?;
+                tx.dispatches().put(&d)?;
                 kernel.begin_attempt(&d.id, d.attempt);
                 out.push(Claimed {
                     dispatch: d,

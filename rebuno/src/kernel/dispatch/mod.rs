@@ -184,9 +184,9 @@ impl Kernel {
             self.inner
                 .store
                 .read_unsettled(move |tx| {
-                    let exec = tx.execution(&exec_id)?;
+                    let exec = tx.executions().get(&exec_id)?;
                     let agent = match &exec {
-                        Some(e) => tx.agent(&e.agent_id)?,
+                        Some(e) => tx.agents().get(&e.agent_id)?,
                         None => None,
                     };
                     Ok((exec, agent))
@@ -292,8 +292,8 @@ impl Kernel {
         self.inner
             .store
             .write(move |tx| {
-                let exists = tx.execution_state(&d.execution_id)?.is_some();
-                let Some(mut cur) = tx.dispatch(&d.id)? else {
+                let exists = tx.executions().state(&d.execution_id)?.is_some();
+                let Some(mut cur) = tx.dispatches().get(&d.id)? else {
                     return Ok(());
                 };
                 if cur.attempt != d.attempt {
@@ -301,13 +301,13 @@ impl Kernel {
                 }
                 cur.status = DispatchStatus::Exhausted;
                 cur.updated_at = now.clone();
-                tx.put_dispatch(&cur)?;
+                tx.dispatches().put(&cur)?;
                 let p = DispatchEventPayload {
                     status: DispatchStatus::Exhausted,
                     ..queued_payload(&cur)
                 };
                 if exists {
-                    tx.record_events(
+                    tx.events().record(
                         &cur.execution_id,
                         &now,
                         &[(EventType::DispatchDiscarded, payload(&p))],
@@ -328,9 +328,10 @@ impl Kernel {
             // A fast agent may have finished (or a reclaim superseded this attempt) while
             // the webhook answered: an ack after that would only confuse the log.
             let finished = tx
-                .execution_state(&d.execution_id)?
+                .executions()
+                .state(&d.execution_id)?
                 .is_none_or(|(_, s)| s.is_terminal());
-            let Some(cur) = tx.dispatch(&d.id)? else {
+            let Some(cur) = tx.dispatches().get(&d.id)? else {
                 return Ok(());
             };
             if cur.attempt != d.attempt || finished {
@@ -341,7 +342,7 @@ impl Kernel {
                 attempt: d.attempt,
                 ..queued_payload(&cur)
             };
-            tx.record_events(
+            tx.events().record(
                 &cur.execution_id,
                 &now,
                 &[(EventType::DispatchAcked, payload(&p))],
@@ -362,7 +363,7 @@ impl Kernel {
         let woken = self
             .inner
             .store
-            .write(move |tx| tx.wake_agent_dispatches(&id, &now))
+            .write(move |tx| tx.dispatches().wake_agent(&id, &now))
             .await;
         match woken {
             Ok(woken) if !woken.is_empty() => {
@@ -390,7 +391,7 @@ impl Kernel {
         let dispatches = self
             .inner
             .store
-            .read(move |tx| tx.dispatches_of(&id))
+            .read(move |tx| tx.dispatches().of_execution(&id))
             .await?;
         Ok(dispatches
             .into_iter()
@@ -411,8 +412,8 @@ impl Kernel {
         let own = self
             .inner
             .store
-            .read_unsettled(move |tx| match tx.agent_of(&id)? {
-                Some(agent) => Ok(tx.agent(&agent)?.and_then(|a| a.dispatch_retry)),
+            .read_unsettled(move |tx| match tx.executions().agent_of(&id)? {
+                Some(agent) => Ok(tx.agents().get(&agent)?.and_then(|a| a.dispatch_retry)),
                 None => Ok(None),
             })
             .await?;
@@ -452,8 +453,8 @@ impl Kernel {
             .store
             .write(move |tx| {
                 // Locked before the dispatch (the lock order); the event append below reuses it.
-                tx.execution_state(&d.execution_id)?;
-                let Some(mut cur) = tx.dispatch(&d.id)? else {
+                tx.executions().state(&d.execution_id)?;
+                let Some(mut cur) = tx.dispatches().get(&d.id)? else {
                     return Ok(());
                 };
                 if cur.attempt != d.attempt || cur.status != DispatchStatus::InFlight {
@@ -465,14 +466,15 @@ impl Kernel {
                 cur.locked_at = None;
                 cur.updated_at = now.clone();
                 cur.last_error = error.clone();
-                tx.put_dispatch(&cur)?;
+                tx.dispatches().put(&cur)?;
                 let mut p = payload(&DispatchEventPayload {
                     status: DispatchStatus::Failed,
                     ..queued_payload(&cur)
                 });
                 p["error"] = Value::String(error);
                 p["next_attempt_at"] = Value::String(cur.next_attempt_at.clone());
-                tx.record_events(&cur.execution_id, &now, &[(EventType::DispatchFailed, p)])?;
+                tx.events()
+                    .record(&cur.execution_id, &now, &[(EventType::DispatchFailed, p)])?;
                 // In the transaction, so that it precedes any later one that ends the dispatch.
                 kernel.schedule_retry(&cur.id, cur.attempt, due);
                 Ok(())
@@ -500,8 +502,8 @@ impl Kernel {
             .write(move |tx| {
                 // Parent, execution, then dispatch: the lock order (see the module docs).
                 lock_parent(tx, &d.execution_id)?;
-                let exec = tx.execution(&d.execution_id)?;
-                let Some(cur) = tx.dispatch(&d.id)? else {
+                let exec = tx.executions().get(&d.execution_id)?;
+                let Some(cur) = tx.dispatches().get(&d.id)? else {
                     return Ok(None);
                 };
                 // Only the attempt that still owns the dispatch can exhaust it. If the execution
@@ -531,7 +533,7 @@ impl Kernel {
                     exec.status = ExecutionStatus::Failed;
                     exec.failure_reason = REASON_DISPATCH_EXHAUSTED.to_owned();
                     exec.updated_at = now.clone();
-                    tx.put_execution(&exec)?;
+                    tx.executions().put(&exec)?;
                     events.push((
                         EventType::ExecutionFailed,
                         payload(&ExecutionEventPayload {
@@ -542,7 +544,7 @@ impl Kernel {
                     failed = Some(exec);
                 }
                 if !events.is_empty() {
-                    tx.record_events(&cur.execution_id, &now, &events)?;
+                    tx.events().record(&cur.execution_id, &now, &events)?;
                 }
                 match failed {
                     Some(exec) => ended_in_tx(tx, &exec, &now, max_attempts, &mut ending)?,

@@ -39,7 +39,7 @@ impl Kernel {
     /// how many.
     ///
     /// Each row's lease comes from the store with the row
-    /// ([`Tx::in_flight_leases`](crate::store::Tx::in_flight_leases)), so with several replicas
+    /// ([`DispatchTx::in_flight_leases`](crate::store::DispatchTx::in_flight_leases)), so with several replicas
     /// on one database every reaper judges a row by the same lease.
     ///
     /// A lease's age is measured on the monotonic clock from its last renewal (the claim is
@@ -48,7 +48,11 @@ impl Kernel {
     /// is rare.
     pub async fn reap_expired_leases(&self) -> KernelResult<usize> {
         let (wall, mono) = (self.now(), self.inner.clock.monotonic());
-        let in_flight = self.inner.store.read(|tx| tx.in_flight_leases()).await?;
+        let in_flight = self
+            .inner
+            .store
+            .read(|tx| tx.dispatches().in_flight_leases())
+            .await?;
         // Remember the renewal each decision was based on: a heartbeat that lands before the
         // reclaim commits keeps its lease (checked again inside the transaction).
         let expired: Vec<(Dispatch, Option<Renewal>)> = in_flight
@@ -82,7 +86,7 @@ impl Kernel {
         let in_flight = self
             .inner
             .store
-            .read(|tx| tx.in_flight_dispatches())
+            .read(|tx| tx.dispatches().in_flight())
             .await?;
         let rows = in_flight
             .into_iter()
@@ -111,7 +115,7 @@ impl Kernel {
                     if kernel.renewal(&d.id, d.attempt) != renewed {
                         continue;
                     }
-                    let Some(mut cur) = tx.dispatch(&d.id)? else {
+                    let Some(mut cur) = tx.dispatches().get(&d.id)? else {
                         continue;
                     };
                     // Same attempt and no renewal since (a shared store's renewals move
@@ -127,7 +131,7 @@ impl Kernel {
                     cur.locked_by = String::new();
                     cur.locked_at = None;
                     cur.updated_at = now.clone();
-                    tx.put_dispatch(&cur)?;
+                    tx.dispatches().put(&cur)?;
                     ended.push((cur.id, cur.attempt, cur.execution_id));
                 }
                 Ok(ended)

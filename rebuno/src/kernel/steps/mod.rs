@@ -549,11 +549,11 @@ impl Kernel {
                     Lookup::DispatchLease(&lease.dispatch_id),
                     Lookup::Step(&step.execution_id, &step.step_id),
                 ])?;
-                tx.execution_state(&step.execution_id)?;
+                tx.executions().state(&step.execution_id)?;
                 if !lease_holds(tx, &step.execution_id, &lease, true)? {
                     return Ok(Err(KernelError::lease_superseded()));
                 }
-                let Some(mut cur) = tx.step(&step.execution_id, &step.step_id)? else {
+                let Some(mut cur) = tx.steps().get(&step.execution_id, &step.step_id)? else {
                     return Ok(Err(KernelError::not_found()));
                 };
                 let decision = match cur.status {
@@ -561,9 +561,9 @@ impl Kernel {
                         cur.status = StepStatus::Failed;
                         cur.error = Some(indeterminate_error());
                         cur.completed_at = Some(now.clone());
-                        tx.put_step(&cur)?;
+                        tx.steps().put(&cur)?;
                         let p = step_event(&cur).with_error(indeterminate_error());
-                        tx.record_events(
+                        tx.events().record(
                             &cur.execution_id,
                             &now,
                             &[(EventType::StepFailed, payload(&p))],
@@ -573,8 +573,8 @@ impl Kernel {
                     StepStatus::Allowed | StepStatus::Proposed => {
                         cur.status = StepStatus::Executing;
                         cur.started_at = Some(now.clone());
-                        tx.put_step(&cur)?;
-                        tx.record_events(
+                        tx.steps().put(&cur)?;
+                        tx.events().record(
                             &cur.execution_id,
                             &now,
                             &[(EventType::StepExecuting, payload(&step_event(&cur)))],
@@ -694,13 +694,13 @@ impl Kernel {
             .inner
             .store
             .write(move |tx| {
-                let refused_before = tx.has_event(&exec_id, EventType::StepRateLimited)?;
+                let refused_before = tx.events().has(&exec_id, EventType::StepRateLimited)?;
                 let mut events: Events = vec![(EventType::StepRateLimited, payload(&p))];
                 let mut ended = Vec::new();
                 let decision = match park {
                     Some(due) if !refused_before => {
                         // The execution's row before the dispatch's (the lock order).
-                        tx.execution_state(&exec_id)?;
+                        tx.executions().state(&exec_id)?;
                         if !lease_holds(tx, &exec_id, &lease, true)? {
                             return Ok(Err(KernelError::lease_superseded()));
                         }
@@ -716,7 +716,7 @@ impl Kernel {
                     }
                     _ => StepDecision::rate_limited(reason),
                 };
-                tx.record_events(&exec_id, &now, &events)?;
+                tx.events().record(&exec_id, &now, &events)?;
                 Ok(Ok((decision, ended)))
             })
             .await??;

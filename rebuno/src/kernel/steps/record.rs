@@ -66,7 +66,7 @@ pub(super) fn record_step(
             lookups.push(Lookup::Step(&step.execution_id, &c.step_id));
         }
         tx.prefetch(&lookups)?;
-        let Some((_, status)) = tx.execution_state(&step.execution_id)? else {
+        let Some((_, status)) = tx.executions().state(&step.execution_id)? else {
             return Ok(Err(KernelError::not_found()));
         };
         if status.is_terminal() {
@@ -89,7 +89,7 @@ pub(super) fn record_step(
         );
         record_progress(tx, &lease, &key, step.occurrence, &now)?;
     }
-    if !checked && tx.step_exists(&step.execution_id, &step.step_id)? {
+    if !checked && tx.steps().exists(&step.execution_id, &step.step_id)? {
         return Ok(Err(KernelError::conflict("step already recorded")));
     }
     let mut events: Events = vec![(EventType::StepProposed, payload(&step_event(&step)))];
@@ -98,7 +98,7 @@ pub(super) fn record_step(
         Action::Allow => {
             step.status = StepStatus::Executing;
             step.started_at = Some(now.clone());
-            tx.put_step(&step)?;
+            tx.steps().put(&step)?;
             events.push((
                 EventType::StepAllowed,
                 payload(&step_event(&step).with_rule_id(&pol.rule_id)),
@@ -136,9 +136,9 @@ pub(super) fn record_step(
                 rationale: String::new(),
                 created_at: now.clone(),
             };
-            tx.put_approval(&approval)?;
+            tx.approvals().put(&approval)?;
             step.status = StepStatus::AwaitingApproval;
-            tx.put_step(&step)?;
+            tx.steps().put(&step)?;
             events.push((
                 EventType::StepAwaitingApproval,
                 payload(&step_event(&step).with_rule_id(&pol.rule_id)),
@@ -162,16 +162,16 @@ pub(super) fn record_step(
                     ExecutionStatus::Blocked,
                 )),
             ));
-            let Some(mut exec) = tx.execution(&step.execution_id)? else {
+            let Some(mut exec) = tx.executions().get(&step.execution_id)? else {
                 return Ok(Err(KernelError::not_found()));
             };
             exec.status = ExecutionStatus::Blocked;
             exec.updated_at = now.clone();
-            tx.put_execution(&exec)?;
+            tx.executions().put(&exec)?;
             ended = retire_dispatches(tx, &exec.id, &now)?;
             StepDecision::blocked(approval.id)
         }
     };
-    tx.record_events(&step.execution_id, &now, &events)?;
+    tx.events().record(&step.execution_id, &now, &events)?;
     Ok(Ok((decision, ended)))
 }

@@ -63,7 +63,7 @@ pub(super) struct Ask {
     /// process); `None`: read here.
     pub(super) local_count: Option<u64>,
     /// Take the store's lock of the execution in the transaction, before anything is read
-    /// ([`Tx::try_lock_execution`]): on a shared store whose lock the kernel does not hold.
+    /// ([`ExecutionTx::try_lock`](crate::store::ExecutionTx::try_lock)): on a shared store whose lock the kernel does not hold.
     pub(super) lock: bool,
 }
 
@@ -134,13 +134,14 @@ pub(super) fn read_snapshot(tx: &mut dyn Tx, ask: &Ask) -> StoreResult<Snapshot>
         skip_recorded: false,
         completed: None,
     };
-    if ask.lock && !tx.try_lock_execution(&ask.exec_id)? {
+    if ask.lock && !tx.executions().try_lock(&ask.exec_id)? {
         snap.busy = true;
         return Ok(snap);
     }
     let counted = match ask.local_count {
         Some(counted) => counted,
         None => tx
+            .dispatches()
             .attempt_occurrence(&ask.lease.dispatch_id, ask.lease.attempt, &ask.key)?
             .map_or(0, |consumed| consumed.saturating_add(1)),
     };
@@ -154,28 +155,31 @@ pub(super) fn read_snapshot(tx: &mut dyn Tx, ask: &Ask) -> StoreResult<Snapshot>
     }
     (snap.counted, snap.occurrence, snap.step_id) = (counted, occurrence, step_id);
     snap.exec = tx
-        .execution_state(&ask.exec_id)?
+        .executions()
+        .state(&ask.exec_id)?
         .map(|(agent_id, status)| ExecState { agent_id, status });
     let Some(e) = &snap.exec else {
         return Ok(snap);
     };
     snap.lease_ok = lease_holds(tx, &ask.exec_id, &ask.lease, true)?;
-    snap.step = tx.step(&ask.exec_id, &snap.step_id)?;
+    snap.step = tx.steps().get(&ask.exec_id, &snap.step_id)?;
     snap.approval_id = match &snap.step {
-        Some(s) if s.status == StepStatus::AwaitingApproval => {
-            tx.pending_approval_for_step(&snap.step_id)?.map(|a| a.id)
-        }
+        Some(s) if s.status == StepStatus::AwaitingApproval => tx
+            .approvals()
+            .pending_for_step(&snap.step_id)?
+            .map(|a| a.id),
         _ => None,
     };
     // Policy inputs matter only for a step that is not recorded yet.
     if snap.step.is_none() {
         snap.own_bundle = tx
-            .execution_policy_bundle(&ask.exec_id)?
+            .executions()
+            .policy_bundle(&ask.exec_id)?
             .unwrap_or_default();
         // Read whether or not the execution has its own: that one only narrows this one.
-        snap.bundle = tx.agent(&e.agent_id)?.map(|a| a.policy_bundle);
+        snap.bundle = tx.agents().get(&e.agent_id)?.map(|a| a.policy_bundle);
         snap.indeterminate = ask.at_most_once
-            && tx.has_indeterminate_failure(
+            && tx.steps().has_indeterminate_failure(
                 &ask.exec_id,
                 &ask.kind,
                 &ask.target,
@@ -183,11 +187,11 @@ pub(super) fn read_snapshot(tx: &mut dyn Tx, ask: &Ask) -> StoreResult<Snapshot>
             )?;
     }
     snap.skip_recorded = match &previous {
-        Some(previous) => tx.step_exists(&ask.exec_id, previous)?,
+        Some(previous) => tx.steps().exists(&ask.exec_id, previous)?,
         None => true,
     };
     if let Some(completed) = &ask.completed_id {
-        snap.completed = tx.step(&ask.exec_id, completed)?;
+        snap.completed = tx.steps().get(&ask.exec_id, completed)?;
     }
     Ok(snap)
 }

@@ -51,7 +51,7 @@ pub(crate) fn admit(
     parent: &mut String,
 ) -> StoreResult<KernelResult<Admission>> {
     if !parent.is_empty() {
-        let parent_session = match tx.execution(parent)? {
+        let parent_session = match tx.executions().get(parent)? {
             Some(p) if p.agent_id == agent_id => p.session,
             _ => {
                 return Ok(Err(KernelError::validation(format!(
@@ -113,7 +113,7 @@ pub(crate) fn admit_child(
         return bad("spawned_by needs execution_id and step_id".to_owned());
     }
     let no_execution = || format!("spawned_by: no execution {:?}", spawned.execution_id);
-    let Some(parent) = tx.execution(&spawned.execution_id)? else {
+    let Some(parent) = tx.executions().get(&spawned.execution_id)? else {
         return bad(no_execution());
     };
     // Who asks, first: nothing else of the parent is told to a caller that may not spawn there.
@@ -147,7 +147,7 @@ pub(crate) fn admit_child(
             spawned.execution_id
         ));
     }
-    let Some(step) = tx.step(&parent.id, &spawned.step_id)? else {
+    let Some(step) = tx.steps().get(&parent.id, &spawned.step_id)? else {
         return bad(format!(
             "spawned_by: execution {:?} has no step {:?}",
             parent.id, spawned.step_id

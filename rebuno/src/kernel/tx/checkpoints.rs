@@ -140,6 +140,6 @@ pub(crate) fn apply_checkpoints(
         .iter()
         .map(|(kind, p)| (*kind, payload(p)))
         .collect();
-    tx.record_events(execution_id, now, &events)?;
+    tx.events().record(execution_id, now, &events)?;
     Ok(())
 }

@@ -13,7 +13,8 @@ pub(crate) fn lease_holds(
     in_flight_only: bool,
 ) -> StoreResult<bool> {
     Ok(tx
-        .dispatch_lease(&lease.dispatch_id)?
+        .dispatches()
+        .lease(&lease.dispatch_id)?
         .is_some_and(|(exec, attempt, status)| {
             exec == execution_id
                 && attempt == lease.attempt
@@ -25,7 +26,8 @@ pub(crate) fn lease_holds(
 /// the reaper of every replica reads, becomes `now`. Nothing unless the dispatch is in flight
 /// with exactly that attempt.
 pub(crate) fn renew_in(tx: &mut dyn Tx, lease: &Lease, now: &str) -> StoreResult<()> {
-    tx.record_renewal(&lease.dispatch_id, lease.attempt, now)
+    tx.dispatches()
+        .record_renewal(&lease.dispatch_id, lease.attempt, now)
 }
 
 /// What a submit leaves behind on a shared store, inside a write: occurrence `occ` of `key` is
@@ -37,6 +39,7 @@ pub(crate) fn record_progress(
     occ: u64,
     now: &str,
 ) -> StoreResult<()> {
-    tx.advance_attempt_occurrence(&lease.dispatch_id, lease.attempt, key, occ)?;
+    tx.dispatches()
+        .advance_attempt_occurrence(&lease.dispatch_id, lease.attempt, key, occ)?;
     renew_in(tx, lease, now)
 }

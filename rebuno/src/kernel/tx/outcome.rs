@@ -17,7 +17,7 @@ use serde_json::Value;
 
 /// Announces what [`finish_step_tx`] reads (the step, then the execution's row before the
 /// dispatch's: the lock order); with `lock`, the store's lock of the execution first
-/// ([`Tx::try_lock_execution`]), answering whether it was taken (else `true`).
+/// ([`ExecutionTx::try_lock`](crate::store::ExecutionTx::try_lock)), answering whether it was taken (else `true`).
 pub(crate) fn finish_lookups(
     tx: &mut dyn Tx,
     execution_id: &str,
@@ -37,7 +37,7 @@ pub(crate) fn finish_lookups(
     let mut lookups = vec![Lookup::ExecutionLock(execution_id)];
     lookups.extend(reads);
     tx.prefetch(&lookups)?;
-    tx.try_lock_execution(execution_id)
+    tx.executions().try_lock(execution_id)
 }
 
 pub(crate) fn finish_step_tx(
@@ -51,10 +51,10 @@ pub(crate) fn finish_step_tx(
 ) -> StoreResult<KernelResult<StepDecision>> {
     // Often announced already by the caller (then nothing is sent again).
     finish_lookups(tx, execution_id, step_id, lease, false)?;
-    let Some(step) = tx.step(execution_id, step_id)? else {
+    let Some(step) = tx.steps().get(execution_id, step_id)? else {
         return Ok(Err(KernelError::not_found()));
     };
-    let Some((_, status)) = tx.execution_state(execution_id)? else {
+    let Some((_, status)) = tx.executions().state(execution_id)? else {
         return Ok(Err(KernelError::not_found()));
     };
     // Answered from the announced reads: asked for here, used in its turn below.
@@ -143,8 +143,8 @@ fn finish_found(
         }
     };
     step.completed_at = Some(now.to_owned());
-    tx.put_step(&step)?;
-    tx.record_events(&step.execution_id, now, &[event])?;
+    tx.steps().put(&step)?;
+    tx.events().record(&step.execution_id, now, &[event])?;
     let execution_id = step.execution_id.clone();
     apply_checkpoints(tx, &execution_id, plan, now)?;
     Ok(Ok(StepDecision::recorded()))
@@ -211,7 +211,7 @@ pub(crate) fn record_batched(
     let checked = read.is_some();
     let found = match read {
         Some(step) => Some(step),
-        None => tx.step(execution_id, &completion.step_id)?,
+        None => tx.steps().get(execution_id, &completion.step_id)?,
     };
     match check_batched(completion, found.as_ref(), None) {
         Ok(true) => {}

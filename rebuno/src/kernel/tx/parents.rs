@@ -7,7 +7,7 @@ use crate::store::{StoreResult, Tx};
 /// reads it (on a shared store, locks go from parent to child, as a cancel cascades).
 pub(crate) fn lock_parent(tx: &mut dyn Tx, id: &str) -> StoreResult<()> {
     if let Some(parent) = tx.subagents().parent_of(id)? {
-        tx.execution(&parent)?;
+        tx.executions().get(&parent)?;
     }
     Ok(())
 }

@@ -28,7 +28,7 @@ pub(crate) fn enqueue_dispatch(
         updated_at: now.to_owned(),
         last_error: String::new(),
     };
-    tx.put_dispatch(&d)?;
+    tx.dispatches().put(&d)?;
     Ok((EventType::DispatchQueued, payload(&queued_payload(&d))))
 }
 
@@ -50,11 +50,11 @@ pub(crate) fn retire_dispatches(
     now: &str,
 ) -> StoreResult<Ended> {
     let mut ended = Vec::new();
-    for mut d in tx.dispatches_of(execution_id)? {
+    for mut d in tx.dispatches().of_execution(execution_id)? {
         if d.status != DispatchStatus::Exhausted {
             d.status = DispatchStatus::Exhausted;
             d.updated_at = now.to_owned();
-            tx.put_dispatch(&d)?;
+            tx.dispatches().put(&d)?;
             ended.push((d.id, d.attempt));
         }
     }

@@ -35,7 +35,7 @@ pub(crate) fn deny_step(
     step.status = StepStatus::Denied;
     step.error = Some(error.clone());
     step.completed_at = Some(now.to_owned());
-    tx.put_step(step)?;
+    tx.steps().put(step)?;
     let event = StepEventPayload::denied(
         &step.step_id,
         step.kind.clone(),

@@ -1,6 +1,6 @@
-//! Execution locks ([`Store::lock_execution`](crate::store::Store::lock_execution)): session
-//! advisory locks, each held on a connection of a pool of their own for as long as its guard
-//! lives, and handed over within the process.
+//! Execution locks ([`Replicated::lock_execution`](crate::store::Replicated::lock_execution)):
+//! session advisory locks, each held on a connection of a pool of their own for as long as its
+//! guard lives, and handed over within the process.
 //!
 //! Taking a lock is `pg_advisory_lock` of [`advisory_key`]`(prefix + "execution:" + id)` (the
 //! prefix is the schema when one is pinned, so deployments in different schemas of one database
@@ -22,18 +22,17 @@
 //! The lock lives on a connection of its own, so it can end before a transaction its holder
 //! started: a replica killed while its commit was on the wire loses its lock at once (the server
 //! ends that session) while the server still runs the commit, which lands a moment later. A new
-//! holder that read in that moment would decide on a state about to change under it (the step
-//! it is about to record appears, recorded by the dead replica). So every write transaction that
-//! locks an execution's row first holds the execution's transaction key ([`transaction_key`])
-//! shared, in the same statement as that read and before the row is locked, hence before it can
-//! send its `COMMIT`; and taking the
-//! lock takes and drops that key exclusively in the same statement as the lock itself, after it,
-//! which waits for every such transaction still running. A lock handed over within the process never left
-//! it, so it does not wait.
+//! holder that read in that moment would decide on a state about to change under it (the step it is
+//! about to record appears, recorded by the dead replica). So every write transaction that locks an
+//! execution's row first holds the execution's transaction key ([`transaction_key`]) shared, in the
+//! same statement as that read and before the row is locked, hence before it can send its `COMMIT`;
+//! and taking the lock takes and drops that key exclusively in the same statement as the lock
+//! itself, after it, which waits for every such transaction still running. A lock handed over
+//! within the process never left it, so it does not wait.
 //!
 //! # A lock for one transaction
 //!
-//! [`Tx::try_lock_execution`](crate::store::Tx::try_lock_execution) takes the same lock as a
+//! [`ExecutionTx::try_lock`](crate::store::ExecutionTx::try_lock) takes the same lock as a
 //! transaction-level advisory lock on the transaction's own connection
 //! ([`TRY_LOCK_IN_TRANSACTION`]): no wait, no round trip of its own (it leaves with the
 //! transaction's first reads) and no release to send (the server drops it when the
@@ -155,7 +154,7 @@ impl ExecutionLocks {
     }
 }
 
-/// [`Tx::try_lock_execution`](crate::store::Tx::try_lock_execution) of the execution with
+/// [`ExecutionTx::try_lock`](crate::store::ExecutionTx::try_lock) of the execution with
 /// lock key `$1` and transaction key `$2`, in its write transaction: the lock for the rest of
 /// the transaction if no one holds it (the server releases it when the transaction ends, so
 /// it costs no round trip of its own and is never left behind), and then, as [`LOCK`] does,

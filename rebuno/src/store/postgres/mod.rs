@@ -13,22 +13,22 @@
 //!
 //! # Round trips
 //!
-//! A statement costs the server little once prepared (each is, once per connection); what a
-//! kernel request pays for is the round trips, each of which wakes the server process and the
-//! blocking thread, so the store waits for as few as the closure allows ([`PgTransaction`]):
-//! `BEGIN` leaves with the first statement; a write whose answer the kernel does not use is held
-//! back and leaves with the next read, or with `COMMIT` ([`Tx::record_events`],
-//! [`Tx::record_renewal`] and every `put_*` are such writes); the reads the kernel announces
-//! with [`Tx::prefetch`] leave together; a read-only transaction does not wait for its
-//! `COMMIT`; held-back writes that touch nothing in common go as one statement. On this store
-//! the kernel's submit is one write transaction (see `kernel::steps`): its reads (the
-//! occurrence count, guessed, with the execution's and the dispatch's rows locked and
-//! everything else) are one round trip, its writes with the commit another; the complete's
-//! write is two (the rows it checks, then its writes with the commit). A step waits for 4
-//! round trips (before the pipelining, its reads and writes waited for 24), and the server
-//! runs 17 statements for it (once 26), the execution's lock included: each of the two
-//! transactions takes it itself ([`Tx::try_lock_execution`]), in its first batch. See the
-//! README's performance notes for what a step costs.
+//! A statement costs the server little once prepared (each is, once per connection); what a kernel
+//! request pays for is the round trips, each of which wakes the server process and the blocking
+//! thread, so the store waits for as few as the closure allows ([`PgTransaction`]): `BEGIN` leaves
+//! with the first statement; a write whose answer the kernel does not use is held back and leaves
+//! with the next read, or with `COMMIT` ([`EventTx::record`](crate::store::EventTx::record),
+//! [`DispatchTx::record_renewal`](crate::store::DispatchTx::record_renewal) and every `put_*` are
+//! such writes); the reads the kernel announces with [`Tx::prefetch`] leave together; a read-only
+//! transaction does not wait for its `COMMIT`; held-back writes that touch nothing in common go as
+//! one statement. On this store the kernel's submit is one write transaction (see `kernel::steps`):
+//! its reads (the occurrence count, guessed, with the execution's and the dispatch's rows locked
+//! and everything else) are one round trip, its writes with the commit another; the complete's
+//! write is two (the rows it checks, then its writes with the commit). A step waits for 4 round
+//! trips (before the pipelining, its reads and writes waited for 24), and the server runs 17
+//! statements for it (once 26), the execution's lock included: each of the two transactions takes
+//! it itself ([`ExecutionTx::try_lock`](crate::store::ExecutionTx::try_lock)), in its first batch.
+//! See the README's performance notes for what a step costs.
 //!
 //! Why not a server-side function per operation, which would make each one round trip: the
 //! kernel's decision between the submit's read and its write (policy, rate limits) and its
@@ -52,18 +52,18 @@
 //! would turn the commit into a rollback without saying so), and a held-back write that fails
 //! at the commit makes the commit's answer that error.
 //!
-//! [`Store::lock_execution`] takes a session advisory lock on a connection of a pool of its own,
-//! held for as long as the returned guard lives, and handed over within the process when the
-//! same execution is locked again before the release's unlock ran. Since the lock and the
-//! holder's transactions are on different connections, a lock can end before a commit its
-//! holder sent (a replica killed with its commit on the wire): taking a lock also waits for every
-//! write transaction that locked the execution's row and is still running (see [`locks`]).
-//! The same lock can instead be taken for one write transaction, inside it
-//! ([`Tx::try_lock_execution`]): the kernel's submit and complete do so unless the process
-//! holds the lock, which keeps an agent whose requests alternate between replicas from paying
-//! two round trips per request to take and release a lock held across transactions. A
-//! store opens at most twice [`PgOptions::max_connections`] plus one (the `LISTEN` connection)
-//! connections.
+//! [`Replicated::lock_execution`] takes a session advisory lock on a connection of a pool of its
+//! own, held for as long as the returned guard lives, and handed over within the process when the
+//! same execution is locked again before the release's unlock ran. Since the lock and the holder's
+//! transactions are on different connections, a lock can end before a commit its holder sent (a
+//! replica killed with its commit on the wire): taking a lock also waits for every write
+//! transaction that locked the execution's row and is still running (see [`locks`]). The same lock
+//! can instead be taken for one write transaction, inside it
+//! ([`ExecutionTx::try_lock`](crate::store::ExecutionTx::try_lock)): the kernel's submit and
+//! complete do so unless the process holds the lock, which keeps an agent whose requests alternate
+//! between replicas from paying two round trips per request to take and release a lock held across
+//! transactions. A store opens at most twice [`PgOptions::max_connections`] plus one (the `LISTEN`
+//! connection) connections.
 //!
 //! # What is retried
 //!
@@ -89,7 +89,8 @@ mod tx;
 pub use limiter::PgRateLimiter;
 
 use super::{
-    Store, StoreError, StoreLock, StoreMessage, StoreResult, StoreTimings, TxFn, channels,
+    Replicated, Store, StoreError, StoreLock, StoreMessage, StoreResult, StoreTimings, TxFn,
+    channels,
 };
 use async_trait::async_trait;
 use durable_support::pg::{
@@ -119,7 +120,7 @@ pub const NOTIFY_MAX_BYTES: usize = 8000;
 pub struct PgStore {
     /// Connections for transactions.
     pool: PgPool,
-    /// Session advisory locks on connections of their own ([`Store::lock_execution`]).
+    /// Session advisory locks on connections of their own ([`Replicated::lock_execution`]).
     locks: ExecutionLocks,
     limiter: Arc<PgRateLimiter>,
     messages: broadcast::Sender<StoreMessage>,
@@ -322,20 +323,23 @@ impl Store for PgStore {
         Some(&self.timings)
     }
 
-    fn shared(&self) -> bool {
-        true
+    fn replicas(&self) -> Option<&dyn Replicated> {
+        Some(self)
     }
+}
 
-    async fn lock_execution(&self, execution_id: &str) -> StoreResult<Option<StoreLock>> {
-        self.locks.lock(execution_id).await.map(Some)
+#[async_trait]
+impl Replicated for PgStore {
+    async fn lock_execution(&self, execution_id: &str) -> StoreResult<StoreLock> {
+        self.locks.lock(execution_id).await
     }
 
     fn held_execution_lock(&self, execution_id: &str) -> Option<StoreLock> {
         self.locks.held(execution_id)
     }
 
-    fn rate_limiter(&self) -> Option<Arc<dyn crate::policy::ratelimit::RateLimiter>> {
-        Some(Arc::clone(&self.limiter) as Arc<dyn crate::policy::ratelimit::RateLimiter>)
+    fn rate_limiter(&self) -> Arc<dyn crate::policy::ratelimit::RateLimiter> {
+        Arc::clone(&self.limiter) as Arc<dyn crate::policy::ratelimit::RateLimiter>
     }
 
     async fn publish(&self, channel: &'static str, payload: String) -> StoreResult<()> {
@@ -349,7 +353,7 @@ impl Store for PgStore {
         joined(tokio::task::spawn_blocking(move || Ok(pool.notify(channel, &payload)?)).await)
     }
 
-    fn subscribe(&self) -> Option<broadcast::Receiver<StoreMessage>> {
-        Some(self.messages.subscribe())
+    fn subscribe(&self) -> broadcast::Receiver<StoreMessage> {
+        self.messages.subscribe()
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! There are no foreign keys: the SQLite backend enforces none, and deletes an execution's
 //! children explicitly, which this backend does too (see
-//! [`Tx::delete_terminal_executions_before`](crate::store::Tx::delete_terminal_executions_before)).
+//! [`ExecutionTx::delete_terminal_before`](crate::store::ExecutionTx::delete_terminal_before)).
 //!
 //! [`PgPool::migrate`]: durable_support::pg::PgPool::migrate
 

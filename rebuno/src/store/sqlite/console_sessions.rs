@@ -1,9 +1,9 @@
 //! The SQLite store's console sessions ([`ConsoleSessionTx`]): table `console_sessions`, one
 //! row per login, found by the SHA-256 of its token together with its API key (one read).
 
-use super::super::rows::one;
 use super::SqliteTx;
 use super::keys::{KEY_COLS, key_row};
+use super::rows::one;
 use crate::protocol::ApiKey;
 use crate::store::{ConsoleSession, ConsoleSessionTx, StoreResult};
 use rusqlite::{Row, params};

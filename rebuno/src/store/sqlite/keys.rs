@@ -1,7 +1,7 @@
 //! The SQLite store's API keys ([`ApiKeyTx`]): table `api_keys`, one row per key, looked up by
 //! the SHA-256 of its secret.
 
-use super::super::rows::{one, page};
+use super::rows::{one, page};
 use super::{SqliteTx, fetch};
 use crate::protocol::ApiKey;
 use crate::store::{ApiKeyTx, Page, StoreResult};

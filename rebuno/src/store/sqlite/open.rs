@@ -1,11 +1,12 @@
 //! Opening the SQLite store: a file (WAL, a writer and reader threads, migrations) or an
 //! in-memory database, and reads on a reader thread.
 
-use super::super::checkpoint::Checkpointer;
-use super::super::durable::{Durable, SyncObserver, Syncer, wal_path};
-use super::super::migrations::{db_err, migrate};
-use super::super::readers::{Conn, ConnFn, Readers};
-use super::super::writer::Writer;
+use super::checkpoint::Checkpointer;
+use super::conn::{Conn, ConnFn};
+use super::durable::{Durable, SyncObserver, Syncer, wal_path};
+use super::migrations::{db_err, migrate};
+use super::readers::Readers;
+use super::writer::Writer;
 use super::{SqliteStore, SqliteTx};
 use crate::store::{StoreError, StoreResult, StoreTimings, TxFn};
 use rusqlite::Connection;
@@ -22,7 +23,7 @@ const STATEMENT_CACHE: usize = 128;
 
 /// WAL size (pages) at which the writer checkpoints by itself (SQLite's default is 1,000): a
 /// backstop, which the checkpoint thread normally keeps the WAL far below (see
-/// [`super::super::checkpoint`]).
+/// [`super::checkpoint`]).
 const WAL_CHECKPOINT_PAGES: i64 = 100_000;
 
 /// Makes `conn` prepare each statement once: a cache that holds every statement the kernel

@@ -2,8 +2,8 @@
 //! execution and key, and table `resource_checkpoints`, every capture and capture failure in
 //! the order recorded.
 
-use super::super::rows::{all, json_in, json_out, one};
 use super::SqliteTx;
+use super::rows::{all, json_in, json_out, one};
 use crate::store::{CheckpointRecord, ResourceRecord, ResourceTx, StoreResult};
 use rusqlite::{Row, params};
 

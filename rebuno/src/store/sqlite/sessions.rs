@@ -2,8 +2,8 @@
 //! `executions_session` index. The single writer serialises every write, so a turn admitted or
 //! started in a write transaction can never race another.
 
-use super::super::rows::{EXEC_COLS, all, exec_row, one};
 use super::SqliteTx;
+use super::rows::{EXEC_COLS, all, exec_row, one};
 use crate::protocol::Execution;
 use crate::store::{SessionTx, StoreResult};
 use rusqlite::params;

@@ -2,8 +2,8 @@
 //! `executions_spawned_by` index. The single writer serialises every write, so a child created
 //! or settled in a write transaction can never race another.
 
-use super::super::rows::{EXEC_COLS, all, exec_row, one};
 use super::SqliteTx;
+use super::rows::{EXEC_COLS, all, exec_row, one};
 use crate::protocol::Execution;
 use crate::store::{StoreResult, SubagentTx};
 use rusqlite::params;

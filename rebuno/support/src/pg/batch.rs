@@ -14,7 +14,7 @@ pub(super) const COMMIT: &str = "COMMIT";
 
 /// One statement of a batch.
 #[derive(Debug, Clone)]
-pub(super) enum Step {
+pub enum Step {
     /// Text sent as is (not prepared): `BEGIN`, `COMMIT`, schema changes.
     Simple(String),
     /// A prepared statement whose answer is the rows it changed.
@@ -88,7 +88,7 @@ impl Step {
 }
 
 /// A step's answer.
-pub(super) enum Answer {
+pub enum Answer {
     /// Text ran.
     Done,
     /// Rows changed.

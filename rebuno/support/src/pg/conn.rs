@@ -5,7 +5,7 @@
 
 use super::PgError;
 use super::batch::{Answer, Sending, Step};
-use super::statements::{Param, Queries, Request, Statements};
+use super::statements::{Request, Statements};
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::task::Poll;
@@ -209,7 +209,7 @@ impl PgConn {
     }
 
     /// Runs one step and answers it.
-    fn one(&mut self, step: Step) -> Result<Answer, Error> {
+    pub(super) fn one(&mut self, step: Step) -> Result<Answer, Error> {
         match self.run(std::slice::from_ref(&step)) {
             Ran::Unsent { error, .. } => Err(error),
             Ran::Sent(mut answers) => answers.pop().expect("one answer per step"),
@@ -282,8 +282,9 @@ impl Drop for PgConn {
     }
 }
 
-/// The rows of a statement as they arrive ([`Queries::query_typed_raw`]). Dropping it early
-/// leaves the rest to be read, and dropped, by the connection's next use.
+/// The rows of a statement as they arrive
+/// ([`Queries::query_typed_raw`](super::Queries::query_typed_raw)). Dropping it early leaves
+/// the rest to be read, and dropped, by the connection's next use.
 pub struct RowIter<'a> {
     conn: &'a mut PgConn,
     stream: Pin<Box<RowStream>>,
@@ -303,33 +304,5 @@ impl Iterator for RowIter<'_> {
             driver,
             std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)),
         )
-    }
-}
-
-impl Queries for PgConn {
-    fn query_typed(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, Error> {
-        self.one(Step::Query(Request::new(sql, params)))
-            .map(Answer::into_rows)
-    }
-
-    fn query_typed_one(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Row, Error> {
-        self.one(Step::QueryOne(Request::new(sql, params)))
-            .map(Answer::into_row)
-    }
-
-    fn query_typed_raw(&mut self, sql: &str, params: &[Param<'_>]) -> Result<RowIter<'_>, Error> {
-        let stream = self
-            .one(Step::Stream(Request::new(sql, params)))?
-            .into_stream();
-        Ok(self.rows(stream))
-    }
-
-    fn execute_typed(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64, Error> {
-        self.one(Step::Execute(Request::new(sql, params)))
-            .map(Answer::into_count)
-    }
-
-    fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {
-        self.one(Step::Simple(sql.to_owned())).map(drop)
     }
 }

@@ -15,6 +15,8 @@
 //! [`PgTransaction::defer_fusable`]: super::PgTransaction::defer_fusable
 
 use super::statements::Request;
+#[cfg(test)]
+use super::statements::renumber;
 
 /// What a held-back write reads and writes, by name: a table (`"steps"`), or a group of a
 /// table's columns (`"dispatches.lease"`), which overlaps its table and itself only. A read
@@ -96,31 +98,6 @@ fn flush(group: &mut Vec<(Request, Touches)>, out: &mut Vec<Request>) {
             out.push(Request::fused(&parts));
         }
     }
-}
-
-/// `sql` with every parameter `$n` renumbered `$(n + by)` (quoted text and names left alone).
-pub(super) fn renumber(sql: &str, by: usize) -> String {
-    let mut out = String::with_capacity(sql.len() + 8);
-    let mut chars = sql.chars().peekable();
-    let mut quote: Option<char> = None;
-    while let Some(c) = chars.next() {
-        out.push(c);
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None if c == '\'' || c == '"' => quote = Some(c),
-            None if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) => {
-                let mut n = 0usize;
-                while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
-                    n = n * 10 + d as usize;
-                    chars.next();
-                }
-                out.push_str(&(n + by).to_string());
-            }
-            None => {}
-        }
-    }
-    out
 }
 
 #[cfg(test)]

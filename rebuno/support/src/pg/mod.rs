@@ -1,9 +1,9 @@
-//! PostgreSQL connections for the kernel store and the receipt store: the URL and its TLS
-//! (rustls, never OpenSSL), a bounded pool of connections used from blocking threads
-//! ([`PgPool`], in `pool.rs`), transactions whose statements are pipelined ([`PgTransaction`],
-//! in `transaction.rs`), statements prepared once per connection ([`Queries`]; in
-//! `statements.rs`), a pinned schema, migrations under an advisory lock, advisory-lock keys,
-//! and a LISTEN connection that reconnects ([`Listener`]; in `listen.rs`).
+//! PostgreSQL connections for the kernel store and the receipt store: the URL and its TLS (rustls,
+//! never OpenSSL), a bounded pool of connections used from blocking threads ([`PgPool`], in
+//! `pool.rs`), transactions whose statements are pipelined ([`PgTransaction`], in
+//! `transaction.rs`), statements prepared once per connection ([`Queries`], in `queries.rs`, over
+//! `statements.rs`), a pinned schema, migrations under an advisory lock, advisory-lock keys, and a
+//! LISTEN connection that reconnects ([`Listener`]; in `listen.rs`).
 //!
 //! # Driver
 //!
@@ -43,6 +43,7 @@ mod conn;
 mod fuse;
 mod listen;
 mod pool;
+mod queries;
 mod statements;
 mod transaction;
 
@@ -50,7 +51,8 @@ pub use conn::{PgConn, RowIter};
 pub use fuse::Touches;
 pub use listen::{Heard, Listener};
 pub use pool::{PgPool, Pooled};
-pub use statements::{Param, Queries, Request, Statements};
+pub use queries::Queries;
+pub use statements::{Param, Request, Statements};
 pub use transaction::PgTransaction;
 
 /// A PostgreSQL failure: a bad URL, a connection that could not be made, or an error of the

@@ -3,8 +3,7 @@
 //! (`LISTEN`, migrations).
 
 use super::conn::PgConn;
-use super::statements::Queries;
-use super::transaction::PgTransaction;
+use super::queries::Queries;
 use super::{PgError, PgOptions, advisory_key, describe, is_connection_error, valid_schema_name};
 use postgres::error::SqlState;
 use postgres::types::Type;
@@ -252,49 +251,6 @@ impl PgPool {
         }
         slot.hold(self.open_conn()?);
         Ok(slot)
-    }
-
-    /// Runs `f` in one transaction on a pooled connection ([`PgTransaction`]: its statements
-    /// pipelined, `BEGIN` with the first, deferred writes with `COMMIT`) and commits it. If `f`
-    /// fails, the transaction is rolled back and its error returned.
-    pub fn transaction<R, E>(
-        &self,
-        f: impl FnOnce(&mut PgTransaction) -> Result<R, E>,
-    ) -> Result<R, E>
-    where
-        E: From<PgError>,
-    {
-        self.transaction_as(false, f)
-    }
-
-    /// Like [`PgPool::transaction`], in a `REPEATABLE READ READ ONLY` transaction: every
-    /// statement of `f` reads the same snapshot, and nothing can be written.
-    pub fn snapshot<R, E>(&self, f: impl FnOnce(&mut PgTransaction) -> Result<R, E>) -> Result<R, E>
-    where
-        E: From<PgError>,
-    {
-        self.transaction_as(true, f)
-    }
-
-    fn transaction_as<R, E>(
-        &self,
-        read_only: bool,
-        f: impl FnOnce(&mut PgTransaction) -> Result<R, E>,
-    ) -> Result<R, E>
-    where
-        E: From<PgError>,
-    {
-        let mut tx = PgTransaction::new(self, read_only)?;
-        match f(&mut tx) {
-            Ok(out) => {
-                tx.commit()?;
-                Ok(out)
-            }
-            Err(e) => {
-                tx.rollback();
-                Err(e)
-            }
-        }
     }
 
     /// Runs an operation that may safely run twice (a read, a notification) on a pooled

@@ -1,13 +1,10 @@
 //! Statements and their parameters: [`Statements`] keeps what a connection has prepared,
 //! [`Request`] is one statement with its parameters encoded (owned, so it can wait in a batch
-//! or be sent again on another connection), and [`Queries`] is the typed, prepared statement
-//! interface of a connection and of a transaction.
+//! or be sent again on another connection); the typed, prepared statement interface over them
+//! is `queries`.
 
 use bytes::BytesMut;
 use postgres::types::{Format, IsNull, ToSql, Type};
-use postgres::{Error, Row};
-
-use super::conn::RowIter;
 
 /// The statements a connection has prepared, by SQL text: a statement is parsed and planned
 /// once per connection, then only bound and executed (a statement sent as text is parsed and
@@ -134,7 +131,7 @@ impl Request {
     }
 
     /// `parts`, each a data-modifying statement, as one: `WITH w0 AS (…), w1 AS (…) SELECT`,
-    /// their parameters renumbered in turn (see `fuse`).
+    /// their parameters renumbered in turn ([`renumber`]; see `fuse`).
     pub(super) fn fused(parts: &[Request]) -> Request {
         let mut sql = String::from("WITH ");
         let (mut types, mut values) = (Vec::new(), Vec::new());
@@ -142,7 +139,7 @@ impl Request {
             if i > 0 {
                 sql.push_str(", ");
             }
-            let text = super::fuse::renumber(&part.sql, types.len());
+            let text = renumber(&part.sql, types.len());
             sql.push_str(&format!("w{i} AS ({text})"));
             types.extend(part.types.iter().cloned());
             values.extend(part.values.iter().cloned());
@@ -169,25 +166,29 @@ impl Request {
     }
 }
 
-/// Typed statements, each prepared once per connection and kept ([`Statements`]): what a
-/// pooled connection ([`PgConn`](super::PgConn), each statement its own transaction) and a
-/// transaction ([`PgTransaction`](super::PgTransaction)) run.
-pub trait Queries {
-    /// The rows `sql` returns.
-    fn query_typed(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, Error>;
-
-    /// The one row `sql` returns (an error if it returns none or several).
-    fn query_typed_one(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Row, Error>;
-
-    /// The rows `sql` returns, as they arrive from the server (a caller may stop early).
-    fn query_typed_raw(&mut self, sql: &str, params: &[Param<'_>]) -> Result<RowIter<'_>, Error>;
-
-    /// Runs `sql`; answers the rows it changed.
-    fn execute_typed(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64, Error>;
-
-    /// Runs `sql`, which may hold several statements and no parameters, as text (not
-    /// prepared: schema changes, `LISTEN`, `SELECT 1`).
-    fn batch_execute(&mut self, sql: &str) -> Result<(), Error>;
+/// `sql` with every parameter `$n` renumbered `$(n + by)` (quoted text and names left alone).
+pub(super) fn renumber(sql: &str, by: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.chars().peekable();
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        out.push(c);
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '\'' || c == '"' => quote = Some(c),
+            None if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) => {
+                let mut n = 0usize;
+                while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
+                    n = n * 10 + d as usize;
+                    chars.next();
+                }
+                out.push_str(&(n + by).to_string());
+            }
+            None => {}
+        }
+    }
+    out
 }
 
 #[cfg(test)]

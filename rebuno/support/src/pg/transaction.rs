@@ -30,9 +30,10 @@ use super::batch::{Answer, COMMIT, Step};
 use super::conn::{Ran, RowIter};
 use super::fuse::{Deferred, Touches, fuse};
 use super::pool::{Backoff, PgPool, Pooled};
-use super::statements::{Param, Queries, Request};
+use super::queries::{Queries, Run};
+use super::statements::{Param, Request};
 use super::{PgError, is_connection_error};
-use tokio_postgres::{Error, Row};
+use tokio_postgres::{Error, Row, RowStream};
 
 /// One transaction on a pooled connection, its statements pipelined (see the module docs).
 /// [`PgPool::transaction`] and [`PgPool::snapshot`] run a closure on one and commit it.
@@ -240,6 +241,51 @@ impl PgTransaction {
     }
 }
 
+impl PgPool {
+    /// Runs `f` in one transaction on a pooled connection ([`PgTransaction`]: its statements
+    /// pipelined, `BEGIN` with the first, deferred writes with `COMMIT`) and commits it. If `f`
+    /// fails, the transaction is rolled back and its error returned.
+    pub fn transaction<R, E>(
+        &self,
+        f: impl FnOnce(&mut PgTransaction) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<PgError>,
+    {
+        self.transaction_as(false, f)
+    }
+
+    /// Like [`PgPool::transaction`], in a `REPEATABLE READ READ ONLY` transaction: every
+    /// statement of `f` reads the same snapshot, and nothing can be written.
+    pub fn snapshot<R, E>(&self, f: impl FnOnce(&mut PgTransaction) -> Result<R, E>) -> Result<R, E>
+    where
+        E: From<PgError>,
+    {
+        self.transaction_as(true, f)
+    }
+
+    fn transaction_as<R, E>(
+        &self,
+        read_only: bool,
+        f: impl FnOnce(&mut PgTransaction) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<PgError>,
+    {
+        let mut tx = PgTransaction::new(self, read_only)?;
+        match f(&mut tx) {
+            Ok(out) => {
+                tx.commit()?;
+                Ok(out)
+            }
+            Err(e) => {
+                tx.rollback();
+                Err(e)
+            }
+        }
+    }
+}
+
 impl Drop for PgTransaction {
     fn drop(&mut self) {
         if self.begun && !self.done {
@@ -249,30 +295,14 @@ impl Drop for PgTransaction {
     }
 }
 
-impl Queries for PgTransaction {
-    fn query_typed(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, Error> {
-        self.one(Step::Query(Request::new(sql, params)))
-            .map(Answer::into_rows)
+impl Run for PgTransaction {
+    fn one(&mut self, step: Step) -> Result<Answer, Error> {
+        PgTransaction::one(self, step)
     }
 
-    fn query_typed_one(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Row, Error> {
-        self.one(Step::QueryOne(Request::new(sql, params)))
-            .map(Answer::into_row)
-    }
-
-    fn query_typed_raw(&mut self, sql: &str, params: &[Param<'_>]) -> Result<RowIter<'_>, Error> {
-        let stream = self
-            .one(Step::Stream(Request::new(sql, params)))?
-            .into_stream();
-        Ok(self.conn.rows(stream))
-    }
-
-    fn execute_typed(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64, Error> {
-        self.one(Step::Execute(Request::new(sql, params)))
-            .map(Answer::into_count)
-    }
-
-    fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {
-        self.one(Step::Simple(sql.to_owned())).map(drop)
+    fn rows(&mut self, stream: RowStream) -> RowIter<'_> {
+        self.conn.rows(stream)
     }
 }
+
+impl Queries for PgTransaction {}

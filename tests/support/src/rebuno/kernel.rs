@@ -327,7 +327,7 @@ impl Env {
         let id = exec.to_owned();
         self.k
             .store()
-            .read(move |tx| tx.dispatches_of(&id))
+            .read(move |tx| tx.dispatches().of_execution(&id))
             .await
             .unwrap()
     }
@@ -336,7 +336,7 @@ impl Env {
         let id = id.to_owned();
         self.k
             .store()
-            .read(move |tx| tx.dispatch(&id))
+            .read(move |tx| tx.dispatches().get(&id))
             .await
             .unwrap()
             .unwrap()

@@ -73,7 +73,7 @@ impl<'a> PgTx<'a> {
         Ok(found)
     }
 
-    /// [`Tx::try_lock_execution`]: [`TRY_LOCK_IN_TRANSACTION`], a read (so it can be
+    /// [`ExecutionTx::try_lock`]: [`TRY_LOCK_IN_TRANSACTION`], a read (so it can be
     /// announced, and leave first with the reads after it).
     pub(super) fn try_lock(&mut self, id: &str) -> StoreResult<bool> {
         let key = lock_key(self.lock_prefix, id);
@@ -252,22 +252,26 @@ impl<'a> PgTx<'a> {
             // The answers while noting are empty and mean nothing.
             let _ = match *lookup {
                 Lookup::ExecutionLock(id) => self.try_lock(id).map(drop),
-                Lookup::ExecutionState(id) => self.execution_state(id).map(drop),
-                Lookup::ExecutionPolicyBundle(id) => self.execution_policy_bundle(id).map(drop),
+                Lookup::ExecutionState(id) => self.executions().state(id).map(drop),
+                Lookup::ExecutionPolicyBundle(id) => self.executions().policy_bundle(id).map(drop),
                 Lookup::AgentOfExecution(id) => {
                     let sql = agent_of_execution_sql();
                     self.rows(&sql, &[(&id as &(dyn ToSql + Sync), Type::TEXT)])
                         .map(drop)
                 }
-                Lookup::DispatchLease(id) => self.dispatch_lease(id).map(drop),
-                Lookup::Step(execution, step) => self.step(execution, step).map(drop),
-                Lookup::StepExists(execution, step) => self.step_exists(execution, step).map(drop),
+                Lookup::DispatchLease(id) => self.dispatches().lease(id).map(drop),
+                Lookup::Step(execution, step) => self.steps().get(execution, step).map(drop),
+                Lookup::StepExists(execution, step) => {
+                    self.steps().exists(execution, step).map(drop)
+                }
                 Lookup::IndeterminateFailure(execution, kind, target, hash) => self
+                    .steps()
                     .has_indeterminate_failure(execution, kind, target, hash)
                     .map(drop),
-                Lookup::AttemptOccurrence(dispatch, attempt, key) => {
-                    self.attempt_occurrence(dispatch, attempt, key).map(drop)
-                }
+                Lookup::AttemptOccurrence(dispatch, attempt, key) => self
+                    .dispatches()
+                    .attempt_occurrence(dispatch, attempt, key)
+                    .map(drop),
             };
         }
         let requests = self.recording.take().unwrap_or_default();
@@ -284,7 +288,7 @@ impl<'a> PgTx<'a> {
         let agent_sql = agent_of_execution_sql();
         for (request, rows) in requests.into_iter().zip(answers) {
             if request.sql() == agent_sql {
-                // Kept as the agent's own read (`Tx::agent`) would ask for it.
+                // Kept as the agent's own read (`AgentTx::get`) would ask for it.
                 let Some(id) = rows.first().and_then(|r| r.try_get::<_, String>(0).ok()) else {
                     continue;
                 };
@@ -308,7 +312,7 @@ fn agent_of_execution_sql() -> String {
     )
 }
 
-/// An agent by id ([`Tx::agent`]); its first column is the id.
+/// An agent by id ([`AgentTx::get`](crate::store::AgentTx::get)); its first column is the id.
 pub(super) fn agent_sql_by_id() -> String {
     format!("SELECT {AGENT_COLS} FROM agents WHERE id = $1")
 }

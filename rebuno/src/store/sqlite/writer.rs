@@ -14,12 +14,12 @@
 //! connection (see [`super::readers`]); one found waiting behind a write runs before that
 //! write's group opens.
 
+use super::SqliteTx;
 use super::checkpoint::Checkpointer;
+use super::conn::{Conn, ConnFn, ReadReply, lock};
 use super::durable::{Answers, Durable, Reply, Syncer};
 use super::handoff::{InFlight, next_job};
-use super::readers::{Conn, ConnFn, ReadReply, lock};
-use super::sqlite::SqliteTx;
-use super::{StoreError, StoreResult, StoreTimings, TxFn};
+use crate::store::{StoreError, StoreResult, StoreTimings, TxFn};
 use durable_support::group_commit;
 use rusqlite::Connection;
 use std::any::Any;
@@ -294,7 +294,7 @@ fn run_group(
 mod tests {
     use super::*;
     use crate::protocol::Agent;
-    use crate::store::migrations::migrate;
+    use crate::store::sqlite::migrations::migrate;
 
     fn agent(id: &str, secret: String) -> Agent {
         Agent {
@@ -311,7 +311,8 @@ mod tests {
 
     fn put(a: Agent) -> TxFn {
         Box::new(move |tx| {
-            tx.put_agent(&a)
+            tx.agents()
+                .put(&a)
                 .map(|()| Box::new(()) as Box<dyn Any + Send>)
         })
     }
@@ -319,7 +320,7 @@ mod tests {
     /// A change that fails by itself (its savepoint is rolled back).
     fn refused() -> TxFn {
         Box::new(|tx| {
-            tx.put_agent(&agent("refused", "s".into()))?;
+            tx.agents().put(&agent("refused", "s".into()))?;
             Err(StoreError::Database("refused by the change itself".into()))
         })
     }
@@ -410,8 +411,8 @@ mod tests {
     fn a_change_that_ignores_the_abort_writes_nothing_more() {
         let (_dir, conn) = nearly_full();
         let careless: TxFn = Box::new(|tx| {
-            let _ = tx.put_agent(&agent("huge", "x".repeat(256 * 1024)));
-            tx.put_agent(&agent("sneaky", "s".into()))?;
+            let _ = tx.agents().put(&agent("huge", "x".repeat(256 * 1024)));
+            tx.agents().put(&agent("sneaky", "s".into()))?;
             Ok(Box::new(()) as Box<dyn Any + Send>)
         });
         let answers = run(&conn, vec![put(agent("before", "s".into())), careless]);

@@ -2,7 +2,7 @@
 //! that a file is a rebuno database of a version this build understands (or a receipt database
 //! the kernel shares).
 
-use super::{StoreError, StoreResult};
+use crate::store::{StoreError, StoreResult};
 use crate::telemetry::MIGRATIONS_TARGET;
 use durable_support::sqlite_tenancy::REBUNO;
 use rusqlite::Connection;
@@ -406,10 +406,10 @@ mod tests {
         let store = SqliteStore::open(&path).unwrap();
         let (events, step, other, exec) = store
             .read(|tx| {
-                let events = tx.events("e1", 0, 10)?;
-                let step = tx.step("e1", "s1")?;
-                let other = tx.step("e2", "s1")?;
-                Ok((events, step, other, tx.execution("e1")?))
+                let events = tx.events().page("e1", 0, 10)?;
+                let step = tx.steps().get("e1", "s1")?;
+                let other = tx.steps().get("e2", "s1")?;
+                Ok((events, step, other, tx.executions().get("e1")?))
             })
             .await
             .unwrap();
@@ -437,7 +437,7 @@ mod tests {
         // The new indexes still refuse a duplicate event sequence or step.
         let dup = store
             .write(|tx| {
-                tx.append_events(
+                tx.events().append(
                     "e1",
                     "2026-01-01T00:00:01Z",
                     &[(EventType::StepExecuting, serde_json::json!({}))],

@@ -10,22 +10,16 @@
 //! A reader spins briefly for its next read and a lone caller spins briefly for its answer
 //! (see [`super::handoff`]).
 
+use super::conn::{Conn, ConnFn, ReadReply};
 use super::handoff::{InFlight, next_job};
 use super::writer::IdleWriter;
-use super::{StoreError, StoreResult};
-use rusqlite::Connection;
+use crate::store::{StoreError, StoreResult};
+
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 use tokio::sync::oneshot;
-
-/// Work for a reader: runs on its connection.
-pub(super) type ConnFn =
-    Box<dyn FnOnce(&Connection) -> StoreResult<Box<dyn Any + Send>> + Send + 'static>;
-
-/// Where a read's answer goes.
-pub(super) type ReadReply = oneshot::Sender<StoreResult<Box<dyn Any + Send>>>;
 
 type Job = (ConnFn, ReadReply);
 
@@ -35,32 +29,6 @@ const READER_SPIN: Duration = Duration::from_micros(100);
 /// How long a lone caller spins for its answer before it yields its worker: a little more
 /// than a typical read.
 const REPLY_SPIN: Duration = Duration::from_micros(100);
-
-/// A store thread's connection: its own (a file store), or the in-memory database's only one,
-/// which its threads take turns on.
-pub(super) enum Conn {
-    /// A connection of the thread's own.
-    Own(Connection),
-    /// The in-memory database's only connection.
-    Shared(Arc<Mutex<Connection>>),
-}
-
-impl Conn {
-    /// Runs `f` on the connection, catching a panic so that it cannot take the thread down.
-    pub(super) fn run(&self, f: ConnFn) -> StoreResult<Box<dyn Any + Send>> {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match self {
-            Conn::Own(c) => f(c),
-            Conn::Shared(m) => f(&lock(m)),
-        }))
-        .unwrap_or_else(|_| Err(StoreError::Database("a store job panicked".into())))
-    }
-}
-
-/// Locks a shared connection (a panic while holding it cannot leave SQLite half-way: every
-/// statement ends before the lock is released).
-pub(super) fn lock(m: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 struct Reader {
     jobs: mpsc::Sender<Job>,

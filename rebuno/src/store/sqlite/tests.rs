@@ -29,7 +29,10 @@ async fn concurrent_writes_are_all_answered_and_survive_a_reopen() {
                         lease_timeout_seconds: None,
                         dispatch_retry: None,
                     };
-                    store.write(move |tx| tx.put_agent(&agent)).await.unwrap();
+                    store
+                        .write(move |tx| tx.agents().put(&agent))
+                        .await
+                        .unwrap();
                 }
             })
         })
@@ -42,7 +45,7 @@ async fn concurrent_writes_are_all_answered_and_survive_a_reopen() {
     drop(store);
     let reopened = SqliteStore::open(&path).unwrap();
     let n = reopened
-        .read(|tx| tx.agents_page(None, 10_000))
+        .read(|tx| tx.agents().page(None, 10_000))
         .await
         .unwrap()
         .items
@@ -67,7 +70,7 @@ fn agent(id: &str) -> Agent {
 async fn stored_unsettled(store: &SqliteStore, id: &str) -> bool {
     let id = id.to_owned();
     store
-        .read_unsettled(move |tx| tx.agent(&id))
+        .read_unsettled(move |tx| tx.agents().get(&id))
         .await
         .unwrap()
         .is_some()
@@ -79,7 +82,7 @@ async fn a_deferred_write_is_answered_unsynced_and_the_next_sync_covers_it() {
     let store = SqliteStore::open(dir.path().join("k.db")).unwrap();
     let a = agent("deferred");
     store
-        .write_deferred(move |tx| tx.put_agent(&a))
+        .write_deferred(move |tx| tx.agents().put(&a))
         .await
         .unwrap();
     assert_eq!(
@@ -96,7 +99,7 @@ async fn a_deferred_write_is_answered_unsynced_and_the_next_sync_covers_it() {
     assert_eq!(store.wal_syncs(), 0);
     // A durable write after it: one sync makes both durable.
     let b = agent("durable");
-    store.write(move |tx| tx.put_agent(&b)).await.unwrap();
+    store.write(move |tx| tx.agents().put(&b)).await.unwrap();
     assert_eq!(store.wal_syncs(), 1);
     store.settle().await.unwrap();
     assert_eq!(store.wal_syncs(), 1, "nothing left to sync");
@@ -108,11 +111,11 @@ async fn a_settled_read_that_may_see_a_deferred_write_syncs_it() {
     let store = SqliteStore::open(dir.path().join("k.db")).unwrap();
     let a = agent("deferred");
     store
-        .write_deferred(move |tx| tx.put_agent(&a))
+        .write_deferred(move |tx| tx.agents().put(&a))
         .await
         .unwrap();
     let found = store
-        .read(|tx| tx.agent("deferred"))
+        .read(|tx| tx.agents().get("deferred"))
         .await
         .unwrap()
         .is_some();
@@ -127,7 +130,7 @@ async fn a_settled_read_that_may_see_a_deferred_write_syncs_it() {
     // Several readers at once share syncs: never more than one each.
     let b = agent("deferred-2");
     store
-        .write_deferred(move |tx| tx.put_agent(&b))
+        .write_deferred(move |tx| tx.agents().put(&b))
         .await
         .unwrap();
     let store = Arc::new(store);
@@ -152,13 +155,16 @@ async fn a_group_that_writes_nothing_after_a_durable_prefix_needs_no_sync() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("k.db")).unwrap();
     let a = agent("a");
-    store.write(move |tx| tx.put_agent(&a)).await.unwrap();
+    store.write(move |tx| tx.agents().put(&a)).await.unwrap();
     assert_eq!(store.wal_syncs(), 1);
     // A write transaction that only reads (a claim that found nothing, an ack that was late).
     for _ in 0..3 {
-        store.write(|tx| tx.agent("a").map(drop)).await.unwrap();
         store
-            .write_deferred(|tx| tx.agent("a").map(drop))
+            .write(|tx| tx.agents().get("a").map(drop))
+            .await
+            .unwrap();
+        store
+            .write_deferred(|tx| tx.agents().get("a").map(drop))
             .await
             .unwrap();
     }
@@ -167,10 +173,13 @@ async fn a_group_that_writes_nothing_after_a_durable_prefix_needs_no_sync() {
     // After a deferred write, an empty durable one is answered only once that is durable.
     let b = agent("b");
     store
-        .write_deferred(move |tx| tx.put_agent(&b))
+        .write_deferred(move |tx| tx.agents().put(&b))
         .await
         .unwrap();
-    store.write(|tx| tx.agent("b").map(drop)).await.unwrap();
+    store
+        .write(|tx| tx.agents().get("b").map(drop))
+        .await
+        .unwrap();
     assert_eq!(store.wal_syncs(), 2);
 }
 
@@ -198,12 +207,12 @@ impl Synced {
     /// What a power loss now would leave: a copy of the database whose WAL holds only what
     /// was synced (the file as written, cut back to the length the last sync covered).
     fn power_loss_copy(&self, to: &std::path::Path) -> SqliteStore {
-        let wal = crate::store::durable::wal_path(&self.db);
+        let wal = crate::store::sqlite::durable::wal_path(&self.db);
         let synced = self.lens.lock().unwrap().last().copied();
         std::fs::copy(&self.db, to).unwrap();
         let mut bytes = std::fs::read(&wal).unwrap();
         bytes.truncate(synced.map_or(0, |n| n as usize));
-        std::fs::write(crate::store::durable::wal_path(to), bytes).unwrap();
+        std::fs::write(crate::store::sqlite::durable::wal_path(to), bytes).unwrap();
         SqliteStore::open(to).unwrap()
     }
 }
@@ -215,11 +224,11 @@ async fn a_power_loss_takes_back_deferred_writes_only_as_a_suffix() {
     let synced = Synced::observe(&store);
     for id in ["d1", "d2"] {
         let a = agent(id);
-        store.write(move |tx| tx.put_agent(&a)).await.unwrap();
+        store.write(move |tx| tx.agents().put(&a)).await.unwrap();
     }
     let lost = agent("deferred");
     store
-        .write_deferred(move |tx| tx.put_agent(&lost))
+        .write_deferred(move |tx| tx.agents().put(&lost))
         .await
         .unwrap();
     let after = synced.power_loss_copy(&dir.path().join("crash1.db"));
@@ -228,7 +237,7 @@ async fn a_power_loss_takes_back_deferred_writes_only_as_a_suffix() {
     }
     // A durable write after the deferred one keeps both.
     let last = agent("last");
-    store.write(move |tx| tx.put_agent(&last)).await.unwrap();
+    store.write(move |tx| tx.agents().put(&last)).await.unwrap();
     let after = synced.power_loss_copy(&dir.path().join("crash2.db"));
     for id in ["d1", "d2", "deferred", "last"] {
         assert!(stored_unsettled(&after, id).await, "{id}");
@@ -241,7 +250,7 @@ async fn the_sync_thread_ends_with_the_store() {
     let store = SqliteStore::open(dir.path().join("k.db")).unwrap();
     let a = agent("deferred");
     store
-        .write_deferred(move |tx| tx.put_agent(&a))
+        .write_deferred(move |tx| tx.agents().put(&a))
         .await
         .unwrap();
     store.settle().await.unwrap();
@@ -266,12 +275,12 @@ async fn the_log_is_checkpointed_beside_the_writer() {
     let size = || std::fs::metadata(&path).unwrap().len();
     let initial = size();
     // More rows than a checkpoint waits for, in groups of a hundred.
-    let rows = crate::store::checkpoint::CHECKPOINT_ROWS + 100;
+    let rows = crate::store::sqlite::checkpoint::CHECKPOINT_ROWS + 100;
     for batch in 0..rows.div_ceil(100) {
         store
             .write(move |tx| {
                 for i in 0..100 {
-                    tx.put_agent(&agent(&format!("a{batch}-{i}")))?;
+                    tx.agents().put(&agent(&format!("a{batch}-{i}")))?;
                 }
                 Ok(())
             })

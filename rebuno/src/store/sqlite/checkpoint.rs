@@ -16,7 +16,7 @@
 //! restart may overwrite.
 
 use super::migrations::db_err;
-use super::{StoreError, StoreResult};
+use crate::store::{StoreError, StoreResult};
 use rusqlite::Connection;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,39 +1,44 @@
 //! The SQLite [`Store`]: one file in WAL mode (or an in-memory database), the schema applied
-//! from embedded, numbered migrations ([`super::migrations`]), group commit on one writer
-//! thread ([`super::writer`]), reads on reader threads ([`super::readers`]).
+//! from embedded, numbered migrations ([`migrations`]), group commit on one writer
+//! thread ([`writer`]), reads on reader threads ([`readers`]).
 //!
-//! Durability is pipelined ([`super::durable`]): the writer commits a group without syncing
+//! Durability is pipelined ([`durable`]): the writer commits a group without syncing
 //! and a sync thread makes it durable before anyone hears of it. Readers may see a group
 //! before its sync ends, so a read is answered only once every group it could have seen is
 //! durable ([`Store::settle`]); the kernel's own reads that are followed by a write skip that
 //! wait, since the write is answered after a later sync. A deferred write is answered at its
-//! commit and made durable by the next sync (see [`super::durable`]). If the WAL file cannot
+//! commit and made durable by the next sync (see [`durable`]). If the WAL file cannot
 //! be opened, SQLite syncs each commit itself (`synchronous=FULL`).
 //!
-//! Submodules: `open` (opening a file or memory store, reads on reader threads), and the
-//! operations of a transaction beyond [`Tx`]'s own: `keys`, `sessions`, `resources`.
+//! Submodules: `open` (opening a file or memory store, reads on reader threads), `migrations`
+//! (the schema), `writer`, `readers`, `conn` (the connection a store thread runs jobs on),
+//! `handoff` (handing a job to a store thread), `durable` and `checkpoint` (syncs and WAL
+//! checkpoints), `rows` (decoding rows and paging), and the operations of a transaction beyond
+//! the groups implemented here (agents, executions, events, steps, approvals, dispatches):
+//! `keys`, `console_sessions`, `sessions`, `resources`, `subagents`.
 
 use super::AGENT_LEASE;
-use super::durable::Durable;
-use super::readers::Readers;
-use super::rows::{
-    AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, EVENT_COLS, EXEC_COLS, STEP_COLS, agent_row, all,
-    approval_row, dispatch_row, event_row, exec_row, json_in, one, page, parse, step_row,
-};
-use super::writer::Writer;
 use super::{
-    ExecutionQuery, OccurrenceKey, Page, Store, StoreError, StoreResult, Tx, TxFn, forks_condition,
+    AgentTx, ApprovalTx, DispatchTx, EventTx, ExecutionQuery, ExecutionTx, OccurrenceKey, Page,
+    StepTx, Store, StoreError, StoreResult, Tx, TxFn, forks_condition,
 };
 use crate::protocol::{
     Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
-    StepKind,
+    StepKind, StepStatus,
 };
 use async_trait::async_trait;
+use durable::Durable;
+use readers::Readers;
+use rows::{
+    AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, EVENT_COLS, EXEC_COLS, STEP_COLS, agent_row, all,
+    approval_row, dispatch_row, event_row, exec_row, json_in, one, page, parse, step_row,
+};
 use rusqlite::{Connection, params};
 use serde_json::Value;
 use std::any::Any;
 use std::path::PathBuf;
 use std::sync::Arc;
+use writer::Writer;
 
 /// The SQLite kernel store.
 pub struct SqliteStore {
@@ -149,7 +154,11 @@ fn fetch(limit: usize) -> i64 {
 }
 
 impl Tx for SqliteTx<'_> {
-    fn agent(&mut self, id: &str) -> StoreResult<Option<Agent>> {
+    crate::store::groups_on_self!();
+}
+
+impl AgentTx for SqliteTx<'_> {
+    fn get(&mut self, id: &str) -> StoreResult<Option<Agent>> {
         one(
             self.conn,
             &format!("SELECT {AGENT_COLS} FROM agents WHERE id = ?1"),
@@ -157,7 +166,8 @@ impl Tx for SqliteTx<'_> {
             agent_row,
         )
     }
-    fn agent_secret(&mut self, id: &str) -> StoreResult<Option<String>> {
+
+    fn secret(&mut self, id: &str) -> StoreResult<Option<String>> {
         one(
             self.conn,
             "SELECT secret FROM agents WHERE id = ?1",
@@ -165,17 +175,20 @@ impl Tx for SqliteTx<'_> {
             |r| r.get(0),
         )
     }
-    fn put_agent(&mut self, a: &Agent) -> StoreResult<()> {
+
+    fn put(&mut self, a: &Agent) -> StoreResult<()> {
         self.exec(
             "INSERT OR REPLACE INTO agents (id, webhook_url, secret, policy_bundle, registered_at, metadata, lease_timeout_seconds, dispatch_retry) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             params![a.id, a.webhook_url, a.secret, a.policy_bundle, a.registered_at, super::metadata_text(a), a.lease_timeout_seconds, super::retry_text(a)],
         )?;
         Ok(())
     }
-    fn delete_agent(&mut self, id: &str) -> StoreResult<bool> {
+
+    fn delete(&mut self, id: &str) -> StoreResult<bool> {
         Ok(self.exec("DELETE FROM agents WHERE id = ?1", params![id])? > 0)
     }
-    fn agents_page(&mut self, after: Option<&str>, limit: usize) -> StoreResult<Page<Agent>> {
+
+    fn page(&mut self, after: Option<&str>, limit: usize) -> StoreResult<Page<Agent>> {
         page(
             self.conn,
             &format!(
@@ -187,14 +200,17 @@ impl Tx for SqliteTx<'_> {
             agent_row,
         )
     }
-    fn agent_execution_count(&mut self, id: &str) -> StoreResult<u64> {
+
+    fn execution_count(&mut self, id: &str) -> StoreResult<u64> {
         Ok(self
             .conn
             .prepare_cached("SELECT count(*) FROM executions WHERE agent_id = ?1")?
             .query_row(params![id], |r| r.get::<_, i64>(0))? as u64)
     }
+}
 
-    fn execution(&mut self, id: &str) -> StoreResult<Option<Execution>> {
+impl ExecutionTx for SqliteTx<'_> {
+    fn get(&mut self, id: &str) -> StoreResult<Option<Execution>> {
         one(
             self.conn,
             &format!("SELECT {EXEC_COLS} FROM executions WHERE id = ?1"),
@@ -202,7 +218,8 @@ impl Tx for SqliteTx<'_> {
             exec_row,
         )
     }
-    fn execution_by_idempotency_key(
+
+    fn by_idempotency_key(
         &mut self,
         created_by: &str,
         key: &str,
@@ -216,7 +233,8 @@ impl Tx for SqliteTx<'_> {
             exec_row,
         )
     }
-    fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>> {
+
+    fn state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>> {
         one(
             self.conn,
             "SELECT agent_id, status FROM executions WHERE id = ?1",
@@ -224,11 +242,13 @@ impl Tx for SqliteTx<'_> {
             |r| Ok((r.get(0)?, parse::<ExecutionStatus>(r.get(1)?)?)),
         )
     }
-    fn execution_policy_bundle(&mut self, id: &str) -> StoreResult<Option<String>> {
+
+    fn policy_bundle(&mut self, id: &str) -> StoreResult<Option<String>> {
         let sql = "SELECT policy_bundle FROM executions WHERE id = ?1";
         one(self.conn, sql, params![id], |r| r.get(0))
     }
-    fn put_execution(&mut self, e: &Execution) -> StoreResult<()> {
+
+    fn put(&mut self, e: &Execution) -> StoreResult<()> {
         // `ended_at` is set once, by the update that makes the execution terminal, and never
         // moves afterwards: retention counts from it.
         self.exec(
@@ -272,7 +292,8 @@ impl Tx for SqliteTx<'_> {
         )?;
         Ok(())
     }
-    fn list_executions(&mut self, q: &ExecutionQuery) -> StoreResult<Page<Execution>> {
+
+    fn page(&mut self, q: &ExecutionQuery) -> StoreResult<Page<Execution>> {
         let forks = forks_condition(q, "?7");
         page(
             self.conn,
@@ -289,7 +310,8 @@ impl Tx for SqliteTx<'_> {
             exec_row,
         )
     }
-    fn executions_past_deadline(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Execution>> {
+
+    fn past_deadline(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Execution>> {
         all(
             self.conn,
             &format!(
@@ -300,11 +322,8 @@ impl Tx for SqliteTx<'_> {
             exec_row,
         )
     }
-    fn delete_terminal_executions_before(
-        &mut self,
-        cutoff: &str,
-        limit: usize,
-    ) -> StoreResult<u64> {
+
+    fn delete_terminal_before(&mut self, cutoff: &str, limit: usize) -> StoreResult<u64> {
         let ids: Vec<String> = all(
             self.conn,
             "SELECT id FROM executions WHERE ended_at IS NOT NULL AND ended_at < ?1
@@ -327,7 +346,8 @@ impl Tx for SqliteTx<'_> {
         }
         Ok(ids.len() as u64)
     }
-    fn execution_counts(&mut self) -> StoreResult<Vec<(String, u64)>> {
+
+    fn counts(&mut self) -> StoreResult<Vec<(String, u64)>> {
         all(
             self.conn,
             "SELECT status, count(*) FROM executions GROUP BY status ORDER BY status",
@@ -335,8 +355,10 @@ impl Tx for SqliteTx<'_> {
             |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)),
         )
     }
+}
 
-    fn append_events(
+impl EventTx for SqliteTx<'_> {
+    fn append(
         &mut self,
         execution_id: &str,
         occurred_at: &str,
@@ -365,13 +387,15 @@ impl Tx for SqliteTx<'_> {
         }
         Ok(seq)
     }
-    fn has_event(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool> {
+
+    fn has(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool> {
         Ok(self
             .conn
             .prepare_cached("SELECT 1 FROM events WHERE execution_id = ?1 AND type = ?2 LIMIT 1")?
             .exists(params![execution_id, event_type.as_str()])?)
     }
-    fn events(
+
+    fn page(
         &mut self,
         execution_id: &str,
         after_seq: u64,
@@ -393,8 +417,10 @@ impl Tx for SqliteTx<'_> {
             event_row,
         )
     }
+}
 
-    fn step(&mut self, execution_id: &str, step_id: &str) -> StoreResult<Option<Step>> {
+impl StepTx for SqliteTx<'_> {
+    fn get(&mut self, execution_id: &str, step_id: &str) -> StoreResult<Option<Step>> {
         one(
             self.conn,
             &format!("SELECT {STEP_COLS} FROM steps WHERE execution_id = ?1 AND step_id = ?2"),
@@ -402,13 +428,15 @@ impl Tx for SqliteTx<'_> {
             step_row,
         )
     }
-    fn step_exists(&mut self, execution_id: &str, step_id: &str) -> StoreResult<bool> {
+
+    fn exists(&mut self, execution_id: &str, step_id: &str) -> StoreResult<bool> {
         Ok(self
             .conn
             .prepare_cached("SELECT 1 FROM steps WHERE execution_id = ?1 AND step_id = ?2")?
             .exists(params![execution_id, step_id])?)
     }
-    fn put_step(&mut self, s: &Step) -> StoreResult<()> {
+
+    fn put(&mut self, s: &Step) -> StoreResult<()> {
         self.exec(
             "INSERT INTO steps (step_id, execution_id, kind, target, args_hash, occurrence, status, idempotency, args, result, error, started_at, completed_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
@@ -436,7 +464,8 @@ impl Tx for SqliteTx<'_> {
         )?;
         Ok(())
     }
-    fn steps_page(
+
+    fn page(
         &mut self,
         execution_id: &str,
         after: Option<&str>,
@@ -456,16 +485,18 @@ impl Tx for SqliteTx<'_> {
             step_row,
         )
     }
-    fn steps_in_status(&mut self, execution_id: &str, status: &str) -> StoreResult<Vec<Step>> {
+
+    fn in_status(&mut self, execution_id: &str, status: StepStatus) -> StoreResult<Vec<Step>> {
         all(
             self.conn,
             &format!(
                 "SELECT {STEP_COLS} FROM steps WHERE execution_id = ?1 AND status = ?2 ORDER BY step_id"
             ),
-            params![execution_id, status],
+            params![execution_id, status.as_str()],
             step_row,
         )
     }
+
     fn has_indeterminate_failure(
         &mut self,
         execution_id: &str,
@@ -481,8 +512,10 @@ impl Tx for SqliteTx<'_> {
             )?
             .exists(params![execution_id, kind.as_str(), target, args_hash])?)
     }
+}
 
-    fn approval(&mut self, id: &str) -> StoreResult<Option<Approval>> {
+impl ApprovalTx for SqliteTx<'_> {
+    fn get(&mut self, id: &str) -> StoreResult<Option<Approval>> {
         one(
             self.conn,
             &format!("SELECT {APPROVAL_COLS} FROM approvals WHERE id = ?1"),
@@ -490,7 +523,8 @@ impl Tx for SqliteTx<'_> {
             approval_row,
         )
     }
-    fn put_approval(&mut self, a: &Approval) -> StoreResult<()> {
+
+    fn put(&mut self, a: &Approval) -> StoreResult<()> {
         self.exec(
             "INSERT OR REPLACE INTO approvals (id, step_id, execution_id, status, approvers, message, timeout_at, decided_by, decided_at, rationale, created_at, asserted_by)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
@@ -511,7 +545,8 @@ impl Tx for SqliteTx<'_> {
         )?;
         Ok(())
     }
-    fn pending_approvals(&mut self, execution_id: Option<&str>) -> StoreResult<Vec<Approval>> {
+
+    fn pending(&mut self, execution_id: Option<&str>) -> StoreResult<Vec<Approval>> {
         all(
             self.conn,
             &format!(
@@ -522,7 +557,8 @@ impl Tx for SqliteTx<'_> {
             approval_row,
         )
     }
-    fn pending_approvals_page(
+
+    fn pending_page(
         &mut self,
         after: Option<&str>,
         limit: usize,
@@ -554,7 +590,8 @@ impl Tx for SqliteTx<'_> {
         )
         .map(Some)
     }
-    fn pending_approval_for_step(&mut self, step_id: &str) -> StoreResult<Option<Approval>> {
+
+    fn pending_for_step(&mut self, step_id: &str) -> StoreResult<Option<Approval>> {
         one(
             self.conn,
             &format!(
@@ -564,7 +601,8 @@ impl Tx for SqliteTx<'_> {
             approval_row,
         )
     }
-    fn due_approvals(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Approval>> {
+
+    fn due(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Approval>> {
         all(
             self.conn,
             &format!(
@@ -574,14 +612,17 @@ impl Tx for SqliteTx<'_> {
             approval_row,
         )
     }
-    fn next_approval_timeout(&mut self) -> StoreResult<Option<String>> {
+
+    fn next_timeout(&mut self) -> StoreResult<Option<String>> {
         Ok(self
             .conn
             .prepare_cached("SELECT min(timeout_at) FROM approvals WHERE status = 'pending'")?
             .query_row([], |r| r.get::<_, Option<String>>(0))?)
     }
+}
 
-    fn dispatch(&mut self, id: &str) -> StoreResult<Option<Dispatch>> {
+impl DispatchTx for SqliteTx<'_> {
+    fn get(&mut self, id: &str) -> StoreResult<Option<Dispatch>> {
         one(
             self.conn,
             &format!("SELECT {DISPATCH_COLS} FROM dispatches WHERE id = ?1"),
@@ -589,7 +630,8 @@ impl Tx for SqliteTx<'_> {
             dispatch_row,
         )
     }
-    fn dispatch_lease(&mut self, id: &str) -> StoreResult<Option<(String, u32, DispatchStatus)>> {
+
+    fn lease(&mut self, id: &str) -> StoreResult<Option<(String, u32, DispatchStatus)>> {
         one(
             self.conn,
             "SELECT execution_id, attempt, status FROM dispatches WHERE id = ?1",
@@ -597,7 +639,8 @@ impl Tx for SqliteTx<'_> {
             |r| Ok((r.get(0)?, r.get(1)?, parse::<DispatchStatus>(r.get(2)?)?)),
         )
     }
-    fn put_dispatch(&mut self, d: &Dispatch) -> StoreResult<()> {
+
+    fn put(&mut self, d: &Dispatch) -> StoreResult<()> {
         self.exec(
             "INSERT OR REPLACE INTO dispatches (id, execution_id, status, attempt, max_attempts, next_attempt_at, locked_by, locked_at, created_at, updated_at, last_error)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
@@ -624,7 +667,8 @@ impl Tx for SqliteTx<'_> {
         self.exec(sql, params![d.id, d.attempt])?;
         Ok(())
     }
-    fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>> {
+
+    fn of_execution(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>> {
         all(
             self.conn,
             &format!(
@@ -634,7 +678,8 @@ impl Tx for SqliteTx<'_> {
             dispatch_row,
         )
     }
-    fn claimable_dispatches_except(
+
+    fn claimable_except(
         &mut self,
         now: &str,
         limit: usize,
@@ -654,11 +699,8 @@ impl Tx for SqliteTx<'_> {
             |r| Ok((dispatch_row(r)?, r.get(11)?)),
         )
     }
-    fn wake_agent_dispatches(
-        &mut self,
-        agent_id: &str,
-        now: &str,
-    ) -> StoreResult<Vec<(String, u32)>> {
+
+    fn wake_agent(&mut self, agent_id: &str, now: &str) -> StoreResult<Vec<(String, u32)>> {
         all(
             self.conn,
             "UPDATE dispatches SET next_attempt_at = ?2
@@ -669,6 +711,7 @@ impl Tx for SqliteTx<'_> {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
     }
+
     fn in_flight_leases(&mut self) -> StoreResult<Vec<(Dispatch, Option<f64>)>> {
         all(
             self.conn,
@@ -679,12 +722,14 @@ impl Tx for SqliteTx<'_> {
             |r| Ok((dispatch_row(r)?, r.get(11)?)),
         )
     }
+
     fn queue_depth(&mut self) -> StoreResult<u64> {
         Ok(self
             .conn
             .prepare_cached("SELECT count(*) FROM dispatches WHERE status IN ('pending', 'failed', 'in_flight')")?
             .query_row([], |r| r.get::<_, i64>(0))? as u64)
     }
+
     fn attempt_occurrence(
         &mut self,
         dispatch_id: &str,
@@ -699,6 +744,7 @@ impl Tx for SqliteTx<'_> {
             |r| Ok(r.get::<_, i64>(0)? as u64),
         )
     }
+
     fn advance_attempt_occurrence(
         &mut self,
         dispatch_id: &str,
@@ -720,30 +766,25 @@ impl Tx for SqliteTx<'_> {
         )?;
         Ok(())
     }
-    fn api_keys(&mut self) -> &mut dyn super::ApiKeyTx {
-        self
-    }
-    fn sessions(&mut self) -> &mut dyn super::SessionTx {
-        self
-    }
-    fn console_sessions(&mut self) -> &mut dyn super::ConsoleSessionTx {
-        self
-    }
-    fn resources(&mut self) -> &mut dyn super::ResourceTx {
-        self
-    }
-    fn subagents(&mut self) -> &mut dyn super::SubagentTx {
-        self
-    }
 }
 
 #[cfg(test)]
-#[path = "sqlite_tests.rs"]
 mod tests;
 
+mod checkpoint;
+mod conn;
 mod console_sessions;
+mod durable;
+mod handoff;
 mod keys;
+mod migrations;
 mod open;
+mod readers;
 mod resources;
+mod rows;
 mod sessions;
 mod subagents;
+mod writer;
+
+#[doc(hidden)]
+pub use durable::{SyncObserver, SyncPoint};

@@ -12,12 +12,13 @@
 //!
 //! Statements are prepared once per connection, with their parameter types, and kept: PostgreSQL
 //! neither parses nor (after their first executions) plans them again. What costs is the round
-//! trip, so a transaction waits for as few as it can: a write whose answer the kernel does not
-//! use (every `put_*`, [`Tx::record_events`], [`Tx::record_renewal`], the occurrence counters,
-//! the advisory locks) is held back and sent with the next read, or with `COMMIT`; `BEGIN` goes
-//! with the first statement; and the reads the kernel announces ([`Tx::prefetch`]) go in one
-//! batch. The server still runs every statement in the order the kernel made the calls, so the
-//! locks are taken in the same order, and the first statement that fails is the error (see
+//! trip, so a transaction waits for as few as it can: a write whose answer the kernel does not use
+//! (every `put_*`, [`EventTx::record`](crate::store::EventTx::record),
+//! [`DispatchTx::record_renewal`](crate::store::DispatchTx::record_renewal), the occurrence
+//! counters, the advisory locks) is held back and sent with the next read, or with `COMMIT`;
+//! `BEGIN` goes with the first statement; and the reads the kernel announces ([`Tx::prefetch`]) go
+//! in one batch. The server still runs every statement in the order the kernel made the calls, so
+//! the locks are taken in the same order, and the first statement that fails is the error (see
 //! [`PgTransaction`]).
 //!
 //! The server's time goes by statement as well (each is bound, run and answered on its own), so
@@ -28,19 +29,22 @@
 //! execution's transaction key in the same statement (see `locks`).
 //!
 //! Submodules: `base` (the statement, decoding, paging, prefetching and locking helpers every
-//! operation runs through), `touches` (what the held-back writes touch), the bodies of
-//! [`Tx`]'s operations on events, approvals and dispatches (`events`, `approvals`,
-//! `dispatches`; those on agents, executions and steps are here), and the operations of a
-//! transaction beyond [`Tx`]'s own: `keys`, `sessions`, `resources`, `subagents`.
+//! operation runs through), `touches` (what the held-back writes touch), the bodies of the
+//! operations on events, approvals and dispatches (`events`, `approvals`, `dispatches`; those
+//! on agents, executions and steps are here), and the other groups of operations: `keys`,
+//! `console_sessions`, `sessions`, `resources`, `subagents`.
 
 use super::rows::{
     AGENT_COLS, EXEC_COLS, STEP_COLS, agent_row, exec_row, json_in, parse, step_row,
 };
 use crate::protocol::{
     Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
-    StepKind,
+    StepKind, StepStatus,
 };
-use crate::store::{ExecutionQuery, Lookup, OccurrenceKey, Page, StoreError, StoreResult, Tx};
+use crate::store::{
+    AgentTx, ApprovalTx, DispatchTx, EventTx, ExecutionQuery, ExecutionTx, Lookup, OccurrenceKey,
+    Page, StepTx, StoreError, StoreResult, Tx,
+};
 use durable_support::pg::postgres::Row;
 use durable_support::pg::postgres::types::{ToSql, Type};
 use durable_support::pg::{Param, PgTransaction, Request};
@@ -94,17 +98,27 @@ fn big(n: usize) -> i64 {
 }
 
 impl Tx for PgTx<'_> {
-    fn agent(&mut self, id: &str) -> StoreResult<Option<Agent>> {
+    crate::store::groups_on_self!();
+
+    fn prefetch(&mut self, lookups: &[Lookup<'_>]) -> StoreResult<()> {
+        self.announce(lookups)
+    }
+}
+
+impl AgentTx for PgTx<'_> {
+    fn get(&mut self, id: &str) -> StoreResult<Option<Agent>> {
         self.one(&base::agent_sql_by_id(), params![id => TEXT], agent_row)
     }
-    fn agent_secret(&mut self, id: &str) -> StoreResult<Option<String>> {
+
+    fn secret(&mut self, id: &str) -> StoreResult<Option<String>> {
         self.one(
             "SELECT secret FROM agents WHERE id = $1",
             params![id => TEXT],
             |r| r.try_get(0).map_err(|e| e.to_string()),
         )
     }
-    fn put_agent(&mut self, a: &Agent) -> StoreResult<()> {
+
+    fn put(&mut self, a: &Agent) -> StoreResult<()> {
         self.defer(
             "INSERT INTO agents (id, webhook_url, secret, policy_bundle, registered_at, metadata,
                lease_timeout_seconds, dispatch_retry)
@@ -121,10 +135,12 @@ impl Tx for PgTx<'_> {
                     crate::store::retry_text(a) => TEXT],
         )
     }
-    fn delete_agent(&mut self, id: &str) -> StoreResult<bool> {
+
+    fn delete(&mut self, id: &str) -> StoreResult<bool> {
         Ok(self.exec("DELETE FROM agents WHERE id = $1", params![id => TEXT])? > 0)
     }
-    fn agents_page(&mut self, after: Option<&str>, limit: usize) -> StoreResult<Page<Agent>> {
+
+    fn page(&mut self, after: Option<&str>, limit: usize) -> StoreResult<Page<Agent>> {
         self.page(
             &format!(
                 "SELECT {AGENT_COLS} FROM agents WHERE id > coalesce($1, '') ORDER BY id LIMIT $2"
@@ -135,17 +151,21 @@ impl Tx for PgTx<'_> {
             agent_row,
         )
     }
-    fn agent_execution_count(&mut self, id: &str) -> StoreResult<u64> {
+
+    fn execution_count(&mut self, id: &str) -> StoreResult<u64> {
         self.count(
             "SELECT count(*) FROM executions WHERE agent_id = $1",
             params![id => TEXT],
         )
     }
+}
 
-    fn execution(&mut self, id: &str) -> StoreResult<Option<Execution>> {
+impl ExecutionTx for PgTx<'_> {
+    fn get(&mut self, id: &str) -> StoreResult<Option<Execution>> {
         self.execution_row(EXEC_COLS, id, exec_row)
     }
-    fn execution_by_idempotency_key(
+
+    fn by_idempotency_key(
         &mut self,
         created_by: &str,
         key: &str,
@@ -158,7 +178,8 @@ impl Tx for PgTx<'_> {
             exec_row,
         )
     }
-    fn execution_state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>> {
+
+    fn state(&mut self, id: &str) -> StoreResult<Option<(String, ExecutionStatus)>> {
         self.execution_row("agent_id, status", id, |r| {
             Ok((
                 r.try_get(0).map_err(|e| e.to_string())?,
@@ -166,6 +187,7 @@ impl Tx for PgTx<'_> {
             ))
         })
     }
+
     fn agent_of(&mut self, id: &str) -> StoreResult<Option<String>> {
         self.one(
             "SELECT agent_id FROM executions WHERE id = $1",
@@ -173,13 +195,15 @@ impl Tx for PgTx<'_> {
             |r| r.try_get(0).map_err(|e| e.to_string()),
         )
     }
-    fn execution_policy_bundle(&mut self, id: &str) -> StoreResult<Option<String>> {
+
+    fn policy_bundle(&mut self, id: &str) -> StoreResult<Option<String>> {
         let sql = "SELECT policy_bundle FROM executions WHERE id = $1";
         self.one(sql, params![id => TEXT], |r| {
             r.try_get(0).map_err(|e| e.to_string())
         })
     }
-    fn put_execution(&mut self, e: &Execution) -> StoreResult<()> {
+
+    fn put(&mut self, e: &Execution) -> StoreResult<()> {
         // `ended_at` is set once, by the update that makes the execution terminal, and never
         // moves afterwards: retention counts from it.
         self.defer_with(
@@ -223,7 +247,8 @@ impl Tx for PgTx<'_> {
             Some(touches::EXECUTION),
         )
     }
-    fn list_executions(&mut self, q: &ExecutionQuery) -> StoreResult<Page<Execution>> {
+
+    fn page(&mut self, q: &ExecutionQuery) -> StoreResult<Page<Execution>> {
         let forks = crate::store::forks_condition(q, "$7::text");
         let sql = format!(
             "SELECT {EXEC_COLS} FROM executions
@@ -243,7 +268,8 @@ impl Tx for PgTx<'_> {
             exec_row,
         )
     }
-    fn executions_past_deadline(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Execution>> {
+
+    fn past_deadline(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Execution>> {
         let sql = format!(
             "SELECT {EXEC_COLS} FROM executions WHERE status IN ('pending', 'running', 'blocked')
              AND deadline_at IS NOT NULL AND deadline_at <= $1 ORDER BY deadline_at LIMIT $2{}",
@@ -251,11 +277,8 @@ impl Tx for PgTx<'_> {
         );
         self.all(&sql, params![now => TEXT, big(limit) => INT8], exec_row)
     }
-    fn delete_terminal_executions_before(
-        &mut self,
-        cutoff: &str,
-        limit: usize,
-    ) -> StoreResult<u64> {
+
+    fn delete_terminal_before(&mut self, cutoff: &str, limit: usize) -> StoreResult<u64> {
         // A replica sweeping at the same time takes other rows rather than waiting for these.
         let ids: Vec<String> = self.all(
             "SELECT id FROM executions WHERE ended_at IS NOT NULL AND ended_at < $1
@@ -288,7 +311,8 @@ impl Tx for PgTx<'_> {
         )?;
         Ok(ids.len() as u64)
     }
-    fn execution_counts(&mut self) -> StoreResult<Vec<(String, u64)>> {
+
+    fn counts(&mut self) -> StoreResult<Vec<(String, u64)>> {
         self.all(
             "SELECT status, count(*) FROM executions GROUP BY status ORDER BY status",
             &[],
@@ -299,7 +323,13 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn append_events(
+    fn try_lock(&mut self, execution_id: &str) -> StoreResult<bool> {
+        self.try_lock(execution_id)
+    }
+}
+
+impl EventTx for PgTx<'_> {
+    fn append(
         &mut self,
         execution_id: &str,
         occurred_at: &str,
@@ -307,7 +337,8 @@ impl Tx for PgTx<'_> {
     ) -> StoreResult<u64> {
         events::append_events(self, execution_id, occurred_at, events)
     }
-    fn record_events(
+
+    fn record(
         &mut self,
         execution_id: &str,
         occurred_at: &str,
@@ -315,10 +346,12 @@ impl Tx for PgTx<'_> {
     ) -> StoreResult<()> {
         events::record_events(self, execution_id, occurred_at, events)
     }
-    fn has_event(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool> {
+
+    fn has(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool> {
         events::has_event(self, execution_id, event_type)
     }
-    fn events(
+
+    fn page(
         &mut self,
         execution_id: &str,
         after_seq: u64,
@@ -326,21 +359,25 @@ impl Tx for PgTx<'_> {
     ) -> StoreResult<Page<Event>> {
         events::events(self, execution_id, after_seq, limit)
     }
+}
 
-    fn step(&mut self, execution_id: &str, step_id: &str) -> StoreResult<Option<Step>> {
+impl StepTx for PgTx<'_> {
+    fn get(&mut self, execution_id: &str, step_id: &str) -> StoreResult<Option<Step>> {
         self.one(
             &format!("SELECT {STEP_COLS} FROM steps WHERE execution_id = $1 AND step_id = $2"),
             params![execution_id => TEXT, step_id => TEXT],
             step_row,
         )
     }
-    fn step_exists(&mut self, execution_id: &str, step_id: &str) -> StoreResult<bool> {
+
+    fn exists(&mut self, execution_id: &str, step_id: &str) -> StoreResult<bool> {
         self.exists(
             "SELECT 1 FROM steps WHERE execution_id = $1 AND step_id = $2",
             params![execution_id => TEXT, step_id => TEXT],
         )
     }
-    fn put_step(&mut self, s: &Step) -> StoreResult<()> {
+
+    fn put(&mut self, s: &Step) -> StoreResult<()> {
         let keep = |col: &str| {
             format!(
                 "{col} = CASE WHEN steps.status IN {TERMINAL_STEP} THEN steps.{col} ELSE excluded.{col} END"
@@ -379,7 +416,8 @@ impl Tx for PgTx<'_> {
             Some(touches::STEP),
         )
     }
-    fn steps_page(
+
+    fn page(
         &mut self,
         execution_id: &str,
         after: Option<&str>,
@@ -399,15 +437,17 @@ impl Tx for PgTx<'_> {
             step_row,
         )
     }
-    fn steps_in_status(&mut self, execution_id: &str, status: &str) -> StoreResult<Vec<Step>> {
+
+    fn in_status(&mut self, execution_id: &str, status: StepStatus) -> StoreResult<Vec<Step>> {
         self.all(
             &format!(
                 "SELECT {STEP_COLS} FROM steps WHERE execution_id = $1 AND status = $2 ORDER BY step_id"
             ),
-            params![execution_id => TEXT, status => TEXT],
+            params![execution_id => TEXT, status.as_str() => TEXT],
             step_row,
         )
     }
+
     fn has_indeterminate_failure(
         &mut self,
         execution_id: &str,
@@ -431,52 +471,68 @@ impl Tx for PgTx<'_> {
             .iter()
             .any(|e| e.get("reason").and_then(Value::as_str) == Some("indeterminate")))
     }
+}
 
-    fn approval(&mut self, id: &str) -> StoreResult<Option<Approval>> {
+impl ApprovalTx for PgTx<'_> {
+    fn get(&mut self, id: &str) -> StoreResult<Option<Approval>> {
         approvals::approval(self, id)
     }
-    fn put_approval(&mut self, a: &Approval) -> StoreResult<()> {
+
+    fn put(&mut self, a: &Approval) -> StoreResult<()> {
         approvals::put_approval(self, a)
     }
-    fn pending_approvals(&mut self, execution_id: Option<&str>) -> StoreResult<Vec<Approval>> {
+
+    fn pending(&mut self, execution_id: Option<&str>) -> StoreResult<Vec<Approval>> {
         approvals::pending_approvals(self, execution_id)
     }
-    fn pending_approvals_page(
+
+    fn pending_page(
         &mut self,
         after: Option<&str>,
         limit: usize,
     ) -> StoreResult<Option<Page<Approval>>> {
         approvals::pending_approvals_page(self, after, limit)
     }
-    fn pending_approval_for_step(&mut self, step_id: &str) -> StoreResult<Option<Approval>> {
+
+    fn pending_for_step(&mut self, step_id: &str) -> StoreResult<Option<Approval>> {
         approvals::pending_approval_for_step(self, step_id)
     }
-    fn due_approvals(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Approval>> {
+
+    fn due(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Approval>> {
         approvals::due_approvals(self, now, limit)
     }
-    fn next_approval_timeout(&mut self) -> StoreResult<Option<String>> {
+
+    fn next_timeout(&mut self) -> StoreResult<Option<String>> {
         approvals::next_approval_timeout(self)
     }
+}
 
-    fn dispatch(&mut self, id: &str) -> StoreResult<Option<Dispatch>> {
+impl DispatchTx for PgTx<'_> {
+    fn get(&mut self, id: &str) -> StoreResult<Option<Dispatch>> {
         dispatches::dispatch(self, id)
     }
-    fn dispatch_lease(&mut self, id: &str) -> StoreResult<Option<(String, u32, DispatchStatus)>> {
+
+    fn lease(&mut self, id: &str) -> StoreResult<Option<(String, u32, DispatchStatus)>> {
         dispatches::dispatch_lease(self, id)
     }
-    fn put_dispatch(&mut self, d: &Dispatch) -> StoreResult<()> {
+
+    fn put(&mut self, d: &Dispatch) -> StoreResult<()> {
         dispatches::put_dispatch(self, d)
     }
-    fn renew_dispatch(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<bool> {
+
+    fn renew(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<bool> {
         dispatches::renew_dispatch(self, id, attempt, now)
     }
+
     fn record_renewal(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<()> {
         dispatches::record_renewal(self, id, attempt, now)
     }
-    fn dispatches_of(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>> {
+
+    fn of_execution(&mut self, execution_id: &str) -> StoreResult<Vec<Dispatch>> {
         dispatches::dispatches_of(self, execution_id)
     }
-    fn claimable_dispatches_except(
+
+    fn claimable_except(
         &mut self,
         now: &str,
         limit: usize,
@@ -484,19 +540,19 @@ impl Tx for PgTx<'_> {
     ) -> StoreResult<Vec<(Dispatch, String)>> {
         dispatches::claimable_dispatches_except(self, now, limit, skip_agents)
     }
-    fn wake_agent_dispatches(
-        &mut self,
-        agent_id: &str,
-        now: &str,
-    ) -> StoreResult<Vec<(String, u32)>> {
+
+    fn wake_agent(&mut self, agent_id: &str, now: &str) -> StoreResult<Vec<(String, u32)>> {
         dispatches::wake_agent_dispatches(self, agent_id, now)
     }
+
     fn in_flight_leases(&mut self) -> StoreResult<Vec<(Dispatch, Option<f64>)>> {
         dispatches::in_flight_leases(self)
     }
+
     fn queue_depth(&mut self) -> StoreResult<u64> {
         dispatches::queue_depth(self)
     }
+
     fn attempt_occurrence(
         &mut self,
         dispatch_id: &str,
@@ -505,6 +561,7 @@ impl Tx for PgTx<'_> {
     ) -> StoreResult<Option<u64>> {
         dispatches::attempt_occurrence(self, dispatch_id, attempt, key)
     }
+
     fn advance_attempt_occurrence(
         &mut self,
         dispatch_id: &str,
@@ -513,27 +570,6 @@ impl Tx for PgTx<'_> {
         occurrence: u64,
     ) -> StoreResult<()> {
         dispatches::advance_attempt_occurrence(self, dispatch_id, attempt, key, occurrence)
-    }
-    fn prefetch(&mut self, lookups: &[Lookup<'_>]) -> StoreResult<()> {
-        self.announce(lookups)
-    }
-    fn try_lock_execution(&mut self, execution_id: &str) -> StoreResult<bool> {
-        self.try_lock(execution_id)
-    }
-    fn api_keys(&mut self) -> &mut dyn crate::store::ApiKeyTx {
-        self
-    }
-    fn sessions(&mut self) -> &mut dyn crate::store::SessionTx {
-        self
-    }
-    fn console_sessions(&mut self) -> &mut dyn crate::store::ConsoleSessionTx {
-        self
-    }
-    fn resources(&mut self) -> &mut dyn crate::store::ResourceTx {
-        self
-    }
-    fn subagents(&mut self) -> &mut dyn crate::store::SubagentTx {
-        self
     }
 }
 

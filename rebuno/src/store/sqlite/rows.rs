@@ -6,11 +6,11 @@
 //! naming its key, and a listing skips it with a warning and goes on with the others, so one
 //! bad row never hides the rest.
 
-use super::{PAGE_MAX_BYTES, Page, StoreError, StoreResult};
 use crate::protocol::{
     Agent, Approval, ApprovalStatus, Dispatch, DispatchStatus, Event, EventType, Execution,
     ExecutionStatus, Idempotency, Step, StepKind, StepStatus,
 };
+use crate::store::{PAGE_MAX_BYTES, Page, StoreError, StoreResult};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! is executed while the previous one is synced. Readers may see a group before its sync ends,
 //! so [`Durable::settle`] waits until every group a read could have seen is durable.
 //!
-//! A deferred write ([`Store::write_deferred_boxed`](super::Store::write_deferred_boxed)) is
+//! A deferred write ([`Store::write_deferred_boxed`](crate::store::Store::write_deferred_boxed)) is
 //! answered as soon as its group commits, and is not synced on its own account: the next sync
 //! makes it durable, whoever asks for it. Syncs cover the log as written, so commits become
 //! durable in commit order, and a crash before the sync takes back a suffix of the commits,
@@ -17,7 +17,7 @@
 //! started now covers it), `requested` (a sync covering it is on its way), `wanted` (a reader
 //! waits for it) and `synced` (durable).
 
-use super::{StoreError, StoreResult};
+use crate::store::{StoreError, StoreResult};
 use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -38,7 +38,7 @@ pub(super) struct Durable {
     /// A sync failed: nothing answered since is known durable, so the store refuses to go on.
     pub(super) failed: AtomicBool,
     /// Where each sync's latency goes.
-    pub(super) timings: super::StoreTimings,
+    pub(super) timings: crate::store::StoreTimings,
     /// Asks the sync thread for a sync: set while the [`Syncer`] lives (its drop takes it
     /// back, so that the thread, which holds this, still ends with the store).
     kick: Mutex<Option<mpsc::Sender<Synced>>>,
@@ -75,7 +75,7 @@ pub type SyncObserver = Arc<dyn Fn(SyncPoint) + Send + Sync>;
 
 impl Durable {
     /// Progress of a store with no commit yet, reporting sync latencies to `timings`.
-    pub(super) fn new(timings: super::StoreTimings) -> Durable {
+    pub(super) fn new(timings: crate::store::StoreTimings) -> Durable {
         Durable {
             timings,
             ..Durable::default()
@@ -99,8 +99,8 @@ impl Durable {
 
     /// Waits until every commit a snapshot taken before now could have seen is durable, except
     /// the deferred commits nothing has asked to be durable yet (see
-    /// [`Store::settle_durable_writes`](super::Store::settle_durable_writes)); never asks for
-    /// a sync.
+    /// [`Store::settle_durable_writes`](crate::store::Store::settle_durable_writes)); never asks
+    /// for a sync.
     pub(super) async fn settle_durable_writes(&self) -> StoreResult<()> {
         let seen = self.begun.load(Ordering::SeqCst);
         // Every group with a durable write was requested before it was begun.

@@ -17,6 +17,13 @@
 //! action kinds, side-effect classes, execution modes, the id rule, the contract's messages,
 //! the edit distance that names the closest type) come from `receipt-vocab`, which `receipt`
 //! reads too.
+//!
+//! - `receipts`: `#[receipts]`, a receipt set enum;
+//! - `body`: `#[body]`, a receipt body or view element type;
+//! - `view`: `#[view]`, the agent's view and its folds;
+//! - `agent`: `#[agent]` on the agent's `impl` block, with `#[goal]`;
+//! - `action`: one `#[action]` method, parsed and checked for `agent`;
+//! - `common`: small syntax helpers the macros share.
 
 mod action;
 mod agent;

@@ -1,24 +1,47 @@
 //! `receipt`: receipt-native durable agents.
 //!
 //! Every fact is a [`Receipt`] appended to a hash-linked stream; state is a fold over the
-//! chain. This crate owns the core of that model:
+//! chain. This crate owns the core of that model. Its modules, lowest layer first:
 //!
 //! - [`canonical`]: RFC 8785 (JCS) canonical JSON, the bytes every hash covers;
-//! - [`receipt`](mod@receipt): the record, ids, hashing and [`verify`];
-//! - [`store`]: the [`ReceiptStore`] trait with in-memory, SQLite (feature `sqlite`, on by
-//!   default) and PostgreSQL (feature `postgres`, for several writers on one database) backends;
-//! - [`branch`]: [`fork`](branch::fork) and materialized reads of branches;
-//! - [`runtime`]: per-stream command execution (dedup, expected prev) and incremental folds;
-//! - [`fold`]: reducers and the `on(type)` / `chain()` view helpers;
 //! - [`sim`]: the injected clock and entropy that make runs reproducible;
+//! - `cache`: the bounded least-recently-used map the per-stream caches live in;
+//! - `locks`: one async mutex per stream name, held while a command executes;
+//! - [`receipt`](mod@receipt): the record, ids, hashing and [`verify`];
 //! - [`error`]: [`Error`], which `?` in an action body converts any error into (why it is not
 //!   itself a `std::error::Error`, and [`Compat`] for where one is needed);
+//! - [`store`]: the [`ReceiptStore`] trait with in-memory, SQLite (feature `sqlite`, on by
+//!   default) and PostgreSQL (feature `postgres`, for several writers on one database) backends;
+//! - [`fold`]: reducers and the `on(type)` / `chain()` view helpers;
+//! - [`branch`]: [`fork`](branch::fork) and materialized reads of branches;
+//! - [`runtime`]: per-stream command execution (dedup, expected prev) and incremental folds;
 //! - [`agent`](mod@agent): receipt-native agents (specs, selection, the controller, remote actions);
 //!   its public submodules are `agent::control` (control receipt types and their fold),
-//!   `agent::controller`, `agent::merge` (merge policies) and `agent::remote`;
+//!   `agent::controller`, `agent::governance`, `agent::merge` (merge policies) and
+//!   `agent::remote`;
 //! - `kernel` (feature `kernel`): remote actions and governance through a rebuno kernel;
 //! - `cli` (feature `cli`, on by default): the `receipt` command-line tool, and
-//!   `cli::main_with` for a binary that registers its own agents.
+//!   `cli::main_with` for a binary that registers its own agents;
+//! - `__private` (hidden): what the code `receipt-macros` generates names.
+//!
+//! **Layers.** Every import runs down this order, never up:
+//!
+//! ```text
+//! canonical, sim, cache, locks     pure helpers, no crate imports
+//! receipt                          the record and its hash chain
+//! error                            the one error type, with the agent layer's refusals it
+//!                                  names (agent::error, agent::kinds, agent::remote::refusal)
+//! store, fold                      persistence; folds over a chain
+//! branch < runtime                 branches over a store; commands and incremental folds
+//! agent                            inside, in the order its module docs list
+//! kernel                           the agent layer's seams served by a rebuno kernel
+//! cli                              the command-line tool over all of the above
+//! __private                        the macros' entry points
+//! ```
+//!
+//! The one knot is at the bottom: [`Error`] wraps an [`AgentError`](agent::AgentError), which
+//! names an [`ActionKind`](agent::ActionKind), whose parse fails with an [`Error`]; the three
+//! files form the error layer together.
 //!
 //! The attribute macros (`#[receipt::agent]`, `#[receipt::action]`, ...) are re-exported from
 //! `receipt-macros`.

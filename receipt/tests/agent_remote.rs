@@ -127,25 +127,25 @@ async fn remote_actions_run_through_the_pinned_function() {
         assert_eq!(call.version, 2);
         assert_eq!(call.timeout_ms, 120_000);
         assert_eq!(call.call_id, str_of(claim, "invocationId"));
-        assert_eq!(call.payload.invocation_id, call.call_id);
+        assert_eq!(call.payload.invocation.invocation_id, call.call_id);
         assert_eq!(call.payload.claim_id, str_of(claim, "claimId"));
-        assert_eq!(call.payload.agent_id, "remote-agent");
-        assert_eq!(call.payload.agent_version, "1.0.0");
-        assert_eq!(call.payload.run_stream, STREAM);
-        assert_eq!(call.payload.execution, ExecutionMode::Remote);
+        assert_eq!(call.payload.invocation.agent_id, "remote-agent");
+        assert_eq!(call.payload.invocation.agent_version, "1.0.0");
+        assert_eq!(call.payload.invocation.run_stream, STREAM);
+        assert_eq!(call.payload.invocation.execution, ExecutionMode::Remote);
         assert_eq!(call.payload.policy_version, "runtime-policy-v2");
         assert_eq!(call.payload.scheduler_policy_version, "scheduler-v2");
         assert_eq!(claim["execution"], "remote");
     }
     assert_eq!(calls[0].target_group, "payments");
-    assert_eq!(calls[0].payload.kind, ActionKind::Tool);
+    assert_eq!(calls[0].payload.invocation.kind, ActionKind::Tool);
     assert_eq!(
         calls[1].target_group, "general",
         "falls back to the default group"
     );
     // The first call selected at the head after run.started.
     assert_eq!(
-        calls[0].payload.selected_head.as_deref(),
+        calls[0].payload.invocation.selected_head.as_deref(),
         Some(chain[1].hash())
     );
     // The worker's output went through the controller: the idempotency key is the invocation.
@@ -221,7 +221,7 @@ async fn the_worker_rechecks_everything_with_its_own_refusals() {
         s.worker.handle(call.clone()).await.unwrap_err().to_string(),
         format!(
             "remote action 'charge' refused: invocation '{}' has already ended (action.failed)",
-            call.payload.invocation_id
+            call.payload.invocation.invocation_id
         )
     );
 
@@ -232,32 +232,32 @@ async fn the_worker_rechecks_everything_with_its_own_refusals() {
         async move { worker.handle(c).await.unwrap_err().to_string() }
     };
     assert_eq!(
-        refuse(&|c| c.payload.agent_id = "nope".into()).await,
+        refuse(&|c| c.payload.invocation.agent_id = "nope".into()).await,
         "agent spec 'nope' does not support remote execution"
     );
     assert_eq!(
-        refuse(&|c| c.payload.agent_version = "2.0.0".into()).await,
+        refuse(&|c| c.payload.invocation.agent_version = "2.0.0".into()).await,
         "remote action 'charge' requires remote-agent@2.0.0, but the worker loaded remote-agent@1.0.0"
     );
     assert_eq!(
-        refuse(&|c| c.payload.selected_head = Some("deadbeef".into())).await,
+        refuse(&|c| c.payload.invocation.selected_head = Some("deadbeef".into())).await,
         "remote action 'charge' selected head 'deadbeef' is unavailable"
     );
     assert_eq!(
-        refuse(&|c| c.payload.action_id = "refund".into()).await,
+        refuse(&|c| c.payload.invocation.action_id = "refund".into()).await,
         "unknown action 'refund' for agent 'remote-agent'"
     );
     assert_eq!(
-        refuse(&|c| c.payload.kind = ActionKind::Assistant).await,
+        refuse(&|c| c.payload.invocation.kind = ActionKind::Assistant).await,
         "remote action 'charge' no longer matches selected kind/execution provenance"
     );
     assert_eq!(
-        refuse(&|c| c.payload.execution = ExecutionMode::Local).await,
+        refuse(&|c| c.payload.invocation.execution = ExecutionMode::Local).await,
         "remote action 'charge' no longer matches selected kind/execution provenance"
     );
     // At the root the prompt is not there yet, so `when` is false.
     assert_eq!(
-        refuse(&|c| c.payload.selected_head = None).await,
+        refuse(&|c| c.payload.invocation.selected_head = None).await,
         "remote action 'charge' is no longer runnable at its selected head"
     );
     assert_eq!(
@@ -267,8 +267,8 @@ async fn the_worker_rechecks_everything_with_its_own_refusals() {
     // Checks run in order: an unknown action with a bad head reports the head.
     assert_eq!(
         refuse(&|c| {
-            c.payload.action_id = "refund".into();
-            c.payload.selected_head = Some("gone".into());
+            c.payload.invocation.action_id = "refund".into();
+            c.payload.invocation.selected_head = Some("gone".into());
         })
         .await,
         "remote action 'refund' selected head 'gone' is unavailable"

@@ -105,17 +105,19 @@ fn call(
     policy_version: &str,
 ) -> RemoteCall {
     let payload = RemotePayload {
-        agent_id: "pay-agent".into(),
-        agent_version: "1.0.0".into(),
-        run_id: RUN_ID.into(),
-        run_stream: STREAM.into(),
-        selection_id: selection_id.into(),
-        invocation_id: invocation_id.into(),
-        selected_head,
-        action_id: action.into(),
-        kind: ActionKind::Tool,
-        execution: ExecutionMode::Remote,
-        index: 0,
+        invocation: SelectedInvocation {
+            agent_id: "pay-agent".into(),
+            agent_version: "1.0.0".into(),
+            run_id: RUN_ID.into(),
+            run_stream: STREAM.into(),
+            selection_id: selection_id.into(),
+            invocation_id: invocation_id.into(),
+            selected_head,
+            action_id: action.into(),
+            kind: ActionKind::Tool,
+            execution: ExecutionMode::Remote,
+            index: 0,
+        },
         claim_id: String::new(),
         claim_owner_id: String::new(),
         attempt: 0,
@@ -487,7 +489,7 @@ async fn a_forged_call_substituting_the_claimed_input_runs_nothing() {
 
     // The claimed invocation, but another action: `refund` is runnable at the selected head.
     let mut other_action = exact.clone();
-    other_action.payload.action_id = "refund".into();
+    other_action.payload.invocation.action_id = "refund".into();
     let exec = forge(&client, &serde_json::to_value(&other_action).unwrap()).await;
     assert_refused(&client, &exec, "selection_mismatch", "'charge'").await;
     assert!(!refunds.exists(), "the refund ran");
@@ -559,7 +561,7 @@ async fn a_call_for_another_run_owner_or_stream_than_its_claim_is_refused() {
     };
 
     // Another run's id on this run's selection.
-    let r = refused(&|c| c.payload.run_id = "run_y".into()).await;
+    let r = refused(&|c| c.payload.invocation.run_id = "run_y".into()).await;
     assert_eq!(r.check(), "foreign_selection", "{r}");
     // The claim's id with another owner or attempt.
     let r = refused(&|c| c.payload.claim_owner_id = "mallory".into()).await;
@@ -571,7 +573,7 @@ async fn a_call_for_another_run_owner_or_stream_than_its_claim_is_refused() {
     let fork = "agents/pay-agent/runs/run_x-fork";
     let length = receipts.read(STREAM).await.unwrap().len() as u64;
     receipts.fork(STREAM, length, fork).await.unwrap();
-    let r = refused(&|c| c.payload.run_stream = fork.into()).await;
+    let r = refused(&|c| c.payload.invocation.run_stream = fork.into()).await;
     assert_eq!(r.check(), "claim_elsewhere", "{r}");
     assert!(r.to_string().contains(STREAM), "{r}");
 

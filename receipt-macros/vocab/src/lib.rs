@@ -14,6 +14,9 @@
 //!
 //! The crate has no dependencies, so the proc-macro crate can use it without pulling in the
 //! runtime.
+//!
+//! - [`control`]: the control receipt types, which an agent may neither declare nor emit;
+//! - [`message`]: the messages of the spec checks, shared by the macros and the runtime.
 
 #![no_std]
 

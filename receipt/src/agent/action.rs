@@ -6,7 +6,6 @@
 //! `action.output.manifest` before any of it reaches the chain.
 
 use super::control::is_control_type;
-use super::select::Candidate;
 use super::{ActionKind, AgentError, AgentTypes, ExecutionMode, ReceiptSet, SideEffects};
 use crate::canonical;
 use crate::error::{Error, Result};
@@ -445,15 +444,6 @@ impl<A: AgentTypes> Action<A> {
     /// Whether it is runnable against `view` (no `when`: always).
     pub fn is_runnable(&self, view: &A::View) -> bool {
         self.when.as_ref().is_none_or(|w| w(view))
-    }
-    /// The action as selection sees it.
-    pub fn candidate(&self) -> Candidate<'_> {
-        Candidate {
-            id: &self.id,
-            kind: self.kind,
-            exclusive: self.exclusive,
-            max_concurrency: self.max_concurrency,
-        }
     }
 
     /// The checks the controller repeats before every selection (an `external` action must run

@@ -36,11 +36,12 @@
 //! run: the pass returns [`Error::Governance`](crate::Error::Governance) and a later pass
 //! resumes.
 
-use super::{ActionKind, ExecutionMode};
+use super::control::ApprovalDecided;
+pub use super::control::Decision;
+use super::invocation::SelectedInvocation;
 use crate::error::Result;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::time::Duration;
 
 /// How long, by default, one pass waits out [`Verdict::Delay`]s before it blocks the run.
@@ -53,29 +54,9 @@ pub const DEFAULT_GOVERNANCE_WAIT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GovernedAction {
-    /// The agent id.
-    pub agent_id: String,
-    /// The agent version.
-    pub agent_version: String,
-    /// The run.
-    pub run_id: String,
-    /// The run stream.
-    pub run_stream: String,
-    /// The selection.
-    pub selection_id: String,
-    /// The invocation.
-    pub invocation_id: String,
-    /// The head the selection was made at (absent: an empty chain).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selected_head: Option<String>,
-    /// The action.
-    pub action_id: String,
-    /// The action's kind.
-    pub kind: ActionKind,
-    /// The action's execution mode.
-    pub execution: ExecutionMode,
-    /// Its position in the selection.
-    pub index: usize,
+    /// The invocation asked about.
+    #[serde(flatten)]
+    pub invocation: SelectedInvocation,
     /// The control-policy version.
     pub policy_version: String,
 }
@@ -112,32 +93,6 @@ pub enum Verdict {
     },
 }
 
-/// Grant or deny.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Decision {
-    /// Let the action run.
-    Grant,
-    /// Fail the action.
-    Deny,
-}
-
-impl Decision {
-    /// `grant` or `deny`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Grant => "grant",
-            Decision::Deny => "deny",
-        }
-    }
-}
-
-impl fmt::Display for Decision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// Decides whether the controller may claim an invocation (see the module docs).
 #[async_trait]
 pub trait Governance: Send + Sync {
@@ -149,7 +104,7 @@ pub trait Governance: Send + Sync {
     /// approval it names. `Ok(None)`: applied, or the approval was already decided (the
     /// governance's record stands); `Ok(Some(refusal))`: refused (the decider may not decide
     /// it, the approval is unknown), and why. The default refuses every decision by receipt.
-    async fn decide(&self, decision: &super::control::ApprovalDecided) -> Result<Option<String>> {
+    async fn decide(&self, decision: &ApprovalDecided) -> Result<Option<String>> {
         Ok(Some(format!(
             "this governance takes no decisions by receipt (approval '{}')",
             decision.approval_id

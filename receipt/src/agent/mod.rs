@@ -96,6 +96,26 @@
 //!   head (its id names the head it started at).
 //! - A run stream that is a branch is read, verified and folded in full on every pass (branches
 //!   are always materialized); plain streams are folded incrementally.
+//!
+//! **Submodules**, lowest layer first (each imports only from the ones above it in this list,
+//! except that `error` and `kinds` name each other, and with the crate's [`Error`](crate::Error)
+//! make up the bottom layer that every other module returns):
+//!
+//! - `kinds`: action kinds, side-effect classes and execution modes;
+//! - `error`: [`AgentError`], every refusal of the agent layer;
+//! - `types`: the traits an agent implements ([`ReceiptSet`], [`AgentView`], [`AgentTypes`]);
+//! - `ids`: deterministic ids and the pinned protocol constants;
+//! - [`control`]: control receipt types, bodies, event ids and their fold;
+//! - `invocation`: [`SelectedInvocation`], one invocation as its selection fixed it;
+//! - `action`: the [`Action`] builder and the contexts an action runs with;
+//! - [`governance`]: the [`Governance`] seam asked before every claim;
+//! - [`merge`]: merge policies;
+//! - `spec`: [`AgentSpec`] and its checks;
+//! - `select`: deterministic selection among runnable actions;
+//! - [`remote`]: remote calls, their checks and the worker (its own layers inside);
+//! - `run_cache`: what the controller keeps per run stream between passes;
+//! - [`controller`]: the [`Controller`] and its pass;
+//! - `registry`: type-erased specs by agent id ([`Registry`]).
 
 mod action;
 pub mod control;
@@ -103,10 +123,11 @@ pub mod controller;
 mod error;
 pub mod governance;
 mod ids;
+mod invocation;
+mod kinds;
 pub mod merge;
 mod registry;
 pub mod remote;
-pub(crate) mod remote_check;
 mod run_cache;
 mod select;
 mod spec;
@@ -124,6 +145,8 @@ pub use ids::{
     SCHEDULER_POLICY_VERSION, agent_stream, claim_id, content_hash, invocation_id, merge_id,
     new_run_id, run_stream, selection_id,
 };
+pub use invocation::SelectedInvocation;
+pub use kinds::{ActionKind, ExecutionMode, SideEffects};
 pub use merge::{
     MergeCandidate, MergeContext, MergeDecision, MergePolicy, MergeResultContext, MergeScoreVector,
     ScoredCandidate, merge, rebracket,
@@ -137,4 +160,4 @@ pub use remote::{
 pub use run_cache::DEFAULT_RUN_CACHE_CAPACITY;
 pub use select::{Candidate, Selection, SelectionReason, select, select_runnable};
 pub use spec::{AgentSpec, SpecBuilder, is_kebab_case};
-pub use types::{ActionKind, AgentTypes, AgentView, ExecutionMode, ReceiptSet, SideEffects};
+pub use types::{AgentTypes, AgentView, ReceiptSet};

@@ -1,6 +1,6 @@
 //! Deterministic selection: which runnable actions run next, and why.
 
-use super::{ActionKind, AgentSpec, AgentTypes};
+use super::{Action, ActionKind, AgentSpec, AgentTypes};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -59,6 +59,18 @@ pub struct Candidate<'a> {
     pub exclusive: bool,
     /// Its `max_concurrency`, if set.
     pub max_concurrency: Option<u32>,
+}
+
+impl<A: AgentTypes> Action<A> {
+    /// The action as selection sees it.
+    pub fn candidate(&self) -> Candidate<'_> {
+        Candidate {
+            id: &self.id,
+            kind: self.kind,
+            exclusive: self.exclusive,
+            max_concurrency: self.max_concurrency,
+        }
+    }
 }
 
 /// Selects among `runnable` (in declaration order) under the spec-level cap `spec_cap`:

@@ -25,13 +25,21 @@
 //! resolve in the `target` module: a value containing `/` is a stream name, otherwise an exact
 //! stream name, otherwise the run stream ending in `/runs/<value>`.
 //!
-//! The parts: `args` (the command line as clap parses it), `db` (which database, opening it),
-//! `commands` (the database commands),
-//! `agents` (`new` and `run`), `kernel` (the kernel options, and `worker`, which serves remote
-//! actions behind a rebuno kernel), `target` (stream arguments), `report` (what is printed),
-//! `time` (timestamps as ISO 8601), `ui` (`receipt ui`, the read-only web console), `logs` (log lines on stderr: `--log-format`,
-//! `RECEIPT_LOG_FORMAT`, `RECEIPT_LOG_LEVEL`) and `progress` (bars on a terminal). This module
-//! parses, installs the log subscriber, dispatches and turns failures into exit codes.
+//! This module parses, installs the log subscriber, dispatches and turns failures into exit
+//! codes. The parts:
+//!
+//! - `args`: the command line as clap parses it;
+//! - `db`: which database, and opening it;
+//! - `commands`: the database commands;
+//! - `agents`: `new` and `run`;
+//! - `kernel`: the kernel options, and `worker`, which serves remote actions behind a rebuno
+//!   kernel;
+//! - `target`: stream arguments;
+//! - `report`: what is printed;
+//! - `time`: timestamps as ISO 8601;
+//! - `ui`: `receipt ui`, the read-only web console;
+//! - `logs`: log lines on stderr (`--log-format`, `RECEIPT_LOG_FORMAT`, `RECEIPT_LOG_LEVEL`);
+//! - `progress`: bars on a terminal.
 
 mod agents;
 mod args;

@@ -54,8 +54,8 @@
 //! cures (`info`, with the check and the claim attempts) and one that is not because its
 //! execution had started the action (`warn`). The API key is never logged.
 
+use crate::agent::remote::cured_by_a_later_claim;
 use crate::agent::remote::{RemoteCall, RemoteDispatcher, RemoteResult};
-use crate::agent::remote_check::cured_by_a_later_claim;
 use crate::agent::{AgentError, async_trait};
 use crate::error::{Error, Result};
 use rebuno::protocol::{ErrorCode, Execution, ExecutionStatus};
@@ -246,8 +246,8 @@ impl KernelDispatcher {
                 Ok(exec) => return Ok(Some(exec)),
                 Err(e) if e.is_not_found() => {
                     tracing::warn!(
-                        invocation_id = %call.payload.invocation_id,
-                        action_id = %call.payload.action_id,
+                        invocation_id = %call.payload.invocation.invocation_id,
+                        action_id = %call.payload.invocation.action_id,
                         group = %call.target_group,
                         worker_agent = %agent,
                         "no worker agent is registered with the kernel for the target group"
@@ -312,7 +312,7 @@ impl KernelDispatcher {
                 }
                 Err(e) => {
                     tracing::warn!(
-                        invocation_id = %call.payload.invocation_id,
+                        invocation_id = %call.payload.invocation.invocation_id,
                         execution_id = %exec.id,
                         error = %e,
                         "cannot tell whether a refused remote action had started: not made again"
@@ -323,8 +323,8 @@ impl KernelDispatcher {
         };
         if !steps.is_empty() {
             tracing::warn!(
-                invocation_id = %call.payload.invocation_id,
-                action_id = %call.payload.action_id,
+                invocation_id = %call.payload.invocation.invocation_id,
+                action_id = %call.payload.invocation.action_id,
                 execution_id = %exec.id,
                 steps = steps.len(),
                 "remote action refused after it had started: its refusal is the answer, not made again"
@@ -333,8 +333,8 @@ impl KernelDispatcher {
         }
         let (check, read) = refusal(exec).unwrap_or_default();
         tracing::info!(
-            invocation_id = %call.payload.invocation_id,
-            action_id = %call.payload.action_id,
+            invocation_id = %call.payload.invocation.invocation_id,
+            action_id = %call.payload.invocation.action_id,
             execution_id = %exec.id,
             refused = %check,
             claim_attempt_read = read,
@@ -374,8 +374,8 @@ impl RemoteDispatcher for KernelDispatcher {
                 return Err(AgentError::RemoteTimeout.into());
             };
             tracing::debug!(
-                invocation_id = %call.payload.invocation_id,
-                action_id = %call.payload.action_id,
+                invocation_id = %call.payload.invocation.invocation_id,
+                action_id = %call.payload.invocation.action_id,
                 group = %call.target_group,
                 execution_id = %exec.id,
                 attempt = call.payload.attempt,
@@ -416,7 +416,7 @@ impl RemoteDispatcher for KernelDispatcher {
         while let Ok(Some(exec)) = self.start(call, n, deadline).await {
             if !exec.status.is_terminal() {
                 tracing::debug!(
-                    invocation_id = %call.payload.invocation_id,
+                    invocation_id = %call.payload.invocation.invocation_id,
                     execution_id = %exec.id,
                     "withdrawing a remote action: cancelling its kernel execution"
                 );
@@ -435,8 +435,8 @@ impl RemoteDispatcher for KernelDispatcher {
 /// Logs that the kernel could not be reached for `call` (asked again after `pause`).
 fn unreachable_kernel(call: &RemoteCall, e: &rebuno::Error, pause: Duration) {
     tracing::warn!(
-        invocation_id = %call.payload.invocation_id,
-        action_id = %call.payload.action_id,
+        invocation_id = %call.payload.invocation.invocation_id,
+        action_id = %call.payload.invocation.action_id,
         retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
         error = %e,
         "the kernel could not be reached for a remote action: asking again"
@@ -446,8 +446,8 @@ fn unreachable_kernel(call: &RemoteCall, e: &rebuno::Error, pause: Duration) {
 /// Logs that `call` timed out (its execution, when there is one, is cancelled).
 fn timed_out(call: &RemoteCall, execution_id: Option<&str>) {
     tracing::warn!(
-        invocation_id = %call.payload.invocation_id,
-        action_id = %call.payload.action_id,
+        invocation_id = %call.payload.invocation.invocation_id,
+        action_id = %call.payload.invocation.action_id,
         execution_id = %execution_id.unwrap_or(""),
         timeout_ms = call.timeout_ms,
         "remote action timed out: withdrawing it"
@@ -458,7 +458,7 @@ fn timed_out(call: &RemoteCall, execution_id: Option<&str>) {
 fn answer(call: &RemoteCall, exec: Execution) -> Result<RemoteResult> {
     let (status, execution_id) = (exec.status, exec.id.clone());
     let result = answer_of(call, exec);
-    let invocation_id = &call.payload.invocation_id;
+    let invocation_id = &call.payload.invocation.invocation_id;
     match &result {
         Ok(r) => tracing::debug!(
             %invocation_id,
@@ -513,7 +513,7 @@ fn answer_of(call: &RemoteCall, exec: Execution) -> Result<RemoteResult> {
 /// `remote worker for action '<id>' failed: <message>`.
 fn failed(call: &RemoteCall, message: &str) -> Error {
     AgentError::RemoteWorkerFailed {
-        action: call.payload.action_id.clone(),
+        action: call.payload.invocation.action_id.clone(),
         message: bounded(message.to_owned()),
     }
     .into()

@@ -155,14 +155,14 @@ async fn gate(input: Value, max_rate_wait: Duration) -> rebuno::Result<Value> {
         .map_err(|e| rebuno::Error::InvalidInput(e.to_string()))?;
     let action = wrap_tool(
         ToolDef::new(
-            &check.action_id,
+            &check.invocation.action_id,
             "a receipt action, governed before its claim",
         ),
         |_args: Value| async { Ok::<_, rebuno::Error>(Value::Bool(true)) },
     );
     let started = Instant::now();
     let mut pause = RATE_PAUSE_INITIAL;
-    let (action_id, invocation_id) = (&check.action_id, &check.invocation_id);
+    let (action_id, invocation_id) = (&check.invocation.action_id, &check.invocation.invocation_id);
     let output = loop {
         match action.call(input.clone()).await {
             Ok(_) => break GateOutput::Allow,
@@ -331,7 +331,11 @@ impl KernelGovernance {
     async fn gate_execution(&self, action: &GovernedAction) -> Result<Execution> {
         let created = self
             .client
-            .create_idempotent(&self.gate_id, action, &gate_key(&action.invocation_id))
+            .create_idempotent(
+                &self.gate_id,
+                action,
+                &gate_key(&action.invocation.invocation_id),
+            )
             .await
             .map_err(kernel_error)?;
         if settled(created.status) {
@@ -453,8 +457,8 @@ impl Governance for KernelGovernance {
         let verdict = self.verdict(&exec).await;
         if let Ok(verdict) = &verdict {
             tracing::debug!(
-                invocation_id = %action.invocation_id,
-                action_id = %action.action_id,
+                invocation_id = %action.invocation.invocation_id,
+                action_id = %action.invocation.action_id,
                 gate_execution_id = %exec.id,
                 verdict = ?verdict,
                 "governance verdict from the kernel"

@@ -241,9 +241,9 @@ impl WorkerHandler {
         };
         let p = &call.payload;
         let ids = (
-            p.run_id.clone(),
-            p.action_id.clone(),
-            p.invocation_id.clone(),
+            p.invocation.run_id.clone(),
+            p.invocation.action_id.clone(),
+            p.invocation.invocation_id.clone(),
         );
         let answer = Self::answer(worker, &group, call, &input).await;
         let (run_id, action_id, invocation_id) = ids;
@@ -315,9 +315,9 @@ impl WorkerHandler {
             .await;
         if lapsed(&served) && started_before().await? {
             tracing::info!(
-                run_id = %call.payload.run_id,
-                action_id = %call.payload.action_id,
-                invocation_id = %call.payload.invocation_id,
+                run_id = %call.payload.invocation.run_id,
+                action_id = %call.payload.invocation.action_id,
+                invocation_id = %call.payload.invocation.invocation_id,
                 %group,
                 "remote action delivered again after it started: going on although its claim lapsed"
             );

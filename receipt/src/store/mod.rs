@@ -13,6 +13,10 @@
 //! compare-and-swap is the caller's to report), a commit that took [`SLOW_COMMIT`] or longer
 //! (`warn`), and PostgreSQL transactions run again on a new connection (`warn`, with the
 //! attempt and the error).
+//!
+//! - `memory`: [`MemoryStore`], in process, for tests and short-lived tools;
+//! - `sqlite` (feature `sqlite`): `SqliteStore`, one file;
+//! - `postgres` (feature `postgres`): `PgStore`, several writers on one database.
 
 mod memory;
 #[cfg(feature = "postgres")]

@@ -224,26 +224,26 @@ pub async fn refusals_read_as_in_process(
         ),
         (
             "agent spec 'nope' does not support remote execution",
-            &|c| c.payload.agent_id = "nope".into(),
+            &|c| c.payload.invocation.agent_id = "nope".into(),
         ),
         (
             "remote action 'charge' requires pay-agent@2.0.0, but the worker loaded pay-agent@1.0.0",
-            &|c| c.payload.agent_version = "2.0.0".into(),
+            &|c| c.payload.invocation.agent_version = "2.0.0".into(),
         ),
         (
             "remote action 'charge' selected head 'deadbeef' is unavailable",
-            &|c| c.payload.selected_head = Some("deadbeef".into()),
+            &|c| c.payload.invocation.selected_head = Some("deadbeef".into()),
         ),
         ("unknown action 'refund' for agent 'pay-agent'", &|c| {
-            c.payload.action_id = "refund".into()
+            c.payload.invocation.action_id = "refund".into()
         }),
         (
             "remote action 'charge' no longer matches selected kind/execution provenance",
-            &|c| c.payload.kind = ActionKind::Assistant,
+            &|c| c.payload.invocation.kind = ActionKind::Assistant,
         ),
         (
             "remote action 'charge' is no longer runnable at its selected head",
-            &|c| c.payload.selected_head = None,
+            &|c| c.payload.invocation.selected_head = None,
         ),
     ];
     for (i, (message, edit)) in edits.into_iter().enumerate() {

@@ -7,6 +7,7 @@ use super::super::control::{
     self, ACTION_FAILED, ActionEnded, ApprovalRequested, POLICY_APPROVAL_REQUESTED, event_id,
 };
 use super::super::governance::{GovernedAction, Verdict};
+use super::super::invocation::SelectedInvocation;
 use super::super::{Action, AgentError, AgentTypes};
 use super::Pass;
 use crate::error::{Error, Result};
@@ -52,17 +53,19 @@ impl<A: AgentTypes> Pass<'_, A> {
     ) -> GovernedAction {
         let spec = self.spec();
         GovernedAction {
-            agent_id: spec.id().to_owned(),
-            agent_version: spec.version().to_owned(),
-            run_id: self.run_id.to_owned(),
-            run_stream: self.stream.to_owned(),
-            selection_id: selection_id.to_owned(),
-            invocation_id: invocation_id.to_owned(),
-            selected_head: selected_head.map(str::to_owned),
-            action_id: action.id().to_owned(),
-            kind: action.kind(),
-            execution: action.mode(),
-            index,
+            invocation: SelectedInvocation {
+                agent_id: spec.id().to_owned(),
+                agent_version: spec.version().to_owned(),
+                run_id: self.run_id.to_owned(),
+                run_stream: self.stream.to_owned(),
+                selection_id: selection_id.to_owned(),
+                invocation_id: invocation_id.to_owned(),
+                selected_head: selected_head.map(str::to_owned),
+                action_id: action.id().to_owned(),
+                kind: action.kind(),
+                execution: action.mode(),
+                index,
+            },
             policy_version: self.policy_version().to_owned(),
         }
     }
@@ -95,8 +98,11 @@ impl<A: AgentTypes> Pass<'_, A> {
                 Some(refusal) => refused = Some(refusal),
             }
         }
-        let (run_id, action_id, invocation_id) =
-            (self.run_id, &check.action_id, &check.invocation_id);
+        let (run_id, action_id, invocation_id) = (
+            self.run_id,
+            &check.invocation.action_id,
+            &check.invocation.invocation_id,
+        );
         match verdict {
             Verdict::Allow => {
                 super::observe::policy_allowed(run_id, action_id, invocation_id);
@@ -109,7 +115,7 @@ impl<A: AgentTypes> Pass<'_, A> {
             } => {
                 super::observe::policy_denied(run_id, action_id, invocation_id, &rule, &reason);
                 let e: Error = AgentError::PolicyDenied {
-                    action: check.action_id.clone(),
+                    action: check.invocation.action_id.clone(),
                     rule: rule.clone(),
                     reason: reason.clone(),
                 }
@@ -117,8 +123,8 @@ impl<A: AgentTypes> Pass<'_, A> {
                 let body = control::body(
                     ACTION_FAILED,
                     &ActionEnded {
-                        invocation_id: check.invocation_id.clone(),
-                        action_id: check.action_id.clone(),
+                        invocation_id: check.invocation.invocation_id.clone(),
+                        action_id: check.invocation.action_id.clone(),
                         error: Some(e.to_string()),
                         reason: Some(reason),
                         rule: Some(rule),
@@ -126,8 +132,12 @@ impl<A: AgentTypes> Pass<'_, A> {
                         ..ActionEnded::default()
                     },
                 )?;
-                self.append(body, event_id::failed(&check.invocation_id), None)
-                    .await?;
+                self.append(
+                    body,
+                    event_id::failed(&check.invocation.invocation_id),
+                    None,
+                )
+                .await?;
                 Ok(Governed::Denied(e))
             }
             Verdict::Pending {
@@ -139,15 +149,15 @@ impl<A: AgentTypes> Pass<'_, A> {
                     .cache
                     .control
                     .invocations
-                    .get(&check.invocation_id)
+                    .get(&check.invocation.invocation_id)
                     .is_some_and(|inv| inv.approval.is_some());
                 if !requested {
                     let body = control::body(
                         POLICY_APPROVAL_REQUESTED,
                         &ApprovalRequested {
-                            invocation_id: check.invocation_id.clone(),
-                            selection_id: check.selection_id.clone(),
-                            action_id: check.action_id.clone(),
+                            invocation_id: check.invocation.invocation_id.clone(),
+                            selection_id: check.invocation.selection_id.clone(),
+                            action_id: check.invocation.action_id.clone(),
                             approval_id: approval_id.clone(),
                             rule,
                             reason,
@@ -155,7 +165,7 @@ impl<A: AgentTypes> Pass<'_, A> {
                     )?;
                     self.append(
                         body,
-                        event_id::approval_requested(&check.invocation_id),
+                        event_id::approval_requested(&check.invocation.invocation_id),
                         None,
                     )
                     .await?;
@@ -168,7 +178,8 @@ impl<A: AgentTypes> Pass<'_, A> {
                     &approval_id,
                     refusal,
                 );
-                let mut why = control::approval_wait_reason(&check.action_id, &approval_id);
+                let mut why =
+                    control::approval_wait_reason(&check.invocation.action_id, &approval_id);
                 if let Some(refusal) = refused {
                     why = format!("{why} (a decision appended to the run was refused: {refusal})");
                 }
@@ -187,7 +198,10 @@ impl<A: AgentTypes> Pass<'_, A> {
                 );
                 Ok(Governed::Delay {
                     retry_after,
-                    reason: format!("action '{}' delayed by policy: {reason}", check.action_id),
+                    reason: format!(
+                        "action '{}' delayed by policy: {reason}",
+                        check.invocation.action_id
+                    ),
                 })
             }
         }

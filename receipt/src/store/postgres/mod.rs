@@ -50,6 +50,11 @@
 //! pins: [`PgStore::options`] takes `$RECEIPT_POSTGRES_SCHEMA` when set, else
 //! [`DEFAULT_SCHEMA`]; it is created if missing and migrated under a session advisory lock when
 //! a store connects, so writers may start together.
+//!
+//! # Submodules
+//!
+//! - `schema`: the embedded, numbered migrations;
+//! - `tx`: the statements and the append and branch transactions.
 
 mod schema;
 mod tx;

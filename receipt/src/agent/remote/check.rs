@@ -25,7 +25,7 @@
 //!    not lapsed on the runtime's clock (the rule the controllers take claims over by);
 //! 6. **exactly the controller's call**: the call id is the invocation id, and a call delivered
 //!    as a kernel execution has exactly the input every attempt of the invocation is created
-//!    with ([`super::remote::RemoteCall::for_invocation`]): no claim, no timeout, no field the
+//!    with ([`RemoteCall::for_invocation`]): no claim, no timeout, no field the
 //!    controller does not send.
 //!
 //! Whatever passes runs under the claim the chain names ([`Granted`]), so re-deliveries of a
@@ -47,13 +47,14 @@
 //! claim that lapsed since: its recorded effects replay instead of running a second time in
 //! another execution, and only a controller holding the invocation's claim commits its answer.
 
-use super::control::{
+use super::super::control::{
     ACTION_COMPLETED, ACTION_FAILED, ACTION_HEARTBEAT, ACTION_SELECTED, ACTION_STARTED,
     ACTION_SUPERSEDED, ActionEnded, ActionHeartbeat, ActionSelected, ActionStarted,
     ApprovalRequested, InlineSelection, POLICY_APPROVAL_REQUESTED, RUN_COMPLETED, RUN_FAILED,
 };
-use super::ids::selection_id;
-use super::remote::RemoteCall;
+use super::super::ids::selection_id;
+use super::call::{Delivery, RemoteCall};
+use super::refusal::RemoteRefusal;
 use crate::receipt::Receipt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -63,249 +64,6 @@ use serde_json::Value;
 const MAX_QUOTED_CHARS: usize = 200;
 /// The most differing fields an input mismatch lists.
 const MAX_LISTED_FIELDS: usize = 8;
-
-/// How a call reached the worker.
-#[derive(Debug, Clone, Copy)]
-pub enum Delivery<'a> {
-    /// Handed over in process, by the dispatcher of the controller that holds the claim (an
-    /// [`super::InProcessDispatcher`], a custom one): the call may name its claim.
-    Direct,
-    /// As a rebuno kernel execution, whose input (as the kernel recorded it) this is: it must
-    /// be exactly the call every attempt of the invocation is created with.
-    Kernel(&'a Value),
-    /// As a kernel execution (its input, as for [`Delivery::Kernel`]) delivered again after an
-    /// earlier delivery of that same execution, not a fork, passed the checks and started the
-    /// action (the kernel holds steps it recorded). Every check applies, except that the
-    /// invocation's claim may have lapsed since: the action goes on, its recorded effects
-    /// replay, and what it answers is committed only by a controller holding the claim.
-    Resumed(&'a Value),
-}
-
-/// Why a remote call was refused before its action ran (see the module docs for the order of
-/// the checks). Each names what failed; [`RemoteRefusal::check`] is a stable name for it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RemoteRefusal {
-    /// No selection receipt of the run stream names the invocation.
-    #[error("no selection in run stream '{stream}' names invocation '{invocation}'")]
-    NotSelected {
-        /// The run stream read.
-        stream: String,
-        /// The invocation the call names.
-        invocation: String,
-    },
-    /// The invocation was selected, but not as the call says.
-    #[error(
-        "invocation '{invocation}' was selected with {field} '{recorded}', but the call says '{called}'"
-    )]
-    SelectionMismatch {
-        /// The invocation.
-        invocation: String,
-        /// The payload field (`selectionId`, `actionId`, `index`, `selectedHead`,
-        /// `policyVersion`, `schedulerPolicyVersion`).
-        field: &'static str,
-        /// What the selection recorded.
-        recorded: String,
-        /// What the call says.
-        called: String,
-    },
-    /// The selection's id does not derive from the call's run, agent and version.
-    #[error("selection '{selection}' was not made for run '{run}' of {agent}@{version}")]
-    ForeignSelection {
-        /// The selection.
-        selection: String,
-        /// The run the call names.
-        run: String,
-        /// The agent the call names.
-        agent: String,
-        /// The agent version the call names.
-        version: String,
-    },
-    /// The governance denied the invocation (its `action.failed` names the rule).
-    #[error("invocation '{invocation}' was denied by policy rule '{rule}': {reason}")]
-    PolicyDenied {
-        /// The invocation.
-        invocation: String,
-        /// The rule.
-        rule: String,
-        /// The policy's reason.
-        reason: String,
-    },
-    /// The invocation has ended.
-    #[error("invocation '{invocation}' has already ended ({ended})")]
-    InvocationEnded {
-        /// The invocation.
-        invocation: String,
-        /// The receipt that ended it: `action.completed`, `action.failed` or
-        /// `action.superseded`.
-        ended: String,
-    },
-    /// The run has ended.
-    #[error("run '{run}' has already ended ({ended})")]
-    RunEnded {
-        /// The run.
-        run: String,
-        /// `run.completed` or `run.failed`.
-        ended: String,
-    },
-    /// The invocation waited for a policy approval and was not claimed since.
-    #[error(
-        "invocation '{invocation}' waits for policy approval '{approval}', which was not granted"
-    )]
-    ApprovalNotGranted {
-        /// The invocation.
-        invocation: String,
-        /// The approval requested.
-        approval: String,
-        /// The attempt of the invocation's latest claim (made before the request), if any.
-        attempt: Option<u32>,
-    },
-    /// The invocation has no claim.
-    #[error("invocation '{invocation}' has no claim in run stream '{stream}'")]
-    NotClaimed {
-        /// The invocation.
-        invocation: String,
-        /// The run stream read.
-        stream: String,
-    },
-    /// The invocation's latest claim was made on another stream (a fork's parent).
-    #[error(
-        "claim '{claim}' of invocation '{invocation}' was made on stream '{on}', not on run stream '{stream}'"
-    )]
-    ClaimElsewhere {
-        /// The invocation.
-        invocation: String,
-        /// The claim.
-        claim: String,
-        /// The stream its `action.started` was appended to.
-        on: String,
-        /// The run stream read.
-        stream: String,
-        /// The claim's attempt.
-        attempt: u32,
-    },
-    /// The invocation was claimed, but not as the call says.
-    #[error(
-        "invocation '{invocation}' was claimed with {field} '{recorded}', but the call says '{called}'"
-    )]
-    ClaimMismatch {
-        /// The invocation.
-        invocation: String,
-        /// The payload field (`selectionId`, `actionId`, `index`, `kind`, `execution`,
-        /// `claimOwnerId`, `attempt`).
-        field: &'static str,
-        /// What the claim recorded.
-        recorded: String,
-        /// What the call says.
-        called: String,
-        /// The claim's attempt.
-        attempt: u32,
-    },
-    /// The call names a claim that is no longer the invocation's latest (it was taken over).
-    #[error(
-        "the call names claim '{named}', but invocation '{invocation}' is claimed under '{latest}' (attempt {attempt})"
-    )]
-    ClaimSuperseded {
-        /// The invocation.
-        invocation: String,
-        /// The claim the call names.
-        named: String,
-        /// The latest claim.
-        latest: String,
-        /// Its attempt.
-        attempt: u32,
-    },
-    /// The invocation's latest claim has lapsed (its owner stopped renewing it, or a renewal
-    /// is late).
-    #[error(
-        "claim '{claim}' (attempt {attempt}) of invocation '{invocation}' expired at {expired_at} (now {now}, ms since the epoch)"
-    )]
-    ClaimExpired {
-        /// The invocation.
-        invocation: String,
-        /// The claim.
-        claim: String,
-        /// Its attempt.
-        attempt: u32,
-        /// When its lease lapsed.
-        expired_at: i64,
-        /// The runtime's clock when checked.
-        now: i64,
-    },
-    /// The call is not exactly the one the controller makes for the invocation.
-    #[error(
-        "the call differs from the one the controller makes for invocation '{invocation}' at {at}"
-    )]
-    InputMismatch {
-        /// The invocation.
-        invocation: String,
-        /// Where: the differing fields (`callId`, `payload.claimId`, `payload.<extra>`, ...).
-        at: String,
-    },
-}
-
-impl RemoteRefusal {
-    /// The check that failed, as a stable name (the `refused` field of a kernel worker's
-    /// answer): `not_selected`, `selection_mismatch`, `foreign_selection`, `policy_denied`,
-    /// `invocation_ended`, `run_ended`, `approval_not_granted`, `not_claimed`,
-    /// `claim_elsewhere`, `claim_mismatch`, `claim_superseded`, `claim_expired` or
-    /// `input_mismatch`.
-    pub fn check(&self) -> &'static str {
-        match self {
-            RemoteRefusal::NotSelected { .. } => "not_selected",
-            RemoteRefusal::SelectionMismatch { .. } => "selection_mismatch",
-            RemoteRefusal::ForeignSelection { .. } => "foreign_selection",
-            RemoteRefusal::PolicyDenied { .. } => "policy_denied",
-            RemoteRefusal::InvocationEnded { .. } => "invocation_ended",
-            RemoteRefusal::RunEnded { .. } => "run_ended",
-            RemoteRefusal::ApprovalNotGranted { .. } => "approval_not_granted",
-            RemoteRefusal::NotClaimed { .. } => "not_claimed",
-            RemoteRefusal::ClaimElsewhere { .. } => "claim_elsewhere",
-            RemoteRefusal::ClaimMismatch { .. } => "claim_mismatch",
-            RemoteRefusal::ClaimSuperseded { .. } => "claim_superseded",
-            RemoteRefusal::ClaimExpired { .. } => "claim_expired",
-            RemoteRefusal::InputMismatch { .. } => "input_mismatch",
-        }
-    }
-
-    /// Whether a later claim of the invocation can cure this refusal: it read the invocation's
-    /// latest claim (or its want of one), which the next claim replaces (see the module docs).
-    /// The others read what stays as it is: the selection, the call's own fields, an
-    /// invocation or run that has ended.
-    pub fn cured_by_a_later_claim(&self) -> bool {
-        cured_by_a_later_claim(self.check())
-    }
-
-    /// The attempt of the invocation's latest claim, as the refusal read it (`None`: it read
-    /// none, or the refusal is not about the claim).
-    pub fn claim_attempt(&self) -> Option<u32> {
-        match self {
-            RemoteRefusal::ApprovalNotGranted { attempt, .. } => *attempt,
-            RemoteRefusal::ClaimElsewhere { attempt, .. }
-            | RemoteRefusal::ClaimMismatch { attempt, .. }
-            | RemoteRefusal::ClaimSuperseded { attempt, .. }
-            | RemoteRefusal::ClaimExpired { attempt, .. } => Some(*attempt),
-            _ => None,
-        }
-    }
-}
-
-/// The checks ([`RemoteRefusal::check`]) whose refusals a later claim of the invocation can
-/// cure.
-const CURED_BY_A_LATER_CLAIM: [&str; 6] = [
-    "approval_not_granted",
-    "not_claimed",
-    "claim_elsewhere",
-    "claim_mismatch",
-    "claim_superseded",
-    "claim_expired",
-];
-
-/// Whether a refusal by check `check` ([`RemoteRefusal::check`]) can be cured by a later
-/// claim of the invocation ([`RemoteRefusal::cured_by_a_later_claim`]).
-pub(crate) fn cured_by_a_later_claim(check: &str) -> bool {
-    CURED_BY_A_LATER_CLAIM.contains(&check)
-}
 
 /// The claim an authorized call runs under.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -445,8 +203,8 @@ pub(crate) fn authorize(
     now: i64,
 ) -> Result<Granted, RemoteRefusal> {
     let p = &call.payload;
-    let invocation = || quoted(&p.invocation_id);
-    let rec = Record::of(chain, &p.invocation_id);
+    let invocation = || quoted(&p.invocation.invocation_id);
+    let rec = Record::of(chain, &p.invocation.invocation_id);
 
     // 1. Selected, as the call says.
     let Some((selection, index)) = &rec.selection else {
@@ -460,14 +218,18 @@ pub(crate) fn authorize(
         (
             "selectionId",
             selection.selection_id.clone(),
-            p.selection_id.clone(),
+            p.invocation.selection_id.clone(),
         ),
-        ("actionId", selected_action.to_owned(), p.action_id.clone()),
-        ("index", index.to_string(), p.index.to_string()),
+        (
+            "actionId",
+            selected_action.to_owned(),
+            p.invocation.action_id.clone(),
+        ),
+        ("index", index.to_string(), p.invocation.index.to_string()),
         (
             "selectedHead",
             head(selection.selected_head.as_deref()).to_owned(),
-            head(p.selected_head.as_deref()).to_owned(),
+            head(p.invocation.selected_head.as_deref()).to_owned(),
         ),
         (
             "policyVersion",
@@ -492,9 +254,9 @@ pub(crate) fn authorize(
         });
     }
     let derived = selection_id(
-        &p.run_id,
-        &p.agent_id,
-        &p.agent_version,
+        &p.invocation.run_id,
+        &p.invocation.agent_id,
+        &p.invocation.agent_version,
         &selection.policy_version,
         &selection.scheduler_policy_version,
         selection.selected_head.as_deref(),
@@ -503,9 +265,9 @@ pub(crate) fn authorize(
     if derived != selection.selection_id {
         return Err(RemoteRefusal::ForeignSelection {
             selection: quoted(&selection.selection_id),
-            run: quoted(&p.run_id),
-            agent: quoted(&p.agent_id),
-            version: quoted(&p.agent_version),
+            run: quoted(&p.invocation.run_id),
+            agent: quoted(&p.invocation.agent_id),
+            version: quoted(&p.invocation.agent_version),
         });
     }
 
@@ -529,7 +291,7 @@ pub(crate) fn authorize(
     // 3. The run is open.
     if let Some(ended) = &rec.run_ended {
         return Err(RemoteRefusal::RunEnded {
-            run: quoted(&p.run_id),
+            run: quoted(&p.invocation.run_id),
             ended: ended.clone(),
         });
     }
@@ -566,15 +328,27 @@ pub(crate) fn authorize(
         (
             "selectionId",
             started.selection_id.clone(),
-            p.selection_id.clone(),
+            p.invocation.selection_id.clone(),
         ),
-        ("actionId", started.action_id.clone(), p.action_id.clone()),
-        ("index", started.index.to_string(), p.index.to_string()),
-        ("kind", started.kind.to_string(), p.kind.to_string()),
+        (
+            "actionId",
+            started.action_id.clone(),
+            p.invocation.action_id.clone(),
+        ),
+        (
+            "index",
+            started.index.to_string(),
+            p.invocation.index.to_string(),
+        ),
+        (
+            "kind",
+            started.kind.to_string(),
+            p.invocation.kind.to_string(),
+        ),
         (
             "execution",
             started.execution.to_string(),
-            p.execution.to_string(),
+            p.invocation.execution.to_string(),
         ),
     ];
     let named = !p.claim_id.is_empty();
@@ -625,7 +399,7 @@ pub(crate) fn authorize(
     }
 
     // 6. Exactly the controller's call.
-    if call.call_id != p.invocation_id {
+    if call.call_id != p.invocation.invocation_id {
         return Err(RemoteRefusal::InputMismatch {
             invocation: invocation(),
             at: "callId".to_owned(),
@@ -727,47 +501,6 @@ mod tests {
         let listed = diff(json!({}), Value::Object(many));
         assert_eq!(listed.len(), MAX_LISTED_FIELDS + 1);
         assert_eq!(listed.last().unwrap(), "…");
-    }
-
-    #[test]
-    fn only_the_checks_of_the_claim_are_cured_by_a_later_claim() {
-        for check in [
-            "approval_not_granted",
-            "not_claimed",
-            "claim_elsewhere",
-            "claim_mismatch",
-            "claim_superseded",
-            "claim_expired",
-        ] {
-            assert!(cured_by_a_later_claim(check), "{check}");
-        }
-        for check in [
-            "not_selected",
-            "selection_mismatch",
-            "foreign_selection",
-            "policy_denied",
-            "invocation_ended",
-            "run_ended",
-            "input_mismatch",
-            "no_such_check",
-        ] {
-            assert!(!cured_by_a_later_claim(check), "{check}");
-        }
-        let expired = RemoteRefusal::ClaimExpired {
-            invocation: "i".into(),
-            claim: "c".into(),
-            attempt: 3,
-            expired_at: 1,
-            now: 2,
-        };
-        assert!(expired.cured_by_a_later_claim());
-        assert_eq!(expired.claim_attempt(), Some(3));
-        let unclaimed = RemoteRefusal::NotClaimed {
-            invocation: "i".into(),
-            stream: "s".into(),
-        };
-        assert!(unclaimed.cured_by_a_later_claim());
-        assert_eq!(unclaimed.claim_attempt(), None);
     }
 
     #[test]

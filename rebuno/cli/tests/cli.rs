@@ -3,8 +3,9 @@
 //! aborts the boot with the file and the reason, and `dev` / `server` serve the API
 //! until SIGTERM; without a terminal on stdin there is no REPL, only HTTP.
 
-#[path = "support/logs.rs"]
+#[path = "../../tests/support/logs.rs"]
 mod logs;
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use logs::json_log_line;

@@ -4,8 +4,9 @@
 //! ends the session on both, and a replica with another server token honours no admin login
 //! made with the old one.
 
-#[path = "support/console.rs"]
+#[path = "../../tests/support/console.rs"]
 mod console;
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use console::*;

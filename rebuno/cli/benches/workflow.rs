@@ -13,11 +13,12 @@
 //! throughput at 64 (steps/s). A line `RESULT {json}` per mode is what `peers/run.sh` reads.
 //!
 //! ```text
-//! cargo bench -p rebuno --bench workflow                 # both modes
-//! cargo bench -p rebuno --bench workflow -- http         # one
+//! cargo bench -p rebuno-cli --bench workflow             # both modes
+//! cargo bench -p rebuno-cli --bench workflow -- http     # one
 //! REBUNO_BENCH_RUNS=300 REBUNO_BENCH_CLIENTS=64 REBUNO_BENCH_PER_CLIENT=25 (the defaults)
 //! ```
 
+#[path = "../../benches/support/mod.rs"]
 mod support;
 
 use rebuno::client::Client;

@@ -7,8 +7,9 @@
 //! Real processes: the kernel serves `/v0` over TCP; the agent is this test binary run again
 //! as a child process ([`child_process_down_agent`]), a Rust SDK agent serving its webhook.
 
-#[path = "support/api.rs"]
+#[path = "../../tests/support/api.rs"]
 mod harness;
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use harness::{AbortOnDrop, Resp, send, serve};
@@ -16,11 +17,11 @@ use support::{Kill, free_port};
 
 use rebuno::kernel::KernelConfig;
 use rebuno::protocol::{CreateExecutionRequest, EventType, ExecutionStatus, RegisterAgentRequest};
-use rebuno::repl::{Outcome, Repl};
 use rebuno::server::{ServerOptions, router};
 use rebuno::store::SqliteStore;
 use rebuno::time::parse_rfc3339;
 use rebuno::{Agent, Kernel, handler_fn};
+use rebuno_cli::repl::{Outcome, Repl};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

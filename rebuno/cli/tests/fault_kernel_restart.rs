@@ -6,6 +6,7 @@
 //! published Python SDK 0.14.0 (the test says so and passes without running when no Python with
 //! that SDK is found; `.ci/run` provides one through `REBUNO_PYTHON`).
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use support::{Kill, free_port, python_with_sdk, wait_listening};

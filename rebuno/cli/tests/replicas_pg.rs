@@ -8,8 +8,9 @@
 //! own), agents written with the published Python SDK 0.14.0 and with this crate's SDK over
 //! HTTP, and an HTTP balancer in front of the replicas (`support/proxy.rs`).
 
-#[path = "support/proxy.rs"]
+#[path = "../../tests/support/proxy.rs"]
 mod proxy;
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use rebuno::{Agent, AgentHandler, Error, ToolDef, handler_fn, wrap_tool};

@@ -1,7 +1,7 @@
 //! `cargo run --example my-agent`: your own agent, served over HTTP, against `rebuno dev`.
 //!
 //! ```text
-//! cargo run -p rebuno -- dev            # the kernel on 127.0.0.1:8080
+//! cargo run -p rebuno-cli -- dev        # the kernel on 127.0.0.1:8080
 //! cargo run --example my-agent          # serves its webhook, registers itself, waits for work
 //! curl -s localhost:8080/v0/executions -H 'content-type: application/json' \
 //!   -d '{"agent_id": "my-agent", "input": {"topic": "durable agents", "steps": 5}}'

@@ -2,7 +2,7 @@
 //! agents registered (`hello-agent`, `human-loop`, `merge`, `assistant-tool`,
 //! `remote-notify`), so that `receipt run <agent-id> --problem <text>` can run them.
 //!
-//! `remote-notify`'s action runs remotely: start a kernel (`cargo run -p rebuno -- dev`), serve
+//! `remote-notify`'s action runs remotely: start a kernel (`cargo run -p rebuno-cli -- dev`), serve
 //! its group with `receipt-agents -- --db /tmp/r.db worker --kernel-url http://127.0.0.1:8080
 //! --secret s --group notify --register`, and run it with `run remote-notify --problem x
 //! --kernel-url http://127.0.0.1:8080`. `cargo run --example remote-actions` does all of that

@@ -8,7 +8,7 @@
 //!
 //! A whole workflow through an in-process agent, with its tail latency and syncs per step, is
 //! `benches/workflow_syncs.rs` (the peer comparison's workflow, created and awaited through a
-//! `Client`, is `benches/workflow.rs`).
+//! `Client`, is `cli/benches/workflow.rs`).
 //!
 //! ```text
 //! cargo bench -p rebuno --bench kernel

@@ -385,8 +385,8 @@ struct Cpu;
 impl Cpu {
     /// This process's CPU time, and each server process's.
     fn now(&self) -> (Duration, Vec<(u32, Duration)>) {
-        let time = |pid| support::cpu_time(pid).unwrap_or_default();
-        let server = support::processes_named("postgres")
+        let time = |pid| test_support::process::cpu_time(pid).unwrap_or_default();
+        let server = test_support::process::processes_named("postgres")
             .into_iter()
             .map(|pid| (pid, time(pid)))
             .collect();

@@ -12,13 +12,19 @@
 //!   in-process transport and runtime (`Runtime`);
 //! - `sqlite` (implies `kernel`): the SQLite store, a file or an in-memory database
 //!   (`Kernel::open`, `Kernel::memory`, `Runtime::open`);
-//! - `server` (implies `kernel`): the `/v0` HTTP server over a kernel;
-//! - `cli` (implies `server` and `sqlite`; the default): the `rebuno` binary and its console;
+//! - `postgres` (implies `kernel`): the PostgreSQL store several kernel replicas share
+//!   (`Kernel::open("postgres://…")`, `store::PgStore`);
+//! - `server` (implies `kernel`): the `/v0` HTTP server over a kernel, and its web console;
+//! - `web`: what the web consoles share (`rebuno::web`);
 //! - `telemetry`: what a binary installs, the log subscriber and progress bars on a terminal
-//!   (see [`telemetry`]); `cli` includes it;
-//! - `otel`: span export over OTLP (see [`telemetry`]).
+//!   (see [`telemetry`]);
+//! - `otel`: span export over OTLP (see [`telemetry`]);
+//! - `mcp`: MCP servers' tools as durable tools.
 //!
-//! An SDK-only dependency is `rebuno = { version = "0.1", default-features = false }`.
+//! The default features are `sqlite` and `server`: the embedded kernel on a SQLite file, and the
+//! `/v0` server to serve it. An SDK-only dependency is
+//! `rebuno = { version = "0.1", default-features = false }`. The `rebuno` binary (`rebuno dev`,
+//! `rebuno server`) and its operator console are the `rebuno-cli` crate, built on this API.
 //!
 //! # Modules
 //!
@@ -47,8 +53,7 @@
 //! - `policy`: YAML policy bundles, the rule engine and the rate limiter.
 //!
 //! With `server`: `server`, the `/v0` HTTP API over a `Kernel` (the `rebuno` binary serves
-//! it). With `cli`: `repl`, the interactive console `rebuno dev` / `server` open on a terminal.
-//! With `mcp`: `mcp`, MCP servers' tools as durable, policy-governed tools.
+//! it). With `mcp`: `mcp`, MCP servers' tools as durable, policy-governed tools.
 
 pub mod agent;
 pub mod client;
@@ -63,8 +68,6 @@ mod paging;
 #[cfg(feature = "kernel")]
 pub mod policy;
 pub mod protocol;
-#[cfg(feature = "cli")]
-pub mod repl;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod session;

@@ -2,7 +2,7 @@
 //! own, on one schema, sharing a manual clock. What one replica records or renews, the other
 //! sees: occurrence counters, replays, lease renewals, claims, cancellation, live deltas and the
 //! end of a stream. Driven in process by the shared harness (`test_support::rebuno::kernel`); the
-//! process-level faults are in `replicas_pg.rs`.
+//! process-level faults are in `rebuno/cli/tests/replicas_pg.rs`.
 
 use test_support::rebuno::kernel as harness;
 

@@ -59,6 +59,9 @@
 //! # Ok::<(), receipt::Error>(()) }).unwrap();
 //! ```
 
+// docs.rs (`--cfg docsrs`, nightly) marks every feature-gated item with the features it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod agent;
 pub mod branch;
 mod cache;

@@ -477,7 +477,7 @@ async fn readme_recipe_runs_an_agent_against_rebuno_dev_through_a_kill() {
     let recipe = marked_block("recipe");
     let steps = commands(&recipe);
     assert!(
-        steps.iter().any(|c| c == "cargo run -p rebuno -- dev"),
+        steps.iter().any(|c| c == "cargo run -p rebuno-cli -- dev"),
         "{recipe}"
     );
     assert!(
@@ -492,7 +492,7 @@ async fn readme_recipe_runs_an_agent_against_rebuno_dev_through_a_kill() {
     let body: Value = serde_json::from_str(body).expect("the curl body is JSON");
     let parts = body["input"]["steps"].as_u64().expect("input.steps");
 
-    let rebuno = cargo_build::build("rebuno", "bin", "rebuno");
+    let rebuno = cargo_build::build("rebuno-cli", "bin", "rebuno");
     let agent_exe = cargo_build::build("examples", "example", "my-agent");
     let dir = tempfile::tempdir().unwrap();
     let mut kernel = Proc::start(

@@ -47,7 +47,7 @@ echo "DATE $(date -u +%Y-%m-%d)" >>"$results"
 # --- ours -------------------------------------------------------------------------------------
 if wants rebuno; then
   say "rebuno: cargo bench --bench workflow"
-  if CARGO_INCREMENTAL=0 cargo bench -p rebuno --bench workflow >"$out/rebuno.log" 2>&1; then
+  if CARGO_INCREMENTAL=0 cargo bench -p rebuno-cli --bench workflow >"$out/rebuno.log" 2>&1; then
     grep '^RESULT ' "$out/rebuno.log" >>"$results"
     printf 'DURABILITY rebuno embedded (SQLite)\tSQLite WAL, fdatasync before every acknowledged commit (group commit)\n' >>"$results"
     printf 'DURABILITY rebuno dev + HTTP (SQLite)\tthe same, kernel in its own process\n' >>"$results"

@@ -1,6 +1,7 @@
 //! What the benchmarks share: signing an agent's POST v1 as the SDKs do, and the logging (and
 //! span export) the observability figures are measured with. Serving a router with the
-//! kernel's own serve loop is `test_support::rebuno::serve_router`.
+//! kernel's own serve loop is `test_support::rebuno::serve_router`; a process's CPU time is
+//! `test_support::process::cpu_time`.
 
 #![allow(dead_code)] // each benchmark uses a different subset
 
@@ -89,28 +90,4 @@ pub fn signed_post(
         .header(HEADER_DISPATCH_ID, dispatch_id)
         .header(HEADER_DISPATCH_ATTEMPT, attempt)
         .body(body)
-}
-
-/// CPU time (user + system) process `pid` has used so far, from `/proc/<pid>/stat` (`None`
-/// where there is no such file).
-pub fn cpu_time(pid: u32) -> Option<std::time::Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name (which may hold spaces) in parentheses.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // Linux reports in USER_HZ, 100 on every architecture it runs on.
-    Some(std::time::Duration::from_millis(ticks * 10))
-}
-
-/// The processes named `name` (their `comm`), such as the `postgres` server's backends.
-pub fn processes_named(name: &str) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
-        })
-        .collect()
 }

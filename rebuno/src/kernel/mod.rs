@@ -272,8 +272,10 @@ impl Kernel {
 
     /// Opens a kernel on `sqlite://<path>`, `sqlite::memory:` or `memory` (feature `sqlite`),
     /// or on `postgres://…` / `postgresql://…` (feature `postgres`; see
-    /// [`Kernel::open_postgres`]), configured from the environment.
-    #[cfg(feature = "sqlite")]
+    /// [`Kernel::open_postgres`]), configured from the environment. Built with either
+    /// feature; a URL of the backend this build lacks is refused with an error naming its
+    /// feature.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub async fn open(url: &str) -> KernelResult<Kernel> {
         if is_postgres_url(url) {
             #[cfg(feature = "postgres")]
@@ -283,8 +285,16 @@ impl Kernel {
                 "this build has no PostgreSQL support (feature `postgres`)",
             ));
         }
-        let store = SqliteStore::open_url(url).map_err(KernelError::from)?;
-        Kernel::builder(Arc::new(store)).build().await
+        #[cfg(feature = "sqlite")]
+        {
+            let store = SqliteStore::open_url(url).map_err(KernelError::from)?;
+            Kernel::builder(Arc::new(store)).build().await
+        }
+        #[cfg(not(feature = "sqlite"))]
+        Err(KernelError::internal(format!(
+            "this build has no SQLite support (feature `sqlite`): cannot open '{url}' \
+             (use postgres://user:password@host:port/dbname?sslmode=…)"
+        )))
     }
 
     /// Opens a kernel on a PostgreSQL database that other kernels may share (feature
@@ -342,7 +352,10 @@ impl Kernel {
         &self.inner.histograms
     }
 
-    pub(crate) fn now(&self) -> SystemTime {
+    /// The current time by the kernel's clock ([`KernelBuilder::clock`], the system clock
+    /// unless a test set another): the time its events are stamped with and expiries are
+    /// compared against, so a reader comparing with stored times agrees with the kernel.
+    pub fn now(&self) -> SystemTime {
         self.inner.clock.now()
     }
 

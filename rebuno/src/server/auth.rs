@@ -27,7 +27,7 @@
 use super::AppState;
 use super::body::read_body_counted;
 use super::error::ApiError;
-use super::throttle::Peer;
+use super::peer::Peer;
 use crate::kernel::KernelError;
 use crate::protocol::{
     API_KEY_PREFIX, ErrorCode, HEADER_AGENT_ID, HEADER_DISPATCH_ATTEMPT, HEADER_DISPATCH_ID,

@@ -14,7 +14,7 @@ use super::AppState;
 use super::auth::{authenticate_agent, authenticate_client_from, has_agent_headers, require};
 use super::body::read_body;
 use super::error::ApiError;
-use super::throttle::Peer;
+use super::peer::Peer;
 use crate::identity;
 use crate::kernel::Lease;
 use crate::protocol::{

@@ -22,14 +22,13 @@
 //! * requests from web pages (`origin`): the `Host` must be one the server answers
 //!   ([`ServerOptions::allowed_hosts`], against DNS rebinding), and a state-changing request
 //!   from another site's page (`Origin`) is refused;
-//! * failed authentications (`throttle`): logged, and counted by source address; an address
-//!   with too many is answered `429` for a while ([`ServerOptions::auth_failure_limit`]);
+//! * failed authentications (`throttle`): logged, and counted by source address (`peer`); an
+//!   address with too many is answered `429` for a while ([`ServerOptions::auth_failure_limit`]);
 //! * request parsing: path UUIDs, query strings, the lease headers and strict JSON
 //!   bodies (`extract`);
 //! * answers: JSON bodies and the `{code, message, details?}` error envelope with the HTTP
 //!   status of its code (`error`), and the metrics text (`metrics`);
 //! * the span and the latency of every request (`observe`);
-//! * the provisioning manifest the binary loads at boot ([`manifest`]);
 //! * the web console at `/ui` ([`console`]): HTML pages over the same kernel reads, with the
 //!   same authentication (a login keeps the token server-side behind a session cookie).
 //!
@@ -58,10 +57,10 @@ mod extract;
 mod handlers;
 mod keys;
 mod limits;
-pub mod manifest;
 mod metrics;
 mod observe;
 mod origin;
+mod peer;
 mod resources;
 mod serve;
 mod throttle;

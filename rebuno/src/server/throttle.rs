@@ -30,9 +30,9 @@
 use super::AppState;
 use super::auth::has_agent_headers;
 use super::error::ApiError;
+use super::peer::Peer;
 use crate::kernel::KernelError;
-use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
-use axum::http::request::Parts;
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -44,39 +44,6 @@ use std::time::{Duration, Instant};
 
 /// At most this many source addresses are tracked at once.
 pub const MAX_ADDRESSES: usize = 10_000;
-
-/// The source address of a request, when the server that accepted it recorded one.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Peer(pub Option<IpAddr>);
-
-impl Peer {
-    /// The peer recorded in `parts`.
-    pub(crate) fn of(parts: &Parts) -> Peer {
-        Peer(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip()),
-        )
-    }
-}
-
-impl std::fmt::Display for Peer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(ip) => write!(f, "{ip}"),
-            None => f.write_str("unknown"),
-        }
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Peer {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(Peer::of(parts))
-    }
-}
 
 /// One address's failures in its current window.
 #[derive(Debug, Clone, Copy)]

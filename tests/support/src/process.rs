@@ -1,6 +1,6 @@
 //! The child-process harness: a guard that kills a child on drop, loopback ports (a free one, a
 //! stopped PostgreSQL cluster's), waiting for a listener, and reading what a child appended to
-//! a file.
+//! a file; the CPU time of a process (for the benchmarks).
 
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -51,5 +51,29 @@ pub fn file_lines(path: &std::path::Path) -> Vec<String> {
         .unwrap_or_default()
         .lines()
         .map(str::to_owned)
+        .collect()
+}
+
+/// CPU time (user + system) process `pid` has used so far, from `/proc/<pid>/stat` (`None`
+/// where there is no such file).
+pub fn cpu_time(pid: u32) -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Linux reports in USER_HZ, 100 on every architecture it runs on.
+    Some(std::time::Duration::from_millis(ticks * 10))
+}
+
+/// The processes named `name` (their `comm`), such as the `postgres` server's backends.
+pub fn processes_named(name: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
+        })
         .collect()
 }

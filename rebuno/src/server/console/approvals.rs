@@ -13,6 +13,7 @@ use crate::server::AppState;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect};
+use axum::routing::{MethodRouter, post};
 use serde::Deserialize;
 
 /// Approvals per page of the inbox.
@@ -222,11 +223,27 @@ pub(super) struct DecideForm {
     rationale: String,
 }
 
-/// Grant or deny.
+/// Grant or deny: what a decision route decides.
 #[derive(Debug, Clone, Copy)]
-enum Verdict {
+pub(super) enum Verdict {
+    /// `POST /ui/approvals/{id}/grant`.
     Grant,
+    /// `POST /ui/approvals/{id}/deny`.
     Deny,
+}
+
+/// The handler of `POST /ui/approvals/{id}/grant` or `…/deny`, by `verdict`: decides the
+/// approval as the viewer, then shows its execution.
+pub(super) fn decision(verdict: Verdict) -> MethodRouter<AppState> {
+    post(
+        move |State(s): State<AppState>,
+              headers: HeaderMap,
+              viewer: Viewer,
+              Path(raw): Path<String>,
+              super::BoundedForm(form): super::BoundedForm<DecideForm>| {
+            decide(s, headers, viewer, raw, form, verdict)
+        },
+    )
 }
 
 /// Decides approval `raw` as the viewer, then shows its execution.
@@ -263,26 +280,4 @@ async fn decide(
         }
     }
     Ok(viewer.finish(Redirect::to(&execution_href(&approval.execution_id)).into_response()))
-}
-
-/// `POST /ui/approvals/{id}/grant`.
-pub(super) async fn grant(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    viewer: Viewer,
-    Path(raw): Path<String>,
-    super::BoundedForm(form): super::BoundedForm<DecideForm>,
-) -> Page {
-    decide(s, headers, viewer, raw, form, Verdict::Grant).await
-}
-
-/// `POST /ui/approvals/{id}/deny`.
-pub(super) async fn deny(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    viewer: Viewer,
-    Path(raw): Path<String>,
-    super::BoundedForm(form): super::BoundedForm<DecideForm>,
-) -> Page {
-    decide(s, headers, viewer, raw, form, Verdict::Deny).await
 }

@@ -9,7 +9,8 @@ use super::{
 use crate::protocol::ErrorCode;
 use crate::server::AppState;
 use crate::server::auth::{authenticate_client, note_refused_token};
-use crate::server::throttle::{Peer, too_many};
+use crate::server::peer::Peer;
+use crate::server::throttle::too_many;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};

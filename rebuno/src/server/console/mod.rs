@@ -438,8 +438,14 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/ui/executions/{id}/stream", get(executions::stream))
         .route("/ui/changes", get(executions::changes))
         .route("/ui/approvals", get(approvals::inbox))
-        .route("/ui/approvals/{id}/grant", post(approvals::grant))
-        .route("/ui/approvals/{id}/deny", post(approvals::deny))
+        .route(
+            "/ui/approvals/{id}/grant",
+            approvals::decision(approvals::Verdict::Grant),
+        )
+        .route(
+            "/ui/approvals/{id}/deny",
+            approvals::decision(approvals::Verdict::Deny),
+        )
         .route("/ui/agents", get(agents::list))
         .route("/ui/agents/{id}", get(agents::show))
         .route("/ui/agents/{id}/test", post(agents::test_policy))

@@ -22,8 +22,8 @@ mod terminal;
 pub use render::render_table;
 pub use terminal::{history_entry, history_path, terminal_width};
 
-use crate::Kernel;
 use commands::{HELP, first_word};
+use rebuno::Kernel;
 use std::fmt::Write as _;
 use std::time::Duration;
 use tokio::sync::watch;

@@ -13,12 +13,10 @@
 //! throughput at 64 (steps/s). A line `RESULT {json}` per mode is what `peers/run.sh` reads.
 //!
 //! ```text
-//! cargo bench -p rebuno --bench workflow                 # both modes
-//! cargo bench -p rebuno --bench workflow -- http         # one
+//! cargo bench -p rebuno-cli --bench workflow             # both modes
+//! cargo bench -p rebuno-cli --bench workflow -- http     # one
 //! REBUNO_BENCH_RUNS=300 REBUNO_BENCH_CLIENTS=64 REBUNO_BENCH_PER_CLIENT=25 (the defaults)
 //! ```
-
-mod support;
 
 use rebuno::client::Client;
 use rebuno::protocol::{Execution, ExecutionStatus, RegisterAgentRequest};
@@ -26,7 +24,7 @@ use rebuno::{Agent, Runtime, handler_fn};
 use serde_json::{Value, json};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::cpu_time;
+use test_support::process::cpu_time;
 
 const STEPS: usize = 10;
 const SECRET: &str = "workflow-bench-secret";

@@ -6,7 +6,7 @@ use super::render::{
     natural_width, render_table, short_len, short_step,
 };
 use super::{Answer, LIST_LIMIT, Repl, Sink, WATCH_POLL};
-use crate::protocol::{
+use rebuno::protocol::{
     CreateExecutionRequest, Execution, ExecutionStatus, ForkExecutionRequest, Principal,
     RegisterAgentRequest,
 };

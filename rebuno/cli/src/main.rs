@@ -2,17 +2,20 @@
 //! in memory) and `rebuno server` (bearer auth and an explicit database URL required). Both
 //! provision agents from an optional manifest, run the kernel's background loops and serve the
 //! `/v0` API until Ctrl-C or SIGTERM. When stdin is a terminal they also run the operator REPL
-//! ([`rebuno::repl`]) on a thread of its own; `quit` (or Ctrl-D) shuts down like a signal.
+//! ([`rebuno_cli::repl`]) on a thread of its own; `quit` (or Ctrl-D) shuts down like a signal.
+//!
+//! Submodule: `env_names` (the `REBUNO_*` variables the binary reads, and the warning naming
+//! any other that is set, with the closest known name).
 
 use clap::{Args, Parser, Subcommand};
 use durable_support::pg::redact_url;
 use rebuno::Kernel;
-use rebuno::repl::{Interrupt, Outcome, Repl, history_entry, history_path, terminal_width};
-use rebuno::server::manifest::Manifest;
 use rebuno::server::{ServeOptions, ServerOptions, router, serve_with_shutdown};
 use rebuno::store::SqliteStore;
 use rebuno::telemetry::{LogFormat, Telemetry};
 use rebuno::web::hosts::AllowedHosts;
+use rebuno_cli::manifest::Manifest;
+use rebuno_cli::repl::{Interrupt, Outcome, Repl, history_entry, history_path, terminal_width};
 use std::future::Future;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -21,7 +24,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[path = "rebuno/env_names.rs"]
 mod env_names;
 
 const ENVIRONMENT_HELP: &str = "\

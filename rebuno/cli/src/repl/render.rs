@@ -2,7 +2,7 @@
 //! agents, executions, events and approvals.
 
 use super::MIN_SHORT_ID;
-use crate::protocol::{Agent, Approval, DispatchWaiting, Event, Execution};
+use rebuno::protocol::{Agent, Approval, DispatchWaiting, Event, Execution};
 use serde_json::Value;
 use std::fmt::Write as _;
 

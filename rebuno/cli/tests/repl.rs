@@ -7,7 +7,7 @@ use rebuno::protocol::{
     CreateExecutionRequest, Decision, Idempotency, RegisterAgentRequest, StepKind, StreamFrame,
     SubmitStepRequest,
 };
-use rebuno::repl::{Outcome, Repl, history_entry, render_table};
+use rebuno_cli::repl::{Outcome, Repl, history_entry, render_table};
 use serde_json::json;
 use serde_json::value::RawValue;
 

@@ -3,7 +3,7 @@
 use super::commands::{first_word, usage};
 use super::render::render_table;
 use super::{Answer, Repl};
-use crate::store::ExecutionQuery;
+use rebuno::store::ExecutionQuery;
 
 impl Repl {
     pub(super) async fn session(&mut self, args: &str) -> Answer {

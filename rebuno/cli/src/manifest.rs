@@ -42,10 +42,10 @@
 //! registered with another webhook URL or secret (a `takeover`), so editing the manifest and
 //! restarting moves the agent.
 
-use crate::Kernel;
-use crate::kernel::{WebhookRules, check_webhook_url};
-use crate::policy::Bundle;
-use crate::protocol::{Agent, DispatchRetry, RegisterAgentRequest, check_lease_seconds};
+use rebuno::Kernel;
+use rebuno::kernel::{WebhookRules, check_webhook_url};
+use rebuno::policy::Bundle;
+use rebuno::protocol::{Agent, DispatchRetry, RegisterAgentRequest, check_lease_seconds};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -315,7 +315,7 @@ impl Manifest {
                 })?;
             tracing::info!(
                 agent_id = %agent.id,
-                webhook_url = %crate::telemetry::redact_url(&agent.webhook_url),
+                webhook_url = %rebuno::telemetry::redact_url(&agent.webhook_url),
                 policy = !agent.policy.is_empty(),
                 "agent provisioned from the manifest"
             );

@@ -15,11 +15,11 @@ use support::{Kill, free_port};
 
 use rebuno::kernel::KernelConfig;
 use rebuno::protocol::{CreateExecutionRequest, EventType, ExecutionStatus, RegisterAgentRequest};
-use rebuno::repl::{Outcome, Repl};
 use rebuno::server::{ServerOptions, router};
 use rebuno::store::SqliteStore;
 use rebuno::time::parse_rfc3339;
 use rebuno::{Agent, Kernel, handler_fn};
+use rebuno_cli::repl::{Outcome, Repl};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

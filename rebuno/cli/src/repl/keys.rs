@@ -3,7 +3,7 @@
 use super::commands::{first_word, usage};
 use super::render::render_table;
 use super::{Answer, Repl};
-use crate::protocol::{ApiKey, CreateApiKeyRequest, Scope};
+use rebuno::protocol::{ApiKey, CreateApiKeyRequest, Scope};
 use std::str::FromStr;
 
 /// Whether a key authenticates at `now` (RFC 3339).
@@ -27,7 +27,7 @@ impl Repl {
                 if keys.is_empty() {
                     return Ok("no API keys".to_owned());
                 }
-                let now = self.kernel.now_text();
+                let now = rebuno::time::rfc3339(self.kernel.now());
                 let rows: Vec<Vec<String>> = keys
                     .iter()
                     .map(|k| {

@@ -175,8 +175,8 @@ impl std::error::Error for EnvError {}
 /// Checks every `REBUNO_*` variable the kernel reads (its [`KernelConfig`] and, for
 /// PostgreSQL, `REBUNO_DB_MAX_CONNS` and `REBUNO_DB_RECONNECT`): the `rebuno` binary refuses
 /// to start on any that is set and does not parse, instead of running on the default. The
-/// library's own readers ([`KernelConfig::from_env`], [`Kernel::open`]) still skip such a
-/// value.
+/// library's own readers ([`KernelConfig::from_env`], [`Kernel::open`](super::Kernel::open))
+/// still skip such a value.
 pub fn check_env() -> Result<(), EnvError> {
     let mut env = EnvReader::default();
     KernelConfig::read_env(&mut env);

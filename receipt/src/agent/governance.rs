@@ -26,7 +26,7 @@
 //! **Deciding by receipt.** Besides the governance's own channels (for the kernel: its approval
 //! API and the console), an approval can be decided by appending `policy.approval.decided`
 //! (`approvalId`, `decision`: `grant` or `deny`, `decidedBy`, optional `rationale`; see
-//! [`ApprovalDecided`](super::control::ApprovalDecided)) to the run stream. The next pass that
+//! [`ApprovalDecided`]) to the run stream. The next pass that
 //! finds the invocation still pending hands it to [`Governance::decide`] (the kernel's grant or
 //! deny, so the kernel's record stays the one truth) and evaluates again. A decision the
 //! governance refuses (not an approver, already decided otherwise) changes nothing; the refusal

@@ -109,7 +109,7 @@
 //! - `invocation`: [`SelectedInvocation`], one invocation as its selection fixed it;
 //! - `action`: the [`Action`] builder and the contexts an action runs with;
 //! - [`governance`]: the [`Governance`] seam asked before every claim;
-//! - [`merge`]: merge policies;
+//! - [`merge`](mod@merge): merge policies;
 //! - `spec`: [`AgentSpec`] and its checks;
 //! - `select`: deterministic selection among runnable actions;
 //! - [`remote`]: remote calls, their checks and the worker (its own layers inside);

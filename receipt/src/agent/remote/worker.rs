@@ -18,7 +18,7 @@ use tracing::Instrument as _;
 /// `when` at the selected head; each check has its own refusal. Then the invocation's authority,
 /// from the run stream: selected, not denied, not ended, in an open run, claimed under a live
 /// claim, and called exactly as the controller calls it; a call without it is refused with
-/// [`AgentError::RemoteRefused`], naming the [`RemoteRefusal`].
+/// [`AgentError::RemoteRefused`], naming the [`RemoteRefusal`](super::RemoteRefusal).
 pub struct RemoteWorker {
     registry: Arc<Registry>,
     runtime: Arc<Runtime>,

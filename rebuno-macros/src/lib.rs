@@ -10,6 +10,16 @@
 //! Option parsing and the diagnostics' collector come from `macro-support`, which
 //! `receipt-macros` uses too, so both crates report unknown, duplicate, missing and invalid
 //! options in the same words.
+//!
+//! Submodules:
+//!
+//! - `effect`: what `#[tool]` and `#[step]` share: an `async fn` as one durable step;
+//! - `tool`: `#[tool]`, the function plus the type that describes it to a model;
+//! - `step`: `#[step]`, a `local` step;
+//! - `agent`: `#[agent]`, the handler as a unit struct implementing `AgentHandler`;
+//! - `signature`: validation of the annotated function's signature;
+//! - `options`: the attributes' `key = "value"` options;
+//! - `diag`: diagnostics, through `macro-support`.
 
 mod agent;
 mod diag;

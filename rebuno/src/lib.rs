@@ -44,7 +44,11 @@
 //! - [`time`]: the injectable clock and RFC 3339 timestamps;
 //! - [`telemetry`]: the W3C trace context that makes an execution one trace across kernel and
 //!   agents, and (features `telemetry` / `otel`) the subscriber binaries install;
-//! - [`error`]: the SDK's [`Error`].
+//! - [`error`]: the SDK's [`Error`];
+//! - `paging` (private): the next-page cursor header, written by the kernel, followed by the SDK;
+//! - `sse` (private): the one bounded Server-Sent Events parser (LLM streams, MCP over HTTP);
+//! - `waiters` (private): the table of tasks waiting for an execution to change;
+//! - `__private` (hidden, `private.rs`): what the code `rebuno-macros` generates calls.
 //!
 //! With `kernel`:
 //!
@@ -53,7 +57,8 @@
 //! - `policy`: YAML policy bundles, the rule engine and the rate limiter.
 //!
 //! With `server`: `server`, the `/v0` HTTP API over a `Kernel` (the `rebuno` binary serves
-//! it). With `mcp`: `mcp`, MCP servers' tools as durable, policy-governed tools.
+//! it). With `web`: `web`, what the web consoles share. With `mcp`: `mcp`, MCP servers' tools as
+//! durable, policy-governed tools.
 
 pub mod agent;
 pub mod client;

@@ -62,7 +62,8 @@
 //! `kernel`: the in-process backend, and `Kernel::client`), `builder` (HTTP configuration:
 //! [`ClientBuilder`], the base URL, the environment) and `wait` (waiting on an execution or an
 //! approval: [`Client::wait`], [`Client::wait_until`], [`Client::wait_approval`], woken by the
-//! kernel's change notifications).
+//! kernel's change notifications), and `tests` (unit tests: URLs, configuration, id checks and
+//! the mapping of HTTP answers).
 
 mod backend;
 mod builder;

@@ -27,6 +27,13 @@
 //! Outside an execution (or for a body that is not a JSON object with a string `model`) the
 //! request passes through untouched and nothing is recorded.
 //!
+//! Submodules:
+//!
+//! - `openai`: the OpenAI-compatible chat-completions client;
+//! - `anthropic`: the Anthropic messages client;
+//! - `sse`: a streamed answer's JSON events and text deltas;
+//! - `tee`: the streaming tee: to the caller live, to the kernel's stream, into the record.
+//!
 //! ```no_run
 //! use rebuno::llm::OpenAi;
 //! use serde_json::json;

@@ -40,6 +40,14 @@
 //!   request at once with an error naming the bound (a transport failure, as above), and the
 //!   next request connects afresh. Over stdio, `rmcp` bounds a message line (16 MiB).
 //!
+//! Submodules:
+//!
+//! - `connection`: one server's connection: lazy start, restart, timeouts;
+//! - `http`: the streamable HTTP client on the workspace's reqwest;
+//! - `names`: which server and tool names and listings are accepted;
+//! - `tools`: targets, model-facing names, idempotency from hints, the call body;
+//! - `result`: what a call records, bounded.
+//!
 //! ```no_run
 //! # async fn run() -> rebuno::Result<()> {
 //! use rebuno::mcp::McpServer;

@@ -29,6 +29,8 @@
 //! * answers: JSON bodies and the `{code, message, details?}` error envelope with the HTTP
 //!   status of its code (`error`), and the metrics text (`metrics`);
 //! * the span and the latency of every request (`observe`);
+//! * the routes themselves: one thin handler per `/v0` route, each calling one `Kernel` method
+//!   (`handlers`), and the three agent routes of external resources (`resources`);
 //! * the web console at `/ui` ([`console`]): HTML pages over the same kernel reads, with the
 //!   same authentication (a login keeps the token server-side behind a session cookie).
 //!

@@ -16,6 +16,12 @@
 //! one trace; without it a process has no spans of its own to export and passes on the context
 //! it received (the create's, the delivery's) unchanged, so agents that export still join the
 //! trace of their execution.
+//!
+//! Submodules:
+//!
+//! - `subscriber` (feature `telemetry` or `otel`): the subscriber a binary installs;
+//! - `progress` (feature `telemetry`): progress bars and spinners on a terminal;
+//! - `otel` (feature `otel`): OTLP span export and the `traceparent` bridge.
 
 #[cfg(feature = "otel")]
 mod otel;

@@ -3,6 +3,9 @@
 //! the one embedded stylesheet and script, the page document with its navigation, the security
 //! headers every answer carries ([`security_headers`]), the asset route ([`asset`]) and the
 //! `Host` names a server answers ([`hosts`], against DNS rebinding).
+//!
+//! Submodules: `html` (the escaping markup writer `Html`) and `hosts` (which `Host` a server
+//! answers).
 
 pub mod hosts;
 pub mod html;

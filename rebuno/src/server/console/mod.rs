@@ -8,7 +8,8 @@
 //! document and the security headers are [`crate::web`]'s, which `receipt ui` shares. The pages
 //! live one group per file: `executions` (list, execution, cancel, live feeds), `approvals`
 //! (inbox, grant, deny), `agents` (registrations, policy test), `auth` (login, logout), written
-//! with [`Html`], whose only way to insert a run-time value escapes it.
+//! with [`Html`], whose only way to insert a run-time value escapes it. The page shell and the
+//! small pieces the pages repeat are in `layout`.
 //!
 //! Authentication is the API's: with a bearer token configured (`rebuno server`) a viewer logs
 //! in with that token or an API key. The login is kept in the kernel's store, so every replica

@@ -79,6 +79,14 @@
 //! reconnects after a second and reports [`StoreMessage::Reconnected`].
 //!
 //! The schema is in [`schema`]; the rate limiter in [`limiter`].
+//!
+//! Submodules:
+//!
+//! - `schema`: the embedded, numbered migrations;
+//! - `tx`: the `Tx` over one pipelined transaction, one file per group of operations;
+//! - `rows`: rows to wire types, and paged reads;
+//! - `locks`: execution locks as session advisory locks;
+//! - `limiter`: rate-limit buckets shared by the replicas.
 
 mod limiter;
 mod locks;

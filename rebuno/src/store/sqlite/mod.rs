@@ -15,7 +15,8 @@
 //! `handoff` (handing a job to a store thread), `durable` and `checkpoint` (syncs and WAL
 //! checkpoints), `rows` (decoding rows and paging), and the operations of a transaction beyond
 //! the groups implemented here (agents, executions, events, steps, approvals, dispatches):
-//! `keys`, `console_sessions`, `sessions`, `resources`, `subagents`.
+//! `keys`, `console_sessions`, `sessions`, `resources`, `subagents`; and `tests` (unit tests of
+//! the writer thread, group commit and counters).
 
 use super::AGENT_LEASE;
 use super::{

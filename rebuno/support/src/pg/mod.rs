@@ -21,6 +21,17 @@
 //! ([`PgTransaction::query_all`]). The `LISTEN` connection and migrations use the blocking
 //! `postgres` client ([`PgPool::open`]): nothing there is worth pipelining.
 //!
+//! # Submodules
+//!
+//! - `pool`: `PgPool`, the bounded pool for blocking threads, retries, migrations;
+//! - `conn`: one owned connection and the task driving it;
+//! - `transaction`: `PgTransaction`, pipelined statements;
+//! - `batch`: the steps sent in one batch;
+//! - `statements`: prepared statements and encoded parameters;
+//! - `queries`: `Queries`, the typed statement interface of a connection and a transaction;
+//! - `fuse`: held-back writes fused into one statement;
+//! - `listen`: the `LISTEN` connection.
+//!
 //! # What is retried
 //!
 //! A transaction whose connection turns out to be gone before any answer reached its caller,

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Import circles between files of each crate: resolves `crate::`, `super::`, `self::` paths
-(in use lines and inline) to the deepest existing module file, then prints strongly connected
-components of size > 1 and arrows from a lower layer back up (child -> ancestor)."""
+(in use lines and inline) to the deepest existing module file, following a module's `pub use`
+of its own descendants to the file that defines the item, then prints every strongly connected
+component of more than one file. A module declaring its children is not an arrow; test
+modules (`#[cfg(test)] mod … {`) are left out.
+
+Usage: `python3 .ci/circles.py [src dir ...]`; with no argument, every workspace member's
+`src/`. `CIRCLES=-v` prints each circle's arrows. Exits 1 when it finds a circle."""
 import os, re, sys
 from collections import defaultdict
 
@@ -53,6 +58,30 @@ def expand(u):
         res += expand(prefix + p)
     return res
 
+def reexports(text, key, mods):
+    """name -> module file for the items a module re-exports from its own descendants
+    (`pub use kinds::ActionKind;`, `pub use self::error::{AgentError, Result};`), so that
+    `crate::agent::AgentError` is an arrow to `agent/error.rs`, not to `agent/mod.rs`."""
+    out = {}
+    for m in re.finditer(r'\bpub(?:\([^)]*\))?\s+use\s+([^;]*);', text, re.S):
+        for u in expand(m.group(1).replace('\n', ' ')):
+            alias = None
+            if ' as ' in u:
+                u, alias = [x.strip() for x in u.split(' as ', 1)]
+            segs = u.split('::')
+            if segs[0] == 'self': segs = segs[1:]
+            if not segs or segs[0] in ('crate', 'super') or segs[-1] == '*': continue
+            cur, best = key, None
+            for s in segs[:-1]:
+                cur = cur + (s,)
+                if cur in mods: best = cur
+                else: break
+            if best is not None:
+                out[alias or segs[-1]] = best
+    return out
+
+EXPORTS = {}
+
 def resolve(path, here, mods):
     segs = path.split('::')
     if segs[0] == 'crate': base = (); segs = segs[1:]
@@ -64,10 +93,17 @@ def resolve(path, here, mods):
     best = None
     cur = base
     if cur in mods: best = cur
-    for s in segs:
+    for i, s in enumerate(segs):
         cur = cur + (s,)
         if cur in mods: best = cur
-        else: break
+        else:
+            # an item the deepest module re-exports from a descendant: follow it (a chain
+            # of re-exports is followed to its end)
+            seen = set()
+            while best is not None and s in EXPORTS.get(best, {}) and best not in seen:
+                seen.add(best)
+                best = EXPORTS[best][s]
+            break
     return best
 
 def scc(nodes, edges):
@@ -89,10 +125,26 @@ def scc(nodes, edges):
         if v not in index: visit(v)
     return res
 
+def workspace_sources():
+    """Every workspace member's `src/` (read from the root Cargo.toml's `members`)."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
+    text = open(os.path.join(root, 'Cargo.toml')).read()
+    members = re.search(r'members\s*=\s*\[([^\]]*)\]', text, re.S).group(1)
+    dirs = [os.path.join(root, m, 'src') for m in re.findall(r'"([^"]+)"', members)]
+    dirs = [os.path.normpath(d) for d in dirs if os.path.isdir(d)]
+    if not dirs:
+        sys.exit("circles.py: no workspace member has a src/ directory")
+    return dirs
+
 total = 0
-for src in sys.argv[1:]:
+sources = sys.argv[1:] or workspace_sources()
+print(f"checking {len(sources)} crates: " + ', '.join(os.path.relpath(s) for s in sources))
+for src in sources:
     mods = modules(src)
     edges = defaultdict(set)
+    EXPORTS.clear()
+    for key, p in mods.items():
+        EXPORTS[key] = reexports(open(p).read(), key, mods)
     for key, p in mods.items():
         text = open(p).read()
         # drop #[cfg(test)] mod tests { ... } blocks: test code may import anything

@@ -19,10 +19,14 @@
 //!
 //! Submodules:
 //!
+//! - `filter` (feature `telemetry` or `otel`): where the log filter is read, which spans are
+//!   always exported;
 //! - `subscriber` (feature `telemetry` or `otel`): the subscriber a binary installs;
 //! - `progress` (feature `telemetry`): progress bars and spinners on a terminal;
 //! - `otel` (feature `otel`): OTLP span export and the `traceparent` bridge.
 
+#[cfg(any(feature = "telemetry", feature = "otel"))]
+mod filter;
 #[cfg(feature = "otel")]
 mod otel;
 #[cfg(feature = "telemetry")]
@@ -30,12 +34,14 @@ mod progress;
 #[cfg(any(feature = "telemetry", feature = "otel"))]
 mod subscriber;
 
+#[cfg(any(feature = "telemetry", feature = "otel"))]
+pub use filter::LogFilter;
 #[cfg(feature = "otel")]
 pub use otel::{OtelConfig, OtelGuard};
 #[cfg(feature = "telemetry")]
 pub use progress::Progress;
 #[cfg(any(feature = "telemetry", feature = "otel"))]
-pub use subscriber::{LogFilter, LogFormat, Telemetry, init, init_with, unfiltered};
+pub use subscriber::{LogFormat, Telemetry, init, init_with, unfiltered};
 
 use std::fmt;
 use std::future::Future;

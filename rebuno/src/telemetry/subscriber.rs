@@ -3,10 +3,11 @@
 //! export when the `OTEL_*` variables configure it; with `telemetry`, log lines printed above
 //! any progress bar and a progress bar for schema migrations on a terminal.
 
+use super::LogFilter;
 use std::str::FromStr;
+use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
-use tracing_subscriber::{EnvFilter, Layer as _};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -50,38 +51,6 @@ impl Telemetry {
         return self.otel.is_some();
         #[cfg(not(feature = "otel"))]
         false
-    }
-}
-
-/// Where [`init_with`] reads the filter of log lines (and of exported spans) and which spans
-/// it exports whatever that filter says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogFilter {
-    /// The variable read when `RUST_LOG` is unset or invalid: a level or directives (such as
-    /// `info,rebuno::kernel=debug`).
-    pub variable: &'static str,
-    /// The filter when neither variable gives one.
-    pub default: &'static str,
-    /// Targets (crate names, or module paths) whose spans at `debug` and above are exported
-    /// whatever the filter says, when spans are exported at all (feature `otel`).
-    pub exported_spans: &'static [&'static str],
-}
-
-impl LogFilter {
-    /// The `rebuno` binary's: `RUST_LOG`, else `REBUNO_LOG_LEVEL`, else `info`; rebuno's own
-    /// spans always exported.
-    pub const REBUNO: LogFilter = LogFilter {
-        variable: "REBUNO_LOG_LEVEL",
-        default: "info",
-        exported_spans: &["rebuno"],
-    };
-
-    /// The filter of log lines (and exported spans): `RUST_LOG`, else [`LogFilter::variable`],
-    /// else [`LogFilter::default`].
-    pub(super) fn env_filter(&self) -> EnvFilter {
-        EnvFilter::try_from_default_env()
-            .or_else(|_| EnvFilter::try_from_env(self.variable))
-            .unwrap_or_else(|_| EnvFilter::new(self.default))
     }
 }
 

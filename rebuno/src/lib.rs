@@ -60,6 +60,9 @@
 //! it). With `web`: `web`, what the web consoles share. With `mcp`: `mcp`, MCP servers' tools as
 //! durable, policy-governed tools.
 
+// docs.rs (`--cfg docsrs`, nightly) marks every feature-gated item with the features it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod agent;
 pub mod client;
 pub mod error;

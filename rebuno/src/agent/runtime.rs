@@ -31,14 +31,15 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Opens a kernel on `url` (`sqlite://<path>`, `sqlite::memory:` or `memory`; see
-    /// [`Kernel::open`]). The default place is
+    /// Opens a kernel on `url` (`sqlite://<path>`, `sqlite::memory:` or `memory` with the
+    /// `sqlite` feature, `postgres://…` with `postgres`; see [`Kernel::open`]). The default place is
     /// [`EMBEDDED_DB_URL`](crate::store::EMBEDDED_DB_URL) (`sqlite://.rebuno/embedded.db`,
     /// its directory created if missing); another path's directory must exist. Register
     /// agents and set their policies, then [`Runtime::start`] delivering; executions left
-    /// running by a previous process resume then. Needs the `sqlite` feature; with `kernel`
-    /// alone, build the [`Kernel`] over a store of your own and use [`Runtime::new`].
-    #[cfg(feature = "sqlite")]
+    /// running by a previous process resume then. Needs the `sqlite` or the `postgres`
+    /// feature; with `kernel` alone, build the [`Kernel`] over a store of your own and use
+    /// [`Runtime::new`].
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub async fn open(url: &str) -> Result<Runtime> {
         Ok(Runtime::new(Kernel::open(url).await?))
     }

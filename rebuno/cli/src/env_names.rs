@@ -122,7 +122,7 @@ mod tests {
 
     #[test]
     fn the_binary_help_lists_what_the_kernel_reads() {
-        let (read, unused) = crate::ENVIRONMENT_HELP
+        let (read, unused) = crate::args::ENVIRONMENT_HELP
             .split_once(UNUSED_MARKER)
             .expect("the help has the marker");
         let read = names_in(read);

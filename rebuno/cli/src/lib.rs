@@ -4,8 +4,9 @@
 //! - [`manifest`]: the provisioning manifest (`--config`), agents upserted at boot;
 //! - [`repl`]: the operator REPL the binary runs when stdin is a terminal.
 //!
-//! Both use only `rebuno`'s public API. The binary's own modules are `env_names` (the
-//! `REBUNO_*` variables it reads, and the warning for any other that is set).
+//! Both use only `rebuno`'s public API. The binary's own modules are `serve` (`dev` and
+//! `server`), `args` (the command line), `shutdown` (signals and the REPL thread) and
+//! `env_names` (the `REBUNO_*` variables it reads, and the warning for any other that is set).
 
 pub mod manifest;
 pub mod repl;

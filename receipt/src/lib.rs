@@ -29,8 +29,8 @@
 //! ```text
 //! canonical, sim, cache, locks     pure helpers, no crate imports
 //! receipt                          the record and its hash chain
-//! error                            the one error type, with the agent layer's refusals it
-//!                                  names (agent::error, agent::kinds, agent::remote::refusal)
+//! error                            the one error type, over the agent layer's refusals it
+//!                                  names (agent::error over agent::kinds, agent::remote::refusal)
 //! store, fold                      persistence; folds over a chain
 //! branch < runtime                 branches over a store; commands and incremental folds
 //! agent                            inside, in the order its module docs list
@@ -39,8 +39,9 @@
 //! __private                        the macros' entry points
 //! ```
 //!
-//! The one knot is at the bottom: [`Error`] wraps an [`AgentError`](agent::AgentError), which
-//! names an [`ActionKind`](agent::ActionKind), whose parse fails with an [`Error`]; the three
+//! The bottom is one way too: [`Error`] wraps an [`AgentError`](agent::AgentError), which names
+//! an [`ActionKind`](agent::ActionKind); the kinds name no error, and their parse (in
+//! `agent::error`) fails with an `AgentError`, which `?` turns into [`Error::Agent`]. The three
 //! files form the error layer together.
 //!
 //! The attribute macros (`#[receipt::agent]`, `#[receipt::action]`, ...) are re-exported from

@@ -345,7 +345,7 @@ mod tests {
     /// macro names, and a refused name reads as the table describes it.
     fn check<T>(table: Choices, all: &[T], default: T)
     where
-        T: FromStr<Err = crate::Error> + Display + Debug + PartialEq + Copy,
+        T: FromStr<Err = crate::agent::AgentError> + Display + Debug + PartialEq + Copy,
     {
         assert_eq!(
             table.values.len(),

@@ -111,6 +111,17 @@ fn enums_parse_and_print_their_wire_names() {
         "receipt_only".parse::<SideEffects>().unwrap(),
         SideEffects::ReceiptOnly
     );
+    // A refused name is an `AgentError`, which `?` turns into the crate's `Error::Agent`.
+    fn parse_kind(raw: &str) -> receipt::Result<ActionKind> {
+        Ok(raw.parse::<ActionKind>()?)
+    }
+    assert!(matches!(
+        parse_kind("robot"),
+        Err(receipt::Error::Agent(AgentError::UnknownValue {
+            what: "action kind",
+            ..
+        }))
+    ));
     assert_eq!(SideEffects::default().as_str(), "receipt_only");
     assert_eq!(ExecutionMode::default().as_str(), "local");
     assert_eq!(

@@ -1,7 +1,10 @@
 //! [`AgentError`]: every refusal of the agent layer (spec checks, controller, remote worker,
-//! merges). `Display` is the seed's or the spec's exact string wherever one is given.
+//! merges). `Display` is the seed's or the spec's exact string wherever one is given. Also the
+//! `FromStr` of the `kinds` vocabulary, whose refusal is [`AgentError::UnknownValue`]: `kinds`
+//! sits below this module and names no error.
 
-use super::ActionKind;
+use super::{ActionKind, ExecutionMode, SideEffects};
+use std::str::FromStr;
 
 /// Why an agent spec, a run, a remote call or a merge was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -262,6 +265,38 @@ pub enum AgentError {
     /// A merge policy with an empty id or version.
     #[error("merge policies need a non-empty id and version")]
     InvalidMergePolicy,
+}
+
+impl FromStr for ActionKind {
+    type Err = AgentError;
+    fn from_str(s: &str) -> Result<Self, AgentError> {
+        ActionKind::from_wire(s)
+            .ok_or_else(|| unknown("action kind", s, "action, assistant, tool, human"))
+    }
+}
+
+impl FromStr for SideEffects {
+    type Err = AgentError;
+    fn from_str(s: &str) -> Result<Self, AgentError> {
+        SideEffects::from_wire(s)
+            .ok_or_else(|| unknown("side-effect class", s, "receipt_only, query, external"))
+    }
+}
+
+impl FromStr for ExecutionMode {
+    type Err = AgentError;
+    fn from_str(s: &str) -> Result<Self, AgentError> {
+        ExecutionMode::from_wire(s).ok_or_else(|| unknown("execution mode", s, "local, remote"))
+    }
+}
+
+/// The refusal of a name `FromStr` does not know.
+fn unknown(what: &'static str, value: &str, accepted: &'static str) -> AgentError {
+    AgentError::UnknownValue {
+        what,
+        value: value.to_owned(),
+        accepted,
+    }
 }
 
 impl AgentError {

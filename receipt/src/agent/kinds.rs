@@ -1,13 +1,12 @@
 //! The vocabulary of an agent spec's actions: action kinds, side-effect classes and execution
-//! modes, each with its wire name and its parse (an unknown name is an
-//! [`AgentError::UnknownValue`]).
+//! modes, each with its wire name. The bottom of the agent layer: it names no error. Their
+//! `FromStr` (an unknown name is an [`AgentError::UnknownValue`]) is in `error`, the refusals'
+//! module, which builds on this one.
+//!
+//! [`AgentError::UnknownValue`]: super::AgentError::UnknownValue
 
-use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::str::FromStr;
-
-use super::AgentError;
 
 /// The four action kinds. They set the selection priority: `human` first, then
 /// `assistant`, `action`, `tool`.
@@ -52,24 +51,22 @@ impl ActionKind {
             ActionKind::Tool => 3,
         }
     }
+
+    /// The kind with this wire name, if any (what `FromStr` parses).
+    pub(super) fn from_wire(s: &str) -> Option<Self> {
+        match s {
+            "action" => Some(ActionKind::Action),
+            "assistant" => Some(ActionKind::Assistant),
+            "tool" => Some(ActionKind::Tool),
+            "human" => Some(ActionKind::Human),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for ActionKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for ActionKind {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "action" => Ok(ActionKind::Action),
-            "assistant" => Ok(ActionKind::Assistant),
-            "tool" => Ok(ActionKind::Tool),
-            "human" => Ok(ActionKind::Human),
-            _ => Err(unknown("action kind", s, "action, assistant, tool, human")),
-        }
     }
 }
 
@@ -96,27 +93,20 @@ impl SideEffects {
             SideEffects::External => "external",
         }
     }
+    /// The class with this wire name, if any (what `FromStr` parses).
+    pub(super) fn from_wire(s: &str) -> Option<Self> {
+        match s {
+            "receipt_only" => Some(SideEffects::ReceiptOnly),
+            "query" => Some(SideEffects::Query),
+            "external" => Some(SideEffects::External),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for SideEffects {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SideEffects {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "receipt_only" => Ok(SideEffects::ReceiptOnly),
-            "query" => Ok(SideEffects::Query),
-            "external" => Ok(SideEffects::External),
-            _ => Err(unknown(
-                "side-effect class",
-                s,
-                "receipt_only, query, external",
-            )),
-        }
     }
 }
 
@@ -139,29 +129,18 @@ impl ExecutionMode {
             ExecutionMode::Remote => "remote",
         }
     }
+    /// The mode with this wire name, if any (what `FromStr` parses).
+    pub(super) fn from_wire(s: &str) -> Option<Self> {
+        match s {
+            "local" => Some(ExecutionMode::Local),
+            "remote" => Some(ExecutionMode::Remote),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for ExecutionMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-impl FromStr for ExecutionMode {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "local" => Ok(ExecutionMode::Local),
-            "remote" => Ok(ExecutionMode::Remote),
-            _ => Err(unknown("execution mode", s, "local, remote")),
-        }
-    }
-}
-
-fn unknown(what: &'static str, value: &str, accepted: &'static str) -> Error {
-    Error::Agent(AgentError::UnknownValue {
-        what,
-        value: value.to_owned(),
-        accepted,
-    })
 }

@@ -98,11 +98,13 @@
 //!   are always materialized); plain streams are folded incrementally.
 //!
 //! **Submodules**, lowest layer first (each imports only from the ones above it in this list,
-//! except that `error` and `kinds` name each other, and with the crate's [`Error`](crate::Error)
-//! make up the bottom layer that every other module returns):
+//! except that `error` also names `remote`'s [`RemoteRefusal`], which imports nothing).
+//! `kinds`, `error` and that refusal sit below the crate's [`Error`](crate::Error), which wraps
+//! an [`AgentError`] and imports them, never the reverse; with it they make up the bottom layer
+//! that every other module returns:
 //!
-//! - `kinds`: action kinds, side-effect classes and execution modes;
-//! - `error`: [`AgentError`], every refusal of the agent layer;
+//! - `kinds`: action kinds, side-effect classes and execution modes, naming no error;
+//! - `error`: [`AgentError`], every refusal of the agent layer, and the kinds' `FromStr`;
 //! - `types`: the traits an agent implements ([`ReceiptSet`], [`AgentView`], [`AgentTypes`]);
 //! - `ids`: deterministic ids and the pinned protocol constants;
 //! - [`control`]: control receipt types, bodies, event ids and their fold;

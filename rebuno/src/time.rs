@@ -7,9 +7,12 @@
 //! reading, so an operator or NTP stepping the wall clock neither reaps a live lease nor keeps
 //! a dead one, and fires no retry early or late.
 //!
-//! Timestamps are written in UTC with exactly six fractional digits
-//! (`2026-01-01T00:00:00.000000Z`), so their text order is their time order and stores can
-//! compare them as strings.
+//! A stored or sent time is a [`Timestamp`]: RFC 3339 text in UTC with exactly six fractional
+//! digits and a four-digit year (`2026-01-01T00:00:00.000000Z`), so its text order is its time
+//! order and stores can compare timestamps as strings. The type keeps that form: every
+//! constructor (from a [`SystemTime`], by parsing, by deserializing) canonicalizes, so a store
+//! contract that takes a `&Timestamp` cannot be handed an id, a local time or a Go-style
+//! nanosecond string by mistake.
 
 use durable_support::civil::{civil_from_days, days_from_civil};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -100,9 +103,151 @@ pub fn micros(t: SystemTime) -> i64 {
     }
 }
 
-/// RFC 3339 text of `t` (UTC, microseconds).
+/// The earliest time a [`Timestamp`] holds: `0000-01-01T00:00:00.000000Z`.
+const MIN_MICROS: i64 = -62_167_219_200_000_000;
+/// The latest time a [`Timestamp`] holds: `9999-12-31T23:59:59.999999Z`.
+const MAX_MICROS: i64 = 253_402_300_799_999_999;
+
+/// A point in time as the kernel stores and sends it: RFC 3339 text in UTC with six fractional
+/// digits and a four-digit year (`2026-01-01T00:00:00.123456Z`).
+///
+/// The text is always in that canonical form, so comparing two timestamps (as values or as
+/// stored text) compares their times. Times outside the years 0000-9999 are clamped to the
+/// nearest end. It serializes as its text; deserializing accepts any RFC 3339 time (an offset,
+/// up to nine fractional digits, as Go's `time.Time` writes) and canonicalizes it, refusing
+/// anything else. It dereferences to `str` for reading.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(String);
+
+impl Timestamp {
+    /// The timestamp of `t`, truncated to microseconds and clamped to the years 0000-9999.
+    pub fn from_system_time(t: SystemTime) -> Self {
+        Timestamp(format_micros(micros(t).clamp(MIN_MICROS, MAX_MICROS)))
+    }
+
+    /// Parses an RFC 3339 time (see [`parse_rfc3339`]) into its canonical form.
+    pub fn parse(text: &str) -> Result<Self, ParseTimestampError> {
+        parse_rfc3339(text)
+            .map(Timestamp::from_system_time)
+            .ok_or_else(|| ParseTimestampError {
+                // Only the start of the text: it may be anything a client or a row held.
+                text: text.chars().take(64).collect(),
+            })
+    }
+
+    /// The canonical text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The canonical text, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
+    /// The time this timestamp names.
+    pub fn to_system_time(&self) -> SystemTime {
+        // The text is canonical, so it always parses; the fallback is unreachable.
+        parse_rfc3339(&self.0).unwrap_or(UNIX_EPOCH)
+    }
+}
+
+/// Text that is not an RFC 3339 time (see [`Timestamp::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not an RFC 3339 timestamp: {text:?}")]
+pub struct ParseTimestampError {
+    /// The start of the refused text (at most 64 characters).
+    pub text: String,
+}
+
+impl std::str::FromStr for Timestamp {
+    type Err = ParseTimestampError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Timestamp::parse(s)
+    }
+}
+
+impl From<SystemTime> for Timestamp {
+    fn from(t: SystemTime) -> Self {
+        Timestamp::from_system_time(t)
+    }
+}
+
+impl std::ops::Deref for Timestamp {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Timestamp {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Timestamp {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Debug for Timestamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl PartialEq<str> for Timestamp {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Timestamp {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<Timestamp> for str {
+    fn eq(&self, other: &Timestamp) -> bool {
+        self == other.0
+    }
+}
+
+impl PartialEq<Timestamp> for &str {
+    fn eq(&self, other: &Timestamp) -> bool {
+        *self == other.0
+    }
+}
+
+impl serde::Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Timestamp::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// RFC 3339 text of `t` (UTC, microseconds), in [`Timestamp`]'s canonical form.
 pub fn rfc3339(t: SystemTime) -> String {
-    let us = micros(t);
+    Timestamp::from_system_time(t).into_string()
+}
+
+/// The canonical text of a time given in microseconds since the Unix epoch.
+fn format_micros(us: i64) -> String {
     let secs = us.div_euclid(1_000_000);
     let frac = us.rem_euclid(1_000_000);
     let days = secs.div_euclid(86_400);
@@ -189,6 +334,49 @@ mod tests {
             Some("2024-02-29T12:00:00.000000Z")
         );
         assert_eq!(parse_rfc3339("nope"), None);
+    }
+
+    #[test]
+    fn timestamps_are_canonical() {
+        let t = Timestamp::parse("2026-01-01T01:00:00.5+01:00").unwrap();
+        assert_eq!(t, "2026-01-01T00:00:00.500000Z");
+        // Go's nanosecond form is truncated to microseconds.
+        let go: Timestamp = "2026-01-01T00:00:00.123456789Z".parse().unwrap();
+        assert_eq!(go.as_str(), "2026-01-01T00:00:00.123456Z");
+        assert_eq!(
+            go.to_system_time(),
+            UNIX_EPOCH + Duration::from_micros(1_767_225_600_123_456)
+        );
+        // Text order is time order, even across the epoch and at the clamped ends.
+        let far = UNIX_EPOCH + Duration::from_secs(400_000_000_000);
+        let before = UNIX_EPOCH - Duration::from_secs(100_000_000_000);
+        assert_eq!(Timestamp::from(far).as_str(), "9999-12-31T23:59:59.999999Z");
+        assert_eq!(
+            Timestamp::from(before).as_str(),
+            "0000-01-01T00:00:00.000000Z"
+        );
+        let mut all = vec![
+            Timestamp::from(far),
+            Timestamp::from(UNIX_EPOCH + Duration::from_micros(1)),
+            Timestamp::from(UNIX_EPOCH - Duration::from_micros(1)),
+            Timestamp::from(before),
+        ];
+        all.sort();
+        let times: Vec<_> = all.iter().map(Timestamp::to_system_time).collect();
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "{all:?}");
+        // Serde: the text on the wire, canonicalized on the way in, refused when not a time.
+        assert_eq!(
+            serde_json::to_string(&t).unwrap(),
+            r#""2026-01-01T00:00:00.500000Z""#
+        );
+        let back: Timestamp = serde_json::from_str(r#""2026-01-01T00:00:00Z""#).unwrap();
+        assert_eq!(back, "2026-01-01T00:00:00.000000Z");
+        let err = serde_json::from_str::<Timestamp>(r#""exec-1""#).unwrap_err();
+        assert!(
+            err.to_string().contains("not an RFC 3339 timestamp"),
+            "{err}"
+        );
+        assert!(Timestamp::parse("").is_err());
     }
 
     /// Text read back from a store may be anything: a non-ASCII character where the offset

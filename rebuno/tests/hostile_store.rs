@@ -261,7 +261,7 @@ async fn retention_counts_from_when_an_execution_ended() {
         .unwrap();
     // A later rewrite of the finished execution does not move its end.
     let mut rewritten = kernel.execution(&long_run).await.unwrap();
-    rewritten.updated_at = rebuno::time::rfc3339(clock.now() + 10 * hour);
+    rewritten.updated_at = rebuno::time::Timestamp::from(clock.now() + 10 * hour);
     store
         .write(move |tx| tx.executions().put(&rewritten))
         .await

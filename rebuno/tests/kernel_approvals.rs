@@ -81,7 +81,7 @@ async fn grant_resumes_with_a_new_dispatch_and_the_step_proceeds() {
         assert_eq!(a.status, ApprovalStatus::Granted);
         assert_eq!(a.decided_by, "bob");
         assert_eq!(a.rationale, "looks fine");
-        assert_eq!(a.decided_at, Some(env.now_text()));
+        assert_eq!(a.decided_at, Some(env.now_ts()));
         assert!(env.k.pending_approvals().await.unwrap().is_empty());
         assert_eq!(env.step(&exec, &step).await.status, StepStatus::Allowed);
         assert_eq!(env.exec_status(&exec).await, ExecutionStatus::Running);
@@ -258,7 +258,7 @@ async fn approvals_expire_on_the_clock_and_the_step_is_denied() {
         let a = env.k.approval(&approval).await.unwrap();
         assert_eq!(a.status, ApprovalStatus::Expired);
         assert_eq!(a.rationale, "timeout");
-        assert_eq!(a.decided_at, Some(env.now_text()));
+        assert_eq!(a.decided_at, Some(env.now_ts()));
         assert_eq!(env.exec_status(&exec).await, ExecutionStatus::Running);
         assert_eq!(env.k.expire_approvals().await.unwrap(), 0);
         assert_code(
@@ -276,7 +276,7 @@ async fn approvals_expire_on_the_clock_and_the_step_is_denied() {
         let open = d.approval_id.unwrap();
         assert_eq!(
             env.k.approval(&open).await.unwrap().timeout_at,
-            rfc3339(env.now() + Duration::from_secs(600))
+            Timestamp::from(env.now() + Duration::from_secs(600))
         );
         env.advance(Duration::from_secs(599));
         assert_eq!(env.k.expire_approvals().await.unwrap(), 0);
@@ -340,7 +340,7 @@ async fn cancel_expires_approvals_denies_their_steps_and_cancels_executing_steps
                 json!({"error": cancelled})
             )
         );
-        assert!(appended.iter().all(|e| e.occurred_at == env.now_text()));
+        assert!(appended.iter().all(|e| e.occurred_at == env.now_ts()));
 
         assert_eq!(env.exec_status(&exec).await, ExecutionStatus::Cancelled);
         let a = env.k.approval(&approval).await.unwrap();
@@ -402,7 +402,7 @@ async fn executions_past_their_deadline_are_cancelled() {
         env.agent("a", BUNDLE).await;
         let (exec, lease) = env.start("a").await;
         let running = env.proceed(&exec, &lease, tool("work", "{}")).await;
-        let deadline = rfc3339(t0() + Duration::from_secs(600));
+        let deadline = Timestamp::from(t0() + Duration::from_secs(600));
         let e = env.k.execution(&exec).await.unwrap();
         assert_eq!(e.deadline_at.as_deref(), Some(deadline.as_str()));
         let events = env.events(&exec).await;

@@ -44,7 +44,7 @@ async fn create_queues_one_dispatch_and_claims_increment_the_attempt() {
         let exec = created.id.clone();
         assert_eq!(created.status, ExecutionStatus::Running);
         assert_eq!(created.input, json!({"q": 1}));
-        assert_eq!(created.created_at, env.now_text());
+        assert_eq!(created.created_at, env.now_ts());
         assert_eq!(env.k.execution(&exec).await.unwrap(), created);
 
         let events = env.events(&exec).await;
@@ -52,7 +52,7 @@ async fn create_queues_one_dispatch_and_claims_increment_the_attempt() {
             types(&events),
             ["execution.created", "execution.started", "dispatch.queued"]
         );
-        assert!(events.iter().all(|e| e.occurred_at == env.now_text()));
+        assert!(events.iter().all(|e| e.occurred_at == env.now_ts()));
         assert_eq!(
             events[0].payload,
             json!({"execution_id": exec, "status": "pending"})
@@ -71,7 +71,7 @@ async fn create_queues_one_dispatch_and_claims_increment_the_attempt() {
         assert_eq!(d.status, DispatchStatus::Pending);
         assert_eq!(d.attempt, 0);
         assert_eq!(d.max_attempts, 7);
-        assert_eq!(d.next_attempt_at, env.now_text());
+        assert_eq!(d.next_attempt_at, env.now_ts());
         assert_eq!(d.locked_at, None);
 
         env.advance(Duration::from_secs(1));
@@ -82,7 +82,7 @@ async fn create_queues_one_dispatch_and_claims_increment_the_attempt() {
         assert_eq!(row.status, DispatchStatus::InFlight);
         assert_eq!(row.attempt, 1);
         assert_eq!(row.locked_by, "replica-test");
-        assert_eq!(row.locked_at, Some(env.now_text()));
+        assert_eq!(row.locked_at, Some(env.now_ts()));
         // In flight: not claimable again; claiming writes no event.
         assert!(env.k.claim_dispatches(16).await.unwrap().is_empty());
         assert_eq!(env.events(&exec).await.len(), 3);
@@ -273,7 +273,7 @@ async fn the_reaper_reclaims_expired_leases_and_heartbeats_keep_them() {
         assert!(env.since(&exec, mark).await.is_empty());
         let row = env.dispatch(&lease1.dispatch_id).await;
         assert_eq!((row.status, row.attempt), (DispatchStatus::Pending, 1));
-        assert_eq!(row.next_attempt_at, env.now_text());
+        assert_eq!(row.next_attempt_at, env.now_ts());
         assert_eq!(row.locked_at, None);
         assert_eq!(env.k.reap_expired_leases().await.unwrap(), 0);
 

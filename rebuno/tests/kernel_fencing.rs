@@ -159,7 +159,7 @@ async fn an_orphan_at_most_once_fails_indeterminate_and_a_retry_of_it_is_denied(
         let step = env.step(&exec, &id0).await;
         assert_eq!(step.status, StepStatus::Failed);
         assert_eq!(step.error, Some(indeterminate_error()));
-        assert_eq!(step.completed_at, Some(env.now_text()));
+        assert_eq!(step.completed_at, Some(env.now_ts()));
 
         // The same effect again, as a new occurrence with at_most_once: refused.
         let mark = env.mark(&exec).await;

@@ -161,11 +161,11 @@ async fn proceed_then_complete_records_the_result_and_replays_it() {
             with(base.clone(), json!({"rule_id": "allow-tools"}))
         );
         assert_eq!(appended[2].payload, base);
-        assert!(appended.iter().all(|e| e.occurred_at == env.now_text()));
+        assert!(appended.iter().all(|e| e.occurred_at == env.now_ts()));
         let step = env.step(&exec, &id).await;
         assert_eq!(step.status, StepStatus::Executing);
         assert_eq!(step.idempotency, Idempotency::SafeToRetry);
-        assert_eq!(step.started_at, Some(env.now_text()));
+        assert_eq!(step.started_at, Some(env.now_ts()));
         assert_eq!(step.completed_at, None);
 
         env.advance(Duration::from_secs(1));
@@ -182,7 +182,7 @@ async fn proceed_then_complete_records_the_result_and_replays_it() {
         let step = env.step(&exec, &id).await;
         assert_eq!(step.status, StepStatus::Succeeded);
         assert_eq!(step.result, Some(json!({"hello": "world"})));
-        assert_eq!(step.completed_at, Some(env.now_text()));
+        assert_eq!(step.completed_at, Some(env.now_ts()));
 
         // A second complete (or a fail) answers replay with the stored result; nothing changes.
         let mark = env.mark(&exec).await;
@@ -319,7 +319,7 @@ async fn denied_steps_record_reason_and_rule_and_replay_as_denied() {
             assert_eq!(step.status, StepStatus::Denied);
             assert_eq!(step.error, Some(error.clone()));
             assert_eq!(step.started_at, None);
-            assert_eq!(step.completed_at, Some(env.now_text()));
+            assert_eq!(step.completed_at, Some(env.now_ts()));
             // A denied step is terminal: complete replays its error and changes nothing.
             let d = env
                 .k
@@ -391,10 +391,10 @@ async fn require_approval_blocks_the_execution_and_retires_the_attempt() {
         assert_eq!(approval.execution_id, exec);
         assert_eq!(approval.approvers, Some(json!(["alice", "bob"])));
         assert_eq!(approval.message, "charge the card?");
-        assert_eq!(approval.created_at, env.now_text());
+        assert_eq!(approval.created_at, env.now_ts());
         assert_eq!(
             approval.timeout_at,
-            rfc3339(env.now() + Duration::from_secs(300))
+            Timestamp::from(env.now() + Duration::from_secs(300))
         );
         let pending = env.k.pending_approvals().await.unwrap();
         assert_eq!(pending.len(), 1);

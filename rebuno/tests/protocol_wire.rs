@@ -79,8 +79,8 @@ fn execution() -> Execution {
         status: ExecutionStatus::Running,
         output: None,
         failure_reason: String::new(),
-        created_at: TS.into(),
-        updated_at: TS.into(),
+        created_at: ts(),
+        updated_at: ts(),
         deadline_at: None,
         created_by: String::new(),
         idempotency_key: String::new(),
@@ -113,7 +113,7 @@ fn execution_json() {
         status: ExecutionStatus::Failed,
         output: Some(json!([1])),
         failure_reason: "boom".into(),
-        deadline_at: Some(TS.into()),
+        deadline_at: Some(ts()),
         created_by: "key-1".into(),
         idempotency_key: "order-7".into(),
         on_behalf_of: "customer-9".into(),
@@ -191,8 +191,8 @@ fn step_json() {
         args: Some(json!({"a": 1})),
         result: Some(Value::Null),
         error: Some(json!({"reason": "x"})),
-        started_at: Some(TS.into()),
-        completed_at: Some(TS.into()),
+        started_at: Some(ts()),
+        completed_at: Some(ts()),
         ..step()
     };
     round_trip(
@@ -217,7 +217,7 @@ fn event_json() {
         event_seq: 1,
         event_type: EventType::ExecutionCreated,
         payload: json!({"execution_id": EXEC, "status": "pending"}),
-        occurred_at: TS.into(),
+        occurred_at: ts(),
     };
     round_trip(
         &event,
@@ -235,12 +235,12 @@ fn approval(approvers: Option<Value>) -> Approval {
         status: ApprovalStatus::Pending,
         approvers,
         message: String::new(),
-        timeout_at: TS.into(),
+        timeout_at: ts(),
         decided_by: String::new(),
         asserted_by: String::new(),
         decided_at: None,
         rationale: String::new(),
-        created_at: TS.into(),
+        created_at: ts(),
     }
 }
 
@@ -263,7 +263,7 @@ fn approval_json() {
         message: "ok?".into(),
         decided_by: "alice".into(),
         asserted_by: "al".into(),
-        decided_at: Some(TS.into()),
+        decided_at: Some(ts()),
         rationale: "no".into(),
         ..approval(Some(json!(["alice"])))
     };
@@ -310,11 +310,11 @@ fn dispatch_json() {
         status: DispatchStatus::InFlight,
         attempt: 2,
         max_attempts: 5,
-        next_attempt_at: TS.into(),
+        next_attempt_at: ts(),
         locked_by: "replica-1".into(),
-        locked_at: Some(TS.into()),
-        created_at: TS.into(),
-        updated_at: TS.into(),
+        locked_at: Some(ts()),
+        created_at: ts(),
+        updated_at: ts(),
         last_error: String::new(),
     };
     round_trip(
@@ -333,12 +333,12 @@ fn agent_uses_go_field_names() {
             webhook_url: "http://h/webhook".into(),
             secret: String::new(),
             policy_bundle: String::new(),
-            registered_at: "0001-01-01T00:00:00Z".into(),
+            registered_at: "0001-01-01T00:00:00.000000Z".parse().unwrap(),
             metadata: None,
             lease_timeout_seconds: None,
             dispatch_retry: None,
         },
-        r#"{"ID":"hello","WebhookURL":"http://h/webhook","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00Z"}"#,
+        r#"{"ID":"hello","WebhookURL":"http://h/webhook","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00.000000Z"}"#,
     );
     // With what the agent published about itself.
     round_trip(
@@ -347,7 +347,7 @@ fn agent_uses_go_field_names() {
             webhook_url: "u".into(),
             secret: String::new(),
             policy_bundle: String::new(),
-            registered_at: "0001-01-01T00:00:00Z".into(),
+            registered_at: "0001-01-01T00:00:00.000000Z".parse().unwrap(),
             metadata: Some(rebuno::protocol::AgentMetadata {
                 description: "greets".into(),
                 input_schema: Some(json!({"type": "object"})),
@@ -356,7 +356,7 @@ fn agent_uses_go_field_names() {
             lease_timeout_seconds: None,
             dispatch_retry: None,
         },
-        r#"{"ID":"hello","WebhookURL":"u","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00Z","Metadata":{"description":"greets","input_schema":{"type":"object"}}}"#,
+        r#"{"ID":"hello","WebhookURL":"u","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00.000000Z","Metadata":{"description":"greets","input_schema":{"type":"object"}}}"#,
     );
 }
 
@@ -369,18 +369,18 @@ fn agent_lease_is_written_when_set_and_omitted_when_not() {
         webhook_url: "u".into(),
         secret: String::new(),
         policy_bundle: String::new(),
-        registered_at: "0001-01-01T00:00:00Z".into(),
+        registered_at: "0001-01-01T00:00:00.000000Z".parse().unwrap(),
         metadata: None,
         lease_timeout_seconds: lease,
         dispatch_retry: None,
     };
     round_trip(
         &agent(Some(3.0)),
-        r#"{"ID":"a","WebhookURL":"u","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00Z","LeaseTimeoutSeconds":3}"#,
+        r#"{"ID":"a","WebhookURL":"u","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00.000000Z","LeaseTimeoutSeconds":3}"#,
     );
     round_trip(
         &agent(Some(1.5)),
-        r#"{"ID":"a","WebhookURL":"u","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00Z","LeaseTimeoutSeconds":1.5}"#,
+        r#"{"ID":"a","WebhookURL":"u","Secret":"","PolicyBundle":"","RegisteredAt":"0001-01-01T00:00:00.000000Z","LeaseTimeoutSeconds":1.5}"#,
     );
     let unset = serde_json::to_value(agent(None)).unwrap();
     assert!(unset.get("LeaseTimeoutSeconds").is_none(), "{unset}");

@@ -187,7 +187,7 @@ impl Kernel {
         }
         check_webhook_url(&req.webhook_url, WebhookRules::IN_PROCESS)
             .map_err(KernelError::validation)?;
-        let now = self.now_text();
+        let now = self.now_ts();
         let outcome = self
             .inner
             .store

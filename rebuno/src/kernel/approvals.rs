@@ -8,12 +8,12 @@ use super::subagents::resume_if_idle;
 use super::supervise::supervise;
 use super::tx::{deny_step, payload};
 use super::{Kernel, KernelError, KernelResult, Metrics};
+use crate::protocol::Timestamp;
 use crate::protocol::{
     Approval, ApprovalEventPayload, ApprovalStatus, EventType, Principal, RATIONALE_TIMEOUT,
     REASON_APPROVAL_DENIED, REASON_APPROVAL_TIMEOUT, Scope, StepEventPayload, StepStatus,
 };
 use crate::store::{StoreExt, StoreResult, Tx};
-use crate::time::parse_rfc3339;
 use serde_json::json;
 use std::time::{Duration, SystemTime};
 
@@ -106,7 +106,7 @@ fn resolve_in_tx(
     how: Resolution,
     decider: &Decider,
     rationale: &str,
-    now: &str,
+    now: &Timestamp,
     max_attempts: u32,
 ) -> StoreResult<()> {
     let decided_by = decider.decided_by.as_str();
@@ -234,10 +234,10 @@ impl Kernel {
         let decider = Decider::new(principal, decided_by);
         let (principal, decided_by) = (principal.clone(), decided_by.to_owned());
         let approval = self.approval(id).await?;
-        let created = parse_rfc3339(&approval.created_at);
+        let created = approval.created_at.to_system_time();
         let (execution_id, step_id) = (approval.execution_id.clone(), approval.step_id.clone());
         let _guard = self.lock_execution(&approval.execution_id).await?;
-        let now = self.now_text();
+        let now = self.now_ts();
         let max_attempts = self.inner.config.dispatch_max_attempts;
         let (id, rationale) = (id.to_owned(), rationale.to_owned());
         let approval_id = id.clone();
@@ -276,9 +276,9 @@ impl Kernel {
         Ok(())
     }
 
-    fn note_resolution(&self, created: Option<std::time::SystemTime>) {
+    fn note_resolution(&self, created: std::time::SystemTime) {
         Metrics::inc(&self.inner.metrics.approvals_resolved);
-        if let Some(wait) = created.and_then(|c| self.now().duration_since(c).ok()) {
+        if let Ok(wait) = self.now().duration_since(created) {
             self.inner.metrics.approval_wait_ms.fetch_add(
                 wait.as_millis() as u64,
                 std::sync::atomic::Ordering::Relaxed,
@@ -298,7 +298,7 @@ impl Kernel {
                     let Some(cur) = tx.approvals().get(&approval.id)? else {
                         return Ok(None);
                     };
-                    if cur.status != ApprovalStatus::Pending || cur.timeout_at.as_str() > now {
+                    if cur.status != ApprovalStatus::Pending || &cur.timeout_at > now {
                         return Ok(None);
                     }
                     resolve_in_tx(
@@ -320,7 +320,7 @@ impl Kernel {
                         resolution = "expired",
                         "approval decided"
                     );
-                    self.note_resolution(parse_rfc3339(&approval.created_at));
+                    self.note_resolution(approval.created_at.to_system_time());
                     self.note_changed(&approval.execution_id);
                 },
             )
@@ -358,7 +358,7 @@ impl Kernel {
                 .read(|tx| tx.approvals().next_timeout())
                 .await
             {
-                Ok(next) => next.as_deref().and_then(parse_rfc3339),
+                Ok(next) => next.as_ref().map(Timestamp::to_system_time),
                 Err(e) => {
                     tracing::warn!(error = %e, "reading the next approval timeout failed");
                     None

@@ -9,6 +9,7 @@ use super::Kernel;
 use super::sessions::start_next_turn;
 use super::subagents::{child_settled, children_to_cancel};
 use super::tx::{Ended, Events, deny_step, enqueue_dispatch, payload, retire_dispatches};
+use crate::protocol::Timestamp;
 use crate::protocol::{
     ApprovalEventPayload, ApprovalStatus, EventType, Execution, ExecutionEventPayload,
     ExecutionStatus, REASON_CLIENT_CANCELLED, REASON_EXECUTION_CANCELLED, StepEventPayload,
@@ -39,7 +40,7 @@ pub(crate) struct Ending {
 pub(crate) fn ended_in_tx(
     tx: &mut dyn Tx,
     exec: &Execution,
-    now: &str,
+    now: &Timestamp,
     max_attempts: u32,
     ending: &mut Ending,
 ) -> crate::store::StoreResult<()> {
@@ -60,7 +61,7 @@ pub(crate) fn ended_in_tx(
 pub(crate) fn cancel_in_tx(
     tx: &mut dyn Tx,
     exec: Execution,
-    now: &str,
+    now: &Timestamp,
     max_attempts: u32,
 ) -> crate::store::StoreResult<Ending> {
     let mut ending = Ending::default();
@@ -72,7 +73,7 @@ pub(crate) fn cancel_in_tx(
 fn cancel_tree(
     tx: &mut dyn Tx,
     mut exec: Execution,
-    now: &str,
+    now: &Timestamp,
     max_attempts: u32,
     depth: usize,
     ending: &mut Ending,

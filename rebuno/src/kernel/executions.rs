@@ -15,7 +15,7 @@ use crate::protocol::{
     StepCompletion,
 };
 use crate::store::StoreExt;
-use crate::time::rfc3339;
+use crate::time::Timestamp;
 use serde_json::Value;
 
 /// Executions one retention write deletes at most.
@@ -251,7 +251,7 @@ impl Kernel {
     /// `subject_groups` from the principal, and nothing else (no agent, input or links).
     pub(super) fn fresh_execution(&self, principal: &Principal) -> Execution {
         let now = self.now();
-        let now_text = rfc3339(now);
+        let now_text = Timestamp::from(now);
         Execution {
             id: uuid::Uuid::now_v7().to_string(),
             agent_id: String::new(),
@@ -262,7 +262,11 @@ impl Kernel {
             failure_reason: String::new(),
             created_at: now_text.clone(),
             updated_at: now_text,
-            deadline_at: self.inner.config.deadline_timeout.map(|d| rfc3339(now + d)),
+            deadline_at: self
+                .inner
+                .config
+                .deadline_timeout
+                .map(|d| Timestamp::from(now + d)),
             created_by: principal.subject.clone(),
             idempotency_key: String::new(),
             on_behalf_of: String::new(),
@@ -367,7 +371,7 @@ impl Kernel {
     pub async fn cancel(&self, execution_id: &str) -> KernelResult<()> {
         let _guard = self.lock_execution(execution_id).await?;
         let id = execution_id.to_owned();
-        let now = self.now_text();
+        let now = self.now_ts();
         let max_attempts = self.inner.config.dispatch_max_attempts;
         let ending = self
             .inner
@@ -471,7 +475,7 @@ impl Kernel {
     ) -> KernelResult<ExecutionStatus> {
         let _guard = self.lock_execution(id).await?;
         let (id, lease) = (id.to_owned(), lease.clone());
-        let now = self.now_text();
+        let now = self.now_ts();
         let max_attempts = self.inner.config.dispatch_max_attempts;
         let status = match outcome {
             Outcome::Completed { .. } => ExecutionStatus::Completed,
@@ -549,7 +553,7 @@ impl Kernel {
         let (exec_id, l) = (id.to_owned(), lease.clone());
         if self.shared() {
             // The renewal is in the database, where every replica's reaper reads it.
-            let now = self.now_text();
+            let now = self.now_ts();
             let holds = self
                 .inner
                 .store
@@ -612,7 +616,7 @@ impl Kernel {
         let Some(cutoff) = self.now().checked_sub(retention) else {
             return Ok(0);
         };
-        let cutoff = rfc3339(cutoff);
+        let cutoff = Timestamp::from(cutoff);
         // In batches, so a backlog of expired executions never holds the writer for long.
         let mut n = 0;
         loop {

@@ -40,6 +40,7 @@ use super::tx::{self, Admission, admit};
 use super::{Kernel, KernelError, KernelResult};
 use crate::identity;
 use crate::policy::Bundle;
+use crate::protocol::Timestamp;
 use crate::protocol::{
     EventType, Execution, ExecutionStatus, ForkExecutionRequest, MAX_REQUEST_BODY_BYTES, Principal,
     ResourceEventPayload, Scope, Step, StepStatus,
@@ -149,7 +150,7 @@ fn seed_resources(
     original: &str,
     fork_id: &str,
     checkpoints: &BTreeMap<String, (u64, String)>,
-    now: &str,
+    now: &Timestamp,
 ) -> StoreResult<Option<Value>> {
     let mut restoration = serde_json::Map::new();
     for resource in tx.resources().list(original)? {

@@ -14,7 +14,7 @@ use crate::protocol::{
     MAX_IDENTITY_BYTES, MAX_KEY_GROUPS, MAX_KEY_LIFETIME_SECS, Principal, Scope,
 };
 use crate::store::{Page, StoreExt};
-use crate::time::rfc3339;
+use crate::time::Timestamp;
 use std::time::Duration;
 
 /// Default and maximum page size of `GET /v0/api-keys`.
@@ -36,8 +36,8 @@ fn is_secret(token: &str) -> bool {
 }
 
 /// The principal `key` authenticates as at `now`; `None` once it is revoked or expired.
-pub(super) fn active_principal(key: &ApiKey, now: &str) -> Option<Principal> {
-    let live = key.revoked_at.is_none() && key.expires_at.as_deref().is_none_or(|at| at > now);
+pub(super) fn active_principal(key: &ApiKey, now: &Timestamp) -> Option<Principal> {
+    let live = key.revoked_at.is_none() && key.expires_at.as_ref().is_none_or(|at| at > now);
     live.then(|| Principal::of_key(key))
 }
 
@@ -128,14 +128,18 @@ impl Kernel {
             groups: dedup(&req.groups),
             scopes: dedup(&req.scopes),
             agent_id: req.agent_id,
-            created_at: rfc3339(now),
+            created_at: Timestamp::from(now),
             created_by: created_by.to_owned(),
             expires_at: req
                 .expires_in_seconds
-                .map(|secs| rfc3339(now + Duration::from_secs(secs))),
+                .map(|secs| Timestamp::from(now + Duration::from_secs(secs))),
             revoked_at: None,
         };
-        let (stored, hash, now_text) = (key.clone(), sha256_hex(secret.as_bytes()), rfc3339(now));
+        let (stored, hash, now_text) = (
+            key.clone(),
+            sha256_hex(secret.as_bytes()),
+            Timestamp::from(now),
+        );
         self.inner
             .store
             .write(move |tx| {
@@ -186,7 +190,7 @@ impl Kernel {
     /// Revokes an API key (`404` if unknown): from now on it authenticates nothing, on every
     /// replica, and its console sessions are gone. Revoking a revoked key changes nothing. Answers the key as it now is.
     pub async fn revoke_api_key(&self, id: &str) -> KernelResult<ApiKey> {
-        let (key_id, now) = (id.to_owned(), self.now_text());
+        let (key_id, now) = (id.to_owned(), self.now_ts());
         let found = self
             .inner
             .store
@@ -212,7 +216,7 @@ impl Kernel {
             return Ok(None);
         }
         let hash = sha256_hex(token.as_bytes());
-        let now = self.now_text();
+        let now = self.now_ts();
         let key = self
             .inner
             .store

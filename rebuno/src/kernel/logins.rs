@@ -7,7 +7,7 @@ use super::keys::active_principal;
 use super::{Kernel, KernelResult};
 use crate::protocol::Principal;
 use crate::store::{ConsoleSession, StoreExt};
-use crate::time::rfc3339;
+use crate::time::Timestamp;
 use std::time::Duration;
 
 impl Kernel {
@@ -21,8 +21,8 @@ impl Kernel {
         max_per_principal: usize,
     ) -> KernelResult<()> {
         let now = self.now();
-        session.started_at = rfc3339(now);
-        session.ends_at = rfc3339(now + ttl);
+        session.started_at = Timestamp::from(now);
+        session.ends_at = Timestamp::from(now + ttl);
         let keep = max_per_principal.saturating_sub(1);
         self.inner
             .store
@@ -49,8 +49,8 @@ impl Kernel {
             .store
             .read(move |tx| tx.console_sessions().get(&id_hash))
             .await?;
-        let now = self.now_text();
-        let Some((session, key)) = found.filter(|(s, _)| s.ends_at.as_str() > now.as_str()) else {
+        let now = self.now_ts();
+        let Some((session, key)) = found.filter(|(s, _)| s.ends_at > now) else {
             return Ok(None);
         };
         let principal = if session.key_id.is_empty() {

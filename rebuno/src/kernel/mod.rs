@@ -119,7 +119,7 @@ use crate::policy::ratelimit::{MemoryRateLimiter, RateLimiter};
 #[cfg(feature = "sqlite")]
 use crate::store::SqliteStore;
 use crate::store::Store;
-use crate::time::{Clock, SystemClock, rfc3339};
+use crate::time::{Clock, SystemClock, Timestamp};
 #[cfg(feature = "postgres")]
 use config::{EnvReader, PgEnv};
 use std::sync::Arc;
@@ -359,8 +359,9 @@ impl Kernel {
         self.inner.clock.now()
     }
 
-    pub(crate) fn now_text(&self) -> String {
-        rfc3339(self.now())
+    /// [`Kernel::now`] as a stored timestamp.
+    pub(crate) fn now_ts(&self) -> Timestamp {
+        Timestamp::from_system_time(self.now())
     }
 }
 

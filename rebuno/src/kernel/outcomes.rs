@@ -31,7 +31,7 @@ impl Kernel {
         lease: &Lease,
         completion: StepCompletion,
     ) -> KernelResult<()> {
-        let now = self.now_text();
+        let now = self.now_ts();
         let (exec_id, lease) = (execution_id.to_owned(), lease.clone());
         self.inner
             .store
@@ -150,7 +150,7 @@ impl Kernel {
         // release it); if another process holds it, the write did nothing, and runs again
         // under the store's lock.
         let mut guard = self.lock_execution_here(execution_id).await;
-        let now = self.now_text();
+        let now = self.now_ts();
         // The write, taking the store's lock itself if `lock`: `None` if another process
         // holds it (nothing was written).
         let finish = |lock: bool, outcome: Result<Value, Value>, checkpoints: Checkpoints| {

@@ -121,7 +121,7 @@ impl Kernel {
     ) -> KernelResult<ResourceView> {
         req.check().map_err(KernelError::validation)?;
         let _guard = self.lock_execution(execution_id).await?;
-        let (now, exec, lease) = (self.now_text(), execution_id.to_owned(), lease.clone());
+        let (now, exec, lease) = (self.now_ts(), execution_id.to_owned(), lease.clone());
         self.inner
             .store
             .write(move |tx| {
@@ -209,7 +209,7 @@ impl Kernel {
         req.check().map_err(KernelError::validation)?;
         let _guard = self.lock_execution(execution_id).await?;
         let (now, exec, key, lease) = (
-            self.now_text(),
+            self.now_ts(),
             execution_id.to_owned(),
             key.to_owned(),
             lease.clone(),
@@ -245,7 +245,7 @@ impl Kernel {
     ) -> KernelResult<()> {
         cps.check().map_err(KernelError::validation)?;
         let _guard = self.lock_execution(execution_id).await?;
-        let (now, exec, lease) = (self.now_text(), execution_id.to_owned(), lease.clone());
+        let (now, exec, lease) = (self.now_ts(), execution_id.to_owned(), lease.clone());
         self.inner
             .store
             .write(move |tx| {
@@ -324,7 +324,7 @@ impl Kernel {
                 .await?);
         }
         let _guard = self.lock_execution(execution_id).await?;
-        let now = self.now_text();
+        let now = self.now_ts();
         self.inner
             .store
             .write(move |tx| {

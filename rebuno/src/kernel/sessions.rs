@@ -17,6 +17,7 @@
 
 use super::tx::{Events, enqueue_dispatch, payload};
 use super::{Kernel, KernelError, KernelResult};
+use crate::protocol::Timestamp;
 use crate::protocol::{EventType, Execution, ExecutionEventPayload, ExecutionStatus};
 use crate::store::{StoreExt, StoreResult, Tx};
 use serde_json::Value;
@@ -35,7 +36,7 @@ pub(super) fn note_completed(tx: &mut dyn Tx, turn: &Execution) -> StoreResult<(
 pub(crate) fn start_next_turn(
     tx: &mut dyn Tx,
     ended: &Execution,
-    now: &str,
+    now: &Timestamp,
     max_attempts: u32,
 ) -> StoreResult<Option<String>> {
     if ended.session.is_empty() {

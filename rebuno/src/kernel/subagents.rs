@@ -28,6 +28,7 @@
 
 use super::tx::{Events, enqueue_dispatch, lease_holds, payload, retire_dispatches};
 use super::{Kernel, KernelError, KernelResult, Lease};
+use crate::protocol::Timestamp;
 use crate::protocol::{
     EventType, Execution, ExecutionEventPayload, ExecutionStatus, REASON_SUBAGENT_FAILED,
     StepEventPayload, StepStatus,
@@ -51,7 +52,7 @@ fn has_open_children(tx: &mut dyn Tx, id: &str) -> StoreResult<bool> {
 pub(super) fn resume_if_idle(
     tx: &mut dyn Tx,
     exec: &mut Execution,
-    now: &str,
+    now: &Timestamp,
     max_attempts: u32,
     events: &mut Events,
 ) -> StoreResult<bool> {
@@ -90,7 +91,7 @@ fn failure_error(child: &Execution) -> Value {
 pub(crate) fn child_settled(
     tx: &mut dyn Tx,
     child: &Execution,
-    now: &str,
+    now: &Timestamp,
     max_attempts: u32,
 ) -> StoreResult<Option<String>> {
     let Some(spawned) = &child.spawned_by else {
@@ -161,7 +162,7 @@ impl Kernel {
     pub async fn suspend(&self, id: &str, lease: &Lease) -> KernelResult<bool> {
         let _guard = self.lock_execution(id).await?;
         let (exec_id, lease) = (id.to_owned(), lease.clone());
-        let now = self.now_text();
+        let now = self.now_ts();
         let ended = self
             .inner
             .store

@@ -5,6 +5,7 @@
 
 use super::supervise::supervise;
 use super::{Kernel, KernelResult};
+use crate::protocol::Timestamp;
 use crate::store::{StoreExt, StoreResult, Tx};
 use std::future::Future;
 use std::sync::Arc;
@@ -64,16 +65,16 @@ impl Kernel {
     /// goes to `done`, with the row as read. Returns how many rows `act` handled.
     pub(super) async fn sweep_due<Row, Out>(
         &self,
-        due: fn(&mut dyn Tx, &str, usize) -> StoreResult<Vec<Row>>,
+        due: fn(&mut dyn Tx, &Timestamp, usize) -> StoreResult<Vec<Row>>,
         execution_of: fn(&Row) -> &str,
-        act: impl Fn(&mut dyn Tx, Row, &str) -> StoreResult<Option<Out>> + Clone + Send + 'static,
+        act: impl Fn(&mut dyn Tx, Row, &Timestamp) -> StoreResult<Option<Out>> + Clone + Send + 'static,
         mut done: impl FnMut(&Row, Out),
     ) -> KernelResult<usize>
     where
         Row: Clone + Send + 'static,
         Out: Send + 'static,
     {
-        let now = self.now_text();
+        let now = self.now_ts();
         let rows = {
             let now = now.clone();
             self.inner

@@ -295,7 +295,7 @@ impl Kernel {
     ) -> KernelResult<()> {
         if self.shared() {
             if !recorded {
-                let (lease, now) = (lease.clone(), self.now_text());
+                let (lease, now) = (lease.clone(), self.now_ts());
                 self.inner
                     .store
                     .write(move |tx| record_progress(tx, &lease, &key, occ, &now))

@@ -239,14 +239,14 @@ mod tests {
             groups: vec![],
             scopes: vec![Scope::Admin],
             agent_id: String::new(),
-            created_at: "t".into(),
+            created_at: "2026-01-01T00:00:00Z".parse().unwrap(),
             created_by: String::new(),
             expires_at: None,
             revoked_at: None,
         };
         assert_eq!(
             serde_json::to_value(&key).unwrap(),
-            json!({"id": "i", "name": "n", "subject": "s", "groups": [], "scopes": ["admin"], "created_at": "t"})
+            json!({"id": "i", "name": "n", "subject": "s", "groups": [], "scopes": ["admin"], "created_at": "2026-01-01T00:00:00.000000Z"})
         );
     }
 }

@@ -141,7 +141,7 @@ mod tests {
             webhook_url: "u".into(),
             secret: String::new(),
             policy_bundle: String::new(),
-            registered_at: "2024-01-01T00:00:00Z".into(),
+            registered_at: "2024-01-01T00:00:00Z".parse().unwrap(),
             metadata: None,
             lease_timeout_seconds: None,
             dispatch_retry: None,

@@ -37,8 +37,7 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
-/// An RFC 3339 timestamp in UTC with fractional seconds, as Go's `time.Time` writes it.
-pub type Timestamp = String;
+pub use crate::time::Timestamp;
 
 /// A string that names no variant of a wire enum.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

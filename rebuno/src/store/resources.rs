@@ -4,6 +4,7 @@
 //! by retention. The rules that move them are in `kernel::resources`.
 
 use super::StoreResult;
+use crate::protocol::Timestamp;
 use serde_json::Value;
 
 /// A declared resource's state.
@@ -38,9 +39,9 @@ pub struct ResourceRecord {
     /// The generation the latest checkpoint was taken of (0: none).
     pub checkpoint_generation: u64,
     /// When it was first declared.
-    pub declared_at: String,
+    pub declared_at: Timestamp,
     /// Its last change.
-    pub updated_at: String,
+    pub updated_at: Timestamp,
 }
 
 /// One recorded capture (`checkpoint_ref` set) or capture failure (`error` set).
@@ -59,7 +60,7 @@ pub struct CheckpointRecord {
     /// The step whose completion carried it (`""`: the checkpoints route).
     pub step_id: String,
     /// When the kernel recorded it.
-    pub recorded_at: String,
+    pub recorded_at: Timestamp,
 }
 
 /// Resource rows of one transaction (see [`super::Tx::resources`]).

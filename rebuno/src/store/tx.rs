@@ -11,7 +11,7 @@
 use super::{Page, ResourceTx, StoreResult};
 use crate::protocol::{
     Agent, ApiKey, Approval, Dispatch, DispatchStatus, Event, EventType, Execution,
-    ExecutionStatus, Step, StepKind, StepStatus,
+    ExecutionStatus, Step, StepKind, StepStatus, Timestamp,
 };
 use serde_json::Value;
 
@@ -114,10 +114,10 @@ pub trait ExecutionTx {
     /// A page of executions matching `query`, newest (highest id) first.
     fn page(&mut self, query: &ExecutionQuery) -> StoreResult<Page<Execution>>;
     /// Non-terminal executions whose deadline is before `now`.
-    fn past_deadline(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Execution>>;
+    fn past_deadline(&mut self, now: &Timestamp, limit: usize) -> StoreResult<Vec<Execution>>;
     /// Deletes up to `limit` terminal executions that ended before `cutoff` (however long ago
     /// they were created), with everything that belongs to them; how many.
-    fn delete_terminal_before(&mut self, cutoff: &str, limit: usize) -> StoreResult<u64>;
+    fn delete_terminal_before(&mut self, cutoff: &Timestamp, limit: usize) -> StoreResult<u64>;
     /// Counts executions by status.
     fn counts(&mut self) -> StoreResult<Vec<(String, u64)>>;
     /// Takes the execution's lock
@@ -140,7 +140,7 @@ pub trait EventTx {
     fn append(
         &mut self,
         execution_id: &str,
-        occurred_at: &str,
+        occurred_at: &Timestamp,
         events: &[(EventType, Value)],
     ) -> StoreResult<u64>;
     /// [`EventTx::append`] for a caller that needs no sequence number: a backend may hold
@@ -149,7 +149,7 @@ pub trait EventTx {
     fn record(
         &mut self,
         execution_id: &str,
-        occurred_at: &str,
+        occurred_at: &Timestamp,
         events: &[(EventType, Value)],
     ) -> StoreResult<()> {
         self.append(execution_id, occurred_at, events).map(drop)
@@ -215,9 +215,9 @@ pub trait ApprovalTx {
     /// The pending approval of a step.
     fn pending_for_step(&mut self, step_id: &str) -> StoreResult<Option<Approval>>;
     /// Pending approvals whose timeout is at or before `now`.
-    fn due(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Approval>>;
+    fn due(&mut self, now: &Timestamp, limit: usize) -> StoreResult<Vec<Approval>>;
     /// The earliest timeout of a pending approval.
-    fn next_timeout(&mut self) -> StoreResult<Option<String>>;
+    fn next_timeout(&mut self) -> StoreResult<Option<Timestamp>>;
 }
 
 /// The dispatch operations of a transaction ([`Tx::dispatches`]): the deliveries of executions
@@ -232,11 +232,11 @@ pub trait DispatchTx {
     /// Renews a lease: if dispatch `id` is in flight with exactly `attempt`, its `locked_at`
     /// and `updated_at` become `now` (answers whether it was). A backend may do it in one
     /// statement; the default reads the row and writes it back.
-    fn renew(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<bool> {
+    fn renew(&mut self, id: &str, attempt: u32, now: &Timestamp) -> StoreResult<bool> {
         match self.get(id)? {
             Some(mut d) if d.attempt == attempt && d.status == DispatchStatus::InFlight => {
-                d.locked_at = Some(now.to_owned());
-                d.updated_at = now.to_owned();
+                d.locked_at = Some(now.clone());
+                d.updated_at = now.clone();
                 self.put(&d)?;
                 Ok(true)
             }
@@ -245,7 +245,7 @@ pub trait DispatchTx {
     }
     /// [`DispatchTx::renew`] for a caller that needs no answer (held back like
     /// [`EventTx::record`]).
-    fn record_renewal(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<()> {
+    fn record_renewal(&mut self, id: &str, attempt: u32, now: &Timestamp) -> StoreResult<()> {
         self.renew(id, attempt, now).map(drop)
     }
     /// An execution's dispatches.
@@ -255,14 +255,14 @@ pub trait DispatchTx {
     /// id (empty if the execution is gone): the dispatcher's claim, fair between agents.
     fn claimable_except(
         &mut self,
-        now: &str,
+        now: &Timestamp,
         limit: usize,
         skip_agents: &[String],
     ) -> StoreResult<Vec<(Dispatch, String)>>;
     /// Makes the failed dispatches of agent `agent_id`'s executions that wait for a retry due
     /// at `now` (their agent is back); answers them as `(dispatch_id, failed attempt)`. One
     /// statement, bounded by that agent's waiting dispatches.
-    fn wake_agent(&mut self, agent_id: &str, now: &str) -> StoreResult<Vec<(String, u32)>>;
+    fn wake_agent(&mut self, agent_id: &str, now: &Timestamp) -> StoreResult<Vec<(String, u32)>>;
     /// Every in-flight dispatch, each with the lease length its agent registered (`None`:
     /// the kernel's global lease, also when the execution or the agent is gone).
     ///
@@ -356,9 +356,9 @@ pub trait ApiKeyTx {
     /// A page of keys by id (oldest first), starting after id `after`.
     fn page(&mut self, after: Option<&str>, limit: usize) -> StoreResult<Page<ApiKey>>;
     /// Revokes a key at `now` (a revoked key keeps its first `revoked_at`); whether it exists.
-    fn revoke(&mut self, id: &str, now: &str) -> StoreResult<bool>;
+    fn revoke(&mut self, id: &str, now: &Timestamp) -> StoreResult<bool>;
     /// How many keys are neither revoked nor expired at `now`.
-    fn active_count(&mut self, now: &str) -> StoreResult<u64>;
+    fn active_count(&mut self, now: &Timestamp) -> StoreResult<u64>;
 }
 
 /// A web console login as stored ([`Tx::console_sessions`]): never its token, only the token's
@@ -375,9 +375,9 @@ pub struct ConsoleSession {
     /// Who an admin login decides approvals as (the name given at login).
     pub decides_as: String,
     /// When the login was made (RFC 3339).
-    pub started_at: String,
+    pub started_at: Timestamp,
     /// When the session ends (RFC 3339).
-    pub ends_at: String,
+    pub ends_at: Timestamp,
 }
 
 /// The console session operations of a transaction ([`Tx::console_sessions`]).
@@ -392,7 +392,7 @@ pub trait ConsoleSessionTx {
     /// Deletes every session of API key `key_id`; how many.
     fn delete_of_key(&mut self, key_id: &str) -> StoreResult<u64>;
     /// Deletes every session whose end is at or before `now`; how many.
-    fn delete_expired(&mut self, now: &str) -> StoreResult<u64>;
+    fn delete_expired(&mut self, now: &Timestamp) -> StoreResult<u64>;
     /// Deletes the sessions of `key_id` (empty: the admin's) but its newest `keep`; how many.
     fn keep_newest(&mut self, key_id: &str, keep: usize) -> StoreResult<u64>;
 }

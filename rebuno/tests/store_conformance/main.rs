@@ -17,7 +17,7 @@ mod resources;
 
 use rebuno::protocol::{
     Agent, Approval, ApprovalStatus, Dispatch, DispatchStatus, Execution, ExecutionStatus,
-    Idempotency, Step, StepKind, StepStatus,
+    Idempotency, Step, StepKind, StepStatus, Timestamp,
 };
 use rebuno::store::{PgStore, Store, StoreExt, StoreResult, Tx};
 use serde_json::Value;
@@ -129,13 +129,10 @@ where
     store.read(f).await.expect("read")
 }
 
-/// `2026-01-01T00:00:SSZ`-style timestamps, ordered by `n`.
-pub fn at(n: u32) -> String {
-    format!(
-        "2026-01-01T{:02}:{:02}:{:02}Z",
-        n / 3600,
-        (n / 60) % 60,
-        n % 60
+/// The timestamp `n` seconds after 2026-01-01T00:00:00Z, ordered by `n`.
+pub fn at(n: u32) -> Timestamp {
+    Timestamp::from(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_767_225_600 + u64::from(n)),
     )
 }
 

@@ -123,7 +123,7 @@ impl Repl {
                                 "yes"
                             }
                             .to_owned(),
-                            a.registered_at.clone(),
+                            a.registered_at.to_string(),
                         ]
                     })
                     .collect();
@@ -378,8 +378,8 @@ impl Repl {
                 id,
                 e.agent_id.clone(),
                 e.status.to_string(),
-                e.created_at.clone(),
-                e.updated_at.clone(),
+                e.created_at.to_string(),
+                e.updated_at.to_string(),
             ]
         };
         let mut rows: Vec<Vec<String>> = list

@@ -3,14 +3,14 @@
 use super::commands::{first_word, usage};
 use super::render::render_table;
 use super::{Answer, Repl};
-use rebuno::protocol::{ApiKey, CreateApiKeyRequest, Scope};
+use rebuno::protocol::{ApiKey, CreateApiKeyRequest, Scope, Timestamp};
 use std::str::FromStr;
 
 /// Whether a key authenticates at `now` (RFC 3339).
-fn state(key: &ApiKey, now: &str) -> &'static str {
+fn state(key: &ApiKey, now: &Timestamp) -> &'static str {
     if key.revoked_at.is_some() {
         "revoked"
-    } else if key.expires_at.as_deref().is_some_and(|at| at <= now) {
+    } else if key.expires_at.as_ref().is_some_and(|at| at <= now) {
         "expired"
     } else {
         "active"
@@ -27,7 +27,7 @@ impl Repl {
                 if keys.is_empty() {
                     return Ok("no API keys".to_owned());
                 }
-                let now = rebuno::time::rfc3339(self.kernel.now());
+                let now = Timestamp::from(self.kernel.now());
                 let rows: Vec<Vec<String>> = keys
                     .iter()
                     .map(|k| {

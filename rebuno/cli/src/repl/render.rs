@@ -122,7 +122,7 @@ pub(super) fn event_row(event: &Event) -> Vec<String> {
     vec![
         event.event_seq.to_string(),
         event.event_type.to_string(),
-        event.occurred_at.clone(),
+        event.occurred_at.to_string(),
         compact(&event.payload),
     ]
 }
@@ -149,7 +149,7 @@ pub(super) fn approval_row(approval: &Approval) -> Vec<String> {
         approval
             .approver_list()
             .map_or_else(|| "anyone".to_owned(), |list| list.join(",")),
-        approval.timeout_at.clone(),
+        approval.timeout_at.to_string(),
     ]
 }
 

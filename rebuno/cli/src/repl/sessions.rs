@@ -33,7 +33,7 @@ impl Repl {
                             e.id.clone(),
                             e.status.to_string(),
                             e.parent_execution_id.clone(),
-                            e.created_at.clone(),
+                            e.created_at.to_string(),
                         ]
                     })
                     .collect();

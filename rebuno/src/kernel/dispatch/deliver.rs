@@ -144,7 +144,7 @@ mod tests {
             webhook_url: url,
             secret: "s".into(),
             policy_bundle: String::new(),
-            registered_at: "2026-01-01T00:00:00Z".into(),
+            registered_at: "2026-01-01T00:00:00Z".parse().unwrap(),
             metadata: None,
             lease_timeout_seconds: None,
             dispatch_retry: None,

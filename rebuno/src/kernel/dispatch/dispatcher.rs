@@ -100,7 +100,7 @@ impl Kernel {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let now = self.now_text();
+        let now = self.now_ts();
         let replica = self.inner.config.replica_id.clone();
         let (due_retries, waiting) = self.retries();
         let running = if agent_cap.is_some() {

@@ -72,7 +72,7 @@ use crate::protocol::{
 };
 use crate::store::{StoreExt, Tx};
 use crate::telemetry::{self, TraceParent};
-use crate::time::rfc3339;
+use crate::time::Timestamp;
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -144,7 +144,7 @@ impl RetryPolicy {
             return Some(format!("{max} delivery attempts made"));
         }
         let window = self.window?;
-        let queued = crate::time::parse_rfc3339(&d.created_at)?;
+        let queued = d.created_at.to_system_time();
         (now.duration_since(queued).ok()? >= window).then(|| {
             format!(
                 "the retry window of {} s since the dispatch was queued has passed",
@@ -287,7 +287,7 @@ impl Kernel {
     }
 
     async fn record_discard(&self, d: Dispatch) -> KernelResult<()> {
-        let now = self.now_text();
+        let now = self.now_ts();
         let ended = vec![(d.id.clone(), d.attempt)];
         self.inner
             .store
@@ -323,7 +323,7 @@ impl Kernel {
 
     /// Records `dispatch.acked` for attempt `d`, deferred (see the module docs).
     async fn record_ack(&self, d: Dispatch) -> KernelResult<()> {
-        let now = self.now_text();
+        let now = self.now_ts();
         let ack = move |tx: &mut dyn Tx| {
             // A fast agent may have finished (or a reclaim superseded this attempt) while
             // the webhook answered: an ack after that would only confuse the log.
@@ -359,7 +359,7 @@ impl Kernel {
     /// the store, bounded by that agent's waiting dispatches. A failure is only logged: the
     /// retries still come at their time.
     pub async fn wake_agent(&self, agent_id: &str) {
-        let (id, now) = (agent_id.to_owned(), self.now_text());
+        let (id, now) = (agent_id.to_owned(), self.now_ts());
         let woken = self
             .inner
             .store
@@ -445,9 +445,9 @@ impl Kernel {
             reason = %error,
             "webhook delivery failed; retrying"
         );
-        let retry_at = rfc3339(now + wait);
+        let retry_at = Timestamp::from(now + wait);
         let due = self.inner.clock.monotonic().saturating_add(wait);
-        let now = rfc3339(now);
+        let now = Timestamp::from(now);
         let kernel = self.clone();
         self.inner
             .store
@@ -472,7 +472,7 @@ impl Kernel {
                     ..queued_payload(&cur)
                 });
                 p["error"] = Value::String(error);
-                p["next_attempt_at"] = Value::String(cur.next_attempt_at.clone());
+                p["next_attempt_at"] = Value::String(cur.next_attempt_at.to_string());
                 tx.events()
                     .record(&cur.execution_id, &now, &[(EventType::DispatchFailed, p)])?;
                 // In the transaction, so that it precedes any later one that ends the dispatch.
@@ -494,7 +494,7 @@ impl Kernel {
             reason = error.as_deref().unwrap_or("no attempt left"),
             "dispatch exhausted: the execution fails with dispatch_exhausted"
         );
-        let now = self.now_text();
+        let now = self.now_ts();
         let max_attempts = self.inner.config.dispatch_max_attempts;
         let ending = self
             .inner

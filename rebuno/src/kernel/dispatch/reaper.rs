@@ -7,7 +7,7 @@ use crate::kernel::tx::Ended;
 use crate::kernel::{Kernel, KernelResult, Metrics};
 use crate::protocol::{Dispatch, DispatchStatus, lease_duration};
 use crate::store::StoreExt;
-use crate::time::parse_rfc3339;
+use crate::time::Timestamp;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -64,8 +64,8 @@ impl Kernel {
                     Some((at, _)) => mono.checked_sub(at),
                     None => d
                         .locked_at
-                        .as_deref()
-                        .and_then(parse_rfc3339)
+                        .as_ref()
+                        .map(Timestamp::to_system_time)
                         .map_or(Some(Duration::MAX), |t| wall.duration_since(t).ok()),
                 };
                 age.is_some_and(|age| age > lease).then_some((d, renewed))
@@ -104,7 +104,7 @@ impl Kernel {
         if rows.is_empty() {
             return Ok(0);
         }
-        let now = self.now_text();
+        let now = self.now_ts();
         let kernel = self.clone();
         let ended: Vec<(String, u32, String)> = self
             .inner

@@ -54,7 +54,7 @@ use crate::protocol::{
     StepStatus, SubmitStepRequest, denial_error, indeterminate_error,
 };
 use crate::store::{Lookup, StoreExt, Tx};
-use crate::time::rfc3339;
+use crate::time::Timestamp;
 use metrics::Label;
 use record::{Record, record_step};
 use serde_json::Value;
@@ -538,7 +538,7 @@ impl Kernel {
         lease: Lease,
         idempotency: Idempotency,
     ) -> KernelResult<StepDecision> {
-        let now = self.now_text();
+        let now = self.now_ts();
         self.inner
             .store
             .write(move |tx| {
@@ -633,8 +633,8 @@ impl Kernel {
             lease,
             completes,
             completed: None,
-            now: rfc3339(now_t),
-            timeout_at: rfc3339(now_t + timeout),
+            now: Timestamp::from(now_t),
+            timeout_at: Timestamp::from(now_t + timeout),
             approval_id: uuid::Uuid::now_v7().to_string(),
             shared: self.shared(),
         }
@@ -665,7 +665,7 @@ impl Kernel {
         reason: &str,
     ) -> KernelResult<StepDecision> {
         let now_t = self.now();
-        let now = rfc3339(now_t);
+        let now = Timestamp::from(now_t);
         let p = StepEventPayload::denied(
             step_id,
             kind.clone(),
@@ -686,7 +686,7 @@ impl Kernel {
                         .bytes()
                         .fold(0u64, |h, b| h.rotate_left(5) ^ u64::from(b));
                 let jitter = wait.mul_f64((seed % 1000) as f64 / 2000.0);
-                (wait <= max_wait).then(|| rfc3339(now_t + (wait + jitter).min(max_wait)))
+                (wait <= max_wait).then(|| Timestamp::from(now_t + (wait + jitter).min(max_wait)))
             });
         let (exec_id, lease, reason) = (execution_id.to_owned(), lease.clone(), reason.to_owned());
         let max_attempts = self.inner.config.dispatch_max_attempts;

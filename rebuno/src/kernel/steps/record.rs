@@ -9,6 +9,7 @@ use crate::kernel::tx::{
 };
 use crate::kernel::{KernelError, KernelResult, Lease};
 use crate::policy::{self, Action};
+use crate::protocol::Timestamp;
 use crate::protocol::{
     Approval, ApprovalEventPayload, ApprovalStatus, EventType, ExecutionEventPayload,
     ExecutionStatus, Step, StepCompletion, StepDecision, StepStatus, denial_error,
@@ -26,9 +27,9 @@ pub(super) struct Record {
     /// With `checked` (see [`record_step`]): the batched completion's step as the caller read
     /// it in this transaction, so it is not read again.
     pub(super) completed: Option<Step>,
-    pub(super) now: String,
+    pub(super) now: Timestamp,
     /// When an approval it requests times out.
-    pub(super) timeout_at: String,
+    pub(super) timeout_at: Timestamp,
     /// The id of the approval it requests, if it does.
     pub(super) approval_id: String,
     /// The store is shared: the attempt's occurrence count and lease renewal are written too.

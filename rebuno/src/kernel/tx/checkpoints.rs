@@ -4,6 +4,7 @@
 
 use super::payload;
 use crate::kernel::error::{KernelError, KernelResult};
+use crate::protocol::Timestamp;
 use crate::protocol::{Checkpoints, EventType, ResourceEventPayload, truncate_capture_error};
 use crate::store::{CheckpointRecord, ResourceRecord, StoreResult, Tx};
 use serde_json::Value;
@@ -42,7 +43,7 @@ pub(crate) fn plan_checkpoints(
     execution_id: &str,
     step_id: &str,
     cps: &Checkpoints,
-    now: &str,
+    now: &Timestamp,
 ) -> StoreResult<KernelResult<CheckpointPlan>> {
     let mut plan = CheckpointPlan {
         resources: Vec::new(),
@@ -124,7 +125,7 @@ pub(crate) fn apply_checkpoints(
     tx: &mut dyn Tx,
     execution_id: &str,
     plan: CheckpointPlan,
-    now: &str,
+    now: &Timestamp,
 ) -> StoreResult<()> {
     if plan.history.is_empty() {
         return Ok(());

@@ -1,6 +1,7 @@
 //! The lease inside a transaction: whether a `(dispatch_id, attempt)` lease still holds
 //! ([`lease_holds`]), and its renewal on a shared store ([`renew_in`], [`record_progress`]).
 
+use crate::protocol::Timestamp;
 use crate::protocol::{DispatchStatus, Lease};
 use crate::store::{OccurrenceKey, StoreResult, Tx};
 
@@ -25,7 +26,7 @@ pub(crate) fn lease_holds(
 /// Renews the leased attempt inside a write (shared stores): its dispatch's `locked_at`, which
 /// the reaper of every replica reads, becomes `now`. Nothing unless the dispatch is in flight
 /// with exactly that attempt.
-pub(crate) fn renew_in(tx: &mut dyn Tx, lease: &Lease, now: &str) -> StoreResult<()> {
+pub(crate) fn renew_in(tx: &mut dyn Tx, lease: &Lease, now: &Timestamp) -> StoreResult<()> {
     tx.dispatches()
         .record_renewal(&lease.dispatch_id, lease.attempt, now)
 }
@@ -37,7 +38,7 @@ pub(crate) fn record_progress(
     lease: &Lease,
     key: &OccurrenceKey,
     occ: u64,
-    now: &str,
+    now: &Timestamp,
 ) -> StoreResult<()> {
     tx.dispatches()
         .advance_attempt_occurrence(&lease.dispatch_id, lease.attempt, key, occ)?;

@@ -8,6 +8,7 @@ use super::lease::lease_holds;
 use super::payload;
 use super::steps::step_event;
 use crate::kernel::error::{KernelError, KernelResult};
+use crate::protocol::Timestamp;
 use crate::protocol::{
     Checkpoints, EventType, Idempotency, Lease, MAX_STEP_ID_BYTES, Step, StepCompletion,
     StepDecision, StepKind, StepStatus,
@@ -47,7 +48,7 @@ pub(crate) fn finish_step_tx(
     lease: &Lease,
     outcome: Result<Value, Value>,
     checkpoints: &Checkpoints,
-    now: &str,
+    now: &Timestamp,
 ) -> StoreResult<KernelResult<StepDecision>> {
     // Often announced already by the caller (then nothing is sent again).
     finish_lookups(tx, execution_id, step_id, lease, false)?;
@@ -81,7 +82,7 @@ fn finish_found(
     found: Found,
     outcome: Result<Value, Value>,
     checkpoints: &Checkpoints,
-    now: &str,
+    now: &Timestamp,
 ) -> StoreResult<KernelResult<StepDecision>> {
     let Found {
         mut step,
@@ -205,7 +206,7 @@ pub(crate) fn record_batched(
     execution_id: &str,
     lease: &Lease,
     completion: &StepCompletion,
-    now: &str,
+    now: &Timestamp,
     read: Option<Step>,
 ) -> StoreResult<KernelResult<()>> {
     let checked = read.is_some();

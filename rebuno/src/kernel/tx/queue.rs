@@ -3,6 +3,7 @@
 //! ([`retire_dispatches`]), answering the attempts that ended ([`Ended`]).
 
 use super::payload;
+use crate::protocol::Timestamp;
 use crate::protocol::{Dispatch, DispatchEventPayload, DispatchStatus, EventType};
 use crate::store::{StoreResult, Tx};
 use serde_json::Value;
@@ -11,8 +12,8 @@ use serde_json::Value;
 pub(crate) fn enqueue_dispatch(
     tx: &mut dyn Tx,
     execution_id: &str,
-    now: &str,
-    due: &str,
+    now: &Timestamp,
+    due: &Timestamp,
     max_attempts: u32,
 ) -> StoreResult<(EventType, Value)> {
     let d = Dispatch {
@@ -21,11 +22,11 @@ pub(crate) fn enqueue_dispatch(
         status: DispatchStatus::Pending,
         attempt: 0,
         max_attempts,
-        next_attempt_at: due.to_owned(),
+        next_attempt_at: due.clone(),
         locked_by: String::new(),
         locked_at: None,
-        created_at: now.to_owned(),
-        updated_at: now.to_owned(),
+        created_at: now.clone(),
+        updated_at: now.clone(),
         last_error: String::new(),
     };
     tx.dispatches().put(&d)?;
@@ -47,7 +48,7 @@ pub(crate) fn queued_payload(d: &Dispatch) -> DispatchEventPayload {
 pub(crate) fn retire_dispatches(
     tx: &mut dyn Tx,
     execution_id: &str,
-    now: &str,
+    now: &Timestamp,
 ) -> StoreResult<Ended> {
     let mut ended = Vec::new();
     for mut d in tx.dispatches().of_execution(execution_id)? {

@@ -3,6 +3,7 @@
 
 use super::payload;
 use crate::policy;
+use crate::protocol::Timestamp;
 use crate::protocol::{EventType, Step, StepEventPayload, StepKind, StepStatus};
 use crate::store::{StoreResult, Tx};
 use serde_json::Value;
@@ -30,7 +31,7 @@ pub(crate) fn deny_step(
     step: &mut Step,
     error: Value,
     rule_id: &str,
-    now: &str,
+    now: &Timestamp,
 ) -> StoreResult<(EventType, Value)> {
     step.status = StepStatus::Denied;
     step.error = Some(error.clone());

@@ -136,8 +136,9 @@ async fn start_session(
         key_id: principal.key_id.clone(),
         admin_proof,
         decides_as: name,
-        started_at: String::new(),
-        ends_at: String::new(),
+        // Set by the kernel when it records the login.
+        started_at: state.kernel.now_ts(),
+        ends_at: state.kernel.now_ts(),
     };
     state
         .kernel

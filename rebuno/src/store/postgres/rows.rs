@@ -4,7 +4,7 @@
 
 use crate::protocol::{
     Agent, Approval, ApprovalStatus, Dispatch, DispatchStatus, Event, EventType, Execution,
-    ExecutionStatus, Idempotency, Step, StepKind, StepStatus,
+    ExecutionStatus, Idempotency, Step, StepKind, StepStatus, Timestamp,
 };
 use crate::store::{PAGE_MAX_BYTES, Page, StoreError};
 use durable_support::pg::postgres;
@@ -22,6 +22,37 @@ pub(super) type Decode<T> = fn(&Row) -> Result<T, DecodeError>;
 /// Column `i` as `T` (a type mismatch or an unexpected NULL is a decode error).
 fn get<'a, T: postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> Result<T, DecodeError> {
     r.try_get(i).map_err(|e| format!("column {i}: {e}"))
+}
+
+/// A timestamp is written as its canonical text (the columns are `text COLLATE "C"`, so the
+/// database orders them as times).
+impl postgres::types::ToSql for Timestamp {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut postgres::types::private::BytesMut,
+    ) -> Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        self.as_str().to_sql(ty, out)
+    }
+    fn accepts(ty: &Type) -> bool {
+        <&str as postgres::types::ToSql>::accepts(ty)
+    }
+    postgres::types::to_sql_checked!();
+}
+
+/// A timestamp column must hold a timestamp: the store only writes canonical text, so anything
+/// else is a row edited behind its back, and a client must never be handed a time it cannot
+/// read.
+impl<'a> postgres::types::FromSql<'a> for Timestamp {
+    fn from_sql(
+        ty: &Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Timestamp::parse(<&str>::from_sql(ty, raw)?)?)
+    }
+    fn accepts(ty: &Type) -> bool {
+        <&str as postgres::types::FromSql>::accepts(ty)
+    }
 }
 
 /// A JSON column's text.

@@ -5,6 +5,7 @@ use super::SqliteTx;
 use super::keys::{KEY_COLS, key_row};
 use super::rows::one;
 use crate::protocol::ApiKey;
+use crate::protocol::Timestamp;
 use crate::store::{ConsoleSession, ConsoleSessionTx, StoreResult};
 use rusqlite::{Row, params};
 
@@ -60,7 +61,7 @@ impl ConsoleSessionTx for SqliteTx<'_> {
         )
         .map(|n| n as u64)
     }
-    fn delete_expired(&mut self, now: &str) -> StoreResult<u64> {
+    fn delete_expired(&mut self, now: &Timestamp) -> StoreResult<u64> {
         self.exec(
             "DELETE FROM console_sessions WHERE ends_at <= ?1",
             params![now],

@@ -4,6 +4,7 @@
 use super::rows::{one, page};
 use super::{SqliteTx, fetch};
 use crate::protocol::ApiKey;
+use crate::protocol::Timestamp;
 use crate::store::{ApiKeyTx, Page, StoreResult};
 use rusqlite::{Row, params};
 
@@ -84,14 +85,14 @@ impl ApiKeyTx for SqliteTx<'_> {
             key_row,
         )
     }
-    fn revoke(&mut self, id: &str, now: &str) -> StoreResult<bool> {
+    fn revoke(&mut self, id: &str, now: &Timestamp) -> StoreResult<bool> {
         self.exec(
             "UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?2) WHERE id = ?1",
             params![id, now],
         )
         .map(|n| n > 0)
     }
-    fn active_count(&mut self, now: &str) -> StoreResult<u64> {
+    fn active_count(&mut self, now: &Timestamp) -> StoreResult<u64> {
         let n: i64 = self.conn.prepare_cached(
             "SELECT count(*) FROM api_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?1)",
         )?

@@ -439,7 +439,7 @@ mod tests {
             .write(|tx| {
                 tx.events().append(
                     "e1",
-                    "2026-01-01T00:00:01Z",
+                    &"2026-01-01T00:00:01Z".parse().unwrap(),
                     &[(EventType::StepExecuting, serde_json::json!({}))],
                 )
             })

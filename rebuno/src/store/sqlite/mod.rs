@@ -23,6 +23,7 @@ use super::{
     AgentTx, ApprovalTx, DispatchTx, EventTx, ExecutionQuery, ExecutionTx, OccurrenceKey, Page,
     StepTx, Store, StoreError, StoreResult, Tx, TxFn, forks_condition,
 };
+use crate::protocol::Timestamp;
 use crate::protocol::{
     Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
     StepKind, StepStatus,
@@ -312,7 +313,7 @@ impl ExecutionTx for SqliteTx<'_> {
         )
     }
 
-    fn past_deadline(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Execution>> {
+    fn past_deadline(&mut self, now: &Timestamp, limit: usize) -> StoreResult<Vec<Execution>> {
         all(
             self.conn,
             &format!(
@@ -324,7 +325,7 @@ impl ExecutionTx for SqliteTx<'_> {
         )
     }
 
-    fn delete_terminal_before(&mut self, cutoff: &str, limit: usize) -> StoreResult<u64> {
+    fn delete_terminal_before(&mut self, cutoff: &Timestamp, limit: usize) -> StoreResult<u64> {
         let ids: Vec<String> = all(
             self.conn,
             "SELECT id FROM executions WHERE ended_at IS NOT NULL AND ended_at < ?1
@@ -362,7 +363,7 @@ impl EventTx for SqliteTx<'_> {
     fn append(
         &mut self,
         execution_id: &str,
-        occurred_at: &str,
+        occurred_at: &Timestamp,
         events: &[(EventType, Value)],
     ) -> StoreResult<u64> {
         self.writable()?;
@@ -603,7 +604,7 @@ impl ApprovalTx for SqliteTx<'_> {
         )
     }
 
-    fn due(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Approval>> {
+    fn due(&mut self, now: &Timestamp, limit: usize) -> StoreResult<Vec<Approval>> {
         all(
             self.conn,
             &format!(
@@ -614,11 +615,11 @@ impl ApprovalTx for SqliteTx<'_> {
         )
     }
 
-    fn next_timeout(&mut self) -> StoreResult<Option<String>> {
+    fn next_timeout(&mut self) -> StoreResult<Option<Timestamp>> {
         Ok(self
             .conn
             .prepare_cached("SELECT min(timeout_at) FROM approvals WHERE status = 'pending'")?
-            .query_row([], |r| r.get::<_, Option<String>>(0))?)
+            .query_row([], |r| r.get::<_, Option<Timestamp>>(0))?)
     }
 }
 
@@ -682,7 +683,7 @@ impl DispatchTx for SqliteTx<'_> {
 
     fn claimable_except(
         &mut self,
-        now: &str,
+        now: &Timestamp,
         limit: usize,
         skip_agents: &[String],
     ) -> StoreResult<Vec<(Dispatch, String)>> {
@@ -701,7 +702,7 @@ impl DispatchTx for SqliteTx<'_> {
         )
     }
 
-    fn wake_agent(&mut self, agent_id: &str, now: &str) -> StoreResult<Vec<(String, u32)>> {
+    fn wake_agent(&mut self, agent_id: &str, now: &Timestamp) -> StoreResult<Vec<(String, u32)>> {
         all(
             self.conn,
             "UPDATE dispatches SET next_attempt_at = ?2

@@ -8,7 +8,7 @@
 
 use crate::protocol::{
     Agent, Approval, ApprovalStatus, Dispatch, DispatchStatus, Event, EventType, Execution,
-    ExecutionStatus, Idempotency, Step, StepKind, StepStatus,
+    ExecutionStatus, Idempotency, Step, StepKind, StepStatus, Timestamp,
 };
 use crate::store::{PAGE_MAX_BYTES, Page, StoreError, StoreResult};
 use rusqlite::types::ValueRef;
@@ -43,37 +43,33 @@ where
     })
 }
 
-/// A timestamp column that does not hold an RFC 3339 timestamp (the store only writes
-/// [`crate::time::rfc3339`] text, so the row was edited behind its back).
-#[derive(Debug, thiserror::Error)]
-#[error("not an RFC 3339 timestamp: {0:?}")]
-struct BadTimestamp(String);
+/// A timestamp is written as its canonical text, so SQLite's text order is time order.
+impl rusqlite::ToSql for Timestamp {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(rusqlite::types::ToSqlOutput::Borrowed(ValueRef::Text(
+            self.as_str().as_bytes(),
+        )))
+    }
+}
 
-/// A timestamp column's text, checked to parse as a timestamp: the kernel parses some of them
-/// (an approval's `created_at`), and a client must never be handed one it cannot read.
-fn ts(r: &Row<'_>, i: usize) -> rusqlite::Result<String> {
-    let text: String = r.get(i)?;
-    check_ts(i, text)
+/// A timestamp column must hold a timestamp: the store only writes canonical text, so anything
+/// else is a row edited behind its back, and a client must never be handed a time it cannot
+/// read (the kernel parses some of them, an approval's `created_at`).
+impl rusqlite::types::FromSql for Timestamp {
+    fn column_result(value: ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        Timestamp::parse(value.as_str()?)
+            .map_err(|e| rusqlite::types::FromSqlError::Other(e.into()))
+    }
+}
+
+/// A timestamp column (see the [`Timestamp`] `FromSql`).
+fn ts(r: &Row<'_>, i: usize) -> rusqlite::Result<Timestamp> {
+    r.get(i)
 }
 
 /// [`ts`] of a nullable column.
-fn ts_opt(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
-    r.get::<_, Option<String>>(i)?
-        .map(|text| check_ts(i, text))
-        .transpose()
-}
-
-fn check_ts(i: usize, text: String) -> rusqlite::Result<String> {
-    if crate::time::parse_rfc3339(&text).is_some() {
-        return Ok(text);
-    }
-    // Only the start of the text, for the log: the column may hold anything.
-    let shown: String = text.chars().take(64).collect();
-    Err(rusqlite::Error::FromSqlConversionFailure(
-        i,
-        rusqlite::types::Type::Text,
-        Box::new(BadTimestamp(shown)),
-    ))
+fn ts_opt(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<Timestamp>> {
+    r.get(i)
 }
 
 /// The columns [`agent_row`] reads.

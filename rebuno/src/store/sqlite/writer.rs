@@ -305,7 +305,7 @@ mod tests {
             webhook_url: "http://127.0.0.1:9/".into(),
             secret,
             policy_bundle: String::new(),
-            registered_at: "2026-01-01T00:00:00Z".into(),
+            registered_at: "2026-01-01T00:00:00Z".parse().unwrap(),
         }
     }
 

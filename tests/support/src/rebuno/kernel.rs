@@ -24,7 +24,7 @@ pub use rebuno::protocol::{
     StepStatus, SubmitStepRequest, WebhookPayload, indeterminate_error,
 };
 pub use rebuno::store::{SqliteStore, Store, StoreExt};
-pub use rebuno::time::{Clock, ManualClock, parse_rfc3339, rfc3339};
+pub use rebuno::time::{Clock, ManualClock, Timestamp, parse_rfc3339};
 pub use rebuno::{Kernel, KernelConfig, KernelError, Lease};
 pub use serde_json::value::RawValue;
 pub use serde_json::{Value, json};
@@ -168,8 +168,8 @@ impl Env {
         self.clock.now()
     }
 
-    pub fn now_text(&self) -> String {
-        rfc3339(self.now())
+    pub fn now_ts(&self) -> Timestamp {
+        Timestamp::from(self.now())
     }
 
     pub fn advance(&self, by: Duration) {

@@ -19,6 +19,11 @@ pub const APPROVAL: &str = "0192f1a0-0000-7000-8000-00000000000a";
 pub const DISPATCH: &str = "0192f1a0-0000-7000-8000-00000000000b";
 pub const TS: &str = "2026-08-18T10:00:00.123456Z";
 
+/// [`TS`] as a timestamp.
+pub fn ts() -> rebuno::protocol::Timestamp {
+    TS.parse().expect("TS is a timestamp")
+}
+
 /// Serializes `value`, checks the exact text, parses it back and checks equality.
 pub fn round_trip<T>(value: &T, expected: &str)
 where

@@ -5,6 +5,7 @@
 use super::super::rows::{APPROVAL_COLS, approval_row, json_in};
 use super::{PgTx, big, fetch};
 use crate::protocol::Approval;
+use crate::protocol::Timestamp;
 use crate::store::{Page, StoreResult};
 use durable_support::pg::Param;
 use durable_support::pg::postgres::types::{ToSql, Type};
@@ -106,7 +107,7 @@ pub(super) fn pending_approval_for_step(
 
 pub(super) fn due_approvals(
     tx: &mut PgTx<'_>,
-    now: &str,
+    now: &Timestamp,
     limit: usize,
 ) -> StoreResult<Vec<Approval>> {
     tx.all(
@@ -119,7 +120,7 @@ pub(super) fn due_approvals(
     )
 }
 
-pub(super) fn next_approval_timeout(tx: &mut PgTx<'_>) -> StoreResult<Option<String>> {
+pub(super) fn next_approval_timeout(tx: &mut PgTx<'_>) -> StoreResult<Option<Timestamp>> {
     let rows = tx.rows(
         "SELECT min(timeout_at) FROM approvals WHERE status = 'pending'",
         &[],

@@ -6,6 +6,7 @@ use super::super::rows::DecodeError;
 use super::PgTx;
 use super::keys::{KEY_COLS, key_row};
 use crate::protocol::ApiKey;
+use crate::protocol::Timestamp;
 use crate::store::{ConsoleSession, ConsoleSessionTx, StoreResult};
 use durable_support::pg::Param;
 use durable_support::pg::postgres::Row;
@@ -15,6 +16,10 @@ use durable_support::pg::postgres::types::{ToSql, Type};
 fn joined_row(r: &Row) -> Result<(ConsoleSession, Option<ApiKey>), DecodeError> {
     let text = |i: usize| {
         r.try_get::<_, String>(i)
+            .map_err(|e| format!("column {i}: {e}"))
+    };
+    let time = |i: usize| {
+        r.try_get::<_, Timestamp>(i)
             .map_err(|e| format!("column {i}: {e}"))
     };
     let has_key = r
@@ -27,8 +32,8 @@ fn joined_row(r: &Row) -> Result<(ConsoleSession, Option<ApiKey>), DecodeError> 
         key_id: text(11)?,
         admin_proof: text(12)?,
         decides_as: text(13)?,
-        started_at: text(14)?,
-        ends_at: text(15)?,
+        started_at: time(14)?,
+        ends_at: time(15)?,
     };
     Ok((session, key))
 }
@@ -67,7 +72,7 @@ impl ConsoleSessionTx for PgTx<'_> {
             params![key_id => TEXT],
         )
     }
-    fn delete_expired(&mut self, now: &str) -> StoreResult<u64> {
+    fn delete_expired(&mut self, now: &Timestamp) -> StoreResult<u64> {
         self.exec(
             "DELETE FROM console_sessions WHERE ends_at <= $1",
             params![now => TEXT],

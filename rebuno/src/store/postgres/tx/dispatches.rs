@@ -5,6 +5,7 @@
 
 use super::super::rows::{DISPATCH_COLS, dispatch_row, int, parse};
 use super::{PgTx, big, touches};
+use crate::protocol::Timestamp;
 use crate::protocol::{Dispatch, DispatchStatus};
 use crate::store::{AGENT_LEASE, OccurrenceKey, StoreError, StoreResult};
 use durable_support::pg::Param;
@@ -81,7 +82,7 @@ pub(super) fn renew_dispatch(
     tx: &mut PgTx<'_>,
     id: &str,
     attempt: u32,
-    now: &str,
+    now: &Timestamp,
 ) -> StoreResult<bool> {
     let n = tx.exec(
         RENEW_DISPATCH,
@@ -94,7 +95,7 @@ pub(super) fn record_renewal(
     tx: &mut PgTx<'_>,
     id: &str,
     attempt: u32,
-    now: &str,
+    now: &Timestamp,
 ) -> StoreResult<()> {
     // A renewal moves `locked_at` and `updated_at`, which no lookup reads.
     tx.defer_unlooked(
@@ -114,7 +115,7 @@ pub(super) fn dispatches_of(tx: &mut PgTx<'_>, execution_id: &str) -> StoreResul
 
 pub(super) fn claimable_dispatches_except(
     tx: &mut PgTx<'_>,
-    now: &str,
+    now: &Timestamp,
     limit: usize,
     skip_agents: &[String],
 ) -> StoreResult<Vec<(Dispatch, String)>> {
@@ -143,7 +144,7 @@ pub(super) fn claimable_dispatches_except(
 pub(super) fn wake_agent_dispatches(
     tx: &mut PgTx<'_>,
     agent_id: &str,
-    now: &str,
+    now: &Timestamp,
 ) -> StoreResult<Vec<(String, u32)>> {
     // A row a claim holds is being claimed anyway: skipped rather than waited for.
     tx.all(

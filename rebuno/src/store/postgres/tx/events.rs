@@ -4,6 +4,7 @@
 
 use super::super::rows::{EVENT_COLS, event_row};
 use super::{PgTx, fetch, touches};
+use crate::protocol::Timestamp;
 use crate::protocol::{Event, EventType};
 use crate::store::{Page, StoreResult};
 use durable_support::pg::postgres::types::{ToSql, Type};
@@ -21,7 +22,7 @@ const INSERT_EVENTS: &str =
 pub(super) fn append_events(
     tx: &mut PgTx<'_>,
     execution_id: &str,
-    occurred_at: &str,
+    occurred_at: &Timestamp,
     events: &[(EventType, Value)],
 ) -> StoreResult<u64> {
     tx.lock_events(execution_id)?;
@@ -48,7 +49,7 @@ pub(super) fn append_events(
 pub(super) fn record_events(
     tx: &mut PgTx<'_>,
     execution_id: &str,
-    occurred_at: &str,
+    occurred_at: &Timestamp,
     events: &[(EventType, Value)],
 ) -> StoreResult<()> {
     tx.lock_events(execution_id)?;

@@ -5,6 +5,7 @@
 use super::super::rows::{DecodeError, get_list};
 use super::{PgTx, fetch};
 use crate::protocol::ApiKey;
+use crate::protocol::Timestamp;
 use crate::store::{ApiKeyTx, Page, StoreResult};
 use durable_support::pg::Param;
 use durable_support::pg::postgres::Row;
@@ -26,7 +27,7 @@ pub(super) fn key_row(r: &Row) -> Result<ApiKey, DecodeError> {
         subject: text(2)?,
         groups: get_list(r, 3)?,
         scopes: get_list(r, 4)?,
-        created_at: text(5)?,
+        created_at: r.try_get(5).map_err(|e| format!("column 5: {e}"))?,
         created_by: text(6)?,
         expires_at: r.try_get(7).map_err(|e| format!("column 7: {e}"))?,
         revoked_at: r.try_get(8).map_err(|e| format!("column 8: {e}"))?,
@@ -73,14 +74,14 @@ impl ApiKeyTx for PgTx<'_> {
             key_row,
         )
     }
-    fn revoke(&mut self, id: &str, now: &str) -> StoreResult<bool> {
+    fn revoke(&mut self, id: &str, now: &Timestamp) -> StoreResult<bool> {
         self.exec(
             "UPDATE api_keys SET revoked_at = coalesce(revoked_at, $2) WHERE id = $1",
             params![id => TEXT, now => TEXT],
         )
         .map(|n| n > 0)
     }
-    fn active_count(&mut self, now: &str) -> StoreResult<u64> {
+    fn active_count(&mut self, now: &Timestamp) -> StoreResult<u64> {
         self.count(
             "SELECT count(*) FROM api_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $1)",
             params![now => TEXT],

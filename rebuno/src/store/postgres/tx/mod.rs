@@ -37,6 +37,7 @@
 use super::rows::{
     AGENT_COLS, EXEC_COLS, STEP_COLS, agent_row, exec_row, json_in, parse, step_row,
 };
+use crate::protocol::Timestamp;
 use crate::protocol::{
     Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
     StepKind, StepStatus,
@@ -269,7 +270,7 @@ impl ExecutionTx for PgTx<'_> {
         )
     }
 
-    fn past_deadline(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Execution>> {
+    fn past_deadline(&mut self, now: &Timestamp, limit: usize) -> StoreResult<Vec<Execution>> {
         let sql = format!(
             "SELECT {EXEC_COLS} FROM executions WHERE status IN ('pending', 'running', 'blocked')
              AND deadline_at IS NOT NULL AND deadline_at <= $1 ORDER BY deadline_at LIMIT $2{}",
@@ -278,7 +279,7 @@ impl ExecutionTx for PgTx<'_> {
         self.all(&sql, params![now => TEXT, big(limit) => INT8], exec_row)
     }
 
-    fn delete_terminal_before(&mut self, cutoff: &str, limit: usize) -> StoreResult<u64> {
+    fn delete_terminal_before(&mut self, cutoff: &Timestamp, limit: usize) -> StoreResult<u64> {
         // A replica sweeping at the same time takes other rows rather than waiting for these.
         let ids: Vec<String> = self.all(
             "SELECT id FROM executions WHERE ended_at IS NOT NULL AND ended_at < $1
@@ -332,7 +333,7 @@ impl EventTx for PgTx<'_> {
     fn append(
         &mut self,
         execution_id: &str,
-        occurred_at: &str,
+        occurred_at: &Timestamp,
         events: &[(EventType, Value)],
     ) -> StoreResult<u64> {
         events::append_events(self, execution_id, occurred_at, events)
@@ -341,7 +342,7 @@ impl EventTx for PgTx<'_> {
     fn record(
         &mut self,
         execution_id: &str,
-        occurred_at: &str,
+        occurred_at: &Timestamp,
         events: &[(EventType, Value)],
     ) -> StoreResult<()> {
         events::record_events(self, execution_id, occurred_at, events)
@@ -498,11 +499,11 @@ impl ApprovalTx for PgTx<'_> {
         approvals::pending_approval_for_step(self, step_id)
     }
 
-    fn due(&mut self, now: &str, limit: usize) -> StoreResult<Vec<Approval>> {
+    fn due(&mut self, now: &Timestamp, limit: usize) -> StoreResult<Vec<Approval>> {
         approvals::due_approvals(self, now, limit)
     }
 
-    fn next_timeout(&mut self) -> StoreResult<Option<String>> {
+    fn next_timeout(&mut self) -> StoreResult<Option<Timestamp>> {
         approvals::next_approval_timeout(self)
     }
 }
@@ -520,11 +521,11 @@ impl DispatchTx for PgTx<'_> {
         dispatches::put_dispatch(self, d)
     }
 
-    fn renew(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<bool> {
+    fn renew(&mut self, id: &str, attempt: u32, now: &Timestamp) -> StoreResult<bool> {
         dispatches::renew_dispatch(self, id, attempt, now)
     }
 
-    fn record_renewal(&mut self, id: &str, attempt: u32, now: &str) -> StoreResult<()> {
+    fn record_renewal(&mut self, id: &str, attempt: u32, now: &Timestamp) -> StoreResult<()> {
         dispatches::record_renewal(self, id, attempt, now)
     }
 
@@ -534,14 +535,14 @@ impl DispatchTx for PgTx<'_> {
 
     fn claimable_except(
         &mut self,
-        now: &str,
+        now: &Timestamp,
         limit: usize,
         skip_agents: &[String],
     ) -> StoreResult<Vec<(Dispatch, String)>> {
         dispatches::claimable_dispatches_except(self, now, limit, skip_agents)
     }
 
-    fn wake_agent(&mut self, agent_id: &str, now: &str) -> StoreResult<Vec<(String, u32)>> {
+    fn wake_agent(&mut self, agent_id: &str, now: &Timestamp) -> StoreResult<Vec<(String, u32)>> {
         dispatches::wake_agent_dispatches(self, agent_id, now)
     }
 

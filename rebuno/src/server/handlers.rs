@@ -106,7 +106,7 @@ impl AppState {
 // Executions (client side).
 // ---------------------------------------------------------------------------------------------
 
-/// Row 1: `POST /v0/executions` (201; 200 with the execution a repeated idempotency key, or
+/// `POST /v0/executions` (201; 200 with the execution a repeated idempotency key, or
 /// the spawning step of a repeated subagent create, names). A client with `executions:write`
 /// creates any execution (a subagent only as the admin or with a key bound to the parent's
 /// agent); an agent's signed request, under the parent's lease, creates only a subagent of a
@@ -130,7 +130,7 @@ pub(super) async fn create_execution(State(s): State<AppState>, call: CreateCall
     Ok(json_response(status, &started.execution))
 }
 
-/// Row 2: `GET /v0/executions?agent_id&status&session&spawned_by&forked_from&cursor&limit`: the page's `next_cursor` is also
+/// `GET /v0/executions?agent_id&status&session&spawned_by&forked_from&cursor&limit`: the page's `next_cursor` is also
 /// in [`HEADER_NEXT_CURSOR`].
 pub(super) async fn list_executions(
     State(s): State<AppState>,
@@ -181,7 +181,7 @@ pub(super) async fn previous(State(s): State<AppState>, mut call: ReadCall) -> A
     Ok(ok(&serde_json::json!({ "state": state })))
 }
 
-/// Row 3: `GET /v0/executions/{id}` (bearer, or the owning agent's HMAC). A client reading an
+/// `GET /v0/executions/{id}` (bearer, or the owning agent's HMAC). A client reading an
 /// execution whose delivery failed and waits for a retry also gets `dispatch`
 /// ([`DispatchWaiting`](crate::protocol::DispatchWaiting)): the agent is down or refuses it.
 pub(super) async fn get_execution(State(s): State<AppState>, mut call: ReadCall) -> ApiResult {
@@ -207,7 +207,7 @@ pub(super) async fn get_execution(State(s): State<AppState>, mut call: ReadCall)
     }
 }
 
-/// Row 4: `GET /v0/executions/{id}/events?after_seq&limit`. Unparsable numbers count as 0
+/// `GET /v0/executions/{id}/events?after_seq&limit`. Unparsable numbers count as 0
 /// (from the start; the default page); an unknown execution has no events. When more events
 /// follow, [`HEADER_NEXT_CURSOR`] holds the `after_seq` of the next page.
 pub(super) async fn events(
@@ -229,7 +229,7 @@ pub(super) async fn events(
     Ok(paged(&page.items, page.next.as_deref()))
 }
 
-/// Row 5: `GET /v0/executions/{id}/stream` (bearer): Server-Sent Events, one
+/// `GET /v0/executions/{id}/stream` (bearer): Server-Sent Events, one
 /// `data: {"step_id","seq","data"}` frame per delta and a `: keep-alive` comment every 15 s.
 /// Nothing is replayed: a subscriber sees only deltas sent after it subscribed. Unlike the Go kernel, an unknown execution is `404`, and
 /// subscribers over the kernel's caps are `429`; the subscription ends when the client
@@ -243,9 +243,9 @@ pub(super) async fn stream_subscribe(
     stream_response(&s, &principal, &served, &id).await
 }
 
-/// The Server-Sent Events answer of execution `id`'s live stream (row 5, and the console's), for
-/// `principal`: `429` when it or the server holds as many long-lived responses as allowed
-/// (`limits`), checked before the subscription.
+/// The Server-Sent Events answer of execution `id`'s live stream (the `/stream` route's, and
+/// the console's), for `principal`: `429` when it or the server holds as many long-lived
+/// responses as allowed (`limits`), checked before the subscription.
 pub(super) async fn stream_response(
     s: &AppState,
     principal: &Principal,
@@ -318,7 +318,7 @@ pub(super) fn changes_response(
     Ok(sse_response(HeldStream::new(events, slot)))
 }
 
-/// Row 6: `POST /v0/executions/{id}/cancel` (204; `409 execution_terminal`).
+/// `POST /v0/executions/{id}/cancel` (204; `409 execution_terminal`).
 pub(super) async fn cancel(
     State(s): State<AppState>,
     _: Client<ExecutionsWrite>,
@@ -341,7 +341,7 @@ pub(super) async fn fork(
     Ok(json_response(StatusCode::CREATED, &fork))
 }
 
-/// Row 7: `GET /v0/executions/{id}/steps[?status=terminal][&limit][&after]` (bearer, or the
+/// `GET /v0/executions/{id}/steps[?status=terminal][&limit][&after]` (bearer, or the
 /// owning agent): a JSON array of steps by step id, as the protocol has it, one page at a time.
 /// `after` is the step id the page starts after; when more steps follow,
 /// [`HEADER_NEXT_CURSOR`] holds the next page's `after`. A client that does not page gets the
@@ -362,7 +362,7 @@ pub(super) async fn list_steps(State(s): State<AppState>, mut call: ReadCall) ->
     Ok(paged(&page.items, page.next.as_deref()))
 }
 
-/// Row 8: `GET /v0/executions/{id}/steps/{step_id}` (bearer, or the owning agent). Unlike the
+/// `GET /v0/executions/{id}/steps/{step_id}` (bearer, or the owning agent). Unlike the
 /// Go kernel, the path's execution id is not ignored: a step of another execution is `404`.
 pub(super) async fn get_step(State(s): State<AppState>, mut call: ReadCall) -> ApiResult {
     let (raw, step_id): (String, String) = call.path().await?;
@@ -402,7 +402,7 @@ async fn step_outcome<R: DeserializeOwned>(
     Ok((id, step_id, lease, req))
 }
 
-/// Row 9: `POST /v0/executions/{id}/steps` (200 decision).
+/// `POST /v0/executions/{id}/steps` (200 decision).
 pub(super) async fn submit_step(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
     let id = agent_exec_id(&mut call).await?;
     let lease = call.lease()?;
@@ -412,7 +412,7 @@ pub(super) async fn submit_step(State(s): State<AppState>, mut call: AgentCall) 
     Ok(ok(&decision))
 }
 
-/// Row 10: `POST /v0/executions/{id}/steps/{step_id}/complete`.
+/// `POST /v0/executions/{id}/steps/{step_id}/complete`.
 pub(super) async fn complete_step(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
     let (id, step_id, lease, req) = step_outcome::<CompleteStepRequest>(&s, &mut call).await?;
     let checkpoints = Checkpoints {
@@ -426,7 +426,7 @@ pub(super) async fn complete_step(State(s): State<AppState>, mut call: AgentCall
     Ok(ok(&decision))
 }
 
-/// Row 11: `POST /v0/executions/{id}/steps/{step_id}/fail`.
+/// `POST /v0/executions/{id}/steps/{step_id}/fail`.
 pub(super) async fn fail_step(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
     let (id, step_id, lease, req) = step_outcome::<FailStepRequest>(&s, &mut call).await?;
     let checkpoints = Checkpoints {
@@ -440,7 +440,7 @@ pub(super) async fn fail_step(State(s): State<AppState>, mut call: AgentCall) ->
     Ok(ok(&decision))
 }
 
-/// Row 12: `POST /v0/executions/{id}/steps/{step_id}/stream` (HMAC, 204): publishes a live
+/// `POST /v0/executions/{id}/steps/{step_id}/stream` (HMAC, 204): publishes a live
 /// delta, best effort. `data` over 7,000 bytes is `400`. Lease headers are optional (SDK 0.14
 /// sends none); when present they must still own the dispatch (`409`), as later SDKs expect.
 pub(super) async fn stream_publish(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
@@ -461,7 +461,7 @@ pub(super) async fn stream_publish(State(s): State<AppState>, mut call: AgentCal
     Ok(no_content())
 }
 
-/// Row 13: `POST /v0/executions/{id}/heartbeat` (204; `409 lease_superseded`). The body is
+/// `POST /v0/executions/{id}/heartbeat` (204; `409 lease_superseded`). The body is
 /// ignored (it is signed, normally as the empty string).
 pub(super) async fn heartbeat(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
     let id = agent_exec_id(&mut call).await?;
@@ -482,7 +482,7 @@ pub(super) async fn suspend(State(s): State<AppState>, mut call: AgentCall) -> A
     Ok(ok(&serde_json::json!({ "suspended": suspended })))
 }
 
-/// Row 14: `POST /v0/executions/{id}/complete` (204). An output with a number the kernel
+/// `POST /v0/executions/{id}/complete` (204). An output with a number the kernel
 /// cannot record (an integer beyond 64 bits) is refused (`400`) and fails the execution with
 /// that message: the SDKs do not fail an execution whose completion is refused, and every
 /// re-delivery would run the handler to the same output again, so it would never end.
@@ -509,7 +509,7 @@ pub(super) async fn complete_execution(
     Ok(no_content())
 }
 
-/// Row 15: `POST /v0/executions/{id}/fail` (204).
+/// `POST /v0/executions/{id}/fail` (204).
 pub(super) async fn fail_execution(State(s): State<AppState>, mut call: AgentCall) -> ApiResult {
     let id = agent_exec_id(&mut call).await?;
     let lease = call.lease()?;
@@ -523,7 +523,7 @@ pub(super) async fn fail_execution(State(s): State<AppState>, mut call: AgentCal
 // Agents and policies (admin).
 // ---------------------------------------------------------------------------------------------
 
-/// Row 16: `POST /v0/agents` (201; the secret is never echoed). The webhook URL must be `http`
+/// `POST /v0/agents` (201; the secret is never echoed). The webhook URL must be `http`
 /// or `https`, without user information unless the server allows it, and never the in-process
 /// scheme (`400`, see [`check_webhook_url`]). Replacing another webhook URL or secret of a
 /// registered agent needs `"takeover": true` or the admin (`409 conflict` otherwise; see
@@ -554,9 +554,9 @@ fn agent_for(principal: &Principal, mut agent: Agent) -> Agent {
     agent
 }
 
-/// Row 17: `GET /v0/agents[?limit][&after]` (by id, secrets blanked, webhook credentials
+/// `GET /v0/agents[?limit][&after]` (by id, secrets blanked, webhook credentials
 /// redacted for readers without `agents:write`), one page at a time: `after` is the agent id
-/// the page starts after, paged like row 7.
+/// the page starts after, paged like the steps listing.
 pub(super) async fn list_agents(
     State(s): State<AppState>,
     Client(principal, _): Client<AgentsRead>,
@@ -572,7 +572,7 @@ pub(super) async fn list_agents(
     Ok(paged(&items, page.next.as_deref()))
 }
 
-/// Row 18: `GET /v0/agents/{id}` (as row 17 shows it).
+/// `GET /v0/agents/{id}` (as the listing shows it).
 pub(super) async fn get_agent(
     State(s): State<AppState>,
     Client(principal, _): Client<AgentsRead>,
@@ -599,7 +599,7 @@ pub(super) async fn put_agent_metadata(
     Ok(ok(&s.kernel.set_agent_metadata(&id, metadata).await?))
 }
 
-/// Row 19: `DELETE /v0/agents/{id}` (204; `409` while executions reference it).
+/// `DELETE /v0/agents/{id}` (204; `409` while executions reference it).
 pub(super) async fn delete_agent(
     State(s): State<AppState>,
     _: Client<AgentsWrite>,
@@ -609,7 +609,7 @@ pub(super) async fn delete_agent(
     Ok(no_content())
 }
 
-/// Row 20: `POST /v0/policies/{agent_id}` (204; the bundle is validated before the agent is
+/// `POST /v0/policies/{agent_id}` (204; the bundle is validated before the agent is
 /// looked up).
 pub(super) async fn set_policy(
     State(s): State<AppState>,
@@ -636,9 +636,9 @@ pub(super) async fn test_policy(
 // Approvals.
 // ---------------------------------------------------------------------------------------------
 
-/// Row 21: `GET /v0/approvals[?limit][&after]` (pending ones, oldest first; other parameters,
+/// `GET /v0/approvals[?limit][&after]` (pending ones, oldest first; other parameters,
 /// such as the `status=pending` SDKs send, are ignored), one page at a time: `after` is the
-/// approval id the page starts after (`400` if there is no such approval), paged like row 7.
+/// approval id the page starts after (`400` if there is no such approval), paged like the steps listing.
 pub(super) async fn list_approvals(
     State(s): State<AppState>,
     _: Client<ApprovalsRead>,
@@ -652,7 +652,7 @@ pub(super) async fn list_approvals(
     Ok(paged(&page.items, page.next.as_deref()))
 }
 
-/// Row 22: `GET /v0/approvals/{id}`.
+/// `GET /v0/approvals/{id}`.
 pub(super) async fn get_approval(
     State(s): State<AppState>,
     _: Client<ApprovalsRead>,
@@ -661,7 +661,7 @@ pub(super) async fn get_approval(
     Ok(ok(&s.kernel.approval(&id).await?))
 }
 
-/// Row 23: `POST /v0/approvals/{id}/grant` (204; 403, 404, 409).
+/// `POST /v0/approvals/{id}/grant` (204; 403, 404, 409).
 pub(super) async fn grant(
     State(s): State<AppState>,
     Client(principal, _): Client<ApprovalsWrite>,
@@ -674,7 +674,7 @@ pub(super) async fn grant(
     Ok(no_content())
 }
 
-/// Row 24: `POST /v0/approvals/{id}/deny` (204; 403, 404, 409).
+/// `POST /v0/approvals/{id}/deny` (204; 403, 404, 409).
 pub(super) async fn deny(
     State(s): State<AppState>,
     Client(principal, _): Client<ApprovalsWrite>,
@@ -691,14 +691,14 @@ pub(super) async fn deny(
 // Probes and metrics (no authentication).
 // ---------------------------------------------------------------------------------------------
 
-/// Row 25: `GET /v0/health`: the process answers.
+/// `GET /v0/health`: the process answers.
 pub(super) async fn health() -> Response {
     ok(&HealthStatus {
         status: "ok".to_owned(),
     })
 }
 
-/// Row 26: `GET /v0/ready`: the store answers a ping within 2 s (200), or not (503).
+/// `GET /v0/ready`: the store answers a ping within 2 s (200), or not (503).
 pub(super) async fn ready(State(s): State<AppState>) -> Response {
     let store = s.kernel.store();
     let up = matches!(
@@ -719,7 +719,7 @@ pub(super) async fn ready(State(s): State<AppState>) -> Response {
     }
 }
 
-/// Row 27: `GET /metrics` in the Prometheus text format.
+/// `GET /metrics` in the Prometheus text format.
 pub(super) async fn metrics(State(s): State<AppState>) -> Response {
     let mut text = super::metrics::render(&s.kernel).await;
     text.push_str(&super::metrics::edge(s.streams.open(), s.unverified.held()));

@@ -1,7 +1,7 @@
 //! [`AgentError`]: every refusal of the agent layer (spec checks, controller, remote worker,
-//! merges). `Display` is the seed's or the spec's exact string wherever one is given. Also the
-//! `FromStr` of the `kinds` vocabulary, whose refusal is [`AgentError::UnknownValue`]: `kinds`
-//! sits below this module and names no error.
+//! merges). `Display` is the receipt model's fixed wording wherever it has one (the CLI and
+//! the tests match it). Also the `FromStr` of the `kinds` vocabulary, whose refusal is
+//! [`AgentError::UnknownValue`]: `kinds` sits below this module and names no error.
 
 use super::{ActionKind, ExecutionMode, SideEffects};
 use std::str::FromStr;

@@ -126,8 +126,18 @@ pub(crate) enum Command {
     /// URL.
     #[command(after_help = ENVIRONMENT_HELP)]
     Server(ServerArgs),
+    /// Write a new Ed25519 key pair (KEYFILE, mode 0600, and KEYFILE.pub) and print its id;
+    /// never overwrites a key.
+    Keygen(KeygenArgs),
     /// Print the version.
     Version,
+}
+
+#[derive(Args)]
+pub(crate) struct KeygenArgs {
+    /// Where the signing key goes (its public key goes to KEYFILE.pub).
+    #[arg(value_name = "KEYFILE")]
+    pub(crate) keyfile: std::path::PathBuf,
 }
 
 #[derive(Args)]

@@ -80,7 +80,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if !matches!(cli.command, Command::Version) {
+    if !matches!(cli.command, Command::Version | Command::Keygen(_)) {
         // `vars_os`: a name that is not UTF-8 is no REBUNO_ name, and must not panic.
         let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
         for warning in env_names::unread_warnings(ENVIRONMENT_HELP, names) {
@@ -91,6 +91,18 @@ fn main() -> ExitCode {
         Command::Version => {
             println!("rebuno {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
+        }
+        Command::Keygen(args) => {
+            return match durable_support::keys::keygen(&args.keyfile) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    report_error(format, &e.to_string());
+                    ExitCode::FAILURE
+                }
+            };
         }
         other => other,
     };
@@ -109,7 +121,7 @@ fn main() -> ExitCode {
         match command {
             Command::Dev(args) => serve::dev(args, exporting, format).await,
             Command::Server(args) => serve::server(args, exporting, format).await,
-            Command::Version => Ok(()),
+            Command::Version | Command::Keygen(_) => Ok(()),
         }
     });
     drop(runtime);

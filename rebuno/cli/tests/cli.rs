@@ -1445,3 +1445,9 @@ fn a_failed_start_reports_its_error_as_a_json_line() {
         }
     }
 }
+
+/// `rebuno keygen`: a key pair written once, its id printed, mistakes named.
+#[test]
+fn keygen_writes_a_key_pair_once() {
+    test_support::keys::check_keygen(env!("CARGO_BIN_EXE_rebuno").as_ref());
+}

@@ -2,6 +2,7 @@
 //! drift apart. Not a public API: it changes with the crates that use it.
 //!
 //! - [`civil`]: proleptic Gregorian dates from day counts and back, for timestamp text;
+//! - `keys` (feature `keys`): Ed25519 key files and signed heads, for tamper evidence;
 //! - `group_commit` (feature `sqlite`): the SQLite group commit both stores' writer threads
 //!   run, with truthful per-change answers;
 //! - `pg` (feature `postgres`): PostgreSQL connections, pool, pipelined transactions,
@@ -14,6 +15,8 @@
 pub mod civil;
 #[cfg(feature = "sqlite")]
 pub mod group_commit;
+#[cfg(feature = "keys")]
+pub mod keys;
 #[cfg(feature = "postgres")]
 pub mod pg;
 #[cfg(feature = "postgres")]

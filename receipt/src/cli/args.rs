@@ -74,6 +74,9 @@ pub(super) enum Cmd {
     /// Serve a read-only web console over the database (streams, chains with their verify
     /// result, branches, agent runs) until interrupted
     Ui(UiArgs),
+    /// Write a new Ed25519 key pair (KEYFILE, mode 0600, and KEYFILE.pub) and print its id;
+    /// never overwrites a key
+    Keygen(KeygenArgs),
     /// Anything else is an unknown command.
     #[command(external_subcommand)]
     External(Vec<OsString>),
@@ -183,4 +186,12 @@ pub(super) struct StreamsArgs {
     /// Print a JSON array of { name, count, head, lastTs, parent, forkAt }
     #[arg(long)]
     pub(super) json: bool,
+}
+
+/// `receipt keygen`.
+#[derive(Debug, Args)]
+pub(super) struct KeygenArgs {
+    /// Where the signing key goes (its public key goes to KEYFILE.pub)
+    #[arg(value_name = "KEYFILE")]
+    pub(super) keyfile: PathBuf,
 }

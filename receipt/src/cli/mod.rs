@@ -212,6 +212,12 @@ fn run(cli: Cli, registry: Arc<Registry>, format: LogFormat) -> CliResult {
     if let Cmd::New(a) = &command {
         return agents::new(a);
     }
+    if let Cmd::Keygen(a) = &command {
+        let line = durable_support::keys::keygen(&a.keyfile)
+            .map_err(|e| Failure::Message(e.to_string()))?;
+        println!("{line}");
+        return Ok(());
+    }
     let db = Db::parse(db_path(cli.db)?);
     // Timers: the controller bounds every local action (and a remote call) with a timeout.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -232,7 +238,7 @@ fn run(cli: Cli, registry: Arc<Registry>, format: LogFormat) -> CliResult {
             Cmd::Worker(a) => kernel::worker(&db, a, registry).await,
             Cmd::Ui(a) => ui::ui(&db, a, format).await,
             // Handled before the database is resolved.
-            Cmd::New(_) => Ok(()),
+            Cmd::New(_) | Cmd::Keygen(_) => Ok(()),
             // Reported as an unknown command above.
             Cmd::External(_) => Ok(()),
         }

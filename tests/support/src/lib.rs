@@ -9,6 +9,7 @@
 //! - `pg` (feature `pg`): a PostgreSQL schema of its own per test.
 //! - `logs` (feature `logs`): capturing the log lines and span closes of a test binary.
 //! - `browser` (feature `browser`): a minimal WebDriver client driving a headless Chromium.
+//! - `keys` (feature `keys`): the `keygen` command both CLIs have, checked on a real binary.
 //! - `bench` (feature `bench`): what the benchmarks share (the fsync floor).
 //! - `rebuno` (feature `rebuno`): the fixtures of rebuno's own tests and benchmarks (kernels
 //!   served and embedded, test agents, the API, console, LLM, policy, protocol and SDK
@@ -22,6 +23,8 @@ pub mod vectors;
 pub mod bench;
 #[cfg(feature = "browser")]
 pub mod browser;
+#[cfg(feature = "keys")]
+pub mod keys;
 #[cfg(feature = "logs")]
 pub mod logs;
 #[cfg(feature = "pg")]

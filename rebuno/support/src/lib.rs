@@ -3,6 +3,8 @@
 //!
 //! - [`civil`]: proleptic Gregorian dates from day counts and back, for timestamp text;
 //! - `keys` (feature `keys`): Ed25519 key files and signed heads, for tamper evidence;
+//! - `audit` (feature `keys`): checking a linked stream against its signed checkpoints and a
+//!   witness;
 //! - `group_commit` (feature `sqlite`): the SQLite group commit both stores' writer threads
 //!   run, with truthful per-change answers;
 //! - `pg` (feature `postgres`): PostgreSQL connections, pool, pipelined transactions,
@@ -12,6 +14,8 @@
 //! - `sqlite_tenancy` (feature `sqlite`): the kernel store and the receipt store sharing one
 //!   SQLite file (who owns its header, where the guest keeps its schema version).
 
+#[cfg(feature = "keys")]
+pub mod audit;
 pub mod civil;
 #[cfg(feature = "sqlite")]
 pub mod group_commit;

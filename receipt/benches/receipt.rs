@@ -109,76 +109,89 @@ fn bench_build(c: &mut Criterion) {
     });
 }
 
+/// A durable SQLite store at `path`, signing every append with a fresh key when `signed`.
+fn sqlite_store(path: std::path::PathBuf, signed: bool) -> Arc<SqliteStore> {
+    let options = receipt::store::SqliteOptions {
+        signing_key: signed.then(|| Arc::new(receipt::signing::SigningKey::generate().unwrap())),
+        ..Default::default()
+    };
+    Arc::new(SqliteStore::open_with(path, options).unwrap())
+}
+
 /// Durable appends to SQLite (`synchronous=FULL`): one receipt per command, many events per
-/// command, and commits grouped across 64 concurrent streams.
+/// command, and commits grouped across 64 concurrent streams; each unsigned and with a signing
+/// key (a signed checkpoint per append, in its transaction), measured in the same run.
 fn bench_sqlite_appends(c: &mut Criterion) {
     let rt = rt();
     let mut g = c.benchmark_group("sqlite_append");
     g.sample_size(10).measurement_time(Duration::from_secs(5));
 
-    g.throughput(Throughput::Elements(1));
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(Arc::new(
-        SqliteStore::open(dir.path().join("single.db")).unwrap(),
-    ));
-    let mut i = 0u64;
-    g.bench_function("single_writer_one_per_commit", |b| {
-        b.iter(|| {
-            i += 1;
-            rt.block_on(runtime.execute("bench/single", Command::new(vec![body(i)])))
-                .unwrap()
-        })
-    });
-
-    for batch in [100u64, 1_000] {
-        g.throughput(Throughput::Elements(batch));
+    for (signed, tag) in [(false, ""), (true, "_signed")] {
+        g.throughput(Throughput::Elements(1));
         let dir = tempfile::tempdir().unwrap();
-        let runtime = Runtime::new(Arc::new(
-            SqliteStore::open(dir.path().join("batch.db")).unwrap(),
-        ));
-        g.bench_with_input(
-            BenchmarkId::new("events_per_command", batch),
-            &batch,
-            |b, &batch| {
-                b.iter(|| {
-                    let events = (0..batch).map(body).collect();
-                    rt.block_on(runtime.execute("bench/batch", Command::new(events)))
-                        .unwrap()
-                })
-            },
-        );
-    }
-
-    // 64 streams, each command one receipt, issued concurrently: the writer thread groups them.
-    let streams = 64u64;
-    let per_stream = 16u64;
-    g.throughput(Throughput::Elements(streams * per_stream));
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = Arc::new(Runtime::new(Arc::new(
-        SqliteStore::open(dir.path().join("group.db")).unwrap(),
-    )));
-    g.bench_function("grouped_64_streams_one_per_command", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let tasks: Vec<_> = (0..streams)
-                    .map(|s| {
-                        let runtime = Arc::clone(&runtime);
-                        tokio::spawn(async move {
-                            for k in 0..per_stream {
-                                runtime
-                                    .execute(&format!("bench/g{s}"), Command::new(vec![body(k)]))
-                                    .await
-                                    .unwrap();
-                            }
-                        })
-                    })
-                    .collect();
-                for t in tasks {
-                    t.await.unwrap();
-                }
+        let runtime = Runtime::new(sqlite_store(dir.path().join("single.db"), signed));
+        let mut i = 0u64;
+        g.bench_function(format!("single_writer_one_per_commit{tag}"), |b| {
+            b.iter(|| {
+                i += 1;
+                rt.block_on(runtime.execute("bench/single", Command::new(vec![body(i)])))
+                    .unwrap()
             })
-        })
-    });
+        });
+
+        for batch in [100u64, 1_000] {
+            g.throughput(Throughput::Elements(batch));
+            let dir = tempfile::tempdir().unwrap();
+            let runtime = Runtime::new(sqlite_store(dir.path().join("batch.db"), signed));
+            g.bench_with_input(
+                BenchmarkId::new(format!("events_per_command{tag}"), batch),
+                &batch,
+                |b, &batch| {
+                    b.iter(|| {
+                        let events = (0..batch).map(body).collect();
+                        rt.block_on(runtime.execute("bench/batch", Command::new(events)))
+                            .unwrap()
+                    })
+                },
+            );
+        }
+
+        // 64 streams, each command one receipt, issued concurrently: the writer thread groups
+        // them.
+        let streams = 64u64;
+        let per_stream = 16u64;
+        g.throughput(Throughput::Elements(streams * per_stream));
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = Arc::new(Runtime::new(sqlite_store(
+            dir.path().join("group.db"),
+            signed,
+        )));
+        g.bench_function(format!("grouped_64_streams_one_per_command{tag}"), |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    let tasks: Vec<_> = (0..streams)
+                        .map(|s| {
+                            let runtime = Arc::clone(&runtime);
+                            tokio::spawn(async move {
+                                for k in 0..per_stream {
+                                    runtime
+                                        .execute(
+                                            &format!("bench/g{s}"),
+                                            Command::new(vec![body(k)]),
+                                        )
+                                        .await
+                                        .unwrap();
+                                }
+                            })
+                        })
+                        .collect();
+                    for t in tasks {
+                        t.await.unwrap();
+                    }
+                })
+            })
+        });
+    }
     g.finish();
 }
 

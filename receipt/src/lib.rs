@@ -76,6 +76,7 @@ pub mod kernel;
 mod locks;
 pub mod receipt;
 pub mod runtime;
+pub mod signing;
 pub mod sim;
 pub mod store;
 

@@ -119,7 +119,7 @@ pub enum AuditFailure {
     },
     /// The part after the last checkpoint is longer than the bound.
     #[error(
-        "{count} entries after the last checkpoint (length {after}) are unsigned, more than the bound of {bound}: checkpoints were deleted"
+        "{count} entries after the last checkpoint (length {after}) are unsigned, more than the bound of {bound}: checkpoints were deleted, or a writer had no signing key"
     )]
     UnsignedTail {
         /// The last checkpoint's length.

@@ -35,6 +35,29 @@ pub fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     era * ERA_DAYS + doe - EPOCH_SHIFT
 }
 
+/// `ms` since the epoch as an ISO-8601 UTC instant with milliseconds, as JavaScript's
+/// `Date#toISOString` writes it (years outside 0..=9999 get a sign and six digits).
+pub fn iso_ms(ms: i64) -> String {
+    const DAY_MS: i64 = 86_400_000;
+    let days = ms.div_euclid(DAY_MS);
+    let in_day = ms.rem_euclid(DAY_MS);
+    let (year, month, day) = civil_from_days(days);
+    let year = if (0..=9999).contains(&year) {
+        format!("{year:04}")
+    } else if year < 0 {
+        format!("-{:06}", year.unsigned_abs())
+    } else {
+        format!("+{year:06}")
+    };
+    format!(
+        "{year}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1000 % 60,
+        in_day % 1000
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,6 +40,11 @@ pub(super) struct Cli {
     #[arg(long, global = true, value_name = "FORMAT", value_parser = super::logs::parse_format)]
     pub(super) log_format: Option<LogFormat>,
 
+    /// Signing key file (from `receipt keygen`): every append records a signed checkpoint of
+    /// the stream's head [env: RECEIPT_SIGNING_KEY, a path]
+    #[arg(long, global = true, value_name = "KEYFILE")]
+    pub(super) signing_key: Option<PathBuf>,
+
     #[command(subcommand)]
     pub(super) command: Option<Cmd>,
 }
@@ -60,6 +65,9 @@ pub(super) enum Cmd {
     /// Verify a stream's hash chain (exit 1 when it is broken)
     #[command(override_usage = "receipt verify [OPTIONS] <T>")]
     Verify(VerifyArgs),
+    /// Print a stream's head as JSON; with --signed, its latest signed checkpoint (to keep
+    /// elsewhere as a witness)
+    Head(HeadArgs),
     /// Fork a stream at an index into a new branch (writes metadata only)
     Fork(ForkArgs),
     /// List streams and branches
@@ -150,6 +158,28 @@ pub(super) struct VerifyArgs {
     /// Print the result as JSON on stdout (a failure still exits 1)
     #[arg(long)]
     pub(super) json: bool,
+    /// Also check the stream's signed checkpoints with this public key (KEYFILE.pub)
+    #[arg(long, value_name = "FILE")]
+    pub(super) public_key: Option<PathBuf>,
+    /// A signed head kept outside the database (`receipt head --signed`): the stream must
+    /// still extend it (needs --public-key)
+    #[arg(long, value_name = "FILE", requires = "public_key")]
+    pub(super) witness: Option<PathBuf>,
+    /// How many receipts may follow the last checkpoint (more: checkpoints were deleted, or a
+    /// writer had no key)
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "public_key")]
+    pub(super) max_unsigned: u64,
+}
+
+/// `receipt head`.
+#[derive(Debug, Args)]
+pub(super) struct HeadArgs {
+    /// Stream name
+    #[arg(value_name = "STREAM")]
+    pub(super) stream: String,
+    /// Print the latest signed checkpoint instead (exit 1 when the stream has none)
+    #[arg(long)]
+    pub(super) signed: bool,
 }
 
 #[derive(Debug, Args)]

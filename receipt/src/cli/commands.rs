@@ -1,7 +1,7 @@
 //! The commands that work on the receipt database: `append`, `trace`, `replay`, `inspect`,
-//! `verify`, `fork` and `streams` (`new` and `run` are in the `agents` module).
+//! `verify`, `head`, `fork` and `streams` (`new` and `run` are in the `agents` module).
 
-use super::args::{AppendArgs, ForkArgs, ReportArgs, StreamsArgs, TraceArgs, VerifyArgs};
+use super::args::{AppendArgs, ForkArgs, HeadArgs, ReportArgs, StreamsArgs, TraceArgs, VerifyArgs};
 use super::db::Db;
 use super::report::{
     DuplicateReport, ForkReport, InspectReport, ReplayReport, StreamEntry, TraceEntry, TraceReport,
@@ -11,8 +11,10 @@ use super::target::{read_target, required, resolve, resolve_existing};
 use super::time::iso_ts;
 use super::{CliResult, Failure, fail};
 use crate::receipt::base36;
+use crate::signing::{PublicKey, SignedHead};
 use crate::sim::{Clock, SystemClock};
 use crate::{BranchMeta, Command, ReceiptStore, Verified, VerifyFailure};
+use durable_support::audit::{AuditInput, audit};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io;
@@ -185,40 +187,118 @@ pub(super) async fn inspect(db: &Db, a: ReportArgs) -> CliResult {
 /// `verify`: checks the hash chain; a broken chain is an error.
 pub(super) async fn verify_cmd(db: &Db, a: VerifyArgs) -> CliResult {
     let target = required("verify", a.target)?;
+    // The keys are read before the database, so a wrong file is named before anything else.
+    let key = a.public_key.as_deref().map(PublicKey::read).transpose();
+    let key = key.map_err(|e| Failure::Message(format!("public key: {e}")))?;
+    let witness = a.witness.as_deref().map(read_witness).transpose()?;
     let rt = db.runtime(false).await?;
     let stream = resolve_existing(&**rt.store(), &target).await?;
-    match verify_stream(&**rt.store(), &stream).await? {
-        Ok(v) => {
-            if a.json {
-                print_json(&VerifyOk {
-                    ok: true,
-                    stream: &stream,
-                    count: v.count,
-                    head: v.head.as_deref(),
-                })
-            } else {
-                print_text(&format!(
-                    "ok: {} receipts, head {}\n",
-                    v.count,
-                    v.head.as_deref().unwrap_or("none")
-                ))
-            }
-        }
+    let v = match verify_stream(&**rt.store(), &stream).await? {
+        Ok(v) => v,
         Err(f) => {
             if a.json {
                 print_json(&VerifyFailed {
                     ok: false,
                     stream: &stream,
-                    at: f.at,
+                    at: Some(f.at),
                     reason: f.reason.to_string(),
                 })?;
             }
-            fail(format!(
+            return fail(format!(
                 "verify failed for stream '{stream}': {} at index {}",
                 f.reason, f.at
-            ))
+            ));
         }
+    };
+    let signed = match &key {
+        None => None,
+        Some(key) => {
+            // Checkpoints sign the stored receipts of the stream itself.
+            let stored = rt.store().read(&stream).await?;
+            let hashes: Vec<&str> = stored.iter().map(crate::Receipt::hash).collect();
+            let checkpoints = rt.store().checkpoints(&stream).await?;
+            match audit(AuditInput {
+                stream: &stream,
+                hashes: &hashes,
+                checkpoints: &checkpoints,
+                key,
+                witness: witness.as_ref(),
+                max_unsigned_tail: a.max_unsigned,
+            }) {
+                Ok(coverage) => Some(coverage),
+                Err(f) => {
+                    if a.json {
+                        print_json(&VerifyFailed {
+                            ok: false,
+                            stream: &stream,
+                            at: None,
+                            reason: f.to_string(),
+                        })?;
+                    }
+                    return fail(format!("verify failed for stream '{stream}': {f}"));
+                }
+            }
+        }
+    };
+    if a.json {
+        print_json(&VerifyOk {
+            ok: true,
+            stream: &stream,
+            count: v.count,
+            head: v.head.as_deref(),
+            signed: signed.as_ref(),
+        })
+    } else {
+        let mut line = format!(
+            "ok: {} receipts, head {}",
+            v.count,
+            v.head.as_deref().unwrap_or("none")
+        );
+        if let Some(c) = &signed {
+            line.push_str(&format!("; {c}"));
+        }
+        print_text(&(line + "\n"))
     }
+}
+
+/// The largest witness file read (a signed head is a few hundred bytes).
+const WITNESS_MAX: u64 = 64 * 1024;
+
+/// A witness file: one signed head as `receipt head --signed` prints it.
+fn read_witness(path: &std::path::Path) -> CliResult<SignedHead> {
+    use std::io::Read;
+    let bad = |why: String| Failure::Message(format!("witness {}: {why}", path.display()));
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(WITNESS_MAX + 1).read_to_string(&mut text))
+        .map_err(|e| bad(e.to_string()))?;
+    if text.len() as u64 > WITNESS_MAX {
+        return Err(bad("too large to be a signed head".into()));
+    }
+    serde_json::from_str(&text).map_err(|e| bad(format!("not a signed head: {e}")))
+}
+
+/// `receipt head`: the stream's head, or with `--signed` its latest signed checkpoint.
+pub(super) async fn head(db: &Db, a: HeadArgs) -> CliResult {
+    let store = db.open(false).await?;
+    if a.signed {
+        return match store.latest_checkpoint(&a.stream).await? {
+            Some(head) => print_json(&head),
+            None => fail(format!(
+                "stream '{}' has no signed checkpoint (its appends were made without a signing \
+                 key, or it does not exist)",
+                a.stream
+            )),
+        };
+    }
+    let Some(tail) = store.tail(&a.stream).await? else {
+        return fail(format!("stream '{}' has no receipts", a.stream));
+    };
+    print_json(&serde_json::json!({
+        "stream": a.stream,
+        "length": tail.seq + 1,
+        "head": tail.hash,
+    }))
 }
 
 /// Verifies `stream` as readers see it (the materialized chain: a branch is its parent's

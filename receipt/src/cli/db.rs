@@ -5,16 +5,25 @@
 //! URL's password never is.
 
 use super::{CliResult, DEFAULT_DB, Failure};
+use crate::signing::SigningKey;
 use crate::store::PgStore;
+use crate::store::SqliteOptions;
 use crate::store::postgres::RECONNECT_ENV;
 use crate::{ReceiptStore, Runtime, SqliteStore};
 use durable_support::pg::redact_url;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A receipt database named on the command line.
+/// A receipt database named on the command line, and the key its appends are signed with.
 #[derive(Debug, Clone)]
-pub(super) enum Db {
+pub(super) struct Db {
+    location: Location,
+    signing: Option<Arc<SigningKey>>,
+}
+
+/// Where a receipt database is.
+#[derive(Debug, Clone)]
+enum Location {
     /// A SQLite file.
     File(PathBuf),
     /// A PostgreSQL connection URL.
@@ -24,12 +33,22 @@ pub(super) enum Db {
 impl Db {
     /// A `postgres://` or `postgresql://` URL names PostgreSQL; anything else is a file path.
     pub(super) fn parse(raw: PathBuf) -> Db {
-        match raw.to_str() {
+        let location = match raw.to_str() {
             Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                Db::Postgres(url.to_owned())
+                Location::Postgres(url.to_owned())
             }
-            _ => Db::File(raw),
+            _ => Location::File(raw),
+        };
+        Db {
+            location,
+            signing: None,
         }
+    }
+
+    /// This database, its stores recording a signed checkpoint with every append.
+    pub(super) fn signed_with(mut self, key: Option<Arc<SigningKey>>) -> Db {
+        self.signing = key;
+        self
     }
 
     /// Opens the store for a command that runs once. A file is created only when `create` is
@@ -48,17 +67,21 @@ impl Db {
     }
 
     async fn open_as(&self, create: bool, serving: bool) -> CliResult<Arc<dyn ReceiptStore>> {
-        match self {
-            Db::File(path) => {
+        match &self.location {
+            Location::File(path) => {
+                let options = SqliteOptions {
+                    signing_key: self.signing.clone(),
+                    ..SqliteOptions::default()
+                };
                 let store = if create {
                     check_dir(path)?;
-                    SqliteStore::open(path)?
+                    SqliteStore::open_with(path, options)?
                 } else {
-                    SqliteStore::open_existing(path)?
+                    SqliteStore::open_existing_with(path, options)?
                 };
                 Ok(Arc::new(store))
             }
-            Db::Postgres(url) => {
+            Location::Postgres(url) => {
                 let mut options = PgStore::options(url.clone())?;
                 if !serving {
                     let reconnect = options.reconnect_for;
@@ -67,9 +90,12 @@ impl Db {
                         options.reconnect_for = reconnect;
                     }
                 }
-                let store = PgStore::connect(options).await.map_err(|e| {
+                let mut store = PgStore::connect(options).await.map_err(|e| {
                     Failure::Message(format!("cannot open {}: {e}", redact_url(url)))
                 })?;
+                if let Some(key) = &self.signing {
+                    store = store.with_signing_key(Arc::clone(key));
+                }
                 Ok(Arc::new(store))
             }
         }
@@ -87,7 +113,7 @@ impl Db {
 
     /// `message` with the URL's password, wherever it appears, replaced by `***`.
     pub(super) fn scrub(&self, message: String) -> String {
-        let Db::Postgres(url) = self else {
+        let Location::Postgres(url) = &self.location else {
             return message;
         };
         let message = message.replace(url.as_str(), &redact_url(url));
@@ -146,10 +172,13 @@ mod tests {
             db.scrub("cannot reach postgres://app:hunter22@db/r (password hunter22)".into()),
             "cannot reach postgres://app:***@db/r (password ***)"
         );
-        assert!(matches!(Db::parse("x/postgres://y".into()), Db::File(_)));
         assert!(matches!(
-            Db::parse("postgresql://h/d".into()),
-            Db::Postgres(_)
+            Db::parse("x/postgres://y".into()).location,
+            Location::File(_)
+        ));
+        assert!(matches!(
+            Db::parse("postgresql://h/d".into()).location,
+            Location::Postgres(_)
         ));
     }
 }

@@ -56,9 +56,10 @@ mod ui;
 pub use agents::{TEMPLATES, template};
 
 use crate::agent::Registry;
+use crate::signing::{SIGNING_KEY_ENV, SigningKey};
 use args::{Cli, Cmd};
 use clap::Parser;
-use commands::{append, fork, inspect, replay, streams, trace, verify_cmd};
+use commands::{append, fork, head, inspect, replay, streams, trace, verify_cmd};
 use db::Db;
 use rebuno::telemetry::LogFormat;
 use std::io::{self, Write};
@@ -218,7 +219,14 @@ fn run(cli: Cli, registry: Arc<Registry>, format: LogFormat) -> CliResult {
         println!("{line}");
         return Ok(());
     }
-    let db = Db::parse(db_path(cli.db)?);
+    let signing = match &cli.signing_key {
+        Some(path) => Some(SigningKey::read(path)),
+        None => SigningKey::from_env(SIGNING_KEY_ENV).transpose(),
+    }
+    .transpose()
+    .map_err(|e| Failure::Message(format!("signing key: {e}")))?
+    .map(Arc::new);
+    let db = Db::parse(db_path(cli.db)?).signed_with(signing);
     // Timers: the controller bounds every local action (and a remote call) with a timeout.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -232,6 +240,7 @@ fn run(cli: Cli, registry: Arc<Registry>, format: LogFormat) -> CliResult {
             Cmd::Replay(a) => replay(&db, a).await,
             Cmd::Inspect(a) => inspect(&db, a).await,
             Cmd::Verify(a) => verify_cmd(&db, a).await,
+            Cmd::Head(a) => head(&db, a).await,
             Cmd::Fork(a) => fork(&db, a).await,
             Cmd::Streams(a) => streams(&db, a).await,
             Cmd::Run(a) => agents::run(&db, a, registry).await,

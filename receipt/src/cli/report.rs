@@ -125,6 +125,9 @@ pub(super) struct VerifyOk<'a> {
     pub(super) stream: &'a str,
     pub(super) count: usize,
     pub(super) head: Option<&'a str>,
+    /// With `--public-key`: how much of the stream its signatures cover.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) signed: Option<&'a crate::signing::Coverage>,
 }
 
 /// `verify --json` on failure.
@@ -132,7 +135,10 @@ pub(super) struct VerifyOk<'a> {
 pub(super) struct VerifyFailed<'a> {
     pub(super) ok: bool,
     pub(super) stream: &'a str,
-    pub(super) at: usize,
+    /// The failing receipt's index (a broken chain; a signature failure names its length or
+    /// index in `reason`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) at: Option<usize>,
     pub(super) reason: String,
 }
 

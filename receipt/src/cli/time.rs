@@ -1,29 +1,10 @@
 //! Timestamps as the CLI prints them: ISO-8601 UTC with milliseconds, as JavaScript's
 //! `Date#toISOString` writes them.
 
-use durable_support::civil::civil_from_days;
-
 /// `ms` since the epoch as an ISO-8601 UTC instant with milliseconds, as JavaScript's
 /// `Date#toISOString` writes it (years outside 0..=9999 get a sign and six digits).
 pub(super) fn iso_ts(ms: i64) -> String {
-    const DAY_MS: i64 = 86_400_000;
-    let days = ms.div_euclid(DAY_MS);
-    let in_day = ms.rem_euclid(DAY_MS);
-    let (year, month, day) = civil_from_days(days);
-    let year = if (0..=9999).contains(&year) {
-        format!("{year:04}")
-    } else if year < 0 {
-        format!("-{:06}", year.unsigned_abs())
-    } else {
-        format!("+{year:06}")
-    };
-    format!(
-        "{year}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        in_day / 3_600_000,
-        in_day / 60_000 % 60,
-        in_day / 1000 % 60,
-        in_day % 1000
-    )
+    durable_support::civil::iso_ms(ms)
 }
 
 #[cfg(test)]

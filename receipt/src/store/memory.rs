@@ -1,6 +1,6 @@
 //! In-memory [`ReceiptStore`]: for tests and short-lived tools. Same semantics as the durable
-//! backends (atomic batches, CAS on the stored tail, event-id dedup), nothing survives the
-//! process.
+//! backends (atomic batches, CAS on the stored tail, event-id dedup, a signed checkpoint with
+//! each append when it has a key), nothing survives the process.
 
 use super::{
     AppendOutcome, AppendRequest, BRANCH_META_STREAM, BranchMeta, ReceiptStore, StreamInfo, Tail,
@@ -8,14 +8,16 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::receipt::Receipt;
+use crate::signing::{SignedHead, SigningKey, checkpoint};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 #[derive(Default)]
 struct Stream {
     receipts: Vec<Receipt>,
     event_ids: HashMap<String, usize>,
+    checkpoints: Vec<SignedHead>,
 }
 
 #[derive(Default)]
@@ -28,12 +30,22 @@ struct Inner {
 #[derive(Default)]
 pub struct MemoryStore {
     inner: RwLock<Inner>,
+    signing: Option<Arc<SigningKey>>,
 }
 
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store that records a signed checkpoint with every append (see
+    /// [`crate::signing`]).
+    pub fn with_signing_key(key: Arc<SigningKey>) -> Self {
+        MemoryStore {
+            signing: Some(key),
+            ..Self::default()
+        }
     }
 
     fn read_lock(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
@@ -54,7 +66,11 @@ fn tail_of(stream: Option<&Stream>) -> Option<Tail> {
     })
 }
 
-fn append_locked(inner: &mut Inner, request: AppendRequest) -> Result<AppendOutcome> {
+fn append_locked(
+    inner: &mut Inner,
+    request: AppendRequest,
+    signing: Option<&SigningKey>,
+) -> Result<AppendOutcome> {
     check_batch(&request)?;
     let stream = inner.streams.get(&request.stream);
     let ids = batch_event_ids(&request);
@@ -73,16 +89,20 @@ fn append_locked(inner: &mut Inner, request: AppendRequest) -> Result<AppendOutc
             actual,
         });
     }
-    let s = inner.streams.entry(request.stream).or_default();
+    let s = inner.streams.entry(request.stream.clone()).or_default();
     for r in request.receipts {
         if let Some(id) = r.event_id() {
             s.event_ids.insert(id.to_owned(), s.receipts.len());
         }
         s.receipts.push(r);
     }
-    Ok(AppendOutcome::Appended {
-        tail: tail_of(Some(s)).expect("just appended"),
-    })
+    let tail = tail_of(Some(s)).expect("just appended");
+    if let Some(key) = signing {
+        let now = crate::sim::Clock::now_ms(&crate::sim::SystemClock);
+        let head = checkpoint(key, &request.stream, tail.seq + 1, &tail.hash, now);
+        s.checkpoints.push(head);
+    }
+    Ok(AppendOutcome::Appended { tail })
 }
 
 #[async_trait]
@@ -110,7 +130,16 @@ impl ReceiptStore for MemoryStore {
         if request.stream.starts_with("__meta/") {
             return Err(Error::ReservedStream(request.stream));
         }
-        append_locked(&mut self.write_lock(), request)
+        append_locked(&mut self.write_lock(), request, self.signing.as_deref())
+    }
+
+    async fn checkpoints(&self, stream: &str) -> Result<Vec<SignedHead>> {
+        Ok(self
+            .read_lock()
+            .streams
+            .get(stream)
+            .map(|s| s.checkpoints.clone())
+            .unwrap_or_default())
     }
 
     async fn count_event_ids(&self, stream: &str, event_ids: &[String]) -> Result<usize> {
@@ -168,7 +197,7 @@ impl ReceiptStore for MemoryStore {
             receipts: vec![meta_receipt],
             expected_tail: meta_tail,
         };
-        append_locked(&mut inner, request)?;
+        append_locked(&mut inner, request, None)?;
         inner.branches.insert(meta.name.clone(), meta);
         Ok(())
     }

@@ -184,6 +184,19 @@ pub trait ReceiptStore: Send + Sync {
     /// All branches, by name.
     async fn list_branches(&self) -> Result<Vec<BranchMeta>>;
 
+    /// The signed checkpoints recorded for `stream`, shortest first (none unless the store was
+    /// opened with a signing key; see [`crate::signing`]). A backend that records none keeps
+    /// this default.
+    async fn checkpoints(&self, stream: &str) -> Result<Vec<crate::signing::SignedHead>> {
+        let _ = stream;
+        Ok(Vec::new())
+    }
+
+    /// The latest signed checkpoint of `stream`: what an operator keeps elsewhere as a witness.
+    async fn latest_checkpoint(&self, stream: &str) -> Result<Option<crate::signing::SignedHead>> {
+        Ok(self.checkpoints(stream).await?.pop())
+    }
+
     /// Atomically records a branch: refuses with [`Error::BranchExists`] or
     /// [`Error::StreamHasReceipts`], appends `meta_receipt` to [`BRANCH_META_STREAM`] (whose
     /// stored tail must be `meta_tail`), and stores the metadata.

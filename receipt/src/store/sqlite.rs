@@ -23,6 +23,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::receipt::{Hints, Receipt};
+use crate::signing::{SignedHead, SigningKey, checkpoint};
 use async_trait::async_trait;
 use durable_support::group_commit;
 use durable_support::sqlite_tenancy::{Holding, RECEIPT};
@@ -33,7 +34,7 @@ use tokio::sync::oneshot;
 
 /// The receipt schema's version: `user_version` of a file the receipt store created, the
 /// `receipt_meta` row of a kernel database it shares ([`durable_support::sqlite_tenancy`]).
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 /// How long a statement waits for another process's lock on the file.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -69,6 +70,20 @@ CREATE TABLE receipt_branches (
 );
 ";
 
+/// Version 2: signed checkpoints of stream heads (see [`crate::signing`]), one per append made
+/// with a signing key, written in the append's transaction.
+const CHECKPOINTS: &str = "
+CREATE TABLE receipt_checkpoints (
+    stream TEXT NOT NULL,
+    length INTEGER NOT NULL,
+    head TEXT NOT NULL,
+    signed_at TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    PRIMARY KEY (stream, length)
+);
+";
+
 /// Tuning for [`SqliteStore`].
 #[derive(Debug, Clone)]
 pub struct SqliteOptions {
@@ -77,6 +92,8 @@ pub struct SqliteOptions {
     pub synchronous_full: bool,
     /// The most appends one group commit takes (default 4096).
     pub max_group: usize,
+    /// Records a signed checkpoint of the stream's head with every append (default none).
+    pub signing_key: Option<Arc<SigningKey>>,
 }
 
 impl Default for SqliteOptions {
@@ -84,6 +101,7 @@ impl Default for SqliteOptions {
         SqliteOptions {
             synchronous_full: true,
             max_group: 4096,
+            signing_key: None,
         }
     }
 }
@@ -176,6 +194,7 @@ fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result
                 return Ok(holding);
             }
             conn.execute_batch(SCHEMA)?;
+            conn.execute_batch(CHECKPOINTS)?;
             RECEIPT.record_version(&conn, holding, SCHEMA_VERSION)?;
             Ok(match holding {
                 Holding::Guest { .. } => Holding::Guest {
@@ -206,6 +225,9 @@ fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result
             format!("schema version {version} is newer than this build supports"),
         ));
     }
+    if version < SCHEMA_VERSION {
+        upgrade(&conn, path, &look)?;
+    }
     ensure_wal(&conn)?;
     conn.pragma_update(
         None,
@@ -219,6 +241,38 @@ fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result
     Ok(conn)
 }
 
+/// Brings a version 1 file to version 2 (adds the checkpoints table), under the write lock so
+/// that two processes opening the file at once upgrade it once. Receipts written before keep
+/// verifying, as unsigned.
+fn upgrade(
+    conn: &Connection,
+    path: &Path,
+    look: &dyn Fn(&Connection) -> Result<Holding>,
+) -> Result<()> {
+    ensure_wal(conn)?;
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let done = (|| -> Result<()> {
+        let holding = look(conn)?;
+        if holding.version() == 1 {
+            conn.execute_batch(CHECKPOINTS)?;
+            RECEIPT.record_version(conn, holding, SCHEMA_VERSION)?;
+        } else if holding.version() != SCHEMA_VERSION {
+            return Err(not_a_db(
+                path,
+                format!("unexpected schema version {}", holding.version()),
+            ));
+        }
+        Ok(())
+    })();
+    match done {
+        Ok(()) => Ok(conn.execute_batch("COMMIT")?),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the receipt database at `path` with default options.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
@@ -227,7 +281,15 @@ impl SqliteStore {
 
     /// Opens an existing receipt database; refuses to create one.
     pub fn open_existing(path: impl AsRef<Path>) -> Result<SqliteStore> {
-        Self::open_inner(path.as_ref(), SqliteOptions::default(), false)
+        Self::open_existing_with(path, SqliteOptions::default())
+    }
+
+    /// [`SqliteStore::open_existing`] with options.
+    pub fn open_existing_with(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore> {
+        Self::open_inner(path.as_ref(), options, false)
     }
 
     /// Opens (creating if needed) the receipt database at `path`.
@@ -254,14 +316,20 @@ impl SqliteStore {
             Arc::new(Mutex::new(writer_conn)),
             Arc::new(Mutex::new(reader)),
             options.max_group,
+            options.signing_key,
         )
     }
 
     /// A receipt database in memory, gone when the store is dropped (tests, short-lived
     /// tools). One connection serves the writer thread and the reads, each taking it in turn.
     pub fn memory() -> Result<SqliteStore> {
+        Self::memory_with(SqliteOptions::default())
+    }
+
+    /// [`SqliteStore::memory`] with options (`synchronous_full` does not apply).
+    pub fn memory_with(options: SqliteOptions) -> Result<SqliteStore> {
         let conn = Connection::open_in_memory()?;
-        conn.execute_batch(&format!("BEGIN; {SCHEMA}"))?;
+        conn.execute_batch(&format!("BEGIN; {SCHEMA} {CHECKPOINTS}"))?;
         RECEIPT.record_version(&conn, Holding::Empty, SCHEMA_VERSION)?;
         conn.execute_batch("COMMIT")?;
         let conn = Arc::new(Mutex::new(conn));
@@ -269,7 +337,8 @@ impl SqliteStore {
             PathBuf::from(":memory:"),
             Arc::clone(&conn),
             conn,
-            SqliteOptions::default().max_group,
+            options.max_group,
+            options.signing_key,
         )
     }
 
@@ -278,12 +347,13 @@ impl SqliteStore {
         writer: Arc<Mutex<Connection>>,
         reader: Arc<Mutex<Connection>>,
         max_group: usize,
+        signing: Option<Arc<SigningKey>>,
     ) -> Result<SqliteStore> {
         let (tx, rx) = mpsc::channel::<Job>();
         let max_group = max_group.max(1);
         std::thread::Builder::new()
             .name("receipt-sqlite-writer".into())
-            .spawn(move || writer_loop(&writer, rx, max_group))
+            .spawn(move || writer_loop(&writer, rx, max_group, signing))
             .map_err(|e| Error::Storage(format!("cannot start writer thread: {e}")))?;
         Ok(SqliteStore {
             path,
@@ -333,7 +403,12 @@ async fn run_blocking<T: Send + 'static>(
     }
 }
 
-fn writer_loop(conn: &Mutex<Connection>, rx: mpsc::Receiver<Job>, max_group: usize) {
+fn writer_loop(
+    conn: &Mutex<Connection>,
+    rx: mpsc::Receiver<Job>,
+    max_group: usize,
+    signing: Option<Arc<SigningKey>>,
+) {
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
         let mut count = job_size(&jobs[0]);
@@ -346,7 +421,11 @@ fn writer_loop(conn: &Mutex<Connection>, rx: mpsc::Receiver<Job>, max_group: usi
                 Err(_) => break,
             }
         }
-        run_group(&conn.lock().unwrap_or_else(|e| e.into_inner()), jobs);
+        run_group(
+            &conn.lock().unwrap_or_else(|e| e.into_inner()),
+            jobs,
+            signing.as_ref(),
+        );
     }
 }
 
@@ -381,7 +460,7 @@ enum Waiting {
 /// Runs `jobs` as one group commit (see [`durable_support::group_commit`]): every append
 /// request and every branch is a change of its own, so one failing CAS does not undo its
 /// neighbours, and each caller hears whether its changes were kept.
-fn run_group(conn: &Connection, jobs: Vec<Job>) {
+fn run_group(conn: &Connection, jobs: Vec<Job>, signing: Option<&Arc<SigningKey>>) {
     let now = crate::sim::Clock::now_ms(&crate::sim::SystemClock);
     // Each change is tagged with its job and its place in the job, so the answers (which come
     // back in no particular order) reach the right caller in the right order.
@@ -393,8 +472,9 @@ fn run_group(conn: &Connection, jobs: Vec<Job>) {
             Job::Append(reqs, reply) => {
                 slots.push(reqs.iter().map(|_| None).collect());
                 for (i, r) in reqs.into_iter().enumerate() {
+                    let key = signing.cloned();
                     let change: Change =
-                        Box::new(move |c| append_tx(c, r, now).map(Done::Appended));
+                        Box::new(move |c| append_tx(c, r, now, key.as_deref()).map(Done::Appended));
                     changes.push((change, (j, i)));
                 }
                 replies.push(Waiting::Append(reply));
@@ -468,7 +548,12 @@ fn count_ids(conn: &Connection, stream: &str, ids: &[String]) -> Result<usize> {
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
-fn append_tx(conn: &Connection, request: AppendRequest, now: i64) -> Result<AppendOutcome> {
+fn append_tx(
+    conn: &Connection,
+    request: AppendRequest,
+    now: i64,
+    signing: Option<&SigningKey>,
+) -> Result<AppendOutcome> {
     check_batch(&request)?;
     let present = count_ids(conn, &request.stream, &batch_event_ids(&request))?;
     if let Some(outcome) = dedup_decision(&request, present)? {
@@ -529,6 +614,21 @@ fn append_tx(conn: &Connection, request: AppendRequest, now: i64) -> Result<Appe
         now,
         ts
     ])?;
+    if let Some(key) = signing {
+        let head = checkpoint(key, &request.stream, last_seq + 1, &hash, now);
+        conn.prepare_cached(
+            "INSERT INTO receipt_checkpoints (stream, length, head, signed_at, key_id, signature)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![
+            head.stream,
+            head.length as i64,
+            head.head,
+            head.at,
+            head.key_id,
+            head.signature
+        ])?;
+    }
     Ok(AppendOutcome::Appended {
         tail: Tail {
             seq: last_seq,
@@ -558,7 +658,7 @@ fn branch_tx(
         receipts: vec![receipt],
         expected_tail: meta_tail,
     };
-    append_tx(conn, request, now)?;
+    append_tx(conn, request, now, None)?;
     conn.prepare_cached(
         "INSERT INTO receipt_branches (name, parent, fork_at, created_at) VALUES (?1, ?2, ?3, ?4)",
     )?
@@ -666,6 +766,30 @@ impl ReceiptStore for SqliteStore {
         out.into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::Storage("missing result".into()))))
             .collect()
+    }
+
+    async fn checkpoints(&self, stream: &str) -> Result<Vec<SignedHead>> {
+        let stream = stream.to_owned();
+        self.with_reader(move |c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT stream, length, head, signed_at, key_id, signature
+                 FROM receipt_checkpoints WHERE stream = ?1 ORDER BY length",
+            )?;
+            let rows = stmt.query_map(params![stream], |r| {
+                Ok(SignedHead {
+                    stream: r.get(0)?,
+                    // A negative length (a row edited by hand) reads as one no stream reaches,
+                    // so verification reports it instead of skipping it.
+                    length: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(u64::MAX),
+                    head: r.get(2)?,
+                    at: r.get(3)?,
+                    key_id: r.get(4)?,
+                    signature: r.get(5)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+        .await
     }
 
     async fn count_event_ids(&self, stream: &str, event_ids: &[String]) -> Result<usize> {

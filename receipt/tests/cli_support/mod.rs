@@ -198,3 +198,35 @@ impl std::ops::Deref for PgSchema {
         &self.0
     }
 }
+
+/// A stored receipt row as an attacker reads it: `stream_seq`, id, ts, stream, envelope.
+pub type StoredRow = (i64, String, i64, String, Vec<u8>);
+
+/// A row as the attacker writes it back: `stream_seq`, envelope, hash, prev.
+pub type ForgedRow = (i64, Vec<u8>, String, Option<String>);
+
+/// What an attacker who rewrites receipt `index` (its body's `n` set to 1000000) and recomputes
+/// every later hash writes back: `(stream_seq, envelope, hash, prev)` for each changed row, and
+/// the new head hash. The hash chain of the result verifies.
+pub fn forge_from(
+    rows: Vec<StoredRow>,
+    index: usize,
+) -> (Vec<ForgedRow>, String) {
+    let mut prev: Option<String> = None;
+    let mut updates = Vec::new();
+    for (i, (seq, id, ts, stream, envelope)) in rows.into_iter().enumerate() {
+        let stored: Value = serde_json::from_slice(&envelope).expect("an envelope");
+        let mut body = stored["body"].clone();
+        if i == index {
+            body["n"] = serde_json::json!(1_000_000);
+        }
+        let r = Receipt::from_parts(id, ts, stream, prev.clone(), body, None, Hints::new())
+            .expect("a receipt");
+        if i >= index {
+            let bytes = r.canonical_bytes().expect("canonical").into_owned();
+            updates.push((seq, bytes, r.hash().to_owned(), prev.clone()));
+        }
+        prev = Some(r.hash().to_owned());
+    }
+    (updates, prev.expect("a stream with receipts"))
+}

@@ -3,7 +3,8 @@
 //! its own, dropped afterwards; the PostgreSQL tests are ignored unless `REBUNO_TEST_PG_URL` is
 //! set). The bodies cover appends, the compare-and-swap, dedup, ranges, versions, listings,
 //! branches and the runtime on top (`store/appends.rs`, `store/branches.rs`,
-//! `store/runtime.rs`); `store/shared.rs` holds the properties of two store instances on one
+//! `store/runtime.rs`), and the signed checkpoints of a store with a key (`store/signed.rs`);
+//! `store/shared.rs` holds the properties of two store instances on one
 //! database, run on the backends that have one (SQLite file, PostgreSQL).
 //!
 //! ```text
@@ -15,8 +16,11 @@ mod appends;
 mod branches;
 mod runtime;
 mod shared;
+mod signed;
 
+use receipt::signing::SigningKey;
 use receipt::sim::{FixedClock, SeededEntropy};
+use receipt::store::SqliteOptions;
 use receipt::{
     AppendOutcome, AppendRequest, Hints, MemoryStore, Receipt, ReceiptStore, SqliteStore,
 };
@@ -79,6 +83,33 @@ impl Backend {
                     guard: Guard::Schema(schema),
                 }
             }
+        }
+    }
+
+    /// A store of the same kind that signs every append with `key`: on the same database
+    /// where there is one to reopen, else a fresh one.
+    pub async fn signing(&self, key: Arc<SigningKey>) -> Arc<dyn ReceiptStore> {
+        match &self.guard {
+            Guard::None if self.name == "memory" => Arc::new(MemoryStore::with_signing_key(key)),
+            Guard::None => Arc::new(
+                SqliteStore::memory_with(SqliteOptions {
+                    signing_key: Some(key),
+                    ..SqliteOptions::default()
+                })
+                .unwrap(),
+            ),
+            Guard::Dir(_, path) => Arc::new(
+                SqliteStore::open_with(
+                    path,
+                    SqliteOptions {
+                        signing_key: Some(key),
+                        ..SqliteOptions::default()
+                    },
+                )
+                .unwrap(),
+            ),
+            #[cfg(feature = "postgres")]
+            Guard::Schema(schema) => Arc::new(schema.store().await.with_signing_key(key)),
         }
     }
 
@@ -179,8 +210,10 @@ use appends::*;
 use branches::*;
 use runtime::*;
 use shared::*;
+use signed::*;
 
 conformance!(
+    signed_appends_record_a_checkpoint_in_their_transaction,
     append_read_range_tail_version,
     expected_prev_is_checked_against_the_stored_tail,
     batches_are_atomic_and_must_link,

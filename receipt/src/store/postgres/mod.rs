@@ -64,11 +64,13 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::receipt::Receipt;
+use crate::signing::{SignedHead, SigningKey};
 use async_trait::async_trait;
 use durable_support::pg::{
     PgConn, PgError, PgOptions, PgPool, PgTransaction, is_connection_error, is_retryable_conflict,
     postgres, valid_schema_name,
 };
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The environment variable naming the schema [`PgStore::options`] pins.
@@ -148,6 +150,8 @@ pub struct PgStore {
     prefix: String,
     schema: Option<String>,
     reconnect_for: Duration,
+    /// Records a signed checkpoint with every append when set ([`PgStore::with_signing_key`]).
+    signing: Option<Arc<SigningKey>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -220,9 +224,17 @@ impl PgStore {
                 prefix,
                 schema: options.schema.clone(),
                 reconnect_for: options.reconnect_for,
+                signing: None,
             })
         })
         .await
+    }
+
+    /// This store, recording a signed checkpoint of the stream's head in the transaction of
+    /// every append (see [`crate::signing`]).
+    pub fn with_signing_key(mut self, key: Arc<SigningKey>) -> Self {
+        self.signing = Some(key);
+        self
     }
 
     /// The pool the store's transactions run on.
@@ -320,15 +332,21 @@ impl ReceiptStore for PgStore {
         self.reading(move |c| tx::physical_tail(c, &stream)).await
     }
 
+    async fn checkpoints(&self, stream: &str) -> Result<Vec<SignedHead>> {
+        let stream = stream.to_owned();
+        self.reading(move |c| tx::checkpoints(c, &stream)).await
+    }
+
     async fn append(&self, request: AppendRequest) -> Result<AppendOutcome> {
         if reserved(&request.stream) {
             return Err(Error::ReservedStream(request.stream));
         }
         let prefix = self.prefix.clone();
         let now = Self::now();
+        let key = self.signing.clone();
         self.write(1, move |t, retry| {
             tx::lock_streams(t, &prefix, [request.stream.as_str()])?;
-            tx::append(t, &request, now, retry)
+            tx::append(t, &request, now, retry, key.as_deref())
         })
         .await
     }
@@ -350,6 +368,7 @@ impl ReceiptStore for PgStore {
         } else if !valid.is_empty() {
             let prefix = self.prefix.clone();
             let now = Self::now();
+            let key = self.signing.clone();
             let (indices, valid): (Vec<usize>, Vec<AppendRequest>) = valid.into_iter().unzip();
             let results = self
                 .write(valid.len(), move |t, retry| {
@@ -358,7 +377,7 @@ impl ReceiptStore for PgStore {
                     // request needs no savepoint to fail alone.
                     let mut results = Vec::with_capacity(valid.len());
                     for r in &valid {
-                        results.push(match tx::append(t, r, now, retry) {
+                        results.push(match tx::append(t, r, now, retry, key.as_deref()) {
                             Ok(outcome) => Ok(outcome),
                             Err(TxError::Refused(e)) => Err(e),
                             Err(db) => return Err(db),
@@ -488,7 +507,7 @@ mod server_tests {
             let (request, prefix) = (request.clone(), prefix.clone());
             store.write(1, move |t, _| {
                 tx::lock_streams(t, &prefix, ["s"])?;
-                tx::append(t, &request, now, retry)
+                tx::append(t, &request, now, retry, None)
             })
         };
         let first = run(false).await.unwrap();
@@ -508,7 +527,7 @@ mod server_tests {
         let out = store
             .write(1, move |t, _| {
                 tx::lock_streams(t, &prefix2, ["s"])?;
-                tx::append(t, &next, now, true)
+                tx::append(t, &next, now, true, None)
             })
             .await
             .unwrap();

@@ -19,10 +19,11 @@ pub(super) const MIGRATE_LOCK: &str = "receipt-schema-migrate";
 /// The table recording which migrations ran.
 pub(super) const MIGRATIONS_TABLE: &str = "receipt_schema_migrations";
 
-/// Embedded migrations, by version.
-pub(super) const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    r#"
+/// Embedded migrations, by version (2: signed checkpoints of stream heads).
+pub(super) const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        r#"
 CREATE TABLE receipt_streams (
     name text COLLATE "C" PRIMARY KEY,
     head_hash text NOT NULL,
@@ -54,4 +55,19 @@ CREATE TABLE receipt_branches (
     created_at bigint NOT NULL
 );
 "#,
-)];
+    ),
+    (
+        2,
+        r#"
+CREATE TABLE receipt_checkpoints (
+    stream text COLLATE "C" NOT NULL,
+    length bigint NOT NULL,
+    head text NOT NULL,
+    signed_at text NOT NULL,
+    key_id text NOT NULL,
+    signature text NOT NULL,
+    PRIMARY KEY (stream, length)
+);
+"#,
+    ),
+];

@@ -13,6 +13,7 @@
 use super::TxError;
 use crate::error::Error;
 use crate::receipt::{Hints, Receipt};
+use crate::signing::{SignedHead, SigningKey, checkpoint};
 use crate::store::{
     AppendOutcome, AppendRequest, BRANCH_META_STREAM, BranchMeta, StreamInfo, Tail,
     batch_event_ids, check_batch, dedup_decision,
@@ -94,6 +95,7 @@ pub(super) fn append(
     request: &AppendRequest,
     now: i64,
     retry: bool,
+    signing: Option<&SigningKey>,
 ) -> Result<AppendOutcome, TxError> {
     check_batch(request)?;
     if request.receipts.is_empty() {
@@ -168,6 +170,15 @@ pub(super) fn append(
            last_ts = excluded.last_ts",
         params![request.stream => TEXT, seqs => INT8_ARRAY, ids => TEXT_ARRAY, tss => INT8_ARRAY, prevs => TEXT_ARRAY, hashes => TEXT_ARRAY, types => TEXT_ARRAY, event_ids => TEXT_ARRAY, envelopes => BYTEA_ARRAY, hints => TEXT_ARRAY, head => TEXT, count => INT8, now => INT8, last_ts => INT8],
     );
+    if let Some(key) = signing {
+        let c = checkpoint(key, &request.stream, count as u64, head, now);
+        let length = count;
+        tx.defer(
+            "INSERT INTO receipt_checkpoints (stream, length, head, signed_at, key_id, signature)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            params![c.stream => TEXT, length => INT8, c.head => TEXT, c.at => TEXT, c.key_id => TEXT, c.signature => TEXT],
+        );
+    }
     Ok(AppendOutcome::Appended {
         tail: Tail {
             seq: last_seq as u64,
@@ -202,7 +213,7 @@ pub(super) fn create_branch(
         return Err(Error::StreamHasReceipts(meta.name.clone()).into());
     }
     debug_assert_eq!(meta_request.stream, BRANCH_META_STREAM);
-    append(tx, meta_request, now, false)?;
+    append(tx, meta_request, now, false, None)?;
     let fork_at = i64::try_from(meta.fork_at)
         .map_err(|_| Error::Invalid(format!("fork point {} is too large", meta.fork_at)))?;
     tx.query_typed(
@@ -210,6 +221,31 @@ pub(super) fn create_branch(
         params![meta.name => TEXT, meta.parent => TEXT, fork_at => INT8, meta.created_at => INT8],
     )?;
     Ok(())
+}
+
+/// The signed checkpoints of `stream`, shortest first.
+pub(super) fn checkpoints(
+    c: &mut impl Queries,
+    stream: &str,
+) -> Result<Vec<SignedHead>, PgDbError> {
+    let rows = c.query_typed(
+        "SELECT stream, length, head, signed_at, key_id, signature
+         FROM receipt_checkpoints WHERE stream = $1 ORDER BY length",
+        params![stream => TEXT],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| SignedHead {
+            stream: r.get(0),
+            // A negative length (a row edited by hand) reads as one no stream reaches, so
+            // verification reports it instead of skipping it.
+            length: u64::try_from(r.get::<_, i64>(1)).unwrap_or(u64::MAX),
+            head: r.get(2),
+            at: r.get(3),
+            key_id: r.get(4),
+            signature: r.get(5),
+        })
+        .collect())
 }
 
 /// The physical tail of `stream`.

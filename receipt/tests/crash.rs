@@ -3,8 +3,12 @@
 //!
 //! The child is this test binary re-run with `RECEIPT_CRASH_CHILD` set, running the ignored test
 //! `child_process_crash_writer` alone (`--ignored --exact`): it prints `ack <index> <hash>` after each
-//! append returns, and the parent kills it mid-stream.
+//! append returns, and the parent kills it mid-stream. The first child appends without a key,
+//! the second with a signing key (`RECEIPT_CRASH_KEY`): afterwards every checkpoint names
+//! durable receipts and the whole stream verifies against the public key.
 
+use receipt::signing::{SigningKey, verify_signed};
+use receipt::store::SqliteOptions;
 use receipt::{Command, ReceiptStore, Runtime, SqliteStore, verify};
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
@@ -12,6 +16,8 @@ use std::process::{Command as Process, Stdio};
 use std::sync::Arc;
 
 const CHILD_ENV: &str = "RECEIPT_CRASH_CHILD";
+/// The signing key file a child signs its appends with, when set.
+const KEY_ENV: &str = "RECEIPT_CRASH_KEY";
 
 /// The child's body: append forever, acknowledging each durable append on stdout. Run by hand
 /// without its environment it fails.
@@ -26,7 +32,12 @@ fn child_process_crash_writer() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let runtime = Runtime::new(Arc::new(SqliteStore::open(&path).unwrap()));
+        let options = SqliteOptions {
+            signing_key: std::env::var_os(KEY_ENV)
+                .map(|key| Arc::new(SigningKey::read(std::path::Path::new(&key)).unwrap())),
+            ..SqliteOptions::default()
+        };
+        let runtime = Runtime::new(Arc::new(SqliteStore::open_with(&path, options).unwrap()));
         let round = std::env::var("RECEIPT_CRASH_ROUND").unwrap_or_default();
         let mut stdout = std::io::stdout().lock();
         for i in 0u64.. {
@@ -52,9 +63,15 @@ fn kill_child_after(
     path: &std::path::Path,
     round: usize,
     acks_wanted: usize,
+    key: Option<&std::path::Path>,
 ) -> Vec<(u64, String)> {
     let exe = std::env::current_exe().unwrap();
-    let mut child = Process::new(exe)
+    let mut child = Process::new(exe);
+    match key {
+        Some(key) => child.env(KEY_ENV, key),
+        None => child.env_remove(KEY_ENV),
+    };
+    let mut child = child
         .args([
             "--ignored",
             "--exact",
@@ -86,10 +103,14 @@ fn kill_child_after(
 fn acknowledged_appends_survive_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("crash.db");
+    let key_file = dir.path().join("signing.key");
+    let key = SigningKey::generate().unwrap();
+    key.write(&key_file).unwrap();
     let mut all_acks = Vec::new();
-    // Two crash rounds: the second child resumes on the file the first one left.
+    // Two crash rounds: the second child resumes on the file the first one left, signing.
     for round in 0..2 {
-        let acks = kill_child_after(&path, round, 150 + 50 * round);
+        let signing = (round == 1).then_some(key_file.as_path());
+        let acks = kill_child_after(&path, round, 150 + 50 * round, signing);
         assert!(
             acks.len() >= 100,
             "child acknowledged only {} appends",
@@ -105,6 +126,13 @@ fn acknowledged_appends_survive_sigkill() {
         let store = SqliteStore::open_existing(&path).unwrap();
         let chain = store.read("crash/stream").await.unwrap();
         let verified = verify(&chain).expect("the chain verifies after SIGKILL");
+        // Every checkpoint names a durable receipt, and the last commit was signed: the
+        // signatures cover the whole stream, the unsigned first round's receipts included.
+        let checkpoints = store.checkpoints("crash/stream").await.unwrap();
+        assert!(!checkpoints.is_empty(), "the signed round left checkpoints");
+        let coverage = verify_signed("crash/stream", &chain, &checkpoints, &key.public(), None, 0)
+            .expect("the checkpoints agree with the durable receipts after SIGKILL");
+        assert_eq!(coverage.signed_length, chain.len() as u64);
         for (index, hash) in &all_acks {
             let at = usize::try_from(*index).unwrap();
             assert!(

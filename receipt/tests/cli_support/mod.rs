@@ -208,10 +208,7 @@ pub type ForgedRow = (i64, Vec<u8>, String, Option<String>);
 /// What an attacker who rewrites receipt `index` (its body's `n` set to 1000000) and recomputes
 /// every later hash writes back: `(stream_seq, envelope, hash, prev)` for each changed row, and
 /// the new head hash. The hash chain of the result verifies.
-pub fn forge_from(
-    rows: Vec<StoredRow>,
-    index: usize,
-) -> (Vec<ForgedRow>, String) {
+pub fn forge_from(rows: Vec<StoredRow>, index: usize) -> (Vec<ForgedRow>, String) {
     let mut prev: Option<String> = None;
     let mut updates = Vec::new();
     for (i, (seq, id, ts, stream, envelope)) in rows.into_iter().enumerate() {

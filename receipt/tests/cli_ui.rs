@@ -128,6 +128,70 @@ async fn a_tampered_chain_shows_its_failing_index_and_runs_show_their_steps() {
     );
 }
 
+/// With `--public-key`, a stream page shows how much of the stream its checkpoints cover: all
+/// of a signed stream, none of one written without a key, and what is wrong with one whose
+/// checkpoints were deleted behind the store's back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_public_key_each_stream_shows_how_much_is_signed() {
+    let cli = Cli::new();
+    cli.ok(&["keygen", "signing.key"]);
+    for i in 0..3 {
+        let body = format!(r#"{{"n":{i}}}"#);
+        cli.ok(&[
+            "--signing-key",
+            "signing.key",
+            "append",
+            "signed/s",
+            "t",
+            &body,
+        ]);
+        cli.ok(&[
+            "--signing-key",
+            "signing.key",
+            "append",
+            "cut/s",
+            "t",
+            &body,
+        ]);
+        cli.ok(&["append", "plain/s", "t", &body]);
+    }
+    sql(
+        &cli.db,
+        "DELETE FROM receipt_checkpoints WHERE stream = 'cut/s' AND length > 1",
+    );
+    let key = cli.dir.path().join("signing.key.pub");
+    let ui = serve_with(&cli, &["--public-key", key.to_str().unwrap()]);
+    let page = |name: &'static str| {
+        let base = ui.base.clone();
+        async move {
+            let (status, _, body) = get(&format!(
+                "{base}/ui/stream?name={}",
+                name.replace('/', "%2F")
+            ))
+            .await;
+            assert_eq!(status, 200, "{name}");
+            body
+        }
+    };
+    let body = page("signed/s").await;
+    assert!(
+        body.contains("signed up to index 2 (all 3 entries)"),
+        "{body}"
+    );
+    let body = page("plain/s").await;
+    assert!(body.contains("unsigned up to index 2"), "{body}");
+    let body = page("cut/s").await;
+    assert!(
+        body.contains("signatures: 2 entries after the last checkpoint (length 1)"),
+        "{body}"
+    );
+    // Without the key the page shows the chain's verdict only.
+    drop(ui);
+    let ui = serve(&cli);
+    let (_, _, body) = get(&format!("{}/ui/stream?name=signed%2Fs", ui.base)).await;
+    assert!(!body.contains("id=\"signatures\""), "{body}");
+}
+
 /// With `--log-format json` every line `receipt ui` writes on stderr is one JSON object from
 /// the first on: the console's address is a log event (field `url`), and what serving a page
 /// logs follows it.

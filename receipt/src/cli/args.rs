@@ -101,6 +101,10 @@ pub(super) struct UiArgs {
     /// receipts
     #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
     pub(super) allowed_hosts: Vec<String>,
+    /// Also check each stream's signed checkpoints with this public key (KEYFILE.pub) and show
+    /// up to which point it is signed
+    #[arg(long, value_name = "FILE")]
+    pub(super) public_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

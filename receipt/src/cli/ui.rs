@@ -2,7 +2,8 @@
 //! console kit (`rebuno::web`: the escaping HTML writer, the stylesheet, the script, the
 //! security headers). Pages: every stream and branch (`/ui/streams`), and one stream
 //! (`/ui/stream?name=…`): its verify result with the failing index and reason marked on the
-//! receipt itself, its branches, an agent run's control receipts drawn as select, claim and
+//! receipt itself, with `--public-key` how much of it its signed checkpoints cover (or what
+//! does not agree with them), its branches, an agent run's control receipts drawn as select, claim and
 //! commit steps, and its receipts, each body expandable in full.
 //!
 //! It changes nothing, so it has no forms and no login; it listens on loopback unless told
@@ -16,6 +17,7 @@ use super::args::UiArgs;
 use super::db::Db;
 use super::time::iso_ts;
 use super::{CliResult, fail};
+use crate::signing::{Coverage, PublicKey};
 use crate::store::ReceiptStore;
 use crate::{Receipt, verify};
 use axum::Router;
@@ -24,6 +26,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Redirect, Response};
 use axum::routing::get;
+use durable_support::audit::{AuditInput, audit};
 use rebuno::server::{ServeOptions, serve_with_shutdown};
 use rebuno::telemetry::LogFormat;
 use rebuno::web::hosts::AllowedHosts;
@@ -38,6 +41,8 @@ const PAGE: usize = 500;
 #[derive(Clone)]
 struct Ui {
     store: Arc<dyn ReceiptStore>,
+    /// With `--public-key`: the key each stream's checkpoints are checked with.
+    key: Option<Arc<PublicKey>>,
 }
 
 /// `receipt ui`: serves the console until interrupted.
@@ -46,6 +51,10 @@ pub(super) async fn ui(db: &Db, a: UiArgs, format: LogFormat) -> CliResult {
     let listed = match AllowedHosts::any().with(&a.allowed_hosts) {
         Ok(listed) => listed,
         Err(e) => return fail(format!("--allowed-hosts: {e}")),
+    };
+    let key = match a.public_key.as_deref().map(PublicKey::read).transpose() {
+        Ok(key) => key.map(Arc::new),
+        Err(e) => return fail(format!("public key: {e}")),
     };
     let store = db.open_serving(false).await?;
     let listener = match tokio::net::TcpListener::bind(&a.listen).await {
@@ -56,7 +65,7 @@ pub(super) async fn ui(db: &Db, a: UiArgs, format: LogFormat) -> CliResult {
         Ok(addr) => addr,
         Err(e) => return fail(format!("cannot listen on {}: {e}", a.listen)),
     };
-    let app = router(store, listed.listening_on(addr));
+    let app = router(store, listed.listening_on(addr), key);
     // Where to point a browser: a line a person reads, or a log event among the JSON lines.
     let url = format!("http://{addr}/ui");
     match format {
@@ -70,8 +79,13 @@ pub(super) async fn ui(db: &Db, a: UiArgs, format: LogFormat) -> CliResult {
     Ok(())
 }
 
-/// The console's routes over `store`, answering the `Host` names `hosts` allows.
-pub fn router(store: Arc<dyn ReceiptStore>, hosts: AllowedHosts) -> Router {
+/// The console's routes over `store`, answering the `Host` names `hosts` allows; with `key`,
+/// each stream page also checks the stream's signed checkpoints and shows their coverage.
+pub fn router(
+    store: Arc<dyn ReceiptStore>,
+    hosts: AllowedHosts,
+    key: Option<Arc<PublicKey>>,
+) -> Router {
     Router::new()
         .route("/", get(|| async { Redirect::to("/ui/streams") }))
         .route("/ui", get(|| async { Redirect::to("/ui/streams") }))
@@ -83,7 +97,7 @@ pub fn router(store: Arc<dyn ReceiptStore>, hosts: AllowedHosts) -> Router {
             host_guard,
         ))
         .layer(axum::middleware::from_fn(web::security_headers))
-        .with_state(Ui { store })
+        .with_state(Ui { store, key })
 }
 
 /// Middleware: `403` (a page saying which names are answered) for a request whose `Host`
@@ -242,6 +256,27 @@ async fn read_chain(store: &dyn ReceiptStore, name: &str) -> Result<Vec<Receipt>
         })
 }
 
+/// How much of stream `name`'s stored receipts its checkpoints cover under `key` (no witness,
+/// no unsigned tail allowed), or what is wrong.
+async fn signatures(
+    store: &dyn ReceiptStore,
+    name: &str,
+    key: &PublicKey,
+) -> Result<Coverage, String> {
+    let stored = store.read(name).await.map_err(|e| e.to_string())?;
+    let checkpoints = store.checkpoints(name).await.map_err(|e| e.to_string())?;
+    let hashes: Vec<&str> = stored.iter().map(Receipt::hash).collect();
+    audit(AuditInput {
+        stream: name,
+        hashes: &hashes,
+        checkpoints: &checkpoints,
+        key,
+        witness: None,
+        max_unsigned_tail: 0,
+    })
+    .map_err(|e| e.to_string())
+}
+
 /// `GET /ui/stream?name=…&from=…`: one stream.
 async fn stream(State(ui): State<Ui>, Query(q): Query<StreamQuery>) -> Response {
     if q.name.is_empty() {
@@ -295,6 +330,32 @@ async fn stream(State(ui): State<Ui>, Query(q): Query<StreamQuery>) -> Response 
             }
         },
     );
+    if let (Some(key), Ok(_)) = (&ui.key, &verdict) {
+        let signed = signatures(&*ui.store, &q.name, key).await;
+        body.el(
+            "section",
+            &[("id", Some("signatures")), ("role", Some("status"))],
+            |h| match &signed {
+                Ok(coverage) => {
+                    h.el("p", &[], |h| {
+                        let word = if coverage.signed_length > 0 {
+                            "signed"
+                        } else {
+                            "unsigned"
+                        };
+                        badge(h, word);
+                        h.text(&format!(" {coverage}"));
+                    });
+                }
+                Err(e) => {
+                    h.el("p", &[("class", Some("flash error"))], |h| {
+                        badge(h, "failed");
+                        h.text(&format!(" signatures: {e}"));
+                    });
+                }
+            },
+        );
+    }
     if let Some(b) = branches.iter().find(|b| b.name == q.name) {
         body.el("p", &[], |h| {
             h.text("A branch of ");

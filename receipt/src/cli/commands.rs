@@ -14,7 +14,6 @@ use crate::receipt::base36;
 use crate::signing::{PublicKey, SignedHead};
 use crate::sim::{Clock, SystemClock};
 use crate::{BranchMeta, Command, ReceiptStore, Verified, VerifyFailure};
-use durable_support::audit::{AuditInput, audit};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io;
@@ -214,17 +213,11 @@ pub(super) async fn verify_cmd(db: &Db, a: VerifyArgs) -> CliResult {
         None => None,
         Some(key) => {
             // Checkpoints sign the stored receipts of the stream itself.
-            let stored = rt.store().read(&stream).await?;
-            let hashes: Vec<&str> = stored.iter().map(crate::Receipt::hash).collect();
-            let checkpoints = rt.store().checkpoints(&stream).await?;
-            match audit(AuditInput {
-                stream: &stream,
-                hashes: &hashes,
-                checkpoints: &checkpoints,
-                key,
-                witness: witness.as_ref(),
-                max_unsigned_tail: a.max_unsigned,
-            }) {
+            let checked = rt
+                .store()
+                .check_signatures(&stream, key, witness.as_ref(), a.max_unsigned)
+                .await?;
+            match checked {
                 Ok(coverage) => Some(coverage),
                 Err(f) => {
                     if a.json {

@@ -17,7 +17,7 @@ use super::args::UiArgs;
 use super::db::Db;
 use super::time::iso_ts;
 use super::{CliResult, fail};
-use crate::signing::{Coverage, PublicKey};
+use crate::signing::PublicKey;
 use crate::store::ReceiptStore;
 use crate::{Receipt, verify};
 use axum::Router;
@@ -26,7 +26,6 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Redirect, Response};
 use axum::routing::get;
-use durable_support::audit::{AuditInput, audit};
 use rebuno::server::{ServeOptions, serve_with_shutdown};
 use rebuno::telemetry::LogFormat;
 use rebuno::web::hosts::AllowedHosts;
@@ -256,27 +255,6 @@ async fn read_chain(store: &dyn ReceiptStore, name: &str) -> Result<Vec<Receipt>
         })
 }
 
-/// How much of stream `name`'s stored receipts its checkpoints cover under `key` (no witness,
-/// no unsigned tail allowed), or what is wrong.
-async fn signatures(
-    store: &dyn ReceiptStore,
-    name: &str,
-    key: &PublicKey,
-) -> Result<Coverage, String> {
-    let stored = store.read(name).await.map_err(|e| e.to_string())?;
-    let checkpoints = store.checkpoints(name).await.map_err(|e| e.to_string())?;
-    let hashes: Vec<&str> = stored.iter().map(Receipt::hash).collect();
-    audit(AuditInput {
-        stream: name,
-        hashes: &hashes,
-        checkpoints: &checkpoints,
-        key,
-        witness: None,
-        max_unsigned_tail: 0,
-    })
-    .map_err(|e| e.to_string())
-}
-
 /// `GET /ui/stream?name=…&from=…`: one stream.
 async fn stream(State(ui): State<Ui>, Query(q): Query<StreamQuery>) -> Response {
     if q.name.is_empty() {
@@ -331,7 +309,10 @@ async fn stream(State(ui): State<Ui>, Query(q): Query<StreamQuery>) -> Response 
         },
     );
     if let (Some(key), Ok(_)) = (&ui.key, &verdict) {
-        let signed = signatures(&*ui.store, &q.name, key).await;
+        let signed = match ui.store.check_signatures(&q.name, key, None, 0).await {
+            Ok(checked) => checked.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
         body.el(
             "section",
             &[("id", Some("signatures")), ("role", Some("status"))],

@@ -197,6 +197,31 @@ pub trait ReceiptStore: Send + Sync {
         Ok(self.checkpoints(stream).await?.pop())
     }
 
+    /// Checks `stream`'s stored receipts against its checkpoints, signed by `key`, and an
+    /// optional `witness`, allowing `max_unsigned_tail` receipts after the last checkpoint (see
+    /// [`crate::signing`]). The outer error is the store's; the inner one what disagrees.
+    async fn check_signatures(
+        &self,
+        stream: &str,
+        key: &crate::signing::PublicKey,
+        witness: Option<&crate::signing::SignedHead>,
+        max_unsigned_tail: u64,
+    ) -> Result<std::result::Result<crate::signing::Coverage, crate::signing::AuditFailure>> {
+        let stored = self.read(stream).await?;
+        let checkpoints = self.checkpoints(stream).await?;
+        let hashes: Vec<&str> = stored.iter().map(Receipt::hash).collect();
+        Ok(durable_support::audit::audit(
+            durable_support::audit::AuditInput {
+                stream,
+                hashes: &hashes,
+                checkpoints: &checkpoints,
+                key,
+                witness,
+                max_unsigned_tail,
+            },
+        ))
+    }
+
     /// Atomically records a branch: refuses with [`Error::BranchExists`] or
     /// [`Error::StreamHasReceipts`], appends `meta_receipt` to [`BRANCH_META_STREAM`] (whose
     /// stored tail must be `meta_tail`), and stores the metadata.

@@ -58,6 +58,30 @@ impl Signed {
     fn db(&self) -> Connection {
         Connection::open(&self.cli.db).unwrap()
     }
+
+    /// A backup of the database as it is now: folded into one file (WAL mode keeps recent
+    /// commits beside it) and copied.
+    fn backup(&self, name: &str) -> std::path::PathBuf {
+        self.db()
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
+        let copy = self.cli.dir.path().join(name);
+        std::fs::copy(&self.cli.db, &copy).unwrap();
+        copy
+    }
+
+    /// Restores `backup` over the live files, write-ahead log included.
+    fn restore(&self, backup: &std::path::Path) {
+        self.db()
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
+        for suffix in ["-wal", "-shm"] {
+            let mut side = self.cli.db.clone().into_os_string();
+            side.push(suffix);
+            let _ = std::fs::remove_file(side);
+        }
+        std::fs::copy(backup, &self.cli.db).unwrap();
+    }
 }
 
 /// Rewrites receipt `index` of stream `s` with a new body and recomputes every later hash and
@@ -184,25 +208,10 @@ fn deleted_checkpoints_leave_an_unsigned_tail() {
 fn a_database_rolled_back_to_an_older_copy_is_caught_by_the_witness() {
     let t = Signed::new();
     t.append(2);
-    // A backup: the database folded into one file (WAL mode keeps recent commits beside it).
-    let fold = |t: &Signed| {
-        t.db()
-            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
-            .unwrap()
-    };
-    fold(&t);
-    let old = t.cli.dir.path().join("old.db");
-    std::fs::copy(&t.cli.db, &old).unwrap();
+    let old = t.backup("old.db");
     t.append(2);
     t.keep_witness();
-    // Restored over the live files, write-ahead log included.
-    fold(&t);
-    for suffix in ["-wal", "-shm"] {
-        let mut side = t.cli.db.clone().into_os_string();
-        side.push(suffix);
-        let _ = std::fs::remove_file(side);
-    }
-    std::fs::copy(&old, &t.cli.db).unwrap();
+    t.restore(&old);
     // The old copy is a consistent, fully signed database on its own.
     t.verify_ok(&[]);
     let err = t.verify_err(&["--witness", "witness.json"]);
@@ -315,4 +324,66 @@ fn key_mistakes_are_named() {
         err.contains("witness") && err.contains("not a signed head"),
         "{err}"
     );
+}
+
+#[test]
+fn a_witness_file_keeps_every_head_and_catches_a_rollback() {
+    let t = Signed::new();
+    let witnessed = |stream: &str, i: usize| {
+        let body = format!(r#"{{"n":{i}}}"#);
+        t.cli.ok(&[
+            "--signing-key",
+            "signing.key",
+            "--witness-file",
+            "heads.jsonl",
+            "append",
+            stream,
+            "order.placed",
+            &body,
+        ]);
+    };
+    for i in 0..3 {
+        witnessed("s", i);
+    }
+    witnessed("other", 0);
+    let lines = std::fs::read_to_string(t.cli.dir.path().join("heads.jsonl")).unwrap();
+    let heads: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let lengths: Vec<(&str, u64)> = heads
+        .iter()
+        .map(|h| (h["stream"].as_str().unwrap(), h["length"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(lengths, [("s", 1), ("s", 2), ("s", 3), ("other", 1)]);
+    let out = t.verify_ok(&["--witness", "heads.jsonl"]);
+    assert!(out.contains("extends the witnessed length 3"), "{out}");
+
+    // The database restored from a backup taken before the last two appends.
+    let old = t.backup("old.db");
+    witnessed("s", 3);
+    witnessed("s", 4);
+    t.restore(&old);
+    let err = t.verify_err(&["--witness", "heads.jsonl"]);
+    assert!(err.contains("the witness saw 5"), "{err}");
+
+    // A stream the file has no head of, and a witness file without a key, are named.
+    t.cli.ok(&["append", "third", "t", "{}"]);
+    let out = t.cli.run(&[
+        "verify",
+        "third",
+        "--public-key",
+        "signing.key.pub",
+        "--witness",
+        "heads.jsonl",
+    ]);
+    let err = cli_support::expect_err(out, "third");
+    assert!(
+        err.contains("holds no signed head of stream \"third\""),
+        "{err}"
+    );
+    let err = t
+        .cli
+        .err(&["--witness-file", "x.jsonl", "append", "s", "t", "{}"]);
+    assert!(err.contains("needs a signing key"), "{err}");
 }

@@ -45,6 +45,12 @@ pub(super) struct Cli {
     #[arg(long, global = true, value_name = "KEYFILE")]
     pub(super) signing_key: Option<PathBuf>,
 
+    /// Witness file: after every append, the stream's new signed head is appended to it as one
+    /// JSON line (needs a signing key; keep the file where the database's administrator cannot
+    /// write) [env: RECEIPT_WITNESS_FILE]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(super) witness_file: Option<PathBuf>,
+
     #[command(subcommand)]
     pub(super) command: Option<Cmd>,
 }
@@ -165,8 +171,9 @@ pub(super) struct VerifyArgs {
     /// Also check the stream's signed checkpoints with this public key (KEYFILE.pub)
     #[arg(long, value_name = "FILE")]
     pub(super) public_key: Option<PathBuf>,
-    /// A signed head kept outside the database (`receipt head --signed`): the stream must
-    /// still extend it (needs --public-key)
+    /// A signed head kept outside the database (`receipt head --signed`, or a --witness-file
+    /// of JSON lines, whose latest head of the stream counts): the stream must still extend
+    /// it (needs --public-key)
     #[arg(long, value_name = "FILE", requires = "public_key")]
     pub(super) witness: Option<PathBuf>,
     /// How many receipts may follow the last checkpoint (more: checkpoints were deleted, or a

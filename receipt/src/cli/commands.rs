@@ -11,7 +11,7 @@ use super::target::{read_target, required, resolve, resolve_existing};
 use super::time::iso_ts;
 use super::{CliResult, Failure, fail};
 use crate::receipt::base36;
-use crate::signing::{PublicKey, SignedHead};
+use crate::signing::{PublicKey, read_witness};
 use crate::sim::{Clock, SystemClock};
 use crate::{BranchMeta, Command, ReceiptStore, Verified, VerifyFailure};
 use serde_json::Value;
@@ -189,9 +189,20 @@ pub(super) async fn verify_cmd(db: &Db, a: VerifyArgs) -> CliResult {
     // The keys are read before the database, so a wrong file is named before anything else.
     let key = a.public_key.as_deref().map(PublicKey::read).transpose();
     let key = key.map_err(|e| Failure::Message(format!("public key: {e}")))?;
-    let witness = a.witness.as_deref().map(read_witness).transpose()?;
+    if let Some(path) = &a.witness
+        && let Err(e) = std::fs::metadata(path)
+    {
+        return fail(format!("witness {}: {e}", path.display()));
+    }
     let rt = db.runtime(false).await?;
     let stream = resolve_existing(&**rt.store(), &target).await?;
+    let witness = match &a.witness {
+        None => None,
+        Some(path) => Some(
+            read_witness(path, &stream)
+                .map_err(|e| Failure::Message(format!("witness {}: {e}", path.display())))?,
+        ),
+    };
     let v = match verify_stream(&**rt.store(), &stream).await? {
         Ok(v) => v,
         Err(f) => {
@@ -252,23 +263,6 @@ pub(super) async fn verify_cmd(db: &Db, a: VerifyArgs) -> CliResult {
         }
         print_text(&(line + "\n"))
     }
-}
-
-/// The largest witness file read (a signed head is a few hundred bytes).
-const WITNESS_MAX: u64 = 64 * 1024;
-
-/// A witness file: one signed head as `receipt head --signed` prints it.
-fn read_witness(path: &std::path::Path) -> CliResult<SignedHead> {
-    use std::io::Read;
-    let bad = |why: String| Failure::Message(format!("witness {}: {why}", path.display()));
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(WITNESS_MAX + 1).read_to_string(&mut text))
-        .map_err(|e| bad(e.to_string()))?;
-    if text.len() as u64 > WITNESS_MAX {
-        return Err(bad("too large to be a signed head".into()));
-    }
-    serde_json::from_str(&text).map_err(|e| bad(format!("not a signed head: {e}")))
 }
 
 /// `receipt head`: the stream's head, or with `--signed` its latest signed checkpoint.

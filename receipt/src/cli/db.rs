@@ -7,8 +7,8 @@
 use super::{CliResult, DEFAULT_DB, Failure};
 use crate::signing::SigningKey;
 use crate::store::PgStore;
-use crate::store::SqliteOptions;
 use crate::store::postgres::RECONNECT_ENV;
+use crate::store::{FileWitness, SqliteOptions, Witnessed};
 use crate::{ReceiptStore, Runtime, SqliteStore};
 use durable_support::pg::redact_url;
 use std::path::{Path, PathBuf};
@@ -19,6 +19,8 @@ use std::sync::Arc;
 pub(super) struct Db {
     location: Location,
     signing: Option<Arc<SigningKey>>,
+    /// The witness file the stores push their signed heads to.
+    witness: Option<PathBuf>,
 }
 
 /// Where a receipt database is.
@@ -42,6 +44,7 @@ impl Db {
         Db {
             location,
             signing: None,
+            witness: None,
         }
     }
 
@@ -49,6 +52,20 @@ impl Db {
     pub(super) fn signed_with(mut self, key: Option<Arc<SigningKey>>) -> Db {
         self.signing = key;
         self
+    }
+
+    /// This database, its stores pushing each new signed head to witness file `path`.
+    pub(super) fn witnessed_by(mut self, path: Option<PathBuf>) -> Db {
+        self.witness = path;
+        self
+    }
+
+    /// `store`, pushing to the witness file when there is one.
+    fn witnessing(&self, store: Arc<dyn ReceiptStore>) -> Arc<dyn ReceiptStore> {
+        match &self.witness {
+            None => store,
+            Some(path) => Arc::new(Witnessed::new(store, Arc::new(FileWitness::new(path)))),
+        }
     }
 
     /// Opens the store for a command that runs once. A file is created only when `create` is
@@ -79,7 +96,7 @@ impl Db {
                 } else {
                     SqliteStore::open_existing_with(path, options)?
                 };
-                Ok(Arc::new(store))
+                Ok(self.witnessing(Arc::new(store)))
             }
             Location::Postgres(url) => {
                 let mut options = PgStore::options(url.clone())?;
@@ -96,7 +113,7 @@ impl Db {
                 if let Some(key) = &self.signing {
                     store = store.with_signing_key(Arc::clone(key));
                 }
-                Ok(Arc::new(store))
+                Ok(self.witnessing(Arc::new(store)))
             }
         }
     }

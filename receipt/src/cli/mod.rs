@@ -56,7 +56,7 @@ mod ui;
 pub use agents::{TEMPLATES, template};
 
 use crate::agent::Registry;
-use crate::signing::{SIGNING_KEY_ENV, SigningKey};
+use crate::signing::{SIGNING_KEY_ENV, SigningKey, WITNESS_FILE_ENV};
 use args::{Cli, Cmd};
 use clap::Parser;
 use commands::{append, fork, head, inspect, replay, streams, trace, verify_cmd};
@@ -226,7 +226,20 @@ fn run(cli: Cli, registry: Arc<Registry>, format: LogFormat) -> CliResult {
     .transpose()
     .map_err(|e| Failure::Message(format!("signing key: {e}")))?
     .map(Arc::new);
-    let db = Db::parse(db_path(cli.db)?).signed_with(signing);
+    let witness = cli.witness_file.or_else(|| {
+        std::env::var_os(WITNESS_FILE_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    });
+    if witness.is_some() && signing.is_none() {
+        return fail(
+            "--witness-file needs a signing key (--signing-key or RECEIPT_SIGNING_KEY): \
+             there are no signed heads to push without one",
+        );
+    }
+    let db = Db::parse(db_path(cli.db)?)
+        .signed_with(signing)
+        .witnessed_by(witness);
     // Timers: the controller bounds every local action (and a remote call) with a timeout.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

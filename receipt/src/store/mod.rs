@@ -16,19 +16,23 @@
 //!
 //! - `memory`: [`MemoryStore`], in process, for tests and short-lived tools;
 //! - `sqlite` (feature `sqlite`): `SqliteStore`, one file;
-//! - `postgres` (feature `postgres`): `PgStore`, several writers on one database.
+//! - `postgres` (feature `postgres`): `PgStore`, several writers on one database;
+//! - `witnessed`: [`Witnessed`], any store pushing its signed heads to a [`Witness`] such as a
+//!   [`FileWitness`].
 
 mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod witnessed;
 
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore};
+pub use witnessed::{FileWitness, Witness, Witnessed};
 
 use crate::error::{Error, Result};
 use crate::receipt::Receipt;

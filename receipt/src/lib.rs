@@ -66,7 +66,7 @@
 pub mod agent;
 pub mod branch;
 mod cache;
-pub mod canonical;
+pub use durable_support::canonical;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod error;

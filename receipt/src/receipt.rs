@@ -8,6 +8,8 @@
 
 use crate::canonical::{self, CanonError};
 use crate::sim::{Clock, EntropySource};
+use durable_support::chain;
+pub use durable_support::chain::{base36, hex, sha256_hex};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -154,42 +156,8 @@ impl PartialEq for Receipt {
 pub fn receipt_id(ts: i64, entropy: &dyn EntropySource) -> Result<String, ReceiptError> {
     let mut bytes = [0u8; 8];
     entropy.fill(&mut bytes);
-    let mut id = base36(u64::try_from(ts).map_err(|_| ReceiptError::NegativeTs(ts))?);
-    id.push('-');
-    id.push_str(&hex(&bytes));
-    Ok(id)
-}
-
-/// A non-negative integer in lowercase base36 (`Number#toString(36)`).
-pub fn base36(mut n: u64) -> String {
-    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut buf = [0u8; 13];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = DIGITS[(n % 36) as usize];
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    String::from_utf8_lossy(&buf[i..]).into_owned()
-}
-
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(HEX[(b >> 4) as usize] as char);
-        out.push(HEX[(b & 0xf) as usize] as char);
-    }
-    out
-}
-
-/// SHA-256 of `bytes` as 64 lowercase hex characters.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
+    let ts = u64::try_from(ts).map_err(|_| ReceiptError::NegativeTs(ts))?;
+    Ok(chain::entry_id(ts, bytes))
 }
 
 fn digest_matches(bytes: &[u8], expected_hex: &str) -> bool {
@@ -212,27 +180,8 @@ pub fn envelope_bytes(
     body: &Value,
     context: Option<&ReceiptContext>,
 ) -> Result<Vec<u8>, CanonError> {
-    // Keys in RFC 8785 order: body, context, id, prev, stream, ts.
-    let mut out = Vec::with_capacity(160);
-    out.extend_from_slice(b"{\"body\":");
-    canonical::write_value(&mut out, body)?;
-    if let Some(ctx) = context {
-        out.extend_from_slice(b",\"context\":");
-        canonical::write_value(&mut out, &canonical::to_value(ctx)?)?;
-    }
-    out.extend_from_slice(b",\"id\":");
-    canonical::write_value(&mut out, &Value::String(id.to_owned()))?;
-    out.extend_from_slice(b",\"prev\":");
-    match prev {
-        Some(p) => canonical::write_value(&mut out, &Value::String(p.to_owned()))?,
-        None => out.extend_from_slice(b"null"),
-    }
-    out.extend_from_slice(b",\"stream\":");
-    canonical::write_value(&mut out, &Value::String(stream.to_owned()))?;
-    out.extend_from_slice(b",\"ts\":");
-    canonical::write_value(&mut out, &Value::from(ts))?;
-    out.push(b'}');
-    Ok(out)
+    let context = context.map(canonical::to_value).transpose()?;
+    chain::envelope_bytes(id, ts, stream, prev, body, context.as_ref())
 }
 
 #[derive(Deserialize)]

@@ -6,7 +6,7 @@
 //! `durable_support::audit` for what each check catches.
 
 use crate::receipt::{Receipt, VerifyFailure, verify};
-pub use durable_support::audit::{AuditFailure, Coverage};
+pub use durable_support::audit::{AuditFailure, Coverage, read_witness};
 pub use durable_support::keys::{HeadError, KeyError, PublicKey, SignedHead, SigningKey};
 
 /// The environment variable naming the signing key file of the `receipt` binary.
@@ -43,7 +43,7 @@ pub fn verify_signed(
             stream,
             hashes: &hashes,
             checkpoints,
-            key,
+            keys: std::slice::from_ref(key),
             witness,
             max_unsigned_tail,
         },
@@ -65,60 +65,4 @@ pub(crate) fn checkpoint(
         head,
         &durable_support::civil::iso_ms(now_ms),
     )
-}
-
-/// The largest witness file read as one JSON object (`receipt head --signed` output); larger
-/// files are read as JSON lines.
-const WITNESS_OBJECT_MAX: u64 = 64 * 1024;
-/// The longest line of a witness file of JSON lines.
-const WITNESS_LINE_MAX: u64 = 64 * 1024;
-
-/// The head of `stream` a witness file holds: the file is one signed head as `receipt head
-/// --signed` prints it, or JSON lines of heads as a [`crate::store::FileWitness`] appends them
-/// (the longest head of `stream` among them; lines of other streams are skipped). Read line by
-/// line, so a long witness file costs no more memory than one line.
-pub fn read_witness(path: &std::path::Path, stream: &str) -> Result<SignedHead, String> {
-    use std::io::{BufRead, Read};
-    let open = || std::fs::File::open(path).map_err(|e| e.to_string());
-    let size = open()?.metadata().map_err(|e| e.to_string())?.len();
-    if size <= WITNESS_OBJECT_MAX {
-        let mut text = String::new();
-        open()?
-            .read_to_string(&mut text)
-            .map_err(|e| e.to_string())?;
-        if let Ok(head) = serde_json::from_str::<SignedHead>(&text) {
-            return if head.stream == stream {
-                Ok(head)
-            } else {
-                Err(format!("it is a head of stream {:?}", head.stream))
-            };
-        }
-    }
-    let mut reader = std::io::BufReader::new(open()?);
-    let mut best: Option<SignedHead> = None;
-    let mut line = String::new();
-    for number in 1.. {
-        line.clear();
-        let n = (&mut reader)
-            .take(WITNESS_LINE_MAX + 1)
-            .read_line(&mut line)
-            .map_err(|e| format!("line {number}: {e}"))?;
-        if n == 0 {
-            break;
-        }
-        if n as u64 > WITNESS_LINE_MAX {
-            return Err(format!(
-                "line {number} is longer than {WITNESS_LINE_MAX} bytes"
-            ));
-        }
-        if line.trim().is_empty() {
-            continue;
-        }
-        let head: SignedHead = serde_json::from_str(&line)
-            .map_err(|e| format!("line {number} is not a signed head: {e}"))?;
-        if head.stream == stream && best.as_ref().is_none_or(|b| head.length >= b.length) {
-            best = Some(head);
-        }
-    }
-    best.ok_or_else(|| format!("it holds no signed head of stream {stream:?}"))
 }

@@ -129,8 +129,49 @@ pub(crate) enum Command {
     /// Write a new Ed25519 key pair (KEYFILE, mode 0600, and KEYFILE.pub) and print its id;
     /// never overwrites a key.
     Keygen(KeygenArgs),
+    /// Check executions' event logs offline: each log's hash chain, its signed heads (with the
+    /// public key) and, given one, a witness it must still extend; exit 1 if any fails.
+    Verify(VerifyArgs),
+    /// Write one execution's event log as a receipt stream (JSON lines of receipts, then its
+    /// signed heads), which `receipt verify --file` checks.
+    Export(ExportArgs),
     /// Print the version.
     Version,
+}
+
+#[derive(Args)]
+pub(crate) struct VerifyArgs {
+    /// The kernel database (sqlite://<path> or postgres://…)
+    #[arg(long = "db", value_name = "URL")]
+    pub(crate) db: String,
+    /// Public key file (KEYFILE.pub from `rebuno keygen`); repeat it for replicas that sign
+    /// with keys of their own. Without one, only the hash chains are checked.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) public_key: Vec<std::path::PathBuf>,
+    /// A signed head kept outside the database (`GET /v0/executions/{id}/head` saved, or a file
+    /// of such heads, one a line); needs EXECUTION_ID
+    #[arg(long, value_name = "FILE", requires = "public_key")]
+    pub(crate) witness: Option<std::path::PathBuf>,
+    /// How many events may follow the last signed head (more: heads were deleted, or a
+    /// writer had no signing key)
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "public_key")]
+    pub(crate) max_unsigned: u64,
+    /// The execution to check (default: every execution)
+    #[arg(value_name = "EXECUTION_ID")]
+    pub(crate) execution_id: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct ExportArgs {
+    /// The kernel database (sqlite://<path> or postgres://…)
+    #[arg(long = "db", value_name = "URL")]
+    pub(crate) db: String,
+    /// Where to write it (default: standard output)
+    #[arg(long, short, value_name = "FILE")]
+    pub(crate) output: Option<std::path::PathBuf>,
+    /// The execution
+    #[arg(value_name = "EXECUTION_ID")]
+    pub(crate) execution_id: String,
 }
 
 #[derive(Args)]

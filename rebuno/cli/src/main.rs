@@ -23,6 +23,7 @@ use rebuno::telemetry::{LogFormat, Telemetry};
 use std::process::ExitCode;
 
 mod args;
+mod audit;
 mod env_names;
 mod serve;
 mod shutdown;
@@ -121,6 +122,8 @@ fn main() -> ExitCode {
         match command {
             Command::Dev(args) => serve::dev(args, exporting, format).await,
             Command::Server(args) => serve::server(args, exporting, format).await,
+            Command::Verify(args) => audit::verify(args).await,
+            Command::Export(args) => audit::export(args).await,
             Command::Version | Command::Keygen(_) => Ok(()),
         }
     });

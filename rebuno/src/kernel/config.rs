@@ -50,6 +50,13 @@ pub struct KernelConfig {
     /// Live-stream subscribers in total (`REBUNO_STREAM_SUBSCRIBERS`, 1024); more are refused
     /// with `429`.
     pub stream_subscribers: usize,
+    /// The signing key file (from `rebuno keygen`) whose key signs the head of each execution's
+    /// event log at every write that extends it (`REBUNO_SIGNING_KEY`, a path; none by
+    /// default: logs are hash-linked but unsigned). [`KernelBuilder::build`] reads it and
+    /// refuses to start on a file it cannot read.
+    ///
+    /// [`KernelBuilder::build`]: super::KernelBuilder::build
+    pub signing_key: Option<std::path::PathBuf>,
 }
 
 impl Default for KernelConfig {
@@ -70,6 +77,7 @@ impl Default for KernelConfig {
             missing_bundle: MissingBundle::AllowAll,
             stream_subscribers_per_execution: 16,
             stream_subscribers: 1024,
+            signing_key: None,
         }
     }
 }
@@ -267,6 +275,9 @@ impl KernelConfig {
         }
         if let Some(id) = EnvReader::raw("REBUNO_REPLICA_ID") {
             c.replica_id = id;
+        }
+        if let Some(path) = EnvReader::raw(crate::store::chain::SIGNING_KEY_ENV) {
+            c.signing_key = Some(path.into());
         }
         c
     }

@@ -64,6 +64,7 @@
 
 mod agents;
 mod approvals;
+mod audit;
 mod changes;
 mod config;
 mod dispatch;
@@ -94,6 +95,7 @@ pub use agents::{
     redact_webhook_url,
 };
 pub use approvals::decision_refusal;
+pub use audit::{AuditOptions, LogFailure};
 pub use changes::{CHANGE_FEED_BUFFER, Change, ChangeFeed};
 pub use config::{EnvError, KernelConfig, check_env};
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, RetryPolicy, sign};
@@ -189,6 +191,14 @@ pub struct KernelBuilder {
 }
 
 impl KernelBuilder {
+    /// Makes the store sign the head of each execution's event log at every write that
+    /// extends it, with `key` (what `REBUNO_SIGNING_KEY` does; see
+    /// [`Store::set_signing_key`]). Fails if the store cannot sign or signs with another key.
+    pub fn signing_key(self, key: crate::store::chain::SigningKey) -> KernelResult<Self> {
+        self.store.set_signing_key(Arc::new(key))?;
+        Ok(self)
+    }
+
     /// Replaces the configuration.
     pub fn config(mut self, config: KernelConfig) -> Self {
         self.config = config;
@@ -215,6 +225,16 @@ impl KernelBuilder {
     /// reclaimed (its lease state died with the previous process), unless the store is shared
     /// with other replicas, whose attempts are alive.
     pub async fn build(self) -> KernelResult<Kernel> {
+        if let Some(path) = &self.config.signing_key {
+            let key = crate::store::chain::SigningKey::read(path).map_err(|e| {
+                KernelError::internal(format!(
+                    "{}={}: {e}",
+                    crate::store::chain::SIGNING_KEY_ENV,
+                    path.display()
+                ))
+            })?;
+            self.store.set_signing_key(Arc::new(key))?;
+        }
         // A shared store's buckets are shared by every replica; otherwise they live here.
         let limiter = self
             .limiter

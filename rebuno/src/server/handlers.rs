@@ -229,6 +229,28 @@ pub(super) async fn events(
     Ok(paged(&page.items, page.next.as_deref()))
 }
 
+/// `GET /v0/executions/{id}/head`: the latest signed head of the execution's event log, a
+/// JSON object as `rebuno verify --witness` and `receipt verify --witness` read it (stream,
+/// length, head, at, key_id, signature). `404` for an unknown execution, and for one whose log
+/// has no signed head (the kernel has no signing key, or the log is empty).
+pub(super) async fn head(
+    State(s): State<AppState>,
+    _: Client<ExecutionsRead>,
+    UuidPath(id): UuidPath,
+) -> ApiResult {
+    match s.kernel.execution_head(&id).await? {
+        Some(head) => Ok(ok(&head)),
+        None => Err(crate::kernel::KernelError::new(
+            crate::protocol::ErrorCode::NotFound,
+            format!(
+                "execution {id} has no signed head: its log is empty, or the kernel signs \
+                 nothing (set REBUNO_SIGNING_KEY to a key file from `rebuno keygen`)"
+            ),
+        )
+        .into()),
+    }
+}
+
 /// `GET /v0/executions/{id}/stream` (bearer): Server-Sent Events, one
 /// `data: {"step_id","seq","data"}` frame per delta and a `: keep-alive` comment every 15 s.
 /// Nothing is replayed: a subscriber sees only deltas sent after it subscribed. Unlike the Go kernel, an unknown execution is `404`, and

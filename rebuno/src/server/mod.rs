@@ -286,6 +286,7 @@ pub fn router(kernel: Kernel, options: ServerOptions) -> Router {
         )
         .route("/v0/executions/{id}", get(h::get_execution))
         .route("/v0/executions/{id}/events", get(h::events))
+        .route("/v0/executions/{id}/head", get(h::head))
         .route("/v0/executions/{id}/previous", get(h::previous))
         .route("/v0/executions/{id}/stream", get(h::stream_subscribe))
         .route("/v0/changes", get(h::changes))

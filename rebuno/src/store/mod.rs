@@ -24,10 +24,11 @@
 //! Stores that measure their commits (and syncs) report them through [`StoreTimings`] into the
 //! histograms of the kernel built over them (`timing`).
 //!
-//! Submodules: `tx` (the contract of one transaction, grouped by aggregate), `replicas` (what
+//! Submodules: `chain` (the event log as a hash-linked chain, its signed heads), `tx` (the contract of one transaction, grouped by aggregate), `replicas` (what
 //! kernels sharing a database need of it: [`Replicated`]), `resources` (external resources'
 //! rows), `timing`, and one folder per backend: `sqlite`, `postgres`.
 
+pub mod chain;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod replicas;
@@ -56,6 +57,7 @@ pub use tx::{
 
 use async_trait::async_trait;
 use std::any::Any;
+use std::sync::Arc;
 
 /// The directory the tools keep their local databases in (relative to the current
 /// directory); the only missing directory a SQLite store creates.
@@ -90,6 +92,7 @@ impl From<rusqlite::Error> for StoreError {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) const EXECUTION_CHILD_TABLES: &[&str] = &[
     "events",
+    "event_heads",
     "steps",
     "approvals",
     "dispatches",
@@ -196,6 +199,23 @@ pub trait Store: Send + Sync {
     /// Where the store records its commit and sync latencies, if it measures them; the
     /// kernel built over it connects its histograms there.
     fn timings(&self) -> Option<&StoreTimings> {
+        None
+    }
+
+    /// Makes every later write that appends events sign the head of each execution log it
+    /// extended, in its own transaction ([`chain::SignedHead`], read back with
+    /// [`EventTx::checkpoints`]). Set once, before the store is used; a store that cannot sign
+    /// (the default) refuses.
+    fn set_signing_key(&self, key: Arc<chain::SigningKey>) -> StoreResult<()> {
+        let _ = key;
+        Err(StoreError::Database(format!(
+            "the {} store cannot sign event logs",
+            self.backend()
+        )))
+    }
+
+    /// The id of the key this store signs with, if it has one.
+    fn signing_key_id(&self) -> Option<&str> {
         None
     }
 }

@@ -8,6 +8,7 @@
 //! provided methods (`agent_of`, `record`, `renew`, `in_flight`, …) are derived from it unless
 //! the backend has a cheaper way.
 
+use super::chain::SignedHead;
 use super::{Page, ResourceTx, StoreResult};
 use crate::protocol::{
     Agent, ApiKey, Approval, Dispatch, DispatchStatus, Event, EventType, Execution,
@@ -164,6 +165,16 @@ pub trait EventTx {
         after_seq: u64,
         limit: usize,
     ) -> StoreResult<Page<Event>>;
+    /// The execution log's signed checkpoints (see [`super::chain`]), by length ascending. A
+    /// store that keeps none answers none (its logs verify as unsigned).
+    fn checkpoints(&mut self, execution_id: &str) -> StoreResult<Vec<SignedHead>> {
+        let _ = execution_id;
+        Ok(Vec::new())
+    }
+    /// The longest of [`EventTx::checkpoints`].
+    fn latest_checkpoint(&mut self, execution_id: &str) -> StoreResult<Option<SignedHead>> {
+        Ok(self.checkpoints(execution_id)?.pop())
+    }
 }
 
 /// The step operations of a transaction ([`Tx::steps`]): an execution's steps by id.

@@ -28,8 +28,9 @@ pub struct AuditInput<'a> {
     pub hashes: &'a [&'a str],
     /// The stream's recorded checkpoints, in any order.
     pub checkpoints: &'a [SignedHead],
-    /// The key they must be signed with.
-    pub key: &'a PublicKey,
+    /// The keys they may be signed with (one per writer that signs: each checkpoint names its
+    /// key's id).
+    pub keys: &'a [PublicKey],
     /// A signed head kept outside the database, if the auditor has one.
     pub witness: Option<&'a SignedHead>,
     /// How many entries may follow the last checkpoint before that is reported as deleted
@@ -161,7 +162,7 @@ pub fn audit(input: AuditInput<'_>) -> Result<Coverage, AuditFailure> {
     checkpoints.sort_by_key(|c| c.length);
     let mut covered = 0u64;
     for c in &checkpoints {
-        c.verify(input.key)
+        c.verify_any(input.keys)
             .map_err(|error| AuditFailure::Checkpoint {
                 length: c.length,
                 error,
@@ -188,7 +189,7 @@ pub fn audit(input: AuditInput<'_>) -> Result<Coverage, AuditFailure> {
     let witness_length = match input.witness {
         None => None,
         Some(w) => {
-            w.verify(input.key)
+            w.verify_any(input.keys)
                 .map_err(|e| AuditFailure::Witness(e.to_string()))?;
             if w.stream != input.stream {
                 return Err(AuditFailure::Witness(format!(
@@ -243,6 +244,62 @@ fn check_head(hashes: &[&str], c: &SignedHead, covered: u64) -> Result<(), Audit
     Ok(())
 }
 
+/// The largest witness file read as one JSON object (`receipt head --signed` output); larger
+/// files are read as JSON lines.
+const WITNESS_OBJECT_MAX: u64 = 64 * 1024;
+/// The longest line of a witness file of JSON lines.
+const WITNESS_LINE_MAX: u64 = 64 * 1024;
+
+/// The head of `stream` a witness file holds: the file is one signed head as `receipt head
+/// --signed` prints it, or JSON lines of heads as a witness writer appends them
+/// (the longest head of `stream` among them; lines of other streams are skipped). Read line by
+/// line, so a long witness file costs no more memory than one line.
+pub fn read_witness(path: &std::path::Path, stream: &str) -> Result<SignedHead, String> {
+    use std::io::{BufRead, Read};
+    let open = || std::fs::File::open(path).map_err(|e| e.to_string());
+    let size = open()?.metadata().map_err(|e| e.to_string())?.len();
+    if size <= WITNESS_OBJECT_MAX {
+        let mut text = String::new();
+        open()?
+            .read_to_string(&mut text)
+            .map_err(|e| e.to_string())?;
+        if let Ok(head) = serde_json::from_str::<SignedHead>(&text) {
+            return if head.stream == stream {
+                Ok(head)
+            } else {
+                Err(format!("it is a head of stream {:?}", head.stream))
+            };
+        }
+    }
+    let mut reader = std::io::BufReader::new(open()?);
+    let mut best: Option<SignedHead> = None;
+    let mut line = String::new();
+    for number in 1.. {
+        line.clear();
+        let n = (&mut reader)
+            .take(WITNESS_LINE_MAX + 1)
+            .read_line(&mut line)
+            .map_err(|e| format!("line {number}: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        if n as u64 > WITNESS_LINE_MAX {
+            return Err(format!(
+                "line {number} is longer than {WITNESS_LINE_MAX} bytes"
+            ));
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        let head: SignedHead = serde_json::from_str(&line)
+            .map_err(|e| format!("line {number} is not a signed head: {e}"))?;
+        if head.stream == stream && best.as_ref().is_none_or(|b| head.length >= b.length) {
+            best = Some(head);
+        }
+    }
+    best.ok_or_else(|| format!("it holds no signed head of stream {stream:?}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,7 +344,7 @@ mod tests {
             stream: "s",
             hashes: &refs,
             checkpoints: &f.checkpoints,
-            key: &f.key.public(),
+            keys: &[f.key.public()],
             witness,
             max_unsigned_tail: 2,
         })

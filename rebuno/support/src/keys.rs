@@ -356,7 +356,7 @@ pub struct SignedHead {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HeadError {
     /// Signed by a key other than the one given.
-    #[error("signed by key {found}, not by the given key {expected}")]
+    #[error("signed by key {found}, not by a given key ({expected})")]
     OtherKey {
         /// The key id the head names.
         found: String,
@@ -380,6 +380,21 @@ impl SignedHead {
             &self.key_id,
         ))
         .expect("strings and an integer serialize")
+    }
+
+    /// Checks that the key of `keys` this head names signed exactly these fields.
+    pub fn verify_any(&self, keys: &[PublicKey]) -> Result<(), HeadError> {
+        match keys.iter().find(|k| k.id == self.key_id) {
+            Some(key) => self.verify(key),
+            None => Err(HeadError::OtherKey {
+                found: self.key_id.clone(),
+                expected: keys
+                    .iter()
+                    .map(|k| k.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        }
     }
 
     /// Checks that `key` signed exactly these fields.

@@ -2,6 +2,10 @@
 //! drift apart. Not a public API: it changes with the crates that use it.
 //!
 //! - [`civil`]: proleptic Gregorian dates from day counts and back, for timestamp text;
+//! - `canonical` (feature `chain`): RFC 8785 canonical JSON, the byte form every chained
+//!   entry is hashed in;
+//! - `chain` (feature `chain`): the canonical envelope of one entry of a hash-linked stream
+//!   (a receipt, a kernel event) and its SHA-256;
 //! - `keys` (feature `keys`): Ed25519 key files and signed heads, for tamper evidence;
 //! - `audit` (feature `keys`): checking a linked stream against its signed checkpoints and a
 //!   witness;
@@ -16,6 +20,10 @@
 
 #[cfg(feature = "keys")]
 pub mod audit;
+#[cfg(feature = "chain")]
+pub mod canonical;
+#[cfg(feature = "chain")]
+pub mod chain;
 pub mod civil;
 #[cfg(feature = "sqlite")]
 pub mod group_commit;

@@ -180,6 +180,10 @@ pub(super) struct VerifyArgs {
     /// writer had no key)
     #[arg(long, value_name = "N", default_value_t = 0, requires = "public_key")]
     pub(super) max_unsigned: u64,
+    /// Verify an exported stream instead of one in the database: JSON lines of
+    /// `{"receipt": …}` then `{"checkpoint": …}`, as `rebuno export` writes an execution's log
+    #[arg(long, value_name = "FILE")]
+    pub(super) file: Option<PathBuf>,
 }
 
 /// `receipt head`.

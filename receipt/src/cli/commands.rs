@@ -185,7 +185,6 @@ pub(super) async fn inspect(db: &Db, a: ReportArgs) -> CliResult {
 
 /// `verify`: checks the hash chain; a broken chain is an error.
 pub(super) async fn verify_cmd(db: &Db, a: VerifyArgs) -> CliResult {
-    let target = required("verify", a.target)?;
     // The keys are read before the database, so a wrong file is named before anything else.
     let key = a.public_key.as_deref().map(PublicKey::read).transpose();
     let key = key.map_err(|e| Failure::Message(format!("public key: {e}")))?;
@@ -194,8 +193,27 @@ pub(super) async fn verify_cmd(db: &Db, a: VerifyArgs) -> CliResult {
     {
         return fail(format!("witness {}: {e}", path.display()));
     }
-    let rt = db.runtime(false).await?;
-    let stream = resolve_existing(&**rt.store(), &target).await?;
+    // The stream, whether its chain links, and its checkpoints (with a key).
+    let (stream, verified, source) = match &a.file {
+        Some(path) => {
+            let export = super::export::read(path, a.target.as_deref())
+                .map_err(|e| Failure::Message(format!("{}: {e}", path.display())))?;
+            let verified = crate::verify(&export.receipts);
+            let hashes: Vec<String> = export
+                .receipts
+                .iter()
+                .map(|r| r.hash().to_owned())
+                .collect();
+            (export.stream, verified, Err((hashes, export.checkpoints)))
+        }
+        None => {
+            let target = required("verify", a.target.clone())?;
+            let rt = db.runtime(false).await?;
+            let stream = resolve_existing(&**rt.store(), &target).await?;
+            let verified = verify_stream(&**rt.store(), &stream).await?;
+            (stream, verified, Ok(std::sync::Arc::clone(rt.store())))
+        }
+    };
     let witness = match &a.witness {
         None => None,
         Some(path) => Some(
@@ -203,7 +221,7 @@ pub(super) async fn verify_cmd(db: &Db, a: VerifyArgs) -> CliResult {
                 .map_err(|e| Failure::Message(format!("witness {}: {e}", path.display())))?,
         ),
     };
-    let v = match verify_stream(&**rt.store(), &stream).await? {
+    let v = match verified {
         Ok(v) => v,
         Err(f) => {
             if a.json {
@@ -223,11 +241,25 @@ pub(super) async fn verify_cmd(db: &Db, a: VerifyArgs) -> CliResult {
     let signed = match &key {
         None => None,
         Some(key) => {
-            // Checkpoints sign the stored receipts of the stream itself.
-            let checked = rt
-                .store()
-                .check_signatures(&stream, key, witness.as_ref(), a.max_unsigned)
-                .await?;
+            let checked = match source {
+                Err((hashes, checkpoints)) => {
+                    let hashes: Vec<&str> = hashes.iter().map(String::as_str).collect();
+                    durable_support::audit::audit(durable_support::audit::AuditInput {
+                        stream: &stream,
+                        hashes: &hashes,
+                        checkpoints: &checkpoints,
+                        keys: std::slice::from_ref(key),
+                        witness: witness.as_ref(),
+                        max_unsigned_tail: a.max_unsigned,
+                    })
+                }
+                // Checkpoints sign the stored receipts of the stream itself.
+                Ok(store) => {
+                    store
+                        .check_signatures(&stream, key, witness.as_ref(), a.max_unsigned)
+                        .await?
+                }
+            };
             match checked {
                 Ok(coverage) => Some(coverage),
                 Err(f) => {

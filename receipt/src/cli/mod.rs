@@ -45,6 +45,7 @@ mod agents;
 mod args;
 mod commands;
 mod db;
+mod export;
 mod kernel;
 mod logs;
 mod progress;

@@ -219,7 +219,7 @@ pub trait ReceiptStore: Send + Sync {
                 stream,
                 hashes: &hashes,
                 checkpoints: &checkpoints,
-                key,
+                keys: std::slice::from_ref(key),
                 witness,
                 max_unsigned_tail,
             },

@@ -96,6 +96,7 @@ mod tx;
 
 pub use limiter::PgRateLimiter;
 
+use super::chain::{Signer, SigningKey};
 use super::{
     Replicated, Store, StoreError, StoreLock, StoreMessage, StoreResult, StoreTimings, TxFn,
     channels,
@@ -136,6 +137,8 @@ pub struct PgStore {
     _listener: Listener,
     /// Where write transaction latencies go.
     timings: StoreTimings,
+    /// The key writes sign the heads of event logs with, once one is set.
+    signer: Signer,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -187,6 +190,11 @@ impl PgStore {
                 "schema migrated"
             );
         }
+        let lock_prefix = match &options.schema {
+            Some(schema) => format!("{schema}."),
+            None => String::new(),
+        };
+        chain_legacy_logs(&pool, &lock_prefix)?;
         let locks = PgPool::connect(options)?;
         let (messages, _) = broadcast::channel(MESSAGE_BUFFER);
         let feed = messages.clone();
@@ -204,10 +212,6 @@ impl PgStore {
                 true
             },
         );
-        let lock_prefix = match &options.schema {
-            Some(schema) => format!("{schema}."),
-            None => String::new(),
-        };
         Ok(PgStore {
             limiter: Arc::new(PgRateLimiter::new(pool.clone())),
             pool,
@@ -215,6 +219,7 @@ impl PgStore {
             messages,
             _listener: listener,
             timings: StoreTimings::default(),
+            signer: Signer::default(),
         })
     }
 
@@ -228,6 +233,45 @@ impl PgStore {
     pub fn statements(&self) -> u64 {
         self.pool.statements() + self.locks.statements()
     }
+}
+
+/// Chains every event log an older kernel wrote without hashes (the partial index
+/// `events_unchained` finds them at once when there are none), one execution per transaction.
+fn chain_legacy_logs(pool: &PgPool, lock_prefix: &str) -> StoreResult<()> {
+    let mut chained = 0usize;
+    loop {
+        let pending: Vec<String> = pool
+            .run(|c| {
+                c.query_typed(
+                    "SELECT DISTINCT execution_id FROM events WHERE hash IS NULL LIMIT 64",
+                    &[],
+                )
+            })?
+            .iter()
+            .filter_map(|r| r.try_get(0).ok())
+            .collect();
+        if pending.is_empty() {
+            break;
+        }
+        for id in pending {
+            pool.transaction(|tx: &mut PgTransaction| {
+                let mut ops = PgTx::new(tx, true, lock_prefix, None);
+                let out = ops.chain_legacy(&id);
+                unless_failed(out, ops.failure()).map_err(Failed::Body)
+            })
+            .map_err(StoreError::from)?;
+            chained += 1;
+        }
+    }
+    if chained > 0 {
+        tracing::info!(
+            target: crate::telemetry::MIGRATIONS_TARGET,
+            backend = "postgres",
+            executions = chained,
+            "chained event logs written before event hashes were kept"
+        );
+    }
+    Ok(())
 }
 
 /// Why a transaction failed: its body (a failed statement included), or the pool (no
@@ -260,14 +304,16 @@ impl From<Failed> for StoreError {
 }
 
 /// Runs `f` on `tx` in a transaction of `pool` and commits it; refuses to let a transaction
-/// whose statement failed be committed. Lock names start with `lock_prefix`.
+/// whose statement failed be committed. Lock names start with `lock_prefix`; a write with a
+/// `signer` signs the heads of the event logs it extended before it commits.
 fn transaction(
     pool: &PgPool,
-    write: bool,
+    (write, signer): (bool, Option<Arc<SigningKey>>),
     lock_prefix: &str,
     f: TxFn,
 ) -> StoreResult<Box<dyn Any + Send>> {
-    let body = |tx: &mut PgTransaction| run(tx, write, lock_prefix, f).map_err(Failed::Body);
+    let body =
+        |tx: &mut PgTransaction| run(tx, (write, signer), lock_prefix, f).map_err(Failed::Body);
     let out = if write {
         pool.transaction(body)
     } else {
@@ -279,14 +325,20 @@ fn transaction(
 /// Runs `f` on `tx`, and refuses to let a transaction whose statement failed be committed.
 fn run(
     tx: &mut PgTransaction,
-    write: bool,
+    (write, signer): (bool, Option<Arc<SigningKey>>),
     lock_prefix: &str,
     f: TxFn,
 ) -> StoreResult<Box<dyn Any + Send>> {
-    let mut ops = PgTx::new(tx, write, lock_prefix);
+    let mut ops = PgTx::new(tx, write, lock_prefix, signer);
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut ops)))
-        .unwrap_or_else(|_| Err(StoreError::Database("a store transaction panicked".into())));
-    match (out, ops.failure()) {
+        .unwrap_or_else(|_| Err(StoreError::Database("a store transaction panicked".into())))
+        .and_then(|out| ops.seal().map(|()| out));
+    unless_failed(out, ops.failure())
+}
+
+/// `out`, unless a statement of its transaction `failed` (PostgreSQL then rolls it back).
+fn unless_failed<T>(out: StoreResult<T>, failed: Option<&str>) -> StoreResult<T> {
+    match (out, failed) {
         (Ok(_), Some(failed)) => Err(StoreError::Database(format!(
             "the transaction was rolled back after a failed statement: {failed}"
         ))),
@@ -299,10 +351,11 @@ impl Store for PgStore {
     async fn write_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
         let (pool, timings) = (self.pool.clone(), self.timings.clone());
         let prefix = self.locks.prefix().to_owned();
+        let signer = self.signer.get().cloned();
         joined(
             tokio::task::spawn_blocking(move || {
                 let started = std::time::Instant::now();
-                let out = transaction(&pool, true, &prefix, f);
+                let out = transaction(&pool, (true, signer), &prefix, f);
                 timings.commit(started.elapsed());
                 out
             })
@@ -312,7 +365,10 @@ impl Store for PgStore {
 
     async fn read_boxed(&self, f: TxFn) -> StoreResult<Box<dyn Any + Send>> {
         let (pool, prefix) = (self.pool.clone(), self.locks.prefix().to_owned());
-        joined(tokio::task::spawn_blocking(move || transaction(&pool, false, &prefix, f)).await)
+        joined(
+            tokio::task::spawn_blocking(move || transaction(&pool, (false, None), &prefix, f))
+                .await,
+        )
     }
 
     async fn ping(&self) -> StoreResult<()> {
@@ -325,6 +381,14 @@ impl Store for PgStore {
 
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    fn set_signing_key(&self, key: Arc<SigningKey>) -> StoreResult<()> {
+        self.signer.set(key)
+    }
+
+    fn signing_key_id(&self) -> Option<&str> {
+        self.signer.get().map(|k| k.id())
     }
 
     fn timings(&self) -> Option<&StoreTimings> {

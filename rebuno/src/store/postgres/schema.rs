@@ -332,4 +332,30 @@ ALTER TABLE agents ADD COLUMN dispatch_retry text;
 ALTER TABLE dispatches ADD COLUMN last_error text NOT NULL DEFAULT '';
 "#,
     ),
+    (
+        16,
+        r#"
+-- The event log as a hash-linked chain: each event's hash (events written before have none
+-- until a kernel of this version chains them at its start: the partial index finds them), the
+-- signed heads of each log (one per write that extended it, with a signing key), and the
+-- refusal an append meets on a log an older kernel extended meanwhile.
+ALTER TABLE events ADD COLUMN hash text;
+CREATE INDEX events_unchained ON events (execution_id) WHERE hash IS NULL;
+CREATE TABLE event_heads (
+    execution_id text COLLATE "C" NOT NULL,
+    length bigint NOT NULL,
+    head text NOT NULL,
+    at text NOT NULL,
+    key_id text NOT NULL,
+    signature text NOT NULL,
+    PRIMARY KEY (execution_id, length)
+);
+CREATE FUNCTION rebuno_unchained_log(execution text) RETURNS text LANGUAGE plpgsql AS $fn$
+BEGIN
+    RAISE EXCEPTION 'the event log of execution % has events without a hash (written by an older rebuno): restart a kernel of this version, which chains it', execution
+        USING ERRCODE = 'data_exception';
+END
+$fn$;
+"#,
+    ),
 ];

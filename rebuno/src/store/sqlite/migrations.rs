@@ -291,6 +291,21 @@ CREATE INDEX console_sessions_by_end ON console_sessions (ends_at);
 "
 ALTER TABLE agents ADD COLUMN dispatch_retry TEXT;
 ALTER TABLE dispatches ADD COLUMN last_error TEXT NOT NULL DEFAULT '';
+",
+// 18: the event log as a hash-linked chain: each event's hash (a log written before has none
+// until it is next extended, which chains it), and the signed heads of each log (one per write
+// that extended it, with a signing key), by length.
+"
+ALTER TABLE events ADD COLUMN hash TEXT;
+CREATE TABLE event_heads (
+    execution_id TEXT NOT NULL,
+    length INTEGER NOT NULL,
+    head TEXT NOT NULL,
+    at TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    PRIMARY KEY (execution_id, length)
+);
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

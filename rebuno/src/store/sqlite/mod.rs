@@ -14,29 +14,29 @@
 //! (the schema), `writer`, `readers`, `conn` (the connection a store thread runs jobs on),
 //! `handoff` (handing a job to a store thread), `durable` and `checkpoint` (syncs and WAL
 //! checkpoints), `rows` (decoding rows and paging), and the operations of a transaction beyond
-//! the groups implemented here (agents, executions, events, steps, approvals, dispatches):
-//! `keys`, `console_sessions`, `sessions`, `resources`, `subagents`; and `tests` (unit tests of
+//! the groups implemented here (agents, executions, steps, approvals, dispatches): `events`
+//! (the hash-linked event log and its signed heads), `keys`, `console_sessions`, `sessions`, `resources`, `subagents`; and `tests` (unit tests of
 //! the writer thread, group commit and counters).
 
 use super::AGENT_LEASE;
+use super::chain::{Signer, SigningKey};
 use super::{
-    AgentTx, ApprovalTx, DispatchTx, EventTx, ExecutionQuery, ExecutionTx, OccurrenceKey, Page,
-    StepTx, Store, StoreError, StoreResult, Tx, TxFn, forks_condition,
+    AgentTx, ApprovalTx, DispatchTx, ExecutionQuery, ExecutionTx, OccurrenceKey, Page, StepTx,
+    Store, StoreError, StoreResult, Tx, TxFn, forks_condition,
 };
 use crate::protocol::Timestamp;
 use crate::protocol::{
-    Agent, Approval, Dispatch, DispatchStatus, Event, EventType, Execution, ExecutionStatus, Step,
-    StepKind, StepStatus,
+    Agent, Approval, Dispatch, DispatchStatus, Execution, ExecutionStatus, Step, StepKind,
+    StepStatus,
 };
 use async_trait::async_trait;
 use durable::Durable;
 use readers::Readers;
 use rows::{
-    AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, EVENT_COLS, EXEC_COLS, STEP_COLS, agent_row, all,
-    approval_row, dispatch_row, event_row, exec_row, json_in, one, page, parse, step_row,
+    AGENT_COLS, APPROVAL_COLS, DISPATCH_COLS, EXEC_COLS, STEP_COLS, agent_row, all, approval_row,
+    dispatch_row, exec_row, json_in, one, page, parse, step_row,
 };
 use rusqlite::{Connection, params};
-use serde_json::Value;
 use std::any::Any;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,6 +51,8 @@ pub struct SqliteStore {
     durable: Option<Arc<Durable>>,
     /// Where commit and sync latencies go.
     timings: super::StoreTimings,
+    /// The key the writer signs heads of event logs with, once one is set.
+    signer: Signer,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -118,17 +120,42 @@ impl Store for SqliteStore {
     fn timings(&self) -> Option<&super::StoreTimings> {
         Some(&self.timings)
     }
+
+    fn set_signing_key(&self, key: Arc<SigningKey>) -> StoreResult<()> {
+        self.signer.set(key)
+    }
+
+    fn signing_key_id(&self) -> Option<&str> {
+        self.signer.get().map(|k| k.id())
+    }
 }
 
 /// The [`Tx`] of the SQLite store, over whichever transaction its connection has open.
 pub(super) struct SqliteTx<'c> {
     conn: &'c Connection,
+    /// The key a write signs the heads it extended with ([`SqliteTx::seal`]).
+    signer: Option<&'c SigningKey>,
+    /// The heads of the event logs this transaction extended, to sign at its end.
+    heads: Vec<events::Head>,
 }
 
 impl<'c> SqliteTx<'c> {
     /// The operations of the transaction open on `conn`.
     pub(super) fn new(conn: &'c Connection) -> Self {
-        SqliteTx { conn }
+        SqliteTx {
+            conn,
+            signer: None,
+            heads: Vec::new(),
+        }
+    }
+
+    /// [`SqliteTx::new`] for a write that signs the heads it extends with `signer`.
+    pub(super) fn signing(conn: &'c Connection, signer: Option<&'c SigningKey>) -> Self {
+        SqliteTx {
+            conn,
+            signer,
+            heads: Vec::new(),
+        }
     }
 
     fn exec(&self, sql: &str, p: impl rusqlite::Params) -> StoreResult<usize> {
@@ -149,7 +176,7 @@ impl<'c> SqliteTx<'c> {
 }
 
 /// How many rows a page of `limit` reads: one more, to learn whether another page follows.
-fn fetch(limit: usize) -> i64 {
+pub(super) fn fetch(limit: usize) -> i64 {
     i64::try_from(limit)
         .unwrap_or(i64::MAX - 1)
         .saturating_add(1)
@@ -355,68 +382,6 @@ impl ExecutionTx for SqliteTx<'_> {
             "SELECT status, count(*) FROM executions GROUP BY status ORDER BY status",
             [],
             |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)),
-        )
-    }
-}
-
-impl EventTx for SqliteTx<'_> {
-    fn append(
-        &mut self,
-        execution_id: &str,
-        occurred_at: &Timestamp,
-        events: &[(EventType, Value)],
-    ) -> StoreResult<u64> {
-        self.writable()?;
-        let last: i64 = self
-            .conn
-            .prepare_cached(
-                "SELECT coalesce(max(event_seq), 0) FROM events WHERE execution_id = ?1",
-            )?
-            .query_row(params![execution_id], |r| r.get(0))?;
-        let mut seq = last as u64;
-        let mut insert = self.conn.prepare_cached(
-            "INSERT INTO events (execution_id, event_seq, type, payload, occurred_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        for (ty, payload) in events {
-            seq += 1;
-            insert.execute(params![
-                execution_id,
-                seq as i64,
-                ty.as_str(),
-                payload.to_string(),
-                occurred_at
-            ])?;
-        }
-        Ok(seq)
-    }
-
-    fn has(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool> {
-        Ok(self
-            .conn
-            .prepare_cached("SELECT 1 FROM events WHERE execution_id = ?1 AND type = ?2 LIMIT 1")?
-            .exists(params![execution_id, event_type.as_str()])?)
-    }
-
-    fn page(
-        &mut self,
-        execution_id: &str,
-        after_seq: u64,
-        limit: usize,
-    ) -> StoreResult<Page<Event>> {
-        page(
-            self.conn,
-            &format!(
-                "SELECT {EVENT_COLS} FROM events
-                 WHERE execution_id = ?1 AND event_seq > ?2 ORDER BY event_seq LIMIT ?3"
-            ),
-            params![
-                execution_id,
-                i64::try_from(after_seq).unwrap_or(i64::MAX),
-                fetch(limit)
-            ],
-            limit,
-            1,
-            event_row,
         )
     }
 }
@@ -777,6 +742,7 @@ mod checkpoint;
 mod conn;
 mod console_sessions;
 mod durable;
+mod events;
 mod handoff;
 mod keys;
 mod migrations;

@@ -8,6 +8,7 @@ use super::migrations::{db_err, migrate};
 use super::readers::Readers;
 use super::writer::Writer;
 use super::{SqliteStore, SqliteTx};
+use crate::store::chain::Signer;
 use crate::store::{StoreError, StoreResult, StoreTimings, TxFn};
 use rusqlite::Connection;
 use std::any::Any;
@@ -89,13 +90,21 @@ impl SqliteStore {
         }
         let durable = sync.as_ref().map(|s| Arc::clone(&s.durable));
         let checkpoints = Checkpointer::start(path)?;
-        let writer = Writer::start(Conn::Own(writer), sync, Some(checkpoints), timings.clone())?;
+        let signer = Signer::default();
+        let writer = Writer::start(
+            Conn::Own(writer),
+            sync,
+            Some(checkpoints),
+            timings.clone(),
+            signer.clone(),
+        )?;
         Ok(SqliteStore {
             path: Some(path.to_owned()),
             readers: Readers::start(writer.idle_handle(), conns)?,
             writer,
             durable,
             timings,
+            signer,
         })
     }
 
@@ -107,11 +116,13 @@ impl SqliteStore {
         // One connection serves both threads: each locks it for a group or a read.
         let shared = Arc::new(Mutex::new(conn));
         let timings = StoreTimings::default();
+        let signer = Signer::default();
         let writer = Writer::start(
             Conn::Shared(Arc::clone(&shared)),
             None,
             None,
             timings.clone(),
+            signer.clone(),
         )?;
         Ok(SqliteStore {
             path: None,
@@ -119,6 +130,7 @@ impl SqliteStore {
             writer,
             durable: None,
             timings,
+            signer,
         })
     }
 

@@ -19,6 +19,7 @@ use super::checkpoint::Checkpointer;
 use super::conn::{Conn, ConnFn, ReadReply, lock};
 use super::durable::{Answers, Durable, Reply, Syncer};
 use super::handoff::{InFlight, next_job};
+use crate::store::chain::{Signer, SigningKey};
 use crate::store::{StoreError, StoreResult, StoreTimings, TxFn};
 use durable_support::group_commit;
 use rusqlite::Connection;
@@ -100,13 +101,16 @@ impl Writer {
         sync: Option<Syncer>,
         checkpoints: Option<Checkpointer>,
         timings: StoreTimings,
+        signer: Signer,
     ) -> StoreResult<Writer> {
         let (jobs, rx) = mpsc::channel::<Job>();
         let idle = Arc::new(AtomicBool::new(false));
         let waiting = Arc::clone(&idle);
         std::thread::Builder::new()
             .name("rebuno-store-writer".into())
-            .spawn(move || writer_loop(conn, rx, (sync, checkpoints), &waiting, &timings))
+            .spawn(move || {
+                writer_loop(conn, rx, (sync, checkpoints), &waiting, (&timings, &signer))
+            })
             .map_err(|e| StoreError::Database(format!("cannot start writer thread: {e}")))?;
         Ok(Writer {
             jobs,
@@ -163,7 +167,7 @@ fn writer_loop(
     rx: mpsc::Receiver<Job>,
     (sync, checkpoints): (Option<Syncer>, Option<Checkpointer>),
     idle: &AtomicBool,
-    timings: &StoreTimings,
+    (timings, signer): (&StoreTimings, &Signer),
 ) {
     let mut carried = None;
     // Spin only after a lone job: under load the writes come in groups, and the cores are
@@ -211,9 +215,10 @@ fn writer_loop(
             continue;
         }
         let started = std::time::Instant::now();
+        let signer = signer.get().map(|k| &**k);
         let answers = match &conn {
-            Conn::Own(c) => run_group(c, jobs, sync.as_ref().map(|s| &*s.durable)),
-            Conn::Shared(m) => run_group(&lock(m), jobs, None),
+            Conn::Own(c) => run_group(c, jobs, sync.as_ref().map(|s| &*s.durable), signer),
+            Conn::Shared(m) => run_group(&lock(m), jobs, None, signer),
         };
         timings.commit(started.elapsed());
         if let (Some(checkpoints), (Some((_, rows)), _)) = (&checkpoints, &answers) {
@@ -271,17 +276,25 @@ impl group_commit::WriterError for StoreError {
 
 /// Runs a group of writes and commits them. Returns the answers, each with when it is due, and
 /// (with a syncer) the commit's sequence number, with how many rows the group changed: the
-/// durable answers wait until it is durable.
+/// durable answers wait until it is durable. With a `signer`, each write signs the heads of the
+/// event logs it extended before its savepoint is released.
 fn run_group(
     conn: &Connection,
     jobs: Vec<WriteJob>,
     durable: Option<&Durable>,
+    signer: Option<&SigningKey>,
 ) -> (Option<(u64, u64)>, DueAnswers) {
     let before = conn.total_changes();
     let waits = jobs.iter().any(|(_, (_, due))| *due == Due::Durable);
-    let changes = jobs
-        .into_iter()
-        .map(|(f, reply)| (move |c: &Connection| f(&mut SqliteTx::new(c)), reply));
+    let changes = jobs.into_iter().map(|(f, reply)| {
+        let change = move |c: &Connection| {
+            let mut tx = SqliteTx::signing(c, signer);
+            let out = f(&mut tx)?;
+            tx.seal()?;
+            Ok(out)
+        };
+        (change, reply)
+    });
     // Counted before COMMIT: from inside it, readers may see the group. Counted even when
     // nothing is left to commit, so the answers still go through the syncer in order. A
     // change rolled back to its savepoint still counts as a change here (never the reverse).
@@ -334,7 +347,7 @@ mod tests {
                 ((f, (tx, Due::Durable)), rx)
             })
             .unzip();
-        let (_, replies) = run_group(conn, jobs, None);
+        let (_, replies) = run_group(conn, jobs, None, None);
         for (result, (reply, _)) in replies {
             let _ = reply.send(result);
         }

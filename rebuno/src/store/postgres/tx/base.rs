@@ -18,6 +18,7 @@ impl<'a> PgTx<'a> {
         tx: &'a mut PgTransaction,
         write: bool,
         lock_prefix: &'a str,
+        signer: Option<std::sync::Arc<crate::store::chain::SigningKey>>,
     ) -> Self {
         PgTx {
             tx,
@@ -28,6 +29,8 @@ impl<'a> PgTx<'a> {
             recording: None,
             lock_prefix,
             locked_dispatches: Vec::new(),
+            signer: signer.filter(|_| write),
+            heads: Vec::new(),
         }
     }
 

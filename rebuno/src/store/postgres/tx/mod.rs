@@ -84,6 +84,10 @@ pub(super) struct PgTx<'a> {
     /// occurrence counter need not lock it again, so it may go in one statement with the
     /// lease's renewal).
     locked_dispatches: Vec<String>,
+    /// The key this write signs the heads of the logs it extends with (see `events`).
+    signer: Option<std::sync::Arc<crate::store::chain::SigningKey>>,
+    /// The heads of the logs this transaction extended: `(execution, length, hash, when)`.
+    heads: Vec<(String, u64, String, Timestamp)>,
 }
 
 /// How many rows a page of `limit` reads: one more, to learn whether another page follows.
@@ -359,6 +363,20 @@ impl EventTx for PgTx<'_> {
         limit: usize,
     ) -> StoreResult<Page<Event>> {
         events::events(self, execution_id, after_seq, limit)
+    }
+
+    fn checkpoints(
+        &mut self,
+        execution_id: &str,
+    ) -> StoreResult<Vec<crate::store::chain::SignedHead>> {
+        events::checkpoints(self, execution_id)
+    }
+
+    fn latest_checkpoint(
+        &mut self,
+        execution_id: &str,
+    ) -> StoreResult<Option<crate::store::chain::SignedHead>> {
+        events::latest_checkpoint(self, execution_id)
     }
 }
 

@@ -1,4 +1,5 @@
-//! RFC 8785 (JCS) canonical JSON, the byte form every receipt hash is computed over.
+//! RFC 8785 (JCS) canonical JSON, the byte form every chained entry (a receipt, a kernel
+//! event) is hashed in.
 //!
 //! Rules (RFC 8785 / `JSON.stringify`): object keys sorted by their UTF-16 code units, no
 //! whitespace, strings with minimal escaping (`\"`, `\\`, `\b \f \n \r \t`, other controls as
@@ -185,6 +186,11 @@ fn write_f64(out: &mut Vec<u8>, f: f64) -> Result<(), CanonError> {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends the canonical form of the string `s` (quoted, minimally escaped) to `out`.
+pub fn write_str(out: &mut Vec<u8>, s: &str) {
+    write_string(out, s);
+}
 
 fn write_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');

@@ -1,0 +1,209 @@
+//! The event log's operations of [`SqliteTx`]: events are numbered after the execution's
+//! latest and hash-linked to it as they are appended ([`crate::store::chain`]); a write with a
+//! signing key signs the head of each log it extended before it ends ([`SqliteTx::seal`]), in
+//! its own savepoint, so a signed head names only events committed with it.
+//!
+//! A log written before the chain existed (its events have no stored hash) is chained when it
+//! is next extended: its hashes are computed from its events and stored first.
+
+use super::rows::{EVENT_COLS, all, event_row, one, page};
+use super::{SqliteTx, fetch};
+use crate::protocol::{Event, EventType, Timestamp};
+use crate::store::chain::{self, ChainCheck, EventFrame, SignedHead};
+use crate::store::{EventTx, Page, StoreError, StoreResult};
+use rusqlite::params;
+use serde_json::Value;
+
+/// The head of a log a transaction extended: `(execution, length, hash, when)`.
+pub(super) type Head = (String, u64, String, Timestamp);
+
+const HEAD_COLS: &str = "execution_id, length, head, at, key_id, signature";
+
+fn head_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SignedHead> {
+    Ok(SignedHead {
+        stream: chain::stream(&r.get::<_, String>(0)?),
+        length: r.get::<_, i64>(1)? as u64,
+        head: r.get(2)?,
+        at: r.get(3)?,
+        key_id: r.get(4)?,
+        signature: r.get(5)?,
+    })
+}
+
+impl SqliteTx<'_> {
+    /// The latest event's sequence number and hash (chaining a log written before hashes
+    /// were kept first).
+    fn chain_head(&mut self, execution_id: &str) -> StoreResult<(u64, Option<String>)> {
+        let last: Option<(i64, Option<String>)> = self
+            .conn
+            .prepare_cached(
+                "SELECT event_seq, hash FROM events WHERE execution_id = ?1
+                 ORDER BY event_seq DESC LIMIT 1",
+            )?
+            .query_row(params![execution_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map(Some)
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                e => Err(e),
+            })?;
+        match last {
+            None => Ok((0, None)),
+            Some((seq, Some(hash))) => Ok((seq as u64, Some(hash))),
+            Some((seq, None)) => Ok((seq as u64, Some(self.rechain(execution_id)?))),
+        }
+    }
+
+    /// Computes and stores the hash of every event of a log written before hashes were kept;
+    /// answers its head.
+    fn rechain(&mut self, execution_id: &str) -> StoreResult<String> {
+        let mut check = ChainCheck::default();
+        let mut after = 0;
+        loop {
+            let events: Vec<Event> = all(
+                self.conn,
+                &format!(
+                    "SELECT {EVENT_COLS} FROM events WHERE execution_id = ?1 AND event_seq > ?2
+                     ORDER BY event_seq LIMIT 500"
+                ),
+                params![execution_id, after as i64],
+                event_row,
+            )?;
+            let Some(last) = events.last() else { break };
+            after = last.event_seq;
+            for event in &events {
+                check
+                    .push(event)
+                    .map_err(|e| StoreError::Corrupt(format!("execution {execution_id}: {e}")))?;
+            }
+        }
+        let mut update = self.conn.prepare_cached(
+            "UPDATE events SET hash = ?3 WHERE execution_id = ?1 AND event_seq = ?2",
+        )?;
+        for (i, hash) in check.hashes().iter().enumerate() {
+            update.execute(params![execution_id, i as i64 + 1, hash])?;
+        }
+        check
+            .head()
+            .map(|(_, h)| h.to_owned())
+            .ok_or_else(|| StoreError::Database("an empty log has no head".into()))
+    }
+
+    /// Signs the head of every log this transaction extended (the last one of each), with
+    /// the store's key; nothing without one.
+    pub(super) fn seal(&mut self) -> StoreResult<()> {
+        let Some(key) = self.signer else {
+            return Ok(());
+        };
+        let heads = std::mem::take(&mut self.heads);
+        for (i, (execution_id, length, head, at)) in heads.iter().enumerate() {
+            if heads[i + 1..].iter().any(|h| &h.0 == execution_id) {
+                continue;
+            }
+            let signed = key.sign_head(&chain::stream(execution_id), *length, head, at.as_str());
+            self.exec(
+                &format!("INSERT OR REPLACE INTO event_heads ({HEAD_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+                params![
+                    execution_id,
+                    *length as i64,
+                    signed.head,
+                    signed.at,
+                    signed.key_id,
+                    signed.signature
+                ],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl EventTx for SqliteTx<'_> {
+    fn append(
+        &mut self,
+        execution_id: &str,
+        occurred_at: &Timestamp,
+        events: &[(EventType, Value)],
+    ) -> StoreResult<u64> {
+        self.writable()?;
+        let (mut seq, mut prev) = self.chain_head(execution_id)?;
+        if events.is_empty() {
+            return Ok(seq);
+        }
+        let mut insert = self.conn.prepare_cached(
+            "INSERT INTO events (execution_id, event_seq, type, payload, occurred_at, hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for (ty, payload) in events {
+            seq += 1;
+            let text = payload.to_string();
+            let hash = EventFrame::new(execution_id, ty.as_str(), &text, occurred_at)
+                .hash(seq, prev.as_deref());
+            insert.execute(params![
+                execution_id,
+                seq as i64,
+                ty.as_str(),
+                text,
+                occurred_at,
+                hash
+            ])?;
+            prev = Some(hash);
+        }
+        if self.signer.is_some()
+            && let Some(head) = prev
+        {
+            self.heads
+                .push((execution_id.to_owned(), seq, head, occurred_at.clone()));
+        }
+        Ok(seq)
+    }
+
+    fn has(&mut self, execution_id: &str, event_type: EventType) -> StoreResult<bool> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT 1 FROM events WHERE execution_id = ?1 AND type = ?2 LIMIT 1")?
+            .exists(params![execution_id, event_type.as_str()])?)
+    }
+
+    fn page(
+        &mut self,
+        execution_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> StoreResult<Page<Event>> {
+        page(
+            self.conn,
+            &format!(
+                "SELECT {EVENT_COLS} FROM events
+                 WHERE execution_id = ?1 AND event_seq > ?2 ORDER BY event_seq LIMIT ?3"
+            ),
+            params![
+                execution_id,
+                i64::try_from(after_seq).unwrap_or(i64::MAX),
+                fetch(limit)
+            ],
+            limit,
+            1,
+            event_row,
+        )
+    }
+
+    fn checkpoints(&mut self, execution_id: &str) -> StoreResult<Vec<SignedHead>> {
+        all(
+            self.conn,
+            &format!("SELECT {HEAD_COLS} FROM event_heads WHERE execution_id = ?1 ORDER BY length"),
+            params![execution_id],
+            head_row,
+        )
+    }
+
+    fn latest_checkpoint(&mut self, execution_id: &str) -> StoreResult<Option<SignedHead>> {
+        one(
+            self.conn,
+            &format!(
+                "SELECT {HEAD_COLS} FROM event_heads WHERE execution_id = ?1
+                 ORDER BY length DESC LIMIT 1"
+            ),
+            params![execution_id],
+            head_row,
+        )
+    }
+}

@@ -24,6 +24,8 @@ Environment (flags override the environment, which overrides the defaults):
                                  [default: 30s]
   REBUNO_REPLICA_ID              this replica's name, unique among those sharing a database
                                  [default: rebuno-<pid>-<random>]
+  REBUNO_SIGNING_KEY             signing key file (`rebuno keygen`): every write signs the head
+                                 of each execution log it extends (`rebuno verify` checks them)
   REBUNO_BEARER_TOKEN            `server` admin bearer token (--bearer-token; API keys: /v0/api-keys); `dev` ignores it
   REBUNO_HEADER_TIMEOUT          time to send a request's headers, and keep-alive idle time
                                  (--header-timeout) [default: 10s]

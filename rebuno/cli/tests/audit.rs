@@ -282,3 +282,18 @@ fn a_log_an_older_kernel_wrote_is_chained_when_next_extended() {
         .unwrap();
     assert_eq!(unchained, 0);
 }
+
+#[test]
+fn a_signing_key_that_cannot_be_read_stops_the_kernel_naming_it() {
+    let f = Fixture::new();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rebuno"))
+        .args(["dev", "--memory"])
+        .current_dir(&f.dir)
+        .env("REBUNO_SIGNING_KEY", "missing.key")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("REBUNO_SIGNING_KEY=missing.key"), "{err}");
+}

@@ -35,11 +35,9 @@ fn pg_an_intact_log_verifies_and_every_attack_is_caught() {
         err.contains("does not match the checkpoint signed at length"),
         "{err}"
     );
-    let restore = format!(
-        "DELETE FROM events; INSERT INTO events SELECT * FROM saved_events;
-         DELETE FROM event_heads; INSERT INTO event_heads SELECT * FROM saved_heads;"
-    );
-    f.pg_sql(&restore);
+    let restore = "DELETE FROM events; INSERT INTO events SELECT * FROM saved_events;
+         DELETE FROM event_heads; INSERT INTO event_heads SELECT * FROM saved_heads;";
+    f.pg_sql(restore);
     f.verify_ok(&[]);
 
     // A deleted event.
@@ -50,7 +48,7 @@ fn pg_an_intact_log_verifies_and_every_attack_is_caught() {
         f.verify_err(&[])
             .contains("expected event 2, found event 3")
     );
-    f.pg_sql(&restore);
+    f.pg_sql(restore);
 
     // A cut tail, then its checkpoints deleted too: the witness knows.
     f.pg_sql(&format!(
@@ -63,7 +61,7 @@ fn pg_an_intact_log_verifies_and_every_attack_is_caught() {
     f.verify_ok(&[]);
     let err = f.verify_err(&["--witness", "witness.json"]);
     assert!(err.contains("was cut or rolled back"), "{err}");
-    f.pg_sql(&restore);
+    f.pg_sql(restore);
 
     // Deleted checkpoints: more unsigned events than the bound.
     f.pg_sql(&format!(
@@ -73,7 +71,7 @@ fn pg_an_intact_log_verifies_and_every_attack_is_caught() {
         f.verify_err(&[])
             .contains("entries after the last checkpoint (length 3)")
     );
-    f.pg_sql(&restore);
+    f.pg_sql(restore);
 
     // Checkpoints signed by another key.
     let other = durable_support::keys::SigningKey::generate().unwrap();
@@ -86,7 +84,7 @@ fn pg_an_intact_log_verifies_and_every_attack_is_caught() {
         f.verify_err(&[])
             .contains(&format!("signed by key {}", other.id()))
     );
-    f.pg_sql(&restore);
+    f.pg_sql(restore);
     f.verify_ok(&["--witness", "witness.json"]);
 }
 

@@ -73,6 +73,25 @@ impl Signer {
     }
 }
 
+/// The head of a log a write extended: `(execution, length, hash of its last event, when)`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) type Head = (String, u64, String, Timestamp);
+
+/// Signs the heads a write extended, the last one of each execution's log (a write that
+/// appended to one log twice signs its final head only): `(execution, signed head)`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn sign_heads(key: &SigningKey, heads: &[Head]) -> Vec<(String, SignedHead)> {
+    heads
+        .iter()
+        .enumerate()
+        .filter(|(i, (execution_id, ..))| !heads[i + 1..].iter().any(|h| &h.0 == execution_id))
+        .map(|(_, (execution_id, length, head, at))| {
+            let signed = key.sign_head(&stream(execution_id), *length, head, at.as_str());
+            (execution_id.clone(), signed)
+        })
+        .collect()
+}
+
 /// Unix milliseconds of `at` (0 for times before 1970, which a receipt cannot hold).
 fn millis(at: &Timestamp) -> u64 {
     let micros = crate::time::micros(at.to_system_time());

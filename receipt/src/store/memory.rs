@@ -142,6 +142,14 @@ impl ReceiptStore for MemoryStore {
             .unwrap_or_default())
     }
 
+    async fn latest_checkpoint(&self, stream: &str) -> Result<Option<SignedHead>> {
+        Ok(self
+            .read_lock()
+            .streams
+            .get(stream)
+            .and_then(|s| s.checkpoints.iter().max_by_key(|c| c.length).cloned()))
+    }
+
     async fn count_event_ids(&self, stream: &str, event_ids: &[String]) -> Result<usize> {
         let inner = self.read_lock();
         Ok(inner.streams.get(stream).map_or(0, |s| {

@@ -367,6 +367,34 @@ impl SqliteStore {
         &self.path
     }
 
+    /// The signed checkpoints of `stream`, shortest first; with `latest`, only the longest.
+    async fn read_checkpoints(&self, stream: &str, latest: bool) -> Result<Vec<SignedHead>> {
+        let stream = stream.to_owned();
+        self.with_reader(move |c| {
+            let mut stmt = c.prepare_cached(if latest {
+                "SELECT stream, length, head, signed_at, key_id, signature
+                 FROM receipt_checkpoints WHERE stream = ?1 ORDER BY length DESC LIMIT 1"
+            } else {
+                "SELECT stream, length, head, signed_at, key_id, signature
+                 FROM receipt_checkpoints WHERE stream = ?1 ORDER BY length"
+            })?;
+            let rows = stmt.query_map(params![stream], |r| {
+                Ok(SignedHead {
+                    stream: r.get(0)?,
+                    // A negative length (a row edited by hand) reads as one no stream reaches,
+                    // so verification reports it instead of skipping it.
+                    length: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(u64::MAX),
+                    head: r.get(2)?,
+                    at: r.get(3)?,
+                    key_id: r.get(4)?,
+                    signature: r.get(5)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+        .await
+    }
+
     async fn with_reader<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
@@ -769,27 +797,11 @@ impl ReceiptStore for SqliteStore {
     }
 
     async fn checkpoints(&self, stream: &str) -> Result<Vec<SignedHead>> {
-        let stream = stream.to_owned();
-        self.with_reader(move |c| {
-            let mut stmt = c.prepare_cached(
-                "SELECT stream, length, head, signed_at, key_id, signature
-                 FROM receipt_checkpoints WHERE stream = ?1 ORDER BY length",
-            )?;
-            let rows = stmt.query_map(params![stream], |r| {
-                Ok(SignedHead {
-                    stream: r.get(0)?,
-                    // A negative length (a row edited by hand) reads as one no stream reaches,
-                    // so verification reports it instead of skipping it.
-                    length: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(u64::MAX),
-                    head: r.get(2)?,
-                    at: r.get(3)?,
-                    key_id: r.get(4)?,
-                    signature: r.get(5)?,
-                })
-            })?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-        })
-        .await
+        self.read_checkpoints(stream, false).await
+    }
+
+    async fn latest_checkpoint(&self, stream: &str) -> Result<Option<SignedHead>> {
+        Ok(self.read_checkpoints(stream, true).await?.pop())
     }
 
     async fn count_event_ids(&self, stream: &str, event_ids: &[String]) -> Result<usize> {

@@ -169,6 +169,10 @@ impl ReceiptStore for Witnessed {
         self.inner.checkpoints(stream).await
     }
 
+    async fn latest_checkpoint(&self, stream: &str) -> Result<Option<SignedHead>> {
+        self.inner.latest_checkpoint(stream).await
+    }
+
     async fn create_branch(
         &self,
         meta: BranchMeta,

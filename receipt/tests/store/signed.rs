@@ -63,6 +63,15 @@ pub async fn signed_appends_record_a_checkpoint_in_their_transaction(b: &Backend
         .unwrap()
         .expect("a checkpoint");
     assert_eq!((latest.length, latest.head.as_str()), (2, other[1].hash()));
+    // The longest of several, read on its own.
+    let latest = s.latest_checkpoint("a").await.unwrap();
+    assert_eq!(latest.as_ref(), checkpoints.last(), "{}", b.name);
+    assert_eq!(
+        s.latest_checkpoint("none").await.unwrap(),
+        None,
+        "{}",
+        b.name
+    );
     // A store without the key reads the same checkpoints (they are in the database) and
     // records none of its own.
     if let Some(plain) = b.another().await {

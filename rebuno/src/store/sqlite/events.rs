@@ -14,9 +14,6 @@ use crate::store::{EventTx, Page, StoreError, StoreResult};
 use rusqlite::params;
 use serde_json::Value;
 
-/// The head of a log a transaction extended: `(execution, length, hash, when)`.
-pub(super) type Head = (String, u64, String, Timestamp);
-
 const HEAD_COLS: &str = "execution_id, length, head, at, key_id, signature";
 
 fn head_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SignedHead> {
@@ -95,16 +92,12 @@ impl SqliteTx<'_> {
             return Ok(());
         };
         let heads = std::mem::take(&mut self.heads);
-        for (i, (execution_id, length, head, at)) in heads.iter().enumerate() {
-            if heads[i + 1..].iter().any(|h| &h.0 == execution_id) {
-                continue;
-            }
-            let signed = key.sign_head(&chain::stream(execution_id), *length, head, at.as_str());
+        for (execution_id, signed) in chain::sign_heads(key, &heads) {
             self.exec(
                 &format!("INSERT OR REPLACE INTO event_heads ({HEAD_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
                 params![
                     execution_id,
-                    *length as i64,
+                    signed.length as i64,
                     signed.head,
                     signed.at,
                     signed.key_id,

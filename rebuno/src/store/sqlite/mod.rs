@@ -136,7 +136,7 @@ pub(super) struct SqliteTx<'c> {
     /// The key a write signs the heads it extended with ([`SqliteTx::seal`]).
     signer: Option<&'c SigningKey>,
     /// The heads of the event logs this transaction extended, to sign at its end.
-    heads: Vec<events::Head>,
+    heads: Vec<super::chain::Head>,
 }
 
 impl<'c> SqliteTx<'c> {

@@ -334,7 +334,16 @@ impl ReceiptStore for PgStore {
 
     async fn checkpoints(&self, stream: &str) -> Result<Vec<SignedHead>> {
         let stream = stream.to_owned();
-        self.reading(move |c| tx::checkpoints(c, &stream)).await
+        self.reading(move |c| tx::checkpoints(c, &stream, false))
+            .await
+    }
+
+    async fn latest_checkpoint(&self, stream: &str) -> Result<Option<SignedHead>> {
+        let stream = stream.to_owned();
+        let mut latest = self
+            .reading(move |c| tx::checkpoints(c, &stream, true))
+            .await?;
+        Ok(latest.pop())
     }
 
     async fn append(&self, request: AppendRequest) -> Result<AppendOutcome> {

@@ -223,16 +223,20 @@ pub(super) fn create_branch(
     Ok(())
 }
 
-/// The signed checkpoints of `stream`, shortest first.
+/// The signed checkpoints of `stream`, shortest first; with `latest`, only the longest.
 pub(super) fn checkpoints(
     c: &mut impl Queries,
     stream: &str,
+    latest: bool,
 ) -> Result<Vec<SignedHead>, PgDbError> {
-    let rows = c.query_typed(
+    let sql = if latest {
         "SELECT stream, length, head, signed_at, key_id, signature
-         FROM receipt_checkpoints WHERE stream = $1 ORDER BY length",
-        params![stream => TEXT],
-    )?;
+         FROM receipt_checkpoints WHERE stream = $1 ORDER BY length DESC LIMIT 1"
+    } else {
+        "SELECT stream, length, head, signed_at, key_id, signature
+         FROM receipt_checkpoints WHERE stream = $1 ORDER BY length"
+    };
+    let rows = c.query_typed(sql, params![stream => TEXT])?;
     Ok(rows
         .iter()
         .map(|r| SignedHead {

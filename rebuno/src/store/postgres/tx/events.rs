@@ -227,12 +227,8 @@ impl PgTx<'_> {
             return Ok(());
         };
         let heads = std::mem::take(&mut self.heads);
-        for (i, (execution_id, length, head, at)) in heads.iter().enumerate() {
-            if heads[i + 1..].iter().any(|h| &h.0 == execution_id) {
-                continue;
-            }
-            let signed = key.sign_head(&chain::stream(execution_id), *length, head, at.as_str());
-            let length = i64::try_from(*length).unwrap_or(i64::MAX);
+        for (execution_id, signed) in chain::sign_heads(&key, &heads) {
+            let length = i64::try_from(signed.length).unwrap_or(i64::MAX);
             self.defer(
                 &format!(
                     "INSERT INTO event_heads ({HEAD_COLS}) VALUES ($1, $2, $3, $4, $5, $6)

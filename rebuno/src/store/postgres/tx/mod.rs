@@ -87,7 +87,7 @@ pub(super) struct PgTx<'a> {
     /// The key this write signs the heads of the logs it extends with (see `events`).
     signer: Option<std::sync::Arc<crate::store::chain::SigningKey>>,
     /// The heads of the logs this transaction extended: `(execution, length, hash, when)`.
-    heads: Vec<(String, u64, String, Timestamp)>,
+    heads: Vec<crate::store::chain::Head>,
 }
 
 /// How many rows a page of `limit` reads: one more, to learn whether another page follows.

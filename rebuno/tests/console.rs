@@ -393,3 +393,67 @@ async fn an_execution_lists_its_forks_and_a_fork_links_back() {
         .unwrap_err();
     assert!(err.to_string().contains("forked_from"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execution_page_says_whether_its_log_verifies_and_how_far_it_is_signed() {
+    use rebuno::store::chain::SigningKey;
+    use rebuno::store::{SqliteStore, Store};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kernel.db");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let key = SigningKey::generate().unwrap();
+    let key_id = key.id().to_owned();
+    store.set_signing_key(Arc::new(key)).unwrap();
+    let kernel = rebuno::Kernel::builder(store).build().await.unwrap();
+    kernel
+        .register_agent(rebuno::protocol::RegisterAgentRequest {
+            id: "a".into(),
+            webhook_url: "http://127.0.0.1:1/x".into(),
+            secret: "s".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let id = kernel
+        .create_execution(rebuno::protocol::CreateExecutionRequest {
+            agent_id: "a".into(),
+            input: Some(serde_json::json!({"order": 1})),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    let app = rebuno::server::router(kernel.clone(), rebuno::server::ServerOptions::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        rebuno::server::serve(listener, app, &rebuno::server::ServeOptions::default()).await;
+    });
+    let mut b = Browser::new(&base);
+    let page = b.get(&format!("/ui/executions/{id}")).await;
+    assert!(page.body.contains("<dt>Event log</dt>"), "{}", page.body);
+    assert!(
+        page.body
+            .contains("verifies: signed up to index 2 (all 3 entries)"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(&key_id), "{}", page.body);
+    // Edited behind the store's back: the page says so, naming the length.
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute(
+        "UPDATE events SET payload = '{\"forged\":true}' WHERE execution_id = ?1 AND event_seq = 1",
+        [&id],
+    )
+    .unwrap();
+    let page = b.get(&format!("/ui/executions/{id}")).await;
+    assert!(page.body.contains("does not verify"), "{}", page.body);
+    assert!(
+        page.body
+            .contains("does not match the checkpoint signed at length 3"),
+        "{}",
+        page.body
+    );
+    server.abort();
+}

@@ -39,6 +39,16 @@ pub enum LogFailure {
     Audit(#[from] AuditFailure),
 }
 
+/// What the console shows of an execution's log ([`Kernel::log_integrity`]).
+#[derive(Debug, Clone)]
+pub struct LogIntegrity {
+    /// The key the log was checked with: this kernel's own (`None`: it signs nothing, so only
+    /// the hash chain was recomputed).
+    pub key_id: Option<String>,
+    /// How much of the log the signatures cover, or what is wrong with it.
+    pub outcome: Result<Coverage, LogFailure>,
+}
+
 /// An execution's log, recomputed, with its recorded checkpoints (read in one snapshot).
 struct Recomputed {
     hashes: Vec<String>,
@@ -93,6 +103,28 @@ impl Kernel {
             max_unsigned_tail: options.max_unsigned_tail,
         })
         .map_err(LogFailure::from))
+    }
+
+    /// Execution `id`'s log checked as the console shows it: recomputed as a chain, and its
+    /// signed heads checked with this kernel's own key when it signs (any unsigned tail is
+    /// reported as coverage, not as a failure: an auditor sets the bound with `rebuno verify`).
+    pub async fn log_integrity(&self, id: &str) -> KernelResult<LogIntegrity> {
+        let key = self.inner.store.signing_public_key();
+        let keys: Vec<PublicKey> = key.iter().cloned().collect();
+        let outcome = self
+            .audit_execution(
+                id,
+                AuditOptions {
+                    keys: &keys,
+                    witness: None,
+                    max_unsigned_tail: u64::MAX,
+                },
+            )
+            .await?;
+        Ok(LogIntegrity {
+            key_id: key.map(|k| k.id().to_owned()),
+            outcome,
+        })
     }
 
     /// Reads execution `id`'s events and checkpoints in one snapshot, hashing the events.

@@ -95,7 +95,7 @@ pub use agents::{
     redact_webhook_url,
 };
 pub use approvals::decision_refusal;
-pub use audit::{AuditOptions, LogFailure};
+pub use audit::{AuditOptions, LogFailure, LogIntegrity};
 pub use changes::{CHANGE_FEED_BUFFER, Change, ChangeFeed};
 pub use config::{EnvError, KernelConfig, check_env};
 pub use dispatch::{Claimed, Deliverer, DeliveryError, HttpDeliverer, RetryPolicy, sign};

@@ -214,8 +214,8 @@ pub trait Store: Send + Sync {
         )))
     }
 
-    /// The id of the key this store signs with, if it has one.
-    fn signing_key_id(&self) -> Option<&str> {
+    /// The public key of the key this store signs with, if it has one.
+    fn signing_public_key(&self) -> Option<chain::PublicKey> {
         None
     }
 }

@@ -7,6 +7,7 @@
 
 use super::layout::{Nav, badge, csrf_field, empty, json_block, json_inline, time};
 use super::{Failure, Html, Page, Viewer, check_mutation, html::encode};
+use crate::kernel::LogIntegrity;
 use crate::protocol::{
     Approval, DispatchWaiting, Event, EventType, Execution, ExecutionStatus, Scope, Step,
     canonical_uuid,
@@ -332,6 +333,7 @@ pub(super) async fn show(
         })
         .await?;
     let timeline = s.kernel.events_page(&id, q.after, EVENTS_PAGE).await?;
+    let integrity = s.kernel.log_integrity(&id).await?;
 
     let mut body = Html::new();
     body.el("h1", &[], |h| {
@@ -380,6 +382,7 @@ pub(super) async fn show(
                     children: &children.executions,
                     forks: &forks.executions,
                     waiting: waiting.as_ref(),
+                    integrity: &integrity,
                 },
             );
             approvals_section(h, &approvals);
@@ -388,6 +391,26 @@ pub(super) async fn show(
         },
     );
     Ok(viewer.page(&format!("Execution {id}"), Nav::Executions, &body))
+}
+
+/// Whether the execution's log verifies, and how far it is signed.
+fn integrity_text(h: &mut Html, integrity: &LogIntegrity) {
+    match (&integrity.outcome, &integrity.key_id) {
+        (Err(failure), _) => {
+            h.el_text("strong", &[("class", Some("fails"))], "does not verify: ");
+            h.text(&failure.to_string());
+        }
+        (Ok(coverage), None) => {
+            h.text(&format!(
+                "{} events, hash-linked and intact; this kernel signs nothing \
+             (set REBUNO_SIGNING_KEY to sign and check its heads)",
+                coverage.length
+            ));
+        }
+        (Ok(coverage), Some(key)) => {
+            h.text(&format!("verifies: {coverage}; key {key}"));
+        }
+    }
 }
 
 /// The form that cancels execution `id`.
@@ -417,6 +440,8 @@ struct Related<'a> {
     forks: &'a [Execution],
     /// The delivery waiting for a retry, if it failed.
     waiting: Option<&'a DispatchWaiting>,
+    /// Whether the event log verifies.
+    integrity: &'a LogIntegrity,
 }
 
 /// A list of `executions`, each linked, with its status.
@@ -454,6 +479,7 @@ fn summary(h: &mut Html, exec: &Execution, related: &Related<'_>) {
                 &exec.agent_id,
             );
         });
+        row(h, "Event log", &|h| integrity_text(h, related.integrity));
         row(h, "Created", &|h| time(h, &exec.created_at));
         row(h, "Updated", &|h| time(h, &exec.updated_at));
         if let Some(deadline) = &exec.deadline_at {

@@ -387,8 +387,8 @@ impl Store for PgStore {
         self.signer.set(key)
     }
 
-    fn signing_key_id(&self) -> Option<&str> {
-        self.signer.get().map(|k| k.id())
+    fn signing_public_key(&self) -> Option<super::chain::PublicKey> {
+        self.signer.get().map(|k| k.public())
     }
 
     fn timings(&self) -> Option<&StoreTimings> {

@@ -125,8 +125,8 @@ impl Store for SqliteStore {
         self.signer.set(key)
     }
 
-    fn signing_key_id(&self) -> Option<&str> {
-        self.signer.get().map(|k| k.id())
+    fn signing_public_key(&self) -> Option<super::chain::PublicKey> {
+        self.signer.get().map(|k| k.public())
     }
 }
 

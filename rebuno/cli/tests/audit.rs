@@ -297,3 +297,125 @@ fn a_signing_key_that_cannot_be_read_stops_the_kernel_naming_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("REBUNO_SIGNING_KEY=missing.key"), "{err}");
 }
+
+#[test]
+fn heads_of_a_group_commit_share_one_signature_and_each_verifies() {
+    use rebuno::Kernel;
+    use rebuno::protocol::{CreateExecutionRequest, RegisterAgentRequest, SubmitStepRequest};
+    use rebuno::store::SqliteStore;
+    use rebuno::store::chain::SigningKey;
+    use serde_json::json;
+    use std::sync::Arc;
+    let f = Fixture::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let key = SigningKey::read(&f.dir.join("signing.key")).unwrap();
+        let store = Arc::new(SqliteStore::open(&f.db).unwrap());
+        let k = Kernel::builder(store)
+            .signing_key(key)
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        k.register_agent(RegisterAgentRequest {
+            id: "a".into(),
+            webhook_url: "http://127.0.0.1:1/x".into(),
+            secret: "s".into(),
+            ..RegisterAgentRequest::default()
+        })
+        .await
+        .unwrap();
+        for _ in 0..16 {
+            k.create_execution(CreateExecutionRequest {
+                agent_id: "a".into(),
+                input: Some(json!({})),
+                ..CreateExecutionRequest::default()
+            })
+            .await
+            .unwrap();
+        }
+        let claimed = k.claim_dispatches(16).await.unwrap();
+        let tasks: Vec<_> = claimed
+            .into_iter()
+            .map(|c| {
+                let k = k.clone();
+                tokio::spawn(async move {
+                    let lease = c.lease();
+                    let exec = c.dispatch.execution_id.clone();
+                    for i in 0..8 {
+                        let req: SubmitStepRequest = serde_json::from_value(
+                            json!({"kind": "tool_call", "target": "t", "args": {"i": i}}),
+                        )
+                        .unwrap();
+                        let id = k
+                            .submit_step(&exec, &lease, req)
+                            .await
+                            .unwrap()
+                            .step_id
+                            .unwrap();
+                        k.complete_step(&exec, &id, &lease, Some(json!(i)))
+                            .await
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    let batched: i64 = db(&f)
+        .query_row(
+            "SELECT count(*) FROM event_heads WHERE proof IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(batched > 0, "concurrent writes were signed in groups");
+    let url = f.url();
+    let out = run_rebuno(
+        &f.dir,
+        &["verify", "--db", &url, "--public-key", "signing.key.pub"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.matches("(all ").count(), 16, "{text}");
+    // A batch proof edited in the database no longer verifies.
+    let (exec, length): (String, i64) = db(&f)
+        .query_row(
+            "SELECT execution_id, length FROM event_heads WHERE proof IS NOT NULL LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    db(&f)
+        .execute(
+            "UPDATE event_heads SET proof = json_set(proof, '$.index', 0 + (json_extract(proof, '$.index') = 0))
+             WHERE execution_id = ?1 AND length = ?2",
+            params![exec, length],
+        )
+        .unwrap();
+    let out = run_rebuno(
+        &f.dir,
+        &[
+            "verify",
+            "--db",
+            &url,
+            "--public-key",
+            "signing.key.pub",
+            &exec,
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!(
+            "checkpoint at length {length}: the signature does not match"
+        )),
+        "{text}"
+    );
+}

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock};
 
 pub use durable_support::audit::{AuditFailure, AuditInput, Coverage, audit, read_witness};
-pub use durable_support::keys::{KeyError, PublicKey, SignedHead, SigningKey};
+pub use durable_support::keys::{HeadProof, KeyError, PublicKey, SignedHead, SigningKey};
 
 /// The prefix of an execution's stream name (a signed head names `rebuno/executions/<id>`).
 pub const STREAM_PREFIX: &str = "rebuno/executions/";
@@ -77,19 +77,44 @@ impl Signer {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) type Head = (String, u64, String, Timestamp);
 
-/// Signs the heads a write extended, the last one of each execution's log (a write that
-/// appended to one log twice signs its final head only): `(execution, signed head)`.
+/// Signs `heads` with one signature (see [`SigningKey::sign_heads`]), the last one of each
+/// execution's log among them (a write that appended to one log twice signs its final head):
+/// `(execution, signed head)`.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn sign_heads(key: &SigningKey, heads: &[Head]) -> Vec<(String, SignedHead)> {
-    heads
+    let last: Vec<&Head> = heads
         .iter()
         .enumerate()
         .filter(|(i, (execution_id, ..))| !heads[i + 1..].iter().any(|h| &h.0 == execution_id))
-        .map(|(_, (execution_id, length, head, at))| {
-            let signed = key.sign_head(&stream(execution_id), *length, head, at.as_str());
-            (execution_id.clone(), signed)
+        .map(|(_, h)| h)
+        .collect();
+    let streams: Vec<String> = last.iter().map(|h| stream(&h.0)).collect();
+    let fields: Vec<(&str, u64, &str, &str)> = last
+        .iter()
+        .zip(&streams)
+        .map(|(h, s)| (s.as_str(), h.1, h.2.as_str(), h.3.as_str()))
+        .collect();
+    let signed = key.sign_heads(&fields);
+    last.iter().map(|h| h.0.clone()).zip(signed).collect()
+}
+
+/// A head's proof as a store keeps it (JSON text; `None` for a head signed alone).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn proof_text(proof: Option<&HeadProof>) -> Option<String> {
+    proof.map(|p| serde_json::to_string(p).expect("a proof serializes"))
+}
+
+/// A stored proof read back. Text that is not a proof (a row edited by hand) reads as one that
+/// verifies nothing, so the head is reported rather than skipped.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn proof_from_text(text: Option<&str>) -> Option<HeadProof> {
+    text.map(|t| {
+        serde_json::from_str(t).unwrap_or(HeadProof {
+            index: 0,
+            count: 0,
+            path: Vec::new(),
         })
-        .collect()
+    })
 }
 
 /// Unix milliseconds of `at` (0 for times before 1970, which a receipt cannot hold).

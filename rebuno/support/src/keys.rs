@@ -27,6 +27,9 @@ const SECRET_PREFIX: &str = "ed25519-secret:";
 const PUBLIC_PREFIX: &str = "ed25519:";
 /// The domain tag a signed head's message starts with.
 const HEAD_DOMAIN: &str = "durable-agents/signed-head/v1";
+
+/// The domain tag of a batch of heads signed together (see [`HeadProof`]).
+const BATCH_DOMAIN: &str = "durable-agents/signed-heads/v2";
 /// The largest key file read (a key line is under 100 bytes; anything larger is not a key).
 const KEY_FILE_MAX: u64 = 4096;
 
@@ -243,17 +246,152 @@ impl SigningKey {
 
     /// Signs `stream`'s head: `length` entries ending in hash `head`, at `at`.
     pub fn sign_head(&self, stream: &str, length: u64, head: &str, at: &str) -> SignedHead {
-        let mut signed = SignedHead {
+        let mut signed = self.unsigned(stream, length, head, at);
+        signed.signature = hex(&self.key.sign(&signed.message()).to_bytes());
+        signed
+    }
+
+    /// Signs several heads `(stream, length, head, at)` with one signature (a writer that
+    /// commits many streams at once pays for one): each answer carries the [`HeadProof`] that
+    /// ties it to the signed root. One head is signed as [`SigningKey::sign_head`] signs it.
+    pub fn sign_heads(&self, heads: &[(&str, u64, &str, &str)]) -> Vec<SignedHead> {
+        if let [(stream, length, head, at)] = heads {
+            return vec![self.sign_head(stream, *length, head, at)];
+        }
+        let mut signed: Vec<SignedHead> = heads
+            .iter()
+            .map(|(stream, length, head, at)| self.unsigned(stream, *length, head, at))
+            .collect();
+        let leaves: Vec<[u8; 32]> = signed.iter().map(|h| leaf_hash(&h.message())).collect();
+        let levels = merkle_levels(leaves);
+        let root = levels
+            .last()
+            .and_then(|l| l.first())
+            .copied()
+            .unwrap_or([0; 32]);
+        let count = signed.len() as u64;
+        let signature = hex(&self
+            .key
+            .sign(&batch_message(&root, count, &self.id))
+            .to_bytes());
+        for (index, head) in signed.iter_mut().enumerate() {
+            head.signature = signature.clone();
+            head.proof = Some(HeadProof {
+                index: index as u64,
+                count,
+                path: merkle_path(&levels, index).iter().map(|h| hex(h)).collect(),
+            });
+        }
+        signed
+    }
+
+    /// A head with no signature yet.
+    fn unsigned(&self, stream: &str, length: u64, head: &str, at: &str) -> SignedHead {
+        SignedHead {
             stream: stream.to_owned(),
             length,
             head: head.to_owned(),
             at: at.to_owned(),
             key_id: self.id.clone(),
             signature: String::new(),
-        };
-        signed.signature = hex(&self.key.sign(&signed.message()).to_bytes());
-        signed
+            proof: None,
+        }
     }
+}
+
+/// Where a head sits among the heads signed with it ([`SigningKey::sign_heads`]): its position,
+/// how many there were, and the sibling hashes from its leaf up to the root. The leaves are
+/// SHA-256 of `0x00` and each head's [`SignedHead::message`]; a node is SHA-256 of `0x01`, its
+/// left and its right child; a level's last node without a sibling moves up unchanged. The
+/// signature covers the JSON array of a domain tag (`durable-agents/signed-heads/v2`), the root
+/// in hex, the count and the key id.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeadProof {
+    /// The head's position among them, from 0.
+    pub index: u64,
+    /// How many heads were signed together.
+    pub count: u64,
+    /// Sibling hashes (64 hex digits each), from the leaf's level up.
+    pub path: Vec<String>,
+}
+
+/// The leaf hash of a head's message.
+fn leaf_hash(message: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update([0u8]);
+    h.update(message);
+    h.finalize().into()
+}
+
+/// The parent of two nodes.
+fn node_hash(left: &[u8; 32], right: &[u8; 32]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update([1u8]);
+    h.update(left);
+    h.update(right);
+    h.finalize().into()
+}
+
+/// Every level of the tree over `leaves`, the leaves first, the root last.
+fn merkle_levels(leaves: Vec<[u8; 32]>) -> Vec<Vec<[u8; 32]>> {
+    let mut levels = vec![leaves];
+    while levels.last().is_some_and(|l| l.len() > 1) {
+        let below = levels.last().expect("a level");
+        let up = below
+            .chunks(2)
+            .map(|pair| match pair {
+                [l, r] => node_hash(l, r),
+                [only] => *only,
+                _ => unreachable!("chunks of two"),
+            })
+            .collect();
+        levels.push(up);
+    }
+    levels
+}
+
+/// The sibling hashes of leaf `index`, from its level up.
+fn merkle_path(levels: &[Vec<[u8; 32]>], mut index: usize) -> Vec<[u8; 32]> {
+    let mut path = Vec::new();
+    for level in &levels[..levels.len().saturating_sub(1)] {
+        let sibling = index ^ 1;
+        if sibling < level.len() {
+            path.push(level[sibling]);
+        }
+        index /= 2;
+    }
+    path
+}
+
+/// The root a leaf's proof leads to, if the proof has the shape its index and count imply.
+fn merkle_root(leaf: [u8; 32], proof: &HeadProof) -> Option<[u8; 32]> {
+    if proof.count < 2 || proof.index >= proof.count {
+        return None;
+    }
+    let (mut index, mut width) = (proof.index, proof.count);
+    let mut path = proof.path.iter();
+    let mut node = leaf;
+    while width > 1 {
+        let sibling = index ^ 1;
+        if sibling < width {
+            let hash = unhex32(path.next()?)?;
+            node = if index % 2 == 0 {
+                node_hash(&node, &hash)
+            } else {
+                node_hash(&hash, &node)
+            };
+        }
+        index /= 2;
+        width = width.div_ceil(2);
+    }
+    path.next().is_none().then_some(node)
+}
+
+/// The bytes a batch's signature covers.
+fn batch_message(root: &[u8; 32], count: u64, key_id: &str) -> Vec<u8> {
+    serde_json::to_vec(&(BATCH_DOMAIN, hex(root), count, key_id))
+        .expect("strings and an integer serialize")
 }
 
 /// The `keygen` command of both CLIs: a new key written to `path` and `<path>.pub` (see
@@ -348,8 +486,13 @@ pub struct SignedHead {
     pub at: String,
     /// The id of the key that signed it.
     pub key_id: String,
-    /// The Ed25519 signature of [`SignedHead::message`], 128 hex digits.
+    /// The Ed25519 signature of [`SignedHead::message`], 128 hex digits; with a `proof`, the
+    /// signature of the batch it was signed in.
     pub signature: String,
+    /// For a head signed in a batch with others ([`SigningKey::sign_heads`]): how it ties to
+    /// the batch's signed root. Absent for a head signed alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<HeadProof>,
 }
 
 /// Why a signed head does not verify.
@@ -416,8 +559,16 @@ impl SignedHead {
             .flatten()
             .ok_or(HeadError::BadSignature)?;
         let signature = ed25519_dalek::Signature::from_bytes(&bytes);
+        let signed = match &self.proof {
+            None => self.message(),
+            Some(proof) => {
+                let root = merkle_root(leaf_hash(&self.message()), proof)
+                    .ok_or(HeadError::BadSignature)?;
+                batch_message(&root, proof.count, &self.key_id)
+            }
+        };
         key.key
-            .verify(&self.message(), &signature)
+            .verify(&signed, &signature)
             .map_err(|_| HeadError::BadSignature)
     }
 }
@@ -428,6 +579,50 @@ mod tests {
 
     fn head(key: &SigningKey) -> SignedHead {
         key.sign_head("orders", 3, "ab12", "2026-01-01T00:00:00.000000Z")
+    }
+
+    #[test]
+    fn heads_signed_together_each_verify_and_none_can_be_altered_or_moved() {
+        let key = SigningKey::generate().unwrap();
+        for n in [2usize, 3, 5, 8, 13] {
+            let heads: Vec<(String, u64, String)> = (0..n)
+                .map(|i| (format!("s{i}"), i as u64 + 1, format!("{i:064x}")))
+                .collect();
+            let refs: Vec<(&str, u64, &str, &str)> = heads
+                .iter()
+                .map(|(s, l, h)| (s.as_str(), *l, h.as_str(), "2026-01-01T00:00:00.000000Z"))
+                .collect();
+            let signed = key.sign_heads(&refs);
+            assert_eq!(signed.len(), n);
+            let signature = &signed[0].signature;
+            for h in &signed {
+                assert_eq!(&h.signature, signature, "one signature for the batch");
+                assert_eq!(h.verify(&key.public()), Ok(()), "{n}: {h:?}");
+                // Any field, the proof's position or a path hash altered: refused.
+                let mut altered = h.clone();
+                altered.length += 1;
+                assert_eq!(altered.verify(&key.public()), Err(HeadError::BadSignature));
+                let mut moved = h.clone();
+                let proof = moved.proof.as_mut().unwrap();
+                proof.index = (proof.index + 1) % proof.count;
+                assert_eq!(moved.verify(&key.public()), Err(HeadError::BadSignature));
+                let mut cut = h.clone();
+                cut.proof.as_mut().unwrap().path.pop();
+                assert_eq!(cut.verify(&key.public()), Err(HeadError::BadSignature));
+                // Without its proof the batch signature is not a signature of the head alone.
+                let mut bare = h.clone();
+                bare.proof = None;
+                assert_eq!(bare.verify(&key.public()), Err(HeadError::BadSignature));
+            }
+            // A head survives a JSON round trip with its proof.
+            let text = serde_json::to_string(&signed[n - 1]).unwrap();
+            let back: SignedHead = serde_json::from_str(&text).unwrap();
+            assert_eq!(back.verify(&key.public()), Ok(()));
+        }
+        // One head alone is signed as sign_head signs it: no proof.
+        let one = key.sign_heads(&[("s", 1, "ab", "2026-01-01T00:00:00.000000Z")]);
+        assert!(one[0].proof.is_none());
+        assert_eq!(one[0].verify(&key.public()), Ok(()));
     }
 
     #[test]

@@ -388,6 +388,8 @@ impl SqliteStore {
                     at: r.get(3)?,
                     key_id: r.get(4)?,
                     signature: r.get(5)?,
+                    // Each append signs its own checkpoint.
+                    proof: None,
                 })
             })?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)

@@ -348,6 +348,7 @@ CREATE TABLE event_heads (
     at text NOT NULL,
     key_id text NOT NULL,
     signature text NOT NULL,
+    proof text,
     PRIMARY KEY (execution_id, length)
 );
 CREATE FUNCTION rebuno_unchained_log(execution text) RETURNS text LANGUAGE plpgsql AS $fn$

@@ -1,7 +1,8 @@
 //! The event log's operations of [`SqliteTx`]: events are numbered after the execution's
-//! latest and hash-linked to it as they are appended ([`crate::store::chain`]); a write with a
-//! signing key signs the head of each log it extended before it ends ([`SqliteTx::seal`]), in
-//! its own savepoint, so a signed head names only events committed with it.
+//! latest and hash-linked to it as they are appended ([`crate::store::chain`]); with a signing
+//! key, the writer signs the heads of the logs a group commit extended with one signature, in
+//! the group's transaction just before it commits ([`sign_group`]), so a signed head names only
+//! events committed with it.
 //!
 //! A log written before the chain existed (its events have no stored hash) is chained when it
 //! is next extended: its hashes are computed from its events and stored first.
@@ -9,22 +10,68 @@
 use super::rows::{EVENT_COLS, all, event_row, one, page};
 use super::{SqliteTx, fetch};
 use crate::protocol::{Event, EventType, Timestamp};
-use crate::store::chain::{self, ChainCheck, EventFrame, SignedHead};
+use crate::store::chain::{self, ChainCheck, EventFrame, SignedHead, SigningKey};
 use crate::store::{EventTx, Page, StoreError, StoreResult};
-use rusqlite::params;
+use rusqlite::{Connection, params};
 use serde_json::Value;
 
-const HEAD_COLS: &str = "execution_id, length, head, at, key_id, signature";
+const HEAD_COLS: &str = "execution_id, length, head, at, key_id, signature, proof";
 
 fn head_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SignedHead> {
     Ok(SignedHead {
         stream: chain::stream(&r.get::<_, String>(0)?),
-        length: r.get::<_, i64>(1)? as u64,
+        // A negative length (a row edited by hand) reads as one no log reaches.
+        length: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(u64::MAX),
         head: r.get(2)?,
         at: r.get(3)?,
         key_id: r.get(4)?,
         signature: r.get(5)?,
+        proof: chain::proof_from_text(r.get::<_, Option<String>>(6)?.as_deref()),
     })
+}
+
+/// Signs the heads the writes of one group commit extended, together, and records them in the
+/// group's transaction just before its `COMMIT`. A head counts only if its event is in the
+/// transaction now (a write rolled back to its savepoint noted heads that are gone), and of
+/// one log only the longest. Nothing when no transaction is open.
+pub(super) fn sign_group(
+    conn: &Connection,
+    key: &SigningKey,
+    heads: Vec<chain::Head>,
+) -> StoreResult<()> {
+    if heads.is_empty() || conn.is_autocommit() {
+        return Ok(());
+    }
+    let mut kept: Vec<chain::Head> = Vec::with_capacity(heads.len());
+    let mut check = conn.prepare_cached(
+        "SELECT 1 FROM events WHERE execution_id = ?1 AND event_seq = ?2 AND hash = ?3",
+    )?;
+    for head in heads {
+        if !check.exists(params![head.0, head.1 as i64, head.2])? {
+            continue;
+        }
+        match kept.iter_mut().find(|k| k.0 == head.0) {
+            Some(k) if k.1 < head.1 => *k = head,
+            Some(_) => {}
+            None => kept.push(head),
+        }
+    }
+    let mut insert = conn.prepare_cached(
+        "INSERT OR REPLACE INTO event_heads (execution_id, length, head, at, key_id, signature, proof)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    for (execution_id, signed) in chain::sign_heads(key, &kept) {
+        insert.execute(params![
+            execution_id,
+            signed.length as i64,
+            signed.head,
+            signed.at,
+            signed.key_id,
+            signed.signature,
+            chain::proof_text(signed.proof.as_ref())
+        ])?;
+    }
+    Ok(())
 }
 
 impl SqliteTx<'_> {
@@ -84,29 +131,6 @@ impl SqliteTx<'_> {
             .map(|(_, h)| h.to_owned())
             .ok_or_else(|| StoreError::Database("an empty log has no head".into()))
     }
-
-    /// Signs the head of every log this transaction extended (the last one of each), with
-    /// the store's key; nothing without one.
-    pub(super) fn seal(&mut self) -> StoreResult<()> {
-        let Some(key) = self.signer else {
-            return Ok(());
-        };
-        let heads = std::mem::take(&mut self.heads);
-        for (execution_id, signed) in chain::sign_heads(key, &heads) {
-            self.exec(
-                &format!("INSERT OR REPLACE INTO event_heads ({HEAD_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
-                params![
-                    execution_id,
-                    signed.length as i64,
-                    signed.head,
-                    signed.at,
-                    signed.key_id,
-                    signed.signature
-                ],
-            )?;
-        }
-        Ok(())
-    }
 }
 
 impl EventTx for SqliteTx<'_> {
@@ -140,10 +164,9 @@ impl EventTx for SqliteTx<'_> {
             ])?;
             prev = Some(hash);
         }
-        if self.signer.is_some()
-            && let Some(head) = prev
-        {
-            self.heads
+        if let (Some(heads), Some(head)) = (self.heads, prev) {
+            heads
+                .borrow_mut()
                 .push((execution_id.to_owned(), seq, head, occurred_at.clone()));
         }
         Ok(seq)

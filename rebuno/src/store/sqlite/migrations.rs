@@ -294,7 +294,9 @@ ALTER TABLE dispatches ADD COLUMN last_error TEXT NOT NULL DEFAULT '';
 ",
 // 18: the event log as a hash-linked chain: each event's hash (a log written before has none
 // until it is next extended, which chains it), and the signed heads of each log (one per write
-// that extended it, with a signing key), by length.
+// that extended it, with a signing key; `proof` ties a head signed with others of its group
+// commit to their one signature), by length: one B-tree, so a signed write dirties one
+// page of it, not a table's and its key's.
 "
 ALTER TABLE events ADD COLUMN hash TEXT;
 CREATE TABLE event_heads (
@@ -304,8 +306,9 @@ CREATE TABLE event_heads (
     at TEXT NOT NULL,
     key_id TEXT NOT NULL,
     signature TEXT NOT NULL,
+    proof TEXT,
     PRIMARY KEY (execution_id, length)
-);
+) WITHOUT ROWID;
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

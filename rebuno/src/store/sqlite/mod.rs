@@ -133,29 +133,23 @@ impl Store for SqliteStore {
 /// The [`Tx`] of the SQLite store, over whichever transaction its connection has open.
 pub(super) struct SqliteTx<'c> {
     conn: &'c Connection,
-    /// The key a write signs the heads it extended with ([`SqliteTx::seal`]).
-    signer: Option<&'c SigningKey>,
-    /// The heads of the event logs this transaction extended, to sign at its end.
-    heads: Vec<super::chain::Head>,
+    /// Where a write with a signing key notes the heads of the event logs it extends; the
+    /// writer signs those of a group commit together before it commits ([`events::sign_group`]).
+    heads: Option<&'c std::cell::RefCell<Vec<super::chain::Head>>>,
 }
 
 impl<'c> SqliteTx<'c> {
     /// The operations of the transaction open on `conn`.
     pub(super) fn new(conn: &'c Connection) -> Self {
-        SqliteTx {
-            conn,
-            signer: None,
-            heads: Vec::new(),
-        }
+        SqliteTx { conn, heads: None }
     }
 
-    /// [`SqliteTx::new`] for a write that signs the heads it extends with `signer`.
-    pub(super) fn signing(conn: &'c Connection, signer: Option<&'c SigningKey>) -> Self {
-        SqliteTx {
-            conn,
-            signer,
-            heads: Vec::new(),
-        }
+    /// [`SqliteTx::new`] for a write whose extended heads are noted in `heads`, to be signed.
+    pub(super) fn signing(
+        conn: &'c Connection,
+        heads: Option<&'c std::cell::RefCell<Vec<super::chain::Head>>>,
+    ) -> Self {
+        SqliteTx { conn, heads }
     }
 
     fn exec(&self, sql: &str, p: impl rusqlite::Params) -> StoreResult<usize> {

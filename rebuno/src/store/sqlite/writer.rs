@@ -18,12 +18,14 @@ use super::SqliteTx;
 use super::checkpoint::Checkpointer;
 use super::conn::{Conn, ConnFn, ReadReply, lock};
 use super::durable::{Answers, Durable, Reply, Syncer};
+use super::events::sign_group;
 use super::handoff::{InFlight, next_job};
 use crate::store::chain::{Signer, SigningKey};
 use crate::store::{StoreError, StoreResult, StoreTimings, TxFn};
 use durable_support::group_commit;
 use rusqlite::Connection;
 use std::any::Any;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
@@ -276,8 +278,9 @@ impl group_commit::WriterError for StoreError {
 
 /// Runs a group of writes and commits them. Returns the answers, each with when it is due, and
 /// (with a syncer) the commit's sequence number, with how many rows the group changed: the
-/// durable answers wait until it is durable. With a `signer`, each write signs the heads of the
-/// event logs it extended before its savepoint is released.
+/// durable answers wait until it is durable. With a `signer`, the heads of the event logs the
+/// group extended are signed together and recorded just before its `COMMIT`; if that fails,
+/// the group is rolled back and every write in it fails.
 fn run_group(
     conn: &Connection,
     jobs: Vec<WriteJob>,
@@ -286,19 +289,25 @@ fn run_group(
 ) -> (Option<(u64, u64)>, DueAnswers) {
     let before = conn.total_changes();
     let waits = jobs.iter().any(|(_, (_, due))| *due == Due::Durable);
+    let heads = RefCell::new(Vec::new());
+    let noting = signer.map(|_| &heads);
     let changes = jobs.into_iter().map(|(f, reply)| {
-        let change = move |c: &Connection| {
-            let mut tx = SqliteTx::signing(c, signer);
-            let out = f(&mut tx)?;
-            tx.seal()?;
-            Ok(out)
-        };
-        (change, reply)
+        (
+            move |c: &Connection| f(&mut SqliteTx::signing(c, noting)),
+            reply,
+        )
     });
     // Counted before COMMIT: from inside it, readers may see the group. Counted even when
     // nothing is left to commit, so the answers still go through the syncer in order. A
     // change rolled back to its savepoint still counts as a change here (never the reverse).
     group_commit::run_group(conn, changes, || {
+        if let Some(key) = signer
+            && let Err(e) = sign_group(conn, key, heads.take())
+        {
+            tracing::error!(error = %e, "cannot sign the group's event-log heads; rolling it back");
+            // The COMMIT that follows then fails, and every change of the group with it.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
         durable.map(|d| (d.begin(waits), conn.total_changes() - before))
     })
 }

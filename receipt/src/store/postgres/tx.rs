@@ -248,6 +248,8 @@ pub(super) fn checkpoints(
             at: r.get(3),
             key_id: r.get(4),
             signature: r.get(5),
+            // Each append signs its own checkpoint.
+            proof: None,
         })
         .collect())
 }

@@ -183,17 +183,24 @@ impl PgTx<'_> {
     }
 }
 
-const HEAD_COLS: &str = "execution_id, length, head, at, key_id, signature";
+const HEAD_COLS: &str = "execution_id, length, head, at, key_id, signature, proof";
 
 fn head_row(r: &durable_support::pg::postgres::Row) -> Result<SignedHead, String> {
     let get = |i: usize| r.try_get::<_, String>(i).map_err(|e| e.to_string());
     Ok(SignedHead {
         stream: chain::stream(&get(0)?),
-        length: r.try_get::<_, i64>(1).map_err(|e| e.to_string())?.max(0) as u64,
+        // A negative length (a row edited by hand) reads as one no log reaches.
+        length: u64::try_from(r.try_get::<_, i64>(1).map_err(|e| e.to_string())?)
+            .unwrap_or(u64::MAX),
         head: get(2)?,
         at: get(3)?,
         key_id: get(4)?,
         signature: get(5)?,
+        proof: chain::proof_from_text(
+            r.try_get::<_, Option<String>>(6)
+                .map_err(|e| e.to_string())?
+                .as_deref(),
+        ),
     })
 }
 
@@ -231,12 +238,14 @@ impl PgTx<'_> {
             let length = i64::try_from(signed.length).unwrap_or(i64::MAX);
             self.defer(
                 &format!(
-                    "INSERT INTO event_heads ({HEAD_COLS}) VALUES ($1, $2, $3, $4, $5, $6)
+                    "INSERT INTO event_heads ({HEAD_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7)
                      ON CONFLICT (execution_id, length) DO UPDATE SET head = excluded.head,
-                       at = excluded.at, key_id = excluded.key_id, signature = excluded.signature"
+                       at = excluded.at, key_id = excluded.key_id, signature = excluded.signature,
+                       proof = excluded.proof"
                 ),
                 params![execution_id => TEXT, length => INT8, signed.head => TEXT,
-                        signed.at => TEXT, signed.key_id => TEXT, signed.signature => TEXT],
+                        signed.at => TEXT, signed.key_id => TEXT, signed.signature => TEXT,
+                        chain::proof_text(signed.proof.as_ref()) => TEXT],
             )?;
         }
         Ok(())

@@ -1,13 +1,16 @@
 //! Tamper evidence for receipt streams: a store opened with a [`SigningKey`] records a signed
 //! checkpoint of a stream's head ([`SignedHead`]: stream, length, head hash, time, key id) in
-//! the same transaction as every append, and [`verify_signed`] checks a stream with nothing but
+//! the same transaction as every append (the SQLite store signs the heads of a group commit
+//! together, each with its [`HeadProof`]), and [`verify_signed`] checks a stream with nothing but
 //! the public key: the hash chain, every checkpoint, the unsigned tail after the last one, and
 //! (given one kept outside the database) a witness the stream must still extend. See
 //! `durable_support::audit` for what each check catches.
 
 use crate::receipt::{Receipt, VerifyFailure, verify};
 pub use durable_support::audit::{AuditFailure, Coverage, read_witness};
-pub use durable_support::keys::{HeadError, KeyError, PublicKey, SignedHead, SigningKey};
+pub use durable_support::keys::{
+    HeadError, HeadProof, KeyError, PublicKey, SignedHead, SigningKey,
+};
 
 /// The environment variable naming the signing key file of the `receipt` binary.
 pub const SIGNING_KEY_ENV: &str = "RECEIPT_SIGNING_KEY";

@@ -298,7 +298,7 @@ fn a_version_1_database_is_upgraded_in_place() {
         .db()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
 }
 
 #[test]

@@ -20,10 +20,12 @@
 //! ([`SignedHead`], kept beside the log); [`ChainCheck`] recomputes a log from its events.
 
 use crate::protocol::{Event, Timestamp};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::store::{StoreError, StoreResult};
 use durable_support::chain::{base36, hex, sha256_hex};
 use durable_support::{canonical, chain};
 use serde_json::{Value, json};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use std::sync::{Arc, OnceLock};
 
 pub use durable_support::audit::{AuditFailure, AuditInput, Coverage, audit, read_witness};
@@ -96,25 +98,6 @@ pub(crate) fn sign_heads(key: &SigningKey, heads: &[Head]) -> Vec<(String, Signe
         .collect();
     let signed = key.sign_heads(&fields);
     last.iter().map(|h| h.0.clone()).zip(signed).collect()
-}
-
-/// A head's proof as a store keeps it (JSON text; `None` for a head signed alone).
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn proof_text(proof: Option<&HeadProof>) -> Option<String> {
-    proof.map(|p| serde_json::to_string(p).expect("a proof serializes"))
-}
-
-/// A stored proof read back. Text that is not a proof (a row edited by hand) reads as one that
-/// verifies nothing, so the head is reported rather than skipped.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn proof_from_text(text: Option<&str>) -> Option<HeadProof> {
-    text.map(|t| {
-        serde_json::from_str(t).unwrap_or(HeadProof {
-            index: 0,
-            count: 0,
-            path: Vec::new(),
-        })
-    })
 }
 
 /// Unix milliseconds of `at` (0 for times before 1970, which a receipt cannot hold).

@@ -316,6 +316,23 @@ pub struct HeadProof {
     pub path: Vec<String>,
 }
 
+impl HeadProof {
+    /// The proof as a store keeps it: JSON text.
+    pub fn to_text(&self) -> String {
+        serde_json::to_string(self).expect("a proof serializes")
+    }
+
+    /// A stored proof read back. Text that is not a proof (a row edited by hand) reads as one
+    /// that verifies nothing, so its head is reported rather than skipped.
+    pub fn from_stored(text: &str) -> HeadProof {
+        serde_json::from_str(text).unwrap_or(HeadProof {
+            index: 0,
+            count: 0,
+            path: Vec::new(),
+        })
+    }
+}
+
 /// The leaf hash of a head's message.
 fn leaf_hash(message: &[u8]) -> [u8; 32] {
     let mut h = Sha256::new();

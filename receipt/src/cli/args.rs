@@ -40,7 +40,7 @@ pub(super) struct Cli {
     #[arg(long, global = true, value_name = "FORMAT", value_parser = super::logs::parse_format)]
     pub(super) log_format: Option<LogFormat>,
 
-    /// Signing key file (from `receipt keygen`): every append records a signed checkpoint of
+    /// Signing key file (from `receipt keygen`): every append is covered by a signed checkpoint of
     /// the stream's head [env: RECEIPT_SIGNING_KEY, a path]
     #[arg(long, global = true, value_name = "KEYFILE")]
     pub(super) signing_key: Option<PathBuf>,

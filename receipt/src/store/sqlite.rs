@@ -23,18 +23,19 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::receipt::{Hints, Receipt};
-use crate::signing::{SignedHead, SigningKey, checkpoint};
+use crate::signing::{HeadProof, SignedHead, SigningKey};
 use async_trait::async_trait;
 use durable_support::group_commit;
 use durable_support::sqlite_tenancy::{Holding, RECEIPT};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use tokio::sync::oneshot;
 
 /// The receipt schema's version: `user_version` of a file the receipt store created, the
 /// `receipt_meta` row of a kernel database it shares ([`durable_support::sqlite_tenancy`]).
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 /// How long a statement waits for another process's lock on the file.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -70,8 +71,8 @@ CREATE TABLE receipt_branches (
 );
 ";
 
-/// Version 2: signed checkpoints of stream heads (see [`crate::signing`]), one per append made
-/// with a signing key, written in the append's transaction.
+/// Version 2: signed checkpoints of stream heads (see [`crate::signing`]), one per stream a
+/// group commit made with a signing key extended, written in its transaction.
 const CHECKPOINTS: &str = "
 CREATE TABLE receipt_checkpoints (
     stream TEXT NOT NULL,
@@ -84,6 +85,12 @@ CREATE TABLE receipt_checkpoints (
 );
 ";
 
+/// Version 3: a checkpoint's proof, for the heads a group commit signs with one signature (see
+/// [`SigningKey::sign_heads`]).
+const PROOFS: &str = "
+ALTER TABLE receipt_checkpoints ADD COLUMN proof TEXT;
+";
+
 /// Tuning for [`SqliteStore`].
 #[derive(Debug, Clone)]
 pub struct SqliteOptions {
@@ -92,7 +99,8 @@ pub struct SqliteOptions {
     pub synchronous_full: bool,
     /// The most appends one group commit takes (default 4096).
     pub max_group: usize,
-    /// Records a signed checkpoint of the stream's head with every append (default none).
+    /// Records a signed checkpoint of the stream's head with every append (default none): the
+    /// heads of one group commit are signed together, with one signature.
     pub signing_key: Option<Arc<SigningKey>>,
 }
 
@@ -195,6 +203,7 @@ fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result
             }
             conn.execute_batch(SCHEMA)?;
             conn.execute_batch(CHECKPOINTS)?;
+            conn.execute_batch(PROOFS)?;
             RECEIPT.record_version(&conn, holding, SCHEMA_VERSION)?;
             Ok(match holding {
                 Holding::Guest { .. } => Holding::Guest {
@@ -241,9 +250,9 @@ fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result
     Ok(conn)
 }
 
-/// Brings a version 1 file to version 2 (adds the checkpoints table), under the write lock so
-/// that two processes opening the file at once upgrade it once. Receipts written before keep
-/// verifying, as unsigned.
+/// Brings a version 1 or 2 file to version 3 (adds the checkpoints table, then their proofs),
+/// under the write lock so that two processes opening the file at once upgrade it once.
+/// Receipts written before keep verifying, as unsigned.
 fn upgrade(
     conn: &Connection,
     path: &Path,
@@ -253,10 +262,14 @@ fn upgrade(
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let done = (|| -> Result<()> {
         let holding = look(conn)?;
-        if holding.version() == 1 {
+        let version = holding.version();
+        if version == 1 {
             conn.execute_batch(CHECKPOINTS)?;
+        }
+        if version == 1 || version == 2 {
+            conn.execute_batch(PROOFS)?;
             RECEIPT.record_version(conn, holding, SCHEMA_VERSION)?;
-        } else if holding.version() != SCHEMA_VERSION {
+        } else if version != SCHEMA_VERSION {
             return Err(not_a_db(
                 path,
                 format!("unexpected schema version {}", holding.version()),
@@ -329,7 +342,7 @@ impl SqliteStore {
     /// [`SqliteStore::memory`] with options (`synchronous_full` does not apply).
     pub fn memory_with(options: SqliteOptions) -> Result<SqliteStore> {
         let conn = Connection::open_in_memory()?;
-        conn.execute_batch(&format!("BEGIN; {SCHEMA} {CHECKPOINTS}"))?;
+        conn.execute_batch(&format!("BEGIN; {SCHEMA} {CHECKPOINTS} {PROOFS}"))?;
         RECEIPT.record_version(&conn, Holding::Empty, SCHEMA_VERSION)?;
         conn.execute_batch("COMMIT")?;
         let conn = Arc::new(Mutex::new(conn));
@@ -372,10 +385,10 @@ impl SqliteStore {
         let stream = stream.to_owned();
         self.with_reader(move |c| {
             let mut stmt = c.prepare_cached(if latest {
-                "SELECT stream, length, head, signed_at, key_id, signature
+                "SELECT stream, length, head, signed_at, key_id, signature, proof
                  FROM receipt_checkpoints WHERE stream = ?1 ORDER BY length DESC LIMIT 1"
             } else {
-                "SELECT stream, length, head, signed_at, key_id, signature
+                "SELECT stream, length, head, signed_at, key_id, signature, proof
                  FROM receipt_checkpoints WHERE stream = ?1 ORDER BY length"
             })?;
             let rows = stmt.query_map(params![stream], |r| {
@@ -388,8 +401,10 @@ impl SqliteStore {
                     at: r.get(3)?,
                     key_id: r.get(4)?,
                     signature: r.get(5)?,
-                    // Each append signs its own checkpoint.
-                    proof: None,
+                    proof: r
+                        .get::<_, Option<String>>(6)?
+                        .as_deref()
+                        .map(HeadProof::from_stored),
                 })
             })?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
@@ -478,8 +493,11 @@ enum Done {
     Branched,
 }
 
+/// The heads a group commit's appends reached: `(stream, length, hash of its last receipt)`.
+type Heads = RefCell<Vec<(String, u64, String)>>;
+
 /// One change of a group: an append request or a branch creation.
-type Change = Box<dyn FnOnce(&Connection) -> Result<Done>>;
+type Change<'a> = Box<dyn FnOnce(&Connection) -> Result<Done> + 'a>;
 
 /// The caller of a job, waiting for its answers.
 enum Waiting {
@@ -494,7 +512,10 @@ fn run_group(conn: &Connection, jobs: Vec<Job>, signing: Option<&Arc<SigningKey>
     let now = crate::sim::Clock::now_ms(&crate::sim::SystemClock);
     // Each change is tagged with its job and its place in the job, so the answers (which come
     // back in no particular order) reach the right caller in the right order.
-    let mut changes: Vec<(Change, (usize, usize))> = Vec::with_capacity(jobs.len());
+    // The heads the group's appends reach, signed together before its COMMIT.
+    let heads: Heads = RefCell::new(Vec::new());
+    let noting = signing.map(|_| &heads);
+    let mut changes: Vec<(Change<'_>, (usize, usize))> = Vec::with_capacity(jobs.len());
     let mut slots: Vec<Vec<Option<Result<Done>>>> = Vec::with_capacity(jobs.len());
     let mut replies = Vec::with_capacity(jobs.len());
     for (j, job) in jobs.into_iter().enumerate() {
@@ -502,16 +523,15 @@ fn run_group(conn: &Connection, jobs: Vec<Job>, signing: Option<&Arc<SigningKey>
             Job::Append(reqs, reply) => {
                 slots.push(reqs.iter().map(|_| None).collect());
                 for (i, r) in reqs.into_iter().enumerate() {
-                    let key = signing.cloned();
-                    let change: Change =
-                        Box::new(move |c| append_tx(c, r, now, key.as_deref()).map(Done::Appended));
+                    let change: Change<'_> =
+                        Box::new(move |c| append_tx(c, r, now, noting).map(Done::Appended));
                     changes.push((change, (j, i)));
                 }
                 replies.push(Waiting::Append(reply));
             }
             Job::Branch(b, reply) => {
                 slots.push(vec![None]);
-                let change: Change = Box::new(move |c| {
+                let change: Change<'_> = Box::new(move |c| {
                     let (meta, receipt, tail) = *b;
                     branch_tx(c, meta, receipt, tail, now).map(|()| Done::Branched)
                 });
@@ -522,7 +542,15 @@ fn run_group(conn: &Connection, jobs: Vec<Job>, signing: Option<&Arc<SigningKey>
     }
     // Timed (and logged) before anyone hears back, so the line is out before its caller goes on.
     let (started, count) = (std::time::Instant::now(), changes.len());
-    let ((), answers) = group_commit::run_group(conn, changes, || ());
+    let ((), answers) = group_commit::run_group(conn, changes, || {
+        if let Some(key) = signing
+            && let Err(e) = sign_group(conn, key, heads.take(), now)
+        {
+            tracing::error!(error = %e, "cannot sign the group's stream heads; rolling it back");
+            // The COMMIT that follows then fails, and every change of the group with it.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+    });
     super::log_commit("sqlite", count, started.elapsed());
     for (result, (j, i)) in answers {
         slots[j][i] = Some(result);
@@ -578,11 +606,61 @@ fn count_ids(conn: &Connection, stream: &str, ids: &[String]) -> Result<usize> {
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
+/// Signs the heads a group commit's appends reached, together, and records them as
+/// checkpoints in the group's transaction just before its `COMMIT`: a head counts only if its
+/// receipt is in the transaction now (an append rolled back to its savepoint noted a head that
+/// is gone), and of one stream only the longest. Nothing when no transaction is open.
+fn sign_group(
+    conn: &Connection,
+    key: &SigningKey,
+    heads: Vec<(String, u64, String)>,
+    now: i64,
+) -> Result<()> {
+    if heads.is_empty() || conn.is_autocommit() {
+        return Ok(());
+    }
+    let mut check = conn.prepare_cached(
+        "SELECT 1 FROM receipt_receipts WHERE stream = ?1 AND stream_seq = ?2 AND hash = ?3",
+    )?;
+    let mut kept: Vec<(String, u64, String)> = Vec::with_capacity(heads.len());
+    for head in heads {
+        if !check.exists(params![head.0, head.1 as i64 - 1, head.2])? {
+            continue;
+        }
+        match kept.iter_mut().find(|k| k.0 == head.0) {
+            Some(k) if k.1 < head.1 => *k = head,
+            Some(_) => {}
+            None => kept.push(head),
+        }
+    }
+    let at = durable_support::civil::iso_ms(now);
+    let fields: Vec<(&str, u64, &str, &str)> = kept
+        .iter()
+        .map(|(stream, length, head)| (stream.as_str(), *length, head.as_str(), at.as_str()))
+        .collect();
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO receipt_checkpoints (stream, length, head, signed_at, key_id, signature, proof)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    for head in key.sign_heads(&fields) {
+        insert.execute(params![
+            head.stream,
+            head.length as i64,
+            head.head,
+            head.at,
+            head.key_id,
+            head.signature,
+            head.proof.as_ref().map(HeadProof::to_text)
+        ])?;
+    }
+    Ok(())
+}
+
 fn append_tx(
     conn: &Connection,
     request: AppendRequest,
     now: i64,
-    signing: Option<&SigningKey>,
+    heads: Option<&Heads>,
 ) -> Result<AppendOutcome> {
     check_batch(&request)?;
     let present = count_ids(conn, &request.stream, &batch_event_ids(&request))?;
@@ -644,20 +722,10 @@ fn append_tx(
         now,
         ts
     ])?;
-    if let Some(key) = signing {
-        let head = checkpoint(key, &request.stream, last_seq + 1, &hash, now);
-        conn.prepare_cached(
-            "INSERT INTO receipt_checkpoints (stream, length, head, signed_at, key_id, signature)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?
-        .execute(params![
-            head.stream,
-            head.length as i64,
-            head.head,
-            head.at,
-            head.key_id,
-            head.signature
-        ])?;
+    if let Some(heads) = heads {
+        heads
+            .borrow_mut()
+            .push((request.stream.clone(), last_seq + 1, hash.clone()));
     }
     Ok(AppendOutcome::Appended {
         tail: Tail {

@@ -10,7 +10,7 @@
 use super::rows::{EVENT_COLS, all, event_row, one, page};
 use super::{SqliteTx, fetch};
 use crate::protocol::{Event, EventType, Timestamp};
-use crate::store::chain::{self, ChainCheck, EventFrame, SignedHead, SigningKey};
+use crate::store::chain::{self, ChainCheck, EventFrame, HeadProof, SignedHead, SigningKey};
 use crate::store::{EventTx, Page, StoreError, StoreResult};
 use rusqlite::{Connection, params};
 use serde_json::Value;
@@ -26,7 +26,10 @@ fn head_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SignedHead> {
         at: r.get(3)?,
         key_id: r.get(4)?,
         signature: r.get(5)?,
-        proof: chain::proof_from_text(r.get::<_, Option<String>>(6)?.as_deref()),
+        proof: r
+            .get::<_, Option<String>>(6)?
+            .as_deref()
+            .map(HeadProof::from_stored),
     })
 }
 
@@ -68,7 +71,7 @@ pub(super) fn sign_group(
             signed.at,
             signed.key_id,
             signed.signature,
-            chain::proof_text(signed.proof.as_ref())
+            signed.proof.as_ref().map(HeadProof::to_text)
         ])?;
     }
     Ok(())

@@ -6,7 +6,7 @@ use super::super::rows::{EVENT_COLS, event_row};
 use super::{PgTx, fetch, touches};
 use crate::protocol::Timestamp;
 use crate::protocol::{Event, EventType};
-use crate::store::chain::{self, ChainCheck, EventFrame, SignedHead};
+use crate::store::chain::{self, ChainCheck, EventFrame, HeadProof, SignedHead};
 use crate::store::{Page, StoreError, StoreResult};
 use durable_support::pg::postgres::types::{ToSql, Type};
 use durable_support::pg::{Param, advisory_key};
@@ -196,11 +196,11 @@ fn head_row(r: &durable_support::pg::postgres::Row) -> Result<SignedHead, String
         at: get(3)?,
         key_id: get(4)?,
         signature: get(5)?,
-        proof: chain::proof_from_text(
-            r.try_get::<_, Option<String>>(6)
-                .map_err(|e| e.to_string())?
-                .as_deref(),
-        ),
+        proof: r
+            .try_get::<_, Option<String>>(6)
+            .map_err(|e| e.to_string())?
+            .as_deref()
+            .map(HeadProof::from_stored),
     })
 }
 
@@ -245,7 +245,7 @@ impl PgTx<'_> {
                 ),
                 params![execution_id => TEXT, length => INT8, signed.head => TEXT,
                         signed.at => TEXT, signed.key_id => TEXT, signed.signature => TEXT,
-                        chain::proof_text(signed.proof.as_ref()) => TEXT],
+                        signed.proof.as_ref().map(HeadProof::to_text) => TEXT],
             )?;
         }
         Ok(())

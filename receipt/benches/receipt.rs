@@ -120,7 +120,8 @@ fn sqlite_store(path: std::path::PathBuf, signed: bool) -> Arc<SqliteStore> {
 
 /// Durable appends to SQLite (`synchronous=FULL`): one receipt per command, many events per
 /// command, and commits grouped across 64 concurrent streams; each unsigned and with a signing
-/// key (a signed checkpoint per append, in its transaction), measured in the same run.
+/// key (the heads of each group commit signed together, in its transaction), measured in the
+/// same run.
 fn bench_sqlite_appends(c: &mut Criterion) {
     let rt = rt();
     let mut g = c.benchmark_group("sqlite_append");

@@ -1,6 +1,8 @@
 //! Fault: the kernel process is killed with SIGKILL while executions are in flight and
 //! restarted on the same SQLite file. Every execution still completes, every event log is
-//! gapless, and no step that had been recorded as succeeded runs again.
+//! gapless, and no step that had been recorded as succeeded runs again. The kernel signs its
+//! logs' heads (`REBUNO_SIGNING_KEY`): after the kills, `rebuno verify` finds every log intact
+//! and signed to its end (a signed head never names an event that was not durable).
 //!
 //! Real processes on both sides: the `rebuno dev` binary, and an agent written with the
 //! published Python SDK 0.14.0 (the test says so and passes without running when no Python with
@@ -64,9 +66,14 @@ async fn get(http: &reqwest::Client, url: String) -> Value {
 }
 
 fn kernel(db: &std::path::Path, port: u16) -> Kill {
+    let key = db.with_file_name("signing.key");
+    if !key.exists() {
+        durable_support::keys::keygen(&key).unwrap();
+    }
     let child = Command::new(env!("CARGO_BIN_EXE_rebuno"))
         .args(["dev", "--db"])
         .arg(db)
+        .env("REBUNO_SIGNING_KEY", &key)
         .args(["--listen-addr", &format!("127.0.0.1:{port}")])
         .env_remove("REBUNO_DISPATCH_MAX_ATTEMPTS")
         .env_remove("REBUNO_DISPATCH_LEASE_TIMEOUT")
@@ -207,5 +214,19 @@ async fn killed_kernel_restarts_and_every_execution_completes() {
             );
         }
     }
-    drop(k);
+    drop(k); // SIGKILL again
+    let out = Command::new(env!("CARGO_BIN_EXE_rebuno"))
+        .args(["verify", "--db", &format!("sqlite://{}", db.display())])
+        .arg("--public-key")
+        .arg(dir.path().join("signing.key.pub"))
+        .env_remove("REBUNO_SIGNING_KEY")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.matches("(all ").count(), RUNS, "{text}");
 }

@@ -86,9 +86,23 @@ CREATE TABLE receipt_checkpoints (
 ";
 
 /// Version 3: a checkpoint's proof, for the heads a group commit signs with one signature (see
-/// [`SigningKey::sign_heads`]).
+/// [`SigningKey::sign_heads`]), and the checkpoints kept in one B-tree by `(stream, length)`
+/// (`WITHOUT ROWID`): a signed commit dirties one page of them, not a table's and its key's.
 const PROOFS: &str = "
-ALTER TABLE receipt_checkpoints ADD COLUMN proof TEXT;
+CREATE TABLE receipt_checkpoints_v3 (
+    stream TEXT NOT NULL,
+    length INTEGER NOT NULL,
+    head TEXT NOT NULL,
+    signed_at TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    proof TEXT,
+    PRIMARY KEY (stream, length)
+) WITHOUT ROWID;
+INSERT INTO receipt_checkpoints_v3 (stream, length, head, signed_at, key_id, signature)
+    SELECT stream, length, head, signed_at, key_id, signature FROM receipt_checkpoints;
+DROP TABLE receipt_checkpoints;
+ALTER TABLE receipt_checkpoints_v3 RENAME TO receipt_checkpoints;
 ";
 
 /// Tuning for [`SqliteStore`].

@@ -166,21 +166,18 @@ fn a_rewritten_receipt_with_recomputed_hashes_is_caught() {
 }
 
 #[test]
-fn a_cut_tail_is_caught_by_its_checkpoints_and_by_the_witness() {
+fn a_cut_tail_is_caught_by_the_witness() {
     let t = Signed::new();
     t.append(4);
     t.keep_witness();
+    // The cut takes the checkpoints kept on the receipts cut with it: what remains is a
+    // consistent, signed stream. Only the witness still knows.
     cut(&t.db(), 2);
-    let err = t.verify_err(&[]);
+    let out = t.verify_ok(&[]);
     assert!(
-        err.contains("checkpoint signed at length 3, but the stream has 2"),
-        "{err}"
+        out.contains("signed up to index 1 (all 2 entries)"),
+        "{out}"
     );
-    // The attacker also deletes the checkpoints past the cut: only the witness still knows.
-    t.db()
-        .execute("DELETE FROM receipt_checkpoints WHERE length > 2", [])
-        .unwrap();
-    t.verify_ok(&[]);
     let err = t.verify_err(&["--witness", "witness.json"]);
     assert!(
         err.contains("the stream has 2 entries but the witness saw 4"),
@@ -193,7 +190,10 @@ fn deleted_checkpoints_leave_an_unsigned_tail() {
     let t = Signed::new();
     t.append(5);
     t.db()
-        .execute("DELETE FROM receipt_checkpoints WHERE length > 2", [])
+        .execute(
+            "UPDATE receipt_receipts SET checkpoint = NULL WHERE stream_seq >= 2",
+            [],
+        )
         .unwrap();
     let err = t.verify_err(&[]);
     assert!(
@@ -242,13 +242,10 @@ fn a_checkpoint_signed_by_another_key_is_refused() {
     t.append(2);
     t.db()
         .execute(
-            "UPDATE receipt_checkpoints SET signature = replace(signature, substr(signature, 1, 1), 'f') WHERE length = 2 AND substr(signature, 1, 1) != 'f'",
-            [],
-        )
-        .unwrap();
-    t.db()
-        .execute(
-            "UPDATE receipt_checkpoints SET signature = '0' || substr(signature, 2) WHERE length = 2 AND substr(signature, 1, 1) = 'f'",
+            "UPDATE receipt_receipts SET checkpoint = json_set(checkpoint, '$.signature',
+               CASE WHEN substr(json_extract(checkpoint, '$.signature'), 1, 1) = 'f'
+                    THEN '0' ELSE 'f' END || substr(json_extract(checkpoint, '$.signature'), 2))
+             WHERE stream_seq = 1",
             [],
         )
         .unwrap();
@@ -283,10 +280,12 @@ fn a_stream_written_before_a_key_was_configured_verifies_as_unsigned() {
 fn a_version_1_database_is_upgraded_in_place() {
     let t = Signed::new();
     t.cli.ok(&["append", "s", "order.placed", "{}"]);
-    // What the previous release left: no checkpoints table, schema version 1.
+    // What an earlier release left: no checkpoints, schema version 1.
     let conn = t.db();
-    conn.execute_batch("DROP TABLE receipt_checkpoints; PRAGMA user_version = 1;")
-        .unwrap();
+    conn.execute_batch(
+        "ALTER TABLE receipt_receipts DROP COLUMN checkpoint; PRAGMA user_version = 1;",
+    )
+    .unwrap();
     drop(conn);
     t.append(1);
     let out = t.verify_ok(&[]);
@@ -299,6 +298,40 @@ fn a_version_1_database_is_upgraded_in_place() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert_eq!(version, 3);
+}
+
+#[test]
+fn a_version_2_database_keeps_its_checkpoints_on_their_receipts() {
+    let t = Signed::new();
+    t.append(3);
+    // What the previous release left: checkpoints in a table of their own, schema version 2.
+    t.db()
+        .execute_batch(
+            "CREATE TABLE receipt_checkpoints (stream TEXT NOT NULL, length INTEGER NOT NULL,
+               head TEXT NOT NULL, signed_at TEXT NOT NULL, key_id TEXT NOT NULL,
+               signature TEXT NOT NULL, PRIMARY KEY (stream, length));
+             INSERT INTO receipt_checkpoints SELECT stream, stream_seq + 1,
+               json_extract(checkpoint, '$.head'), json_extract(checkpoint, '$.at'),
+               json_extract(checkpoint, '$.key_id'), json_extract(checkpoint, '$.signature')
+               FROM receipt_receipts WHERE checkpoint IS NOT NULL;
+             ALTER TABLE receipt_receipts DROP COLUMN checkpoint;
+             PRAGMA user_version = 2;",
+        )
+        .unwrap();
+    let out = t.verify_ok(&[]);
+    assert!(
+        out.contains("signed up to index 2 (all 3 entries); 3 checkpoint(s)"),
+        "{out}"
+    );
+    let tables: i64 = t
+        .db()
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'receipt_checkpoints'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 0);
 }
 
 #[test]

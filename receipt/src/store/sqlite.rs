@@ -71,39 +71,75 @@ CREATE TABLE receipt_branches (
 );
 ";
 
-/// Version 2: signed checkpoints of stream heads (see [`crate::signing`]), one per stream a
-/// group commit made with a signing key extended, written in its transaction.
-const CHECKPOINTS: &str = "
-CREATE TABLE receipt_checkpoints (
-    stream TEXT NOT NULL,
-    length INTEGER NOT NULL,
-    head TEXT NOT NULL,
-    signed_at TEXT NOT NULL,
-    key_id TEXT NOT NULL,
-    signature TEXT NOT NULL,
-    PRIMARY KEY (stream, length)
-);
+// Version 2 added a table of signed checkpoints (`receipt_checkpoints`, by stream and length);
+// version 3 keeps them on their receipts instead.
+
+/// Version 3: a stream's signed checkpoints kept on the receipt each one names (the head it
+/// signed), as JSON `{head, at, key_id, signature, proof?}`: a signed commit then writes no page
+/// beyond those its receipts dirty (a table of their own, keyed by stream, dirtied a page per
+/// stream of a group commit). A version 2 file's checkpoints move there.
+const CHECKPOINT_COLUMN: &str = "
+ALTER TABLE receipt_receipts ADD COLUMN checkpoint TEXT;
 ";
 
-/// Version 3: a checkpoint's proof, for the heads a group commit signs with one signature (see
-/// [`SigningKey::sign_heads`]), and the checkpoints kept in one B-tree by `(stream, length)`
-/// (`WITHOUT ROWID`): a signed commit dirties one page of them, not a table's and its key's.
-const PROOFS: &str = "
-CREATE TABLE receipt_checkpoints_v3 (
-    stream TEXT NOT NULL,
-    length INTEGER NOT NULL,
-    head TEXT NOT NULL,
-    signed_at TEXT NOT NULL,
-    key_id TEXT NOT NULL,
-    signature TEXT NOT NULL,
-    proof TEXT,
-    PRIMARY KEY (stream, length)
-) WITHOUT ROWID;
-INSERT INTO receipt_checkpoints_v3 (stream, length, head, signed_at, key_id, signature)
-    SELECT stream, length, head, signed_at, key_id, signature FROM receipt_checkpoints;
+/// Moves a version 2 file's checkpoints onto their receipts (after [`CHECKPOINT_COLUMN`]).
+const CHECKPOINTS_MOVED: &str = "
+UPDATE receipt_receipts SET checkpoint = (
+    SELECT json_object('head', c.head, 'at', c.signed_at, 'key_id', c.key_id,
+                       'signature', c.signature)
+    FROM receipt_checkpoints c
+    WHERE c.stream = receipt_receipts.stream AND c.length = receipt_receipts.stream_seq + 1)
+WHERE EXISTS (SELECT 1 FROM receipt_checkpoints c
+              WHERE c.stream = receipt_receipts.stream AND c.length = receipt_receipts.stream_seq + 1);
 DROP TABLE receipt_checkpoints;
-ALTER TABLE receipt_checkpoints_v3 RENAME TO receipt_checkpoints;
 ";
+
+/// A checkpoint as its receipt keeps it: the [`SignedHead`] without the stream and length the
+/// receipt's row gives.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredCheckpoint {
+    head: String,
+    at: String,
+    key_id: String,
+    signature: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    proof: Option<HeadProof>,
+}
+
+impl StoredCheckpoint {
+    fn text(head: &SignedHead) -> String {
+        serde_json::to_string(&StoredCheckpoint {
+            head: head.head.clone(),
+            at: head.at.clone(),
+            key_id: head.key_id.clone(),
+            signature: head.signature.clone(),
+            proof: head.proof.clone(),
+        })
+        .expect("a checkpoint serializes")
+    }
+
+    /// The checkpoint stored on receipt `seq` of `stream`. Text that is not one (a row edited
+    /// by hand) reads as a checkpoint whose signature fails, so it is reported, not skipped.
+    fn read(stream: String, seq: i64, text: &str) -> SignedHead {
+        let stored: StoredCheckpoint = serde_json::from_str(text).unwrap_or(StoredCheckpoint {
+            head: String::new(),
+            at: String::new(),
+            key_id: String::new(),
+            signature: String::new(),
+            proof: None,
+        });
+        SignedHead {
+            stream,
+            // A negative position (a row edited by hand) reads as one no stream reaches.
+            length: u64::try_from(seq).map_or(u64::MAX, |s| s + 1),
+            head: stored.head,
+            at: stored.at,
+            key_id: stored.key_id,
+            signature: stored.signature,
+            proof: stored.proof,
+        }
+    }
+}
 
 /// Tuning for [`SqliteStore`].
 #[derive(Debug, Clone)]
@@ -216,8 +252,7 @@ fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result
                 return Ok(holding);
             }
             conn.execute_batch(SCHEMA)?;
-            conn.execute_batch(CHECKPOINTS)?;
-            conn.execute_batch(PROOFS)?;
+            conn.execute_batch(CHECKPOINT_COLUMN)?;
             RECEIPT.record_version(&conn, holding, SCHEMA_VERSION)?;
             Ok(match holding {
                 Holding::Guest { .. } => Holding::Guest {
@@ -264,9 +299,9 @@ fn open_connection(path: &Path, options: &SqliteOptions, create: bool) -> Result
     Ok(conn)
 }
 
-/// Brings a version 1 or 2 file to version 3 (adds the checkpoints table, then their proofs),
-/// under the write lock so that two processes opening the file at once upgrade it once.
-/// Receipts written before keep verifying, as unsigned.
+/// Brings a version 1 or 2 file to version 3 (checkpoints on their receipts; a version 2 file's
+/// checkpoints table moves there), under the write lock so that two processes opening the file
+/// at once upgrade it once. Receipts written before a key keep verifying, as unsigned.
 fn upgrade(
     conn: &Connection,
     path: &Path,
@@ -277,11 +312,11 @@ fn upgrade(
     let done = (|| -> Result<()> {
         let holding = look(conn)?;
         let version = holding.version();
-        if version == 1 {
-            conn.execute_batch(CHECKPOINTS)?;
-        }
         if version == 1 || version == 2 {
-            conn.execute_batch(PROOFS)?;
+            conn.execute_batch(CHECKPOINT_COLUMN)?;
+            if version == 2 {
+                conn.execute_batch(CHECKPOINTS_MOVED)?;
+            }
             RECEIPT.record_version(conn, holding, SCHEMA_VERSION)?;
         } else if version != SCHEMA_VERSION {
             return Err(not_a_db(
@@ -356,7 +391,7 @@ impl SqliteStore {
     /// [`SqliteStore::memory`] with options (`synchronous_full` does not apply).
     pub fn memory_with(options: SqliteOptions) -> Result<SqliteStore> {
         let conn = Connection::open_in_memory()?;
-        conn.execute_batch(&format!("BEGIN; {SCHEMA} {CHECKPOINTS} {PROOFS}"))?;
+        conn.execute_batch(&format!("BEGIN; {SCHEMA} {CHECKPOINT_COLUMN}"))?;
         RECEIPT.record_version(&conn, Holding::Empty, SCHEMA_VERSION)?;
         conn.execute_batch("COMMIT")?;
         let conn = Arc::new(Mutex::new(conn));
@@ -399,27 +434,18 @@ impl SqliteStore {
         let stream = stream.to_owned();
         self.with_reader(move |c| {
             let mut stmt = c.prepare_cached(if latest {
-                "SELECT stream, length, head, signed_at, key_id, signature, proof
-                 FROM receipt_checkpoints WHERE stream = ?1 ORDER BY length DESC LIMIT 1"
+                "SELECT stream, stream_seq, checkpoint FROM receipt_receipts
+                 WHERE stream = ?1 AND checkpoint IS NOT NULL ORDER BY stream_seq DESC LIMIT 1"
             } else {
-                "SELECT stream, length, head, signed_at, key_id, signature, proof
-                 FROM receipt_checkpoints WHERE stream = ?1 ORDER BY length"
+                "SELECT stream, stream_seq, checkpoint FROM receipt_receipts
+                 WHERE stream = ?1 AND checkpoint IS NOT NULL ORDER BY stream_seq"
             })?;
             let rows = stmt.query_map(params![stream], |r| {
-                Ok(SignedHead {
-                    stream: r.get(0)?,
-                    // A negative length (a row edited by hand) reads as one no stream reaches,
-                    // so verification reports it instead of skipping it.
-                    length: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(u64::MAX),
-                    head: r.get(2)?,
-                    at: r.get(3)?,
-                    key_id: r.get(4)?,
-                    signature: r.get(5)?,
-                    proof: r
-                        .get::<_, Option<String>>(6)?
-                        .as_deref()
-                        .map(HeadProof::from_stored),
-                })
+                Ok(StoredCheckpoint::read(
+                    r.get(0)?,
+                    r.get(1)?,
+                    &r.get::<_, String>(2)?,
+                ))
             })?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
@@ -620,8 +646,8 @@ fn count_ids(conn: &Connection, stream: &str, ids: &[String]) -> Result<usize> {
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
-/// Signs the heads a group commit's appends reached, together, and records them as
-/// checkpoints in the group's transaction just before its `COMMIT`: a head counts only if its
+/// Signs the heads a group commit's appends reached, together, and records each on the receipt
+/// it names, in the group's transaction just before its `COMMIT`: a head counts only if its
 /// receipt is in the transaction now (an append rolled back to its savepoint noted a head that
 /// is gone), and of one stream only the longest. Nothing when no transaction is open.
 fn sign_group(
@@ -652,19 +678,14 @@ fn sign_group(
         .iter()
         .map(|(stream, length, head)| (stream.as_str(), *length, head.as_str(), at.as_str()))
         .collect();
-    let mut insert = conn.prepare_cached(
-        "INSERT INTO receipt_checkpoints (stream, length, head, signed_at, key_id, signature, proof)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    let mut keep = conn.prepare_cached(
+        "UPDATE receipt_receipts SET checkpoint = ?3 WHERE stream = ?1 AND stream_seq = ?2",
     )?;
     for head in key.sign_heads(&fields) {
-        insert.execute(params![
+        keep.execute(params![
             head.stream,
-            head.length as i64,
-            head.head,
-            head.at,
-            head.key_id,
-            head.signature,
-            head.proof.as_ref().map(HeadProof::to_text)
+            head.length as i64 - 1,
+            StoredCheckpoint::text(&head)
         ])?;
     }
     Ok(())

@@ -52,7 +52,10 @@ pub async fn signed_appends_record_a_checkpoint_in_their_transaction(b: &Backend
     // SQLite signs the two streams' heads of that group commit with one signature, each head
     // with its proof; the others sign each append alone.
     if b.name.starts_with("sqlite") {
-        let proof = checkpoints[2].proof.as_ref().expect("a head signed in a batch");
+        let proof = checkpoints[2]
+            .proof
+            .as_ref()
+            .expect("a head signed in a batch");
         assert_eq!(proof.count, 2, "{}", b.name);
     }
     let read = s.read("a").await.unwrap();

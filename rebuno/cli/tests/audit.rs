@@ -70,10 +70,11 @@ fn a_checkpoint_moved_onto_the_forged_chain_fails_its_signature() {
     )
     .unwrap();
     let heads = f.recompute_stored_hashes(&c);
-    // Every checkpoint's head set to the forged chain's hash at its length.
+    // Every signed head set to the forged chain's hash at its length.
     for (i, h) in heads.iter().enumerate() {
         c.execute(
-            "UPDATE event_heads SET head = ?3 WHERE execution_id = ?1 AND length = ?2",
+            "UPDATE events SET signed_head = json_set(signed_head, '$.head', ?3)
+             WHERE execution_id = ?1 AND event_seq = ?2 AND signed_head IS NOT NULL",
             params![f.exec, i as i64 + 1, h],
         )
         .unwrap();
@@ -96,26 +97,19 @@ fn a_deleted_event_is_a_gap() {
 }
 
 #[test]
-fn a_cut_tail_is_caught_by_its_checkpoints_and_then_by_the_witness() {
+fn a_cut_tail_is_caught_by_the_witness() {
     let f = fixture(3);
     f.keep_witness();
     let total = f.events();
-    // Cut back to the last step's first write (a signed length of its own).
+    // Cut back to the last step's first write (a signed length of its own): the signed heads
+    // kept on the cut events go with them, and what remains is signed to its end.
     let cut = total as i64 - 4;
-    let c = db(&f);
-    c.execute(
-        "DELETE FROM events WHERE execution_id = ?1 AND event_seq > ?2",
-        params![f.exec, cut],
-    )
-    .unwrap();
-    let err = f.verify_err(&[]);
-    assert!(err.contains("its tail was cut"), "{err}");
-    // The attacker also deletes the checkpoints past the cut: the witness still knows.
-    c.execute(
-        "DELETE FROM event_heads WHERE execution_id = ?1 AND length > ?2",
-        params![f.exec, cut],
-    )
-    .unwrap();
+    db(&f)
+        .execute(
+            "DELETE FROM events WHERE execution_id = ?1 AND event_seq > ?2",
+            params![f.exec, cut],
+        )
+        .unwrap();
     f.verify_ok(&[]);
     let err = f.verify_err(&["--witness", "witness.json"]);
     assert!(err.contains(&format!("the witness saw {total}")), "{err}");
@@ -128,7 +122,7 @@ fn deleted_checkpoints_leave_an_unsigned_tail_longer_than_the_bound() {
     // The execution's creation is one signed write of 3 events; the later ones go.
     db(&f)
         .execute(
-            "DELETE FROM event_heads WHERE execution_id = ?1 AND length > 3",
+            "UPDATE events SET signed_head = NULL WHERE execution_id = ?1 AND event_seq > 3",
             params![f.exec],
         )
         .unwrap();
@@ -167,7 +161,10 @@ fn checkpoints_signed_by_another_key_are_refused() {
     let other = durable_support::keys::SigningKey::generate().unwrap();
     let c = db(&f);
     let heads: Vec<(i64, String, String)> = c
-        .prepare("SELECT length, head, at FROM event_heads WHERE execution_id = ?1")
+        .prepare(
+            "SELECT event_seq, json_extract(signed_head, '$.head'), json_extract(signed_head, '$.at')
+             FROM events WHERE execution_id = ?1 AND signed_head IS NOT NULL",
+        )
         .unwrap()
         .query_map(params![f.exec], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .unwrap()
@@ -181,7 +178,8 @@ fn checkpoints_signed_by_another_key_are_refused() {
             &at,
         );
         c.execute(
-            "UPDATE event_heads SET key_id = ?3, signature = ?4 WHERE execution_id = ?1 AND length = ?2",
+            "UPDATE events SET signed_head = json_set(json_remove(signed_head, '$.proof'),
+               '$.key_id', ?3, '$.signature', ?4) WHERE execution_id = ?1 AND event_seq = ?2",
             params![f.exec, length, forged.key_id, forged.signature],
         )
         .unwrap();
@@ -268,7 +266,7 @@ fn a_log_an_older_kernel_wrote_is_chained_when_next_extended() {
     let f = fixture(1);
     f.close();
     let c = db(&f);
-    c.execute_batch("UPDATE events SET hash = NULL; DELETE FROM event_heads;")
+    c.execute_batch("UPDATE events SET hash = NULL, signed_head = NULL;")
         .unwrap();
     let out = f.verify_ok(&[]);
     assert!(out.contains("unsigned up to index"), "{out}");
@@ -366,7 +364,7 @@ fn heads_of_a_group_commit_share_one_signature_and_each_verifies() {
     });
     let batched: i64 = db(&f)
         .query_row(
-            "SELECT count(*) FROM event_heads WHERE proof IS NOT NULL",
+            "SELECT count(*) FROM events WHERE json_extract(signed_head, '$.proof') IS NOT NULL",
             [],
             |r| r.get(0),
         )
@@ -387,15 +385,17 @@ fn heads_of_a_group_commit_share_one_signature_and_each_verifies() {
     // A batch proof edited in the database no longer verifies.
     let (exec, length): (String, i64) = db(&f)
         .query_row(
-            "SELECT execution_id, length FROM event_heads WHERE proof IS NOT NULL LIMIT 1",
+            "SELECT execution_id, event_seq FROM events
+             WHERE json_extract(signed_head, '$.proof') IS NOT NULL LIMIT 1",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
     db(&f)
         .execute(
-            "UPDATE event_heads SET proof = json_set(proof, '$.index', 0 + (json_extract(proof, '$.index') = 0))
-             WHERE execution_id = ?1 AND length = ?2",
+            "UPDATE events SET signed_head = json_set(signed_head, '$.proof.index',
+               0 + (json_extract(signed_head, '$.proof.index') = 0))
+             WHERE execution_id = ?1 AND event_seq = ?2",
             params![exec, length],
         )
         .unwrap();

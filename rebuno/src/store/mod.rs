@@ -92,7 +92,6 @@ impl From<rusqlite::Error> for StoreError {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) const EXECUTION_CHILD_TABLES: &[&str] = &[
     "events",
-    "event_heads",
     "steps",
     "approvals",
     "dispatches",

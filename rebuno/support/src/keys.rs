@@ -316,6 +316,55 @@ pub struct HeadProof {
     pub path: Vec<String>,
 }
 
+/// A signed head as a store keeps it on the entry it names: the fields beyond the stream and
+/// length the entry's row gives.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredHead {
+    head: String,
+    at: String,
+    key_id: String,
+    signature: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    proof: Option<HeadProof>,
+}
+
+impl SignedHead {
+    /// The head as a store keeps it on the entry it names (JSON: `head`, `at`, `key_id`,
+    /// `signature`, `proof`; the stream and length are the entry's).
+    pub fn stored_text(&self) -> String {
+        serde_json::to_string(&StoredHead {
+            head: self.head.clone(),
+            at: self.at.clone(),
+            key_id: self.key_id.clone(),
+            signature: self.signature.clone(),
+            proof: self.proof.clone(),
+        })
+        .expect("a head serializes")
+    }
+
+    /// A head read back from [`SignedHead::stored_text`] on the entry at `length` of `stream`.
+    /// Text that is not one (a row edited by hand) reads as a head whose signature fails, so
+    /// it is reported rather than skipped.
+    pub fn from_stored(stream: String, length: u64, text: &str) -> SignedHead {
+        let stored: StoredHead = serde_json::from_str(text).unwrap_or(StoredHead {
+            head: String::new(),
+            at: String::new(),
+            key_id: String::new(),
+            signature: String::new(),
+            proof: None,
+        });
+        SignedHead {
+            stream,
+            length,
+            head: stored.head,
+            at: stored.at,
+            key_id: stored.key_id,
+            signature: stored.signature,
+            proof: stored.proof,
+        }
+    }
+}
+
 impl HeadProof {
     /// The proof as a store keeps it: JSON text.
     pub fn to_text(&self) -> String {

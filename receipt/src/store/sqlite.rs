@@ -23,7 +23,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::receipt::{Hints, Receipt};
-use crate::signing::{HeadProof, SignedHead, SigningKey};
+use crate::signing::{SignedHead, SigningKey};
 use async_trait::async_trait;
 use durable_support::group_commit;
 use durable_support::sqlite_tenancy::{Holding, RECEIPT};
@@ -93,53 +93,6 @@ WHERE EXISTS (SELECT 1 FROM receipt_checkpoints c
               WHERE c.stream = receipt_receipts.stream AND c.length = receipt_receipts.stream_seq + 1);
 DROP TABLE receipt_checkpoints;
 ";
-
-/// A checkpoint as its receipt keeps it: the [`SignedHead`] without the stream and length the
-/// receipt's row gives.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct StoredCheckpoint {
-    head: String,
-    at: String,
-    key_id: String,
-    signature: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    proof: Option<HeadProof>,
-}
-
-impl StoredCheckpoint {
-    fn text(head: &SignedHead) -> String {
-        serde_json::to_string(&StoredCheckpoint {
-            head: head.head.clone(),
-            at: head.at.clone(),
-            key_id: head.key_id.clone(),
-            signature: head.signature.clone(),
-            proof: head.proof.clone(),
-        })
-        .expect("a checkpoint serializes")
-    }
-
-    /// The checkpoint stored on receipt `seq` of `stream`. Text that is not one (a row edited
-    /// by hand) reads as a checkpoint whose signature fails, so it is reported, not skipped.
-    fn read(stream: String, seq: i64, text: &str) -> SignedHead {
-        let stored: StoredCheckpoint = serde_json::from_str(text).unwrap_or(StoredCheckpoint {
-            head: String::new(),
-            at: String::new(),
-            key_id: String::new(),
-            signature: String::new(),
-            proof: None,
-        });
-        SignedHead {
-            stream,
-            // A negative position (a row edited by hand) reads as one no stream reaches.
-            length: u64::try_from(seq).map_or(u64::MAX, |s| s + 1),
-            head: stored.head,
-            at: stored.at,
-            key_id: stored.key_id,
-            signature: stored.signature,
-            proof: stored.proof,
-        }
-    }
-}
 
 /// Tuning for [`SqliteStore`].
 #[derive(Debug, Clone)]
@@ -441,9 +394,11 @@ impl SqliteStore {
                  WHERE stream = ?1 AND checkpoint IS NOT NULL ORDER BY stream_seq"
             })?;
             let rows = stmt.query_map(params![stream], |r| {
-                Ok(StoredCheckpoint::read(
+                // A negative position (a row edited by hand) reads as one no stream reaches.
+                let length = u64::try_from(r.get::<_, i64>(1)?).map_or(u64::MAX, |s| s + 1);
+                Ok(SignedHead::from_stored(
                     r.get(0)?,
-                    r.get(1)?,
+                    length,
                     &r.get::<_, String>(2)?,
                 ))
             })?;
@@ -685,7 +640,7 @@ fn sign_group(
         keep.execute(params![
             head.stream,
             head.length as i64 - 1,
-            StoredCheckpoint::text(&head)
+            head.stored_text()
         ])?;
     }
     Ok(())

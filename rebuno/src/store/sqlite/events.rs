@@ -1,8 +1,8 @@
 //! The event log's operations of [`SqliteTx`]: events are numbered after the execution's
 //! latest and hash-linked to it as they are appended ([`crate::store::chain`]); with a signing
 //! key, the writer signs the heads of the logs a group commit extended with one signature, in
-//! the group's transaction just before it commits ([`sign_group`]), so a signed head names only
-//! events committed with it.
+//! the group's transaction just before it commits, and keeps each on the event it names
+//! ([`sign_group`]), so a signed head names only events committed with it.
 //!
 //! A log written before the chain existed (its events have no stored hash) is chained when it
 //! is next extended: its hashes are computed from its events and stored first.
@@ -10,32 +10,24 @@
 use super::rows::{EVENT_COLS, all, event_row, one, page};
 use super::{SqliteTx, fetch};
 use crate::protocol::{Event, EventType, Timestamp};
-use crate::store::chain::{self, ChainCheck, EventFrame, HeadProof, SignedHead, SigningKey};
+use crate::store::chain::{self, ChainCheck, EventFrame, SignedHead, SigningKey};
 use crate::store::{EventTx, Page, StoreError, StoreResult};
 use rusqlite::{Connection, params};
 use serde_json::Value;
 
-const HEAD_COLS: &str = "execution_id, length, head, at, key_id, signature, proof";
-
+/// A signed head, from `execution_id, event_seq, signed_head` of the event it names.
 fn head_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SignedHead> {
-    Ok(SignedHead {
-        stream: chain::stream(&r.get::<_, String>(0)?),
-        // A negative length (a row edited by hand) reads as one no log reaches.
-        length: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(u64::MAX),
-        head: r.get(2)?,
-        at: r.get(3)?,
-        key_id: r.get(4)?,
-        signature: r.get(5)?,
-        proof: r
-            .get::<_, Option<String>>(6)?
-            .as_deref()
-            .map(HeadProof::from_stored),
-    })
+    Ok(SignedHead::from_stored(
+        chain::stream(&r.get::<_, String>(0)?),
+        // A negative position (a row edited by hand) reads as one no log reaches.
+        u64::try_from(r.get::<_, i64>(1)?).unwrap_or(u64::MAX),
+        &r.get::<_, String>(2)?,
+    ))
 }
 
-/// Signs the heads the writes of one group commit extended, together, and records them in the
-/// group's transaction just before its `COMMIT`. A head counts only if its event is in the
-/// transaction now (a write rolled back to its savepoint noted heads that are gone), and of
+/// Signs the heads the writes of one group commit extended, together, and records each on the
+/// event it names, in the group's transaction just before its `COMMIT`. A head counts only if
+/// its event is in the transaction now (a write rolled back to its savepoint noted heads that are gone), and of
 /// one log only the longest. Nothing when no transaction is open.
 pub(super) fn sign_group(
     conn: &Connection,
@@ -59,19 +51,14 @@ pub(super) fn sign_group(
             None => kept.push(head),
         }
     }
-    let mut insert = conn.prepare_cached(
-        "INSERT OR REPLACE INTO event_heads (execution_id, length, head, at, key_id, signature, proof)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    let mut keep = conn.prepare_cached(
+        "UPDATE events SET signed_head = ?3 WHERE execution_id = ?1 AND event_seq = ?2",
     )?;
     for (execution_id, signed) in chain::sign_heads(key, &kept) {
-        insert.execute(params![
+        keep.execute(params![
             execution_id,
             signed.length as i64,
-            signed.head,
-            signed.at,
-            signed.key_id,
-            signed.signature,
-            signed.proof.as_ref().map(HeadProof::to_text)
+            signed.stored_text()
         ])?;
     }
     Ok(())
@@ -208,7 +195,8 @@ impl EventTx for SqliteTx<'_> {
     fn checkpoints(&mut self, execution_id: &str) -> StoreResult<Vec<SignedHead>> {
         all(
             self.conn,
-            &format!("SELECT {HEAD_COLS} FROM event_heads WHERE execution_id = ?1 ORDER BY length"),
+            "SELECT execution_id, event_seq, signed_head FROM events
+             WHERE execution_id = ?1 AND signed_head IS NOT NULL ORDER BY event_seq",
             params![execution_id],
             head_row,
         )
@@ -217,10 +205,8 @@ impl EventTx for SqliteTx<'_> {
     fn latest_checkpoint(&mut self, execution_id: &str) -> StoreResult<Option<SignedHead>> {
         one(
             self.conn,
-            &format!(
-                "SELECT {HEAD_COLS} FROM event_heads WHERE execution_id = ?1
-                 ORDER BY length DESC LIMIT 1"
-            ),
+            "SELECT execution_id, event_seq, signed_head FROM events
+             WHERE execution_id = ?1 AND signed_head IS NOT NULL ORDER BY event_seq DESC LIMIT 1",
             params![execution_id],
             head_row,
         )

@@ -293,22 +293,12 @@ ALTER TABLE agents ADD COLUMN dispatch_retry TEXT;
 ALTER TABLE dispatches ADD COLUMN last_error TEXT NOT NULL DEFAULT '';
 ",
 // 18: the event log as a hash-linked chain: each event's hash (a log written before has none
-// until it is next extended, which chains it), and the signed heads of each log (one per write
-// that extended it, with a signing key; `proof` ties a head signed with others of its group
-// commit to their one signature), by length: one B-tree, so a signed write dirties one
-// page of it, not a table's and its key's.
+// until it is next extended, which chains it), and, on the event a signed head names, that head
+// (JSON: head, at, key_id, signature, proof): a signed commit writes no page beyond its events'
+// (a table of signed heads keyed by execution dirtied a page per execution of a group commit).
 "
 ALTER TABLE events ADD COLUMN hash TEXT;
-CREATE TABLE event_heads (
-    execution_id TEXT NOT NULL,
-    length INTEGER NOT NULL,
-    head TEXT NOT NULL,
-    at TEXT NOT NULL,
-    key_id TEXT NOT NULL,
-    signature TEXT NOT NULL,
-    proof TEXT,
-    PRIMARY KEY (execution_id, length)
-) WITHOUT ROWID;
+ALTER TABLE events ADD COLUMN signed_head TEXT;
 "];
 
 pub(super) fn db_err(path: &Path, e: impl std::fmt::Display) -> StoreError {

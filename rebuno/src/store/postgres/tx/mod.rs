@@ -300,7 +300,11 @@ impl ExecutionTx for PgTx<'_> {
                (SELECT id FROM dispatches WHERE execution_id = ANY($1))",
             params![ids => TEXT_ARRAY],
         )?;
-        for table in crate::store::EXECUTION_CHILD_TABLES {
+        // Signed heads are kept apart from the events here (SQLite keeps them on the events).
+        for table in crate::store::EXECUTION_CHILD_TABLES
+            .iter()
+            .chain(&["event_heads"])
+        {
             self.exec(
                 &format!("DELETE FROM {table} WHERE execution_id = ANY($1)"),
                 params![ids => TEXT_ARRAY],

@@ -20,6 +20,12 @@ pub async fn kernel(backend: &str, dir: &std::path::Path) -> Kernel {
         format!("sqlite://{}", dir.join("k.db").display())
     };
     let k = Kernel::open(&url).await.unwrap();
+    register(&k).await;
+    k
+}
+
+/// Registers the agent `bench` on `k`.
+pub async fn register(k: &Kernel) {
     k.register_agent(RegisterAgentRequest {
         id: "bench".into(),
         webhook_url: "http://127.0.0.1:9/".into(),
@@ -28,7 +34,6 @@ pub async fn kernel(backend: &str, dir: &std::path::Path) -> Kernel {
     })
     .await
     .unwrap();
-    k
 }
 
 /// A new execution of `bench`, claimed: its id and lease.

@@ -10,7 +10,8 @@
 //! - `logs` (feature `logs`): capturing the log lines and span closes of a test binary.
 //! - `browser` (feature `browser`): a minimal WebDriver client driving a headless Chromium.
 //! - `keys` (feature `keys`): the `keygen` command both CLIs have, checked on a real binary.
-//! - `bench` (feature `bench`): what the benchmarks share (the fsync floor).
+//! - `bench` (feature `bench`): what the benchmarks share (the fsync floor, signed against
+//!   unsigned in alternating rounds).
 //! - `rebuno` (feature `rebuno`): the fixtures of rebuno's own tests and benchmarks (kernels
 //!   served and embedded, test agents, the API, console, LLM, policy, protocol and SDK
 //!   harnesses, a load-balancing proxy, a counting transport).

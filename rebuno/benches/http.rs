@@ -58,11 +58,7 @@ fn signed(
 
 fn main() {
     let _telemetry = support::telemetry();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = test_support::bench::runtime();
     rt.block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let client = reqwest::Client::new();

@@ -26,17 +26,9 @@ use rebuno::protocol::Decision;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// Replays: a new attempt re-submits 1,000 recorded steps; each answer comes from the record.
 fn bench_replay(c: &mut Criterion) {
-    let rt = rt();
+    let rt = test_support::bench::runtime();
     let mut g = c.benchmark_group("kernel_replay");
     g.sample_size(10).measurement_time(Duration::from_secs(5));
     const N: u64 = 1_000;
@@ -71,7 +63,7 @@ fn bench_replay(c: &mut Criterion) {
 /// The proceed path on SQLite: one execution, and 64 executions concurrently.
 fn bench_proceed(c: &mut Criterion) {
     let _telemetry = support::telemetry();
-    let rt = rt();
+    let rt = test_support::bench::runtime();
     let mut g = c.benchmark_group("kernel_proceed_sqlite");
     g.sample_size(10).measurement_time(Duration::from_secs(6));
     let dir = tempfile::tempdir().unwrap();

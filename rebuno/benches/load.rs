@@ -46,11 +46,7 @@ fn percentile(samples: &mut [Duration], p: f64) -> Duration {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = test_support::bench::runtime();
     rt.block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let kernel = Kernel::open(&format!("sqlite://{}", dir.path().join("k.db").display())).await.unwrap();

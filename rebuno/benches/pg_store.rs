@@ -457,11 +457,7 @@ fn main() {
     let only_one = std::env::var("PG_BENCH_ONLY").is_ok_and(|v| v == "one");
     let schema = format!("bench_pg_store_{}", std::process::id());
     let floor_pool = PgPool::connect(&options(&url, &schema, EXECS)).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = test_support::bench::runtime();
 
     let ((a, store), (b, _)) = rt.block_on(async {
         let a = replica(&url, &schema, "a").await;

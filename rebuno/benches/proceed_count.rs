@@ -22,11 +22,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(400);
     let _telemetry = support::telemetry();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = test_support::bench::runtime();
     let dir = tempfile::tempdir().unwrap();
     rt.block_on(async {
         let k = support::kernel::kernel("sqlite", dir.path()).await;

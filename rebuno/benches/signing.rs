@@ -20,14 +20,7 @@ use rebuno::store::chain::SigningKey;
 use rebuno::{Kernel, KernelConfig, Lease};
 use std::sync::Arc;
 use support::kernel::{execution, proceed_steps, register};
-use test_support::bench::{Rounds, alternate};
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use test_support::bench::{Rounds, alternate, env_u64};
 
 /// A kernel on a SQLite file at `path` with the agent `bench`, signing with `key` when given
 /// (and never from the environment).
@@ -66,17 +59,13 @@ async fn all_at_once(k: &Kernel, runs: &Arc<Vec<(String, Lease)>>, from: u64) {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = test_support::bench::runtime();
     let dir = tempfile::tempdir().unwrap();
     let unsigned = rt.block_on(kernel(&dir.path().join("unsigned.db"), None));
     let key = SigningKey::generate().unwrap();
     let signed = rt.block_on(kernel(&dir.path().join("signed.db"), Some(key)));
-    let rounds = env_or("SIGNING_BENCH_ROUNDS", 7).max(1);
-    let steps = env_or("SIGNING_BENCH_STEPS", 1_000).max(1);
+    let rounds = env_u64("SIGNING_BENCH_ROUNDS", 7).max(1);
+    let steps = env_u64("SIGNING_BENCH_STEPS", 1_000).max(1);
 
     let one = |k: &Kernel| rt.block_on(execution(k));
     let (plain_one, keyed_one) = (one(&unsigned), one(&signed));

@@ -154,11 +154,7 @@ impl Runs {
 fn main() {
     let runs = env_usize("REBUNO_BENCH_RUNS", 300);
     let warmup = env_usize("REBUNO_BENCH_WARMUP", 30);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = test_support::bench::runtime();
     let dir = tempfile::tempdir().unwrap();
     rt.block_on(async {
         let url = format!("sqlite://{}", dir.path().join("k.db").display());

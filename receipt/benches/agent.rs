@@ -259,11 +259,7 @@ fn main() {
     let passes = env_usize("RECEIPT_AGENT_BENCH_PASSES", 200);
     let long = env_usize("RECEIPT_AGENT_BENCH_LONG", 100_000);
     let dir = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = test_support::bench::runtime();
     rt.block_on(async {
         overhead(&dir.path().join("durable.db"), passes, true).await;
         overhead(&dir.path().join("normal.db"), passes, false).await;

@@ -38,18 +38,10 @@ fn chain(stream: &str, n: u64) -> Vec<Receipt> {
     out
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// Raw SHA-256 over the canonical bytes vs `verify` over the same receipts as read from SQLite.
 fn bench_verify(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let rt = rt();
+    let rt = test_support::bench::runtime();
     let store = SqliteStore::open(dir.path().join("v.db")).unwrap();
     let built = chain("bench/s", 10_000);
     rt.block_on(store.append(AppendRequest {
@@ -123,7 +115,7 @@ fn sqlite_store(path: std::path::PathBuf, signed: bool) -> Arc<SqliteStore> {
 /// key (the heads of each group commit signed together, in its transaction), measured in the
 /// same run.
 fn bench_sqlite_appends(c: &mut Criterion) {
-    let rt = rt();
+    let rt = test_support::bench::runtime();
     let mut g = c.benchmark_group("sqlite_append");
     g.sample_size(10).measurement_time(Duration::from_secs(5));
 
@@ -222,7 +214,7 @@ fn bench_incremental_fold(c: &mut Criterion) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    let rt = rt();
+    let rt = test_support::bench::runtime();
     let mut g = c.benchmark_group("fold");
     g.sample_size(10).measurement_time(Duration::from_secs(5));
     for backend in ["memory", "sqlite"] {

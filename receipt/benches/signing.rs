@@ -16,14 +16,7 @@ use receipt::{Command, Runtime, SqliteStore};
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
-use test_support::bench::{Rounds, alternate};
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use test_support::bench::{Rounds, alternate, env_u64};
 
 /// A durable SQLite receipt store at `path`, signing with `key` when given.
 fn runtime(path: &Path, key: Option<Arc<SigningKey>>) -> Runtime {
@@ -35,11 +28,7 @@ fn runtime(path: &Path, key: Option<Arc<SigningKey>>) -> Runtime {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = test_support::bench::runtime();
     let dir = tempfile::tempdir().unwrap();
     let unsigned = runtime(&dir.path().join("unsigned.db"), None);
     let key = Arc::new(SigningKey::generate().unwrap());
@@ -56,8 +45,8 @@ fn main() {
         &Rounds {
             title: "receipt: durable commits of one receipt each, SQLite".into(),
             unit: "commit",
-            rounds: env_or("SIGNING_BENCH_ROUNDS", 7).max(1),
-            calls: env_or("SIGNING_BENCH_COMMITS", 2_000).max(1),
+            rounds: env_u64("SIGNING_BENCH_ROUNDS", 7).max(1),
+            calls: env_u64("SIGNING_BENCH_COMMITS", 2_000).max(1),
             units: 1,
         },
         |i| commit(&unsigned, i),

@@ -255,11 +255,7 @@ fn main() {
         .filter(|a| !a.starts_with('-'))
         .collect();
     let wants = |m: &str| which.is_empty() || which.iter().any(|w| w == m);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = test_support::bench::runtime();
     let dir = tempfile::tempdir().unwrap();
     rt.block_on(async {
         if wants("embedded") {

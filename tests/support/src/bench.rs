@@ -1,6 +1,6 @@
 //! What the benchmarks of several crates share: the machine's floor for a durable append, the
-//! reference every store's figures are read against, and [`alternate`], which sets a keyed
-//! path against its unkeyed twin round by round.
+//! reference every store's figures are read against; [`alternate`], which sets a keyed path
+//! against its unkeyed twin round by round; the runtime they run on and their settings.
 
 use criterion::Criterion;
 use std::io::Write;
@@ -156,4 +156,22 @@ pub fn alternate(how: &Rounds, mut plain: impl FnMut(u64), mut keyed: impl FnMut
 /// This process's CPU time (user + system) so far.
 fn cpu() -> Duration {
     crate::process::cpu_time(std::process::id()).expect("/proc/self/stat")
+}
+
+/// The runtime the benchmarks drive their work on: multi-threaded, with a worker for each of
+/// the two cores of the machines the figures are measured on, I/O and timers enabled.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The environment variable `name` as a number, else `default` (unset or not a number).
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
